@@ -1,0 +1,62 @@
+/*
+ * alloc.c — the allocator wrappers and the engine-wide allocation counter.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "moonflow/common.h"
+
+static atomic_uint_fast64_t mf__allocs;
+
+static void mf__out_of_memory(size_t size)
+{
+    fprintf(stderr, "moonflow: out of memory allocating %zu bytes\n", size);
+    abort();
+}
+
+static void *mf__counted(void *p)
+{
+    if (p)
+        atomic_fetch_add_explicit(&mf__allocs, 1, memory_order_relaxed);
+    return p;
+}
+
+void *mf_try_malloc(size_t size)
+{
+    return mf__counted(malloc(size ? size : 1));
+}
+
+void *mf_xmalloc(size_t size)
+{
+    void *p = mf_try_malloc(size);
+    if (MF_UNLIKELY(!p))
+        mf__out_of_memory(size);
+    return p;
+}
+
+void *mf_xcalloc(size_t n, size_t size)
+{
+    void *p = mf__counted(calloc(n ? n : 1, size ? size : 1));
+    if (MF_UNLIKELY(!p))
+        mf__out_of_memory(n * size);
+    return p;
+}
+
+void *mf_xrealloc(void *old, size_t size)
+{
+    void *p = mf__counted(realloc(old, size ? size : 1));
+    if (MF_UNLIKELY(!p))
+        mf__out_of_memory(size);
+    return p;
+}
+
+void mf_free(void *p)
+{
+    free(p);
+}
+
+uint64_t mf_alloc_count(void)
+{
+    return atomic_load_explicit(&mf__allocs, memory_order_relaxed);
+}

@@ -1,0 +1,51 @@
+/*
+ * flow_int.h — what task.c, series.c and parallel.c share: the series body,
+ * task flags, and the steps of the completion climb. Not a public header.
+ *
+ * The climb (Workflow's subtask_done, without recursion): a kind calls
+ * mf_task_complete → the task goes on the loop's ready queue → the loop calls
+ * mf__task_finish → the callback runs, the task is released, the series
+ * dispatches its next task or finishes; a finishing series in a parallel
+ * counts the parallel down, and the parallel's own completion goes through
+ * the ready queue again. Every step returns to the loop, so no chain of
+ * steps ever nests on the stack.
+ */
+#ifndef MF_FLOW_INT_H
+#define MF_FLOW_INT_H
+
+#include "moonflow/series.h"
+
+enum {
+    MF_TASK_F_STARTED = 1u << 0,   /* dispatched by its series */
+    MF_TASK_F_FINISHED = 1u << 1,  /* result decided, on the ready queue */
+    MF_TASK_F_KIND_DONE = 1u << 2, /* the kind called mf_task_complete */
+    MF_TASK_F_FLOW_DONE = 1u << 3, /* callback ran; waiting for the kind */
+    MF_TASK_F_CANCEL = 1u << 4     /* canceled before it was dispatched */
+};
+
+struct mf_series {
+    mf_loop_t *loop;
+    mf_list_t queue; /* tasks not yet started */
+    mf_task_t *current;
+    mf_series_cb cb;
+    void *context;
+    mf_parallel_t *parallel;
+    size_t finished;
+    int state;
+    int error;
+    bool canceled;
+    mf_post_t start_post;
+};
+
+/* task.c */
+void mf__task_dispatch(mf_task_t *task);
+/* series.c */
+void mf__series_advance(mf_series_t *series);
+void mf__series_destroy(mf_series_t *series);
+/* Cancels the rest of the series and its running task (an enclosing
+ * parallel gave up). */
+void mf__series_abort(mf_series_t *series);
+/* parallel.c: a series of the parallel has finished. */
+void mf__parallel_series_done(mf_parallel_t *par);
+
+#endif /* MF_FLOW_INT_H */

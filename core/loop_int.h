@@ -1,0 +1,57 @@
+/*
+ * loop_int.h — the loop's body, shared by the engine's own modules (task.c
+ * needs the ready queue, pool.c the refs). Not a public header.
+ */
+#ifndef MF_LOOP_INT_H
+#define MF_LOOP_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+
+#include "mailbox.h"
+#include "moonflow/loop.h"
+#include "moonflow/task.h"
+#include "slab.h"
+#include "timer_heap.h"
+
+#define MF_LOOP_MAX_EVENTS 256
+/* Callbacks run per phase before the loop polls again, so a flood of posted
+ * or finished work cannot starve I/O. */
+#define MF_LOOP_PHASE_BUDGET 4096
+
+struct mf_loop {
+    int epfd;
+    uint64_t now;
+    mf_timer_heap_t timers;
+    uint64_t timer_seq;
+    mf_mailbox_t mailbox;
+    mf_io_t mailbox_io;
+    bool mailbox_more; /* last drain hit the budget */
+    mf_list_t deferred; /* mf_post_t._link */
+    mf_list_t ready;    /* finished tasks, mf_task_t._link */
+    mf_slab_t slab;
+    unsigned active_io;
+    long refs;
+    atomic_int stop_requested;
+    bool has_thread;
+    pthread_t thread;
+    mf_pool_t *pool;
+    unsigned index;
+    /* The batch being dispatched, so mf_io_stop can void stale entries. */
+    struct epoll_event *polled;
+    int npolled;
+    int polled_pos;
+    struct epoll_event events[MF_LOOP_MAX_EVENTS];
+};
+
+/* task.c: runs a finished task's callback and advances its series. */
+void mf__task_finish(mf_task_t *task);
+
+static inline void mf__loop_push_ready(mf_loop_t *loop, mf_task_t *task)
+{
+    mf_list_push_back(&loop->ready, &task->_link);
+}
+
+#endif /* MF_LOOP_INT_H */

@@ -1,0 +1,107 @@
+/*
+ * slab.c — the per-loop size-class allocator.
+ */
+#include "slab.h"
+
+#include "moonflow/common.h"
+#include "moonflow/loop.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MF_HAVE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MF_HAVE_ASAN 1
+#endif
+#endif
+
+#ifdef MF_HAVE_ASAN
+#include <sanitizer/asan_interface.h>
+#define MF_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define MF_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define MF_POISON(p, n) ((void)(p), (void)(n))
+#define MF_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#define MF_SLAB_CHUNK_BYTES (64 * 1024)
+#define MF_SLAB_MIN_SHIFT 6
+
+static unsigned mf__slab_class(size_t size)
+{
+    unsigned cls = 0;
+    size_t cap = (size_t)1 << MF_SLAB_MIN_SHIFT;
+    while (cap < size) {
+        cap <<= 1;
+        cls++;
+    }
+    return cls;
+}
+
+static size_t mf__slab_class_size(unsigned cls)
+{
+    return (size_t)1 << (cls + MF_SLAB_MIN_SHIFT);
+}
+
+void mf__slab_init(mf_slab_t *slab)
+{
+    for (unsigned i = 0; i < MF_SLAB_CLASSES; i++)
+        slab->free[i] = NULL;
+    slab->chunks = NULL;
+}
+
+void mf__slab_close(mf_slab_t *slab)
+{
+    mf_slab_chunk_t *chunk = slab->chunks;
+    while (chunk) {
+        mf_slab_chunk_t *next = chunk->next;
+        MF_UNPOISON(chunk, MF_SLAB_CHUNK_BYTES);
+        mf_free(chunk);
+        chunk = next;
+    }
+    mf__slab_init(slab);
+}
+
+/* Carves a fresh chunk into objects of one class and threads them onto its
+ * free list. The chunk header takes the first object slot. */
+static void mf__slab_refill(mf_slab_t *slab, unsigned cls)
+{
+    size_t objsize = mf__slab_class_size(cls);
+    char *chunk = mf_xmalloc(MF_SLAB_CHUNK_BYTES);
+    ((mf_slab_chunk_t *)(void *)chunk)->next = slab->chunks;
+    slab->chunks = (mf_slab_chunk_t *)(void *)chunk;
+    for (size_t off = objsize; off + objsize <= MF_SLAB_CHUNK_BYTES;
+         off += objsize) {
+        mf_slab_free_t *obj = (mf_slab_free_t *)(void *)(chunk + off);
+        obj->next = slab->free[cls];
+        slab->free[cls] = obj;
+        MF_POISON(obj, objsize);
+    }
+}
+
+void *mf__slab_alloc(mf_slab_t *slab, size_t size)
+{
+    if (size > MF_LOOP_ALLOC_MAX)
+        return mf_xmalloc(size);
+    unsigned cls = mf__slab_class(size);
+    if (!slab->free[cls])
+        mf__slab_refill(slab, cls);
+    mf_slab_free_t *obj = slab->free[cls];
+    MF_UNPOISON(obj, mf__slab_class_size(cls));
+    slab->free[cls] = obj->next;
+    return obj;
+}
+
+void mf__slab_free(mf_slab_t *slab, void *p, size_t size)
+{
+    if (!p)
+        return;
+    if (size > MF_LOOP_ALLOC_MAX) {
+        mf_free(p);
+        return;
+    }
+    unsigned cls = mf__slab_class(size);
+    mf_slab_free_t *obj = p;
+    obj->next = slab->free[cls];
+    slab->free[cls] = obj;
+    MF_POISON(obj, mf__slab_class_size(cls));
+}
