@@ -38,8 +38,7 @@ static unsigned mf__io_bits(uint32_t bits)
 
 static int mf__epoll_ctl(mf_loop_t *loop, int op, mf_io_t *io, unsigned ev)
 {
-    struct epoll_event event = {.events = mf__epoll_bits(ev),
-                                .data.ptr = io};
+    struct epoll_event event = {.events = mf__epoll_bits(ev), .data.ptr = io};
     if (epoll_ctl(loop->epfd, op, io->fd, &event) < 0)
         return mf_err_from_errno(errno);
     return 0;

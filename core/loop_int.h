@@ -28,7 +28,7 @@ struct mf_loop {
     uint64_t timer_seq;
     mf_mailbox_t mailbox;
     mf_io_t mailbox_io;
-    bool mailbox_more; /* last drain hit the budget */
+    bool mailbox_more;  /* last drain hit the budget */
     mf_list_t deferred; /* mf_post_t._link */
     mf_list_t ready;    /* finished tasks, mf_task_t._link */
     mf_slab_t slab;

@@ -48,8 +48,8 @@ static void mf__mailbox_link(mf_mailbox_t *box, mf_post_t *post)
 void mf__mailbox_push(mf_mailbox_t *box, mf_post_t *post)
 {
     mf__mailbox_link(box, post);
-    if (atomic_exchange_explicit(&box->wake_pending, 1,
-                                 memory_order_seq_cst) == 0) {
+    if (atomic_exchange_explicit(&box->wake_pending, 1, memory_order_seq_cst) ==
+        0) {
         uint64_t one = 1;
         ssize_t n;
         do {
@@ -103,6 +103,5 @@ mf_post_t *mf__mailbox_pop(mf_mailbox_t *box)
 
 bool mf__mailbox_maybe_nonempty(mf_mailbox_t *box)
 {
-    return atomic_load_explicit(&box->head, memory_order_acquire) !=
-           box->tail;
+    return atomic_load_explicit(&box->head, memory_order_acquire) != box->tail;
 }

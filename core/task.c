@@ -96,8 +96,7 @@ void mf__task_dispatch(mf_task_t *task)
 void mf__task_finish(mf_task_t *task)
 {
     mf_series_t *series = task->_series;
-    if (task->_state != MF_STATE_SUCCESS &&
-        series->state == MF_STATE_SUCCESS) {
+    if (task->_state != MF_STATE_SUCCESS && series->state == MF_STATE_SUCCESS) {
         series->state = task->_state;
         series->error = task->_error;
     }

@@ -67,8 +67,8 @@ void mf__timer_heap_insert(mf_timer_heap_t *heap, mf_timer_t *timer)
 {
     if (heap->size == heap->capacity) {
         heap->capacity = heap->capacity ? heap->capacity * 2 : 64;
-        heap->items = mf_xrealloc(heap->items,
-                                  heap->capacity * sizeof(*heap->items));
+        heap->items =
+            mf_xrealloc(heap->items, heap->capacity * sizeof(*heap->items));
     }
     heap->items[heap->size] = timer;
     timer->_index = heap->size++;

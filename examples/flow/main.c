@@ -36,8 +36,7 @@ static void on_branch(mf_task_t *task)
         printf("  go task fib(%u) = %lu (%s)\n", job->n, job->result,
                mf_state_name(mf_task_state(task)));
     else
-        printf("  timer branch: %s (%s)\n",
-               mf_state_name(mf_task_state(task)),
+        printf("  timer branch: %s (%s)\n", mf_state_name(mf_task_state(task)),
                mf_strerror(mf_task_error(task)));
 }
 

@@ -33,42 +33,41 @@ static void mf_test_register(const char *name, void (*fn)(void))
     mf_test_count++;
 }
 
-#define TEST(name)                                                   \
-    static void test_##name(void);                                   \
+#define TEST(name)                                                      \
+    static void test_##name(void);                                      \
     __attribute__((constructor)) static void test_register_##name(void) \
-    {                                                                \
-        mf_test_register(#name, test_##name);                        \
-    }                                                                \
+    {                                                                   \
+        mf_test_register(#name, test_##name);                           \
+    }                                                                   \
     static void test_##name(void)
 
-#define MF_TEST_FAIL(...)                                                  \
-    do {                                                                   \
-        fprintf(stderr, "FAIL %s (%s:%d): ", mf_test_current, __FILE__,    \
-                __LINE__);                                                 \
-        fprintf(stderr, __VA_ARGS__);                                      \
-        fputc('\n', stderr);                                               \
-        exit(1);                                                           \
+#define MF_TEST_FAIL(...)                                               \
+    do {                                                                \
+        fprintf(stderr, "FAIL %s (%s:%d): ", mf_test_current, __FILE__, \
+                __LINE__);                                              \
+        fprintf(stderr, __VA_ARGS__);                                   \
+        fputc('\n', stderr);                                            \
+        exit(1);                                                        \
     } while (0)
 
-#define ASSERT(cond)                                \
-    do {                                            \
-        if (!(cond))                                \
-            MF_TEST_FAIL("assertion %s", #cond);    \
+#define ASSERT(cond)                             \
+    do {                                         \
+        if (!(cond))                             \
+            MF_TEST_FAIL("assertion %s", #cond); \
     } while (0)
 
-#define ASSERT_EQ(a, b)                                                     \
-    do {                                                                    \
-        long long mf_a_ = (long long)(a), mf_b_ = (long long)(b);           \
-        if (mf_a_ != mf_b_)                                                 \
-            MF_TEST_FAIL("%s == %s: %lld != %lld", #a, #b, mf_a_, mf_b_);   \
+#define ASSERT_EQ(a, b)                                                   \
+    do {                                                                  \
+        long long mf_a_ = (long long)(a), mf_b_ = (long long)(b);         \
+        if (mf_a_ != mf_b_)                                               \
+            MF_TEST_FAIL("%s == %s: %lld != %lld", #a, #b, mf_a_, mf_b_); \
     } while (0)
 
-#define ASSERT_STR_EQ(a, b)                                              \
-    do {                                                                 \
-        const char *mf_a_ = (a), *mf_b_ = (b);                           \
-        if (strcmp(mf_a_, mf_b_) != 0)                                   \
-            MF_TEST_FAIL("%s == %s: \"%s\" != \"%s\"", #a, #b, mf_a_,    \
-                         mf_b_);                                         \
+#define ASSERT_STR_EQ(a, b)                                                   \
+    do {                                                                      \
+        const char *mf_a_ = (a), *mf_b_ = (b);                                \
+        if (strcmp(mf_a_, mf_b_) != 0)                                        \
+            MF_TEST_FAIL("%s == %s: \"%s\" != \"%s\"", #a, #b, mf_a_, mf_b_); \
     } while (0)
 
 static int mf_test_selected(int argc, char **argv, const char *name)

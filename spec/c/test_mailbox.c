@@ -65,7 +65,8 @@ TEST(a_million_posts_from_four_threads_arrive_all_and_in_order_per_thread)
     ASSERT_EQ(fifo_violations, 0);
     for (int i = 0; i < PRODUCERS; i++)
         ASSERT_EQ(last_seen[i], PER_PRODUCER);
-    ASSERT_EQ(mf_alloc_count() - allocs_before, 0); /* posting never allocates */
+    ASSERT_EQ(mf_alloc_count() - allocs_before,
+              0); /* posting never allocates */
     for (int i = 0; i < PRODUCERS; i++)
         free(producers[i].posts);
     mf_loop_destroy(consumer);

@@ -33,8 +33,8 @@ TEST(parallel_completes_when_all_series_are_done_and_reports_each)
     for (int i = 0; i < 3; i++) {
         mf_series_t *s = mf_series_create(loop, on_branch_done);
         mf_series_set_context(s, &ids[i]);
-        mf_task_t *t = mf_task_timer_create(loop, (uint64_t)(30 - 10 * i),
-                                            NULL, NULL);
+        mf_task_t *t =
+            mf_task_timer_create(loop, (uint64_t)(30 - 10 * i), NULL, NULL);
         if (i == 1) /* this branch fails: a timeout shorter than its timer */
             mf_task_set_timeout(t, 5);
         mf_series_push_back(s, t);
@@ -88,8 +88,8 @@ TEST(parallel_inside_series_inside_parallel_three_levels)
     mf_loop_t *loop = mf_loop_create();
     mf_parallel_t *inner = mf_parallel_create(loop, on_inner, NULL);
     for (int i = 0; i < 3; i++)
-        mf_parallel_add_task(inner, mf_task_timer_create(loop, (uint64_t)i * 3,
-                                                         on_leaf, NULL));
+        mf_parallel_add_task(
+            inner, mf_task_timer_create(loop, (uint64_t)i * 3, on_leaf, NULL));
     mf_parallel_t *middle = mf_parallel_create(loop, on_middle, NULL);
     mf_series_t *ms = mf_series_create(loop, NULL);
     mf_series_push_back(ms, mf_task_timer_create(loop, 2, NULL, NULL));
@@ -122,8 +122,8 @@ static void on_empty_parallel(mf_task_t *task)
 TEST(an_empty_parallel_is_done_at_once)
 {
     mf_loop_t *loop = mf_loop_create();
-    mf_task_start(mf_parallel_task(mf_parallel_create(loop, on_empty_parallel,
-                                                      NULL)));
+    mf_task_start(
+        mf_parallel_task(mf_parallel_create(loop, on_empty_parallel, NULL)));
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_EQ(empty_parallel_done, 1);
     mf_loop_destroy(loop);
@@ -144,9 +144,9 @@ TEST(a_wide_parallel_of_a_thousand_branches)
     mf_loop_t *loop = mf_loop_create();
     mf_parallel_t *par = mf_parallel_create(loop, on_wide, NULL);
     for (int i = 0; i < 1000; i++)
-        mf_parallel_add_task(par, i % 2 ? mf_task_empty_create(loop, NULL, NULL)
-                                        : mf_task_timer_create(loop, 1, NULL,
-                                                               NULL));
+        mf_parallel_add_task(par,
+                             i % 2 ? mf_task_empty_create(loop, NULL, NULL)
+                                   : mf_task_timer_create(loop, 1, NULL, NULL));
     mf_task_start(mf_parallel_task(par));
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_EQ(wide_done, 1000);
@@ -173,8 +173,8 @@ TEST(a_parallel_that_times_out_cancels_its_branches)
     mf_loop_t *loop = mf_loop_create();
     uint64_t start = mf_loop_now(loop);
     mf_parallel_t *par = mf_parallel_create(loop, on_timed_parallel, NULL);
-    mf_parallel_add_task(par, mf_task_timer_create(loop, 5000, on_slow_branch,
-                                                   NULL));
+    mf_parallel_add_task(
+        par, mf_task_timer_create(loop, 5000, on_slow_branch, NULL));
     mf_task_set_timeout(mf_parallel_task(par), 20);
     mf_task_start(mf_parallel_task(par));
     mf_loop_run(loop, MF_RUN_DEFAULT);

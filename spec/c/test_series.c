@@ -64,8 +64,8 @@ TEST(callbacks_push_tasks_to_front_and_back_of_their_series)
     mf_loop_t *loop = mf_loop_create();
     reset_trace();
     mf_series_t *s = mf_series_create(loop, on_series_note);
-    mf_series_push_back(s, mf_task_empty_create(loop, on_push_from_callback,
-                                                NULL));
+    mf_series_push_back(
+        s, mf_task_empty_create(loop, on_push_from_callback, NULL));
     mf_series_push_back(s, mf_task_empty_create(loop, on_task_note, "m"));
     mf_series_start(s);
     mf_loop_run(loop, MF_RUN_DEFAULT);
@@ -123,8 +123,8 @@ TEST(series_context_is_shared_by_its_callbacks)
     mf_loop_t *loop = mf_loop_create();
     static int payload = 42;
     mf_series_t *s = mf_series_create(loop, on_read_context);
-    mf_series_push_back(s, mf_task_empty_create(loop, on_set_context,
-                                                &payload));
+    mf_series_push_back(s,
+                        mf_task_empty_create(loop, on_set_context, &payload));
     mf_series_start(s);
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT(seen_context == &payload);
@@ -167,9 +167,9 @@ static void on_long_step(mf_task_t *task)
     if (here > stack_high)
         stack_high = here;
     if (++long_steps < LONG_SERIES)
-        mf_series_push_back(mf_series_of(task),
-                            mf_task_empty_create(mf_task_loop(task),
-                                                 on_long_step, NULL));
+        mf_series_push_back(
+            mf_series_of(task),
+            mf_task_empty_create(mf_task_loop(task), on_long_step, NULL));
 }
 
 TEST(a_hundred_thousand_step_series_does_not_grow_the_stack)

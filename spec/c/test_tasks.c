@@ -170,8 +170,8 @@ static void start_go_tasks(mf_loop_t *loop, void *arg)
     go_probe_t *row = arg;
     for (int i = 0; i < GO_PER_WORKER; i++) {
         row[i].loop_thread = pthread_self();
-        mf_task_start(mf_task_go_create(loop, go_fn, &row[i], on_go_done,
-                                        &row[i]));
+        mf_task_start(
+            mf_task_go_create(loop, go_fn, &row[i], on_go_done, &row[i]));
     }
 }
 

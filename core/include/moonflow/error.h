@@ -16,42 +16,42 @@
 
 /* XX(name, value, message). System errors reuse the negated errno value so a
  * failed syscall maps to a code with no table lookup (libuv's convention). */
-#define MF_ERRNO_MAP(XX)                                                   \
-    XX(EPERM, -EPERM, "operation not permitted")                           \
-    XX(ENOENT, -ENOENT, "no such file or directory")                       \
-    XX(EINTR, -EINTR, "interrupted system call")                           \
-    XX(EIO, -EIO, "i/o error")                                             \
-    XX(EBADF, -EBADF, "bad file descriptor")                               \
-    XX(EAGAIN, -EAGAIN, "resource temporarily unavailable")                \
-    XX(ENOMEM, -ENOMEM, "out of memory")                                   \
-    XX(EACCES, -EACCES, "permission denied")                               \
-    XX(EBUSY, -EBUSY, "resource busy")                                     \
-    XX(EEXIST, -EEXIST, "already exists")                                  \
-    XX(EINVAL, -EINVAL, "invalid argument")                                \
-    XX(EMFILE, -EMFILE, "too many open files")                             \
-    XX(ENOSPC, -ENOSPC, "no space left on device")                         \
-    XX(EPIPE, -EPIPE, "broken pipe")                                       \
-    XX(ERANGE, -ERANGE, "result out of range")                             \
-    XX(ENOSYS, -ENOSYS, "function not implemented")                        \
-    XX(EMSGSIZE, -EMSGSIZE, "message too long")                            \
-    XX(EADDRINUSE, -EADDRINUSE, "address already in use")                  \
-    XX(EADDRNOTAVAIL, -EADDRNOTAVAIL, "address not available")             \
-    XX(ENETUNREACH, -ENETUNREACH, "network is unreachable")                \
-    XX(ECONNABORTED, -ECONNABORTED, "connection aborted")                  \
-    XX(ECONNRESET, -ECONNRESET, "connection reset by peer")                \
-    XX(ENOTCONN, -ENOTCONN, "socket is not connected")                     \
-    XX(ETIMEDOUT, -ETIMEDOUT, "timed out")                                 \
-    XX(ECONNREFUSED, -ECONNREFUSED, "connection refused")                  \
-    XX(EHOSTUNREACH, -EHOSTUNREACH, "host is unreachable")                 \
-    XX(EALREADY, -EALREADY, "operation already in progress")               \
-    XX(EINPROGRESS, -EINPROGRESS, "operation in progress")                 \
-    XX(ECANCELED, -ECANCELED, "operation canceled")                        \
-    XX(EOF, -4095, "end of file")                                          \
-    XX(ECLOSED, -4094, "closed")                                           \
-    XX(EPROTO, -4093, "protocol error")                                    \
-    XX(ENOPOOL, -4092, "no compute pool attached to the loop")             \
-    XX(ESTOPPED, -4091, "loop is stopping")                                \
-    XX(EDNS, -4090, "name resolution failed")                              \
+#define MF_ERRNO_MAP(XX)                                       \
+    XX(EPERM, -EPERM, "operation not permitted")               \
+    XX(ENOENT, -ENOENT, "no such file or directory")           \
+    XX(EINTR, -EINTR, "interrupted system call")               \
+    XX(EIO, -EIO, "i/o error")                                 \
+    XX(EBADF, -EBADF, "bad file descriptor")                   \
+    XX(EAGAIN, -EAGAIN, "resource temporarily unavailable")    \
+    XX(ENOMEM, -ENOMEM, "out of memory")                       \
+    XX(EACCES, -EACCES, "permission denied")                   \
+    XX(EBUSY, -EBUSY, "resource busy")                         \
+    XX(EEXIST, -EEXIST, "already exists")                      \
+    XX(EINVAL, -EINVAL, "invalid argument")                    \
+    XX(EMFILE, -EMFILE, "too many open files")                 \
+    XX(ENOSPC, -ENOSPC, "no space left on device")             \
+    XX(EPIPE, -EPIPE, "broken pipe")                           \
+    XX(ERANGE, -ERANGE, "result out of range")                 \
+    XX(ENOSYS, -ENOSYS, "function not implemented")            \
+    XX(EMSGSIZE, -EMSGSIZE, "message too long")                \
+    XX(EADDRINUSE, -EADDRINUSE, "address already in use")      \
+    XX(EADDRNOTAVAIL, -EADDRNOTAVAIL, "address not available") \
+    XX(ENETUNREACH, -ENETUNREACH, "network is unreachable")    \
+    XX(ECONNABORTED, -ECONNABORTED, "connection aborted")      \
+    XX(ECONNRESET, -ECONNRESET, "connection reset by peer")    \
+    XX(ENOTCONN, -ENOTCONN, "socket is not connected")         \
+    XX(ETIMEDOUT, -ETIMEDOUT, "timed out")                     \
+    XX(ECONNREFUSED, -ECONNREFUSED, "connection refused")      \
+    XX(EHOSTUNREACH, -EHOSTUNREACH, "host is unreachable")     \
+    XX(EALREADY, -EALREADY, "operation already in progress")   \
+    XX(EINPROGRESS, -EINPROGRESS, "operation in progress")     \
+    XX(ECANCELED, -ECANCELED, "operation canceled")            \
+    XX(EOF, -4095, "end of file")                              \
+    XX(ECLOSED, -4094, "closed")                               \
+    XX(EPROTO, -4093, "protocol error")                        \
+    XX(ENOPOOL, -4092, "no compute pool attached to the loop") \
+    XX(ESTOPPED, -4091, "loop is stopping")                    \
+    XX(EDNS, -4090, "name resolution failed")                  \
     XX(ETLS, -4089, "tls failure")
 
 typedef enum mf_errno {
@@ -62,14 +62,14 @@ typedef enum mf_errno {
 
 /* How an asynchronous operation ended. MF_STATE_SUCCESS is 0 so callbacks can
  * write `if (mf_task_state(t))` for "failed". */
-#define MF_STATE_MAP(XX)                          \
-    XX(SUCCESS, 0, "success")                     \
-    XX(SYS_ERROR, 1, "system error")              \
-    XX(TLS_ERROR, 2, "tls error")                 \
-    XX(DNS_ERROR, 3, "dns error")                 \
-    XX(TIMEOUT, 4, "timeout")                     \
-    XX(CANCELED, 5, "canceled")                   \
-    XX(PROTOCOL_ERROR, 6, "protocol error")       \
+#define MF_STATE_MAP(XX)                    \
+    XX(SUCCESS, 0, "success")               \
+    XX(SYS_ERROR, 1, "system error")        \
+    XX(TLS_ERROR, 2, "tls error")           \
+    XX(DNS_ERROR, 3, "dns error")           \
+    XX(TIMEOUT, 4, "timeout")               \
+    XX(CANCELED, 5, "canceled")             \
+    XX(PROTOCOL_ERROR, 6, "protocol error") \
     XX(TASK_ERROR, 7, "task error")
 
 typedef enum mf_state {

@@ -83,7 +83,7 @@ struct mf_task {
     mf_series_t *_series;
     mf_list_t _link; /* series queue, then the loop's ready queue */
     mf_task_cb _cb;
-    void *user;      /* free for the creator of the task */
+    void *user; /* free for the creator of the task */
     int _state;
     int _error;
     uint32_t _flags;

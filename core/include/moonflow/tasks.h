@@ -16,7 +16,8 @@
 MF_API mf_task_t *mf_task_empty_create(mf_loop_t *loop, mf_task_cb cb,
                                        void *user);
 
-/* Done after ms milliseconds of loop time. Canceled early: MF_STATE_CANCELED. */
+/* Done after ms milliseconds of loop time. Canceled early: MF_STATE_CANCELED.
+ */
 MF_API mf_task_t *mf_task_timer_create(mf_loop_t *loop, uint64_t ms,
                                        mf_task_cb cb, void *user);
 

@@ -17,8 +17,8 @@
 typedef struct mf_workers mf_workers_t;
 
 typedef struct mf_workers_opts {
-    unsigned nloops;       /* 0: number of online cores */
-    unsigned npool;        /* compute pool threads; 0: number of cores */
+    unsigned nloops; /* 0: number of online cores */
+    unsigned npool;  /* compute pool threads; 0: number of cores */
 } mf_workers_opts_t;
 
 /* Starts the threads; every loop runs MF_RUN_FOREVER. NULL on failure. */

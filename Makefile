@@ -1,0 +1,59 @@
+# moonflow — the two commands of the README, plus bench.
+#
+#   make run    install what is missing, build, run the bundled example
+#   make test   install, build (plain + sanitizer twin), run every test (ctest)
+#   make bench  release build, run the benchmarks in bench/, write bench/results/
+#
+# Dependencies are Debian packages, installed with apt-get when missing.
+
+BUILD       ?= build
+BENCH_BUILD ?= build-release
+JOBS        ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+# Build tools and the libraries the engine links (see DESIGN.md for the list
+# that grows with each capability).
+PACKAGES = build-essential cmake ninja-build pkg-config clang \
+           libclang-rt-14-dev util-linux
+
+.PHONY: all deps build run test bench clean format
+
+all: build
+
+deps:
+	@missing=""; \
+	for p in $(PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \
+	    || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(BUILD)/build.ninja: CMakeLists.txt | deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/examples/flow_example
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: deps
+	cmake -S . -B $(BENCH_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DMF_BUILD_TESTS=OFF -DMF_BUILD_EXAMPLES=OFF
+	cmake --build $(BENCH_BUILD) -j $(JOBS)
+	./bench/run $(BENCH_BUILD)
+
+format:
+	clang-format -i core/*.c core/*.h core/include/moonflow/*.h \
+	  spec/c/*.c spec/c/*.h bench/*.c examples/*/*.c
+
+clean:
+	rm -rf $(BUILD) $(BENCH_BUILD)
