@@ -13,8 +13,7 @@ CMAKE_FLAGS ?=
 
 # Build tools and the libraries the engine links (see DESIGN.md for the list
 # that grows with each capability).
-PACKAGES = build-essential cmake ninja-build pkg-config clang \
-           libclang-rt-14-dev util-linux
+PACKAGES = build-essential cmake ninja-build pkg-config util-linux
 
 .PHONY: all deps build run test bench clean format
 
