@@ -13,7 +13,8 @@ CMAKE_FLAGS ?=
 
 # Build tools and the libraries the engine links (see DESIGN.md for the list
 # that grows with each capability).
-PACKAGES = build-essential cmake ninja-build pkg-config util-linux
+PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
+           libssl-dev libc-ares-dev
 
 .PHONY: all deps build run test bench clean format
 

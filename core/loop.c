@@ -255,6 +255,9 @@ void mf_loop_destroy(mf_loop_t *loop)
 {
     if (!loop)
         return;
+    for (unsigned i = MF_LOOP_EXT_MAX; i-- > 0;)
+        if (loop->ext[i] && loop->ext_dtor[i])
+            loop->ext_dtor[i](loop, loop->ext[i]);
     mf_io_stop(loop, &loop->mailbox_io);
     mf__mailbox_close(&loop->mailbox);
     close(loop->epfd);
@@ -353,6 +356,20 @@ unsigned mf_loop_index(const mf_loop_t *loop)
 void mf_loop_set_index(mf_loop_t *loop, unsigned index)
 {
     loop->index = index;
+}
+
+void *mf_loop_ext(const mf_loop_t *loop, unsigned id)
+{
+    return id < MF_LOOP_EXT_MAX ? loop->ext[id] : NULL;
+}
+
+void mf_loop_set_ext(mf_loop_t *loop, unsigned id, void *ext,
+                     mf_loop_ext_dtor dtor)
+{
+    if (id >= MF_LOOP_EXT_MAX)
+        return;
+    loop->ext[id] = ext;
+    loop->ext_dtor[id] = dtor;
 }
 
 void *mf_loop_alloc(mf_loop_t *loop, size_t size)

@@ -39,6 +39,8 @@ struct mf_loop {
     pthread_t thread;
     mf_pool_t *pool;
     unsigned index;
+    void *ext[MF_LOOP_EXT_MAX];
+    mf_loop_ext_dtor ext_dtor[MF_LOOP_EXT_MAX];
     /* The batch being dispatched, so mf_io_stop can void stale entries. */
     struct epoll_event *polled;
     int npolled;

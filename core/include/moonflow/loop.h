@@ -153,6 +153,26 @@ MF_API mf_pool_t *mf_loop_pool(const mf_loop_t *loop);
 MF_API unsigned mf_loop_index(const mf_loop_t *loop);
 MF_API void mf_loop_set_index(mf_loop_t *loop, unsigned index);
 
+/* Per-loop extension slots: subsystems with per-loop state (the DNS resolver,
+ * the HTTP client's connection pools, TLS contexts ...) keep it here, created
+ * lazily on first use. mf_loop_destroy calls each slot's dtor (highest id
+ * first) while the loop can still stop watchers and timers. */
+enum {
+    MF_LOOP_EXT_DNS,
+    MF_LOOP_EXT_HTTP_CLIENT,
+    MF_LOOP_EXT_TLS,
+    MF_LOOP_EXT_REDIS,
+    MF_LOOP_EXT_MYSQL,
+    MF_LOOP_EXT_KAFKA,
+    MF_LOOP_EXT_LUA,
+    MF_LOOP_EXT_USER,
+    MF_LOOP_EXT_MAX = 16
+};
+typedef void (*mf_loop_ext_dtor)(mf_loop_t *loop, void *ext);
+MF_API void *mf_loop_ext(const mf_loop_t *loop, unsigned id);
+MF_API void mf_loop_set_ext(mf_loop_t *loop, unsigned id, void *ext,
+                            mf_loop_ext_dtor dtor);
+
 /* Per-loop allocator: size-class free lists carved from 64 KiB slabs. No
  * malloc once the working set is warm. Loop thread only; sizes above
  * MF_LOOP_ALLOC_MAX fall through to mf_xmalloc. The same size must be passed

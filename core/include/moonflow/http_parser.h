@@ -1,0 +1,160 @@
+/*
+ * moonflow/http_parser.h — HTTP/1.1 message parsing (RFC 9110/9112): pure
+ * functions over caller buffers. No I/O, no allocation, no global state.
+ *
+ * Heads are parsed in place: every pointer in the result points into the
+ * caller's buffer, which must stay unchanged while the result is used. Bytes
+ * may arrive in any split: call again with the longer buffer; the head
+ * parsers return MF_HTTP_INCOMPLETE until the blank line has arrived (they
+ * re-scan from the start, which keeps them stateless; `*scanned` lets the
+ * caller skip bytes already known not to end the head).
+ *
+ * Strict where ambiguity is a security risk (request smuggling, response
+ * splitting): a request with both Content-Length and Transfer-Encoding, two
+ * differing Content-Length values, a Transfer-Encoding other than a final
+ * "chunked", obs-fold (a header line starting with SP/HTAB), a bare CR or a
+ * bare LF as a line end, invalid token characters in the method or a header
+ * name, CTL characters in a value or the target — all fail with status 400.
+ *
+ * Threads: any (no shared state). Ownership: the caller owns every buffer
+ * and every output struct, including the header array.
+ */
+#ifndef MOONFLOW_HTTP_PARSER_H
+#define MOONFLOW_HTTP_PARSER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common.h"
+
+/* Return codes of the head parsers (negative). Errors carry the HTTP status
+ * a server should answer with in the result's `error_status`. */
+#define MF_HTTP_INCOMPLETE (-1) /* need more bytes */
+#define MF_HTTP_ERROR (-2)      /* malformed or over a limit; see status */
+
+typedef struct mf_http_header {
+    const char *name;
+    size_t name_len;
+    const char *value; /* leading/trailing OWS removed */
+    size_t value_len;
+} mf_http_header_t;
+
+typedef struct mf_http_limits {
+    size_t max_head_bytes;    /* whole head incl. request line: 431 */
+    size_t max_request_line;  /* request line without CRLF: 414 */
+    size_t max_headers;       /* header count: 431 (also bounded by the
+                                 caller's array size) */
+} mf_http_limits_t;
+
+/* nginx-like defaults: 8 KiB head, 8 KiB line, 100 headers. */
+#define MF_HTTP_LIMITS_DEFAULT {8192, 8192, 100}
+
+enum {
+    MF_HTTP_BODY_NONE,    /* no body (no CL/TE, CL 0; 204/304/1xx/HEAD) */
+    MF_HTTP_BODY_LENGTH,  /* Content-Length bytes follow */
+    MF_HTTP_BODY_CHUNKED, /* chunked transfer coding */
+    MF_HTTP_BODY_UNTIL_CLOSE /* responses only: read until EOF */
+};
+
+typedef struct mf_http_request {
+    const char *method;
+    size_t method_len;
+    const char *target; /* request-target as sent: "/p?q", "*", "http://..." */
+    size_t target_len;
+    const char *path; /* target up to '?' (origin-form) */
+    size_t path_len;
+    const char *query; /* after '?', without it; NULL when absent */
+    size_t query_len;
+    int minor_version;          /* 0 or 1 (HTTP/1.x only) */
+    mf_http_header_t *headers;  /* in: caller's array */
+    size_t num_headers;         /* in: capacity; out: count */
+    /* Derived from the headers, so servers need not scan them again. */
+    int body;               /* MF_HTTP_BODY_NONE / _LENGTH / _CHUNKED */
+    uint64_t content_length; /* when body == MF_HTTP_BODY_LENGTH */
+    bool keep_alive;        /* version default + Connection header */
+    bool expect_continue;   /* Expect: 100-continue */
+    bool upgrade;           /* Connection: upgrade + Upgrade header */
+    const char *host;       /* Host header value, NULL when absent */
+    size_t host_len;
+    int error_status;       /* on MF_HTTP_ERROR: 400, 414, 431, 501, 505 */
+} mf_http_request_t;
+
+/* Parses a request head from buf[0..len). Returns the head's length in bytes
+ * (request line + headers + blank line) when complete, MF_HTTP_INCOMPLETE, or
+ * MF_HTTP_ERROR with req->error_status set. limits may be NULL (defaults).
+ * An HTTP/1.1 request without Host is a 400 (RFC 9112 §3.2). Empty lines
+ * before the request line are skipped (RFC 9112 §2.2). `scanned` may be NULL;
+ * otherwise it holds how many bytes were already searched for the end of the
+ * head (0 on the first call) and is updated. */
+MF_API int mf_http_parse_request(const char *buf, size_t len,
+                                 mf_http_request_t *req,
+                                 const mf_http_limits_t *limits,
+                                 size_t *scanned);
+
+typedef struct mf_http_response {
+    int status;
+    const char *reason;
+    size_t reason_len;
+    int minor_version;
+    mf_http_header_t *headers; /* in: caller's array */
+    size_t num_headers;        /* in: capacity; out: count */
+    int body;                  /* MF_HTTP_BODY_* (given the request) */
+    uint64_t content_length;
+    bool keep_alive;
+    int error_status; /* on MF_HTTP_ERROR: 502 (bad upstream answer) */
+} mf_http_response_t;
+
+/* Parses a response head. head_request: the request was HEAD (no body).
+ * 1xx, 204 and 304 have no body. Without CL/TE the body runs until close
+ * and keep_alive is false. Same return convention as the request parser. */
+MF_API int mf_http_parse_response(const char *buf, size_t len,
+                                  mf_http_response_t *resp, bool head_request,
+                                  const mf_http_limits_t *limits,
+                                  size_t *scanned);
+
+/* Case-insensitive header lookup in a parsed head; NULL if absent. */
+MF_API const mf_http_header_t *
+mf_http_find_header(const mf_http_header_t *headers, size_t n,
+                    const char *name);
+
+/* ---- chunked transfer coding (incremental, in place) --------------------- */
+
+typedef struct mf_http_chunked {
+    int _state;
+    uint64_t _remaining; /* bytes left in the current chunk */
+    size_t _digits;
+    size_t _trailer_bytes;
+    uint64_t max_body;    /* 0: unlimited; over it: MF_HTTP_ERROR, status 413 */
+    uint64_t body_bytes;  /* decoded so far */
+    int error_status;     /* 400 or 413 on MF_HTTP_ERROR */
+} mf_http_chunked_t;
+
+MF_API void mf_http_chunked_init(mf_http_chunked_t *dec, uint64_t max_body);
+
+/* Decodes buf[0..*len) in place (picohttpparser's phr_decode_chunked
+ * contract). On return buf[0..*len) holds the data decoded by this call,
+ * chunk framing removed. Returns
+ *   >= 0               the chunked body (with its trailers) is complete; the
+ *                      value is the number of bytes that followed it in the
+ *                      input (the next pipelined message), now moved to
+ *                      buf[*len .. *len + value);
+ *   MF_HTTP_INCOMPLETE all input consumed; call again with more bytes;
+ *   MF_HTTP_ERROR      bad chunk size/framing/trailer (400) or over
+ *                      max_body (413), in dec->error_status.
+ * Trailer fields are validated like header fields and skipped. Chunk
+ * extensions are skipped. Chunk sizes over 16 hex digits are an error. */
+MF_API ssize_t mf_http_chunked_decode(mf_http_chunked_t *dec, char *buf,
+                                      size_t *len);
+
+/* ---- helpers --------------------------------------------------------- */
+
+/* Reason phrase for a status code ("OK", "Not Found"; "" if unknown). */
+MF_API const char *mf_http_reason(int status);
+
+/* Decodes %XX and (if plus_is_space) '+' in place; returns the new length or
+ * -1 on a bad escape. */
+MF_API ssize_t mf_http_url_decode(char *s, size_t len, bool plus_is_space);
+
+#endif /* MOONFLOW_HTTP_PARSER_H */
