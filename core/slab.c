@@ -23,8 +23,12 @@
 #define MF_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-#define MF_SLAB_CHUNK_BYTES (64 * 1024)
+#define MF_SLAB_CHUNK_MIN (64 * 1024)
+#define MF_SLAB_CHUNK_OBJECTS_MIN 4
 #define MF_SLAB_MIN_SHIFT 6
+/* The chunk header sits in front of the objects, padded so objects keep a
+ * 64-byte (cache line) alignment. */
+#define MF_SLAB_HEADER 64
 
 static unsigned mf__slab_class(size_t size)
 {
@@ -54,24 +58,35 @@ void mf__slab_close(mf_slab_t *slab)
     mf_slab_chunk_t *chunk = slab->chunks;
     while (chunk) {
         mf_slab_chunk_t *next = chunk->next;
-        MF_UNPOISON(chunk, MF_SLAB_CHUNK_BYTES);
+        MF_UNPOISON(chunk, chunk->bytes);
         mf_free(chunk);
         chunk = next;
     }
     mf__slab_init(slab);
 }
 
+static size_t mf__slab_objects_per_chunk(size_t objsize)
+{
+    size_t count = MF_SLAB_CHUNK_MIN / objsize;
+    return count < MF_SLAB_CHUNK_OBJECTS_MIN ? MF_SLAB_CHUNK_OBJECTS_MIN
+                                             : count;
+}
+
 /* Carves a fresh chunk into objects of one class and threads them onto its
- * free list. The chunk header takes the first object slot. */
+ * free list. */
 static void mf__slab_refill(mf_slab_t *slab, unsigned cls)
 {
     size_t objsize = mf__slab_class_size(cls);
-    char *chunk = mf_xmalloc(MF_SLAB_CHUNK_BYTES);
-    ((mf_slab_chunk_t *)(void *)chunk)->next = slab->chunks;
-    slab->chunks = (mf_slab_chunk_t *)(void *)chunk;
-    for (size_t off = objsize; off + objsize <= MF_SLAB_CHUNK_BYTES;
-         off += objsize) {
-        mf_slab_free_t *obj = (mf_slab_free_t *)(void *)(chunk + off);
+    size_t count = mf__slab_objects_per_chunk(objsize);
+    size_t bytes = MF_SLAB_HEADER + count * objsize;
+    char *chunk = mf_xmalloc(bytes);
+    mf_slab_chunk_t *header = (mf_slab_chunk_t *)(void *)chunk;
+    header->next = slab->chunks;
+    header->bytes = bytes;
+    slab->chunks = header;
+    for (size_t i = count; i-- > 0;) {
+        mf_slab_free_t *obj =
+            (mf_slab_free_t *)(void *)(chunk + MF_SLAB_HEADER + i * objsize);
         obj->next = slab->free[cls];
         slab->free[cls] = obj;
         MF_POISON(obj, objsize);

@@ -1,6 +1,7 @@
 /*
- * slab.h — per-loop allocator: power-of-two size classes (64 B … 2 KiB),
- * each a free list of objects carved from 64 KiB slabs.
+ * slab.h — per-loop allocator: power-of-two size classes (64 B … 16 KiB),
+ * each a free list of objects carved from slabs of at least 64 KiB (at least
+ * four objects each).
  *
  * Internal to the loop; single-threaded (the loop's thread). The slab owns
  * all the memory it hands out and frees it in mf__slab_close, so objects
@@ -12,7 +13,7 @@
 
 #include <stddef.h>
 
-#define MF_SLAB_CLASSES 6 /* 64, 128, 256, 512, 1024, 2048 */
+#define MF_SLAB_CLASSES 9 /* 64, 128, ... 16384 */
 
 typedef struct mf_slab_free {
     struct mf_slab_free *next;
@@ -20,6 +21,7 @@ typedef struct mf_slab_free {
 
 typedef struct mf_slab_chunk {
     struct mf_slab_chunk *next;
+    size_t bytes;
 } mf_slab_chunk_t;
 
 typedef struct mf_slab {

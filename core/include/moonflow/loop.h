@@ -173,11 +173,11 @@ MF_API void *mf_loop_ext(const mf_loop_t *loop, unsigned id);
 MF_API void mf_loop_set_ext(mf_loop_t *loop, unsigned id, void *ext,
                             mf_loop_ext_dtor dtor);
 
-/* Per-loop allocator: size-class free lists carved from 64 KiB slabs. No
+/* Per-loop allocator: size-class free lists carved from large slabs. No
  * malloc once the working set is warm. Loop thread only; sizes above
  * MF_LOOP_ALLOC_MAX fall through to mf_xmalloc. The same size must be passed
  * to mf_loop_free. Never fails (aborts on OOM like mf_xmalloc). */
-#define MF_LOOP_ALLOC_MAX 2048
+#define MF_LOOP_ALLOC_MAX 16384
 MF_API void *mf_loop_alloc(mf_loop_t *loop, size_t size);
 MF_API void mf_loop_free(mf_loop_t *loop, void *p, size_t size);
 
