@@ -5,9 +5,11 @@
  * MF_LOOP_EXT_DNS slot, destroyed with the loop). c-ares sockets are watched
  * with mf_io_t and its timeouts with an mf_timer_t: no blocking getaddrinfo
  * on a loop thread, ever. /etc/hosts is honoured (c-ares lookups "fb").
- * Answers are cached per loop by (host, port) for their TTL (capped by
- * config); failures are cached briefly (negative TTL). Numeric addresses
- * ("127.0.0.1", "::1") resolve without a query.
+ * Answers are cached per loop by host name (case-insensitive; each query
+ * gets its own port) for their TTL, capped by config; "does not resolve" is
+ * cached briefly (negative TTL). Concurrent queries for one name share one
+ * lookup. Numeric addresses ("127.0.0.1", "::1", "[::1]") resolve without
+ * a query.
  *
  * Two levels:
  * - mf_dns_query_t: an embeddable request with a C callback, for task kinds
@@ -16,7 +18,8 @@
  *
  * Threads: loop thread only. Ownership: the caller embeds and owns
  * mf_dns_query_t and keeps it alive until its callback has run. The host
- * string is copied at start.
+ * string is copied at start. Destroying the loop drops queries still in
+ * flight without calling them back (as it drops tasks in flight).
  */
 #ifndef MOONFLOW_DNS_H
 #define MOONFLOW_DNS_H
@@ -57,11 +60,13 @@ struct mf_dns_query {
     char _host[MF_DNS_MAX_HOST + 1];
 };
 
+/* Without mf_dns_configure a loop uses the defaults below. In a config
+ * passed to it, 0 means the default for timeout_ms and tries only. */
 typedef struct mf_dns_config {
     uint32_t timeout_ms;       /* per try; default 2000 */
     unsigned tries;            /* default 2 */
     uint32_t max_ttl_ms;       /* cache cap; default 60000; 0 disables cache */
-    uint32_t negative_ttl_ms;  /* failures; default 1000 */
+    uint32_t negative_ttl_ms;  /* failures; default 1000; capped by max_ttl */
     const char *servers;       /* "127.0.0.1:5353,[::1]:53"; NULL: resolv.conf */
 } mf_dns_config_t;
 
@@ -73,13 +78,16 @@ MF_API int mf_dns_configure(mf_loop_t *loop, const mf_dns_config_t *config);
 MF_API void mf_dns_query_start(mf_loop_t *loop, mf_dns_query_t *query,
                                const char *host, uint16_t port,
                                mf_dns_cb cb, void *data);
-/* The callback still runs once, with MF_ECANCELED. */
+/* For a started query whose callback has not run: the callback still runs
+ * once, with MF_ECANCELED, later (never inside this call). After it returns
+ * the resolver no longer reads or writes the query; only the loop's posted
+ * callback does. No effect once the callback has run. */
 MF_API void mf_dns_query_cancel(mf_dns_query_t *query);
 
 MF_API void mf_dns_cache_clear(mf_loop_t *loop);
 
 /* A task resolving host:port. Failure: MF_STATE_DNS_ERROR with the status
- * above as error (timeouts: MF_STATE_TIMEOUT). */
+ * above as error (timeouts: MF_STATE_TIMEOUT; canceled: MF_STATE_CANCELED). */
 MF_API mf_task_t *mf_task_dns_create(mf_loop_t *loop, const char *host,
                                      uint16_t port, mf_task_cb cb, void *user);
 /* Results, valid in the task's callback. */

@@ -5,6 +5,7 @@
 #define MOONFLOW_H
 
 #include "common.h"
+#include "dns.h"
 #include "error.h"
 #include "list.h"
 #include "loop.h"
