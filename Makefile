@@ -14,7 +14,7 @@ CMAKE_FLAGS ?=
 # Build tools and the libraries the engine links (see DESIGN.md for the list
 # that grows with each capability).
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
-           libssl-dev libc-ares-dev
+           libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl
 
 .PHONY: all deps build run test bench clean format
 

@@ -35,6 +35,7 @@ struct mf_series {
     int error;
     bool canceled;
     mf_post_t start_post;
+    void *owner; /* engine-internal owner (an HTTP exchange); not context */
 };
 
 /* task.c */

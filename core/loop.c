@@ -27,6 +27,8 @@ static unsigned mf__io_bits(uint32_t bits)
     unsigned events = 0;
     if (bits & (EPOLLIN | EPOLLRDHUP))
         events |= MF_IO_READ;
+    if (bits & EPOLLRDHUP)
+        events |= MF_IO_RDHUP;
     if (bits & EPOLLOUT)
         events |= MF_IO_WRITE;
     if (bits & EPOLLERR)
@@ -51,6 +53,10 @@ static void mf__poll(mf_loop_t *loop, int timeout_ms)
         n = epoll_wait(loop->epfd, loop->events, MF_LOOP_MAX_EVENTS,
                        timeout_ms);
     } while (n < 0 && errno == EINTR);
+    /* The wait may have slept long: callbacks must see the time they run
+     * at, or a deadline they set would lie in the past. */
+    if (timeout_ms != 0)
+        mf_loop_update_time(loop);
     if (n <= 0)
         return;
     loop->polled = loop->events;
@@ -71,8 +77,23 @@ void mf_io_init(mf_io_t *io, int fd, mf_io_cb cb, void *data)
 {
     io->fd = fd;
     io->_events = 0;
+    io->_unref = false;
     io->cb = cb;
     io->data = data;
+}
+
+static bool mf__io_counts(const mf_loop_t *loop, const mf_io_t *io)
+{
+    return io != &loop->mailbox_io && !io->_unref;
+}
+
+void mf_io_set_ref(mf_loop_t *loop, mf_io_t *io, bool ref)
+{
+    if (io->_unref == !ref)
+        return;
+    if (io->_events && io != &loop->mailbox_io)
+        loop->active_io += ref ? 1 : -1;
+    io->_unref = !ref;
 }
 
 int mf_io_start(mf_loop_t *loop, mf_io_t *io, unsigned events)
@@ -84,7 +105,7 @@ int mf_io_start(mf_loop_t *loop, mf_io_t *io, unsigned events)
     int rc = mf__epoll_ctl(loop, op, io, events);
     if (rc < 0)
         return rc;
-    if (!io->_events && io != &loop->mailbox_io)
+    if (!io->_events && mf__io_counts(loop, io))
         loop->active_io++;
     io->_events = events;
     return 0;
@@ -97,9 +118,9 @@ void mf_io_stop(mf_loop_t *loop, mf_io_t *io)
     struct epoll_event unused = {0};
     /* EBADF/ENOENT: the fd was closed first; the kernel dropped it already. */
     (void)epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, &unused);
-    io->_events = 0;
-    if (io != &loop->mailbox_io)
+    if (mf__io_counts(loop, io))
         loop->active_io--;
+    io->_events = 0;
     /* An event for this watcher may wait later in the current batch: void it
      * so its owner may free the watcher right now. */
     for (int i = loop->polled_pos + 1; i < loop->npolled; i++)
@@ -126,23 +147,42 @@ void mf_timer_init(mf_timer_t *timer, mf_timer_cb cb, void *data)
     timer->_deadline = 0;
     timer->_seq = 0;
     timer->_index = UINT32_MAX;
+    timer->_unref = false;
     timer->cb = cb;
     timer->data = data;
+}
+
+void mf_timer_set_ref(mf_loop_t *loop, mf_timer_t *timer, bool ref)
+{
+    if (timer->_unref == !ref)
+        return;
+    if (mf_timer_active(timer))
+        loop->unref_timers += ref ? -1 : 1;
+    timer->_unref = !ref;
+}
+
+static void mf__timer_remove(mf_loop_t *loop, mf_timer_t *timer)
+{
+    mf__timer_heap_remove(&loop->timers, timer);
+    if (timer->_unref)
+        loop->unref_timers--;
 }
 
 void mf_timer_start(mf_loop_t *loop, mf_timer_t *timer, uint64_t timeout_ms)
 {
     if (mf_timer_active(timer))
-        mf__timer_heap_remove(&loop->timers, timer);
+        mf__timer_remove(loop, timer);
     timer->_deadline = loop->now + timeout_ms;
     timer->_seq = loop->timer_seq++;
     mf__timer_heap_insert(&loop->timers, timer);
+    if (timer->_unref)
+        loop->unref_timers++;
 }
 
 void mf_timer_stop(mf_loop_t *loop, mf_timer_t *timer)
 {
     if (mf_timer_active(timer))
-        mf__timer_heap_remove(&loop->timers, timer);
+        mf__timer_remove(loop, timer);
 }
 
 /* Fires due timers in deadline order. Timers started during this phase wait
@@ -154,7 +194,7 @@ static void mf__run_timers(mf_loop_t *loop)
     while ((timer = mf__timer_heap_min(&loop->timers)) != NULL) {
         if (timer->_deadline > loop->now || timer->_seq >= phase_seq)
             break;
-        mf__timer_heap_remove(&loop->timers, timer);
+        mf__timer_remove(loop, timer);
         timer->cb(timer);
     }
 }
@@ -204,23 +244,27 @@ static void mf__mailbox_ready(mf_io_t *io, unsigned events)
     mf__drain_mailbox(loop);
 }
 
-/* Deferred callbacks and finished tasks, each bounded. Returns true when
- * work is left over (the loop then polls without blocking). */
-static bool mf__run_pending(mf_loop_t *loop)
+/* Deferred callbacks and finished tasks, each bounded. Returns how many
+ * ran; *more says whether work is left over (the loop then polls without
+ * blocking). */
+static unsigned mf__run_pending(mf_loop_t *loop, bool *more)
 {
-    unsigned budget = MF_LOOP_PHASE_BUDGET;
+    unsigned budget = MF_LOOP_PHASE_BUDGET, ran = 0;
     mf_list_t *node;
     while (budget && (node = mf_list_pop_front(&loop->deferred)) != NULL) {
         mf_post_t *post = mf_container_of(node, mf_post_t, _link);
         post->cb(post);
         budget--;
+        ran++;
     }
     budget = MF_LOOP_PHASE_BUDGET;
     while (budget && (node = mf_list_pop_front(&loop->ready)) != NULL) {
         mf__task_finish(mf_container_of(node, mf_task_t, _link));
         budget--;
+        ran++;
     }
-    return !mf_list_empty(&loop->deferred) || !mf_list_empty(&loop->ready);
+    *more = !mf_list_empty(&loop->deferred) || !mf_list_empty(&loop->ready);
+    return ran;
 }
 
 /* ---- the loop ---------------------------------------------------------- */
@@ -268,9 +312,9 @@ void mf_loop_destroy(mf_loop_t *loop)
 
 static bool mf__loop_alive(const mf_loop_t *loop)
 {
-    return loop->active_io > 0 || loop->timers.size > 0 || loop->refs > 0 ||
-           !mf_list_empty(&loop->deferred) || !mf_list_empty(&loop->ready) ||
-           loop->mailbox_more;
+    return loop->active_io > 0 || loop->timers.size > loop->unref_timers ||
+           loop->refs > 0 || !mf_list_empty(&loop->deferred) ||
+           !mf_list_empty(&loop->ready) || loop->mailbox_more;
 }
 
 static bool mf__stop_requested(mf_loop_t *loop)
@@ -286,25 +330,43 @@ static int mf__poll_timeout(mf_loop_t *loop, mf_run_mode_t mode, bool more)
     return mf__next_timeout(loop);
 }
 
+/* One iteration; returns how many callbacks ran before the poll. */
+static unsigned mf__loop_iterate(mf_loop_t *loop, mf_run_mode_t mode,
+                                 bool *alive)
+{
+    bool more;
+    mf_loop_update_time(loop);
+    uint64_t seq = loop->timer_seq;
+    size_t timers_before = loop->timers.size;
+    mf__run_timers(loop);
+    if (loop->mailbox_more)
+        mf__drain_mailbox(loop);
+    unsigned ran = mf__run_pending(loop, &more);
+    ran +=
+        (unsigned)(timers_before > loop->timers.size || seq != loop->timer_seq);
+    *alive = mf__loop_alive(loop);
+    if (mode != MF_RUN_FOREVER && !*alive)
+        return ran;
+    /* ONCE blocks only when nothing was ready (libuv's can_sleep). */
+    bool nowait = mode == MF_RUN_NOWAIT || (mode == MF_RUN_ONCE && ran);
+    mf__poll(loop, nowait ? 0 : mf__poll_timeout(loop, mode, more));
+    return ran;
+}
+
 int mf_loop_run(mf_loop_t *loop, mf_run_mode_t mode)
 {
     loop->thread = pthread_self();
     loop->has_thread = true;
-    bool alive = true;
+    bool alive = true, more;
     while (!mf__stop_requested(loop)) {
-        mf_loop_update_time(loop);
-        mf__run_timers(loop);
-        if (loop->mailbox_more)
-            mf__drain_mailbox(loop);
-        bool more = mf__run_pending(loop);
-        alive = mf__loop_alive(loop);
+        mf__loop_iterate(loop, mode, &alive);
         if (mode == MF_RUN_DEFAULT && !alive)
             break;
-        mf__poll(loop, mf__poll_timeout(loop, mode, more));
         if (mode == MF_RUN_ONCE || mode == MF_RUN_NOWAIT) {
+            /* Deliver what the poll made ready before returning. */
             mf_loop_update_time(loop);
             mf__run_timers(loop);
-            mf__run_pending(loop);
+            mf__run_pending(loop, &more);
             alive = mf__loop_alive(loop);
             break;
         }

@@ -26,6 +26,7 @@ struct mf_loop {
     uint64_t now;
     mf_timer_heap_t timers;
     uint64_t timer_seq;
+    uint32_t unref_timers; /* running timers that keep nothing alive */
     mf_mailbox_t mailbox;
     mf_io_t mailbox_io;
     bool mailbox_more;  /* last drain hit the budget */

@@ -19,6 +19,7 @@ mf_series_t *mf_series_create(mf_loop_t *loop, mf_series_cb cb)
     series->state = MF_STATE_SUCCESS;
     series->error = 0;
     series->canceled = false;
+    series->owner = NULL;
     mf_post_init(&series->start_post, mf__series_started, series);
     return series;
 }

@@ -83,6 +83,7 @@ static int mf_test_selected(int argc, char **argv, const char *name)
 int main(int argc, char **argv)
 {
     int ran = 0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 0; i < mf_test_count; i++) {
         if (!mf_test_selected(argc, argv, mf_test_cases[i].name))
             continue;

@@ -63,11 +63,11 @@ struct mf_dns_query {
 /* Without mf_dns_configure a loop uses the defaults below. In a config
  * passed to it, 0 means the default for timeout_ms and tries only. */
 typedef struct mf_dns_config {
-    uint32_t timeout_ms;       /* per try; default 2000 */
-    unsigned tries;            /* default 2 */
-    uint32_t max_ttl_ms;       /* cache cap; default 60000; 0 disables cache */
-    uint32_t negative_ttl_ms;  /* failures; default 1000; capped by max_ttl */
-    const char *servers;       /* "127.0.0.1:5353,[::1]:53"; NULL: resolv.conf */
+    uint32_t timeout_ms;      /* per try; default 2000 */
+    unsigned tries;           /* default 2 */
+    uint32_t max_ttl_ms;      /* cache cap; default 60000; 0 disables cache */
+    uint32_t negative_ttl_ms; /* failures; default 1000; capped by max_ttl */
+    const char *servers;      /* "127.0.0.1:5353,[::1]:53"; NULL: resolv.conf */
 } mf_dns_config_t;
 
 /* Sets the loop's resolver configuration (before its first query; a later
@@ -76,8 +76,8 @@ typedef struct mf_dns_config {
 MF_API int mf_dns_configure(mf_loop_t *loop, const mf_dns_config_t *config);
 
 MF_API void mf_dns_query_start(mf_loop_t *loop, mf_dns_query_t *query,
-                               const char *host, uint16_t port,
-                               mf_dns_cb cb, void *data);
+                               const char *host, uint16_t port, mf_dns_cb cb,
+                               void *data);
 /* For a started query whose callback has not run: the callback still runs
  * once, with MF_ECANCELED, later (never inside this call). After it returns
  * the resolver no longer reads or writes the query; only the loop's posted

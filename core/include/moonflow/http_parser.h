@@ -42,19 +42,22 @@ typedef struct mf_http_header {
 } mf_http_header_t;
 
 typedef struct mf_http_limits {
-    size_t max_head_bytes;    /* whole head incl. request line: 431 */
-    size_t max_request_line;  /* request line without CRLF: 414 */
-    size_t max_headers;       /* header count: 431 (also bounded by the
-                                 caller's array size) */
+    size_t max_head_bytes;   /* whole head incl. request line: 431 */
+    size_t max_request_line; /* request line without CRLF: 414 */
+    size_t max_headers;      /* header count: 431 (also bounded by the
+                                caller's array size) */
 } mf_http_limits_t;
 
 /* nginx-like defaults: 8 KiB head, 8 KiB line, 100 headers. */
-#define MF_HTTP_LIMITS_DEFAULT {8192, 8192, 100}
+#define MF_HTTP_LIMITS_DEFAULT \
+    {                          \
+        8192, 8192, 100        \
+    }
 
 enum {
-    MF_HTTP_BODY_NONE,    /* no body (no CL/TE, CL 0; 204/304/1xx/HEAD) */
-    MF_HTTP_BODY_LENGTH,  /* Content-Length bytes follow */
-    MF_HTTP_BODY_CHUNKED, /* chunked transfer coding */
+    MF_HTTP_BODY_NONE,       /* no body (no CL/TE, CL 0; 204/304/1xx/HEAD) */
+    MF_HTTP_BODY_LENGTH,     /* Content-Length bytes follow */
+    MF_HTTP_BODY_CHUNKED,    /* chunked transfer coding */
     MF_HTTP_BODY_UNTIL_CLOSE /* responses only: read until EOF */
 };
 
@@ -67,18 +70,18 @@ typedef struct mf_http_request {
     size_t path_len;
     const char *query; /* after '?', without it; NULL when absent */
     size_t query_len;
-    int minor_version;          /* 0 or 1 (HTTP/1.x only) */
-    mf_http_header_t *headers;  /* in: caller's array */
-    size_t num_headers;         /* in: capacity; out: count */
+    int minor_version;         /* 0 or 1 (HTTP/1.x only) */
+    mf_http_header_t *headers; /* in: caller's array */
+    size_t num_headers;        /* in: capacity; out: count */
     /* Derived from the headers, so servers need not scan them again. */
-    int body;               /* MF_HTTP_BODY_NONE / _LENGTH / _CHUNKED */
+    int body;                /* MF_HTTP_BODY_NONE / _LENGTH / _CHUNKED */
     uint64_t content_length; /* when body == MF_HTTP_BODY_LENGTH */
-    bool keep_alive;        /* version default + Connection header */
-    bool expect_continue;   /* Expect: 100-continue */
-    bool upgrade;           /* Connection: upgrade + Upgrade header */
-    const char *host;       /* Host header value, NULL when absent */
+    bool keep_alive;         /* version default + Connection header */
+    bool expect_continue;    /* Expect: 100-continue */
+    bool upgrade;            /* Connection: upgrade + Upgrade header */
+    const char *host;        /* Host header value, NULL when absent */
     size_t host_len;
-    int error_status;       /* on MF_HTTP_ERROR: 400, 414, 431, 501, 505 */
+    int error_status; /* on MF_HTTP_ERROR: 400, 414, 431, 501, 505 */
 } mf_http_request_t;
 
 /* Parses a request head from buf[0..len). Returns the head's length in bytes
@@ -126,9 +129,9 @@ typedef struct mf_http_chunked {
     uint64_t _remaining; /* bytes left in the current chunk */
     size_t _digits;
     size_t _trailer_bytes;
-    uint64_t max_body;    /* 0: unlimited; over it: MF_HTTP_ERROR, status 413 */
-    uint64_t body_bytes;  /* decoded so far */
-    int error_status;     /* 400 or 413 on MF_HTTP_ERROR */
+    uint64_t max_body;   /* 0: unlimited; over it: MF_HTTP_ERROR, status 413 */
+    uint64_t body_bytes; /* decoded so far */
+    int error_status;    /* 400 or 413 on MF_HTTP_ERROR */
 } mf_http_chunked_t;
 
 MF_API void mf_http_chunked_init(mf_http_chunked_t *dec, uint64_t max_body);

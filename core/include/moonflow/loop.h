@@ -35,7 +35,8 @@ enum {
     MF_IO_READ = 1,  /* EPOLLIN */
     MF_IO_WRITE = 4, /* EPOLLOUT */
     MF_IO_ERROR = 8, /* EPOLLERR (reported, never requested) */
-    MF_IO_HUP = 16   /* EPOLLHUP (reported, never requested) */
+    MF_IO_HUP = 16,  /* EPOLLHUP (reported, never requested) */
+    MF_IO_RDHUP = 32 /* EPOLLRDHUP: the peer shut down writing (with READ) */
 };
 
 typedef struct mf_io mf_io_t;
@@ -46,6 +47,7 @@ typedef void (*mf_io_cb)(mf_io_t *io, unsigned events);
 struct mf_io {
     int fd;
     unsigned _events; /* registered interest; 0 when stopped */
+    bool _unref;      /* does not keep mf_loop_run alive */
     mf_io_cb cb;
     void *data; /* user data */
 };
@@ -56,6 +58,9 @@ MF_API void mf_io_init(mf_io_t *io, int fd, mf_io_cb cb, void *data);
 MF_API int mf_io_start(mf_loop_t *loop, mf_io_t *io, unsigned events);
 /* Unregisters; safe to call on a stopped watcher and from its callback. */
 MF_API void mf_io_stop(mf_loop_t *loop, mf_io_t *io);
+/* Whether a started watcher keeps mf_loop_run(MF_RUN_DEFAULT) alive
+ * (default: yes). Pools unref their idle connections. */
+MF_API void mf_io_set_ref(mf_loop_t *loop, mf_io_t *io, bool ref);
 
 /* ---- Timers ---------------------------------------------------------- */
 
@@ -66,6 +71,7 @@ struct mf_timer {
     uint64_t _deadline; /* loop time in ms */
     uint64_t _seq;      /* insertion order: equal deadlines fire FIFO */
     uint32_t _index;    /* position in the heap; UINT32_MAX when stopped */
+    bool _unref;        /* does not keep mf_loop_run alive */
     mf_timer_cb cb;
     void *data;
 };
@@ -77,6 +83,9 @@ MF_API void mf_timer_start(mf_loop_t *loop, mf_timer_t *timer,
                            uint64_t timeout_ms);
 /* Disarms; O(log n); harmless when not running. */
 MF_API void mf_timer_stop(mf_loop_t *loop, mf_timer_t *timer);
+/* Whether the timer keeps mf_loop_run(MF_RUN_DEFAULT) alive while running
+ * (default: yes). Set before starting it. */
+MF_API void mf_timer_set_ref(mf_loop_t *loop, mf_timer_t *timer, bool ref);
 static inline bool mf_timer_active(const mf_timer_t *timer)
 {
     return timer->_index != UINT32_MAX;

@@ -1,0 +1,771 @@
+/*
+ * http_client.c — the http task: URL, request serialisation, response
+ * reading (Content-Length, chunked, until close), timeouts, redirects,
+ * retries, and relaying to a server exchange (proxying).
+ *
+ * One attempt = acquire a connection (http_pool.c) → write the request →
+ * read the head → read the body → release the connection (reusable when the
+ * response was complete and keep-alive) → complete, or go again for a
+ * redirect or a safe retry. The task's own timer covers the connect phase
+ * (including a wait for a pool slot) and then the response.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http_client_int.h"
+#include "http_server_int.h"
+
+static void mf__ctask_attempt(mf_http_ctask_t *t);
+static void mf__ctask_finish(mf_http_ctask_t *t, int state, int error);
+static void mf__ctask_settle_forward(mf_http_ctask_t *t, int state);
+
+void mf_http_client_opts_init(mf_http_client_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_redirects = 0;
+    o->max_retries = 1;
+    o->connect_timeout_ms = 10000;
+    o->response_timeout_ms = 60000;
+    o->max_response_body = 64u << 20;
+    o->tls_verify = true;
+}
+
+/* ---- URL ------------------------------------------------------------------
+ */
+
+static bool mf__parse_port(const char *s, size_t n, uint16_t *port)
+{
+    unsigned long v = 0;
+    if (n == 0 || n > 5)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (unsigned long)(s[i] - '0');
+    }
+    if (v == 0 || v > 65535)
+        return false;
+    *port = (uint16_t)v;
+    return true;
+}
+
+/* "http[s]://host[:port][/path][?query]"; host may be "[v6]". */
+static int mf__ctask_parse_url(mf_http_ctask_t *t)
+{
+    const char *url = t->url.data;
+    size_t skip;
+    if (strncasecmp(url, "http://", 7) == 0) {
+        t->tls = false;
+        skip = 7;
+    } else if (strncasecmp(url, "https://", 8) == 0) {
+        t->tls = true;
+        skip = 8;
+    } else {
+        return MF_EINVAL;
+    }
+    const char *auth = url + skip;
+    size_t alen = strcspn(auth, "/?#");
+    const char *host = auth, *port = NULL;
+    size_t hlen = alen;
+    if (alen && auth[0] == '[') {
+        const char *close = memchr(auth, ']', alen);
+        if (!close)
+            return MF_EINVAL;
+        host = auth + 1;
+        hlen = (size_t)(close - auth - 1);
+        if (close + 1 < auth + alen) {
+            if (close[1] != ':')
+                return MF_EINVAL;
+            port = close + 2;
+        }
+    } else {
+        const char *colon = memchr(auth, ':', alen);
+        if (colon) {
+            hlen = (size_t)(colon - auth);
+            port = colon + 1;
+        }
+    }
+    if (hlen == 0 || hlen > MF_DNS_MAX_HOST || memchr(host, '@', hlen))
+        return MF_EINVAL;
+    memcpy(t->host, host, hlen);
+    t->host[hlen] = 0;
+    t->port = t->tls ? 443 : 80;
+    if (port && !mf__parse_port(port, (size_t)(auth + alen - port), &t->port))
+        return MF_EINVAL;
+    t->path_off = skip + alen;
+    return 0;
+}
+
+static void mf__ctask_set_url(mf_http_ctask_t *t, const char *url, size_t len)
+{
+    mf_loop_t *loop = t->base._loop;
+    t->url.len = 0;
+    mf__buf_append(loop, &t->url, url, len);
+    mf__buf_append(loop, &t->url, "", 1);
+    t->url.len--; /* keep the NUL outside len */
+}
+
+/* ---- request ------------------------------------------------------------- */
+
+static void mf__ctask_put(mf_http_ctask_t *t, const char *s, size_t n)
+{
+    mf__buf_append(t->base._loop, &t->out, s, n);
+}
+
+static void mf__ctask_puts(mf_http_ctask_t *t, const char *s)
+{
+    mf__ctask_put(t, s, strlen(s));
+}
+
+static bool mf__ctask_has_header(const mf_http_ctask_t *t, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = t->headers.data, *end = p + t->headers.len;
+    while (p && p < end) {
+        if ((size_t)(end - p) > n && strncasecmp(p, name, n) == 0 &&
+            p[n] == ':')
+            return true;
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (p)
+            p++;
+    }
+    return false;
+}
+
+static void mf__ctask_build_request(mf_http_ctask_t *t)
+{
+    const char *path = t->url.data + t->path_off;
+    size_t plen = strcspn(path, "#");
+    char num[32];
+    t->out.len = 0;
+    t->out_done = 0;
+    mf__ctask_put(t, t->method.data, t->method.len);
+    mf__ctask_put(t, " ", 1);
+    if (plen == 0 || path[0] == '?')
+        mf__ctask_put(t, "/", 1);
+    mf__ctask_put(t, path, plen);
+    mf__ctask_puts(t, " HTTP/1.1\r\n");
+    if (!mf__ctask_has_header(t, "host")) {
+        bool v6 = strchr(t->host, ':') != NULL;
+        mf__ctask_puts(t, v6 ? "Host: [" : "Host: ");
+        mf__ctask_puts(t, t->host);
+        if (v6)
+            mf__ctask_puts(t, "]");
+        if (t->port != (t->tls ? 443 : 80)) {
+            snprintf(num, sizeof num, ":%u", t->port);
+            mf__ctask_puts(t, num);
+        }
+        mf__ctask_puts(t, "\r\n");
+    }
+    mf__ctask_put(t, t->headers.data, t->headers.len);
+    bool needs_length = t->body.len ||
+                        (t->method.len != 3 && t->method.len != 4) ||
+                        (memcmp(t->method.data, "GET", 3) != 0 &&
+                         memcmp(t->method.data, "HEAD", 4) != 0);
+    if (needs_length) {
+        snprintf(num, sizeof num, "Content-Length: %zu\r\n", t->body.len);
+        mf__ctask_puts(t, num);
+    }
+    mf__ctask_puts(t, "\r\n");
+    mf__ctask_put(t, t->body.data, t->body.len);
+}
+
+static void mf__ctask_arm(mf_http_ctask_t *t, uint32_t ms)
+{
+    if (ms)
+        mf_timer_start(t->base._loop, &t->timer, ms);
+    else
+        mf_timer_stop(t->base._loop, &t->timer);
+}
+
+static void mf__ctask_write(mf_http_ctask_t *t)
+{
+    mf_http_cconn_t *conn = t->conn;
+    while (t->out_done < t->out.len) {
+        struct iovec iov = {t->out.data + t->out_done,
+                            t->out.len - t->out_done};
+        ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, &iov, 1);
+        if (w == MF_EAGAIN)
+            return;
+        if (w < 0) {
+            /* A reused connection the server had already closed: retry. */
+            mf__ctask_finish(t, MF_STATE_SYS_ERROR, (int)w);
+            return;
+        }
+        t->out_done += (size_t)w;
+    }
+    t->phase = MF_CT_HEAD;
+}
+
+void mf__ctask_send(mf_http_ctask_t *t)
+{
+    t->phase = MF_CT_SENDING;
+    t->in.len = 0;
+    t->scanned = 0;
+    t->got_bytes = false;
+    mf__ctask_build_request(t);
+    mf__ctask_arm(t, t->opts.response_timeout_ms);
+    mf__ctask_write(t);
+    if (t->phase == MF_CT_HEAD)
+        mf__ctask_on_io(t, MF_IO_READ); /* the answer may be there already */
+}
+
+/* ---- response --------------------------------------------------------- */
+
+static bool mf__ctask_is_head(const mf_http_ctask_t *t)
+{
+    return t->method.len == 4 && memcmp(t->method.data, "HEAD", 4) == 0;
+}
+
+static int mf__ctask_parse_head(mf_http_ctask_t *t)
+{
+    t->resp.headers = t->resp_headers;
+    t->resp.num_headers = MF_HTTP_CLIENT_MAX_HEADERS;
+    mf_http_limits_t limits = {65536, 65536, MF_HTTP_CLIENT_MAX_HEADERS};
+    return mf_http_parse_response(t->in.data, t->in.len, &t->resp,
+                                  mf__ctask_is_head(t), &limits, &t->scanned);
+}
+
+static void mf__ctask_relay(mf_http_ctask_t *t, bool complete);
+
+/* Body bytes after the head: returns true when the body is complete. */
+static bool mf__ctask_body_progress(mf_http_ctask_t *t, bool eof)
+{
+    size_t start = t->head_len + t->body_len;
+    if (t->resp.body == MF_HTTP_BODY_NONE)
+        return true;
+    if (t->resp.body == MF_HTTP_BODY_CHUNKED) {
+        size_t len = t->in.len - start;
+        ssize_t rest =
+            mf_http_chunked_decode(&t->chunked, t->in.data + start, &len);
+        t->body_len += len;
+        t->in.len = t->head_len + t->body_len + (rest > 0 ? (size_t)rest : 0);
+        if (rest == MF_HTTP_ERROR) {
+            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR,
+                             t->chunked.error_status == 413 ? MF_EMSGSIZE
+                                                            : MF_EPROTO);
+            return false;
+        }
+        return rest >= 0;
+    }
+    t->body_len = t->in.len - t->head_len;
+    if (t->resp.body == MF_HTTP_BODY_UNTIL_CLOSE)
+        return eof;
+    /* body_seen: bytes already relayed to an exchange and dropped. */
+    uint64_t want = t->resp.content_length - t->body_seen;
+    if (t->body_len >= want) {
+        t->in.len = t->head_len + (size_t)want;
+        t->body_len = (size_t)want;
+        return true;
+    }
+    return false;
+}
+
+/* Parses what has arrived; finishes the attempt when complete. */
+static void mf__ctask_process(mf_http_ctask_t *t, bool eof)
+{
+    if (t->phase == MF_CT_HEAD) {
+        int rc = mf__ctask_parse_head(t);
+        if (rc == MF_HTTP_INCOMPLETE) {
+            if (eof)
+                mf__ctask_finish(t, MF_STATE_SYS_ERROR,
+                                 t->got_bytes ? MF_EPROTO : MF_ECLOSED);
+            return;
+        }
+        if (rc == MF_HTTP_ERROR) {
+            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
+            return;
+        }
+        if (t->resp.status < 200 && t->resp.status != 101) {
+            /* 1xx interim answer: drop it and read the real one. */
+            memmove(t->in.data, t->in.data + rc, t->in.len - (size_t)rc);
+            t->in.len -= (size_t)rc;
+            t->scanned = 0;
+            mf__ctask_process(t, eof);
+            return;
+        }
+        t->head_len = (size_t)rc;
+        t->body_len = 0;
+        t->phase = MF_CT_BODY;
+        if (t->resp.body == MF_HTTP_BODY_CHUNKED)
+            mf_http_chunked_init(&t->chunked, t->opts.max_response_body);
+        if (t->resp.body == MF_HTTP_BODY_LENGTH &&
+            t->resp.content_length > t->opts.max_response_body) {
+            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
+            return;
+        }
+    }
+    bool complete = mf__ctask_body_progress(t, eof);
+    if (t->phase != MF_CT_BODY)
+        return; /* failed inside */
+    if (t->forward)
+        mf__ctask_relay(t, complete);
+    if (t->phase != MF_CT_BODY)
+        return;
+    if (complete)
+        mf__ctask_finish(t, MF_STATE_SUCCESS, 0);
+    else if (eof)
+        mf__ctask_finish(t, MF_STATE_SYS_ERROR, MF_ECLOSED);
+}
+
+static void mf__ctask_read(mf_http_ctask_t *t)
+{
+    while (t->phase == MF_CT_HEAD || t->phase == MF_CT_BODY) {
+        if (t->in.cap - t->in.len < 4096 &&
+            mf__buf_reserve(t->base._loop, &t->in, 16384) < 0) {
+            mf__ctask_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+            return;
+        }
+        if (t->in.len > t->opts.max_response_body + 65536) {
+            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
+            return;
+        }
+        mf_http_cconn_t *conn = t->conn;
+        ssize_t n =
+            mf__sock_read(conn->io.fd, conn->ssl, t->in.data + t->in.len,
+                          t->in.cap - t->in.len);
+        if (n == MF_EAGAIN)
+            return;
+        if (n < 0) {
+            mf__ctask_finish(
+                t, n == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR,
+                (int)n);
+            return;
+        }
+        if (n > 0) {
+            t->got_bytes = true;
+            t->in.len += (size_t)n;
+        }
+        mf__ctask_process(t, n == 0);
+        if (n == 0)
+            return;
+    }
+}
+
+void mf__ctask_on_io(mf_http_ctask_t *t, unsigned events)
+{
+    switch (t->phase) {
+    case MF_CT_OPENING:
+        mf__http_opening_event(t, events);
+        return;
+    case MF_CT_SENDING:
+        mf__ctask_write(t);
+        if (t->phase == MF_CT_HEAD)
+            mf__ctask_read(t); /* the answer may follow at once */
+        return;
+    case MF_CT_HEAD:
+    case MF_CT_BODY:
+        mf__ctask_read(t);
+        return;
+    default:
+        return;
+    }
+}
+
+/* ---- finishing: reuse, redirects, retries ------------------------------- */
+
+static bool mf__method_idempotent(const mf_http_ctask_t *t)
+{
+    static const char *const safe[] = {"GET",    "HEAD",    "PUT",
+                                       "DELETE", "OPTIONS", "TRACE"};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(safe); i++)
+        if (strlen(safe[i]) == t->method.len &&
+            memcmp(safe[i], t->method.data, t->method.len) == 0)
+            return true;
+    return false;
+}
+
+static const mf_http_header_t *mf__ctask_find(const mf_http_ctask_t *t,
+                                              const char *name)
+{
+    return mf_http_find_header(t->resp.headers, t->resp.num_headers, name);
+}
+
+/* Resolves a Location against the current URL into t->url. */
+static bool mf__ctask_redirect_to(mf_http_ctask_t *t, const char *loc,
+                                  size_t len)
+{
+    char buf[4096];
+    int n;
+    if (len >= 7 && (strncasecmp(loc, "http://", 7) == 0 ||
+                     (len >= 8 && strncasecmp(loc, "https://", 8) == 0)))
+        n = snprintf(buf, sizeof buf, "%.*s", (int)len, loc);
+    else if (len >= 2 && loc[0] == '/' && loc[1] == '/')
+        n = snprintf(buf, sizeof buf, "%s:%.*s", t->tls ? "https" : "http",
+                     (int)len, loc);
+    else if (len >= 1 && loc[0] == '/')
+        n = snprintf(buf, sizeof buf, "%.*s%.*s", (int)t->path_off, t->url.data,
+                     (int)len, loc);
+    else {
+        const char *path = t->url.data + t->path_off;
+        size_t dir = strcspn(path, "?#");
+        while (dir > 0 && path[dir - 1] != '/')
+            dir--;
+        n = snprintf(buf, sizeof buf, "%.*s%s%.*s", (int)(t->path_off + dir),
+                     t->url.data, dir ? "" : "/", (int)len, loc);
+    }
+    if (n <= 0 || (size_t)n >= sizeof buf)
+        return false;
+    mf__ctask_set_url(t, buf, (size_t)n);
+    return mf__ctask_parse_url(t) == 0;
+}
+
+static bool mf__ctask_follow_redirect(mf_http_ctask_t *t)
+{
+    int s = t->resp.status;
+    if (t->forward || t->redirects >= t->opts.max_redirects ||
+        !(s == 301 || s == 302 || s == 303 || s == 307 || s == 308))
+        return false;
+    const mf_http_header_t *loc = mf__ctask_find(t, "location");
+    if (!loc || !mf__ctask_redirect_to(t, loc->value, loc->value_len))
+        return false;
+    t->redirects++;
+    if (s == 303 || ((s == 301 || s == 302) && t->method.len == 4 &&
+                     memcmp(t->method.data, "POST", 4) == 0)) {
+        t->method.len = 0; /* as browsers and curl do */
+        mf__buf_append(t->base._loop, &t->method, "GET", 3);
+        t->body.len = 0;
+    }
+    return true;
+}
+
+/* Whether a failed attempt may go again: only if the request cannot have
+ * been processed (nothing answered) and repeating it is harmless. */
+static bool mf__ctask_may_retry(mf_http_ctask_t *t, int state)
+{
+    if (state != MF_STATE_SYS_ERROR || t->got_bytes || t->forward)
+        return false;
+    if (t->retries >= t->opts.max_retries)
+        return false;
+    return mf__method_idempotent(t) || t->phase == MF_CT_OPENING;
+}
+
+static void mf__ctask_drop_conn(mf_http_ctask_t *t, bool reuse)
+{
+    mf_http_cconn_t *conn = t->conn;
+    if (!conn)
+        return;
+    t->conn = NULL;
+    mf__http_release(conn, reuse);
+}
+
+static void mf__ctask_finish(mf_http_ctask_t *t, int state, int error)
+{
+    bool ok = state == MF_STATE_SUCCESS;
+    bool reuse =
+        ok && t->resp.keep_alive && t->in.len == t->head_len + t->body_len;
+    mf_http_cconn_t *conn = t->conn;
+    bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
+                 mf__method_idempotent(t);
+    mf__ctask_drop_conn(t, reuse);
+    if (ok && mf__ctask_follow_redirect(t)) {
+        mf__ctask_attempt(t);
+        return;
+    }
+    if (stale || (!ok && mf__ctask_may_retry(t, state))) {
+        if (!stale)
+            t->retries++;
+        mf__ctask_attempt(t);
+        return;
+    }
+    t->phase = MF_CT_DONE;
+    mf_timer_stop(t->base._loop, &t->timer);
+    mf__ctask_settle_forward(t, state);
+    mf_task_complete(&t->base, state, error);
+}
+
+void mf__ctask_open_failed(mf_http_ctask_t *t, int state, int error)
+{
+    t->conn = NULL;
+    mf__ctask_finish(t, state, error);
+}
+
+static void mf__ctask_timed_out(mf_timer_t *timer)
+{
+    mf_http_ctask_t *t = timer->data;
+    mf__http_abandon(t);
+    mf__ctask_settle_forward(t, MF_STATE_TIMEOUT);
+    if (t->resolving)
+        return; /* the canceled query completes the task */
+    t->phase = MF_CT_DONE;
+    mf_task_complete(&t->base, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+}
+
+static void mf__ctask_attempt(mf_http_ctask_t *t)
+{
+    mf_http_pool_t *pool = mf__http_pool(t->base._loop);
+    t->ep =
+        mf__http_endpoint(pool, t->host, t->port, t->tls, t->opts.tls_verify);
+    t->phase = MF_CT_IDLE;
+    mf__ctask_arm(t, t->opts.connect_timeout_ms);
+    mf__http_acquire(t);
+}
+
+/* ---- relaying to a server exchange ------------------------------------ */
+
+static bool mf__hop_by_hop(const mf_http_header_t *h)
+{
+    static const char *const hop[] = {"connection",
+                                      "keep-alive",
+                                      "proxy-connection",
+                                      "te",
+                                      "trailer",
+                                      "transfer-encoding",
+                                      "upgrade",
+                                      "content-length",
+                                      "proxy-authenticate",
+                                      "proxy-authorization",
+                                      "date",
+                                      "server"};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(hop); i++)
+        if (strlen(hop[i]) == h->name_len &&
+            strncasecmp(hop[i], h->name, h->name_len) == 0)
+            return true;
+    return false;
+}
+
+static void mf__ctask_relay_head(mf_http_ctask_t *t)
+{
+    mf_http_exchange_t *ex = t->forward;
+    mf_http_exchange_set_status(ex, t->resp.status);
+    for (size_t i = 0; i < t->resp.num_headers; i++)
+        if (!mf__hop_by_hop(&t->resp.headers[i]))
+            mf_http_exchange_add_header(
+                ex, t->resp.headers[i].name, t->resp.headers[i].name_len,
+                t->resp.headers[i].value, t->resp.headers[i].value_len);
+}
+
+/* A body that is complete at once goes out with a Content-Length; else the
+ * pieces are streamed (chunked) as they arrive and dropped from memory. */
+static void mf__ctask_relay(mf_http_ctask_t *t, bool complete)
+{
+    mf_http_exchange_t *ex = t->forward;
+    const char *body = t->in.data + t->head_len;
+    if (t->relayed == 0 && complete) {
+        mf__ctask_relay_head(t);
+        mf_http_exchange_append(ex, body, t->body_len);
+        t->relayed = t->body_len + 1;
+        return;
+    }
+    if (t->relayed == 0) {
+        mf__ctask_relay_head(t);
+        t->relayed = 1;
+    }
+    if (t->body_len && mf_http_exchange_write(ex, body, t->body_len) < 0) {
+        mf__ctask_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
+        return;
+    }
+    /* Keep only what is not decoded yet (a partial chunk header). */
+    size_t used = t->head_len + t->body_len;
+    memmove(t->in.data + t->head_len, t->in.data + used, t->in.len - used);
+    t->in.len -= t->body_len;
+    t->body_seen += t->body_len;
+    t->body_len = 0;
+}
+
+/* A forward that ends without relaying anything answers the client with
+ * 502 (504 on timeout); a streamed answer is ended by the exchange's series
+ * when this task's callback has run. */
+static void mf__ctask_settle_forward(mf_http_ctask_t *t, int state)
+{
+    mf_http_exchange_t *ex = t->forward;
+    if (!ex || ex->closed_early || t->relayed)
+        return;
+    bool timeout = state == MF_STATE_TIMEOUT;
+    const char *text = timeout ? "upstream timed out\n" : "bad gateway\n";
+    mf_http_exchange_set_status(ex, timeout ? 504 : 502);
+    mf_http_exchange_append(ex, text, strlen(text));
+}
+
+/* ---- the task kind ---------------------------------------------------------
+ */
+
+static void mf__ctask_dispatch(mf_task_t *task)
+{
+    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
+    if (mf__ctask_parse_url(t) < 0) {
+        mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
+        return;
+    }
+    mf__ctask_attempt(t);
+}
+
+static void mf__ctask_cancel(mf_task_t *task)
+{
+    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
+    if (t->phase == MF_CT_DONE)
+        return;
+    mf_timer_stop(task->_loop, &t->timer);
+    mf__http_abandon(t);
+    /* A per-task timeout lands here too: the engine decided the state. */
+    mf__ctask_settle_forward(t, task->_state);
+    if (t->resolving)
+        return; /* completes from the DNS callback */
+    t->phase = MF_CT_DONE;
+    mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
+}
+
+static void mf__ctask_destroy(mf_task_t *task)
+{
+    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
+    mf_loop_t *loop = task->_loop;
+    mf_timer_stop(loop, &t->timer);
+    mf__http_abandon(t);
+    mf_buf_t *bufs[] = {&t->method, &t->url, &t->headers,
+                        &t->body,   &t->out, &t->in};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(bufs); i++)
+        mf__buf_release(loop, bufs[i]);
+    mf_loop_free(loop, t, sizeof(*t));
+}
+
+static const mf_task_ops_t mf__ctask_ops = {
+    "http", mf__ctask_dispatch, mf__ctask_cancel, mf__ctask_destroy};
+
+static mf_http_ctask_t *mf__ctask(const mf_task_t *task)
+{
+    return task && task->_ops == &mf__ctask_ops ? (mf_http_ctask_t *)task
+                                                : NULL;
+}
+
+mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
+                               const char *url, mf_task_cb cb, void *user)
+{
+    mf_http_ctask_t *t = mf_loop_alloc(loop, sizeof(*t));
+    memset(t, 0, offsetof(mf_http_ctask_t, resp_headers));
+    mf_task_init(&t->base, &mf__ctask_ops, loop, cb, user);
+    mf_http_client_opts_init(&t->opts);
+    mf_timer_init(&t->timer, mf__ctask_timed_out, t);
+    mf_list_init(&t->wait_link);
+    const char *m = method && *method ? method : "GET";
+    mf__buf_append(loop, &t->method, m, strlen(m));
+    mf__ctask_set_url(t, url ? url : "", url ? strlen(url) : 0);
+    return &t->base;
+}
+
+void mf_task_http_set_opts(mf_task_t *task, const mf_http_client_opts_t *opts)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    if (t)
+        t->opts = *opts;
+}
+
+void mf_task_http_add_header(mf_task_t *task, const char *name,
+                             const char *value)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    if (!t || strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
+        return; /* no header injection */
+    mf_loop_t *loop = task->_loop;
+    mf__buf_append(loop, &t->headers, name, strlen(name));
+    mf__buf_append(loop, &t->headers, ": ", 2);
+    mf__buf_append(loop, &t->headers, value, strlen(value));
+    mf__buf_append(loop, &t->headers, "\r\n", 2);
+}
+
+void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    if (!t)
+        return;
+    t->body.len = 0;
+    mf__buf_append(task->_loop, &t->body, data, len);
+}
+
+int mf_task_http_status(const mf_task_t *task)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    return t && t->head_len ? t->resp.status : 0;
+}
+
+const mf_http_response_t *mf_task_http_response(const mf_task_t *task)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    return t && t->head_len ? &t->resp : NULL;
+}
+
+const char *mf_task_http_body(const mf_task_t *task, size_t *len)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    if (!t || !t->head_len) {
+        if (len)
+            *len = 0;
+        return NULL;
+    }
+    if (len)
+        *len = t->body_len;
+    return t->in.data + t->head_len;
+}
+
+const char *mf_task_http_header(const mf_task_t *task, const char *name,
+                                size_t *len)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    const mf_http_header_t *h =
+        t && t->head_len ? mf__ctask_find(t, name) : NULL;
+    if (len)
+        *len = h ? h->value_len : 0;
+    return h ? h->value : NULL;
+}
+
+const char *mf_task_http_url(const mf_task_t *task)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    return t ? t->url.data : NULL;
+}
+
+int mf_task_http_redirects(const mf_task_t *task)
+{
+    mf_http_ctask_t *t = mf__ctask(task);
+    return t ? t->redirects : 0;
+}
+
+/* ---- forward --------------------------------------------------------------
+ */
+
+static void mf__ctask_copy_request(mf_http_ctask_t *t,
+                                   const mf_http_exchange_t *ex)
+{
+    const mf_http_request_t *req = &ex->req;
+    char peer[64];
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const mf_http_header_t *h = &req->headers[i];
+        if (mf__hop_by_hop(h))
+            continue;
+        mf_loop_t *loop = t->base._loop;
+        mf__buf_append(loop, &t->headers, h->name, h->name_len);
+        mf__buf_append(loop, &t->headers, ": ", 2);
+        mf__buf_append(loop, &t->headers, h->value, h->value_len);
+        mf__buf_append(loop, &t->headers, "\r\n", 2);
+    }
+    mf_sockaddr_format(&ex->conn->peer, peer, sizeof peer);
+    char *colon = strrchr(peer, ':');
+    if (colon)
+        *colon = 0; /* address only */
+    mf_task_http_add_header(&t->base, "X-Forwarded-For",
+                            peer[0] == '[' ? peer + 1 : peer);
+    if (ex->body_len)
+        mf_task_http_set_body(&t->base, ex->body, ex->body_len);
+}
+
+mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex, const char *upstream,
+                                mf_task_cb cb, void *user)
+{
+    const mf_http_request_t *req = &ex->req;
+    char url[4096];
+    size_t ulen = strlen(upstream);
+    while (ulen && upstream[ulen - 1] == '/')
+        ulen--;
+    snprintf(url, sizeof url, "%.*s%.*s", (int)ulen, upstream,
+             (int)req->target_len, req->target);
+    char method[32];
+    snprintf(method, sizeof method, "%.*s", (int)req->method_len, req->method);
+    mf_task_t *task =
+        mf_task_http_create(ex->conn->loop, method, url, cb, user);
+    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
+    t->forward = ex;
+    t->opts.max_retries = 0;
+    mf__ctask_copy_request(t, ex);
+    return task;
+}

@@ -1,0 +1,608 @@
+/*
+ * http_conn.c — one server connection: reading, parsing, body framing,
+ * timeouts, output queue and closing.
+ *
+ * The hot path of a keep-alive request is: one read (a short read proves the
+ * socket drained, so no second read to see EAGAIN: edge-triggered epoll
+ * reports the next arrival), parse in place, run the handler, one write.
+ * No allocation: the exchange and both buffers come from the loop's free
+ * lists, and an idle connection gives its buffers back.
+ *
+ * The connection is registered for READ|WRITE once, edge-triggered, so no
+ * epoll_ctl happens per request. Every event runs the same steps: finish a
+ * TLS handshake, flush pending output, read and process input.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "http_server_int.h"
+#include "loop_int.h"
+
+static void mf__conn_on_io(mf_io_t *io, unsigned events);
+static void mf__conn_on_timer(mf_timer_t *timer);
+static void mf__conn_read(mf_http_conn_t *conn);
+static void mf__conn_released(mf_post_t *post);
+
+/* ---- timers: one per connection, lazily pushed later -------------------- */
+
+/* Sets the connection's deadline. Moving a deadline later costs a store:
+ * the timer fires at the old time and re-arms for the rest, so a busy
+ * keep-alive connection does not touch the timer heap per request. */
+static void mf__conn_arm(mf_http_conn_t *conn, uint32_t ms)
+{
+    uint64_t now = mf_loop_now(conn->loop);
+    conn->deadline = now + ms;
+    if (!mf_timer_active(&conn->timer) ||
+        conn->timer._deadline > conn->deadline)
+        mf_timer_start(conn->loop, &conn->timer, ms);
+}
+
+static void mf__conn_disarm(mf_http_conn_t *conn)
+{
+    conn->deadline = 0;
+}
+
+static uint32_t mf__conn_phase_timeout(const mf_http_conn_t *conn)
+{
+    const mf_http_server_config_t *c = &conn->srv->config;
+    if (conn->nsegs)
+        return c->write_timeout_ms;
+    switch (conn->phase) {
+    case MF_CONN_IDLE:
+        return c->keepalive_timeout_ms;
+    case MF_CONN_HEAD:
+        return c->header_timeout_ms;
+    case MF_CONN_BODY:
+        return c->body_timeout_ms;
+    case MF_CONN_LINGERING:
+        return MF_CONN_LINGER_MS;
+    default:
+        return 0;
+    }
+}
+
+static void mf__conn_on_timer(mf_timer_t *timer)
+{
+    mf_http_conn_t *conn = timer->data;
+    uint64_t now = mf_loop_now(conn->loop);
+    if (!conn->deadline)
+        return; /* disarmed: the handler owns the time */
+    if (now < conn->deadline) {
+        mf_timer_start(conn->loop, timer, conn->deadline - now);
+        return;
+    }
+    /* Slowloris, idle keep-alive, stalled body or write: just close. A
+     * request that never completed gets no answer (nginx does the same). */
+    mf__conn_close(conn);
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+void mf__conn_accepted(mf_http_server_t *srv, int fd, const mf_sockaddr_t *peer)
+{
+    mf_http_conn_t *conn = mf_loop_alloc(srv->loop, sizeof(*conn));
+    memset(conn, 0, sizeof(*conn));
+    conn->srv = srv;
+    conn->loop = srv->loop;
+    conn->peer = *peer;
+    conn->phase = MF_CONN_IDLE;
+    mf_io_init(&conn->io, fd, mf__conn_on_io, conn);
+    mf_timer_init(&conn->timer, mf__conn_on_timer, conn);
+    mf_post_init(&conn->release_post, mf__conn_released, conn);
+    mf__buf_init(&conn->in);
+    mf__buf_init(&conn->out);
+    mf_list_push_back(&srv->conns, &conn->link);
+    srv->nconns++;
+    if (srv->tls) {
+        conn->ssl = mf__tls_server_ssl(srv->tls, fd);
+        conn->handshaking = true;
+    }
+    if ((srv->tls && !conn->ssl) ||
+        mf_io_start(conn->loop, &conn->io, MF_IO_READ | MF_IO_WRITE) < 0) {
+        mf__conn_close(conn);
+        return;
+    }
+    /* The first request must arrive within the header timeout. */
+    mf__conn_arm(conn, srv->config.header_timeout_ms);
+}
+
+static void mf__conn_release_buffers(mf_http_conn_t *conn)
+{
+    for (int i = 0; i < conn->nsegs; i++)
+        mf__buf_release(conn->loop, &conn->segs[i].owned);
+    conn->nsegs = 0;
+    mf__buf_release(conn->loop, &conn->in);
+    mf__buf_release(conn->loop, &conn->out);
+}
+
+void mf__conn_close(mf_http_conn_t *conn)
+{
+    if (conn->phase == MF_CONN_CLOSED)
+        return;
+    conn->phase = MF_CONN_CLOSED;
+    mf_io_stop(conn->loop, &conn->io);
+    mf_timer_stop(conn->loop, &conn->timer);
+    mf__tls_close(conn->ssl);
+    conn->ssl = NULL;
+    close(conn->io.fd);
+    mf_list_remove(&conn->link);
+    mf__conn_release_buffers(conn);
+    if (conn->ex && conn->ex->state != MF_EX_DONE)
+        mf__exchange_connection_lost(conn->ex);
+    mf__server_conn_gone(conn->srv);
+    mf__conn_maybe_release(conn);
+}
+
+/* Frees the connection once closed and no handler holds its exchange. The
+ * free itself is deferred: callers up the stack may still look at conn. */
+void mf__conn_maybe_release(mf_http_conn_t *conn)
+{
+    if (conn->phase != MF_CONN_CLOSED || conn->release_posted)
+        return;
+    if (conn->ex && conn->ex->state != MF_EX_DONE)
+        return;
+    conn->release_posted = true;
+    mf_loop_defer(conn->loop, &conn->release_post);
+}
+
+static void mf__conn_released(mf_post_t *post)
+{
+    mf_http_conn_t *conn = post->data;
+    if (conn->ex)
+        mf__exchange_free(conn->ex);
+    mf_loop_free(conn->loop, conn, sizeof(*conn));
+}
+
+static void mf__conn_drain_lingering(mf_http_conn_t *conn);
+
+/* The error answer is out: half-close, then read and discard what the
+ * client still sends until it closes (or the linger timer), so that closing
+ * with unread input does not reset the connection under the answer. */
+static void mf__conn_linger(mf_http_conn_t *conn)
+{
+    shutdown(conn->io.fd, SHUT_WR);
+    mf__conn_arm(conn, MF_CONN_LINGER_MS);
+    mf__conn_drain_lingering(conn);
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+static mf_out_seg_t *mf__conn_last_seg(mf_http_conn_t *conn)
+{
+    return conn->nsegs ? &conn->segs[conn->nsegs - 1] : NULL;
+}
+
+int mf__conn_queue_copy(mf_http_conn_t *conn, const void *data, size_t len)
+{
+    mf_out_seg_t *last = mf__conn_last_seg(conn);
+    size_t off = conn->out.len;
+    if (mf__buf_append(conn->loop, &conn->out, data, len) < 0)
+        return MF_ENOMEM;
+    if (last && !last->ptr && last->off + last->len == off) {
+        last->len += len;
+        return 0;
+    }
+    if (conn->nsegs == MF_CONN_MAX_SEGS)
+        return MF_ENOMEM; /* callers check room before queueing */
+    mf_out_seg_t *seg = &conn->segs[conn->nsegs++];
+    seg->ptr = NULL;
+    seg->off = off;
+    seg->len = len;
+    mf__buf_init(&seg->owned);
+    return 0;
+}
+
+int mf__conn_queue_ref(mf_http_conn_t *conn, const char *ptr, size_t len,
+                       mf_buf_t *owned)
+{
+    if (conn->nsegs == MF_CONN_MAX_SEGS)
+        return MF_ENOMEM;
+    mf_out_seg_t *seg = &conn->segs[conn->nsegs++];
+    seg->ptr = ptr;
+    seg->off = 0;
+    seg->len = len;
+    if (owned) {
+        seg->owned = *owned; /* the segment takes the buffer */
+        mf__buf_init(owned);
+    } else {
+        mf__buf_init(&seg->owned);
+    }
+    return 0;
+}
+
+static int mf__conn_gather(mf_http_conn_t *conn, struct iovec *iov)
+{
+    for (int i = 0; i < conn->nsegs; i++) {
+        mf_out_seg_t *seg = &conn->segs[i];
+        const char *base = seg->ptr ? seg->ptr : conn->out.data + seg->off;
+        size_t skip = i == 0 ? conn->seg_done : 0;
+        iov[i].iov_base = (void *)(base + skip);
+        iov[i].iov_len = seg->len - skip;
+    }
+    return conn->nsegs;
+}
+
+/* Drops fully written segments from the front. */
+static void mf__conn_advance(mf_http_conn_t *conn, size_t written)
+{
+    int done = 0;
+    written += conn->seg_done;
+    while (done < conn->nsegs && written >= conn->segs[done].len) {
+        written -= conn->segs[done].len;
+        mf__buf_release(conn->loop, &conn->segs[done].owned);
+        done++;
+    }
+    conn->seg_done = written;
+    if (done) {
+        memmove(conn->segs, conn->segs + done,
+                (size_t)(conn->nsegs - done) * sizeof(conn->segs[0]));
+        conn->nsegs -= done;
+    }
+    if (!conn->nsegs) {
+        conn->out.len = 0;
+        conn->seg_done = 0;
+    }
+}
+
+static void mf__conn_output_done(mf_http_conn_t *conn)
+{
+    if (conn->close_after) {
+        if (conn->phase == MF_CONN_LINGERING)
+            mf__conn_linger(conn);
+        else
+            mf__conn_close(conn);
+        return;
+    }
+    if (conn->phase == MF_CONN_IDLE && conn->in.len == 0)
+        mf__buf_release(conn->loop, &conn->out);
+    uint32_t ms = mf__conn_phase_timeout(conn);
+    if (ms)
+        mf__conn_arm(conn, ms);
+}
+
+/* Writes what is queued. 0 when all is written or the socket is full (the
+ * WRITE edge resumes it), a negative code after closing on error. */
+int mf__conn_flush(mf_http_conn_t *conn)
+{
+    struct iovec iov[MF_CONN_MAX_SEGS];
+    /* Only a flush that empties the queue (or a pending close) moves the
+     * connection on: an event with nothing to write must not push the
+     * header deadline (slowloris) further out. */
+    if (!conn->nsegs && !conn->close_after)
+        return 0;
+    while (conn->nsegs && conn->phase != MF_CONN_CLOSED && !conn->handshaking) {
+        int n = mf__conn_gather(conn, iov);
+        ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, iov, n);
+        if (w == MF_EAGAIN) {
+            mf__conn_arm(conn, conn->srv->config.write_timeout_ms);
+            return 0;
+        }
+        if (w < 0) {
+            mf__conn_close(conn);
+            return (int)w;
+        }
+        mf__conn_advance(conn, (size_t)w);
+    }
+    if (!conn->nsegs && conn->phase != MF_CONN_CLOSED)
+        mf__conn_output_done(conn);
+    return 0;
+}
+
+/* ---- input ----------------------------------------------------------------
+ */
+
+static int mf__conn_parse_head(mf_http_conn_t *conn, mf_http_request_t *req,
+                               mf_http_header_t *headers, size_t nheaders,
+                               size_t *scanned)
+{
+    req->headers = headers;
+    req->num_headers = nheaders;
+    return mf_http_parse_request(conn->in.data + conn->in_off,
+                                 conn->in.len - conn->in_off, req,
+                                 &conn->srv->config.limits, scanned);
+}
+
+/* Bad input: answer with the status, then close (after lingering). */
+static void mf__conn_fail(mf_http_conn_t *conn, int status)
+{
+    mf__send_error(conn, status);
+    conn->close_after = true;
+    conn->phase = MF_CONN_LINGERING;
+}
+
+static void mf__conn_send_continue(mf_http_conn_t *conn)
+{
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (conn->sent_continue || conn->nsegs == MF_CONN_MAX_SEGS)
+        return;
+    conn->sent_continue = true;
+    mf__conn_queue_copy(conn, cont, sizeof cont - 1);
+}
+
+/* The whole request is in conn->in: build the exchange and run the
+ * handler. The head is parsed again here because the buffer may have moved
+ * while the body arrived; heads are small and the parser is fast. */
+static void mf__conn_dispatch(mf_http_conn_t *conn, size_t body_len,
+                              size_t raw_len)
+{
+    mf_http_exchange_t *ex = mf_loop_alloc(conn->loop, sizeof(*ex));
+    /* Everything but the header array, which the parser fills. */
+    memset(ex, 0, offsetof(mf_http_exchange_t, headers));
+    ex->conn = conn;
+    ex->raw_len = raw_len;
+    size_t nh = conn->srv->config.limits.max_headers;
+    if (nh == 0 || nh > MF_HTTP_MAX_HEADERS)
+        nh = MF_HTTP_MAX_HEADERS;
+    int rc = mf__conn_parse_head(conn, &ex->req, ex->headers, nh, NULL);
+    ex->body = body_len ? conn->in.data + conn->in_off + (size_t)rc : NULL;
+    ex->body_len = body_len;
+    ex->state = MF_EX_ACTIVE;
+    ex->status = 200;
+    mf__buf_init(&ex->resp_headers);
+    mf__buf_init(&ex->resp_body);
+    conn->ex = ex;
+    conn->requests++;
+    unsigned max = conn->srv->config.max_keepalive_requests;
+    conn->keep_alive = ex->req.keep_alive && !conn->srv->stopping &&
+                       (max == 0 || conn->requests < max);
+    conn->phase = MF_CONN_HANDLING;
+    mf__conn_disarm(conn);
+    mf__exchange_run_handler(ex);
+}
+
+/* Content-Length body: complete when all bytes are in the buffer. */
+static bool mf__conn_length_body(mf_http_conn_t *conn, uint64_t length)
+{
+    size_t need = conn->head_len + (size_t)length;
+    size_t have = conn->in.len - conn->in_off;
+    if (have >= need) {
+        mf__conn_dispatch(conn, (size_t)length, need);
+        return true;
+    }
+    if (mf__buf_reserve(conn->loop, &conn->in, need - have) < 0) {
+        mf__conn_fail(conn, 413);
+        return false;
+    }
+    return false;
+}
+
+/* Chunked body: decode in place what has arrived so far. */
+static bool mf__conn_chunked_body(mf_http_conn_t *conn)
+{
+    size_t start = conn->in_off + conn->head_len + conn->body_have;
+    size_t len = conn->in.len - start;
+    ssize_t rest =
+        mf_http_chunked_decode(&conn->chunked, conn->in.data + start, &len);
+    conn->body_have += len;
+    if (rest == MF_HTTP_ERROR) {
+        mf__conn_fail(conn, conn->chunked.error_status);
+        return false;
+    }
+    size_t body_end = conn->in_off + conn->head_len + conn->body_have;
+    if (rest == MF_HTTP_INCOMPLETE) {
+        conn->in.len = body_end;
+        return false;
+    }
+    conn->in.len = body_end + (size_t)rest; /* the next request follows */
+    mf__conn_dispatch(conn, conn->body_have, conn->head_len + conn->body_have);
+    return true;
+}
+
+static bool mf__conn_body(mf_http_conn_t *conn, const mf_http_request_t *req)
+{
+    if (req->body == MF_HTTP_BODY_CHUNKED)
+        return mf__conn_chunked_body(conn);
+    return mf__conn_length_body(conn, req->content_length);
+}
+
+/* A head has been parsed: decide how its body arrives. */
+static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
+                               int head_len)
+{
+    conn->head_len = (size_t)head_len;
+    conn->body_have = 0;
+    conn->sent_continue = false;
+    if (req->body == MF_HTTP_BODY_NONE) {
+        mf__conn_dispatch(conn, 0, (size_t)head_len);
+        return true;
+    }
+    uint64_t max = conn->srv->config.max_body;
+    if (req->body == MF_HTTP_BODY_LENGTH && max && req->content_length > max) {
+        mf__conn_fail(conn, 413);
+        return false;
+    }
+    if (req->body == MF_HTTP_BODY_CHUNKED)
+        mf_http_chunked_init(&conn->chunked, max);
+    conn->phase = MF_CONN_BODY;
+    conn->keep_alive = req->keep_alive;
+    if (req->expect_continue && conn->in.len - conn->in_off == (size_t)head_len)
+        mf__conn_send_continue(conn);
+    mf__conn_arm(conn, conn->srv->config.body_timeout_ms);
+    return mf__conn_body(conn, req);
+}
+
+/* Parses and serves as many complete requests as the buffer holds, in
+ * order. Returns when it needs more bytes, a handler holds the exchange,
+ * the output table is full, or the connection is closing. */
+static void mf__conn_process(mf_http_conn_t *conn)
+{
+    mf_http_header_t headers[MF_HTTP_MAX_HEADERS];
+    conn->in_process = true;
+    while (conn->phase <= MF_CONN_BODY && !conn->close_after &&
+           conn->nsegs < MF_CONN_MAX_SEGS - 1 && conn->in.len > conn->in_off) {
+        mf_http_request_t req;
+        int rc = mf__conn_parse_head(conn, &req, headers, MF_HTTP_MAX_HEADERS,
+                                     &conn->scanned);
+        if (rc == MF_HTTP_INCOMPLETE) {
+            if (conn->phase == MF_CONN_IDLE) {
+                conn->phase = MF_CONN_HEAD; /* slowloris clock starts */
+                mf__conn_arm(conn, conn->srv->config.header_timeout_ms);
+            }
+            break;
+        }
+        if (rc == MF_HTTP_ERROR) {
+            mf__conn_fail(conn, req.error_status);
+            break;
+        }
+        bool served = conn->phase == MF_CONN_BODY
+                          ? mf__conn_body(conn, &req)
+                          : mf__conn_head_done(conn, &req, rc);
+        if (!served)
+            break;
+    }
+    conn->in_process = false;
+}
+
+/* After a response is queued: drop the request's bytes, and keep the
+ * connection's memory small while it waits. */
+static void mf__conn_request_finished(mf_http_conn_t *conn)
+{
+    mf_http_exchange_t *ex = conn->ex;
+    conn->in_off += ex->raw_len;
+    conn->scanned = 0;
+    if (conn->in_off == conn->in.len) {
+        conn->in_off = 0;
+        conn->in.len = 0;
+    }
+    if (ex->state == MF_EX_DONE) {
+        mf__exchange_free(ex);
+        conn->ex = NULL;
+    }
+    if (!conn->keep_alive)
+        conn->close_after = true;
+    conn->phase = MF_CONN_IDLE;
+}
+
+void mf__conn_response_queued(mf_http_conn_t *conn)
+{
+    if (conn->phase == MF_CONN_CLOSED)
+        return;
+    mf__conn_request_finished(conn);
+    if (conn->in_process)
+        return; /* mf__conn_process goes on; its caller flushes */
+    /* A held exchange finished later: serve what was pipelined behind it
+     * and read what arrived meanwhile, then flush everything at once. */
+    mf__conn_process(conn);
+    mf__conn_read(conn);
+    mf__conn_flush(conn);
+}
+
+static void mf__conn_drain_lingering(mf_http_conn_t *conn)
+{
+    char scratch[4096];
+    for (;;) {
+        ssize_t n =
+            mf__sock_read(conn->io.fd, conn->ssl, scratch, sizeof scratch);
+        if (n == MF_EAGAIN)
+            return;
+        if (n <= 0) {
+            mf__conn_close(conn);
+            return;
+        }
+    }
+}
+
+/* Gets room to read into. While a handler holds the exchange the buffer
+ * must not move (the request points into it): read only into spare room. */
+static int mf__conn_input_room(mf_http_conn_t *conn)
+{
+    if (conn->in.cap - conn->in.len > 0)
+        return 0;
+    if (conn->phase == MF_CONN_HANDLING)
+        return MF_EAGAIN;
+    size_t limit = conn->srv->config.limits.max_head_bytes;
+    if (conn->phase != MF_CONN_BODY && conn->in.len - conn->in_off > limit)
+        return MF_EAGAIN; /* the parser answers 431 */
+    if (conn->in_off) {   /* slide the unparsed tail to the front */
+        memmove(conn->in.data, conn->in.data + conn->in_off,
+                conn->in.len - conn->in_off);
+        conn->in.len -= conn->in_off;
+        conn->in_off = 0;
+        if (conn->in.cap > conn->in.len)
+            return 0;
+    }
+    return mf__buf_reserve(conn->loop, &conn->in,
+                           conn->in.cap ? conn->in.cap : MF_CONN_IN_INITIAL);
+}
+
+/* EOF from the client. Answers already queued still go out (a client may
+ * send pipelined requests and half-close); a handler still at work is
+ * aborted: the client is gone (its on_close callback runs). */
+static void mf__conn_peer_closed(mf_http_conn_t *conn)
+{
+    conn->peer_closed = true;
+    if (conn->phase == MF_CONN_HANDLING) {
+        mf__conn_close(conn);
+        return;
+    }
+    conn->close_after = true;
+    mf__conn_flush(conn);
+}
+
+static void mf__conn_read(mf_http_conn_t *conn)
+{
+    while (conn->phase != MF_CONN_CLOSED && !conn->peer_closed) {
+        if (conn->phase == MF_CONN_LINGERING) {
+            if (!conn->nsegs) /* else: the flush ends in mf__conn_linger */
+                mf__conn_drain_lingering(conn);
+            return;
+        }
+        int rc = mf__conn_input_room(conn);
+        if (rc == MF_EAGAIN)
+            return;
+        if (rc < 0) {
+            mf__conn_fail(conn, 413);
+            return;
+        }
+        size_t room = conn->in.cap - conn->in.len;
+        ssize_t n = mf__sock_read(conn->io.fd, conn->ssl,
+                                  conn->in.data + conn->in.len, room);
+        if (n == MF_EAGAIN)
+            break;
+        if (n <= 0) {
+            if (n == 0)
+                mf__conn_peer_closed(conn);
+            else
+                mf__conn_close(conn);
+            return;
+        }
+        conn->in.len += (size_t)n;
+        if (conn->phase == MF_CONN_BODY)
+            mf__conn_arm(conn, conn->srv->config.body_timeout_ms);
+        mf__conn_process(conn);
+        /* A short plain read emptied the socket (the next arrival raises a
+         * new edge), unless the peer also closed: then read on to the EOF,
+         * which raises no further edge. TLS may hold decrypted bytes. */
+        if ((size_t)n < room && !conn->ssl && !conn->rdhup)
+            break;
+    }
+    if (conn->phase == MF_CONN_IDLE && conn->in.len == 0)
+        mf__buf_release(conn->loop, &conn->in);
+}
+
+static void mf__conn_on_io(mf_io_t *io, unsigned events)
+{
+    mf_http_conn_t *conn = io->data;
+    if (events & MF_IO_RDHUP)
+        conn->rdhup = true;
+    if (conn->handshaking) {
+        int rc = mf__tls_handshake(conn->ssl);
+        if (rc == MF_EAGAIN)
+            return;
+        if (rc < 0) {
+            mf__conn_close(conn);
+            return;
+        }
+        conn->handshaking = false;
+    }
+    if ((events & MF_IO_WRITE) && conn->nsegs)
+        mf__conn_flush(conn);
+    if (conn->phase == MF_CONN_CLOSED)
+        return;
+    if (events & (MF_IO_READ | MF_IO_HUP | MF_IO_ERROR))
+        mf__conn_read(conn);
+    if (conn->phase != MF_CONN_CLOSED)
+        mf__conn_flush(conn);
+}

@@ -1,0 +1,366 @@
+/*
+ * http_pool.c — the client's per-loop connection pool: endpoints, idle
+ * keep-alive connections, the wait queue, and opening connections (resolve,
+ * non-blocking connect, TLS handshake).
+ */
+#include <errno.h>
+#include <openssl/err.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "http_client_int.h"
+#include "net.h"
+
+static void mf__conn_on_io(mf_io_t *io, unsigned events);
+static void mf__conn_open_next(mf_http_ctask_t *t);
+
+/* ---- the pool --------------------------------------------------------------
+ */
+
+static void mf__cconn_destroy_now(mf_http_cconn_t *conn);
+
+static void mf__pool_free(mf_loop_t *loop, void *ext)
+{
+    mf_http_pool_t *pool = ext;
+    (void)loop;
+    mf_list_t *node;
+    while ((node = mf_list_pop_front(&pool->endpoints)) != NULL) {
+        mf_http_endpoint_t *ep =
+            mf_container_of(node, mf_http_endpoint_t, link);
+        mf_list_t *c;
+        while ((c = mf_list_pop_front(&ep->conns)) != NULL)
+            mf__cconn_destroy_now(mf_container_of(c, mf_http_cconn_t, link));
+        mf_free(ep);
+    }
+    mf_free(pool);
+}
+
+mf_http_pool_t *mf__http_pool(mf_loop_t *loop)
+{
+    mf_http_pool_t *pool = mf_loop_ext(loop, MF_LOOP_EXT_HTTP_CLIENT);
+    if (pool)
+        return pool;
+    pool = mf_xcalloc(1, sizeof(*pool));
+    pool->loop = loop;
+    mf_list_init(&pool->endpoints);
+    pool->config.max_connections_per_endpoint = 64;
+    pool->config.idle_timeout_ms = 60000;
+    mf_loop_set_ext(loop, MF_LOOP_EXT_HTTP_CLIENT, pool, mf__pool_free);
+    return pool;
+}
+
+void mf_http_pool_configure(mf_loop_t *loop,
+                            const mf_http_pool_config_t *config)
+{
+    mf_http_pool_t *pool = mf__http_pool(loop);
+    pool->config = *config;
+    if (!pool->config.max_connections_per_endpoint)
+        pool->config.max_connections_per_endpoint = 64;
+}
+
+uint64_t mf_http_pool_connects(mf_loop_t *loop)
+{
+    mf_http_pool_t *pool = mf_loop_ext(loop, MF_LOOP_EXT_HTTP_CLIENT);
+    return pool ? pool->connects : 0;
+}
+
+mf_http_endpoint_t *mf__http_endpoint(mf_http_pool_t *pool, const char *host,
+                                      uint16_t port, bool tls, bool verify)
+{
+    mf_list_t *node;
+    mf_list_foreach(node, &pool->endpoints)
+    {
+        mf_http_endpoint_t *ep =
+            mf_container_of(node, mf_http_endpoint_t, link);
+        if (ep->port == port && ep->tls == tls && ep->verify == verify &&
+            strcasecmp(ep->host, host) == 0)
+            return ep;
+    }
+    mf_http_endpoint_t *ep = mf_xcalloc(1, sizeof(*ep));
+    strcpy(ep->host, host);
+    ep->port = port;
+    ep->tls = tls;
+    ep->verify = verify;
+    mf_list_init(&ep->conns);
+    mf_list_init(&ep->idle);
+    mf_list_init(&ep->waiters);
+    mf_list_push_back(&pool->endpoints, &ep->link);
+    return ep;
+}
+
+/* ---- connections -----------------------------------------------------------
+ */
+
+static void mf__cconn_free(mf_post_t *post)
+{
+    mf_http_cconn_t *conn = post->data;
+    mf_loop_free(conn->loop, conn, sizeof(*conn));
+}
+
+/* Closes the socket at once; the memory goes from a deferred post. */
+static void mf__cconn_shut(mf_http_cconn_t *conn)
+{
+    mf_io_stop(conn->loop, &conn->io);
+    mf_timer_stop(conn->loop, &conn->idle_timer);
+    mf__tls_close(conn->ssl);
+    conn->ssl = NULL;
+    if (conn->io.fd >= 0)
+        close(conn->io.fd);
+    conn->io.fd = -1;
+    conn->closed = true;
+}
+
+static void mf__cconn_destroy_now(mf_http_cconn_t *conn)
+{
+    mf__cconn_shut(conn);
+    mf_loop_free(conn->loop, conn, sizeof(*conn));
+}
+
+static void mf__endpoint_serve_waiter(mf_http_endpoint_t *ep);
+
+static void mf__cconn_close(mf_http_cconn_t *conn)
+{
+    if (conn->closed)
+        return;
+    mf_http_endpoint_t *ep = conn->ep;
+    mf__cconn_shut(conn);
+    mf_list_remove(&conn->link);
+    if (mf_list_linked(&conn->idle_link))
+        mf_list_remove(&conn->idle_link);
+    ep->nconns--;
+    mf_post_init(&conn->free_post, mf__cconn_free, conn);
+    mf_loop_defer(conn->loop, &conn->free_post);
+    mf__endpoint_serve_waiter(ep); /* a slot is free now */
+}
+
+static void mf__cconn_idle_expired(mf_timer_t *timer)
+{
+    mf__cconn_close(timer->data);
+}
+
+static mf_http_cconn_t *mf__cconn_new(mf_http_ctask_t *t)
+{
+    mf_loop_t *loop = t->base._loop;
+    mf_http_cconn_t *conn = mf_loop_alloc(loop, sizeof(*conn));
+    memset(conn, 0, sizeof(*conn));
+    conn->loop = loop;
+    conn->ep = t->ep;
+    mf_io_init(&conn->io, -1, mf__conn_on_io, conn);
+    mf_timer_init(&conn->idle_timer, mf__cconn_idle_expired, conn);
+    mf_timer_set_ref(loop, &conn->idle_timer, false);
+    mf_list_init(&conn->idle_link);
+    mf_list_push_back(&t->ep->conns, &conn->link);
+    t->ep->nconns++;
+    conn->task = t;
+    t->conn = conn;
+    return conn;
+}
+
+void mf__http_release(mf_http_cconn_t *conn, bool reuse)
+{
+    mf_http_endpoint_t *ep = conn->ep;
+    mf_http_pool_t *pool = mf__http_pool(conn->loop);
+    conn->task = NULL;
+    if (!reuse || pool->config.idle_timeout_ms == 0) {
+        mf__cconn_close(conn);
+        return;
+    }
+    conn->requests++;
+    mf_io_set_ref(conn->loop, &conn->io, false); /* idle: no keep-alive of
+                                                    the loop itself */
+    mf_list_push_front(&ep->idle, &conn->idle_link);
+    mf_timer_start(conn->loop, &conn->idle_timer, pool->config.idle_timeout_ms);
+    mf__endpoint_serve_waiter(ep);
+}
+
+/* An idle connection became readable: the server closed it (or sent bytes
+ * nobody asked for). Either way it cannot be reused. */
+static void mf__cconn_idle_event(mf_http_cconn_t *conn)
+{
+    char byte;
+    ssize_t n = mf__sock_read(conn->io.fd, conn->ssl, &byte, 1);
+    if (n != MF_EAGAIN)
+        mf__cconn_close(conn);
+}
+
+static void mf__conn_on_io(mf_io_t *io, unsigned events)
+{
+    mf_http_cconn_t *conn = io->data;
+    if (conn->task)
+        mf__ctask_on_io(conn->task, events);
+    else if (!conn->closed)
+        mf__cconn_idle_event(conn);
+}
+
+/* ---- acquiring -------------------------------------------------------------
+ */
+
+static void mf__ctask_take_idle(mf_http_ctask_t *t, mf_http_cconn_t *conn)
+{
+    mf_list_remove(&conn->idle_link);
+    mf_timer_stop(conn->loop, &conn->idle_timer);
+    mf_io_set_ref(conn->loop, &conn->io, true);
+    conn->task = t;
+    t->conn = conn;
+    mf__ctask_send(t);
+}
+
+static void mf__http_open(mf_http_ctask_t *t);
+
+void mf__http_acquire(mf_http_ctask_t *t)
+{
+    mf_http_endpoint_t *ep = t->ep;
+    mf_http_pool_t *pool = mf__http_pool(t->base._loop);
+    if (!mf_list_empty(&ep->idle)) {
+        mf__ctask_take_idle(
+            t, mf_container_of(ep->idle.next, mf_http_cconn_t, idle_link));
+        return;
+    }
+    if (ep->nconns < pool->config.max_connections_per_endpoint) {
+        mf__http_open(t);
+        return;
+    }
+    t->phase = MF_CT_WAITING;
+    mf_list_push_back(&ep->waiters, &t->wait_link);
+}
+
+static void mf__endpoint_serve_waiter(mf_http_endpoint_t *ep)
+{
+    if (mf_list_empty(&ep->waiters))
+        return;
+    mf_http_pool_t *pool = NULL;
+    mf_http_ctask_t *t =
+        mf_container_of(ep->waiters.next, mf_http_ctask_t, wait_link);
+    pool = mf__http_pool(t->base._loop);
+    if (mf_list_empty(&ep->idle) &&
+        ep->nconns >= pool->config.max_connections_per_endpoint)
+        return;
+    mf_list_remove(&t->wait_link);
+    mf__http_acquire(t);
+}
+
+void mf__http_abandon(mf_http_ctask_t *t)
+{
+    if (t->phase == MF_CT_WAITING && mf_list_linked(&t->wait_link))
+        mf_list_remove(&t->wait_link);
+    if (t->resolving)
+        mf_dns_query_cancel(&t->dns);
+    if (t->conn) {
+        mf_http_cconn_t *conn = t->conn;
+        t->conn = NULL;
+        conn->task = NULL;
+        mf__cconn_close(conn);
+    }
+}
+
+/* ---- opening: resolve, connect, TLS ------------------------------------- */
+
+static void mf__conn_fail_open(mf_http_ctask_t *t, int state, int error)
+{
+    mf_http_cconn_t *conn = t->conn;
+    t->conn = NULL;
+    if (conn) {
+        conn->task = NULL;
+        mf__cconn_close(conn);
+    }
+    mf__ctask_open_failed(t, state, error);
+}
+
+static void mf__conn_on_resolved(mf_dns_query_t *q, int status)
+{
+    mf_http_ctask_t *t = q->data;
+    t->resolving = false;
+    if (status == MF_ECANCELED) {
+        mf_task_complete(&t->base, MF_STATE_CANCELED, MF_ECANCELED);
+        return;
+    }
+    if (status < 0) {
+        int state =
+            status == MF_ETIMEDOUT ? MF_STATE_TIMEOUT : MF_STATE_DNS_ERROR;
+        mf__conn_fail_open(t, state, status);
+        return;
+    }
+    t->addr_index = 0;
+    mf__conn_open_next(t);
+}
+
+static void mf__http_open(mf_http_ctask_t *t)
+{
+    mf__http_pool(t->base._loop)->connects++;
+    mf__cconn_new(t);
+    t->phase = MF_CT_OPENING;
+    t->resolving = true;
+    mf_dns_query_start(t->base._loop, &t->dns, t->host, t->port,
+                       mf__conn_on_resolved, t);
+}
+
+/* Tries the next resolved address; the last error is reported when none
+ * is left. */
+static void mf__conn_open_next(mf_http_ctask_t *t)
+{
+    mf_http_cconn_t *conn = t->conn;
+    int err = MF_ECONNREFUSED;
+    while (t->addr_index < t->dns.naddrs) {
+        int fd = mf__net_connect(&t->dns.addrs[t->addr_index++]);
+        if (fd < 0) {
+            err = fd;
+            continue;
+        }
+        conn->io.fd = fd;
+        conn->connecting = true;
+        if (mf_io_start(conn->loop, &conn->io, MF_IO_READ | MF_IO_WRITE) < 0) {
+            close(fd);
+            conn->io.fd = -1;
+            continue;
+        }
+        return; /* the WRITE edge says connected (or failed) */
+    }
+    mf__conn_fail_open(t, MF_STATE_SYS_ERROR, err);
+}
+
+static int mf__conn_start_tls(mf_http_ctask_t *t)
+{
+    mf_http_cconn_t *conn = t->conn;
+    conn->ssl = mf__tls_client_ssl(conn->loop, conn->io.fd, t->host,
+                                   t->opts.tls_verify, t->opts.ca_file);
+    if (!conn->ssl)
+        return MF_ETLS;
+    conn->handshaking = true;
+    return 0;
+}
+
+void mf__http_opening_event(mf_http_ctask_t *t, unsigned events)
+{
+    mf_http_cconn_t *conn = t->conn;
+    if (conn->connecting) {
+        /* A non-blocking connect ends with a WRITE edge (or an error). */
+        if (!(events & (MF_IO_WRITE | MF_IO_ERROR | MF_IO_HUP)))
+            return;
+        int err = mf__net_socket_error(conn->io.fd);
+        if (err < 0) {
+            mf_io_stop(conn->loop, &conn->io);
+            close(conn->io.fd);
+            conn->io.fd = -1;
+            conn->connecting = false;
+            mf__conn_open_next(t);
+            return;
+        }
+        conn->connecting = false;
+        if (t->tls && mf__conn_start_tls(t) < 0) {
+            mf__conn_fail_open(t, MF_STATE_TLS_ERROR, MF_ETLS);
+            return;
+        }
+    }
+    if (conn->handshaking) {
+        int rc = mf__tls_handshake(conn->ssl);
+        if (rc == MF_EAGAIN)
+            return;
+        if (rc < 0) {
+            mf__conn_fail_open(t, MF_STATE_TLS_ERROR, MF_ETLS);
+            return;
+        }
+        conn->handshaking = false;
+    }
+    mf__ctask_send(t);
+}

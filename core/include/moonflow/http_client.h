@@ -1,0 +1,94 @@
+/*
+ * moonflow/http_client.h — the HTTP/1.1 client as a task kind.
+ *
+ *   mf_task_t *t = mf_task_http_create(loop, "GET", "https://host/p?q", cb, u);
+ *   mf_task_http_add_header(t, "Accept", "application/json");
+ *   mf_series_push_back(series, t);            // or mf_task_start(t)
+ *   ... in cb: mf_task_http_status(t), mf_task_http_body(t, &len)
+ *
+ * Connections are pooled per loop and per endpoint (scheme, host, port, TLS
+ * verification): keep-alive reuse, a maximum per endpoint (further requests
+ * wait for a free connection), idle connections closed after a timeout or as
+ * soon as the server closes them. Names resolve through the loop's c-ares
+ * resolver (dns.h); TLS verifies the server's certificate and name by
+ * default (system CA bundle), with SNI.
+ *
+ * Failures come back in the task's completion, never from the factory:
+ *   bad URL                 MF_STATE_TASK_ERROR    / MF_EINVAL
+ *   name does not resolve   MF_STATE_DNS_ERROR     / MF_EDNS
+ *   connect/reset/refused   MF_STATE_SYS_ERROR     / MF_ECONNREFUSED ...
+ *   TLS handshake/verify    MF_STATE_TLS_ERROR     / MF_ETLS
+ *   connect or response
+ *   timeout, task timeout   MF_STATE_TIMEOUT       / MF_ETIMEDOUT
+ *   malformed response      MF_STATE_PROTOCOL_ERROR/ MF_EPROTO
+ * Any HTTP status (404, 500 ...) is a success at this level: read it.
+ *
+ * Redirects (301/302/303/307/308) are followed up to max_redirects.
+ * Retries (max_retries) happen only where safe: when the request never
+ * reached a server (connect failure, or a reused connection that the server
+ * had closed before any answer byte), and for idempotent methods.
+ *
+ * Threads: the loop's thread. Ownership: the task copies the method, URL,
+ * headers and body (unless _ref); response data lives until the task is
+ * destroyed after its callback.
+ */
+#ifndef MOONFLOW_HTTP_CLIENT_H
+#define MOONFLOW_HTTP_CLIENT_H
+
+#include "http_parser.h"
+#include "http_server.h"
+#include "task.h"
+
+typedef struct mf_http_client_opts {
+    int max_redirects;            /* default 0 */
+    int max_retries;              /* default 1 */
+    uint32_t connect_timeout_ms;  /* TCP + TLS; default 10000 */
+    uint32_t response_timeout_ms; /* request sent → response complete;
+                                     default 60000 */
+    uint64_t max_response_body;   /* default 64 MiB; over: MF_EMSGSIZE */
+    bool tls_verify;              /* default true */
+    const char *ca_file;          /* NULL: the system bundle */
+} mf_http_client_opts_t;
+
+MF_API void mf_http_client_opts_init(mf_http_client_opts_t *opts);
+
+/* Pool settings of the loop (before its first request). */
+typedef struct mf_http_pool_config {
+    size_t max_connections_per_endpoint; /* default 64 */
+    uint32_t idle_timeout_ms;            /* default 60000 */
+} mf_http_pool_config_t;
+MF_API void mf_http_pool_configure(mf_loop_t *loop,
+                                   const mf_http_pool_config_t *config);
+/* Connections opened on this loop so far (tests observe reuse with it). */
+MF_API uint64_t mf_http_pool_connects(mf_loop_t *loop);
+
+MF_API mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
+                                      const char *url, mf_task_cb cb,
+                                      void *user);
+MF_API void mf_task_http_set_opts(mf_task_t *task,
+                                  const mf_http_client_opts_t *opts);
+MF_API void mf_task_http_add_header(mf_task_t *task, const char *name,
+                                    const char *value);
+MF_API void mf_task_http_set_body(mf_task_t *task, const void *data,
+                                  size_t len);
+
+/* Results, valid in the task's callback. */
+MF_API int mf_task_http_status(const mf_task_t *task);
+MF_API const mf_http_response_t *mf_task_http_response(const mf_task_t *task);
+MF_API const char *mf_task_http_body(const mf_task_t *task, size_t *len);
+MF_API const char *mf_task_http_header(const mf_task_t *task, const char *name,
+                                       size_t *len);
+/* The URL finally answered (after redirects). */
+MF_API const char *mf_task_http_url(const mf_task_t *task);
+MF_API int mf_task_http_redirects(const mf_task_t *task);
+
+/* Proxying: a task that sends the exchange's request (method, target,
+ * end-to-end headers, body) to upstream (e.g. "http://127.0.0.1:9000") and
+ * streams the answer back to the exchange as it arrives. Push it onto
+ * mf_http_exchange_series(ex); the exchange is answered when it ends (a
+ * failure before any byte was relayed becomes a 502, or 504 on timeout). */
+MF_API mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex,
+                                       const char *upstream, mf_task_cb cb,
+                                       void *user);
+
+#endif /* MOONFLOW_HTTP_CLIENT_H */

@@ -1,0 +1,140 @@
+/*
+ * moonflow/http_server.h — the HTTP/1.1 server, one instance per loop.
+ *
+ * Each worker loop runs its own server with its own SO_REUSEPORT listener
+ * (the kernel spreads connections across workers); a connection and its
+ * requests live on that loop for their whole life, with no locks.
+ *
+ * A request is an *exchange*: the server parses the head (and the body),
+ * calls the handler with the exchange, and sends the response when the
+ * handler is done with it. Three ways to be done:
+ *   1. Synchronous: set status/headers/body in the handler and return. The
+ *      response is sent right after the handler returns.
+ *   2. A flow (Workflow's server task): push tasks onto
+ *      mf_http_exchange_series(ex) in the handler; the response is sent when
+ *      that series has finished (its tasks' callbacks fill the response).
+ *   3. Held: call mf_http_exchange_hold(ex), return, and call
+ *      mf_http_exchange_send(ex) later (the Lua host resumes a coroutine).
+ * Streaming: mf_http_exchange_write sends a chunked body piece by piece
+ * (headers go out with the first piece); mf_http_exchange_send ends it.
+ *
+ * Pipelined requests are answered in order: the next request on a
+ * connection is parsed only when the current response is queued.
+ *
+ * Errors on input never reach the handler: malformed requests get 400,
+ * oversize heads 431, long request lines 414, big bodies 413, unsupported
+ * versions 505, and the connection is closed after the answer.
+ *
+ * Threads: the loop's thread only. Ownership: the server owns connections
+ * and exchanges; an exchange pointer is valid from the handler call until
+ * the response is sent (or the on_close callback ran). Strings and bodies
+ * given to the exchange are copied unless the call says "_ref".
+ */
+#ifndef MOONFLOW_HTTP_SERVER_H
+#define MOONFLOW_HTTP_SERVER_H
+
+#include <stdint.h>
+
+#include "dns.h"
+#include "http_parser.h"
+#include "series.h"
+
+typedef struct mf_http_server mf_http_server_t;
+typedef struct mf_http_exchange mf_http_exchange_t;
+
+typedef void (*mf_http_handler)(mf_http_exchange_t *ex, void *user);
+
+typedef struct mf_http_server_config {
+    const char *listen;            /* "127.0.0.1:8080", "[::1]:8443", ":8080" */
+    int backlog;                   /* default 1024 */
+    size_t max_connections;        /* per loop; default 10000 */
+    mf_http_limits_t limits;       /* head/line/header-count limits */
+    uint64_t max_body;             /* 413 above; default 1 MiB */
+    uint32_t header_timeout_ms;    /* whole head; default 10000 (slowloris) */
+    uint32_t body_timeout_ms;      /* between body reads; default 10000 */
+    uint32_t keepalive_timeout_ms; /* idle between requests; default 60000 */
+    uint32_t write_timeout_ms;     /* a stalled response; default 10000 */
+    uint32_t max_keepalive_requests; /* per connection; 0 = unlimited */
+    /* TLS: both set → HTTPS. SNI: extra certificates by server name. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const struct mf_http_sni {
+        const char *server_name;
+        const char *cert_file;
+        const char *key_file;
+    } * tls_sni;
+    size_t tls_sni_count;
+    const char *server_header; /* default "moonflow"; "" to omit */
+} mf_http_server_config_t;
+
+/* Fills every field with its default. */
+MF_API void mf_http_server_config_init(mf_http_server_config_t *config);
+
+/* Creates the server on the loop and starts listening. On failure returns
+ * NULL and, if err is not NULL, a negative MF_E* code (bad address, port in
+ * use, unreadable certificate ...). */
+MF_API mf_http_server_t *
+mf_http_server_start(mf_loop_t *loop, const mf_http_server_config_t *config,
+                     mf_http_handler handler, void *user, int *err);
+
+/* Graceful stop: closes the listener and idle connections at once, lets
+ * requests in flight finish (their responses carry Connection: close), then
+ * calls done(server, arg) on the loop and frees the server. Call once. */
+typedef void (*mf_http_server_stopped_cb)(mf_http_server_t *srv, void *arg);
+MF_API void mf_http_server_stop(mf_http_server_t *srv,
+                                mf_http_server_stopped_cb done, void *arg);
+
+/* The bound port (useful with port 0). */
+MF_API uint16_t mf_http_server_port(const mf_http_server_t *srv);
+/* Open connections on this loop. */
+MF_API size_t mf_http_server_connections(const mf_http_server_t *srv);
+MF_API mf_loop_t *mf_http_server_loop(const mf_http_server_t *srv);
+
+/* ---- the exchange: request side --------------------------------------- */
+
+MF_API const mf_http_request_t *
+mf_http_exchange_request(const mf_http_exchange_t *ex);
+/* The whole request body (de-chunked), or NULL/0 when there is none. */
+MF_API const char *mf_http_exchange_body(const mf_http_exchange_t *ex,
+                                         size_t *len);
+MF_API const mf_sockaddr_t *mf_http_exchange_peer(const mf_http_exchange_t *ex);
+MF_API mf_loop_t *mf_http_exchange_loop(const mf_http_exchange_t *ex);
+MF_API mf_http_server_t *mf_http_exchange_server(const mf_http_exchange_t *ex);
+
+/* ---- the exchange: response side -------------------------------------- */
+
+MF_API void mf_http_exchange_set_status(mf_http_exchange_t *ex, int status);
+/* Adds a response header (copied). Content-Length, Transfer-Encoding and
+ * Connection are computed by the server and ignored here. */
+MF_API void mf_http_exchange_add_header(mf_http_exchange_t *ex,
+                                        const char *name, size_t name_len,
+                                        const char *value, size_t value_len);
+/* Appends to the response body (copied). */
+MF_API void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
+                                    size_t len);
+/* Sets the body to caller memory that stays valid until the response is
+ * sent (static strings, caches): zero copy. */
+MF_API void mf_http_exchange_body_ref(mf_http_exchange_t *ex, const void *data,
+                                      size_t len);
+
+/* The exchange's series: tasks pushed here run after the handler returns;
+ * the response is sent when the series is done. */
+MF_API mf_series_t *mf_http_exchange_series(mf_http_exchange_t *ex);
+/* Keeps the exchange open after the handler returns, until _send. */
+MF_API void mf_http_exchange_hold(mf_http_exchange_t *ex);
+/* Sends the response (or ends a streamed one). Once. */
+MF_API void mf_http_exchange_send(mf_http_exchange_t *ex);
+/* Streams a piece of the body (chunked; for HTTP/1.0 the connection closes
+ * at the end instead). Returns 0, or MF_ECLOSED if the client is gone. */
+MF_API int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data,
+                                  size_t len);
+
+/* Called once if the connection closes before the response was sent (client
+ * gone, timeout, server stop). After it the exchange pointer is dead: the
+ * handler's pending work must drop its references (the Lua host unrefs the
+ * coroutine here). */
+typedef void (*mf_http_exchange_close_cb)(mf_http_exchange_t *ex, void *arg);
+MF_API void mf_http_exchange_on_close(mf_http_exchange_t *ex,
+                                      mf_http_exchange_close_cb cb, void *arg);
+
+#endif /* MOONFLOW_HTTP_SERVER_H */

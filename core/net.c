@@ -1,0 +1,122 @@
+/*
+ * net.c — socket helpers.
+ */
+#include "net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moonflow/error.h"
+
+static int mf__parse_port(const char *text, uint16_t *port)
+{
+    char *end;
+    if (!*text)
+        return MF_EINVAL;
+    unsigned long value = strtoul(text, &end, 10);
+    if (*end || value > 65535)
+        return MF_EINVAL;
+    *port = (uint16_t)value;
+    return 0;
+}
+
+int mf__net_parse_listen(const char *text, mf_sockaddr_t *addr)
+{
+    char host[64];
+    const char *colon;
+    memset(addr, 0, sizeof(*addr));
+    if (!text)
+        return MF_EINVAL;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (!close || close[1] != ':' ||
+            (size_t)(close - text - 1) >= sizeof host)
+            return MF_EINVAL;
+        memcpy(host, text + 1, (size_t)(close - text - 1));
+        host[close - text - 1] = 0;
+        colon = close + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (!colon || (size_t)(colon - text) >= sizeof host)
+            return MF_EINVAL;
+        memcpy(host, text, (size_t)(colon - text));
+        host[colon - text] = 0;
+    }
+    uint16_t port;
+    if (mf__parse_port(colon + 1, &port) < 0)
+        return MF_EINVAL;
+    if (inet_pton(AF_INET6, host, &addr->in6.sin6_addr) == 1) {
+        addr->in6.sin6_family = AF_INET6;
+        addr->in6.sin6_port = htons(port);
+        return 0;
+    }
+    addr->in4.sin_family = AF_INET;
+    addr->in4.sin_port = htons(port);
+    if (!host[0] || strcmp(host, "*") == 0)
+        return 0; /* INADDR_ANY */
+    if (strcmp(host, "localhost") == 0)
+        strcpy(host, "127.0.0.1");
+    return inet_pton(AF_INET, host, &addr->in4.sin_addr) == 1 ? 0 : MF_EINVAL;
+}
+
+socklen_t mf__net_addr_len(const mf_sockaddr_t *addr)
+{
+    return addr->sa.sa_family == AF_INET6 ? sizeof(addr->in6)
+                                          : sizeof(addr->in4);
+}
+
+uint16_t mf__net_port(const mf_sockaddr_t *addr)
+{
+    return ntohs(addr->sa.sa_family == AF_INET6 ? addr->in6.sin6_port
+                                                : addr->in4.sin_port);
+}
+
+int mf__net_listen(const mf_sockaddr_t *addr, int backlog)
+{
+    int fd = socket(addr->sa.sa_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return mf_err_from_errno(errno);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* One listener per worker on the same port: the kernel balances. */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (bind(fd, &addr->sa, mf__net_addr_len(addr)) < 0 ||
+        listen(fd, backlog) < 0) {
+        int err = mf_err_from_errno(errno);
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+int mf__net_connect(const mf_sockaddr_t *addr)
+{
+    int fd = socket(addr->sa.sa_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return mf_err_from_errno(errno);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, &addr->sa, mf__net_addr_len(addr)) < 0 &&
+        errno != EINPROGRESS) {
+        int err = mf_err_from_errno(errno);
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+int mf__net_socket_error(int fd)
+{
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        return mf_err_from_errno(errno);
+    return err ? mf_err_from_errno(err) : 0;
+}

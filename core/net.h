@@ -1,0 +1,28 @@
+/*
+ * net.h — socket helpers shared by the HTTP server and client: address
+ * parsing, listening sockets, non-blocking connects. Internal.
+ */
+#ifndef MF_NET_H
+#define MF_NET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "moonflow/dns.h"
+
+/* Parses "host:port", "[v6]:port" or ":port" (host empty → 0.0.0.0) into a
+ * numeric address. 0 or MF_EINVAL (names are not resolved here). */
+int mf__net_parse_listen(const char *text, mf_sockaddr_t *addr);
+socklen_t mf__net_addr_len(const mf_sockaddr_t *addr);
+/* socket + SO_REUSEADDR + SO_REUSEPORT + bind + listen, non-blocking.
+ * Returns the fd or a negative MF_E* code. */
+int mf__net_listen(const mf_sockaddr_t *addr, int backlog);
+/* Non-blocking connect; returns the fd (connection may be in progress) or a
+ * negative MF_E* code. */
+int mf__net_connect(const mf_sockaddr_t *addr);
+/* The pending error of a connecting socket (0 when connected). */
+int mf__net_socket_error(int fd);
+uint16_t mf__net_port(const mf_sockaddr_t *addr);
+
+#endif /* MF_NET_H */

@@ -1,0 +1,569 @@
+/* The http task against our own server (on the same loop) and against a
+ * real nginx started by the test: keep-alive reuse, redirects, timeouts,
+ * DNS/connect/TLS failures reported in the task's state, chunked bodies,
+ * pooling limits, and proxying with mf_task_http_forward. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <moonflow/http_client.h>
+#include <moonflow/moonflow.h>
+
+#include "dns_stub.h"
+#include "test.h"
+
+extern char **environ;
+
+static mf_loop_t *loop;
+static mf_http_server_t *server;
+static uint16_t port;
+
+/* ---- the test server --------------------------------------------------- */
+
+static long query_num(const mf_http_request_t *req, const char *key)
+{
+    size_t k = strlen(key);
+    if (req->query && req->query_len > k && memcmp(req->query, key, k) == 0 &&
+        req->query[k] == '=')
+        return strtol(req->query + k + 1, NULL, 10);
+    return 0;
+}
+
+static int path_is(const mf_http_request_t *req, const char *p)
+{
+    return req->path_len == strlen(p) &&
+           memcmp(req->path, p, req->path_len) == 0;
+}
+
+static void held_fire(mf_timer_t *timer)
+{
+    mf_http_exchange_t *ex = timer->data;
+    mf_http_exchange_append(ex, "late\n", 5);
+    mf_http_exchange_send(ex);
+    free(timer);
+}
+
+static void held_closed(mf_http_exchange_t *ex, void *arg)
+{
+    mf_timer_stop(mf_http_exchange_loop(ex), arg);
+    free(arg);
+}
+
+static void serve_redirect(mf_http_exchange_t *ex, const mf_http_request_t *req)
+{
+    long n = query_num(req, "n");
+    if (n <= 0) {
+        mf_http_exchange_append(ex, "landed\n", 7);
+        return;
+    }
+    char loc[64];
+    int len = snprintf(loc, sizeof loc, "/redirect?n=%ld", n - 1);
+    mf_http_exchange_set_status(ex, 302);
+    mf_http_exchange_add_header(ex, "Location", 8, loc, (size_t)len);
+}
+
+static void handle(mf_http_exchange_t *ex, void *user)
+{
+    const mf_http_request_t *req = mf_http_exchange_request(ex);
+    (void)user;
+    if (path_is(req, "/hello")) {
+        mf_http_exchange_body_ref(ex, "hello client\n", 13);
+    } else if (path_is(req, "/redirect")) {
+        serve_redirect(ex, req);
+    } else if (path_is(req, "/held")) {
+        mf_timer_t *t = malloc(sizeof(*t));
+        mf_timer_init(t, held_fire, ex);
+        mf_timer_start(mf_http_exchange_loop(ex), t,
+                       (uint64_t)query_num(req, "ms"));
+        mf_http_exchange_on_close(ex, held_closed, t);
+        mf_http_exchange_hold(ex);
+    } else if (path_is(req, "/stream")) {
+        for (long i = 0; i < query_num(req, "n"); i++)
+            mf_http_exchange_write(ex, "0123456789", 10);
+        mf_http_exchange_send(ex);
+    } else if (path_is(req, "/echo")) {
+        size_t len;
+        const char *body = mf_http_exchange_body(ex, &len);
+        mf_http_exchange_append(ex, body, len);
+    } else {
+        mf_http_exchange_set_status(ex, 404);
+    }
+}
+
+static void start_server(const char *cert, const char *key)
+{
+    mf_http_server_config_t c;
+    mf_http_server_config_init(&c);
+    c.listen = "127.0.0.1:0";
+    c.tls_cert_file = cert;
+    c.tls_key_file = key;
+    int err = 0;
+    server = mf_http_server_start(loop, &c, handle, NULL, &err);
+    if (!server)
+        MF_TEST_FAIL("server: %s", mf_strerror(err));
+    port = mf_http_server_port(server);
+}
+
+static void stop_server(void)
+{
+    mf_http_server_stop(server, NULL, NULL);
+    mf_loop_run(loop, MF_RUN_DEFAULT); /* pooled client conns do not count */
+}
+
+static void setup(void)
+{
+    loop = mf_loop_create();
+    start_server(NULL, NULL);
+}
+
+static void teardown(void)
+{
+    stop_server();
+    mf_loop_destroy(loop);
+}
+
+/* ---- results ---------------------------------------------------------- */
+
+typedef struct result {
+    int done;
+    int state;
+    int error;
+    int status;
+    int redirects;
+    char body[4096];
+    size_t body_len;
+} result_t;
+
+static void on_done(mf_task_t *task)
+{
+    result_t *r = task->user;
+    size_t len;
+    const char *body = mf_task_http_body(task, &len);
+    r->done++;
+    r->state = mf_task_state(task);
+    r->error = mf_task_error(task);
+    r->status = mf_task_http_status(task);
+    r->redirects = mf_task_http_redirects(task);
+    r->body_len = len;
+    if (len >= sizeof r->body)
+        len = sizeof r->body - 1;
+    memcpy(r->body, body ? body : "", len);
+    r->body[len] = 0;
+}
+
+static mf_task_t *get(const char *path, result_t *r)
+{
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u%s", port, path);
+    return mf_task_http_create(loop, "GET", url, on_done, r);
+}
+
+static void run_until(const result_t *r, int done)
+{
+    while (r->done < done)
+        mf_loop_run(loop, MF_RUN_ONCE);
+}
+
+/* The server's listener keeps the loop alive, so run until the task is
+ * done rather than until the loop is idle. */
+static void run_one(mf_task_t *task)
+{
+    result_t *r = task->user;
+    int before = r ? r->done : 0;
+    mf_task_start(task);
+    while (r && r->done == before)
+        mf_loop_run(loop, MF_RUN_ONCE);
+    if (!r)
+        mf_loop_run(loop, MF_RUN_DEFAULT);
+}
+
+/* ---- tests against our server ------------------------------------------ */
+
+TEST(get_returns_status_and_body)
+{
+    setup();
+    result_t r = {0};
+    run_one(get("/hello", &r));
+    ASSERT_EQ(r.done, 1);
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_STR_EQ(r.body, "hello client\n");
+    r.done = 0;
+    run_one(get("/missing", &r));
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS); /* an HTTP status is not an error */
+    ASSERT_EQ(r.status, 404);
+    teardown();
+}
+
+static void on_seq(mf_task_t *task)
+{
+    result_t *r = task->user;
+    on_done(task);
+    if (r->done < 20 && r->status == 200) {
+        mf_task_t *next = get("/hello", r);
+        mf_task_set_callback(next, on_seq);
+        mf_series_push_back(mf_series_of(task), next);
+    }
+}
+
+TEST(sequential_requests_reuse_one_keep_alive_connection)
+{
+    setup();
+    result_t r = {0};
+    uint64_t before = mf_http_pool_connects(loop);
+    mf_task_t *t = get("/hello", &r);
+    mf_task_set_callback(t, on_seq);
+    mf_task_start(t);
+    run_until(&r, 20);
+    ASSERT_EQ(r.done, 20);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(mf_http_pool_connects(loop) - before, 1);
+    ASSERT_EQ(mf_http_server_connections(server), 1); /* still pooled */
+    teardown();
+}
+
+TEST(concurrent_requests_respect_the_pool_limit)
+{
+    setup();
+    mf_http_pool_config_t pc = {.max_connections_per_endpoint = 4,
+                                .idle_timeout_ms = 5000};
+    mf_http_pool_configure(loop, &pc);
+    static result_t rs[40];
+    memset(rs, 0, sizeof rs);
+    mf_parallel_t *par = mf_parallel_create(loop, NULL, NULL);
+    for (int i = 0; i < 40; i++)
+        mf_parallel_add_task(par, get("/held?ms=5", &rs[i]));
+    mf_task_start(mf_parallel_task(par));
+    while (!rs[39].done || !rs[0].done)
+        mf_loop_run(loop, MF_RUN_ONCE);
+    for (int spin = 0; spin < 100; spin++)
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+    for (int i = 0; i < 40; i++) {
+        ASSERT_EQ(rs[i].state, MF_STATE_SUCCESS);
+        ASSERT_STR_EQ(rs[i].body, "late\n");
+    }
+    ASSERT_EQ(mf_http_pool_connects(loop), 4);
+    teardown();
+}
+
+TEST(redirects_are_followed_up_to_the_limit)
+{
+    setup();
+    result_t r = {0};
+    mf_http_client_opts_t o;
+    mf_http_client_opts_init(&o);
+    o.max_redirects = 5;
+    mf_task_t *t = get("/redirect?n=3", &r);
+    mf_task_http_set_opts(t, &o);
+    run_one(t);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(r.redirects, 3);
+    ASSERT_STR_EQ(r.body, "landed\n");
+    o.max_redirects = 2;
+    t = get("/redirect?n=3", &r);
+    mf_task_http_set_opts(t, &o);
+    run_one(t);
+    if (r.status != 302 || r.redirects != 2)
+        MF_TEST_FAIL("status %d redirects %d body %s", r.status, r.redirects,
+                     r.body);
+    ASSERT_EQ(r.redirects, 2);
+    teardown();
+}
+
+TEST(a_slow_response_ends_as_timeout)
+{
+    setup();
+    result_t r = {0};
+    mf_http_client_opts_t o;
+    mf_http_client_opts_init(&o);
+    o.response_timeout_ms = 50;
+    mf_task_t *t = get("/held?ms=3000", &r);
+    mf_task_http_set_opts(t, &o);
+    uint64_t t0 = mf_loop_now(loop);
+    mf_task_start(t);
+    while (!r.done)
+        mf_loop_run(loop, MF_RUN_ONCE);
+    ASSERT_EQ(r.state, MF_STATE_TIMEOUT);
+    ASSERT_EQ(r.error, MF_ETIMEDOUT);
+    ASSERT(mf_loop_now(loop) - t0 < 2000);
+    /* The generic per-task timeout works the same way. */
+    r.done = 0;
+    t = get("/held?ms=3000", &r);
+    mf_task_set_timeout(t, 50);
+    mf_task_start(t);
+    while (!r.done)
+        mf_loop_run(loop, MF_RUN_ONCE);
+    ASSERT_EQ(r.state, MF_STATE_TIMEOUT);
+    teardown();
+}
+
+TEST(chunked_bodies_and_request_bodies_round_trip)
+{
+    setup();
+    result_t r = {0};
+    run_one(get("/stream?n=30", &r));
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(r.body_len, 300);
+    ASSERT(memcmp(r.body, "01234567890123456789", 20) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/echo", port);
+    mf_task_t *t = mf_task_http_create(loop, "POST", url, on_done, &r);
+    mf_task_http_set_body(t, "ping pong", 9);
+    mf_task_http_add_header(t, "Content-Type", "text/plain");
+    run_one(t);
+    ASSERT_STR_EQ(r.body, "ping pong");
+    teardown();
+}
+
+TEST(connection_refused_and_bad_urls_fail_in_the_completion)
+{
+    setup();
+    result_t r = {0};
+    mf_task_t *t =
+        mf_task_http_create(loop, "GET", "http://127.0.0.1:1/", on_done, &r);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SYS_ERROR);
+    ASSERT_EQ(r.error, MF_ECONNREFUSED);
+    run_one(mf_task_http_create(loop, "GET", "ftp://x/", on_done, &r));
+    ASSERT_EQ(r.state, MF_STATE_TASK_ERROR);
+    ASSERT_EQ(r.error, MF_EINVAL);
+    run_one(mf_task_http_create(loop, "GET", "http://:80/", on_done, &r));
+    ASSERT_EQ(r.state, MF_STATE_TASK_ERROR);
+    teardown();
+}
+
+TEST(a_name_that_does_not_resolve_is_a_dns_error)
+{
+    setup();
+    /* A real DNS server that answers NXDOMAIN for unknown names. */
+    dns_stub_start();
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u", dns_stub.port);
+    mf_dns_config_t dc = {.timeout_ms = 1000,
+                          .tries = 1,
+                          .max_ttl_ms = 1000,
+                          .negative_ttl_ms = 100,
+                          .servers = servers};
+    ASSERT_EQ(mf_dns_configure(loop, &dc), 0);
+    result_t r = {0};
+    run_one(mf_task_http_create(loop, "GET", "http://no-such-host.test/",
+                                on_done, &r));
+    dns_stub_stop();
+    if (r.state != MF_STATE_DNS_ERROR || r.error != MF_EDNS)
+        MF_TEST_FAIL("state %s error %s", mf_state_name(r.state),
+                     mf_err_name(r.error));
+    teardown();
+}
+
+/* ---- forwarding --------------------------------------------------------- */
+
+static uint16_t backend_port;
+
+static void proxy_handle(mf_http_exchange_t *ex, void *user)
+{
+    char upstream[64];
+    (void)user;
+    snprintf(upstream, sizeof upstream, "http://127.0.0.1:%u", backend_port);
+    mf_series_push_back(mf_http_exchange_series(ex),
+                        mf_task_http_forward(ex, upstream, NULL, NULL));
+}
+
+TEST(forward_relays_a_request_and_streams_the_answer_back)
+{
+    setup();
+    backend_port = port;
+    mf_http_server_config_t c;
+    mf_http_server_config_init(&c);
+    c.listen = "127.0.0.1:0";
+    mf_http_server_t *proxy =
+        mf_http_server_start(loop, &c, proxy_handle, NULL, NULL);
+    ASSERT(proxy != NULL);
+    uint16_t pport = mf_http_server_port(proxy);
+    const char *paths[] = {"/hello", "/stream?n=500", "/missing"};
+    for (int i = 0; i < 3; i++) {
+        result_t *r = calloc(1, sizeof(*r));
+        char url[128];
+        snprintf(url, sizeof url, "http://127.0.0.1:%u%s", pport, paths[i]);
+        run_one(mf_task_http_create(loop, "GET", url, on_done, r));
+        ASSERT_EQ(r->state, MF_STATE_SUCCESS);
+        if (i == 0)
+            ASSERT_STR_EQ(r->body, "hello client\n");
+        if (i == 1)
+            ASSERT_EQ(r->body_len, 5000);
+        if (i == 2 && r->status != 404)
+            MF_TEST_FAIL("status %d body %s", r->status, r->body);
+        free(r);
+    }
+    /* A dead upstream becomes a 502 for the client. */
+    backend_port = 1;
+    result_t r = {0};
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/x", pport);
+    run_one(mf_task_http_create(loop, "GET", url, on_done, &r));
+    ASSERT_EQ(r.status, 502);
+    mf_http_server_stop(proxy, NULL, NULL);
+    teardown();
+}
+
+/* ---- TLS ---------------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void make_cert(void)
+{
+    char cmd[512];
+    strcpy(tmpdir, "/tmp/mf-client-XXXXXX");
+    ASSERT(mkdtemp(tmpdir) != NULL);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey rsa:2048 -nodes -keyout %s/k.pem "
+             "-out %s/c.pem -days 2 -subj /CN=localhost "
+             "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
+             ">/dev/null 2>&1",
+             tmpdir, tmpdir);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+static void remove_cert(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+TEST(tls_verification_failure_is_a_tls_error_and_a_trusted_ca_passes)
+{
+    make_cert();
+    char cert[128], key[128];
+    snprintf(cert, sizeof cert, "%s/c.pem", tmpdir);
+    snprintf(key, sizeof key, "%s/k.pem", tmpdir);
+    loop = mf_loop_create();
+    start_server(cert, key);
+    char url[128];
+    snprintf(url, sizeof url, "https://127.0.0.1:%u/hello", port);
+    result_t r = {0};
+    run_one(mf_task_http_create(loop, "GET", url, on_done, &r));
+    ASSERT_EQ(r.state, MF_STATE_TLS_ERROR); /* self-signed: not trusted */
+
+    mf_http_client_opts_t o;
+    mf_http_client_opts_init(&o);
+    o.ca_file = cert;
+    mf_task_t *t = mf_task_http_create(loop, "GET", url, on_done, &r);
+    mf_task_http_set_opts(t, &o);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    ASSERT_STR_EQ(r.body, "hello client\n");
+
+    o.ca_file = NULL;
+    o.tls_verify = false; /* the opt-out */
+    t = mf_task_http_create(loop, "GET", url, on_done, &r);
+    mf_task_http_set_opts(t, &o);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    teardown();
+    remove_cert();
+}
+
+/* ---- against nginx ------------------------------------------------------ */
+
+static pid_t start_nginx(uint16_t nport)
+{
+    char conf[256], cmd[1024];
+    make_cert();
+    snprintf(conf, sizeof conf, "%s/nginx.conf", tmpdir);
+    FILE *f = fopen(conf, "w");
+    ASSERT(f != NULL);
+    fprintf(f,
+            "daemon off; master_process off; worker_processes 1;\n"
+            "pid %s/nginx.pid; error_log %s/error.log;\n"
+            "events { worker_connections 128; }\n"
+            "http { access_log off;\n"
+            " client_body_temp_path %s; proxy_temp_path %s;\n"
+            " fastcgi_temp_path %s; uwsgi_temp_path %s; scgi_temp_path %s;\n"
+            " keepalive_requests 1000;\n"
+            " server { listen 127.0.0.1:%u;\n"
+            "  location = / { return 200 \"nginx says hi\\n\"; }\n"
+            "  location = /r { return 302 /; } } }\n",
+            tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, tmpdir, nport);
+    fclose(f);
+    (void)cmd;
+    pid_t pid;
+    char *argv[] = {"nginx", "-p", tmpdir, "-c", conf, "-e", "stderr", NULL};
+    if (posix_spawn(&pid, "/usr/sbin/nginx", NULL, NULL, argv, environ) != 0)
+        return -1;
+    for (int i = 0; i < 200; i++) { /* wait for the port */
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons(nport)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return pid;
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static uint16_t free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void on_nginx_seq(mf_task_t *task)
+{
+    result_t *r = task->user;
+    on_done(task);
+    if (r->done < 30 && r->status == 200)
+        mf_series_push_back(mf_series_of(task),
+                            mf_task_http_create(mf_task_loop(task), "GET",
+                                                mf_task_http_url(task),
+                                                on_nginx_seq, r));
+}
+
+TEST(against_nginx_keep_alive_is_reused_and_redirects_followed)
+{
+    if (access("/usr/sbin/nginx", X_OK) != 0)
+        MF_TEST_FAIL("nginx is not installed (make installs nginx-light)");
+    uint16_t nport = free_port();
+    pid_t pid = start_nginx(nport);
+    ASSERT(pid > 0);
+    loop = mf_loop_create();
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/", nport);
+    result_t r = {0};
+    mf_task_start(mf_task_http_create(loop, "GET", url, on_nginx_seq, &r));
+    run_until(&r, 30);
+    ASSERT_EQ(r.done, 30);
+    ASSERT_STR_EQ(r.body, "nginx says hi\n");
+    ASSERT_EQ(mf_http_pool_connects(loop), 1);
+
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/r", nport);
+    mf_http_client_opts_t o;
+    mf_http_client_opts_init(&o);
+    o.max_redirects = 3;
+    mf_task_t *t = mf_task_http_create(loop, "GET", url, on_done, &r);
+    mf_task_http_set_opts(t, &o);
+    run_one(t);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(r.redirects, 1);
+    ASSERT_STR_EQ(r.body, "nginx says hi\n");
+    ASSERT_EQ(mf_http_pool_connects(loop), 1); /* the redirect reused it */
+    mf_loop_destroy(loop);
+    kill(pid, SIGTERM);
+    ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+    remove_cert();
+}
