@@ -607,10 +607,11 @@ def progress(msg):
 def announce(args, peers, meta):
     """What will run and for about how long (make bench has 15 minutes)."""
     points = len(args.sizes) * len(args.conns)
-    runs = points * len(peers) * args.repeats
+    ready = sum(1 for p in peers if not p.missing())
+    runs = points * ready * args.repeats
     seconds = runs * (args.duration + WARMUP_S + 0.5)
     if args.strace:
-        seconds += points * len(peers) * (args.strace_duration + WARMUP_S + 1.5)
+        seconds += points * ready * (args.strace_duration + WARMUP_S + 1.5)
     print(f"compare.py: {runs} runs of {args.duration} s (+{WARMUP_S} s warm-up)"
           f"{', + strace runs' if args.strace else ''}; about "
           f"{seconds / 60:.0f} min on {meta['machine']}", file=sys.stderr)
