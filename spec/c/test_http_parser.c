@@ -229,6 +229,10 @@ static const req_case_t req_cases[] = {
      RAW("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
          "Content-Length: 5\r\n\r\n"),
      400},
+    {"malformed Content-Length with Transfer-Encoding",
+     RAW("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: $\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n"),
+     400},
     {"differing Content-Length fields",
      RAW("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
          "Content-Length: 6\r\n\r\n"),
