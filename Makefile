@@ -3,6 +3,7 @@
 #   make run    install what is missing, build, run the bundled example
 #   make test   install, build (plain + sanitizer twin), run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
+#   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
 #
 # Dependencies are Debian packages, installed with apt-get when missing.
 
@@ -10,13 +11,14 @@ BUILD       ?= build
 BENCH_BUILD ?= build-release
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 60
 
 # Build tools and the libraries the engine links (see DESIGN.md for the list
 # that grows with each capability).
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
-           libssl-dev libc-ares-dev
+           libssl-dev libc-ares-dev clang libclang-rt-14-dev
 
-.PHONY: all deps build run test bench clean format
+.PHONY: all deps build run test bench fuzz clean format
 
 all: build
 
@@ -44,6 +46,10 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+fuzz: build
+	cd $(BUILD) && MF_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	  ctest -R '^fuzz\.' --output-on-failure -j $(JOBS)
 
 bench: deps
 	cmake -S . -B $(BENCH_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
