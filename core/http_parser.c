@@ -643,7 +643,7 @@ static int mf__request_body(mf_http_request_t *req, const mf__fields_t *f)
     return 0;
 }
 
-/* Everything after the request line; fills the derived fields. */
+/* The head from its request line on; fills the derived fields too. */
 static int mf__parse_request_head(const char *p, const char *end,
                                   mf_http_request_t *req,
                                   const mf_http_limits_t *lim)
@@ -703,8 +703,9 @@ int mf_http_parse_request(const char *buf, size_t len, mf_http_request_t *req,
     if (seen - start > lim->max_request_line &&
         mf__line_too_long(buf, start, seen, lim->max_request_line))
         return mf__request_error(req, scanned, 414);
-    switch (
-        mf__find_head_end(buf, start, scanned ? *scanned : 0, window, &end)) {
+    int found =
+        mf__find_head_end(buf, start, scanned ? *scanned : 0, window, &end);
+    switch (found) {
     case MF__HEAD_BARE_LF:
         return mf__request_error(req, scanned, 400);
     case MF__HEAD_MORE:
@@ -759,10 +760,11 @@ static const char *mf__parse_status_line(const char *p, const char *end,
 
 /*
  * Response body framing (RFC 9112 §6.3), rules in their order: no body for
- * HEAD, 1xx, 204 and 304; a final "chunked" (Transfer-Encoding wins over
- * Content-Length, but the pair closes the connection: it may be splitting);
- * any other Transfer-Encoding, or none of both, runs until close; else
- * Content-Length. A bad Content-Length is a 502 whatever else is present.
+ * HEAD, 1xx, 204 and 304; then Transfer-Encoding, which wins over
+ * Content-Length (but the pair closes the connection: it may be response
+ * splitting) and delimits the body only with a final "chunked", else the
+ * body runs until close; then Content-Length; with neither, until close. A
+ * bad Content-Length is a 502 whatever else is present.
  */
 static int mf__response_body(mf_http_response_t *resp, const mf__fields_t *f,
                              bool head_request)
@@ -1013,7 +1015,8 @@ ssize_t mf_http_chunked_decode(mf_http_chunked_t *dec, char *buf, size_t *len)
         return MF_HTTP_ERROR;
     if (dec->_state != MF__CH_DONE)
         return MF_HTTP_INCOMPLETE;
-    memmove(buf + out, buf + in, n - in); /* the next message, if any */
+    if (in < n && out < in) /* the next message moves up to the data */
+        memmove(buf + out, buf + in, n - in);
     return (ssize_t)(n - in);
 }
 
