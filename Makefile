@@ -4,6 +4,7 @@
 #   make test   install, build (plain + sanitizer twin), run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
 #               (engine, then HTTP servers side by side; about 5 minutes)
+#   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
 #
 # Dependencies are Debian packages, installed with apt-get when missing.
 
@@ -11,16 +12,18 @@ BUILD       ?= build
 BENCH_BUILD ?= build-release
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 60
 
 # Build tools and the libraries the engine links (see DESIGN.md for the list
 # that grows with each capability).
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
-           libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl
-# Tests also drive curl, wrk and nginx (a client peer); make bench adds strace
-# for syscall counts.
+           libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
+           clang libclang-rt-14-dev
+# Tests drive curl, wrk and nginx (a client peer) and build the fuzzers with
+# clang; make bench adds strace for syscall counts.
 BENCH_PACKAGES = strace
 
-.PHONY: all deps bench-deps build run test bench clean format
+.PHONY: all deps bench-deps build run test bench fuzz clean format
 
 all: build
 
@@ -56,6 +59,10 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+fuzz: build
+	cd $(BUILD) && MF_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	  ctest -R '^fuzz\.' --output-on-failure -j $(JOBS)
 
 # Examples too: the HTTP benchmark runs examples/http_hello. ON is spelled
 # out because a build dir configured earlier keeps OFF in its cache.

@@ -345,15 +345,16 @@ static const char *mf__parse_field(const char *p, const char *end,
 static void mf__note_content_length(mf__fields_t *f, const char *v, size_t n)
 {
     const char *p = v, *end = v + n;
+    bool first = f->n_cl++ == 0; /* counted even when bad: CL+TE is a 400 */
     for (;;) {
         uint64_t x;
         p = mf__parse_decimal(p, end, &x);
-        if (!p || (f->n_cl > 0 && x != f->content_length)) {
+        if (!p || (!first && x != f->content_length)) {
             f->cl_bad = true;
             return;
         }
         f->content_length = x;
-        f->n_cl++;
+        first = false;
         p = mf__skip_ows(p, end);
         if (p == end)
             return;
@@ -642,7 +643,7 @@ static int mf__request_body(mf_http_request_t *req, const mf__fields_t *f)
     return 0;
 }
 
-/* Everything after the request line; fills the derived fields. */
+/* The head from its request line on; fills the derived fields too. */
 static int mf__parse_request_head(const char *p, const char *end,
                                   mf_http_request_t *req,
                                   const mf_http_limits_t *lim)
@@ -682,24 +683,29 @@ static int mf__request_error(mf_http_request_t *req, size_t *scanned,
 }
 
 /*
- * Order of the checks, so that an answer never depends on how the bytes were
- * split: the request line's length (414), the search for the blank line
- * (bare LF: 400), the head's length (431), and only then the parse. On
- * success or error `*scanned` goes back to 0, ready for the next message.
+ * The answer must not depend on how the bytes were split: once a prefix gets
+ * a final answer, every longer one gets the same. Hence the order of the
+ * checks (the request line's length: 414; the blank line, with bare LFs:
+ * 400; the head's length: 431; then the parse), and hence each check reads
+ * at most one byte past max_head_bytes: beyond that, more bytes cannot turn
+ * a 431 into a 414. On success or error `*scanned` goes back to 0, ready
+ * for the next message.
  */
 int mf_http_parse_request(const char *buf, size_t len, mf_http_request_t *req,
                           const mf_http_limits_t *limits, size_t *scanned)
 {
     const mf_http_limits_t *lim = limits ? limits : &mf__default_limits;
     size_t window = len < lim->max_head_bytes ? len : lim->max_head_bytes;
+    size_t seen = len > lim->max_head_bytes ? lim->max_head_bytes + 1 : len;
     size_t start = mf__skip_empty_lines(buf, window);
     size_t end = 0;
 
-    if (len - start > lim->max_request_line &&
-        mf__line_too_long(buf, start, len, lim->max_request_line))
+    if (seen - start > lim->max_request_line &&
+        mf__line_too_long(buf, start, seen, lim->max_request_line))
         return mf__request_error(req, scanned, 414);
-    switch (
-        mf__find_head_end(buf, start, scanned ? *scanned : 0, window, &end)) {
+    int found =
+        mf__find_head_end(buf, start, scanned ? *scanned : 0, window, &end);
+    switch (found) {
     case MF__HEAD_BARE_LF:
         return mf__request_error(req, scanned, 400);
     case MF__HEAD_MORE:
@@ -754,10 +760,11 @@ static const char *mf__parse_status_line(const char *p, const char *end,
 
 /*
  * Response body framing (RFC 9112 §6.3), rules in their order: no body for
- * HEAD, 1xx, 204 and 304; a final "chunked" (Transfer-Encoding wins over
- * Content-Length, but the pair closes the connection: it may be splitting);
- * any other Transfer-Encoding, or none of both, runs until close; else
- * Content-Length. A bad Content-Length is a 502 whatever else is present.
+ * HEAD, 1xx, 204 and 304; then Transfer-Encoding, which wins over
+ * Content-Length (but the pair closes the connection: it may be response
+ * splitting) and delimits the body only with a final "chunked", else the
+ * body runs until close; then Content-Length; with neither, until close. A
+ * bad Content-Length is a 502 whatever else is present.
  */
 static int mf__response_body(mf_http_response_t *resp, const mf__fields_t *f,
                              bool head_request)
@@ -1008,7 +1015,8 @@ ssize_t mf_http_chunked_decode(mf_http_chunked_t *dec, char *buf, size_t *len)
         return MF_HTTP_ERROR;
     if (dec->_state != MF__CH_DONE)
         return MF_HTTP_INCOMPLETE;
-    memmove(buf + out, buf + in, n - in); /* the next message, if any */
+    if (in < n && out < in) /* the next message moves up to the data */
+        memmove(buf + out, buf + in, n - in);
     return (ssize_t)(n - in);
 }
 

@@ -116,8 +116,8 @@ static const req_case_t req_cases[] = {
      .minor = V(1), .body = V(MF_HTTP_BODY_NONE), .keep_alive = V(true),
      .expect_continue = V(false), .upgrade = V(false)},
     {"pipelined requests: the first head's length",
-     RAW("GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHost: "
-         "h\r\n\r\n"),
+     RAW("GET /a HTTP/1.1\r\nHost: h\r\n\r\n"
+         "GET /b HTTP/1.1\r\nHost: h\r\n\r\n"),
      .head_len = 28, .path = "/a"},
     {"query split at the first '?'",
      RAW("GET /search?q=moon&x=a?b HTTP/1.1\r\nHost: a\r\n\r\n"),
@@ -228,6 +228,10 @@ static const req_case_t req_cases[] = {
     {"Transfer-Encoding with Content-Length",
      RAW("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
          "Content-Length: 5\r\n\r\n"),
+     400},
+    {"malformed Content-Length with Transfer-Encoding",
+     RAW("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: $\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n"),
      400},
     {"differing Content-Length fields",
      RAW("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
