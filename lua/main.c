@@ -1,0 +1,209 @@
+/*
+ * lua/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow test
+ * [DIR]`, and the `serve` placeholder.
+ *
+ * Owns the process: one loop, a small compute pool for mf.go, one Lua host.
+ * The script's main chunk (or busted's runner) runs in a host coroutine; the
+ * loop runs until nothing is left (timers, flows); then the host is closed,
+ * the loop drained, and the exit code decided here only.
+ */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include <moonflow/moonflow.h>
+
+#include "mf_lua_host.h"
+
+#define MF_LUA_SYSTEM_PATH                                                \
+    "/usr/local/share/lua/5.1/?.lua;/usr/local/share/lua/5.1/?/init.lua;" \
+    "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua"
+#define MF_LUA_SYSTEM_CPATH                                               \
+    "/usr/local/lib/lua/5.1/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;" \
+    "/usr/lib/lua/5.1/?.so"
+
+static const char usage_main[] =
+    "usage: moonflow COMMAND [ARGS]\n"
+    "\n"
+    "  run FILE.lua [ARGS...]   run a Lua workflow script once\n"
+    "  test [DIR] [BUSTED...]   run the busted specs (*_spec.lua) in DIR\n"
+    "  serve                    serve Lua handlers (not yet implemented)\n"
+    "\n"
+    "moonflow COMMAND --help shows a command's help.\n";
+
+static const char usage_run[] =
+    "usage: moonflow run FILE.lua [ARGS...]\n"
+    "\n"
+    "Runs FILE's main chunk in a coroutine on an event loop, so it may call\n"
+    "mf.sleep, mf.http.*, mf.go and wait on flows. ARGS are in the global\n"
+    "`arg` (arg[0] is FILE) and in `...`. Exits when the chunk and its\n"
+    "timers are done: 0, or 1 with a traceback if a coroutine raised.\n";
+
+static const char usage_test[] =
+    "usage: moonflow test [DIR] [BUSTED OPTIONS...]\n"
+    "\n"
+    "Runs the busted specs (*_spec.lua) under DIR (default: spec) inside\n"
+    "the host, so specs may wait on moonflow calls. Options after DIR go to\n"
+    "busted (e.g. --filter=PATTERN). The last line reads\n"
+    "\"N passed, N failed\"; the exit code is 1 if any failed.\n";
+
+typedef struct run {
+    mf_loop_t *loop;
+    mf_pool_t *pool;
+    mf_lua_host_t *host;
+    bool test;      /* moonflow test: the main returns the failure count */
+    int failed;     /* the main coroutine raised or was aborted */
+    int test_fails; /* moonflow test: failures + errors */
+} run_t;
+
+static int wants_help(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return 1;
+    return 0;
+}
+
+static int run_open(run_t *r)
+{
+    signal(SIGPIPE, SIG_IGN);
+    r->loop = mf_loop_create();
+    r->pool = r->loop ? mf_pool_create(2) : NULL;
+    if (!r->pool)
+        return -1;
+    mf_loop_set_pool(r->loop, r->pool);
+    mf_lua_host_opts_t opts = {.package_path = MF_LUA_SYSTEM_PATH,
+                               .package_cpath = MF_LUA_SYSTEM_CPATH};
+    r->host = mf_lua_host_create(r->loop, &opts);
+    return r->host ? 0 : -1;
+}
+
+/* Closes the host, lets canceled tasks finish, frees everything. */
+static void run_close(run_t *r)
+{
+    mf_lua_counts_t c;
+    mf_lua_host_counts(r->host, &c);
+    if (c.errors)
+        r->failed = 1;
+    mf_lua_host_destroy(r->host);
+    mf_loop_run(r->loop, MF_RUN_DEFAULT);
+    mf_pool_destroy(r->pool);
+    mf_loop_destroy(r->loop);
+}
+
+static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
+                         void *data)
+{
+    run_t *r = data;
+    (void)co;
+    if (ex->status == MF_LUA_CO_DONE) {
+        if (r->test && ex->nret >= 1 && lua_isnumber(ex->L, -1))
+            r->test_fails = (int)lua_tointeger(ex->L, -1);
+        return;
+    }
+    fprintf(stderr, "moonflow: %s\n", ex->message);
+    r->failed = 1;
+    mf_loop_stop(r->loop);
+}
+
+/* The global `arg`: arg[0] = argv[0], arg[i] = argv[i]; pushes argv[1..]. */
+static int push_args(lua_State *L, int argc, char **argv)
+{
+    lua_createtable(L, argc, 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setglobal(L, "arg");
+    luaL_checkstack(L, argc, "too many arguments");
+    for (int i = 1; i < argc; i++)
+        lua_pushstring(L, argv[i]);
+    return argc - 1;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    if (argc < 1 || wants_help(1, argv)) {
+        fputs(usage_run, argc < 1 ? stderr : stdout);
+        return argc < 1 ? 2 : 0;
+    }
+    run_t r = {0};
+    if (run_open(&r) < 0) {
+        fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
+        return 1;
+    }
+    lua_State *L = mf_lua_host_state(r.host);
+    if (luaL_loadfile(L, argv[0]) != 0) {
+        fprintf(stderr, "moonflow: %s\n", lua_tostring(L, -1));
+        lua_pop(L, 1);
+        r.failed = 1;
+    } else {
+        int nargs = push_args(L, argc, argv);
+        mf_lua_host_spawn(r.host, nargs, on_main_exit, &r);
+        if (!r.failed)
+            mf_loop_run(r.loop, MF_RUN_DEFAULT);
+    }
+    run_close(&r);
+    return r.failed ? 1 : 0;
+}
+
+static int cmd_test(int argc, char **argv)
+{
+    if (wants_help(argc, argv)) {
+        fputs(usage_test, stdout);
+        return 0;
+    }
+    run_t r = {.test = true};
+    if (run_open(&r) < 0) {
+        fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
+        return 1;
+    }
+    lua_State *L = mf_lua_host_state(r.host);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "moonflow.test");
+    lua_call(L, 1, 1);
+    lua_createtable(L, argc + 1, 0);
+    int first_is_dir = argc > 0 && argv[0][0] != '-';
+    lua_pushstring(L, first_is_dir ? argv[0] : "spec");
+    lua_rawseti(L, -2, 1);
+    for (int i = first_is_dir; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+    }
+    mf_lua_host_spawn(r.host, 1, on_main_exit, &r);
+    if (!r.failed)
+        mf_loop_run(r.loop, MF_RUN_DEFAULT);
+    run_close(&r);
+    return r.failed || r.test_fails ? 1 : 0;
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fputs("moonflow serve: not yet implemented (the HTTP server is not yet "
+          "wired to Lua handlers)\n",
+          stderr);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage_main, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "run"))
+        return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "test"))
+        return cmd_test(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve"))
+        return cmd_serve(argc - 2, argv + 2);
+    fprintf(stderr, "moonflow: unknown command '%s'\n\n%s", argv[1],
+            usage_main);
+    return 2;
+}

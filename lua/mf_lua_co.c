@@ -1,0 +1,142 @@
+/*
+ * lua/mf_lua_co.c — coroutine records: spawn, park, resume, and the one
+ * exit path (done, error, abort) that runs the pending cleanup hook, calls
+ * the owner back and releases the registry reference.
+ *
+ * Records come from the loop's free lists (mf_loop_alloc): a warm worker
+ * spawns a handler coroutine without malloc for the record.
+ */
+#include <lauxlib.h>
+
+#include <moonflow/common.h>
+
+#include "mf_lua_int.h"
+
+static const char mf_lua__bare_yield[] =
+    "coroutine.yield() from a moonflow coroutine outside a moonflow call "
+    "(use mf.sleep(0) to let other work run)";
+
+static void mf_lua__co_cleanup(mf_lua_co_t *co)
+{
+    mf_lua_cleanup_fn cleanup = co->cleanup;
+    void *op = co->op;
+    co->cleanup = NULL;
+    co->op = NULL;
+    if (cleanup)
+        cleanup(op);
+}
+
+/* The one exit path. The record is freed on return. */
+static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
+                            const char *message, int nret)
+{
+    mf_lua_host_t *host = co->host;
+    mf_lua__co_cleanup(co);
+    mf_list_remove(&co->link);
+    if (status == MF_LUA_CO_ERROR)
+        host->counts.errors++;
+    mf_lua_co_exit_t ex = {status, co->L, nret, message};
+    if (co->cb)
+        co->cb(co, &ex, co->data);
+    else if (status == MF_LUA_CO_ERROR)
+        mf_lua_host_log(host, "%s", message);
+    lua_settop(co->L, 0);
+    mf_lua_unref(host, co->ref);
+    host->counts.coroutines--;
+    mf_loop_free(host->loop, co, sizeof(*co));
+}
+
+/* The error on top of the dead coroutine, with its traceback. */
+static void mf_lua__co_error(mf_lua_co_t *co)
+{
+    lua_State *L = co->host->L;
+    const char *msg = lua_tostring(co->L, -1);
+    if (!msg)
+        msg = lua_pushfstring(co->L, "(error object is a %s value)",
+                              luaL_typename(co->L, -1));
+    luaL_traceback(L, co->L, msg, 0);
+    mf_lua__co_exit(co, MF_LUA_CO_ERROR, lua_tostring(L, -1), 0);
+    lua_pop(L, 1);
+}
+
+/* Resumes; true while the coroutine is parked, false once it has ended. */
+static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
+{
+    mf_lua_host_t *host = co->host;
+    mf_lua_co_t *prev = host->current;
+    host->current = co;
+    int rc = lua_resume(co->L, nargs);
+    host->current = prev;
+    if (rc == LUA_YIELD) {
+        if (co->cleanup)
+            return true;
+        mf_lua__co_exit(co, MF_LUA_CO_ERROR, mf_lua__bare_yield, 0);
+        return false;
+    }
+    if (rc == 0)
+        mf_lua__co_exit(co, MF_LUA_CO_DONE, NULL, lua_gettop(co->L));
+    else
+        mf_lua__co_error(co);
+    return false;
+}
+
+mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
+                               mf_lua_co_exit_cb cb, void *data)
+{
+    lua_State *L = host->L;
+    mf_lua_co_t *co = mf_loop_alloc(host->loop, sizeof(*co));
+    co->host = host;
+    co->L = lua_newthread(L);
+    co->ref = mf_lua_ref(host, L);
+    co->cleanup = NULL;
+    co->op = NULL;
+    co->cb = cb;
+    co->data = data;
+    mf_list_push_back(&host->coroutines, &co->link);
+    host->counts.coroutines++;
+    lua_xmove(L, co->L, nargs + 1);
+    return mf_lua__co_run(co, nargs) ? co : NULL;
+}
+
+void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)
+{
+    mf_lua__co_exit(co, MF_LUA_CO_ABORTED, reason ? reason : "aborted", 0);
+}
+
+lua_State *mf_lua_co_thread(const mf_lua_co_t *co)
+{
+    return co->L;
+}
+
+mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co)
+{
+    return co->host;
+}
+
+mf_lua_co_t *mf_lua_co_check(lua_State *L)
+{
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    mf_lua_co_t *co = host ? host->current : NULL;
+    if (!co || co->L != L)
+        luaL_error(L, "cannot wait here: not in a moonflow coroutine "
+                      "(a plain coroutine or the main chunk of a state)");
+    return co;
+}
+
+void mf_lua_co_park(mf_lua_co_t *co, mf_lua_cleanup_fn cleanup, void *op)
+{
+    mf_lua__co_cleanup(co); /* left by a park whose yield raised */
+    co->cleanup = cleanup;
+    co->op = op;
+}
+
+void mf_lua_co_unpark(mf_lua_co_t *co)
+{
+    co->cleanup = NULL;
+    co->op = NULL;
+}
+
+void mf_lua_co_resume(mf_lua_co_t *co, int nargs)
+{
+    mf_lua__co_run(co, nargs);
+}

@@ -1,0 +1,425 @@
+/*
+ * lua/mf_lua_flow.c — flow:wait(): builds the whole C series/parallel tree
+ * from a Lua description, starts it and parks the coroutine once; the C
+ * scheduler runs every step, and the coroutine resumes when the root series
+ * completes, with the results as Lua tables.
+ *
+ * Owns: the flow record and its nodes (loop memory, freed when the root
+ * series completes, which is after every task's callback), the state table
+ * {results, callbacks, error} (one registry reference, released when the
+ * coroutine resumes or is aborted). After an abort the tasks are canceled
+ * and their completions no longer touch Lua.
+ *
+ * Result placement is decided when a node is built: a series' tasks append
+ * to its array, a parallel's branches fill their index. Per-task callbacks
+ * run as plain Lua calls on the host's main thread (they cannot yield); one
+ * that raises fails the flow: the rest is canceled and wait() raises.
+ */
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include <moonflow/common.h>
+
+#include "mf_lua_flow.h"
+
+#define MF_LUA_FLOWREF "moonflow.flowref"
+
+enum { ST_RESULTS = 1, ST_CALLBACKS = 2, ST_ERROR = 3 };
+
+struct mf_lua_flow {
+    mf_lua_host_t *host;
+    mf_lua_co_t *co; /* the waiting coroutine; NULL once detached */
+    int ref;         /* the state table; LUA_NOREF once released */
+    int nslots;
+    int root_slot;
+    bool unwrap; /* a lone task or parallel: return results[root][1] */
+    bool failed; /* a callback raised */
+    mf_list_t nodes;
+};
+
+/* A build runs on one thread with the state table at index st. */
+typedef struct mf_lua_build {
+    lua_State *L;
+    mf_lua_flow_t *flow;
+    int st;
+} mf_lua_build_t;
+
+static void mf_lua__series_done(mf_series_t *series);
+static void mf_lua__leaf_done(mf_task_t *task);
+
+/* ---- checking a description (nothing is built before it passes) ------ */
+
+static void mf_lua__check(lua_State *L, int idx, int depth)
+{
+    luaL_checkstack(L, 4, "flow nested too deeply");
+    if (depth > 200)
+        luaL_error(L, "flow nested too deeply");
+    if (lua_type(L, idx) != LUA_TTABLE)
+        luaL_error(L, "flow step %d: expected a task, series or parallel",
+                   depth);
+    mf_lua_kind_t kind = mf_lua_desc_kind(L, idx);
+    if (kind != MF_LUA_SERIES && kind != MF_LUA_PARALLEL) {
+        mf_lua_leaf_check(L, idx, kind);
+        return;
+    }
+    int n = (int)lua_objlen(L, idx);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i);
+        mf_lua__check(L, lua_gettop(L), depth + 1);
+        lua_pop(L, 1);
+    }
+}
+
+/* ---- result slots ------------------------------------------------------ */
+
+static void mf_lua__push_slot(lua_State *L, int st, int slot)
+{
+    lua_rawgeti(L, st, ST_RESULTS);
+    lua_rawgeti(L, -1, slot);
+    lua_remove(L, -2);
+}
+
+/* A new result table, stored in results[slot] and placed in its parent:
+ * at index pos, or appended when pos is 0; parent 0: not placed. */
+static int mf_lua__slot_new(mf_lua_build_t *b, int parent, int pos)
+{
+    lua_State *L = b->L;
+    int slot = ++b->flow->nslots;
+    lua_rawgeti(L, b->st, ST_RESULTS);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, -3, slot);
+    if (parent) {
+        lua_rawgeti(L, -2, parent);
+        lua_pushvalue(L, -2);
+        lua_rawseti(L, -2, pos ? pos : (int)lua_objlen(L, -2) + 1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+    return slot;
+}
+
+static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b, mf_lua_kind_t kind,
+                                       int parent, int pos)
+{
+    mf_lua_flow_t *flow = b->flow;
+    mf_loop_t *loop = mf_lua_host_loop(flow->host);
+    mf_lua_node_t *n = mf_loop_alloc(loop, sizeof(*n));
+    memset(n, 0, sizeof(*n));
+    n->flow = flow;
+    n->kind = kind;
+    n->slot = mf_lua__slot_new(b, parent, pos);
+    mf_list_push_back(&flow->nodes, &n->link);
+    return n;
+}
+
+/* Stores desc.callback (if a function) in callbacks[node->slot]. */
+static void mf_lua__node_callback(mf_lua_build_t *b, int d, mf_lua_node_t *n)
+{
+    lua_State *L = b->L;
+    lua_getfield(L, d, "callback");
+    if (lua_isfunction(L, -1)) {
+        lua_rawgeti(L, b->st, ST_CALLBACKS);
+        lua_pushvalue(L, -2);
+        lua_rawseti(L, -2, n->slot);
+        lua_pop(L, 1);
+        n->has_cb = true;
+    }
+    lua_pop(L, 1);
+}
+
+/* ---- building the C tree ----------------------------------------------- */
+
+static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
+                                     mf_lua_node_t *owner, int parent, int pos);
+
+static mf_series_t *mf_lua__series_new(mf_lua_build_t *b, mf_lua_node_t *n)
+{
+    mf_series_t *s =
+        mf_series_create(mf_lua_host_loop(b->flow->host), mf_lua__series_done);
+    mf_series_set_context(s, n);
+    n->series = s;
+    return s;
+}
+
+/* The series of description d, its tasks appended to node n's results. */
+static mf_series_t *mf_lua__build_series(mf_lua_build_t *b, int d,
+                                         mf_lua_node_t *n)
+{
+    mf_series_t *s = mf_lua__series_new(b, n);
+    int count = (int)lua_objlen(b->L, d);
+    for (int i = 1; i <= count; i++) {
+        lua_rawgeti(b->L, d, i);
+        mf_series_push_back(
+            s, mf_lua__build_task(b, lua_gettop(b->L), n, n->slot, 0));
+        lua_pop(b->L, 1);
+    }
+    return s;
+}
+
+/* Branch pos of a parallel: a series gives its array; a lone task runs in
+ * a series of its own whose array is not placed (the task's result is). */
+static void mf_lua__build_branch(mf_lua_build_t *b, int d, mf_parallel_t *par,
+                                 int parent, int pos)
+{
+    if (mf_lua_desc_kind(b->L, d) == MF_LUA_SERIES) {
+        mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, parent, pos);
+        mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
+        return;
+    }
+    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, 0, 0);
+    mf_series_t *s = mf_lua__series_new(b, n);
+    mf_series_push_back(s, mf_lua__build_task(b, d, n, parent, pos));
+    mf_parallel_add_series(par, s);
+}
+
+static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d, int parent,
+                                         int pos)
+{
+    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_PARALLEL, parent, pos);
+    mf_parallel_t *par =
+        mf_parallel_create(mf_lua_host_loop(b->flow->host), NULL, NULL);
+    int count = (int)lua_objlen(b->L, d);
+    for (int i = 1; i <= count; i++) {
+        lua_rawgeti(b->L, d, i);
+        mf_lua__build_branch(b, lua_gettop(b->L), par, n->slot, i);
+        lua_pop(b->L, 1);
+    }
+    return mf_parallel_task(par);
+}
+
+/* A series inside a series runs as a parallel of one branch. */
+static mf_task_t *mf_lua__build_nested(mf_lua_build_t *b, int d, int parent,
+                                       int pos)
+{
+    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, parent, pos);
+    mf_parallel_t *par =
+        mf_parallel_create(mf_lua_host_loop(b->flow->host), NULL, NULL);
+    mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
+    return mf_parallel_task(par);
+}
+
+static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
+                                     mf_lua_node_t *owner, int parent, int pos)
+{
+    luaL_checkstack(b->L, 8, "flow nested too deeply");
+    mf_lua_kind_t kind = mf_lua_desc_kind(b->L, d);
+    if (kind == MF_LUA_SERIES)
+        return mf_lua__build_nested(b, d, parent, pos);
+    if (kind == MF_LUA_PARALLEL)
+        return mf_lua__build_parallel(b, d, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, kind, parent, pos);
+    n->owner = owner;
+    mf_lua__node_callback(b, d, n);
+    n->task = mf_lua_leaf_create(b->L, d, n, mf_lua_host_loop(b->flow->host),
+                                 mf_lua__leaf_done);
+    return n->task;
+}
+
+/* The root: a series node; a lone task or parallel goes in one. */
+static mf_series_t *mf_lua__build_root(mf_lua_build_t *b, int d)
+{
+    mf_lua_flow_t *flow = b->flow;
+    mf_lua_node_t *root = mf_lua__node_new(b, MF_LUA_SERIES, 0, 0);
+    flow->root_slot = root->slot;
+    if (mf_lua_desc_kind(b->L, d) == MF_LUA_SERIES)
+        return mf_lua__build_series(b, d, root);
+    flow->unwrap = true;
+    mf_series_t *s = mf_lua__series_new(b, root);
+    mf_series_push_back(s, mf_lua__build_task(b, d, root, root->slot, 0));
+    return s;
+}
+
+/* ---- the flow's life ----------------------------------------------------- */
+
+static void mf_lua__flow_cancel(mf_lua_flow_t *flow)
+{
+    mf_list_t *pos;
+    mf_list_foreach(pos, &flow->nodes)
+    {
+        mf_lua_node_t *n = mf_container_of(pos, mf_lua_node_t, link);
+        if (n->task)
+            mf_task_cancel(n->task);
+    }
+}
+
+static void mf_lua__flow_release_lua(mf_lua_flow_t *flow)
+{
+    mf_lua_unref(flow->host, flow->ref);
+    flow->ref = LUA_NOREF;
+    flow->co = NULL;
+}
+
+/* Cleanup hook of the waiting coroutine (abort, shutdown). */
+static void mf_lua__flow_detach(void *arg)
+{
+    mf_lua_flow_t *flow = arg;
+    mf_lua__flow_release_lua(flow);
+    mf_lua__flow_cancel(flow);
+}
+
+static void mf_lua__flow_free(mf_lua_flow_t *flow)
+{
+    mf_loop_t *loop = mf_lua_host_loop(flow->host);
+    mf_list_t *pos;
+    while ((pos = mf_list_pop_front(&flow->nodes)) != NULL) {
+        mf_lua_node_t *n = mf_container_of(pos, mf_lua_node_t, link);
+        mf_free(n->ca_file);
+        mf_loop_free(loop, n, sizeof(*n));
+    }
+    flow->host->counts.flows--;
+    mf_loop_free(loop, flow, sizeof(*flow));
+}
+
+/* The root series is done: resume the waiter with (results) or
+ * (nil, message) when a callback raised. */
+static void mf_lua__flow_done(mf_lua_flow_t *flow)
+{
+    mf_lua_co_t *co = flow->co;
+    if (!co) {
+        mf_lua__flow_free(flow);
+        return;
+    }
+    lua_State *L = mf_lua_co_thread(co);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, flow->ref);
+    int st = lua_gettop(L);
+    if (flow->failed) {
+        lua_pushnil(L);
+        lua_rawgeti(L, st, ST_ERROR);
+    } else {
+        mf_lua__push_slot(L, st, flow->root_slot);
+        if (flow->unwrap) {
+            lua_rawgeti(L, -1, 1);
+            lua_remove(L, -2);
+        }
+        lua_pushnil(L);
+    }
+    lua_remove(L, st);
+    mf_lua__flow_release_lua(flow);
+    mf_lua__flow_free(flow);
+    mf_lua_co_unpark(co);
+    mf_lua_co_resume(co, 2);
+}
+
+static void mf_lua__series_done(mf_series_t *series)
+{
+    mf_lua_node_t *n = mf_series_context(series);
+    n->series = NULL;
+    if (n->slot == n->flow->root_slot)
+        mf_lua__flow_done(n->flow);
+}
+
+/* ---- per-task callbacks and flow:push -------------------------------------
+ */
+
+static int mf_lua__traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+    return 1;
+}
+
+/* Calls callbacks[slot](result, flowref) on the host's main thread with
+ * the state table at st. Returns false (message on the stack) on error. */
+static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
+{
+    lua_pushcfunction(L, mf_lua__traceback);
+    lua_rawgeti(L, st, ST_CALLBACKS);
+    lua_rawgeti(L, -1, n->slot);
+    lua_remove(L, -2);
+    mf_lua__push_slot(L, st, n->slot);
+    mf_lua_node_t **ref = lua_newuserdata(L, sizeof(*ref));
+    *ref = n->owner;
+    luaL_getmetatable(L, MF_LUA_FLOWREF);
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_insert(L, st + 1); /* keep the flowref to invalidate it */
+    int rc = lua_pcall(L, 2, 0, st + 2);
+    *ref = NULL; /* flow:push is valid during the callback only */
+    lua_remove(L, st + 1);
+    lua_remove(L, st + 1); /* the traceback function */
+    return rc == 0;
+}
+
+static void mf_lua__leaf_done(mf_task_t *task)
+{
+    mf_lua_node_t *n = task->user;
+    mf_lua_flow_t *flow = n->flow;
+    n->task = NULL;
+    if (!flow->co || flow->failed)
+        return;
+    lua_State *L = mf_lua_host_state(flow->host);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, flow->ref);
+    int st = lua_gettop(L);
+    mf_lua__push_slot(L, st, n->slot);
+    mf_lua_leaf_result(L, n, task);
+    lua_pop(L, 1);
+    if (n->has_cb && !mf_lua__call_back(L, st, n)) {
+        flow->failed = true;
+        lua_rawseti(L, st, ST_ERROR);
+        mf_lua__flow_cancel(flow);
+    }
+    lua_settop(L, st - 1);
+}
+
+static int mf_lua__push(lua_State *L)
+{
+    mf_lua_node_t **ref = luaL_checkudata(L, 1, MF_LUA_FLOWREF);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    mf_lua_node_t *n = *ref;
+    if (!n || !n->series)
+        return luaL_error(L, "flow:push outside the task's callback");
+    lua_settop(L, 2);
+    mf_lua__check(L, 2, 0);
+    mf_lua_build_t b = {L, n->flow, 0};
+    lua_rawgeti(L, LUA_REGISTRYINDEX, n->flow->ref);
+    b.st = lua_gettop(L);
+    mf_series_push_back(n->series, mf_lua__build_task(&b, 2, n, n->slot, 0));
+    return 0;
+}
+
+/* core.wait(desc) -> results | nil, message */
+static int mf_lua__wait(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    lua_settop(L, 1);
+    mf_lua__check(L, 1, 0);
+    mf_lua_host_t *host = mf_lua_co_host(co);
+    mf_lua_flow_t *flow = mf_loop_alloc(mf_lua_host_loop(host), sizeof(*flow));
+    memset(flow, 0, sizeof(*flow));
+    flow->host = host;
+    flow->co = co;
+    mf_list_init(&flow->nodes);
+    host->counts.flows++;
+    lua_createtable(L, 3, 0);
+    lua_newtable(L);
+    lua_rawseti(L, 2, ST_RESULTS);
+    lua_newtable(L);
+    lua_rawseti(L, 2, ST_CALLBACKS);
+    mf_lua_build_t b = {L, flow, 2};
+    mf_series_t *root = mf_lua__build_root(&b, 1);
+    flow->ref = mf_lua_ref(host, L);
+    mf_series_start(root);
+    mf_lua_co_park(co, mf_lua__flow_detach, flow);
+    return lua_yield(L, 0);
+}
+
+int mf_lua_open_flow(lua_State *L)
+{
+    static const luaL_Reg funcs[] = {{"wait", mf_lua__wait}, {NULL, NULL}};
+    if (luaL_newmetatable(L, MF_LUA_FLOWREF)) {
+        lua_newtable(L);
+        lua_pushcfunction(L, mf_lua__push);
+        lua_setfield(L, -2, "push");
+        lua_setfield(L, -2, "__index");
+        lua_pushliteral(L, "moonflow.flowref");
+        lua_setfield(L, -2, "__metatable");
+    }
+    lua_pop(L, 1);
+    mf_lua_headers_init(L);
+    lua_newtable(L);
+    luaL_register(L, NULL, funcs);
+    return 1;
+}

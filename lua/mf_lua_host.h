@@ -1,0 +1,144 @@
+/*
+ * lua/mf_lua_host.h — the LuaJIT host: one lua_State per loop, Lua code run
+ * in coroutines that park on C tasks and are resumed by their completions.
+ *
+ * Owns: the lua_State (created and closed here), every coroutine record and
+ * the registry references anchoring them, background timers. Does not own
+ * the loop (the caller's; it must outlive the host) nor the compute pool.
+ *
+ * A caller (the HTTP server, `moonflow run`, the spec runner) pushes a
+ * function and its arguments on mf_lua_host_state(host) and calls
+ * mf_lua_host_spawn: the function runs at once in a new coroutine, until it
+ * returns, raises, or parks on I/O. Its exit callback runs exactly once, on
+ * the loop thread, whichever way it ends: done, error, or aborted (the
+ * server aborts when the client goes away; mf_lua_host_destroy aborts what
+ * is left). The mf_lua_co_t handle is valid until that callback returns.
+ *
+ * C functions that need I/O follow one pattern (OpenResty's sleep/socket):
+ *
+ *   static int l_sleep(lua_State *L) {
+ *       uint64_t ms = luaL_checkinteger(L, 1);    // raise on misuse
+ *       mf_lua_co_t *co = mf_lua_co_check(L);    // raise outside a coroutine
+ *       op_t *op = ...;                          // start the C task
+ *       mf_lua_co_park(co, op_cancel, op);       // the cleanup hook
+ *       return lua_yield(L, 0);
+ *   }
+ *   // completion, on the loop: if the op was detached by its cleanup hook
+ *   // (abort, shutdown), free it and stop; otherwise
+ *   mf_lua_co_unpark(co);  push results on mf_lua_co_thread(co);
+ *   mf_lua_co_resume(co, nresults);
+ *
+ * Threads: the loop's thread only. Lua never runs on two threads at once:
+ * one host per worker loop.
+ */
+#ifndef MF_LUA_HOST_H
+#define MF_LUA_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lua.h>
+
+#include <moonflow/loop.h>
+
+typedef struct mf_lua_host mf_lua_host_t;
+typedef struct mf_lua_co mf_lua_co_t;
+
+/* Receives error reports of coroutines nobody waits for (background timers)
+ * with their traceback. NULL: written to stderr. */
+typedef void (*mf_lua_log_fn)(void *ud, const char *msg);
+
+typedef struct mf_lua_host_opts {
+    const char *package_path;  /* prepended to package.path; may be NULL */
+    const char *package_cpath; /* prepended to package.cpath; may be NULL */
+    mf_lua_log_fn log;
+    void *log_ud;
+} mf_lua_host_opts_t;
+
+/* Creates the state, opens the standard libraries and preloads the
+ * embedded moonflow modules (require "moonflow"). opts may be NULL. Returns
+ * NULL if LuaJIT cannot allocate a state. */
+mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
+                                  const mf_lua_host_opts_t *opts);
+/* Aborts every live coroutine (cleanup hooks run, exit callbacks see
+ * MF_LUA_CO_ABORTED), cancels background timers, closes the state. Tasks
+ * canceled here complete later on the loop without touching Lua: run the
+ * loop until idle before destroying it. */
+void mf_lua_host_destroy(mf_lua_host_t *host);
+
+lua_State *mf_lua_host_state(const mf_lua_host_t *host);
+mf_loop_t *mf_lua_host_loop(const mf_lua_host_t *host);
+/* The host of any thread of its state. */
+mf_lua_host_t *mf_lua_host_from_state(lua_State *L);
+/* Reports through opts->log (printf-style). */
+void mf_lua_host_log(mf_lua_host_t *host, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Leak accounting: live coroutines, registry references held by the host,
+ * armed background timers, flows waited on. mf.debug.counts() in Lua. */
+typedef struct mf_lua_counts {
+    size_t coroutines;
+    size_t refs;
+    size_t timers;
+    size_t flows;
+    size_t errors; /* coroutines that ended with an error, ever */
+} mf_lua_counts_t;
+void mf_lua_host_counts(const mf_lua_host_t *host, mf_lua_counts_t *out);
+
+/* ---- coroutines ------------------------------------------------------ */
+
+typedef enum mf_lua_co_status {
+    MF_LUA_CO_DONE,   /* returned: L holds nret results on its stack */
+    MF_LUA_CO_ERROR,  /* raised: message is the error with a traceback */
+    MF_LUA_CO_ABORTED /* mf_lua_co_abort or host shutdown */
+} mf_lua_co_status_t;
+
+typedef struct mf_lua_co_exit {
+    mf_lua_co_status_t status;
+    lua_State *L; /* the coroutine's thread */
+    int nret;
+    const char *message; /* ERROR and ABORTED; valid during the callback */
+} mf_lua_co_exit_t;
+
+/* Runs once per coroutine, on the loop thread; the handle dies after it. */
+typedef void (*mf_lua_co_exit_cb)(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
+                                  void *data);
+
+/* Pops a function and nargs arguments above it from mf_lua_host_state(host)
+ * and runs the function in a new coroutine now. Returns the live handle if
+ * the coroutine parked, NULL if it already ended (cb has run). cb may be
+ * NULL (errors are then logged). */
+mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
+                               mf_lua_co_exit_cb cb, void *data);
+/* Ends a parked coroutine: its cleanup hook runs (cancels the pending task),
+ * then the exit callback with MF_LUA_CO_ABORTED, then the reference is
+ * released. Never call it on a handle whose exit callback has run. */
+void mf_lua_co_abort(mf_lua_co_t *co, const char *reason);
+
+lua_State *mf_lua_co_thread(const mf_lua_co_t *co);
+mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
+
+/* ---- for C functions that park (see the pattern above) --------------- */
+
+/* The running host coroutine whose thread is L; raises a Lua error when L
+ * is not one (the main chunk of a plain state, a user coroutine). */
+mf_lua_co_t *mf_lua_co_check(lua_State *L);
+/* Cancels a pending operation; it must stop touching the coroutine. */
+typedef void (*mf_lua_cleanup_fn)(void *op);
+/* Records the pending operation's cleanup hook. A hook still set from an
+ * earlier, failed park runs first. */
+void mf_lua_co_park(mf_lua_co_t *co, mf_lua_cleanup_fn cleanup, void *op);
+/* The operation completed: forget its hook (it must not run any more). */
+void mf_lua_co_unpark(mf_lua_co_t *co);
+/* Resumes a parked coroutine with nargs values pushed on its thread. Runs
+ * the exit callback and releases the handle if the coroutine ends. */
+void mf_lua_co_resume(mf_lua_co_t *co, int nargs);
+
+/* ---- registry references, counted (leak checks) ---------------------- */
+
+/* luaL_ref/luaL_unref on the registry, counted in mf_lua_counts_t.refs.
+ * mf_lua_unref accepts LUA_NOREF/LUA_REFNIL and does nothing then. */
+int mf_lua_ref(mf_lua_host_t *host, lua_State *L);
+void mf_lua_unref(mf_lua_host_t *host, int ref);
+
+#endif /* MF_LUA_HOST_H */

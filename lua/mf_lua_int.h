@@ -1,0 +1,64 @@
+/*
+ * lua/mf_lua_int.h — internals shared by the lua/ files: the host and
+ * coroutine records, and the openers of the C modules behind
+ * require "moonflow". Not installed, not for the server.
+ */
+#ifndef MF_LUA_INT_H
+#define MF_LUA_INT_H
+
+#include <stdbool.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include <moonflow/list.h>
+
+#include "mf_lua_host.h"
+
+struct mf_lua_host {
+    lua_State *L;
+    mf_loop_t *loop;
+    mf_lua_log_fn log;
+    void *log_ud;
+    mf_lua_co_t *current; /* the coroutine being resumed, if any */
+    mf_list_t coroutines; /* live mf_lua_co_t */
+    mf_list_t timers;     /* armed background timers */
+    mf_lua_counts_t counts;
+};
+
+struct mf_lua_co {
+    mf_list_t link; /* host->coroutines */
+    mf_lua_host_t *host;
+    lua_State *L;
+    int ref; /* anchors the thread; LUA_NOREF once released */
+    mf_lua_cleanup_fn cleanup;
+    void *op;
+    mf_lua_co_exit_cb cb;
+    void *data;
+};
+
+/* The registry key of the host pointer (a light userdata). */
+extern const char mf_lua_host_key;
+
+/* Openers of the private C modules, each pushing one table. */
+int mf_lua_open_core(lua_State *L);  /* moonflow.core: sleep, now, debug */
+int mf_lua_open_flow(lua_State *L);  /* moonflow.flow: wait, push */
+int mf_lua_open_timer(lua_State *L); /* moonflow.timer: at, every */
+
+/* Host teardown of background timers (mf_lua_timer.c). */
+void mf_lua_timers_shutdown(mf_lua_host_t *host);
+
+/* Embedded Lua modules (generated mf_lua_modules.c). */
+typedef struct mf_lua_module {
+    const char *name; /* "moonflow", "moonflow.test" ... */
+    const char *source;
+    size_t len;
+} mf_lua_module_t;
+extern const mf_lua_module_t mf_lua_modules[];
+extern const size_t mf_lua_modules_count;
+
+/* The stable lowercase error string of a task result ("timeout",
+ * "connection refused" ...). */
+const char *mf_lua_errstr(int state, int error);
+
+#endif /* MF_LUA_INT_H */
