@@ -65,6 +65,7 @@ static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
     mf_lua_host_t *host = co->host;
     mf_lua_co_t *prev = host->current;
     host->current = co;
+    host->counts.resumes++;
     int rc = lua_resume(co->L, nargs);
     host->current = prev;
     if (rc == LUA_YIELD) {

@@ -28,9 +28,10 @@
 enum { ST_RESULTS = 1, ST_CALLBACKS = 2, ST_ERROR = 3 };
 
 struct mf_lua_flow {
-    mf_lua_host_t *host;
-    mf_lua_co_t *co; /* the waiting coroutine; NULL once detached */
-    int ref;         /* the state table; LUA_NOREF once released */
+    mf_loop_t *loop;
+    mf_lua_host_t *host; /* NULL once detached: the host may be gone */
+    mf_lua_co_t *co;     /* the waiting coroutine; NULL once detached */
+    int ref;             /* the state table; LUA_NOREF once released */
     int nslots;
     int root_slot;
     bool unwrap; /* a lone task or parallel: return results[root][1] */
@@ -104,7 +105,7 @@ static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b, mf_lua_kind_t kind,
                                        int parent, int pos)
 {
     mf_lua_flow_t *flow = b->flow;
-    mf_loop_t *loop = mf_lua_host_loop(flow->host);
+    mf_loop_t *loop = flow->loop;
     mf_lua_node_t *n = mf_loop_alloc(loop, sizeof(*n));
     memset(n, 0, sizeof(*n));
     n->flow = flow;
@@ -136,8 +137,7 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
 
 static mf_series_t *mf_lua__series_new(mf_lua_build_t *b, mf_lua_node_t *n)
 {
-    mf_series_t *s =
-        mf_series_create(mf_lua_host_loop(b->flow->host), mf_lua__series_done);
+    mf_series_t *s = mf_series_create(b->flow->loop, mf_lua__series_done);
     mf_series_set_context(s, n);
     n->series = s;
     return s;
@@ -178,8 +178,7 @@ static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d, int parent,
                                          int pos)
 {
     mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_PARALLEL, parent, pos);
-    mf_parallel_t *par =
-        mf_parallel_create(mf_lua_host_loop(b->flow->host), NULL, NULL);
+    mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     int count = (int)lua_objlen(b->L, d);
     for (int i = 1; i <= count; i++) {
         lua_rawgeti(b->L, d, i);
@@ -194,8 +193,7 @@ static mf_task_t *mf_lua__build_nested(mf_lua_build_t *b, int d, int parent,
                                        int pos)
 {
     mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, parent, pos);
-    mf_parallel_t *par =
-        mf_parallel_create(mf_lua_host_loop(b->flow->host), NULL, NULL);
+    mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
     return mf_parallel_task(par);
 }
@@ -212,8 +210,7 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
     mf_lua_node_t *n = mf_lua__node_new(b, kind, parent, pos);
     n->owner = owner;
     mf_lua__node_callback(b, d, n);
-    n->task = mf_lua_leaf_create(b->L, d, n, mf_lua_host_loop(b->flow->host),
-                                 mf_lua__leaf_done);
+    n->task = mf_lua_leaf_create(b->L, d, n, b->flow->loop, mf_lua__leaf_done);
     return n->task;
 }
 
@@ -244,9 +241,13 @@ static void mf_lua__flow_cancel(mf_lua_flow_t *flow)
     }
 }
 
+/* The flow's Lua side ends here (resumed or aborted); its C side goes on
+ * until the root series completes, touching neither Lua nor the host. */
 static void mf_lua__flow_release_lua(mf_lua_flow_t *flow)
 {
     mf_lua_unref(flow->host, flow->ref);
+    flow->host->counts.flows--;
+    flow->host = NULL;
     flow->ref = LUA_NOREF;
     flow->co = NULL;
 }
@@ -261,14 +262,13 @@ static void mf_lua__flow_detach(void *arg)
 
 static void mf_lua__flow_free(mf_lua_flow_t *flow)
 {
-    mf_loop_t *loop = mf_lua_host_loop(flow->host);
+    mf_loop_t *loop = flow->loop;
     mf_list_t *pos;
     while ((pos = mf_list_pop_front(&flow->nodes)) != NULL) {
         mf_lua_node_t *n = mf_container_of(pos, mf_lua_node_t, link);
         mf_free(n->ca_file);
         mf_loop_free(loop, n, sizeof(*n));
     }
-    flow->host->counts.flows--;
     mf_loop_free(loop, flow, sizeof(*flow));
 }
 
@@ -389,6 +389,7 @@ static int mf_lua__wait(lua_State *L)
     mf_lua_host_t *host = mf_lua_co_host(co);
     mf_lua_flow_t *flow = mf_loop_alloc(mf_lua_host_loop(host), sizeof(*flow));
     memset(flow, 0, sizeof(*flow));
+    flow->loop = mf_lua_host_loop(host);
     flow->host = host;
     flow->co = co;
     mf_list_init(&flow->nodes);

@@ -1,0 +1,99 @@
+"""The moonflow binary's command line: run (exit codes, arguments, timers
+keeping it alive, tracebacks), test (the summary line and exit code), serve
+(the placeholder), and --help. Runs from a temporary directory: the Lua
+modules are embedded, nothing is read from the current directory."""
+import os
+import subprocess
+import sys
+import tempfile
+
+MOONFLOW = os.path.abspath(os.environ["MF_MOONFLOW"])
+failures = []
+passed = []
+
+
+def moonflow(args, cwd):
+    return subprocess.run([MOONFLOW] + args, cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+
+
+def check(name, cond, proc=None):
+    if cond:
+        print("ok", name)
+        passed.append(name)
+        return
+    failures.append(name)
+    print("FAIL", name)
+    if proc is not None:
+        print(proc.stdout, proc.stderr, sep="\n")
+
+
+def write(d, name, text):
+    with open(os.path.join(d, name), "w") as f:
+        f.write(text)
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="mf-cli-")
+    write(d, "ok.lua", 'local mf = require "moonflow"\n'
+          'local a, b = ...\nmf.sleep(5)\n'
+          'print(arg[0], a, b, #arg)\n')
+    p = moonflow(["run", "ok.lua", "x", "y"], d)
+    check("run passes arguments and exits 0",
+          p.returncode == 0 and p.stdout == "ok.lua\tx\ty\t2\n", p)
+
+    write(d, "boom.lua", 'local function f() error("boom") end\nf()\n')
+    p = moonflow(["run", "boom.lua"], d)
+    check("run exits 1 with a traceback on error",
+          p.returncode == 1 and "boom.lua:1: boom" in p.stderr
+          and "stack traceback" in p.stderr, p)
+
+    write(d, "timers.lua", 'local mf = require "moonflow"\n'
+          'mf.timer.at(30, function() mf.sleep(5) print("late") end)\n'
+          'print("main done")\n')
+    p = moonflow(["run", "timers.lua"], d)
+    check("run waits for timers started by the script",
+          p.returncode == 0 and p.stdout == "main done\nlate\n", p)
+
+    write(d, "bgfail.lua", 'require("moonflow").timer.at(1, function() '
+          'error("in timer") end)\n')
+    p = moonflow(["run", "bgfail.lua"], d)
+    check("run exits 1 when a background coroutine raised",
+          p.returncode == 1 and "in timer" in p.stderr, p)
+
+    p = moonflow(["run", "missing.lua"], d)
+    check("run exits 1 for a missing file",
+          p.returncode == 1 and "missing.lua" in p.stderr, p)
+
+    os.mkdir(os.path.join(d, "specs"))
+    write(d, "specs/a_spec.lua", 'local mf = require "moonflow"\n'
+          'describe("a", function()\n'
+          '  it("waits", function() mf.sleep(1) end)\n'
+          '  it("fails", function() assert.are.equal(1, 2) end)\n'
+          'end)\n')
+    p = moonflow(["test", "specs"], d)
+    check("test prints the summary and exits 1 on a failure",
+          p.returncode == 1 and
+          p.stdout.rstrip().splitlines()[-1] == "1 passed, 1 failed", p)
+    p = moonflow(["test", "specs", "--filter=waits"], d)
+    check("test passes options to busted",
+          p.returncode == 0 and
+          p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
+
+    p = moonflow(["serve"], d)
+    check("serve is a placeholder that exits 2",
+          p.returncode == 2 and "not yet implemented" in p.stderr, p)
+
+    for args in (["--help"], ["run", "--help"], ["test", "--help"]):
+        p = moonflow(args, d)
+        check(" ".join(args) + " prints usage",
+              p.returncode == 0 and "usage: moonflow" in p.stdout, p)
+    p = moonflow(["frobnicate"], d)
+    check("an unknown command exits 2", p.returncode == 2, p)
+
+    print("%d passed, %d failed" % (len(passed), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

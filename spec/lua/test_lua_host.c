@@ -1,0 +1,206 @@
+/* The host's C API as the server will use it: spawn, exit callbacks for
+ * done / error / abort, parking on a timer and on a flow, abort running the
+ * cleanup hook (the task is canceled, the loop goes idle at once), host
+ * shutdown with live coroutines and timers, and counted references. */
+#include <lauxlib.h>
+
+#include <moonflow/moonflow.h>
+
+#include "mf_lua_host.h"
+#include "test.h"
+
+static mf_loop_t *loop;
+static mf_lua_host_t *host;
+
+typedef struct seen {
+    int calls;
+    mf_lua_co_status_t status;
+    char text[512];
+} seen_t;
+
+static void on_exit_cb(mf_lua_co_t *co, const mf_lua_co_exit_t *ex, void *data)
+{
+    seen_t *s = data;
+    (void)co;
+    s->calls++;
+    s->status = ex->status;
+    const char *t = ex->status == MF_LUA_CO_DONE
+                        ? (ex->nret ? lua_tostring(ex->L, -1) : "")
+                        : ex->message;
+    snprintf(s->text, sizeof s->text, "%s", t ? t : "");
+}
+
+static void setup(void)
+{
+    loop = mf_loop_create();
+    host = mf_lua_host_create(loop, NULL);
+    ASSERT(host);
+}
+
+static void teardown(void)
+{
+    mf_lua_host_destroy(host);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    mf_loop_destroy(loop);
+}
+
+/* Compiles code as a function on the host's state and spawns it. */
+static mf_lua_co_t *spawn(const char *code, seen_t *s)
+{
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT_EQ(luaL_loadstring(L, code), 0);
+    return mf_lua_host_spawn(host, 0, on_exit_cb, s);
+}
+
+static void assert_released(void)
+{
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    ASSERT_EQ(c.coroutines, 0);
+    ASSERT_EQ(c.refs, 0);
+    ASSERT_EQ(c.timers, 0);
+    ASSERT_EQ(c.flows, 0);
+}
+
+TEST(a_coroutine_that_does_not_wait_ends_inside_spawn)
+{
+    setup();
+    seen_t s = {0};
+    ASSERT(spawn("return 'done'", &s) == NULL);
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_EQ(s.status, MF_LUA_CO_DONE);
+    ASSERT_STR_EQ(s.text, "done");
+    assert_released();
+    teardown();
+}
+
+TEST(arguments_reach_the_function)
+{
+    setup();
+    seen_t s = {0};
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT_EQ(luaL_loadstring(L, "local a, b = ... return a .. b"), 0);
+    lua_pushstring(L, "req");
+    lua_pushstring(L, "resp");
+    ASSERT(mf_lua_host_spawn(host, 2, on_exit_cb, &s) == NULL);
+    ASSERT_STR_EQ(s.text, "reqresp");
+    ASSERT_EQ(lua_gettop(L), 0);
+    teardown();
+}
+
+TEST(an_error_reaches_the_exit_callback_with_a_traceback)
+{
+    setup();
+    seen_t s = {0};
+    spawn("local function f() error('boom') end f()", &s);
+    ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
+    ASSERT(strstr(s.text, "boom"));
+    ASSERT(strstr(s.text, "stack traceback"));
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    ASSERT_EQ(c.errors, 1);
+    assert_released();
+    teardown();
+}
+
+TEST(a_parked_coroutine_resumes_when_its_task_completes)
+{
+    setup();
+    seen_t s = {0};
+    mf_lua_co_t *co =
+        spawn("local mf = require 'moonflow' mf.sleep(10) return 'woke'", &s);
+    ASSERT(co != NULL);
+    ASSERT_EQ(s.calls, 0);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_STR_EQ(s.text, "woke");
+    assert_released();
+    teardown();
+}
+
+TEST(abort_runs_the_cleanup_hook_and_releases_the_coroutine)
+{
+    setup();
+    seen_t s = {0};
+    mf_lua_co_t *co =
+        spawn("require('moonflow').sleep(60000) return 'late'", &s);
+    ASSERT(co != NULL);
+    mf_lua_co_abort(co, "client gone");
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_EQ(s.status, MF_LUA_CO_ABORTED);
+    ASSERT_STR_EQ(s.text, "client gone");
+    assert_released();
+    uint64_t t0 = mf_loop_now(loop);
+    mf_loop_run(loop, MF_RUN_DEFAULT); /* the timer is gone: idle now */
+    ASSERT(mf_loop_now(loop) - t0 < 1000);
+    ASSERT_EQ(s.calls, 1);
+    teardown();
+}
+
+TEST(abort_of_a_flow_cancels_its_tasks)
+{
+    setup();
+    seen_t s = {0};
+    mf_lua_co_t *co = spawn("local mf = require 'moonflow'\n"
+                            "mf.series{ mf.task.timer(60000, {callback = "
+                            "  function() error('must not run') end}),\n"
+                            "  mf.parallel{ mf.task.timer(60000) } }:wait()",
+                            &s);
+    ASSERT(co != NULL);
+    mf_loop_run(loop, MF_RUN_NOWAIT); /* the flow is running */
+    mf_lua_co_abort(co, "client gone");
+    ASSERT_EQ(s.status, MF_LUA_CO_ABORTED);
+    uint64_t t0 = mf_loop_now(loop);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(mf_loop_now(loop) - t0 < 1000);
+    assert_released(); /* the flow's C side too, once its tasks ended */
+    ASSERT_EQ(s.calls, 1);
+    teardown();
+}
+
+TEST(a_bare_coroutine_yield_ends_the_coroutine_with_an_error)
+{
+    setup();
+    seen_t s = {0};
+    ASSERT(spawn("coroutine.yield()", &s) == NULL);
+    ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
+    ASSERT(strstr(s.text, "mf.sleep(0)"));
+    assert_released();
+    teardown();
+}
+
+TEST(destroy_aborts_live_coroutines_and_cancels_timers)
+{
+    setup();
+    seen_t a = {0}, b = {0};
+    spawn("require('moonflow').sleep(60000)", &a);
+    spawn("local mf = require 'moonflow'\n"
+          "mf.timer.every(5, function() end)\n"
+          "mf.parallel{ mf.task.timer(60000), mf.task.go('sleep_ms', 1) }"
+          ":wait()",
+          &b);
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    ASSERT_EQ(c.coroutines, 2);
+    ASSERT_EQ(c.timers, 1);
+    mf_lua_host_destroy(host);
+    host = NULL;
+    ASSERT_EQ(a.status, MF_LUA_CO_ABORTED);
+    ASSERT_EQ(b.status, MF_LUA_CO_ABORTED);
+    uint64_t t0 = mf_loop_now(loop);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(mf_loop_now(loop) - t0 < 1000);
+    mf_loop_destroy(loop);
+}
+
+TEST(the_host_is_found_from_any_thread_of_its_state)
+{
+    setup();
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT(mf_lua_host_from_state(L) == host);
+    lua_State *T = lua_newthread(L);
+    ASSERT(mf_lua_host_from_state(T) == host);
+    ASSERT(mf_lua_host_loop(host) == loop);
+    lua_pop(L, 1);
+    teardown();
+}
