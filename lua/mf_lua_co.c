@@ -66,12 +66,17 @@ static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
     mf_lua_co_t *prev = host->current;
     host->current = co;
     host->counts.resumes++;
+    co->running = true;
     int rc = lua_resume(co->L, nargs);
+    co->running = false;
     host->current = prev;
     if (rc == LUA_YIELD) {
-        if (co->cleanup)
+        if (co->abort_reason)
+            mf_lua__co_exit(co, MF_LUA_CO_ABORTED, co->abort_reason, 0);
+        else if (co->cleanup)
             return true;
-        mf_lua__co_exit(co, MF_LUA_CO_ERROR, mf_lua__bare_yield, 0);
+        else
+            mf_lua__co_exit(co, MF_LUA_CO_ERROR, mf_lua__bare_yield, 0);
         return false;
     }
     if (rc == 0)
@@ -93,6 +98,8 @@ mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
     co->op = NULL;
     co->cb = cb;
     co->data = data;
+    co->running = false;
+    co->abort_reason = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
     lua_xmove(L, co->L, nargs + 1);
@@ -101,7 +108,13 @@ mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
 
 void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)
 {
-    mf_lua__co_exit(co, MF_LUA_CO_ABORTED, reason ? reason : "aborted", 0);
+    if (!reason)
+        reason = "aborted";
+    if (co->running) { /* from a C function it called: end at its yield */
+        co->abort_reason = reason;
+        return;
+    }
+    mf_lua__co_exit(co, MF_LUA_CO_ABORTED, reason, 0);
 }
 
 lua_State *mf_lua_co_thread(const mf_lua_co_t *co)

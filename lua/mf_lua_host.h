@@ -63,7 +63,8 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
 /* Aborts every live coroutine (cleanup hooks run, exit callbacks see
  * MF_LUA_CO_ABORTED), cancels background timers, closes the state. Tasks
  * canceled here complete later on the loop without touching Lua: run the
- * loop until idle before destroying it. */
+ * loop until idle before destroying it. Call it from the loop, never from
+ * inside Lua (a C function called by a coroutine). */
 void mf_lua_host_destroy(mf_lua_host_t *host);
 
 lua_State *mf_lua_host_state(const mf_lua_host_t *host);
@@ -113,7 +114,10 @@ mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
                                mf_lua_co_exit_cb cb, void *data);
 /* Ends a parked coroutine: its cleanup hook runs (cancels the pending task),
  * then the exit callback with MF_LUA_CO_ABORTED, then the reference is
- * released. Never call it on a handle whose exit callback has run. */
+ * released. Called while the coroutine runs (from a C function it called,
+ * e.g. a write that finds the client gone), it ends at its next park
+ * instead. reason must outlive the coroutine (a literal). Never call it on
+ * a handle whose exit callback has run. */
 void mf_lua_co_abort(mf_lua_co_t *co, const char *reason);
 
 lua_State *mf_lua_co_thread(const mf_lua_co_t *co);

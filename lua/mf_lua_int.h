@@ -35,6 +35,8 @@ struct mf_lua_co {
     void *op;
     mf_lua_co_exit_cb cb;
     void *data;
+    bool running;             /* inside lua_resume */
+    const char *abort_reason; /* an abort asked for while running */
 };
 
 /* The registry key of the host pointer (a light userdata). */

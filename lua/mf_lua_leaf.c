@@ -84,15 +84,32 @@ static lua_Number mf_lua__num_field(lua_State *L, int idx, const char *field,
     return v;
 }
 
+/* headers = {Name = "v", ["Set-Thing"] = {"a", "b"}}: a list value sends
+ * the field once per element. */
+static void mf_lua__http_header(lua_State *L, mf_task_t *task)
+{
+    const char *name = lua_tostring(L, -2);
+    if (lua_isstring(L, -1)) {
+        mf_task_http_add_header(task, name, lua_tostring(L, -1));
+        return;
+    }
+    int n = (int)lua_objlen(L, -1);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, i);
+        if (lua_isstring(L, -1))
+            mf_task_http_add_header(task, name, lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+}
+
 static void mf_lua__http_headers(lua_State *L, int idx, mf_task_t *task)
 {
     lua_getfield(L, idx, "headers");
     if (lua_istable(L, -1)) {
         lua_pushnil(L);
         while (lua_next(L, -2)) {
-            if (lua_type(L, -2) == LUA_TSTRING && lua_isstring(L, -1))
-                mf_task_http_add_header(task, lua_tostring(L, -2),
-                                        lua_tostring(L, -1));
+            if (lua_type(L, -2) == LUA_TSTRING)
+                mf_lua__http_header(L, task);
             lua_pop(L, 1);
         }
     }

@@ -1,23 +1,40 @@
--- moonflow — the Lua API (require "moonflow"). Thin: descriptions are plain
--- tables checked and run by the C side (moonflow.core/flow/timer/go); this
--- file names things and turns task results into (value) / (nil, err).
+-- moonflow — the Lua API (require "moonflow"). Thin: a flow step is a plain
+-- table {kind = ..., fields} checked, built and run by the C side
+-- (moonflow.core, moonflow.flow, moonflow.timer); this file names things,
+-- raises misuse at the caller's line, and turns task results into
+-- (value) / (nil, err).
 local core = require "moonflow.core"
 local cflow = require "moonflow.flow"
 local ctimer = require "moonflow.timer"
 
 local select, setmetatable, getmetatable = select, setmetatable, getmetatable
-local type, error, pairs, unpack = type, error, pairs, unpack
+local type, error, pairs, pcall, unpack = type, error, pairs, pcall, unpack
+local getinfo = debug.getinfo
 
 local mf = { _VERSION = "0.1.0" }
+
+-- Raises msg at the first caller outside the embedded moonflow modules:
+-- misuse is reported where the script made it.
+local function raise(msg)
+  local level = 2
+  while true do
+    local info = getinfo(level, "S")
+    if not info or info.source:sub(1, 11) ~= "=[moonflow]" then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
 
 -- A flow step (task, series or parallel) knows how to wait for itself.
 local Step = {}
 Step.__index = Step
 
--- Runs the whole flow in C; yields once; returns the results table.
+-- Builds the whole C tree, yields once, returns the results. A callback
+-- that raised fails the flow: its error (with traceback) is raised here.
 function Step:wait()
-  local res, err = cflow.wait(self)
-  if err then error(err, 2) end
+  local ok, res, err = pcall(cflow.wait, self)
+  if not ok then raise(res) end
+  if err then raise(err) end
   return res
 end
 
@@ -28,7 +45,7 @@ end
 
 local function copy_opts(opts, into)
   if opts ~= nil and type(opts) ~= "table" then
-    error("options must be a table", 3)
+    raise("options must be a table")
   end
   for k, v in pairs(opts or {}) do into[k] = v end
   return into
@@ -36,13 +53,13 @@ end
 
 local function list(kind, steps)
   if type(steps) ~= "table" then
-    error("mf." .. kind .. " expects a list of steps", 3)
+    raise("mf." .. kind .. " expects a list of steps")
   end
   local s = {}
   for i = 1, #steps do
     if getmetatable(steps[i]) ~= Step then
-      error(("mf.%s: step %d is not a task, series or parallel"):format(
-        kind, i), 3)
+      raise(("mf.%s: step %d is not a task, series or parallel"):format(
+        kind, i))
     end
     s[i] = steps[i]
   end
@@ -58,13 +75,15 @@ function mf.parallel(steps) return list("parallel", steps) end
 mf.task = {}
 
 function mf.task.timer(ms, opts)
-  if type(ms) ~= "number" then error("mf.task.timer(ms): number expected", 2) end
+  if type(ms) ~= "number" or ms < 0 then
+    raise("mf.task.timer(ms): a number >= 0 expected")
+  end
   return step("timer", copy_opts(opts, { ms = ms }))
 end
 
 function mf.task.http(req)
   if type(req) ~= "table" or type(req.url) ~= "string" then
-    error("mf.task.http{url = ...}: url expected", 2)
+    raise("mf.task.http{url = ...}: url expected")
   end
   local fields = copy_opts(req, {})
   if not fields.method then fields.method = fields.body and "POST" or "GET" end
@@ -79,6 +98,7 @@ function mf.task.go(name, ...)
     fields.args = { n = #args, unpack(args) }
     return step("go", fields)
   end
+  if type(name) ~= "string" then raise("mf.task.go(name, ...): name expected") end
   return step("go", { name = name, args = { n = select("#", ...), ... } })
 end
 
@@ -93,7 +113,7 @@ mf.http = {}
 function mf.http.request(req)
   local r, err = value_of(mf.task.http(req):wait())
   if not r then return nil, err end
-  r.state, r.kind = nil, nil
+  r.state = nil
   return r
 end
 
@@ -124,7 +144,7 @@ if ok then
   }
 else
   mf.json = setmetatable({}, { __index = function()
-    error("mf.json needs lua-cjson (cjson.so on package.cpath)", 2)
+    raise("mf.json needs lua-cjson (cjson.so on package.cpath)")
   end })
 end
 

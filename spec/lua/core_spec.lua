@@ -25,6 +25,18 @@ describe("mf.sleep", function()
     assert.matches("not in a moonflow coroutine", err)
   end)
 
+  it("raises inside require, a C call boundary, and stays usable", function()
+    package.preload["spec.waits_in_require"] = function() mf.sleep(1) end
+    local before = mf.debug.counts()
+    local ok, err = pcall(require, "spec.waits_in_require")
+    assert.is_false(ok)
+    assert.matches("yield across", err)
+    mf.sleep(1) -- the failed park is cleaned up; this one works
+    local after = mf.debug.counts()
+    assert.are.equal(before.refs, after.refs)
+    assert.are.equal(before.coroutines, after.coroutines)
+  end)
+
   it("lets a pcall-protected function wait (LuaJIT yields across pcall)", function()
     local ok, v = pcall(function() mf.sleep(1); return 42 end)
     assert.is_true(ok)

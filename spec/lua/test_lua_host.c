@@ -158,6 +158,38 @@ TEST(abort_of_a_flow_cancels_its_tasks)
     teardown();
 }
 
+static int abort_me(lua_State *L)
+{
+    mf_lua_co_abort(mf_lua_co_check(L), "client gone while running");
+    return 0;
+}
+
+TEST(abort_while_running_ends_the_coroutine_at_its_next_park)
+{
+    setup();
+    seen_t s = {0};
+    lua_State *L = mf_lua_host_state(host);
+    lua_register(L, "abort_me", abort_me);
+    mf_lua_co_t *co = spawn("abort_me() ran_on = true\n"
+                            "require('moonflow').sleep(60000)\n"
+                            "ran_after = true",
+                            &s);
+    ASSERT(co == NULL);
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_EQ(s.status, MF_LUA_CO_ABORTED);
+    ASSERT_STR_EQ(s.text, "client gone while running");
+    lua_getglobal(L, "ran_on");
+    ASSERT(lua_toboolean(L, -1));
+    lua_getglobal(L, "ran_after");
+    ASSERT(!lua_toboolean(L, -1));
+    lua_pop(L, 2);
+    assert_released();
+    uint64_t t0 = mf_loop_now(loop);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(mf_loop_now(loop) - t0 < 1000);
+    teardown();
+}
+
 TEST(a_bare_coroutine_yield_ends_the_coroutine_with_an_error)
 {
     setup();
