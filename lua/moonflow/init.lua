@@ -16,13 +16,13 @@ local mf = { _VERSION = "0.1.0" }
 -- Raises msg at the first caller outside the embedded moonflow modules:
 -- misuse is reported where the script made it.
 local function raise(msg)
-  local level = 2
-  while true do
-    local info = getinfo(level, "S")
-    if not info or info.source:sub(1, 11) ~= "=[moonflow]" then break end
-    level = level + 1
-  end
-  error(msg, level)
+    local level = 2
+    while true do
+        local info = getinfo(level, "S")
+        if not info or info.source:sub(1, 11) ~= "=[moonflow]" then break end
+        level = level + 1
+    end
+    error(msg, level)
 end
 
 -- A flow step (task, series or parallel) knows how to wait for itself.
@@ -32,38 +32,38 @@ Step.__index = Step
 -- Builds the whole C tree, yields once, returns the results. A callback
 -- that raised fails the flow: its error (with traceback) is raised here.
 function Step:wait()
-  local ok, res, err = pcall(cflow.wait, self)
-  if not ok then raise(res) end
-  if err then raise(err) end
-  return res
+    local ok, res, err = pcall(cflow.wait, self)
+    if not ok then raise(res) end
+    if err then raise(err) end
+    return res
 end
 
 local function step(kind, fields)
-  fields.kind = kind
-  return setmetatable(fields, Step)
+    fields.kind = kind
+    return setmetatable(fields, Step)
 end
 
 local function copy_opts(opts, into)
-  if opts ~= nil and type(opts) ~= "table" then
-    raise("options must be a table")
-  end
-  for k, v in pairs(opts or {}) do into[k] = v end
-  return into
+    if opts ~= nil and type(opts) ~= "table" then
+        raise("options must be a table")
+    end
+    for k, v in pairs(opts or {}) do into[k] = v end
+    return into
 end
 
 local function list(kind, steps)
-  if type(steps) ~= "table" then
-    raise("mf." .. kind .. " expects a list of steps")
-  end
-  local s = {}
-  for i = 1, #steps do
-    if getmetatable(steps[i]) ~= Step then
-      raise(("mf.%s: step %d is not a task, series or parallel"):format(
-        kind, i))
+    if type(steps) ~= "table" then
+        raise("mf." .. kind .. " expects a list of steps")
     end
-    s[i] = steps[i]
-  end
-  return step(kind, s)
+    local s = {}
+    for i = 1, #steps do
+        if getmetatable(steps[i]) ~= Step then
+            raise(("mf.%s: step %d is not a task, series or parallel"):format(
+                kind, i))
+        end
+        s[i] = steps[i]
+    end
+    return step(kind, s)
 end
 
 mf.sleep = core.sleep
@@ -75,77 +75,77 @@ function mf.parallel(steps) return list("parallel", steps) end
 mf.task = {}
 
 function mf.task.timer(ms, opts)
-  if type(ms) ~= "number" or ms < 0 then
-    raise("mf.task.timer(ms): a number >= 0 expected")
-  end
-  return step("timer", copy_opts(opts, { ms = ms }))
+    if type(ms) ~= "number" or ms < 0 then
+        raise("mf.task.timer(ms): a number >= 0 expected")
+    end
+    return step("timer", copy_opts(opts, { ms = ms }))
 end
 
 function mf.task.http(req)
-  if type(req) ~= "table" or type(req.url) ~= "string" then
-    raise("mf.task.http{url = ...}: url expected")
-  end
-  local fields = copy_opts(req, {})
-  if not fields.method then fields.method = fields.body and "POST" or "GET" end
-  return step("http", fields)
+    if type(req) ~= "table" or type(req.url) ~= "string" then
+        raise("mf.task.http{url = ...}: url expected")
+    end
+    local fields = copy_opts(req, {})
+    if not fields.method then fields.method = fields.body and "POST" or "GET" end
+    return step("http", fields)
 end
 
 -- mf.task.go(name, ...) or mf.task.go{name = , args = {...}, timeout = }.
 function mf.task.go(name, ...)
-  if type(name) == "table" then
-    local fields = copy_opts(name, {})
-    local args = fields.args or {}
-    fields.args = { n = #args, unpack(args) }
-    return step("go", fields)
-  end
-  if type(name) ~= "string" then raise("mf.task.go(name, ...): name expected") end
-  return step("go", { name = name, args = { n = select("#", ...), ... } })
+    if type(name) == "table" then
+        local fields = copy_opts(name, {})
+        local args = fields.args or {}
+        fields.args = { n = #args, unpack(args) }
+        return step("go", fields)
+    end
+    if type(name) ~= "string" then raise("mf.task.go(name, ...): name expected") end
+    return step("go", { name = name, args = { n = select("#", ...), ... } })
 end
 
 -- A result table of a failed task becomes nil, err.
 local function value_of(r)
-  if r.state ~= "success" then return nil, r.error end
-  return r
+    if r.state ~= "success" then return nil, r.error end
+    return r
 end
 
 mf.http = {}
 
 function mf.http.request(req)
-  local r, err = value_of(mf.task.http(req):wait())
-  if not r then return nil, err end
-  r.state = nil
-  return r
+    local r, err = value_of(mf.task.http(req):wait())
+    if not r then return nil, err end
+    r.state = nil
+    return r
 end
 
 function mf.http.get(url, opts)
-  return mf.http.request(copy_opts(opts, { url = url, method = "GET" }))
+    return mf.http.request(copy_opts(opts, { url = url, method = "GET" }))
 end
 
 function mf.http.post(url, body, opts)
-  return mf.http.request(copy_opts(opts,
-    { url = url, method = "POST", body = body }))
+    return mf.http.request(copy_opts(opts,
+        { url = url, method = "POST", body = body }))
 end
 
 function mf.go(name, ...)
-  local r, err = value_of(mf.task.go(name, ...):wait())
-  if not r then return nil, err end
-  return r.value
+    local r, err = value_of(mf.task.go(name, ...):wait())
+    if not r then return nil, err end
+    return r.value
 end
 
 mf.timer = { at = ctimer.at, every = ctimer.every }
 
 local ok, cjson = pcall(require, "cjson.safe")
 if ok then
-  local strict = require "cjson"
-  mf.json = {
-    encode = strict.encode,
-    decode = cjson.decode,
-    null = strict.null,
-  }
+    local strict = require "cjson"
+    mf.json = {
+        encode = strict.encode,
+        decode = cjson.decode,
+        null = strict.null,
+    }
 else
-  mf.json = setmetatable({}, { __index = function()
-    raise("mf.json needs lua-cjson (cjson.so on package.cpath)")
-  end })
+    mf.json = setmetatable({}, { __index = function()
+        raise("mf.json needs lua-cjson (cjson.so on package.cpath)")
+    end })
 end
 
 mf.debug = { counts = core.counts }

@@ -9,153 +9,153 @@ local base = port and ("http://127.0.0.1:" .. port) or nil
 local dead = os.getenv("MF_DEAD_PORT") or "1"
 
 describe("mf.http", function()
-  setup(function()
-    assert(base, "MF_HTTP_PORT is not set: run through spec/lua/run_specs.py")
-  end)
-
-  it("get returns {status, headers, body}", function()
-    local r, err = mf.http.get(base .. "/")
-    assert.is_nil(err)
-    assert.are.equal(200, r.status)
-    assert.are.equal("0123456789abcdef", r.body)
-    assert.are.equal("text/plain", r.headers["content-type"])
-  end)
-
-  it("looks headers up in any case", function()
-    local r = assert(mf.http.get(base .. "/"))
-    assert.are.equal(r.headers["content-type"], r.headers["Content-Type"])
-    assert.are.equal("16", r.headers["CONTENT-LENGTH"])
-    assert.is_nil(r.headers["x-not-there"])
-  end)
-
-  it("returns any status as a response, not an error", function()
-    local r, err = mf.http.get(base .. "/missing")
-    assert.is_nil(err)
-    assert.are.equal(404, r.status)
-  end)
-
-  it("post sends the body", function()
-    local r = assert(mf.http.post(base .. "/echo", "hello body"))
-    assert.are.equal("POST", r.headers["x-method"])
-    assert.are.equal("10", r.headers["x-body-length"])
-    assert.are.equal("hello body", r.body)
-  end)
-
-  it("request takes method, headers and body", function()
-    local r = assert(mf.http.request {
-      method = "PUT", url = base .. "/echo", body = "{}",
-      headers = { ["Content-Type"] = "application/json" },
-    })
-    assert.are.equal("PUT", r.headers["x-method"])
-    assert.are.equal("{}", r.body)
-  end)
-
-  it("passes request headers through", function()
-    local r = assert(mf.http.get(base .. "/info", {
-      headers = { ["X-One"] = "1", ["X-Two"] = "2" } }))
-    assert.matches("method=GET", r.body)
-    -- Host, X-One, X-Two at least
-    assert.is_true(tonumber(r.body:match("headers=(%d+)")) >= 3)
-  end)
-
-  it("returns nil, 'timeout' when the server is too slow", function()
-    local t0 = mf.now()
-    local r, err = mf.http.get(base .. "/held?ms=2000", { timeout = 50 })
-    assert.is_nil(r)
-    assert.are.equal("timeout", err)
-    assert.is_true(mf.now() - t0 < 1500)
-  end)
-
-  it("returns nil, 'connection refused' when nothing listens", function()
-    local r, err = mf.http.get("http://127.0.0.1:" .. dead .. "/",
-                               { retries = 0 })
-    assert.is_nil(r)
-    assert.are.equal("connection refused", err)
-  end)
-
-  it("returns nil, 'tls error' when the server does not speak TLS", function()
-    local r, err = mf.http.get("https://127.0.0.1:" .. port .. "/",
-                               { timeout = 3000 })
-    assert.is_nil(r)
-    assert.are.equal("tls error", err)
-  end)
-
-  it("returns nil, 'invalid argument' for a URL it cannot use", function()
-    local r, err = mf.http.get("ftp://example/")
-    assert.is_nil(r)
-    assert.are.equal("invalid argument", err)
-  end)
-
-  it("raises on a missing url (a programmer error)", function()
-    assert.has_error(function() mf.http.request {} end)
-    assert.has_error(function() mf.http.get(42) end)
-    assert.has_error(function()
-      mf.http.request { url = base, headers = "x" }
+    setup(function()
+        assert(base, "MF_HTTP_PORT is not set: run through spec/lua/run_specs.py")
     end)
-  end)
+
+    it("get returns {status, headers, body}", function()
+        local r, err = mf.http.get(base .. "/")
+        assert.is_nil(err)
+        assert.are.equal(200, r.status)
+        assert.are.equal("0123456789abcdef", r.body)
+        assert.are.equal("text/plain", r.headers["content-type"])
+    end)
+
+    it("looks headers up in any case", function()
+        local r = assert(mf.http.get(base .. "/"))
+        assert.are.equal(r.headers["content-type"], r.headers["Content-Type"])
+        assert.are.equal("16", r.headers["CONTENT-LENGTH"])
+        assert.is_nil(r.headers["x-not-there"])
+    end)
+
+    it("returns any status as a response, not an error", function()
+        local r, err = mf.http.get(base .. "/missing")
+        assert.is_nil(err)
+        assert.are.equal(404, r.status)
+    end)
+
+    it("post sends the body", function()
+        local r = assert(mf.http.post(base .. "/echo", "hello body"))
+        assert.are.equal("POST", r.headers["x-method"])
+        assert.are.equal("10", r.headers["x-body-length"])
+        assert.are.equal("hello body", r.body)
+    end)
+
+    it("request takes method, headers and body", function()
+        local r = assert(mf.http.request {
+            method = "PUT", url = base .. "/echo", body = "{}",
+            headers = { ["Content-Type"] = "application/json" },
+        })
+        assert.are.equal("PUT", r.headers["x-method"])
+        assert.are.equal("{}", r.body)
+    end)
+
+    it("passes request headers through", function()
+        local r = assert(mf.http.get(base .. "/info", {
+            headers = { ["X-One"] = "1", ["X-Two"] = "2" } }))
+        assert.matches("method=GET", r.body)
+        -- Host, X-One, X-Two at least
+        assert.is_true(tonumber(r.body:match("headers=(%d+)")) >= 3)
+    end)
+
+    it("returns nil, 'timeout' when the server is too slow", function()
+        local t0 = mf.now()
+        local r, err = mf.http.get(base .. "/held?ms=2000", { timeout = 50 })
+        assert.is_nil(r)
+        assert.are.equal("timeout", err)
+        assert.is_true(mf.now() - t0 < 1500)
+    end)
+
+    it("returns nil, 'connection refused' when nothing listens", function()
+        local r, err = mf.http.get("http://127.0.0.1:" .. dead .. "/",
+                                                              { retries = 0 })
+        assert.is_nil(r)
+        assert.are.equal("connection refused", err)
+    end)
+
+    it("returns nil, 'tls error' when the server does not speak TLS", function()
+        local r, err = mf.http.get("https://127.0.0.1:" .. port .. "/",
+                                                              { timeout = 3000 })
+        assert.is_nil(r)
+        assert.are.equal("tls error", err)
+    end)
+
+    it("returns nil, 'invalid argument' for a URL it cannot use", function()
+        local r, err = mf.http.get("ftp://example/")
+        assert.is_nil(r)
+        assert.are.equal("invalid argument", err)
+    end)
+
+    it("raises on a missing url (a programmer error)", function()
+        assert.has_error(function() mf.http.request {} end)
+        assert.has_error(function() mf.http.get(42) end)
+        assert.has_error(function()
+            mf.http.request { url = base, headers = "x" }
+        end)
+    end)
 end)
 
 describe("mf.http over TLS", function()
-  local tls_port = os.getenv("MF_HTTPS_PORT")
-  local ca_file = os.getenv("MF_CA_FILE")
-  local url = tls_port and ("https://127.0.0.1:" .. tls_port .. "/echo")
+    local tls_port = os.getenv("MF_HTTPS_PORT")
+    local ca_file = os.getenv("MF_CA_FILE")
+    local url = tls_port and ("https://127.0.0.1:" .. tls_port .. "/echo")
 
-  -- First: the client pools connections by endpoint and verification mode,
-  -- not by CA file, so a connection verified with ca_file would be reused.
-  it("returns nil, 'tls error' for a certificate it cannot verify", function()
-    local r, err = mf.http.get(url, { retries = 0 })
-    assert.is_nil(r)
-    assert.are.equal("tls error", err)
-  end)
+    -- First: the client pools connections by endpoint and verification mode,
+    -- not by CA file, so a connection verified with ca_file would be reused.
+    it("returns nil, 'tls error' for a certificate it cannot verify", function()
+        local r, err = mf.http.get(url, { retries = 0 })
+        assert.is_nil(r)
+        assert.are.equal("tls error", err)
+    end)
 
-  it("verifies the server against ca_file", function()
-    local r, err = mf.http.post(url, "secret", { ca_file = ca_file })
-    assert.is_nil(err)
-    assert.are.equal(200, r.status)
-    assert.are.equal("secret", r.body)
-  end)
+    it("verifies the server against ca_file", function()
+        local r, err = mf.http.post(url, "secret", { ca_file = ca_file })
+        assert.is_nil(err)
+        assert.are.equal(200, r.status)
+        assert.are.equal("secret", r.body)
+    end)
 
-  it("skips verification with verify = false", function()
-    local r = assert(mf.http.get(url, { verify = false }))
-    assert.are.equal(200, r.status)
-  end)
+    it("skips verification with verify = false", function()
+        local r = assert(mf.http.get(url, { verify = false }))
+        assert.are.equal(200, r.status)
+    end)
 end)
 
 describe("mf.task.http", function()
-  it("runs requests side by side in a parallel", function()
-    local t0 = mf.now()
-    local r = mf.parallel {
-      mf.task.http { url = base .. "/held?ms=60" },
-      mf.task.http { url = base .. "/held?ms=60" },
-      mf.task.http { url = base .. "/echo", body = "x" },
-    }:wait()
-    assert.is_true(mf.now() - t0 < 115)
-    assert.are.equal("held\n", r[1].body)
-    assert.are.equal(200, r[2].status)
-    assert.are.equal("POST", r[3].headers["X-Method"])
-  end)
+    it("runs requests side by side in a parallel", function()
+        local t0 = mf.now()
+        local r = mf.parallel {
+            mf.task.http { url = base .. "/held?ms=60" },
+            mf.task.http { url = base .. "/held?ms=60" },
+            mf.task.http { url = base .. "/echo", body = "x" },
+        }:wait()
+        assert.is_true(mf.now() - t0 < 115)
+        assert.are.equal("held\n", r[1].body)
+        assert.are.equal(200, r[2].status)
+        assert.are.equal("POST", r[3].headers["X-Method"])
+    end)
 
-  it("reports failures as the task's state and error", function()
-    local r = mf.series {
-      mf.task.http { url = base .. "/held?ms=1000", timeout = 30 },
-      mf.task.http { url = "http://127.0.0.1:" .. dead .. "/", retries = 0 },
-      mf.task.http { url = base .. "/" },
-    }:wait()
-    assert.are.equal("timeout", r[1].state)
-    assert.are.equal("system error", r[2].state)
-    assert.are.equal("connection refused", r[2].error)
-    assert.are.equal("success", r[3].state)
-    assert.is_nil(r[2].status)
-  end)
+    it("reports failures as the task's state and error", function()
+        local r = mf.series {
+            mf.task.http { url = base .. "/held?ms=1000", timeout = 30 },
+            mf.task.http { url = "http://127.0.0.1:" .. dead .. "/", retries = 0 },
+            mf.task.http { url = base .. "/" },
+        }:wait()
+        assert.are.equal("timeout", r[1].state)
+        assert.are.equal("system error", r[2].state)
+        assert.are.equal("connection refused", r[2].error)
+        assert.are.equal("success", r[3].state)
+        assert.is_nil(r[2].status)
+    end)
 
-  it("hands each response to its callback", function()
-    local bodies = {}
-    mf.series {
-      mf.task.http { url = base .. "/echo", body = "one",
-        callback = function(res) bodies[#bodies + 1] = res.body end },
-      mf.task.http { url = base .. "/echo", body = "two",
-        callback = function(res) bodies[#bodies + 1] = res.body end },
-    }:wait()
-    assert.are.same({ "one", "two" }, bodies)
-  end)
+    it("hands each response to its callback", function()
+        local bodies = {}
+        mf.series {
+            mf.task.http { url = base .. "/echo", body = "one",
+                callback = function(res) bodies[#bodies + 1] = res.body end },
+            mf.task.http { url = base .. "/echo", body = "two",
+                callback = function(res) bodies[#bodies + 1] = res.body end },
+        }:wait()
+        assert.are.same({ "one", "two" }, bodies)
+    end)
 end)

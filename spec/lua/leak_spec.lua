@@ -3,76 +3,77 @@
 local mf = require "moonflow"
 
 local function settle()
-  collectgarbage()
-  mf.sleep(10)
-  collectgarbage()
+    collectgarbage()
+    mf.sleep(10)
+    collectgarbage()
 end
 
 local function counts()
-  local c = mf.debug.counts()
-  return { coroutines = c.coroutines, refs = c.refs, timers = c.timers,
-           flows = c.flows }
+    local c = mf.debug.counts()
+    return { coroutines = c.coroutines, refs = c.refs, timers = c.timers,
+                      flows = c.flows }
 end
 
 describe("the host", function()
-  local base
-  before_each(function()
-    settle()
-    base = counts()
-  end)
+    local base
+    before_each(function()
+        settle()
+        base = counts()
+    end)
 
-  it("releases everything after flows", function()
-    for _ = 1, 20 do
-      mf.series { mf.task.timer(1), mf.parallel { mf.task.timer(1),
-        mf.series { mf.task.timer(1) } } }:wait()
-    end
-    settle()
-    assert.are.same(base, counts())
-  end)
+    it("releases everything after flows", function()
+        for _ = 1, 20 do
+            mf.series { mf.task.timer(1), mf.parallel { mf.task.timer(1),
+                mf.series { mf.task.timer(1) } } }:wait()
+        end
+        settle()
+        assert.are.same(base, counts())
+    end)
 
-  it("releases everything after timeouts", function()
-    for _ = 1, 5 do
-      mf.parallel { mf.task.timer(500, { timeout = 1 }),
-                    mf.task.go { name = "sleep_ms", args = { 30 }, timeout = 1 } }
-        :wait()
-    end
-    mf.sleep(60) -- the go calls run to their end on the pool
-    settle()
-    assert.are.same(base, counts())
-  end)
+    it("releases everything after timeouts", function()
+        for _ = 1, 5 do
+            mf.parallel {
+                mf.task.timer(500, { timeout = 1 }),
+                mf.task.go { name = "sleep_ms", args = { 30 }, timeout = 1 },
+            }:wait()
+        end
+        mf.sleep(60) -- the go calls run to their end on the pool
+        settle()
+        assert.are.same(base, counts())
+    end)
 
-  it("releases everything after a callback raised", function()
-    for _ = 1, 5 do
-      pcall(function()
-        mf.series { mf.task.timer(1, { callback = function() error("x") end }),
-                    mf.task.timer(300) }:wait()
-      end)
-    end
-    settle()
-    assert.are.same(base, counts())
-  end)
+    it("releases everything after a callback raised", function()
+        for _ = 1, 5 do
+            pcall(function()
+                mf.series { mf.task.timer(1, { callback = function() error("x") end }),
+                                        mf.task.timer(300) }:wait()
+            end)
+        end
+        settle()
+        assert.are.same(base, counts())
+    end)
 
-  it("releases the coroutines of timers, failed ones too", function()
-    for i = 1, 10 do
-      mf.timer.at(1, function() mf.sleep(1); if i % 2 == 0 then error("x") end end)
-    end
-    local h = mf.timer.every(1, function() end)
-    mf.sleep(30)
-    h:cancel()
-    settle()
-    assert.are.same(base, counts())
-  end)
+    it("releases the coroutines of timers, failed ones too", function()
+        for i = 1, 10 do
+            mf.timer.at(1, function() mf.sleep(1); if i % 2 == 0 then error("x") end end)
+        end
+        local h = mf.timer.every(1, function() end)
+        mf.sleep(30)
+        h:cancel()
+        settle()
+        assert.are.same(base, counts())
+    end)
 
-  it("releases the callbacks and results of pushed tasks", function()
-    for _ = 1, 10 do
-      local n = 0
-      local function again(_, flow)
-        n = n + 1
-        if n < 3 then flow:push(mf.task.timer(1, { callback = again })) end
-      end
-      mf.series { mf.task.timer(1, { callback = again }) }:wait()
-    end
-    settle()
-    assert.are.same(base, counts())
-  end)
+    it("releases the callbacks and results of pushed tasks", function()
+        for _ = 1, 10 do
+            local n = 0
+            local function again(_, flow)
+                n = n + 1
+                if n < 3 then flow:push(mf.task.timer(1, { callback = again })) end
+            end
+            mf.series { mf.task.timer(1, { callback = again }) }:wait()
+        end
+        settle()
+        assert.are.same(base, counts())
+    end)
 end)
