@@ -26,11 +26,17 @@ static void mf_lua__co_cleanup(mf_lua_co_t *co)
         cleanup(op);
 }
 
-/* The one exit path. The record is freed on return. */
+/* The one exit path of every coroutine: done, error, abort, shutdown. It
+ * runs the pending cleanup, calls the owner back, releases the reference
+ * and frees the record. Idempotent while it runs: an abort from inside the
+ * exit callback finds the coroutine exiting and does nothing. */
 static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
                             const char *message, int nret)
 {
     mf_lua_host_t *host = co->host;
+    if (co->exiting)
+        return;
+    co->exiting = true;
     mf_lua__co_cleanup(co);
     mf_list_remove(&co->link);
     if (status == MF_LUA_CO_ERROR)
@@ -99,6 +105,7 @@ mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
     co->cb = cb;
     co->data = data;
     co->running = false;
+    co->exiting = false;
     co->abort_reason = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;

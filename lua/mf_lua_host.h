@@ -116,8 +116,9 @@ mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
  * then the exit callback with MF_LUA_CO_ABORTED, then the reference is
  * released. Called while the coroutine runs (from a C function it called,
  * e.g. a write that finds the client gone), it ends at its next park
- * instead. reason must outlive the coroutine (a literal). Never call it on
- * a handle whose exit callback has run. */
+ * instead; from its own exit callback it does nothing. reason must outlive
+ * the coroutine (a literal). Never call it on a handle whose exit callback
+ * has returned: clear your copy of the handle there. */
 void mf_lua_co_abort(mf_lua_co_t *co, const char *reason);
 
 lua_State *mf_lua_co_thread(const mf_lua_co_t *co);

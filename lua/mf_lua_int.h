@@ -36,6 +36,7 @@ struct mf_lua_co {
     mf_lua_co_exit_cb cb;
     void *data;
     bool running;             /* inside lua_resume */
+    bool exiting;             /* in the exit path: abort is a no-op */
     const char *abort_reason; /* an abort asked for while running */
 };
 

@@ -190,6 +190,26 @@ TEST(abort_while_running_ends_the_coroutine_at_its_next_park)
     teardown();
 }
 
+static void abort_again(mf_lua_co_t *co, const mf_lua_co_exit_t *ex, void *data)
+{
+    on_exit_cb(co, ex, data);
+    mf_lua_co_abort(co, "twice"); /* the exit path is idempotent */
+}
+
+TEST(abort_from_the_exit_callback_does_nothing)
+{
+    setup();
+    seen_t s = {0};
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT_EQ(luaL_loadstring(L, "require('moonflow').sleep(60000)"), 0);
+    mf_lua_co_t *co = mf_lua_host_spawn(host, 0, abort_again, &s);
+    mf_lua_co_abort(co, "client gone");
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_STR_EQ(s.text, "client gone");
+    assert_released();
+    teardown();
+}
+
 TEST(a_bare_coroutine_yield_ends_the_coroutine_with_an_error)
 {
     setup();
