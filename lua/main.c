@@ -56,6 +56,7 @@ typedef struct run {
     mf_pool_t *pool;
     mf_lua_host_t *host;
     bool test;      /* moonflow test: the main returns the failure count */
+    bool looping;   /* inside mf_loop_run */
     int failed;     /* the main coroutine raised or was aborted */
     int test_fails; /* moonflow test: failures + errors */
 } run_t;
@@ -95,6 +96,15 @@ static void run_close(run_t *r)
     mf_loop_destroy(r->loop);
 }
 
+static void run_loop(run_t *r)
+{
+    if (r->failed)
+        return;
+    r->looping = true;
+    mf_loop_run(r->loop, MF_RUN_DEFAULT);
+    r->looping = false;
+}
+
 static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
                          void *data)
 {
@@ -107,7 +117,8 @@ static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     }
     fprintf(stderr, "moonflow: %s\n", ex->message);
     r->failed = 1;
-    mf_loop_stop(r->loop);
+    if (r->looping) /* the rest (timers, flows) is aborted at close */
+        mf_loop_stop(r->loop);
 }
 
 /* The global `arg`: arg[0] = argv[0], arg[i] = argv[i]; pushes argv[1..]. */
@@ -144,8 +155,7 @@ static int cmd_run(int argc, char **argv)
     } else {
         int nargs = push_args(L, argc, argv);
         mf_lua_host_spawn(r.host, nargs, on_main_exit, &r);
-        if (!r.failed)
-            mf_loop_run(r.loop, MF_RUN_DEFAULT);
+        run_loop(&r);
     }
     run_close(&r);
     return r.failed ? 1 : 0;
@@ -175,8 +185,7 @@ static int cmd_test(int argc, char **argv)
         lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
     }
     mf_lua_host_spawn(r.host, 1, on_main_exit, &r);
-    if (!r.failed)
-        mf_loop_run(r.loop, MF_RUN_DEFAULT);
+    run_loop(&r);
     run_close(&r);
     return r.failed || r.test_fails ? 1 : 0;
 }

@@ -122,14 +122,15 @@ static void mf_lua__go_done(mf_pool_job_t *job)
 static void mf_lua__go_dispatch(mf_task_t *task)
 {
     mf_lua_go_task_t *t = (mf_lua_go_task_t *)task;
-    mf_pool_t *pool = mf_loop_pool(task->_loop);
+    mf_loop_t *loop = mf_task_loop(task);
+    mf_pool_t *pool = mf_loop_pool(loop);
     if (!pool) {
         mf_task_complete(task, MF_STATE_SYS_ERROR, MF_ENOPOOL);
         return;
     }
     t->job.fn = mf_lua__go_run;
     t->job.done = mf_lua__go_done;
-    mf_pool_submit(pool, task->_loop, &t->job);
+    mf_pool_submit(pool, loop, &t->job);
 }
 
 static void mf_lua__go_destroy(mf_task_t *task)
@@ -137,7 +138,7 @@ static void mf_lua__go_destroy(mf_task_t *task)
     mf_lua_go_task_t *t = (mf_lua_go_task_t *)task;
     mf_free(t->data);
     mf_free(t->out);
-    mf_loop_free(task->_loop, t, sizeof(*t));
+    mf_loop_free(mf_task_loop(task), t, sizeof(*t));
 }
 
 static const mf_task_ops_t mf_lua__go_ops = {"go", mf_lua__go_dispatch, NULL,

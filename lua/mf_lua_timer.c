@@ -130,6 +130,14 @@ static int mf_lua__timer_pending(lua_State *L)
     return 1;
 }
 
+/* Armed handles are anchored, so this only runs on released ones; kept
+ * so that no path can free an armed mf_timer_t. */
+static int mf_lua__timer_gc(lua_State *L)
+{
+    mf_lua__timer_release(lua_touserdata(L, 1));
+    return 0;
+}
+
 void mf_lua_timers_shutdown(mf_lua_host_t *host)
 {
     while (!mf_list_empty(&host->timers))
@@ -148,6 +156,8 @@ int mf_lua_open_timer(lua_State *L)
         lua_newtable(L);
         luaL_register(L, NULL, methods);
         lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, mf_lua__timer_gc);
+        lua_setfield(L, -2, "__gc");
     }
     lua_pop(L, 1);
     lua_newtable(L);

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 MOONFLOW = os.path.abspath(os.environ["MF_MOONFLOW"])
 failures = []
@@ -60,6 +61,21 @@ def main():
     p = moonflow(["run", "bgfail.lua"], d)
     check("run exits 1 when a background coroutine raised",
           p.returncode == 1 and "in timer" in p.stderr, p)
+
+    write(d, "abandon.lua", 'local mf = require "moonflow"\n'
+          'mf.timer.every(5, function() mf.sleep(100) end)\n'
+          'mf.timer.at(1, function()\n'
+          '  mf.parallel { mf.task.go("sleep_ms", 50),\n'
+          '                mf.task.timer(60000) }:wait()\n'
+          '  print("flow done")\n'
+          'end)\n'
+          'mf.sleep(20)\n'
+          'error("main failed")\n')
+    t0 = time.time()
+    p = moonflow(["run", "abandon.lua"], d)
+    check("run stops timers and flows when the main chunk raises",
+          p.returncode == 1 and "main failed" in p.stderr
+          and "flow done" not in p.stdout and time.time() - t0 < 10, p)
 
     p = moonflow(["run", "missing.lua"], d)
     check("run exits 1 for a missing file",
