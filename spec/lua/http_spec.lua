@@ -86,6 +86,23 @@ describe("mf.http", function()
         assert.are.equal("invalid argument", err)
     end)
 
+    it("follows redirects when asked, and reports the final url", function()
+        local odd = "http://127.0.0.1:" .. os.getenv("MF_ODD_PORT")
+        local r = assert(mf.http.get(odd .. "/redirect"))
+        assert.are.equal(302, r.status) -- redirects = 0 by default
+        r = assert(mf.http.get(odd .. "/redirect", { redirects = 2 }))
+        assert.are.equal(200, r.status)
+        assert.are.equal(base .. "/", r.url)
+        assert.are.equal("0123456789abcdef", r.body)
+    end)
+
+    it("returns nil, 'protocol error' for an answer that is not HTTP", function()
+        local odd = "http://127.0.0.1:" .. os.getenv("MF_ODD_PORT")
+        local r, err = mf.http.get(odd .. "/garbage", { retries = 0 })
+        assert.is_nil(r)
+        assert.are.equal("protocol error", err)
+    end)
+
     it("raises on a missing url (a programmer error)", function()
         assert.has_error(function() mf.http.request {} end)
         assert.has_error(function() mf.http.get(42) end)

@@ -1,20 +1,49 @@
 """Runs `moonflow test spec/lua` with examples/http_hello listening on free
 loopback ports, plain (MF_HTTP_PORT) and TLS with a self-signed certificate
-(MF_HTTPS_PORT, MF_CA_FILE), and a port where nothing listens
-(MF_DEAD_PORT). ctest's lua.specs and asan.lua.specs.
+(MF_HTTPS_PORT, MF_CA_FILE), a small Python server for what http_hello
+does not do (redirects, a malformed answer: MF_ODD_PORT), and a port where
+nothing listens (MF_DEAD_PORT). ctest's lua.specs and asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_HELLO=build/examples/http_hello \\
       python3 spec/lua/run_specs.py [busted options...]
 """
+import http.server
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
+
+
+class OddHandler(http.server.BaseHTTPRequestHandler):
+    """/redirect?to=URL answers 302 to URL; /garbage answers no HTTP."""
+    hello_port = None
+
+    def do_GET(self):
+        if self.path.startswith("/redirect"):
+            self.send_response(302)
+            self.send_header("Location",
+                             "http://127.0.0.1:%d/" % self.hello_port)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            self.wfile.write(b"NOT HTTP AT ALL\r\n\r\n")
+            self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+def start_odd(hello_port):
+    OddHandler.hello_port = hello_port
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OddHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def start(hello, *extra):
@@ -29,16 +58,19 @@ def main():
     tmp = tempfile.mkdtemp(prefix="mf-lua-specs-")
     cert, key = harness.self_signed(tmp)
     servers = [start(hello)]
+    odd = start_odd(servers[0].port)
     try:
         servers.append(start(hello, "--tls-cert", cert, "--tls-key", key))
         env = dict(os.environ, MF_HTTP_PORT=str(servers[0].port),
                    MF_HTTPS_PORT=str(servers[1].port), MF_CA_FILE=cert,
+                   MF_ODD_PORT=str(odd.server_address[1]),
                    MF_DEAD_PORT=str(harness.free_port()))
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
                               cwd=root, env=env, timeout=240)
         return proc.returncode
     finally:
+        odd.shutdown()
         for server in servers:
             server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
