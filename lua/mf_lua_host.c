@@ -65,9 +65,17 @@ static int mf_lua__preload(lua_State *L)
     return 0;
 }
 
+static void mf_lua__host_ext_dtor(mf_loop_t *loop, void *ext)
+{
+    (void)loop;
+    mf_lua_host_destroy(ext);
+}
+
 mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
                                   const mf_lua_host_opts_t *opts)
 {
+    if (mf_loop_ext(loop, MF_LOOP_EXT_LUA))
+        return NULL;
     lua_State *L = luaL_newstate();
     if (!L)
         return NULL;
@@ -91,6 +99,7 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
         mf_free(host);
         return NULL;
     }
+    mf_loop_set_ext(loop, MF_LOOP_EXT_LUA, host, mf_lua__host_ext_dtor);
     return host;
 }
 
@@ -103,6 +112,7 @@ void mf_lua_host_destroy(mf_lua_host_t *host)
             mf_container_of(host->coroutines.next, mf_lua_co_t, link),
             "host shutdown");
     mf_lua_timers_shutdown(host);
+    mf_loop_set_ext(host->loop, MF_LOOP_EXT_LUA, NULL, NULL);
     lua_close(host->L);
     mf_free(host);
 }
@@ -124,6 +134,11 @@ mf_lua_host_t *mf_lua_host_from_state(lua_State *L)
     mf_lua_host_t *host = lua_touserdata(L, -1);
     lua_pop(L, 1);
     return host;
+}
+
+mf_lua_host_t *mf_lua_host_of(const mf_loop_t *loop)
+{
+    return mf_loop_ext(loop, MF_LOOP_EXT_LUA);
 }
 
 void mf_lua_host_log(mf_lua_host_t *host, const char *fmt, ...)

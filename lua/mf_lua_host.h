@@ -56,8 +56,10 @@ typedef struct mf_lua_host_opts {
 } mf_lua_host_opts_t;
 
 /* Creates the state, opens the standard libraries and preloads the
- * embedded moonflow modules (require "moonflow"). opts may be NULL. Returns
- * NULL if LuaJIT cannot allocate a state. */
+ * embedded moonflow modules (require "moonflow"). opts may be NULL. The
+ * host registers itself in the loop's MF_LOOP_EXT_LUA slot (one host per
+ * loop; a loop destroyed first destroys its host). Returns NULL if the loop
+ * has a host already or LuaJIT cannot allocate a state. */
 mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
                                   const mf_lua_host_opts_t *opts);
 /* Aborts every live coroutine (cleanup hooks run, exit callbacks see
@@ -71,6 +73,8 @@ lua_State *mf_lua_host_state(const mf_lua_host_t *host);
 mf_loop_t *mf_lua_host_loop(const mf_lua_host_t *host);
 /* The host of any thread of its state. */
 mf_lua_host_t *mf_lua_host_from_state(lua_State *L);
+/* The loop's host, or NULL (e.g. from an exchange: mf_http_exchange_loop). */
+mf_lua_host_t *mf_lua_host_of(const mf_loop_t *loop);
 /* Reports through opts->log (printf-style). */
 void mf_lua_host_log(mf_lua_host_t *host, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

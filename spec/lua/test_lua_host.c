@@ -253,6 +253,24 @@ TEST(the_host_is_found_from_any_thread_of_its_state)
     lua_State *T = lua_newthread(L);
     ASSERT(mf_lua_host_from_state(T) == host);
     ASSERT(mf_lua_host_loop(host) == loop);
+    ASSERT(mf_lua_host_of(loop) == host);
     lua_pop(L, 1);
     teardown();
+}
+
+TEST(a_loop_has_one_host_and_destroys_a_forgotten_one)
+{
+    setup();
+    ASSERT(mf_lua_host_create(loop, NULL) == NULL);
+    seen_t s = {0};
+    spawn("require('moonflow').sleep(60000)", &s);
+    mf_loop_destroy(loop); /* destroys the host: the coroutine is aborted */
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_EQ(s.status, MF_LUA_CO_ABORTED);
+    loop = mf_loop_create();
+    host = mf_lua_host_create(loop, NULL);
+    ASSERT(host && mf_lua_host_of(loop) == host);
+    mf_lua_host_destroy(host);
+    ASSERT(mf_lua_host_of(loop) == NULL);
+    mf_loop_destroy(loop);
 }
