@@ -102,7 +102,8 @@ static int mf_lua__slot_new(mf_lua_build_t *b, int parent, int pos)
 }
 
 static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b, mf_lua_kind_t kind,
-                                       int parent, int pos)
+                                       mf_lua_node_t *owner, int parent,
+                                       int pos)
 {
     mf_lua_flow_t *flow = b->flow;
     mf_loop_t *loop = flow->loop;
@@ -110,6 +111,7 @@ static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b, mf_lua_kind_t kind,
     memset(n, 0, sizeof(*n));
     n->flow = flow;
     n->kind = kind;
+    n->owner = owner;
     n->slot = mf_lua__slot_new(b, parent, pos);
     mf_list_push_back(&flow->nodes, &n->link);
     return n;
@@ -161,38 +163,42 @@ static mf_series_t *mf_lua__build_series(mf_lua_build_t *b, int d,
 /* Branch pos of a parallel: a series gives its array; a lone task runs in
  * a series of its own whose array is not placed (the task's result is). */
 static void mf_lua__build_branch(mf_lua_build_t *b, int d, mf_parallel_t *par,
-                                 int parent, int pos)
+                                 mf_lua_node_t *pnode, int pos)
 {
+    int parent = pnode->slot;
     if (mf_lua_desc_kind(b->L, d) == MF_LUA_SERIES) {
-        mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, parent, pos);
+        mf_lua_node_t *n =
+            mf_lua__node_new(b, MF_LUA_SERIES, pnode, parent, pos);
         mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
         return;
     }
-    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, 0, 0);
+    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, pnode, 0, 0);
     mf_series_t *s = mf_lua__series_new(b, n);
     mf_series_push_back(s, mf_lua__build_task(b, d, n, parent, pos));
     mf_parallel_add_series(par, s);
 }
 
-static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d, int parent,
+static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d,
+                                         mf_lua_node_t *owner, int parent,
                                          int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_PARALLEL, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_PARALLEL, owner, parent, pos);
     mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     int count = (int)lua_objlen(b->L, d);
     for (int i = 1; i <= count; i++) {
         lua_rawgeti(b->L, d, i);
-        mf_lua__build_branch(b, lua_gettop(b->L), par, n->slot, i);
+        mf_lua__build_branch(b, lua_gettop(b->L), par, n, i);
         lua_pop(b->L, 1);
     }
     return mf_parallel_task(par);
 }
 
 /* A series inside a series runs as a parallel of one branch. */
-static mf_task_t *mf_lua__build_nested(mf_lua_build_t *b, int d, int parent,
+static mf_task_t *mf_lua__build_nested(mf_lua_build_t *b, int d,
+                                       mf_lua_node_t *owner, int parent,
                                        int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, owner, parent, pos);
     mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
     return mf_parallel_task(par);
@@ -204,11 +210,10 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
     luaL_checkstack(b->L, 8, "flow nested too deeply");
     mf_lua_kind_t kind = mf_lua_desc_kind(b->L, d);
     if (kind == MF_LUA_SERIES)
-        return mf_lua__build_nested(b, d, parent, pos);
+        return mf_lua__build_nested(b, d, owner, parent, pos);
     if (kind == MF_LUA_PARALLEL)
-        return mf_lua__build_parallel(b, d, parent, pos);
-    mf_lua_node_t *n = mf_lua__node_new(b, kind, parent, pos);
-    n->owner = owner;
+        return mf_lua__build_parallel(b, d, owner, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, kind, owner, parent, pos);
     mf_lua__node_callback(b, d, n);
     n->task = mf_lua_leaf_create(b->L, d, n, b->flow->loop, mf_lua__leaf_done);
     return n->task;
@@ -218,7 +223,7 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
 static mf_series_t *mf_lua__build_root(mf_lua_build_t *b, int d)
 {
     mf_lua_flow_t *flow = b->flow;
-    mf_lua_node_t *root = mf_lua__node_new(b, MF_LUA_SERIES, 0, 0);
+    mf_lua_node_t *root = mf_lua__node_new(b, MF_LUA_SERIES, NULL, 0, 0);
     flow->root_slot = root->slot;
     if (mf_lua_desc_kind(b->L, d) == MF_LUA_SERIES)
         return mf_lua__build_series(b, d, root);
@@ -355,7 +360,7 @@ static void mf_lua__leaf_done(mf_task_t *task)
     mf_lua__push_slot(L, st, n->slot);
     mf_lua_leaf_result(L, n, task);
     lua_pop(L, 1);
-    if (n->has_cb && !mf_lua__call_back(L, st, n)) {
+    if (n->has_cb && !n->canceled && !mf_lua__call_back(L, st, n)) {
         flow->failed = true;
         lua_rawseti(L, st, ST_ERROR);
         mf_lua__flow_cancel(flow);
@@ -370,12 +375,45 @@ static int mf_lua__push(lua_State *L)
     mf_lua_node_t *n = *ref;
     if (!n || !n->series)
         return luaL_error(L, "flow:push outside the task's callback");
+    if (n->canceled)
+        return luaL_error(L, "flow:push after flow:cancel");
     lua_settop(L, 2);
     mf_lua__check(L, 2, 0);
     mf_lua_build_t b = {L, n->flow, 0};
     lua_rawgeti(L, LUA_REGISTRYINDEX, n->flow->ref);
     b.st = lua_gettop(L);
     mf_series_push_back(n->series, mf_lua__build_task(&b, 2, n, n->slot, 0));
+    return 0;
+}
+
+static bool mf_lua__node_within(const mf_lua_node_t *n,
+                                const mf_lua_node_t *series)
+{
+    for (; n; n = n->owner)
+        if (n == series)
+            return true;
+    return false;
+}
+
+/* flow:cancel(): every task of the series not done yet (those queued, and
+ * those running in its parallels) ends "canceled" without its callback; the
+ * series ends, and the flow goes on after it. */
+static int mf_lua__cancel(lua_State *L)
+{
+    mf_lua_node_t **ref = luaL_checkudata(L, 1, MF_LUA_FLOWREF);
+    mf_lua_node_t *s = *ref;
+    if (!s || !s->series)
+        return luaL_error(L, "flow:cancel outside the task's callback");
+    s->canceled = true;
+    mf_list_t *pos;
+    mf_list_foreach(pos, &s->flow->nodes)
+    {
+        mf_lua_node_t *n = mf_container_of(pos, mf_lua_node_t, link);
+        if (n->task && mf_lua__node_within(n, s)) {
+            n->canceled = true;
+            mf_task_cancel(n->task);
+        }
+    }
     return 0;
 }
 
@@ -414,6 +452,8 @@ int mf_lua_open_flow(lua_State *L)
         lua_newtable(L);
         lua_pushcfunction(L, mf_lua__push);
         lua_setfield(L, -2, "push");
+        lua_pushcfunction(L, mf_lua__cancel);
+        lua_setfield(L, -2, "cancel");
         lua_setfield(L, -2, "__index");
         lua_pushliteral(L, "moonflow.flowref");
         lua_setfield(L, -2, "__metatable");

@@ -29,10 +29,11 @@ struct mf_lua_node {
     mf_lua_flow_t *flow;
     mf_task_t *task;      /* leaf: until its callback has run */
     mf_series_t *series;  /* series node: until its callback has run */
-    mf_lua_node_t *owner; /* leaf: the series node it runs in */
+    mf_lua_node_t *owner; /* the series or parallel node it runs in */
     int slot;             /* its result table: state[1][slot] */
     mf_lua_kind_t kind;
     bool has_cb;
+    bool canceled; /* by flow:cancel(): no callback, no more pushes */
     char *ca_file; /* http: kept until the flow ends */
 };
 

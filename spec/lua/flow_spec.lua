@@ -183,6 +183,49 @@ describe("per-task callbacks", function()
         assert.are.equal(2, #r[1])
     end)
 
+    it("cancel the rest of their series: 'canceled', no callbacks", function()
+        local ran = false
+        local t0 = mf.now()
+        local r = mf.series {
+            mf.task.timer(1, { callback = function(_, flow) flow:cancel() end }),
+            mf.task.timer(2000, { callback = function() ran = true end }),
+            mf.parallel { mf.task.timer(2000) },
+        }:wait()
+        assert.is_true(mf.now() - t0 < 1000)
+        assert.are.equal("success", r[1].state)
+        assert.are.equal("canceled", r[2].state)
+        assert.are.equal("canceled", r[2].error)
+        assert.are.equal("canceled", r[3][1].state)
+        assert.is_false(ran)
+    end)
+
+    it("cancel only their own series, not the parallel around it", function()
+        local r = mf.series {
+            mf.parallel {
+                mf.series {
+                    mf.task.timer(1, { callback = function(_, flow)
+                        flow:cancel()
+                    end }),
+                    mf.task.timer(2000),
+                },
+                mf.task.timer(20),
+            },
+            mf.task.timer(1),
+        }:wait()
+        assert.are.equal("canceled", r[1][1][2].state)
+        assert.are.equal("success", r[1][2].state)
+        assert.are.equal("success", r[2].state)
+    end)
+
+    it("cannot push after canceling", function()
+        assert.has_error(function()
+            mf.series { mf.task.timer(1, { callback = function(_, flow)
+                flow:cancel()
+                flow:push(mf.task.timer(1))
+            end }) }:wait()
+        end)
+    end)
+
     it("cannot keep the flow past the callback", function()
         local kept
         mf.series { mf.task.timer(1, { callback = function(_, flow)
