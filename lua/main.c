@@ -40,8 +40,9 @@ static const char usage_run[] =
     "\n"
     "Runs FILE's main chunk in a coroutine on an event loop, so it may call\n"
     "mf.sleep, mf.http.*, mf.go and wait on flows. ARGS are in the global\n"
-    "`arg` (arg[0] is FILE) and in `...`. Exits when the chunk and its\n"
-    "timers are done: 0, or 1 with a traceback if a coroutine raised.\n";
+    "`arg` (arg[0] is FILE) and in `...`; modules beside FILE can be\n"
+    "required. Exits when the chunk and its timers are done: 0, or 1 with\n"
+    "a traceback if a coroutine raised.\n";
 
 static const char usage_test[] =
     "usage: moonflow test [DIR] [BUSTED OPTIONS...]\n"
@@ -121,6 +122,22 @@ static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
         mf_loop_stop(r->loop);
 }
 
+/* Modules beside the script are found wherever it is run from. */
+static void add_script_dir(lua_State *L, const char *script)
+{
+    const char *slash = strrchr(script, '/');
+    int dirlen = slash ? (int)(slash - script) : 1;
+    const char *dir = slash ? script : ".";
+    lua_getglobal(L, "package");
+    lua_pushlstring(L, dir, (size_t)dirlen);
+    const char *d = lua_tostring(L, -1);
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
+    lua_getfield(L, -3, "path");
+    lua_concat(L, 2);
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+}
+
 /* The global `arg`: arg[0] = argv[0], arg[i] = argv[i]; pushes argv[1..]. */
 static int push_args(lua_State *L, int argc, char **argv)
 {
@@ -153,6 +170,7 @@ static int cmd_run(int argc, char **argv)
         lua_pop(L, 1);
         r.failed = 1;
     } else {
+        add_script_dir(L, argv[0]);
         int nargs = push_args(L, argc, argv);
         mf_lua_host_spawn(r.host, nargs, on_main_exit, &r);
         run_loop(&r);

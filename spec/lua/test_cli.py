@@ -43,6 +43,13 @@ def main():
     check("run passes arguments and exits 0",
           p.returncode == 0 and p.stdout == "ok.lua\tx\ty\t2\n", p)
 
+    os.mkdir(os.path.join(d, "app"))
+    write(d, "app/helper.lua", 'return { answer = 42 }\n')
+    write(d, "app/main.lua", 'print(require("helper").answer)\n')
+    p = moonflow(["run", os.path.join(d, "app", "main.lua")], "/")
+    check("run finds modules beside the script from any directory",
+          p.returncode == 0 and p.stdout == "42\n", p)
+
     write(d, "boom.lua", 'local function f() error("boom") end\nf()\n')
     p = moonflow(["run", "boom.lua"], d)
     check("run exits 1 with a traceback on error",
