@@ -12,8 +12,13 @@
  *
  * Result placement is decided when a node is built: a series' tasks append
  * to its array, a parallel's branches fill their index. Per-task callbacks
- * run as plain Lua calls on the host's main thread (they cannot yield); one
- * that raises fails the flow: the rest is canceled and wait() raises.
+ * run as plain Lua calls on the host's main thread (they cannot yield); they
+ * may push steps onto their series or cancel the rest of it; one that
+ * raises fails the flow: the rest is canceled and wait() raises.
+ *
+ * Cancellation goes through mf_task_cancel on leaf tasks only (a canceled
+ * leaf still completes and is called back, so no node is left pointing at a
+ * task the engine dropped); mf_series_cancel is never used.
  */
 #include <string.h>
 
@@ -315,8 +320,7 @@ static void mf_lua__series_done(mf_series_t *series)
         mf_lua__flow_done(n->flow);
 }
 
-/* ---- per-task callbacks and flow:push -------------------------------------
- */
+/* ---- per-task callbacks, flow:push and flow:cancel -------------------- */
 
 static int mf_lua__traceback(lua_State *L)
 {
@@ -341,7 +345,7 @@ static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
     lua_pushvalue(L, -1);
     lua_insert(L, st + 1); /* keep the flowref to invalidate it */
     int rc = lua_pcall(L, 2, 0, st + 2);
-    *ref = NULL; /* flow:push is valid during the callback only */
+    *ref = NULL; /* the flow object is valid during the callback only */
     lua_remove(L, st + 1);
     lua_remove(L, st + 1); /* the traceback function */
     return rc == 0;
