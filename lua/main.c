@@ -1,6 +1,6 @@
 /*
  * lua/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow test
- * [DIR]`, and the `serve` placeholder.
+ * [DIR]`, and `moonflow serve` (lua/serve.c).
  *
  * Owns the process: one loop, a small compute pool for mf.go, one Lua host.
  * The script's main chunk (or busted's runner) runs in a host coroutine; the
@@ -18,6 +18,7 @@
 #include <moonflow/moonflow.h>
 
 #include "mf_lua_host.h"
+#include "serve.h"
 
 #define MF_LUA_SYSTEM_PATH                                                \
     "/usr/local/share/lua/5.1/?.lua;/usr/local/share/lua/5.1/?/init.lua;" \
@@ -31,7 +32,7 @@ static const char usage_main[] =
     "\n"
     "  run FILE.lua [ARGS...]   run a Lua workflow script once\n"
     "  test [DIR] [BUSTED...]   run the busted specs (*_spec.lua) in DIR\n"
-    "  serve                    serve Lua handlers (not yet implemented)\n"
+    "  serve [DIR] [OPTIONS]    serve the Lua handlers in DIR over HTTP\n"
     "\n"
     "moonflow COMMAND --help shows a command's help.\n";
 
@@ -210,12 +211,7 @@ static int cmd_test(int argc, char **argv)
 
 static int cmd_serve(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fputs("moonflow serve: not yet implemented (the HTTP server is not yet "
-          "wired to Lua handlers)\n",
-          stderr);
-    return 2;
+    return mf_serve_main(argc, argv);
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,28 @@
+-- moonflow.serve — the Lua side of `moonflow serve`'s response object and
+-- the case-insensitive request header table. The C side (lua/serve_http.c)
+-- merges `response` into resp's methods.
+local mf = require "moonflow"
+
+local type, rawget, lower = type, rawget, string.lower
+
+local M = { response = {} }
+
+-- req.headers: keys are stored lowercase; any spelling finds them.
+M.headers_mt = {
+    __index = function(t, k)
+        if type(k) == "string" then
+            local l = lower(k)
+            if l ~= k then return rawget(t, l) end
+        end
+    end,
+}
+
+-- resp:json(value [, status]): encodes, sets the type, sends.
+function M.response.json(resp, value, status)
+    local body = mf.json.encode(value)
+    resp:set_header("Content-Type", "application/json")
+    if status then resp.status = status end
+    return resp:send(body)
+end
+
+return M

@@ -1,0 +1,90 @@
+/*
+ * lua/serve.h — `moonflow serve`: HTTP handlers in Lua.
+ *
+ * Each worker loop owns a Lua host, an HTTP server (its own SO_REUSEPORT
+ * listener), the route cache (serve_routes.h), an inotify watcher on the
+ * scripts folder and an access log buffer. A request runs the route's
+ * handler `function(req, resp)` in a new coroutine of that worker's host
+ * (serve_http.c); nothing is shared between workers.
+ *
+ * Ownership: mf_serve_main owns the process (workers, signals, exit code);
+ * a worker's objects are created and destroyed on its own loop thread.
+ */
+#ifndef MF_SERVE_H
+#define MF_SERVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <moonflow/fswatch.h>
+#include <moonflow/http_server.h>
+
+#include "mf_lua_host.h"
+#include "serve_routes.h"
+
+#define MF_SERVE_MAX_ROUTES 256
+#define MF_SERVE_MAX_SNI 16
+
+/* Per-route options from the config (file routes use the defaults). */
+typedef struct mf_serve_route_opts {
+    mf_serve_route_spec_t spec;
+    uint32_t timeout_ms; /* 0: the config's handler timeout */
+} mf_serve_route_opts_t;
+
+typedef struct mf_serve_config {
+    char *root;                  /* the scripts folder */
+    unsigned workers;            /* 0: one per core */
+    char *access_log;            /* NULL/"off", "-" (stdout) or a file */
+    uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
+    mf_http_server_config_t http;
+    struct mf_http_sni sni[MF_SERVE_MAX_SNI];
+    mf_serve_route_opts_t routes[MF_SERVE_MAX_ROUTES];
+    size_t nroutes;
+    char *strings[4 * MF_SERVE_MAX_ROUTES + 64]; /* owned copies */
+    size_t nstrings;
+} mf_serve_config_t;
+
+/* Reads a Lua config file (a chunk returning a table) into config, on top
+ * of what is already there. Relative paths are taken from the file's
+ * folder. Returns 0, or -1 with a message in err. */
+int mf_serve_config_load(mf_serve_config_t *config, const char *file,
+                         char *err, size_t errlen);
+/* Keeps a copy of s for the config's lifetime. */
+char *mf_serve_config_strdup(mf_serve_config_t *config, const char *s);
+void mf_serve_config_free(mf_serve_config_t *config);
+
+typedef struct mf_serve_worker {
+    const mf_serve_config_t *config;
+    mf_loop_t *loop;
+    mf_lua_host_t *host;
+    mf_http_server_t *server;
+    mf_serve_routes_t *routes;
+    mf_fswatch_t *watch;
+    int error; /* start failure (negative MF_E*) */
+    /* access log: lines buffered, written when full or every second */
+    int log_fd;
+    char *log_buf;
+    size_t log_len;
+    mf_timer_t log_timer;
+    long log_sec;
+    char log_time[40];
+    uint64_t requests;
+} mf_serve_worker_t;
+
+/* serve_http.c: the server's handler for a worker. */
+void mf_serve_handle(mf_http_exchange_t *ex, void *worker);
+/* Registers the request/response metatables in the worker's host. */
+void mf_serve_http_open(mf_serve_worker_t *w);
+
+/* serve_log.c */
+void mf_serve_log_open(mf_serve_worker_t *w);
+void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
+                          const mf_sockaddr_t *peer, int status, size_t bytes,
+                          double seconds);
+void mf_serve_log_close(mf_serve_worker_t *w);
+
+/* serve.c: the `moonflow serve` command. */
+int mf_serve_main(int argc, char **argv);
+
+#endif /* MF_SERVE_H */

@@ -1,0 +1,60 @@
+/*
+ * lua/serve_routes.h — URL path → handler function, for `moonflow serve`:
+ * file routing under a root directory plus explicit routes from the config,
+ * with a per-worker cache of compiled handlers and hot reload.
+ *
+ * File routing: "/" → ROOT/index.lua, "/api/user" → ROOT/api/user.lua, or
+ * ROOT/api/user/index.lua. Paths with "..", hidden segments (".git") or
+ * characters outside [A-Za-z0-9._~-] never reach the file system.
+ *
+ * A script is compiled and run once per worker, at the first request that
+ * needs it; it must return the handler function. When the file changes
+ * (mf_serve_routes_changed, fed by the worker's inotify watcher, or
+ * mf_serve_routes_invalidate_all on SIGHUP) the entry becomes stale and the
+ * next request compiles it again — never in the middle of a request:
+ * requests in flight keep the function they started with (their coroutine
+ * references it). A script that fails to compile or load is logged once and
+ * the previous version keeps serving.
+ *
+ * Ownership: the routes object belongs to its worker and owns its entries,
+ * their strings and the registry references to the handlers (released with
+ * mf_lua_unref). Threads: the worker's loop thread only.
+ */
+#ifndef MF_SERVE_ROUTES_H
+#define MF_SERVE_ROUTES_H
+
+#include <stddef.h>
+
+#include "mf_lua_host.h"
+
+typedef struct mf_serve_routes mf_serve_routes_t;
+
+/* An explicit route: URL path → script file (relative to the root, or
+ * absolute). Copied. */
+typedef struct mf_serve_route_spec {
+    const char *path;
+    const char *file;
+} mf_serve_route_spec_t;
+
+mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host,
+                                          const char *root,
+                                          const mf_serve_route_spec_t *routes,
+                                          size_t nroutes);
+void mf_serve_routes_destroy(mf_serve_routes_t *routes);
+
+/* Result of a lookup. */
+enum {
+    MF_SERVE_FOUND = 0,    /* the handler is pushed on L */
+    MF_SERVE_NOT_FOUND = 1, /* no script for this path: 404 */
+    MF_SERVE_BROKEN = 2     /* the script never loaded: 500 (logged) */
+};
+
+/* Pushes the handler for the URL path (without query) onto L. */
+int mf_serve_routes_push(mf_serve_routes_t *routes, lua_State *L,
+                         const char *path, size_t len);
+
+/* A file under the root changed (relative path as fswatch reports it). */
+void mf_serve_routes_changed(mf_serve_routes_t *routes, const char *file);
+void mf_serve_routes_invalidate_all(mf_serve_routes_t *routes);
+
+#endif /* MF_SERVE_ROUTES_H */
