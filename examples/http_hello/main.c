@@ -4,7 +4,8 @@
  * server.
  *
  *   http_hello [--listen 127.0.0.1:8080] [--workers N] [--body-size N]
- *              [--tls-cert FILE --tls-key FILE] [--max-body N]
+ *              [--tls-cert FILE --tls-key FILE] [--sni NAME:CERT:KEY]
+ *              [--max-body N]
  *              [--header-timeout MS] [--keepalive-timeout MS]
  *
  * Routes:
@@ -24,8 +25,11 @@
 #include <moonflow/http_server.h>
 #include <moonflow/moonflow.h>
 
+#define MAX_SNI 8
+
 typedef struct options {
     mf_http_server_config_t config;
+    struct mf_http_sni sni[MAX_SNI];
     unsigned workers;
     size_t body_size;
 } options_t;
@@ -204,6 +208,20 @@ static void usage(void)
     exit(2);
 }
 
+/* "name:cert:key" → one more SNI certificate (the strings stay in argv). */
+static void add_sni(options_t *o, char *spec)
+{
+    char *cert = strchr(spec, ':');
+    char *key = cert ? strchr(cert + 1, ':') : NULL;
+    if (!key || o->config.tls_sni_count == MAX_SNI)
+        usage();
+    *cert++ = 0;
+    *key++ = 0;
+    o->sni[o->config.tls_sni_count++] = (struct mf_http_sni){
+        .server_name = spec, .cert_file = cert, .key_file = key};
+    o->config.tls_sni = o->sni;
+}
+
 static void parse_options(int argc, char **argv, options_t *o)
 {
     mf_http_server_config_init(&o->config);
@@ -225,6 +243,8 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->config.tls_cert_file = v;
         else if (!strcmp(a, "--tls-key"))
             o->config.tls_key_file = v;
+        else if (!strcmp(a, "--sni"))
+            add_sni(o, argv[i]);
         else if (!strcmp(a, "--max-body"))
             o->config.max_body = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--header-timeout"))

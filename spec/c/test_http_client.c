@@ -337,6 +337,24 @@ TEST(connection_refused_and_bad_urls_fail_in_the_completion)
     teardown();
 }
 
+TEST(connect_failures_are_retried_up_to_max_retries)
+{
+    setup();
+    result_t r = {0};
+    mf_http_client_opts_t o;
+    mf_http_client_opts_init(&o);
+    o.max_retries = 3;
+    mf_task_t *t =
+        mf_task_http_create(loop, "POST", "http://127.0.0.1:1/", on_done, &r);
+    mf_task_http_set_opts(t, &o);
+    uint64_t before = mf_http_pool_connects(loop);
+    run_one(t);
+    ASSERT_EQ(r.error, MF_ECONNREFUSED);
+    /* Nothing reached a server, so even a POST may go again. */
+    ASSERT_EQ(mf_http_pool_connects(loop) - before, 4);
+    teardown();
+}
+
 TEST(a_name_that_does_not_resolve_is_a_dns_error)
 {
     setup();

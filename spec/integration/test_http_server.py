@@ -324,6 +324,29 @@ class Https(unittest.TestCase):
         self.assertEqual(out.stdout, body)
 
 
+    def test_sni_selects_the_certificate_by_server_name(self):
+        tmp = temp_dir(self)
+        cert, key = self_signed(tmp, "localhost")
+        other_cert, other_key = self_signed(tmp, "other.test")
+        srv = start(self, "--tls-cert", cert, "--tls-key", key,
+                    "--sni", "other.test:%s:%s" % (other_cert, other_key))
+
+        def subject(name):
+            out = subprocess.run(
+                ["openssl", "s_client", "-connect", "127.0.0.1:%d" % srv.port,
+                 "-servername", name], input=b"", capture_output=True,
+                timeout=10)
+            return out.stdout
+
+        self.assertIn(b"CN = other.test", subject("other.test"))
+        self.assertIn(b"CN = localhost", subject("localhost"))
+        out = subprocess.run(["curl", "-sS", "--cacert", other_cert, "--resolve",
+                              "other.test:%d:127.0.0.1" % srv.port,
+                              "https://other.test:%d/" % srv.port],
+                             capture_output=True, check=True)
+        self.assertEqual(out.stdout, body_pattern(16))
+
+
 class Load(unittest.TestCase):
     def test_wrk_gets_only_good_answers(self):
         srv = start(self, workers=2)
