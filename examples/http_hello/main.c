@@ -7,6 +7,7 @@
  *              [--tls-cert FILE --tls-key FILE] [--sni NAME:CERT:KEY]
  *              [--max-body N]
  *              [--header-timeout MS] [--keepalive-timeout MS]
+ *              [--body-timeout MS] [--write-timeout MS] [--max-connections N]
  *
  * Routes:
  *   /               body-size bytes ("0123456789abcdef" repeated)
@@ -251,6 +252,12 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->config.header_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--keepalive-timeout"))
             o->config.keepalive_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--body-timeout"))
+            o->config.body_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--write-timeout"))
+            o->config.write_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--max-connections"))
+            o->config.max_connections = strtoul(v, NULL, 10);
         else
             usage();
     }

@@ -276,6 +276,51 @@ class Timeouts(unittest.TestCase):
             self.assertLess(time.time() - t0, 2)
 
 
+    def test_a_stalled_body_is_cut_at_the_body_timeout(self):
+        srv = start(self, "--body-timeout", "300")
+        with connect(srv.port) as s:
+            s.sendall(b"POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 100"
+                      b"\r\n\r\n0123456789")
+            t0 = time.time()
+            self.assertEqual(read_until_closed(s, timeout=3), b"")
+            self.assertLess(time.time() - t0, 2)
+
+    def test_a_client_that_stops_reading_is_cut_at_the_write_timeout(self):
+        size = 32 << 20
+        srv = start(self, "--write-timeout", "300", "--body-size", str(size))
+        with connect(srv.port) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+            time.sleep(1.0)  # never read: the server's writes stall
+            got = 0
+            try:
+                got = len(read_until_closed(s, timeout=5))
+            except ConnectionResetError:
+                pass
+            self.assertLess(got, size)  # cut short, and closed
+        r = request(srv.port, b"GET /info HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(r.status, 200)
+
+
+class Limits(unittest.TestCase):
+    def test_connections_over_the_maximum_wait_until_one_closes(self):
+        srv = start(self, "--max-connections", "3")
+        held = [connect(srv.port) for _ in range(3)]
+        for s in held:  # make sure the server has accepted all three
+            s.sendall(b"GET /info HTTP/1.1\r\nHost: h\r\n\r\n")
+            read_response(s)
+        extra = connect(srv.port)  # the kernel queues it; we do not accept
+        extra.sendall(b"GET /info?extra HTTP/1.1\r\nHost: h\r\n\r\n")
+        extra.settimeout(0.4)
+        with self.assertRaises(socket.timeout):
+            extra.recv(100)
+        held[0].close()
+        extra.settimeout(5)
+        r, _ = read_response(extra)
+        self.assertIn(b"query=extra", r.body)
+        for s in held[1:] + [extra]:
+            s.close()
+
+
 class GracefulStop(unittest.TestCase):
     def test_stop_finishes_in_flight_requests_and_refuses_new_ones(self):
         srv = start(self, workers=2)
