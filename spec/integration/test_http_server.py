@@ -125,6 +125,24 @@ class Basics(unittest.TestCase):
         self.assertEqual(r.status, 200)
 
 
+class FanOut(unittest.TestCase):
+    def test_a_parallel_of_two_backend_calls_answers_with_both(self):
+        backend = start(self, "--body-size", "20")
+        front = start(self, "--upstream", "127.0.0.1:%d" % backend.port)
+        with connect(front.port) as s:
+            buf = b""
+            for _ in range(20):
+                s.sendall(b"GET /fanout HTTP/1.1\r\nHost: h\r\n\r\n")
+                r, buf = read_response(s, buf)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.body, body_pattern(20) * 2)
+
+    def test_a_dead_backend_gives_502(self):
+        front = start(self, "--upstream", "127.0.0.1:%d" % free_port())
+        r = request(front.port, b"GET /fanout HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(r.status, 502)
+
+
 class Bodies(unittest.TestCase):
     def setUp(self):
         self.srv = start(self, "--max-body", "100000")
