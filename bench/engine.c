@@ -339,10 +339,10 @@ int main(int argc, char **argv)
         {"series of 10 empty tasks", "series/s", run_series, 200000 / scale, 0},
         {"parallel of 10 empty series", "parallels/s", run_parallels,
          100000 / scale, 0},
-        {"go tasks, loop core 0 -> pool core 1", "tasks/s", run_go_tasks, 500000 / scale,
-         0},
-        {"mailbox posts, 2 threads (core 1) -> loop (core 0)", "posts/s", run_mailbox,
-         4000000 / scale, 0},
+        {"go tasks, loop core 0 -> pool core 1", "tasks/s", run_go_tasks,
+         500000 / scale, 0},
+        {"mailbox posts, 2 threads (core 1) -> loop (core 0)", "posts/s",
+         run_mailbox, 4000000 / scale, 0},
     };
     int count = (int)MF_ARRAY_SIZE(scenarios);
     pin_to_core(0);

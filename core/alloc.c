@@ -1,9 +1,11 @@
 /*
- * alloc.c — the allocator wrappers and the engine-wide allocation counter.
+ * alloc.c — the allocator wrappers, the engine-wide allocation counter, and
+ * the CPU count that sizes worker and pool defaults.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "moonflow/common.h"
 
@@ -59,4 +61,10 @@ void mf_free(void *p)
 uint64_t mf_alloc_count(void)
 {
     return atomic_load_explicit(&mf__allocs, memory_order_relaxed);
+}
+
+unsigned mf_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
 }

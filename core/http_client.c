@@ -312,7 +312,7 @@ static void mf__ctask_process(mf_http_ctask_t *t, bool eof)
 
 static void mf__ctask_read(mf_http_ctask_t *t)
 {
-    while (t->phase == MF_CT_HEAD || t->phase == MF_CT_BODY) {
+    while ((t->phase == MF_CT_HEAD || t->phase == MF_CT_BODY) && !t->paused) {
         if (t->in.cap - t->in.len < 4096 &&
             mf__buf_reserve(t->base._loop, &t->in, 16384) < 0) {
             mf__ctask_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
@@ -537,6 +537,21 @@ static void mf__ctask_relay_head(mf_http_ctask_t *t)
                 t->resp.headers[i].value, t->resp.headers[i].value_len);
 }
 
+/* The client caught up: read what the upstream sent meanwhile (its edge
+ * has already fired, so read now rather than wait for the next one). */
+static void mf__ctask_resume(mf_http_exchange_t *ex, void *arg)
+{
+    mf_http_ctask_t *t = arg;
+    t->paused = false;
+    if (t->phase != MF_CT_BODY)
+        return;
+    if (ex->closed_early) {
+        mf__ctask_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
+        return;
+    }
+    mf__ctask_read(t);
+}
+
 /* A body that is complete at once goes out with a Content-Length; else the
  * pieces are streamed (chunked) as they arrive and dropped from memory. */
 static void mf__ctask_relay(mf_http_ctask_t *t, bool complete)
@@ -553,9 +568,14 @@ static void mf__ctask_relay(mf_http_ctask_t *t, bool complete)
         mf__ctask_relay_head(t);
         t->relayed = 1;
     }
-    if (t->body_len && mf_http_exchange_write(ex, body, t->body_len) < 0) {
+    int rc = t->body_len ? mf_http_exchange_write(ex, body, t->body_len) : 0;
+    if (rc < 0) {
         mf__ctask_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
         return;
+    }
+    if (rc == 1 && !complete) { /* the client is slower than the upstream */
+        t->paused = true;
+        mf_http_exchange_on_drain(ex, mf__ctask_resume, t);
     }
     /* Keep only what is not decoded yet (a partial chunk header). */
     size_t used = t->head_len + t->body_len;

@@ -98,7 +98,8 @@ struct mf_http_ctask {
     int redirects;
     mf_http_exchange_t *forward; /* relay the body to this exchange */
     size_t relayed;              /* 0: nothing relayed yet */
-    uint64_t body_seen;          /* body bytes relayed and dropped from `in` */
+    bool paused;        /* the client is slow: stop reading the upstream */
+    uint64_t body_seen; /* body bytes relayed and dropped from `in` */
     /* Last: creation zeroes everything before it, the parser fills it. */
     mf_http_header_t resp_headers[MF_HTTP_CLIENT_MAX_HEADERS];
 };

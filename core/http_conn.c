@@ -246,6 +246,26 @@ static void mf__conn_advance(mf_http_conn_t *conn, size_t written)
     }
 }
 
+size_t mf__conn_pending(const mf_http_conn_t *conn)
+{
+    size_t total = 0;
+    for (int i = 0; i < conn->nsegs; i++)
+        total += conn->segs[i].len;
+    return total - conn->seg_done;
+}
+
+/* A streaming writer waits for room: tell it once the queue is low. */
+static void mf__conn_maybe_drained(mf_http_conn_t *conn)
+{
+    mf_http_exchange_t *ex = conn->ex;
+    if (!ex || !ex->on_drain || conn->phase == MF_CONN_CLOSED ||
+        mf__conn_pending(conn) >= MF_HTTP_WRITE_LOW_WATER)
+        return;
+    mf_http_exchange_drain_cb cb = ex->on_drain;
+    ex->on_drain = NULL;
+    cb(ex, ex->on_drain_arg);
+}
+
 static void mf__conn_output_done(mf_http_conn_t *conn)
 {
     if (conn->close_after) {
@@ -277,6 +297,7 @@ int mf__conn_flush(mf_http_conn_t *conn)
         ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, iov, n);
         if (w == MF_EAGAIN) {
             mf__conn_arm(conn, conn->srv->config.write_timeout_ms);
+            mf__conn_maybe_drained(conn);
             return 0;
         }
         if (w < 0) {
@@ -285,6 +306,9 @@ int mf__conn_flush(mf_http_conn_t *conn)
         }
         mf__conn_advance(conn, (size_t)w);
     }
+    mf__conn_maybe_drained(conn);
+    if (conn->phase == MF_CONN_CLOSED)
+        return MF_ECLOSED;
     if (!conn->nsegs && conn->phase != MF_CONN_CLOSED)
         mf__conn_output_done(conn);
     return 0;

@@ -186,6 +186,11 @@ void mf__exchange_run_handler(mf_http_exchange_t *ex)
 void mf__exchange_connection_lost(mf_http_exchange_t *ex)
 {
     ex->closed_early = true;
+    if (ex->on_drain) { /* wake a paused writer: its next write fails */
+        mf_http_exchange_drain_cb cb = ex->on_drain;
+        ex->on_drain = NULL;
+        cb(ex, ex->on_drain_arg);
+    }
     if (ex->on_close) {
         mf_http_exchange_close_cb cb = ex->on_close;
         ex->on_close = NULL;
@@ -356,7 +361,30 @@ int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
         if (chunked)
             mf__conn_queue_copy(conn, "\r\n", 2);
     }
-    return mf__conn_flush(conn) < 0 ? MF_ECLOSED : 0;
+    if (mf__conn_flush(conn) < 0 || ex->closed_early)
+        return MF_ECLOSED;
+    return mf__conn_pending(conn) > MF_HTTP_WRITE_HIGH_WATER ? 1 : 0;
+}
+
+static void mf__exchange_drain_now(mf_post_t *post)
+{
+    mf_http_exchange_t *ex = post->data;
+    if (ex->on_drain && !ex->closed_early) {
+        mf_http_exchange_drain_cb cb = ex->on_drain;
+        ex->on_drain = NULL;
+        cb(ex, ex->on_drain_arg);
+    }
+}
+
+void mf_http_exchange_on_drain(mf_http_exchange_t *ex,
+                               mf_http_exchange_drain_cb cb, void *arg)
+{
+    ex->on_drain = cb;
+    ex->on_drain_arg = arg;
+    if (mf__conn_pending(ex->conn) < MF_HTTP_WRITE_LOW_WATER) {
+        mf_post_init(&ex->drain_post, mf__exchange_drain_now, ex);
+        mf_loop_defer(ex->conn->loop, &ex->drain_post);
+    }
 }
 
 /* ---- error answers ----------------------------------------------------- */

@@ -70,6 +70,9 @@ struct mf_http_exchange {
     mf_series_t *series;
     mf_http_exchange_close_cb on_close;
     void *on_close_arg;
+    mf_http_exchange_drain_cb on_drain;
+    void *on_drain_arg;
+    mf_post_t drain_post;
     mf_http_header_t headers[MF_HTTP_MAX_HEADERS]; /* last: not zeroed */
 };
 
@@ -149,6 +152,8 @@ int mf__conn_queue_copy(mf_http_conn_t *conn, const void *data, size_t len);
 int mf__conn_queue_ref(mf_http_conn_t *conn, const char *ptr, size_t len,
                        mf_buf_t *owned);
 int mf__conn_flush(mf_http_conn_t *conn);
+/* Bytes queued and not yet written. */
+size_t mf__conn_pending(const mf_http_conn_t *conn);
 /* Called by the exchange when the handler lets go; may free the conn. */
 void mf__conn_maybe_release(mf_http_conn_t *conn);
 

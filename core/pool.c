@@ -5,7 +5,6 @@
  */
 #include <pthread.h>
 #include <stdbool.h>
-#include <unistd.h>
 
 #include "moonflow/pool.h"
 
@@ -53,16 +52,10 @@ static void *mf__pool_thread(void *arg)
     return NULL;
 }
 
-static unsigned mf__online_cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
-
 mf_pool_t *mf_pool_create(unsigned nthreads)
 {
     mf_pool_t *pool = mf_xcalloc(1, sizeof(*pool));
-    pool->nthreads = nthreads ? nthreads : mf__online_cores();
+    pool->nthreads = nthreads ? nthreads : mf_cpu_count();
     pool->threads = mf_xcalloc(pool->nthreads, sizeof(*pool->threads));
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->cond, NULL);

@@ -2,7 +2,6 @@
  * workers.c — N loop threads sharing one compute pool; the wait group.
  */
 #include <pthread.h>
-#include <unistd.h>
 
 #include "moonflow/workers.h"
 
@@ -32,12 +31,6 @@ static void *mf__worker_main(void *arg)
     return NULL;
 }
 
-static unsigned mf__cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
-
 static int mf__workers_start(mf_workers_t *w, unsigned npool)
 {
     w->pool = mf_pool_create(npool);
@@ -60,7 +53,7 @@ static int mf__workers_start(mf_workers_t *w, unsigned npool)
 mf_workers_t *mf_workers_create(const mf_workers_opts_t *opts)
 {
     mf_workers_t *w = mf_xcalloc(1, sizeof(*w));
-    w->count = opts && opts->nloops ? opts->nloops : mf__cores();
+    w->count = opts && opts->nloops ? opts->nloops : mf_cpu_count();
     w->workers = mf_xcalloc(w->count, sizeof(*w->workers));
     if (mf__workers_start(w, opts ? opts->npool : 0) < 0) {
         mf_workers_destroy(w);

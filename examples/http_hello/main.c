@@ -4,8 +4,11 @@
  * server.
  *
  *   http_hello [--listen 127.0.0.1:8080] [--workers N] [--body-size N]
- *              [--tls-cert FILE --tls-key FILE] [--max-body N]
+ *              [--tls-cert FILE --tls-key FILE] [--sni NAME:CERT:KEY]
+ *              [--max-body N]
  *              [--header-timeout MS] [--keepalive-timeout MS]
+ *              [--body-timeout MS] [--write-timeout MS] [--max-connections N]
+ *              [--upstream HOST:PORT]
  *
  * Routes:
  *   /               body-size bytes ("0123456789abcdef" repeated)
@@ -14,6 +17,8 @@
  *   /held?ms=N      the exchange held by a timer, sent when it fires
  *   /stream?n=K     K chunks streamed with chunked encoding
  *   /info           method, path, query, Host and header count as text
+ *   /fanout         two GETs to --upstream in parallel (a flow); the answer
+ *                   is both bodies, one after the other
  * SIGINT/SIGTERM stop gracefully: in-flight requests finish first.
  */
 #include <signal.h>
@@ -21,17 +26,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moonflow/http_client.h>
 #include <moonflow/http_server.h>
 #include <moonflow/moonflow.h>
 
+#define MAX_SNI 8
+
 typedef struct options {
     mf_http_server_config_t config;
+    struct mf_http_sni sni[MAX_SNI];
     unsigned workers;
     size_t body_size;
 } options_t;
 
 static char *hello_body;
 static size_t hello_len;
+static const char *upstream = "127.0.0.1:80";
 
 static long query_long(const mf_http_request_t *req, const char *key,
                        long fallback)
@@ -135,6 +145,48 @@ static void serve_info(mf_http_exchange_t *ex, const mf_http_request_t *req)
     mf_http_exchange_append(ex, text, (size_t)n);
 }
 
+/* The parallel is done: both answers go out in branch order. */
+static void on_fanned_in(mf_task_t *task)
+{
+    mf_http_exchange_t *ex = task->user;
+    mf_parallel_t *par = mf_parallel_from_task(task);
+    for (size_t i = 0; i < mf_parallel_size(par); i++) {
+        mf_series_t *branch = mf_parallel_series_at(par, i);
+        const char *body = mf_series_context(branch);
+        if (mf_series_state(branch) != MF_STATE_SUCCESS || !body)
+            mf_http_exchange_set_status(ex, 502);
+        else
+            mf_http_exchange_append(ex, body, strlen(body));
+        free(mf_series_context(branch));
+    }
+}
+
+/* A branch's answer is copied into its series' context: the task (and its
+ * body) is gone after this callback; the parallel's callback reads it. */
+static void on_branch_answer(mf_task_t *task)
+{
+    size_t len;
+    const char *body = mf_task_http_body(task, &len);
+    if (mf_task_state(task) != MF_STATE_SUCCESS || !body)
+        return;
+    char *copy = malloc(len + 1);
+    memcpy(copy, body, len);
+    copy[len] = 0;
+    mf_series_set_context(mf_series_of(task), copy);
+}
+
+static void serve_fanout(mf_http_exchange_t *ex)
+{
+    mf_loop_t *loop = mf_http_exchange_loop(ex);
+    char url[128];
+    snprintf(url, sizeof url, "http://%s/", upstream);
+    mf_parallel_t *par = mf_parallel_create(loop, on_fanned_in, ex);
+    for (int i = 0; i < 2; i++)
+        mf_parallel_add_task(
+            par, mf_task_http_create(loop, "GET", url, on_branch_answer, NULL));
+    mf_series_push_back(mf_http_exchange_series(ex), mf_parallel_task(par));
+}
+
 static void handle(mf_http_exchange_t *ex, void *user)
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
@@ -154,6 +206,8 @@ static void handle(mf_http_exchange_t *ex, void *user)
         serve_stream(ex, req);
     else if (path_is(req, "/info"))
         serve_info(ex, req);
+    else if (path_is(req, "/fanout"))
+        serve_fanout(ex);
     else if (path_is(req, "/"))
         mf_http_exchange_body_ref(ex, hello_body, hello_len);
     else {
@@ -204,6 +258,20 @@ static void usage(void)
     exit(2);
 }
 
+/* "name:cert:key" → one more SNI certificate (the strings stay in argv). */
+static void add_sni(options_t *o, char *spec)
+{
+    char *cert = strchr(spec, ':');
+    char *key = cert ? strchr(cert + 1, ':') : NULL;
+    if (!key || o->config.tls_sni_count == MAX_SNI)
+        usage();
+    *cert++ = 0;
+    *key++ = 0;
+    o->sni[o->config.tls_sni_count++] = (struct mf_http_sni){
+        .server_name = spec, .cert_file = cert, .key_file = key};
+    o->config.tls_sni = o->sni;
+}
+
 static void parse_options(int argc, char **argv, options_t *o)
 {
     mf_http_server_config_init(&o->config);
@@ -225,12 +293,22 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->config.tls_cert_file = v;
         else if (!strcmp(a, "--tls-key"))
             o->config.tls_key_file = v;
+        else if (!strcmp(a, "--sni"))
+            add_sni(o, argv[i]);
         else if (!strcmp(a, "--max-body"))
             o->config.max_body = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--header-timeout"))
             o->config.header_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--keepalive-timeout"))
             o->config.keepalive_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--body-timeout"))
+            o->config.body_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--write-timeout"))
+            o->config.write_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--upstream"))
+            upstream = v;
+        else if (!strcmp(a, "--max-connections"))
+            o->config.max_connections = strtoul(v, NULL, 10);
         else
             usage();
     }

@@ -125,6 +125,24 @@ class Basics(unittest.TestCase):
         self.assertEqual(r.status, 200)
 
 
+class FanOut(unittest.TestCase):
+    def test_a_parallel_of_two_backend_calls_answers_with_both(self):
+        backend = start(self, "--body-size", "20")
+        front = start(self, "--upstream", "127.0.0.1:%d" % backend.port)
+        with connect(front.port) as s:
+            buf = b""
+            for _ in range(20):
+                s.sendall(b"GET /fanout HTTP/1.1\r\nHost: h\r\n\r\n")
+                r, buf = read_response(s, buf)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.body, body_pattern(20) * 2)
+
+    def test_a_dead_backend_gives_502(self):
+        front = start(self, "--upstream", "127.0.0.1:%d" % free_port())
+        r = request(front.port, b"GET /fanout HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(r.status, 502)
+
+
 class Bodies(unittest.TestCase):
     def setUp(self):
         self.srv = start(self, "--max-body", "100000")
@@ -276,6 +294,51 @@ class Timeouts(unittest.TestCase):
             self.assertLess(time.time() - t0, 2)
 
 
+    def test_a_stalled_body_is_cut_at_the_body_timeout(self):
+        srv = start(self, "--body-timeout", "300")
+        with connect(srv.port) as s:
+            s.sendall(b"POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 100"
+                      b"\r\n\r\n0123456789")
+            t0 = time.time()
+            self.assertEqual(read_until_closed(s, timeout=3), b"")
+            self.assertLess(time.time() - t0, 2)
+
+    def test_a_client_that_stops_reading_is_cut_at_the_write_timeout(self):
+        size = 32 << 20
+        srv = start(self, "--write-timeout", "300", "--body-size", str(size))
+        with connect(srv.port) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+            time.sleep(1.0)  # never read: the server's writes stall
+            got = 0
+            try:
+                got = len(read_until_closed(s, timeout=5))
+            except ConnectionResetError:
+                pass
+            self.assertLess(got, size)  # cut short, and closed
+        r = request(srv.port, b"GET /info HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(r.status, 200)
+
+
+class Limits(unittest.TestCase):
+    def test_connections_over_the_maximum_wait_until_one_closes(self):
+        srv = start(self, "--max-connections", "3")
+        held = [connect(srv.port) for _ in range(3)]
+        for s in held:  # make sure the server has accepted all three
+            s.sendall(b"GET /info HTTP/1.1\r\nHost: h\r\n\r\n")
+            read_response(s)
+        extra = connect(srv.port)  # the kernel queues it; we do not accept
+        extra.sendall(b"GET /info?extra HTTP/1.1\r\nHost: h\r\n\r\n")
+        extra.settimeout(0.4)
+        with self.assertRaises(socket.timeout):
+            extra.recv(100)
+        held[0].close()
+        extra.settimeout(5)
+        r, _ = read_response(extra)
+        self.assertIn(b"query=extra", r.body)
+        for s in held[1:] + [extra]:
+            s.close()
+
+
 class GracefulStop(unittest.TestCase):
     def test_stop_finishes_in_flight_requests_and_refuses_new_ones(self):
         srv = start(self, workers=2)
@@ -322,6 +385,29 @@ class Https(unittest.TestCase):
                               "https://127.0.0.1:%d/echo" % srv.port],
                              input=body, capture_output=True, check=True)
         self.assertEqual(out.stdout, body)
+
+
+    def test_sni_selects_the_certificate_by_server_name(self):
+        tmp = temp_dir(self)
+        cert, key = self_signed(tmp, "localhost")
+        other_cert, other_key = self_signed(tmp, "other.test")
+        srv = start(self, "--tls-cert", cert, "--tls-key", key,
+                    "--sni", "other.test:%s:%s" % (other_cert, other_key))
+
+        def subject(name):
+            out = subprocess.run(
+                ["openssl", "s_client", "-connect", "127.0.0.1:%d" % srv.port,
+                 "-servername", name], input=b"", capture_output=True,
+                timeout=10)
+            return out.stdout
+
+        self.assertIn(b"CN = other.test", subject("other.test"))
+        self.assertIn(b"CN = localhost", subject("localhost"))
+        out = subprocess.run(["curl", "-sS", "--cacert", other_cert, "--resolve",
+                              "other.test:%d:127.0.0.1" % srv.port,
+                              "https://other.test:%d/" % srv.port],
+                             capture_output=True, check=True)
+        self.assertEqual(out.stdout, body_pattern(16))
 
 
 class Load(unittest.TestCase):

@@ -46,6 +46,9 @@ MF_API void mf_free(void *p);
  * (all threads). Reads are relaxed: exact once the threads are quiet. */
 MF_API uint64_t mf_alloc_count(void);
 
+/* Online CPUs (at least 1): the default number of workers and pool threads. */
+MF_API unsigned mf_cpu_count(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -125,9 +125,22 @@ MF_API void mf_http_exchange_hold(mf_http_exchange_t *ex);
 /* Sends the response (or ends a streamed one). Once. */
 MF_API void mf_http_exchange_send(mf_http_exchange_t *ex);
 /* Streams a piece of the body (chunked; for HTTP/1.0 the connection closes
- * at the end instead). Returns 0, or MF_ECLOSED if the client is gone. */
+ * at the end instead). The data is always queued (copied). Returns 0; 1 when
+ * the output not yet written to the socket is above
+ * MF_HTTP_WRITE_HIGH_WATER — the writer should wait for the drain callback
+ * before writing more (a slow client must not make the server buffer a
+ * whole upstream body); or MF_ECLOSED if the client is gone. */
+#define MF_HTTP_WRITE_HIGH_WATER (256 * 1024)
+#define MF_HTTP_WRITE_LOW_WATER (64 * 1024)
 MF_API int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data,
                                   size_t len);
+/* Calls cb(ex, arg) once, when the unwritten output has fallen below
+ * MF_HTTP_WRITE_LOW_WATER (at once, deferred, if it already is), or when the
+ * connection closes (so a waiting writer wakes up; its next write returns
+ * MF_ECLOSED). */
+typedef void (*mf_http_exchange_drain_cb)(mf_http_exchange_t *ex, void *arg);
+MF_API void mf_http_exchange_on_drain(mf_http_exchange_t *ex,
+                                      mf_http_exchange_drain_cb cb, void *arg);
 
 /* Called once if the connection closes before the response was sent (client
  * gone, timeout, server stop). After it the exchange pointer is dead: the

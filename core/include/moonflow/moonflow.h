@@ -7,6 +7,7 @@
 #include "common.h"
 #include "dns.h"
 #include "error.h"
+#include "fswatch.h"
 #include "list.h"
 #include "loop.h"
 #include "pool.h"

@@ -1,0 +1,38 @@
+/*
+ * moonflow/fswatch.h — watching a directory tree for changes on a loop
+ * (inotify), for hot reload of scripts.
+ *
+ * The whole tree under the root is watched, and directories created later
+ * are added as they appear. Each change calls the callback on the loop's
+ * thread with the path relative to the root ("api/user.lua") and what
+ * happened. Editors that save by writing a temporary file and renaming it
+ * show up as MF_FSWATCH_WRITTEN for the final name.
+ *
+ * Threads: the loop's thread. Ownership: the watcher belongs to its creator
+ * and is freed by mf_fswatch_stop (safe from inside its own callback: the
+ * memory goes from a deferred post). The path passed to the callback is
+ * valid during the call only.
+ */
+#ifndef MOONFLOW_FSWATCH_H
+#define MOONFLOW_FSWATCH_H
+
+#include "loop.h"
+
+typedef struct mf_fswatch mf_fswatch_t;
+
+enum {
+    MF_FSWATCH_WRITTEN = 1, /* created, written and closed, or renamed in */
+    MF_FSWATCH_REMOVED = 2, /* deleted or renamed away */
+    MF_FSWATCH_OVERFLOW = 4 /* the kernel dropped events: rescan everything */
+};
+
+typedef void (*mf_fswatch_cb)(mf_fswatch_t *w, const char *path, unsigned what,
+                              void *arg);
+
+/* Starts watching root. NULL on failure with *err set (MF_ENOENT, EMFILE:
+ * the inotify limits). The watcher does not keep mf_loop_run alive. */
+MF_API mf_fswatch_t *mf_fswatch_start(mf_loop_t *loop, const char *root,
+                                      mf_fswatch_cb cb, void *arg, int *err);
+MF_API void mf_fswatch_stop(mf_fswatch_t *w);
+
+#endif /* MOONFLOW_FSWATCH_H */

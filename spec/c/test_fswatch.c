@@ -1,0 +1,99 @@
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <moonflow/fswatch.h>
+#include <moonflow/moonflow.h>
+
+#include "test.h"
+
+static char root[64];
+static char seen[32][128];
+static unsigned seen_what[32];
+static int nseen;
+
+static void on_change(mf_fswatch_t *w, const char *path, unsigned what,
+                      void *arg)
+{
+    (void)w;
+    (void)arg;
+    if (nseen < 32) {
+        snprintf(seen[nseen], sizeof seen[nseen], "%s", path);
+        seen_what[nseen++] = what;
+    }
+}
+
+static void write_file(const char *rel, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Runs the loop until a change for `path` with `what` arrives (or 2 s). */
+static void expect(mf_loop_t *loop, const char *path, unsigned what)
+{
+    for (int i = 0; i < 200; i++) {
+        for (int k = 0; k < nseen; k++)
+            if (strcmp(seen[k], path) == 0 && (seen_what[k] & what))
+                return;
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+        usleep(10000);
+    }
+    MF_TEST_FAIL("no change reported for %s", path);
+}
+
+TEST(writes_renames_new_directories_and_deletes_are_reported)
+{
+    strcpy(root, "/tmp/mf-watch-XXXXXX");
+    ASSERT(mkdtemp(root) != NULL);
+    mf_loop_t *loop = mf_loop_create();
+    int err = 0;
+    mf_fswatch_t *w = mf_fswatch_start(loop, root, on_change, NULL, &err);
+    ASSERT(w != NULL);
+    mf_loop_ref(loop); /* the watcher alone does not keep the loop running */
+    write_file("index.lua", "return 1");
+    expect(loop, "index.lua", MF_FSWATCH_WRITTEN);
+
+    char path[256], tmp[256];
+    snprintf(path, sizeof path, "%s/api", root);
+    ASSERT_EQ(mkdir(path, 0755), 0);
+    usleep(20000);
+    mf_loop_run(loop, MF_RUN_NOWAIT); /* the new directory gets watched */
+    write_file("api/user.lua", "return 2");
+    expect(loop, "api/user.lua", MF_FSWATCH_WRITTEN);
+
+    /* An editor's save: write a temporary file, rename it over the old. */
+    write_file("api/.user.lua.swp", "return 3");
+    snprintf(tmp, sizeof tmp, "%s/api/.user.lua.swp", root);
+    snprintf(path, sizeof path, "%s/api/user.lua", root);
+    nseen = 0;
+    ASSERT_EQ(rename(tmp, path), 0);
+    expect(loop, "api/user.lua", MF_FSWATCH_WRITTEN);
+
+    ASSERT_EQ(unlink(path), 0);
+    expect(loop, "api/user.lua", MF_FSWATCH_REMOVED);
+    for (int k = 0; k < nseen; k++)
+        ASSERT(seen[k][0] != '.' && !strstr(seen[k], "/.")); /* hidden */
+
+    mf_fswatch_stop(w);
+    mf_loop_unref(loop);
+    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
+    mf_loop_destroy(loop);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+TEST(a_missing_root_fails_with_enoent)
+{
+    mf_loop_t *loop = mf_loop_create();
+    int err = 0;
+    ASSERT(mf_fswatch_start(loop, "/nonexistent/dir", on_change, NULL, &err) ==
+           NULL);
+    ASSERT_EQ(err, MF_ENOENT);
+    mf_loop_destroy(loop);
+}
