@@ -86,22 +86,30 @@ static bool mf__route_path_ok(const char *p, size_t len)
     return true;
 }
 
+/* ROOT/rel is a regular file; abs gets the path. */
+static bool mf__route_try(const mf_serve_routes_t *r, const char *rel,
+                          char *abs, size_t size)
+{
+    struct stat st;
+    int n = snprintf(abs, size, "%s/%s", r->root, rel);
+    return n > 0 && (size_t)n < size && stat(abs, &st) == 0 &&
+           S_ISREG(st.st_mode);
+}
+
 /* Finds ROOT/path.lua or ROOT/path/index.lua; fills abs and rel. */
 static bool mf__route_file(mf_serve_routes_t *r, const char *path, size_t len,
                            char *abs, size_t size, char *rel, size_t rsize)
 {
-    struct stat st;
     size_t plen = path[len - 1] == '/' ? len - 1 : len; /* "/a/" → "/a" */
+    int n;
     if (path[len - 1] != '/') {
-        snprintf(rel, rsize, "%.*s.lua", (int)plen - 1, path + 1);
-        snprintf(abs, size, "%s/%s", r->root, rel);
-        if (stat(abs, &st) == 0 && S_ISREG(st.st_mode))
+        n = snprintf(rel, rsize, "%.*s.lua", (int)plen - 1, path + 1);
+        if (n > 0 && (size_t)n < rsize && mf__route_try(r, rel, abs, size))
             return true;
     }
-    snprintf(rel, rsize, "%.*s%sindex.lua", (int)(plen ? plen - 1 : 0),
-             path + 1, plen > 1 ? "/" : "");
-    snprintf(abs, size, "%s/%s", r->root, rel);
-    return stat(abs, &st) == 0 && S_ISREG(st.st_mode);
+    n = snprintf(rel, rsize, "%.*s%sindex.lua", (int)(plen ? plen - 1 : 0),
+                 path + 1, plen > 1 ? "/" : "");
+    return n > 0 && (size_t)n < rsize && mf__route_try(r, rel, abs, size);
 }
 
 /* Compiles and runs the script; on success the returned function replaces

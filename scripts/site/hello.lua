@@ -1,0 +1,4 @@
+-- /hello
+return function(req, resp)
+    resp:send("Hello, moonflow!\n")
+end

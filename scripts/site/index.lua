@@ -1,0 +1,12 @@
+-- / : what this site shows. Every file here is a route: hello.lua answers
+-- /hello. Edit one while the server runs: the next request uses the new code.
+return function(req, resp)
+    resp:send([[
+moonflow is serving scripts/site:
+
+  /hello           plain text
+  /json            a JSON answer built from the request
+  /fanout          two HTTP calls in parallel (mf.parallel), then one answer
+  /sleep?ms=200    mf.sleep without blocking the worker
+]])
+end
