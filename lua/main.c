@@ -210,8 +210,14 @@ static int cmd_test(int argc, char **argv)
 
 static int cmd_serve(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    if (wants_help(argc, argv)) {
+        fputs("usage: moonflow serve [DIR | --config FILE]\n"
+              "\n"
+              "Will serve Lua handler scripts over HTTP (see DESIGN.md); not "
+              "yet implemented.\n",
+              stdout);
+        return 0;
+    }
     fputs("moonflow serve: not yet implemented (the HTTP server is not yet "
           "wired to Lua handlers)\n",
           stderr);

@@ -107,7 +107,8 @@ def main():
     check("serve is a placeholder that exits 2",
           p.returncode == 2 and "not yet implemented" in p.stderr, p)
 
-    for args in (["--help"], ["run", "--help"], ["test", "--help"]):
+    for args in (["--help"], ["run", "--help"], ["test", "--help"],
+                 ["serve", "--help"]):
         p = moonflow(args, d)
         check(" ".join(args) + " prints usage",
               p.returncode == 0 and "usage: moonflow" in p.stdout, p)
