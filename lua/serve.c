@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -110,7 +111,8 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
     mf_fswatch_stop(w->watch);
     mf_serve_log_close(w);
     mf_serve_routes_destroy(w->routes);
-    mf_lua_host_destroy(w->host); /* aborts background timers */
+    if (w->host)
+        mf_lua_host_destroy(w->host); /* aborts background timers */
     w->host = NULL;
     mf_waitgroup_done(job->wg);
 }
@@ -198,6 +200,12 @@ static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
         c->access_log = mf_serve_config_strdup(c, log);
     if (!c->root)
         c->root = mf_serve_config_strdup(c, MF_SERVE_DEFAULT_ROOT);
+    struct stat st;
+    if (stat(c->root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "moonflow serve: %s: no such scripts folder\n",
+                c->root);
+        return -1;
+    }
     return 0;
 }
 

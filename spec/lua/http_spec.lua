@@ -176,3 +176,30 @@ describe("mf.task.http", function()
         assert.are.same({ "one", "two" }, bodies)
     end)
 end)
+
+describe("mf.http and the host's counts", function()
+    it("are back to baseline after many requests, timeouts and failures", function()
+        collectgarbage()
+        local before = mf.debug.counts()
+        for _ = 1, 5 do
+            local steps = {}
+            for i = 1, 20 do
+                steps[#steps + 1] = (i % 2 == 0)
+                    and mf.task.http { url = base .. "/held?ms=500", timeout = 5 }
+                    or mf.task.http { url = base .. "/echo", body = tostring(i) }
+            end
+            steps[#steps + 1] = mf.task.http {
+                url = "http://127.0.0.1:" .. dead .. "/", retries = 0 }
+            local r = mf.parallel(steps):wait()
+            assert.are.equal("timeout", r[2].state)
+            assert.are.equal("3", r[3].body)
+            assert.are.equal("connection refused", r[21].error)
+        end
+        mf.sleep(10)
+        collectgarbage()
+        local after = mf.debug.counts()
+        assert.are.equal(before.coroutines, after.coroutines)
+        assert.are.equal(before.refs, after.refs)
+        assert.are.equal(before.flows, after.flows)
+    end)
+end)

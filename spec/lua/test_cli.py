@@ -103,11 +103,12 @@ def main():
           p.returncode == 0 and
           p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
 
-    p = moonflow(["serve"], d)
-    check("serve is a placeholder that exits 2",
-          p.returncode == 2 and "not yet implemented" in p.stderr, p)
+    p = moonflow(["serve", "no-such-dir"], d)
+    check("serve refuses a missing scripts folder with exit 2",
+          p.returncode == 2 and "no-such-dir" in p.stderr, p)
 
-    for args in (["--help"], ["run", "--help"], ["test", "--help"]):
+    for args in (["--help"], ["run", "--help"], ["test", "--help"],
+                 ["serve", "--help"]):
         p = moonflow(args, d)
         check(" ".join(args) + " prints usage",
               p.returncode == 0 and "usage: moonflow" in p.stdout, p)
