@@ -1,6 +1,6 @@
 # moonflow — the two commands of the README, plus bench.
 #
-#   make run    install what is missing, build, run the bundled example
+#   make run    install what is missing, build, serve scripts/site on :8080
 #   make test   install, build (plain + sanitizer twin), run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
 #               (engine, then HTTP servers side by side; about 5 minutes)
@@ -54,8 +54,11 @@ $(BUILD)/build.ninja: CMakeLists.txt | deps
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Serves the bundled site (scripts/site) on http://127.0.0.1:8080 with an
+# access log on stdout; Ctrl-C stops it gracefully.
 run: build
-	./$(BUILD)/examples/flow_example
+	./$(BUILD)/moonflow serve scripts/site --listen 127.0.0.1:8080 \
+	  --access-log -
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
