@@ -496,8 +496,8 @@ static void mf__ctask_timed_out(mf_timer_t *timer)
 static void mf__ctask_attempt(mf_http_ctask_t *t)
 {
     mf_http_pool_t *pool = mf__http_pool(t->base._loop);
-    t->ep =
-        mf__http_endpoint(pool, t->host, t->port, t->tls, t->opts.tls_verify);
+    t->ep = mf__http_endpoint(pool, t->host, t->port, t->tls,
+                              t->opts.tls_verify, t->opts.ca_file);
     t->phase = MF_CT_IDLE;
     mf__ctask_arm(t, t->opts.connect_timeout_ms);
     mf__http_acquire(t);

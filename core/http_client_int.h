@@ -27,6 +27,7 @@ struct mf_http_endpoint {
     uint16_t port;
     bool tls;
     bool verify;
+    char *ca_file;     /* verified against this CA bundle (NULL: system) */
     mf_list_t conns;   /* all connections, busy or idle */
     mf_list_t idle;    /* idle connections, most recent first */
     mf_list_t waiters; /* tasks waiting for a connection slot */
@@ -106,8 +107,11 @@ struct mf_http_ctask {
 
 /* http_pool.c */
 mf_http_pool_t *mf__http_pool(mf_loop_t *loop);
+/* The endpoint of (host, port, TLS, verification, CA file): connections
+ * verified one way are never reused for a request that asks another. */
 mf_http_endpoint_t *mf__http_endpoint(mf_http_pool_t *pool, const char *host,
-                                      uint16_t port, bool tls, bool verify);
+                                      uint16_t port, bool tls, bool verify,
+                                      const char *ca_file);
 /* Gives the task a connection: an idle one (then mf__ctask_send runs), a
  * new one (opened; then mf__ctask_send), or a place in the wait queue. */
 void mf__http_acquire(mf_http_ctask_t *t);

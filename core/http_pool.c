@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <openssl/err.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ static void mf__pool_free(mf_loop_t *loop, void *ext)
         mf_list_t *c;
         while ((c = mf_list_pop_front(&ep->conns)) != NULL)
             mf__cconn_destroy_now(mf_container_of(c, mf_http_cconn_t, link));
+        free(ep->ca_file);
         mf_free(ep);
     }
     mf_free(pool);
@@ -65,15 +67,24 @@ uint64_t mf_http_pool_connects(mf_loop_t *loop)
     return pool ? pool->connects : 0;
 }
 
-mf_http_endpoint_t *mf__http_endpoint(mf_http_pool_t *pool, const char *host,
-                                      uint16_t port, bool tls, bool verify)
+static bool mf__same_ca(const char *a, const char *b)
 {
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+mf_http_endpoint_t *mf__http_endpoint(mf_http_pool_t *pool, const char *host,
+                                      uint16_t port, bool tls, bool verify,
+                                      const char *ca_file)
+{
+    if (!tls || !verify)
+        ca_file = NULL; /* irrelevant: do not split the pool on it */
     mf_list_t *node;
     mf_list_foreach(node, &pool->endpoints)
     {
         mf_http_endpoint_t *ep =
             mf_container_of(node, mf_http_endpoint_t, link);
         if (ep->port == port && ep->tls == tls && ep->verify == verify &&
+            mf__same_ca(ep->ca_file, ca_file) &&
             strcasecmp(ep->host, host) == 0)
             return ep;
     }
@@ -82,6 +93,7 @@ mf_http_endpoint_t *mf__http_endpoint(mf_http_pool_t *pool, const char *host,
     ep->port = port;
     ep->tls = tls;
     ep->verify = verify;
+    ep->ca_file = ca_file ? strdup(ca_file) : NULL;
     mf_list_init(&ep->conns);
     mf_list_init(&ep->idle);
     mf_list_init(&ep->waiters);

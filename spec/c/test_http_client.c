@@ -553,7 +553,14 @@ TEST(tls_verification_failure_is_a_tls_error_and_a_trusted_ca_passes)
     ASSERT_EQ(r.state, MF_STATE_SUCCESS);
     ASSERT_STR_EQ(r.body, "hello client\n");
 
+    /* The trusted connection is pooled, but a request that asks for the
+     * system CAs must not reuse it: it verifies again, and fails. */
     o.ca_file = NULL;
+    t = mf_task_http_create(loop, "GET", url, on_done, &r);
+    mf_task_http_set_opts(t, &o);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_TLS_ERROR);
+
     o.tls_verify = false; /* the opt-out */
     t = mf_task_http_create(loop, "GET", url, on_done, &r);
     mf_task_http_set_opts(t, &o);
