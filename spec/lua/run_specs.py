@@ -1,8 +1,11 @@
 """Runs `moonflow test spec/lua` with examples/http_hello listening on free
 loopback ports, plain (MF_HTTP_PORT) and TLS with a self-signed certificate
 (MF_HTTPS_PORT, MF_CA_FILE), a small Python server for what http_hello
-does not do (redirects, a malformed answer: MF_ODD_PORT), and a port where
-nothing listens (MF_DEAD_PORT). ctest's lua.specs and asan.lua.specs.
+does not do (redirects, a malformed answer: MF_ODD_PORT), a port where
+nothing listens (MF_DEAD_PORT), and `moonflow serve spec/lua/site` with one
+worker (MF_SERVE_PORT; stopped with SIGTERM, and its exit status must be 0:
+under the ASan build that includes the leak check). ctest's lua.specs and
+asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_HELLO=build/examples/http_hello \\
       python3 spec/lua/run_specs.py [busted options...]
@@ -10,6 +13,7 @@ nothing listens (MF_DEAD_PORT). ctest's lua.specs and asan.lua.specs.
 import http.server
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,17 +63,31 @@ def main():
     cert, key = harness.self_signed(tmp)
     servers = [start(hello)]
     odd = start_odd(servers[0].port)
+    serve = None
     try:
         servers.append(start(hello, "--tls-cert", cert, "--tls-key", key))
+        serve_port = harness.free_port()
+        serve = harness.Server([moonflow, "serve", os.path.join(HERE, "site"),
+                                "--workers", "1", "--listen",
+                                "127.0.0.1:%d" % serve_port], serve_port)
         env = dict(os.environ, MF_HTTP_PORT=str(servers[0].port),
                    MF_HTTPS_PORT=str(servers[1].port), MF_CA_FILE=cert,
                    MF_ODD_PORT=str(odd.server_address[1]),
-                   MF_DEAD_PORT=str(harness.free_port()))
+                   MF_DEAD_PORT=str(harness.free_port()),
+                   MF_SERVE_PORT=str(serve_port))
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
                               cwd=root, env=env, timeout=240)
+        code, _, err = serve.stop(sig=signal.SIGTERM)
+        serve = None
+        if code != 0:
+            sys.stderr.write("moonflow serve exited %d:\n%s\n" %
+                             (code, err.decode(errors="replace")[-4000:]))
+            return 1
         return proc.returncode
     finally:
+        if serve:
+            serve.stop()
         odd.shutdown()
         for server in servers:
             server.stop()

@@ -1,0 +1,104 @@
+-- moonflow serve, through HTTP: handlers in spec/lua/site served by
+-- `moonflow serve` (one worker) that run_specs.py starts on MF_SERVE_PORT.
+local mf = require "moonflow"
+
+local base = "http://127.0.0.1:" .. assert(os.getenv("MF_SERVE_PORT"))
+
+local function get(path, opts)
+    return mf.http.get(base .. path, opts)
+end
+
+local function counts()
+    local r = assert(get("/counts"))
+    return mf.json.decode(r.body)
+end
+
+describe("moonflow serve", function()
+    it("answers a handler's response", function()
+        local r = assert(get("/ok"))
+        assert.are.equal(200, r.status)
+        assert.are.equal("ok", r.body)
+        assert.are.equal("text/plain; charset=utf-8", r.headers["content-type"])
+    end)
+
+    it("routes folders to index.lua and unknown paths to 404", function()
+        assert.are.equal("api index", assert(get("/api/")).body)
+        assert.are.equal("api index", assert(get("/api")).body)
+        assert.are.equal(404, assert(get("/nope")).status)
+        assert.are.equal(404, assert(get("/../etc/passwd")).status)
+        assert.are.equal(404, assert(get("/.hidden")).status)
+    end)
+
+    it("gives the request's fields to the handler", function()
+        local r = assert(mf.http.request {
+            method = "POST", url = base .. "/echo?a=1&a=2&b=x%20y&flag",
+            headers = { ["User-Agent"] = "spec", ["X-Custom"] = "c" },
+            body = "payload",
+        })
+        local e = mf.json.decode(r.body)
+        assert.are.equal("POST", e.method)
+        assert.are.equal("/echo", e.path)
+        assert.are.equal("/echo?a=1&a=2&b=x%20y&flag", e.uri)
+        assert.are.equal("1.1", e.version)
+        assert.are.same({ "1", "2" }, e.query.a)
+        assert.are.equal("x y", e.query.b)
+        assert.are.equal(true, e.query.flag)
+        assert.are.equal("payload", e.body)
+        assert.are.equal("spec", e.agent)      -- any spelling of the name
+        assert.are.equal("c", e.custom)
+        assert.truthy(e.peer:match("^127%.0%.0%.1:%d+$"))
+    end)
+
+    it("sets status and headers, redirects, streams and answers on return", function()
+        local r = assert(get("/status"))
+        assert.are.equal(201, r.status)
+        assert.are.equal("yes", r.headers["x-test"])
+        assert.are.equal("created", r.body)
+        r = assert(get("/redirect"))
+        assert.are.equal(301, r.status)
+        assert.are.equal("/ok", r.headers["location"])
+        r = assert(get("/stream"))
+        assert.are.equal("part 1\npart 2\npart 3\n", r.body)
+        assert.are.equal("chunked", r.headers["transfer-encoding"])
+        assert.are.equal(204, assert(get("/nosend")).status)
+    end)
+
+    it("turns a Lua error into a 500 and serves the next request", function()
+        local before = counts()
+        local r = assert(get("/error"))
+        assert.are.equal(500, r.status)
+        r = assert(get("/ok"))
+        assert.are.equal(200, r.status)
+        local after = counts()
+        assert.are.equal(before.errors + 1, after.errors)
+        assert.are.equal(before.coroutines, after.coroutines)
+    end)
+
+    it("leaks nothing when clients leave while their handlers wait", function()
+        assert(get("/slow?ms=1")) -- load the route: its handler holds a ref
+        local before = counts()
+        for _ = 1, 20 do
+            local r, err = get("/slow?ms=3000", { timeout = 30 })
+            assert.is_nil(r)
+            assert.are.equal("timeout", err)
+        end
+        mf.sleep(200) -- the server sees the closes and aborts the handlers
+        local after = counts()
+        assert.are.equal(before.coroutines, after.coroutines)
+        assert.are.equal(before.refs, after.refs)
+        assert.are.equal(before.timers, after.timers)
+    end)
+
+    it("serves many handlers at once on one worker", function()
+        local steps = {}
+        for i = 1, 50 do
+            steps[i] = mf.task.http { url = base .. "/slow?ms=100" }
+        end
+        local t0 = mf.now()
+        local r = mf.parallel(steps):wait()
+        for i = 1, 50 do
+            assert.are.equal("slow done", r[i].body)
+        end
+        assert.is_true(mf.now() - t0 < 2000) -- waited side by side
+    end)
+end)

@@ -1,0 +1,5 @@
+local mf = require "moonflow"
+
+return function(req, resp)
+    resp:json(mf.debug.counts())
+end

@@ -1,0 +1,7 @@
+local function explode()
+    error("boom from a handler")
+end
+
+return function(req, resp)
+    explode()
+end

@@ -1,0 +1,3 @@
+return function(req, resp)
+    resp:send("ok")
+end

@@ -1,0 +1,3 @@
+return function(req, resp)
+    resp:redirect("/ok", 301)
+end
