@@ -40,7 +40,8 @@ static const char usage_serve[] =
     "routes); options given on the command line win.\n"
     "Defaults: --listen 127.0.0.1:8080, one worker per core, no access log.\n";
 
-/* ---- one worker ------------------------------------------------------------ */
+/* ---- one worker ------------------------------------------------------------
+ */
 
 static void mf__serve_log(void *ud, const char *msg)
 {
@@ -97,8 +98,8 @@ static void mf__serve_start_worker(mf_loop_t *loop, void *arg)
     w->routes = mf_serve_routes_create(w->host, c->root, specs, c->nroutes);
     w->watch = mf_fswatch_start(loop, c->root, mf__serve_changed, w, NULL);
     mf_serve_log_open(w);
-    w->server = mf_http_server_start(loop, &c->http, mf_serve_handle, w,
-                                     &w->error);
+    w->server =
+        mf_http_server_start(loop, &c->http, mf_serve_handle, w, &w->error);
     mf_waitgroup_done(job->wg);
 }
 
@@ -150,7 +151,8 @@ static void mf__serve_on_all(mf_workers_t *workers, mf_serve_job_t *jobs,
     mf_waitgroup_close(&wg);
 }
 
-/* ---- options ---------------------------------------------------------------- */
+/* ---- options ----------------------------------------------------------------
+ */
 
 static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
 {
@@ -216,7 +218,8 @@ static void mf__serve_defaults(mf_serve_config_t *c)
     c->http.listen = "127.0.0.1:8080";
 }
 
-/* ---- the command ------------------------------------------------------------ */
+/* ---- the command ------------------------------------------------------------
+ */
 
 static bool mf__serve_started(mf_serve_worker_t *ws, unsigned n,
                               const mf_serve_config_t *c)
@@ -282,6 +285,7 @@ int mf_serve_main(int argc, char **argv)
     }
     mf__serve_on_all(workers, jobs, mf__serve_stop_worker);
     mf_workers_destroy(workers);
+    mf_serve_routes_forget_sources();
     free(ws);
     free(jobs);
     mf_serve_config_free(&c);

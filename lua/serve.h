@@ -48,8 +48,8 @@ typedef struct mf_serve_config {
 /* Reads a Lua config file (a chunk returning a table) into config, on top
  * of what is already there. Relative paths are taken from the file's
  * folder. Returns 0, or -1 with a message in err. */
-int mf_serve_config_load(mf_serve_config_t *config, const char *file,
-                         char *err, size_t errlen);
+int mf_serve_config_load(mf_serve_config_t *config, const char *file, char *err,
+                         size_t errlen);
 /* Keeps a copy of s for the config's lifetime. */
 char *mf_serve_config_strdup(mf_serve_config_t *config, const char *s);
 void mf_serve_config_free(mf_serve_config_t *config);

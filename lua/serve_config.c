@@ -56,14 +56,12 @@ static char *mf__config_path(mf_serve_config_t *c, const char *dir,
 static const char *mf__field_string(lua_State *L, int t, const char *key)
 {
     lua_getfield(L, t, key);
-    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
-                                                   : NULL;
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     lua_pop(L, 1); /* the table still anchors the string */
     return s;
 }
 
-static bool mf__field_number(lua_State *L, int t, const char *key,
-                             double *out)
+static bool mf__field_number(lua_State *L, int t, const char *key, double *out)
 {
     lua_getfield(L, t, key);
     bool ok = lua_type(L, -1) == LUA_TNUMBER;
@@ -119,13 +117,14 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
         lua_pushnil(L);
         while (lua_next(L, sni) && c->http.tls_sni_count < MF_SERVE_MAX_SNI) {
             int e = lua_gettop(L);
-            const char *ec = lua_istable(L, e) ? mf__field_string(L, e, "cert")
-                                               : NULL;
-            const char *ek = lua_istable(L, e) ? mf__field_string(L, e, "key")
-                                               : NULL;
+            const char *ec =
+                lua_istable(L, e) ? mf__field_string(L, e, "cert") : NULL;
+            const char *ek =
+                lua_istable(L, e) ? mf__field_string(L, e, "key") : NULL;
             if (lua_type(L, -2) == LUA_TSTRING && ec && ek)
                 c->sni[c->http.tls_sni_count++] = (struct mf_http_sni){
-                    .server_name = mf_serve_config_strdup(c, lua_tostring(L, -2)),
+                    .server_name =
+                        mf_serve_config_strdup(c, lua_tostring(L, -2)),
                     .cert_file = mf__config_path(c, dir, ec),
                     .key_file = mf__config_path(c, dir, ek)};
             lua_pop(L, 1);
@@ -140,21 +139,20 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
 {
     lua_pushnil(L);
     while (lua_next(L, t)) {
-        const char *path = lua_type(L, -2) == LUA_TSTRING
-                               ? lua_tostring(L, -2)
+        const char *path =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        const char *file = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                           : lua_istable(L, -1)
+                               ? mf__field_string(L, -1, "file")
                                : NULL;
-        const char *file = lua_type(L, -1) == LUA_TSTRING
-                               ? lua_tostring(L, -1)
-                               : lua_istable(L, -1)
-                                     ? mf__field_string(L, -1, "file")
-                                     : NULL;
         double timeout = 0;
         if (lua_istable(L, -1))
             mf__field_number(L, lua_gettop(L), "timeout", &timeout);
         if (!path || path[0] != '/' || !file) {
-            snprintf(err, errlen, "routes: each entry is [\"/path\"] = "
-                                  "\"file.lua\" or { file = ..., timeout = "
-                                  "ms }");
+            snprintf(err, errlen,
+                     "routes: each entry is [\"/path\"] = "
+                     "\"file.lua\" or { file = ..., timeout = "
+                     "ms }");
             return -1;
         }
         if (c->nroutes == MF_SERVE_MAX_ROUTES) {
@@ -170,8 +168,8 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
     return 0;
 }
 
-static int mf__config_read(lua_State *L, mf_serve_config_t *c,
-                           const char *dir, char *err, size_t errlen)
+static int mf__config_read(lua_State *L, mf_serve_config_t *c, const char *dir,
+                           char *err, size_t errlen)
 {
     int t = lua_gettop(L);
     const char *s;

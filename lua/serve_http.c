@@ -51,7 +51,8 @@ struct mf_serve_call {
 static const char mf__req_mt[] = "moonflow.request";
 static const char mf__resp_mt[] = "moonflow.response";
 
-/* ---- answering ------------------------------------------------------------- */
+/* ---- answering -------------------------------------------------------------
+ */
 
 static double mf__call_seconds(const mf_serve_call_t *call)
 {
@@ -72,9 +73,8 @@ static bool mf__apply_headers(lua_State *L, mf_serve_call_t *call)
     lua_pushnil(L);
     while (lua_next(L, -2)) {
         size_t nlen;
-        const char *name = lua_type(L, -2) == LUA_TSTRING
-                               ? lua_tolstring(L, -2, &nlen)
-                               : NULL;
+        const char *name =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &nlen) : NULL;
         if (name && nlen) {
             if (nlen == 12 && !strncasecmp(name, "content-type", 12))
                 has_type = true;
@@ -133,8 +133,7 @@ static void mf__call_send(mf_serve_call_t *call)
 static void mf__call_fail(mf_serve_call_t *call, int status, const char *text)
 {
     mf_http_exchange_set_status(call->ex, status);
-    mf_http_exchange_add_header(call->ex, "Content-Type", 12, "text/plain",
-                                10);
+    mf_http_exchange_add_header(call->ex, "Content-Type", 12, "text/plain", 10);
     mf_http_exchange_append(call->ex, text, strlen(text));
     call->status = status;
     call->bytes = strlen(text);
@@ -165,8 +164,7 @@ static void mf__call_finish(mf_serve_call_t *call, lua_State *L)
     mf__call_send(call); /* or ends the chunked body */
 }
 
-static void mf__on_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
-                        void *data)
+static void mf__on_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex, void *data)
 {
     mf_serve_call_t *call = data;
     (void)co;
@@ -175,9 +173,9 @@ static void mf__on_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
         const mf_http_request_t *req =
             call->ex ? mf_http_exchange_request(call->ex) : NULL;
         mf_lua_host_log(call->w->host, "moonflow: %.*s %.*s: %s",
-                        req ? (int)req->method_len : 1,
-                        req ? req->method : "-", req ? (int)req->path_len : 1,
-                        req ? req->path : "-", ex->message);
+                        req ? (int)req->method_len : 1, req ? req->method : "-",
+                        req ? (int)req->path_len : 1, req ? req->path : "-",
+                        ex->message);
         if (call->ex && !call->sent && !call->streaming)
             mf__call_fail(call, 500, "500 Internal Server Error\n");
     } else if (ex->status == MF_LUA_CO_ABORTED) {
@@ -209,7 +207,8 @@ static void mf__on_timeout(mf_timer_t *timer)
         mf_lua_co_abort(call->co, "handler timeout");
 }
 
-/* ---- the handler ----------------------------------------------------------- */
+/* ---- the handler -----------------------------------------------------------
+ */
 
 static mf_serve_ud_t *mf__push_ud(lua_State *L, mf_serve_call_t *call,
                                   const char *mt)
@@ -278,7 +277,8 @@ void mf_serve_handle(mf_http_exchange_t *ex, void *worker)
         mf__call_free(call);
 }
 
-/* ---- the request object ---------------------------------------------------- */
+/* ---- the request object ----------------------------------------------------
+ */
 
 static mf_serve_call_t *mf__check_call(lua_State *L, int idx, const char *mt)
 {
@@ -380,10 +380,9 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *req)
         const mf_http_header_t *h = &req->headers[i];
         size_t n = h->name_len < sizeof name ? h->name_len : sizeof name;
         for (size_t k = 0; k < n; k++)
-            name[k] = (char)(h->name[k] | ((h->name[k] >= 'A' &&
-                                            h->name[k] <= 'Z')
-                                               ? 0x20
-                                               : 0));
+            name[k] =
+                (char)(h->name[k] |
+                       ((h->name[k] >= 'A' && h->name[k] <= 'Z') ? 0x20 : 0));
         lua_pushlstring(L, name, n);
         lua_pushlstring(L, h->value, h->value_len);
         mf__table_add(L, t);
@@ -451,16 +450,16 @@ static int mf__req_index(lua_State *L)
     return 1;
 }
 
-/* ---- the response object --------------------------------------------------- */
+/* ---- the response object ---------------------------------------------------
+ */
 
 static int mf__resp_send_body(lua_State *L, mf_serve_call_t *call, int body)
 {
     if (call->sent || call->streaming)
         return luaL_error(L, "the response was already sent");
     size_t len = 0;
-    const char *data = lua_isnoneornil(L, body)
-                           ? ""
-                           : luaL_checklstring(L, body, &len);
+    const char *data =
+        lua_isnoneornil(L, body) ? "" : luaL_checklstring(L, body, &len);
     mf__call_head(L, call);
     mf_http_exchange_append(call->ex, data, len);
     call->bytes = len;

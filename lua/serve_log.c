@@ -41,10 +41,10 @@ void mf_serve_log_open(mf_serve_worker_t *w)
     w->log_fd = -1;
     if (!path || !strcmp(path, "off"))
         return;
-    w->log_fd = strcmp(path, "-") == 0
-                    ? dup(1)
-                    : open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                           0644);
+    w->log_fd =
+        strcmp(path, "-") == 0
+            ? dup(1)
+            : open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (w->log_fd < 0) {
         fprintf(stderr, "moonflow: access log %s: cannot open\n", path);
         return;
@@ -62,8 +62,7 @@ static const char *mf__log_time(mf_serve_worker_t *w)
     if (now.tv_sec != w->log_sec) {
         struct tm tm;
         localtime_r(&now.tv_sec, &tm);
-        strftime(w->log_time, sizeof w->log_time, "%d/%b/%Y:%H:%M:%S %z",
-                 &tm);
+        strftime(w->log_time, sizeof w->log_time, "%d/%b/%Y:%H:%M:%S %z", &tm);
         w->log_sec = now.tv_sec;
     }
     return w->log_time;

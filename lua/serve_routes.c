@@ -7,7 +7,9 @@
 
 #include <lauxlib.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@ typedef struct mf_route {
     bool fixed;            /* an explicit route from the config */
     bool stale;            /* compile again before the next use */
     int ref;               /* the handler, LUA_NOREF if none yet */
+    uint32_t source_hash;  /* of the source the handler came from */
 } mf_route_t;
 
 #define MF_ROUTES_BUCKETS 256
@@ -32,6 +35,14 @@ struct mf_serve_routes {
     char *root;
     mf_route_t *buckets[MF_ROUTES_BUCKETS];
 };
+
+static uint32_t mf__fnv(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
 
 static unsigned mf__route_hash(const char *s, size_t n)
 {
@@ -51,8 +62,7 @@ static mf_route_t *mf__route_find(mf_serve_routes_t *r, const char *path,
 }
 
 static mf_route_t *mf__route_add(mf_serve_routes_t *r, const char *path,
-                                 size_t len, const char *file,
-                                 const char *rel)
+                                 size_t len, const char *file, const char *rel)
 {
     mf_route_t *e = mf_xcalloc(1, sizeof(*e));
     e->path = strndup(path, len);
@@ -112,33 +122,159 @@ static bool mf__route_file(mf_serve_routes_t *r, const char *path, size_t len,
     return n > 0 && (size_t)n < rsize && mf__route_try(r, rel, abs, size);
 }
 
-/* Compiles and runs the script; on success the returned function replaces
- * the entry's handler. On failure the old handler (if any) stays. */
-static void mf__route_load(mf_serve_routes_t *r, mf_route_t *e, lua_State *L)
+/* ---- the last good source of each script, shared by the workers --------
+ *
+ * Each worker compiles scripts in its own state, at its own pace. Without a
+ * shared memory of what last compiled, a worker that had not yet run a
+ * script when a broken version was saved would have nothing to fall back
+ * on. So every successful load publishes its source here, and a failed load
+ * on a worker with no version of its own takes the last good one. The lock
+ * is taken on loads only, never per request. */
+
+typedef struct mf_good_source {
+    struct mf_good_source *next;
+    char *file;
+    char *text;
+    size_t len;
+} mf_good_source_t;
+
+static pthread_mutex_t mf__good_lock = PTHREAD_MUTEX_INITIALIZER;
+static mf_good_source_t *mf__good;
+
+static void mf__good_publish(const char *file, const char *text, size_t len)
 {
-    e->stale = false;
-    if (luaL_loadfile(L, e->file) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
-        mf_lua_host_log(r->host, "moonflow: %s: %s%s", e->path,
-                        lua_tostring(L, -1),
-                        e->ref != LUA_NOREF ? " (the previous version "
-                                              "keeps serving)"
-                                            : "");
-        lua_pop(L, 1);
-        return;
+    pthread_mutex_lock(&mf__good_lock);
+    mf_good_source_t *g = mf__good;
+    while (g && strcmp(g->file, file) != 0)
+        g = g->next;
+    if (!g) {
+        g = mf_xcalloc(1, sizeof(*g));
+        g->file = strdup(file);
+        g->next = mf__good;
+        mf__good = g;
     }
-    if (!lua_isfunction(L, -1)) {
-        mf_lua_host_log(r->host,
-                        "moonflow: %s: the script must return a function "
-                        "(got %s)%s",
-                        e->file, luaL_typename(L, -1),
-                        e->ref != LUA_NOREF ? "; the previous version keeps "
-                                              "serving"
-                                            : "");
-        lua_pop(L, 1);
-        return;
+    if (g->len != len || memcmp(g->text, text, len) != 0) {
+        free(g->text);
+        g->text = malloc(len ? len : 1);
+        memcpy(g->text, text, len);
+        g->len = len;
     }
+    pthread_mutex_unlock(&mf__good_lock);
+}
+
+/* A copy of the last good source (caller frees), or NULL. */
+static char *mf__good_copy(const char *file, size_t *len)
+{
+    char *copy = NULL;
+    pthread_mutex_lock(&mf__good_lock);
+    for (mf_good_source_t *g = mf__good; g; g = g->next)
+        if (strcmp(g->file, file) == 0) {
+            copy = malloc(g->len ? g->len : 1);
+            memcpy(copy, g->text, g->len);
+            *len = g->len;
+            break;
+        }
+    pthread_mutex_unlock(&mf__good_lock);
+    return copy;
+}
+
+void mf_serve_routes_forget_sources(void)
+{
+    pthread_mutex_lock(&mf__good_lock);
+    while (mf__good) {
+        mf_good_source_t *g = mf__good;
+        mf__good = g->next;
+        free(g->file);
+        free(g->text);
+        mf_free(g);
+    }
+    pthread_mutex_unlock(&mf__good_lock);
+}
+
+static char *mf__read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Compiles and runs a chunk; leaves the function it returned on L. */
+static const char *mf__route_compile(lua_State *L, const char *file,
+                                     const char *text, size_t len)
+{
+    char name[PATH_MAX + 1];
+    snprintf(name, sizeof name, "@%s", file);
+    if (luaL_loadbuffer(L, text, len, name) != 0 || lua_pcall(L, 0, 1, 0) != 0)
+        return lua_tostring(L, -1);
+    if (!lua_isfunction(L, -1))
+        return "the script must return a function";
+    return NULL;
+}
+
+static void mf__route_set(mf_serve_routes_t *r, mf_route_t *e, lua_State *L,
+                          const char *text, size_t len)
+{
     mf_lua_unref(r->host, e->ref);
     e->ref = mf_lua_ref(r->host, L); /* pops the function */
+    e->source_hash = mf__fnv(text, len);
+}
+
+/* Loads the script; on success the function replaces the entry's handler
+ * and its source is published. On failure the worker runs the last good
+ * source (the newest that compiled, whichever worker saw it), or keeps its
+ * own version when that is the one. */
+static void mf__route_load(mf_serve_routes_t *r, mf_route_t *e, lua_State *L)
+{
+    size_t len = 0;
+    e->stale = false;
+    char *text = mf__read_file(e->file, &len);
+    const char *err = text ? mf__route_compile(L, e->file, text, len)
+                           : "cannot read the file";
+    if (!err) {
+        mf__good_publish(e->file, text, len);
+        mf__route_set(r, e, L, text, len);
+        free(text);
+        return;
+    }
+    free(text);
+    char *good = mf__good_copy(e->file, &len);
+    mf_lua_host_log(r->host, "moonflow: %s: %s%s", e->file, err,
+                    good || e->ref != LUA_NOREF
+                        ? " (the previous version keeps serving)"
+                        : "");
+    lua_settop(L, 0);
+    if (good && mf__fnv(good, len) != e->source_hash &&
+        !mf__route_compile(L, e->file, good, len))
+        mf__route_set(r, e, L, good, len);
+    lua_settop(L, 0);
+    free(good);
+}
+
+/* A saved file that compiles becomes the last good source at once, so a
+ * broken save that follows falls back to it even on a worker that never
+ * ran it. Compiling (not running) is cheap and has no side effects. */
+static void mf__route_publish_if_good(mf_serve_routes_t *r, const char *abs)
+{
+    size_t len;
+    char *text = mf__read_file(abs, &len);
+    lua_State *L = mf_lua_host_state(r->host);
+    char name[PATH_MAX + 1];
+    snprintf(name, sizeof name, "@%s", abs);
+    if (text && luaL_loadbuffer(L, text, len, name) == 0)
+        mf__good_publish(abs, text, len);
+    lua_settop(L, 0);
+    free(text);
 }
 
 int mf_serve_routes_push(mf_serve_routes_t *r, lua_State *L, const char *path,
@@ -178,6 +314,13 @@ static void mf__route_drop(mf_serve_routes_t *r, mf_route_t **slot)
  * whose file changed is compiled again at its next request. */
 void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
 {
+    size_t flen = strlen(file);
+    if (flen > 4 && strcmp(file + flen - 4, ".lua") == 0) {
+        char abs[PATH_MAX];
+        int n = snprintf(abs, sizeof abs, "%s/%s", r->root, file);
+        if (n > 0 && (size_t)n < sizeof abs)
+            mf__route_publish_if_good(r, abs);
+    }
     for (int b = 0; b < MF_ROUTES_BUCKETS; b++) {
         mf_route_t **slot = &r->buckets[b];
         while (*slot) {
@@ -204,8 +347,7 @@ void mf_serve_routes_invalidate_all(mf_serve_routes_t *r)
             e->stale = true;
 }
 
-mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host,
-                                          const char *root,
+mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
                                           const mf_serve_route_spec_t *routes,
                                           size_t nroutes)
 {
@@ -219,9 +361,8 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host,
             snprintf(abs, sizeof abs, "%s", f);
         else
             snprintf(abs, sizeof abs, "%s/%s", root, f);
-        mf_route_t *e = mf__route_add(r, routes[i].path,
-                                      strlen(routes[i].path), abs,
-                                      f[0] == '/' ? "" : f);
+        mf_route_t *e = mf__route_add(r, routes[i].path, strlen(routes[i].path),
+                                      abs, f[0] == '/' ? "" : f);
         e->fixed = true;
     }
     return r;

@@ -13,8 +13,10 @@
  * mf_serve_routes_invalidate_all on SIGHUP) the entry becomes stale and the
  * next request compiles it again — never in the middle of a request:
  * requests in flight keep the function they started with (their coroutine
- * references it). A script that fails to compile or load is logged once and
- * the previous version keeps serving.
+ * references it). A script that fails to compile or load is logged and the
+ * previous version keeps serving — on every worker: the last good source of
+ * each script is shared, so a worker that never ran the old version still
+ * gets it rather than an error.
  *
  * Ownership: the routes object belongs to its worker and owns its entries,
  * their strings and the registry references to the handlers (released with
@@ -36,15 +38,14 @@ typedef struct mf_serve_route_spec {
     const char *file;
 } mf_serve_route_spec_t;
 
-mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host,
-                                          const char *root,
+mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
                                           const mf_serve_route_spec_t *routes,
                                           size_t nroutes);
 void mf_serve_routes_destroy(mf_serve_routes_t *routes);
 
 /* Result of a lookup. */
 enum {
-    MF_SERVE_FOUND = 0,    /* the handler is pushed on L */
+    MF_SERVE_FOUND = 0,     /* the handler is pushed on L */
     MF_SERVE_NOT_FOUND = 1, /* no script for this path: 404 */
     MF_SERVE_BROKEN = 2     /* the script never loaded: 500 (logged) */
 };
@@ -56,5 +57,8 @@ int mf_serve_routes_push(mf_serve_routes_t *routes, lua_State *L,
 /* A file under the root changed (relative path as fswatch reports it). */
 void mf_serve_routes_changed(mf_serve_routes_t *routes, const char *file);
 void mf_serve_routes_invalidate_all(mf_serve_routes_t *routes);
+
+/* Frees the last good sources shared by the workers (at exit). */
+void mf_serve_routes_forget_sources(void);
 
 #endif /* MF_SERVE_ROUTES_H */

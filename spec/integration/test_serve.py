@@ -1,0 +1,245 @@
+"""moonflow serve as a process: hot reload under load, SIGHUP, routes
+appearing and disappearing, the Lua config file, handler timeouts, TLS and
+graceful stop. $MF_MOONFLOW is the binary (the ASan twin in asan.*)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+from harness import (Server, connect, free_port, read_response, request,
+                     self_signed, temp_dir)
+
+MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
+
+
+def write_atomically(path, text):
+    """As editors save: a temporary file renamed over the old one."""
+    tmp = os.path.join(os.path.dirname(path), ".tmp-" + os.path.basename(path))
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+def handler(text):
+    return 'return function(req, resp) resp:send(%r) end\n' % text
+
+
+class ServeTest(unittest.TestCase):
+    def serve(self, *args, root=None, workers=1):
+        port = free_port()
+        argv = [MOONFLOW, "serve"] + ([root] if root else []) + [
+            "--listen", "127.0.0.1:%d" % port, "--workers", str(workers)]
+        srv = Server(argv + list(args), port)
+        self.addCleanup(self.stop_cleanly, srv)
+        return srv
+
+    def stop_cleanly(self, srv):
+        if srv.proc.poll() is not None and srv.proc.returncode == 0:
+            return
+        code, _, err = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0, err.decode(errors="replace")[-3000:])
+
+    def get(self, srv, path):
+        return request(srv.port, b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" %
+                       path.encode())
+
+    def site(self, files):
+        root = temp_dir(self)
+        for name, text in files.items():
+            path = os.path.join(root, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        return root
+
+
+class HotReload(ServeTest):
+    def wait_body(self, srv, path, body, limit=1.0):
+        """Seconds until `path` answers `body` (fails past `limit`)."""
+        t0 = time.time()
+        while time.time() - t0 < limit:
+            r = self.get(srv, path)
+            if r.status == 200 and r.body == body.encode():
+                return time.time() - t0
+            time.sleep(0.01)
+        self.fail("%s did not switch to %r within %.1fs" % (path, body, limit))
+
+    def test_rewrites_under_load_lose_nothing_and_apply_within_a_second(self):
+        root = self.site({"v.lua": handler("version A")})
+        srv = self.serve(root=root, workers=2)
+        wrk = subprocess.Popen(["wrk", "-t1", "-c256", "-d20s",
+                                "http://127.0.0.1:%d/v" % srv.port],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        try:
+            path = os.path.join(root, "v.lua")
+            worst = 0.0
+            start = time.time()
+            for i in range(100):
+                # Spread the 100 rewrites over wrk's 20 s.
+                time.sleep(max(0.0, start + i * 0.19 - time.time()))
+                version = "version %s" % ("B" if i % 2 == 0 else "A")
+                write_atomically(path, handler(version))
+                worst = max(worst, self.wait_body(srv, "/v", version))
+                # A broken version: logged, the previous one keeps serving.
+                write_atomically(path, "return function(req, resp) resp:send(\n")
+                time.sleep(0.05)
+                self.assertEqual(self.get(srv, "/v").body, version.encode())
+            out, err = wrk.communicate(timeout=60)
+        finally:
+            if wrk.poll() is None:
+                wrk.kill()
+        self.assertEqual(wrk.returncode, 0, err)
+        self.assertNotIn("Non-2xx", out)
+        self.assertNotIn("Socket errors", out)
+        requests = int(re.search(r"(\d+) requests in", out).group(1))
+        self.assertGreater(requests, 10000)
+        self.assertLess(worst, 1.0)
+        print("\n  hot reload under wrk: %d requests, 100 rewrites, slowest "
+              "switch %.0f ms" % (requests, worst * 1000))
+        code, _, log = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0)
+        self.assertIn(b"v.lua", log)  # the broken versions were reported
+
+    def test_new_and_deleted_files_add_and_remove_routes(self):
+        root = self.site({"index.lua": handler("home")})
+        srv = self.serve(root=root)
+        self.assertEqual(self.get(srv, "/new").status, 404)
+        write_atomically(os.path.join(root, "new.lua"), handler("fresh"))
+        self.wait_body(srv, "/new", "fresh")
+        os.unlink(os.path.join(root, "new.lua"))
+        deadline = time.time() + 2
+        while self.get(srv, "/new").status != 404:
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.01)
+        os.makedirs(os.path.join(root, "sub"))
+        time.sleep(0.05)
+        write_atomically(os.path.join(root, "sub", "page.lua"), handler("deep"))
+        self.wait_body(srv, "/sub/page", "deep")
+
+    def test_sighup_reloads_every_script(self):
+        root = self.site({"a.lua": 'local n = 0\n'
+                                   'return function(req, resp)\n'
+                                   '  n = n + 1; resp:send(tostring(n)) end\n'})
+        srv = self.serve(root=root)
+        self.assertEqual(self.get(srv, "/a").body, b"1")
+        self.assertEqual(self.get(srv, "/a").body, b"2")
+        srv.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.2)
+        self.assertEqual(self.get(srv, "/a").body, b"1")  # a fresh chunk
+
+    def test_in_flight_requests_finish_on_the_code_they_started_with(self):
+        root = self.site({"s.lua": 'local mf = require "moonflow"\n'
+                                   'return function(req, resp)\n'
+                                   '  mf.sleep(300); resp:send("old") end\n'})
+        srv = self.serve(root=root)
+        results = []
+        t = threading.Thread(target=lambda: results.append(
+            self.get(srv, "/s").body))
+        t.start()
+        time.sleep(0.1)
+        write_atomically(os.path.join(root, "s.lua"), handler("new"))
+        t.join()
+        self.assertEqual(results, [b"old"])
+        self.wait_body(srv, "/s", "new")
+
+
+class Config(ServeTest):
+    def test_a_config_file_sets_routes_limits_timeouts_and_the_log(self):
+        root = self.site({
+            "home.lua": handler("from the config"),
+            "slow.lua": 'local mf = require "moonflow"\n'
+                        'return function(req, resp) mf.sleep(2000)\n'
+                        '  resp:send("late") end\n',
+            "echo.lua": 'return function(req, resp) resp:send(req.body) end\n',
+        })
+        conf = os.path.join(root, "moonflow.conf.lua")
+        log = os.path.join(root, "access.log")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", access_log = "access.log",\n'
+                    '  limits = { max_body = 1000 },\n'
+                    '  routes = { ["/"] = "home.lua",\n'
+                    '             ["/slow"] = { file = "slow.lua", timeout = 200 } } }\n')
+        srv = self.serve("--config", conf)
+        self.assertEqual(self.get(srv, "/").body, b"from the config")
+        t0 = time.time()
+        r = self.get(srv, "/slow")
+        self.assertEqual(r.status, 504)
+        self.assertLess(time.time() - t0, 1.5)
+        r = request(srv.port, b"POST /echo HTTP/1.1\r\nHost: h\r\n"
+                    b"Content-Length: 2000\r\n\r\n" + b"x" * 2000)
+        self.assertEqual(r.status, 413)
+        r = request(srv.port, b"POST /echo HTTP/1.1\r\nHost: h\r\n"
+                    b"Content-Length: 5\r\n\r\nhello")
+        self.assertEqual(r.body, b"hello")
+        self.stop_cleanly(srv)
+        with open(log) as f:
+            lines = f.read().splitlines()
+        self.assertTrue(any('"GET / HTTP/1.1" 200' in l for l in lines), lines)
+        self.assertTrue(any('"GET /slow HTTP/1.1" 504' in l for l in lines))
+
+    def test_a_broken_config_is_reported(self):
+        root = self.site({})
+        conf = os.path.join(root, "bad.lua")
+        with open(conf, "w") as f:
+            f.write("return {")
+        out = subprocess.run([MOONFLOW, "serve", "--config", conf],
+                             capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("bad.lua", out.stderr)
+
+
+class Lifecycle(ServeTest):
+    def test_graceful_stop_finishes_handlers_in_flight(self):
+        root = self.site({"s.lua": 'local mf = require "moonflow"\n'
+                                   'return function(req, resp)\n'
+                                   '  mf.sleep(300); resp:send("done") end\n'})
+        srv = self.serve(root=root, workers=2)
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(
+            self.get(srv, "/s").body)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)
+        srv.proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [b"done"] * 6)
+        code, _, _ = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0)
+
+    def test_https_with_a_config_certificate(self):
+        root = self.site({"index.lua": handler("secure")})
+        cert, key = self_signed(root, "localhost")
+        conf = os.path.join(root, "tls.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", tls = { cert = %r, key = %r } }\n'
+                    % (cert, key))
+        srv = self.serve("--config", conf)
+        out = subprocess.run(["curl", "-sS", "--cacert", cert, "--resolve",
+                              "localhost:%d:127.0.0.1" % srv.port,
+                              "https://localhost:%d/" % srv.port],
+                             capture_output=True, check=True)
+        self.assertEqual(out.stdout, b"secure")
+
+    def test_the_bundled_site_serves_its_pages(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        site = os.path.join(here, "..", "..", "scripts", "site")
+        srv = self.serve(root=site)
+        self.assertIn(b"/fanout", self.get(srv, "/").body)
+        self.assertEqual(self.get(srv, "/hello").body, b"Hello, moonflow!\n")
+        j = json.loads(self.get(srv, "/json?name=x").body)
+        self.assertEqual(j["query"]["name"], "x")
+        f = json.loads(request(srv.port, b"GET /fanout HTTP/1.1\r\nHost: "
+                               b"127.0.0.1:%d\r\n\r\n" % srv.port).body)
+        self.assertEqual(f["hello"]["status"], 200)
+        self.assertEqual(f["json"]["status"], 200)
+        self.assertTrue(self.get(srv, "/sleep?ms=50").body.startswith(b"slept"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
