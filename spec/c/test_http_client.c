@@ -396,9 +396,9 @@ static void proxy_handle(mf_http_exchange_t *ex, void *user)
                         mf_task_http_forward(ex, upstream, NULL, NULL));
 }
 
-TEST(forward_relays_a_request_and_streams_the_answer_back)
+/* A second server on the loop that forwards everything to the first. */
+static mf_http_server_t *start_proxy(void)
 {
-    setup();
     backend_port = port;
     mf_http_server_config_t c;
     mf_http_server_config_init(&c);
@@ -406,6 +406,13 @@ TEST(forward_relays_a_request_and_streams_the_answer_back)
     mf_http_server_t *proxy =
         mf_http_server_start(loop, &c, proxy_handle, NULL, NULL);
     ASSERT(proxy != NULL);
+    return proxy;
+}
+
+TEST(forward_relays_a_request_and_streams_the_answer_back)
+{
+    setup();
+    mf_http_server_t *proxy = start_proxy();
     uint16_t pport = mf_http_server_port(proxy);
     const char *paths[] = {"/hello", "/stream?n=500", "/missing"};
     for (int i = 0; i < 3; i++) {
@@ -463,12 +470,7 @@ TEST(forward_to_a_slow_client_buffers_a_window_not_the_whole_body)
     big_body = malloc(big_len);
     memset(big_body, 'b', big_len); /* resident before the baseline */
     setup();
-    backend_port = port;
-    mf_http_server_config_t c;
-    mf_http_server_config_init(&c);
-    c.listen = "127.0.0.1:0";
-    mf_http_server_t *proxy =
-        mf_http_server_start(loop, &c, proxy_handle, NULL, NULL);
+    mf_http_server_t *proxy = start_proxy();
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int small = 65536;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
