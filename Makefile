@@ -20,8 +20,9 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev
 # Tests drive curl, wrk and nginx (a client peer) and build the fuzzers with
-# clang; make bench adds strace for syscall counts.
-BENCH_PACKAGES = strace
+# clang; make bench adds strace for syscall counts and the nginx Lua module
+# (a peer; our nginx.conf loads it, the system nginx is never started).
+BENCH_PACKAGES = strace libnginx-mod-http-lua
 
 .PHONY: all deps bench-deps build run test bench fuzz clean format
 
