@@ -657,7 +657,7 @@ def parse_args(argv):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add = ap.add_argument
-    add("--duration", type=int, help="seconds per measured wrk run (4)")
+    add("--duration", type=int, help="seconds per measured wrk run (3)")
     add("--repeats", type=int, help="interleaved runs per server (3)")
     add("--conns", type=int_list, default=[64, 256, 1024],
         help="connection counts (64,256,1024)")
@@ -673,7 +673,7 @@ def parse_args(argv):
     add("--out", default=RESULTS, help="results dir (bench/results)")
     args = ap.parse_args(argv)
     if args.duration is None:
-        args.duration = 2 if args.quick else 4
+        args.duration = 2 if args.quick else 3
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
     args.strace_duration = 2 if args.quick else 3
