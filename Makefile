@@ -3,7 +3,7 @@
 #   make run    install what is missing, build, run the bundled example
 #   make test   install, build (plain + sanitizer twin), run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
-#               (engine, then HTTP servers side by side; about 5 minutes)
+#               (engine, then HTTP servers side by side; about 12 minutes)
 #   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
 #
 # Dependencies are Debian packages, installed with apt-get when missing.

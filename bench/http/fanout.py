@@ -157,7 +157,7 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
-    C.check_machine(argparse.Namespace(strace=False, conns=[args.conns * 4]))
+    C.check_machine(argparse.Namespace(strace=False, conns=[args.conns]))
     signal.signal(signal.SIGTERM, C._exit_on_sigterm)
     build = os.path.abspath(args.build)
     fronts = [cls(build) for cls in FRONTS.values()]

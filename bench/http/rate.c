@@ -14,7 +14,9 @@
  *
  * Usage: bench_rate --connect 127.0.0.1:PORT --rate R --conns C
  *                   --duration S [--warmup S] [--path /]
- * Prints two lines: "rate-summary key=value ..." (latencies in µs) and
+ * Prints two lines: "rate-summary key=value ..." (latencies in µs; also
+ * late_sends, requests that left over 1 ms after they were due although
+ * their connection was free: the generator's own lag) and
  * "rate-cdf p=µs ..." (latency at percentiles spaced evenly on a log scale
  * of 1 / (1 - p), up to 99.999 %, and the max). Exits 1 on any connect,
  * socket or protocol error or non-200 answer: such a run is not a number.
@@ -37,6 +39,8 @@
 #define BUF_SIZE 16384 /* one answer; bodies here are at most a few KiB */
 #define MAX_EVENTS 256
 #define DRAIN_NS 2000000000ull /* after the schedule ends, wait this long */
+#define SPIN_NS 200000ull      /* shorter waits poll without blocking */
+#define LATE_NS 1000000ull     /* a send this late is the generator's fault */
 
 typedef struct conn {
     int fd;
@@ -61,6 +65,8 @@ typedef struct run {
     size_t request_len;
     uint64_t *lat; /* latency (ns) of each kept request, in order of answer */
     size_t nlat, sent, done;
+    size_t late;          /* kept sends on an idle connection, > LATE_NS late */
+    uint64_t late_max_ns; /* the latest such send */
 } run_t;
 
 static uint64_t now_ns(void)
@@ -189,15 +195,31 @@ static void on_readable(run_t *r, conn_t *c)
         record(r, c, now_ns());
 }
 
+/* A request whose connection was idle when it fell due and still left
+ * late was delayed by this generator (descheduled, or too slow), not by the
+ * server: counted, so that such a run can be told apart. */
+static void note_lateness(run_t *r, uint64_t idx)
+{
+    if (idx < r->first_kept)
+        return;
+    uint64_t late = now_ns() - due_at(r, idx);
+    if (late > r->late_max_ns)
+        r->late_max_ns = late;
+    if (late > LATE_NS)
+        r->late++;
+}
+
 /* Sends (or owes) every request that has fallen due. */
 static void send_due(run_t *r, uint64_t now)
 {
     while (r->next_idx < r->total && due_at(r, r->next_idx) <= now) {
         conn_t *c = &r->conns[r->next_idx % r->nconns];
-        if (c->busy)
+        if (c->busy) {
             c->owed++;
-        else
+        } else {
+            note_lateness(r, r->next_idx);
             send_request(r, c, r->next_idx);
+        }
         r->next_idx++;
     }
 }
@@ -225,12 +247,16 @@ static void connect_all(run_t *r)
 }
 
 /* Waits for answers until the next request falls due (ns precision:
- * epoll_wait's milliseconds would bunch the schedule up). */
+ * epoll_wait's milliseconds would bunch the schedule up). A wait shorter
+ * than SPIN_NS is a poll that does not block: a timer wake-up costs the
+ * generator a few µs and lands late by as much, which at tens of thousands
+ * of requests per second would make it, not the server, the bottleneck. So
+ * at such rates bench_rate spins on its core (core 1, its own). */
 static void poll_until(run_t *r, uint64_t deadline)
 {
     struct epoll_event evs[MAX_EVENTS];
     uint64_t now = now_ns();
-    uint64_t wait = deadline > now ? deadline - now : 0;
+    uint64_t wait = deadline > now + SPIN_NS ? deadline - now : 0;
     struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull),
                           .tv_nsec = (long)(wait % 1000000000ull)};
     int n = epoll_pwait2(r->epfd, evs, MAX_EVENTS, &ts, NULL);
@@ -282,10 +308,12 @@ static void report(run_t *r, uint64_t elapsed_ns)
     qsort(r->lat, r->nlat, sizeof *r->lat, cmp_u64);
     uint64_t kept_due = r->total - r->first_kept;
     printf("rate-summary rate=%.0f conns=%u scheduled=%llu kept=%zu "
-           "unanswered=%llu sent=%zu done=%zu elapsed_us=%llu",
+           "unanswered=%llu sent=%zu done=%zu elapsed_us=%llu late_sends=%zu "
+           "late_max_us=%.1f",
            r->rate, r->nconns, (unsigned long long)kept_due, r->nlat,
            (unsigned long long)owed_total(r), r->sent, r->done,
-           (unsigned long long)(elapsed_ns / 1000));
+           (unsigned long long)(elapsed_ns / 1000), r->late,
+           (double)r->late_max_ns / 1000.0);
     static const double ps[] = {50, 75, 90, 99, 99.9, 99.99};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
         printf(" p%g_us=%.1f", ps[i], pct_us(r, ps[i]));
