@@ -65,8 +65,7 @@ def body_of(size):
 # ---- the servers ------------------------------------------------------------
 #
 # A peer knows whether it can run here (missing) and how to start it on a
-# port (command). More peers — next, nginx + lua answering from a
-# content_by_lua_block — are one more class and one more PEERS entry.
+# port (command). Another peer is one more class and one more PEERS entry.
 
 
 class Nginx:
@@ -79,12 +78,18 @@ class Nginx:
         return None if self.exe else "not installed (apt-get install nginx-light)"
 
     def command(self, port, size, conns, workdir):
-        prefix = tempfile.mkdtemp(prefix="nginx-", dir=workdir)
-        conf = os.path.join(prefix, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(nginx_config(prefix, port, size, conns))
-        log = os.path.join(prefix, "error.log")
-        return [self.exe, "-p", prefix, "-c", conf, "-e", log]
+        return nginx_command(self.exe, workdir, nginx_config(
+            port, conns, nginx_return_locations(size)))
+
+
+def nginx_command(exe, workdir, config):
+    """argv for nginx on config (a function of the prefix dir it gets)."""
+    prefix = tempfile.mkdtemp(prefix="nginx-", dir=workdir)
+    conf = os.path.join(prefix, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(config(prefix))
+    log = os.path.join(prefix, "error.log")
+    return [exe, "-p", prefix, "-c", conf, "-e", log]
 
 
 # nginx's config parser caps one token near 4 KB, so a longer body cannot be
@@ -105,13 +110,28 @@ def nginx_body(size):
     return maps, "".join(f"${{body_{i}}}" for i in range(len(chunks)))
 
 
-def nginx_config(prefix, port, size, conns):
+def nginx_return_locations(size):
+    maps, text = nginx_body(size)
+    return NginxSite(http=maps, server=f'location / {{ return 200 "{text}"; }}')
+
+
+class NginxSite:
+    """What a peer puts into the common nginx.conf: lines at the top
+    (load_module), inside http {} and inside server {}."""
+
+    def __init__(self, server, http="", main=""):
+        self.server, self.http, self.main = server, http, main
+
+
+def nginx_config(port, conns, site):
+    """A function of the prefix dir returning the whole nginx.conf."""
     # One process (master_process off) so /proc/PID/stat is all of nginx's
     # CPU; temp paths inside the prefix so nothing of the system's is touched.
-    temp = "\n".join(f"    {kind}_temp_path {prefix}/{kind}_temp;"
-                     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    maps, text = nginx_body(size)
-    return f"""daemon off;
+    def text(prefix):
+        temp = "\n".join(f"    {kind}_temp_path {prefix}/{kind}_temp;"
+                         for kind in ("client_body", "proxy", "fastcgi",
+                                      "uwsgi", "scgi"))
+        return f"""{site.main}daemon off;
 master_process off;
 worker_processes 1;
 pid {prefix}/nginx.pid;
@@ -122,12 +142,71 @@ http {{
     default_type text/plain;
     keepalive_requests 1000000;
 {temp}
-{maps}    server {{
+{site.http}    server {{
         listen {HOST}:{port};
-        location / {{ return 200 "{text}"; }}
+        {site.server}
     }}
 }}
 """
+    return text
+
+
+# Debian's libnginx-mod-http-lua (with its dependency, the NDK module); our
+# generated config loads them itself, the system's modules-enabled/ is not read.
+NGINX_MODULES = "/usr/share/nginx/modules"
+LUA_MODULES = "".join(f"load_module {NGINX_MODULES}/{m};\n" for m in
+                      ("ndk_http_module.so", "ngx_http_lua_module.so"))
+
+
+class NginxLua:
+    """nginx answering from a content_by_lua_block. The body is built once,
+    at load time (init_by_lua), as a handler would keep a constant; without
+    Content-Length nginx sends it chunked."""
+    name = "nginx-lua"
+    content_length = False
+    _missing = {}  # one probe per process: nginx -t with the module
+
+    def __init__(self, build):
+        self.exe = shutil.which("nginx")
+
+    def site(self, size):
+        cl = ('ngx.header["Content-Length"] = #BODY; '
+              if self.content_length else "")
+        return NginxSite(
+            main=LUA_MODULES,
+            http=f"    init_by_lua_block {{ BODY = string.rep("
+                 f'"0123456789abcdef", {size // 16 + 1}):sub(1, {size}) }}\n',
+            server=f"location / {{ content_by_lua_block {{ {cl}ngx.print(BODY) }} }}")
+
+    def missing(self):
+        if not self.exe:
+            return "not installed (apt-get install nginx-light)"
+        if "why" not in NginxLua._missing:
+            NginxLua._missing["why"] = probe_nginx(self.exe, self.site(16))
+        return NginxLua._missing["why"]
+
+    def command(self, port, size, conns, workdir):
+        return nginx_command(self.exe, workdir,
+                             nginx_config(port, conns, self.site(size)))
+
+
+class NginxLuaLength(NginxLua):
+    """The same, with an explicit Content-Length: no chunked framing."""
+    name = "nginx-lua-cl"
+    content_length = True
+
+
+def probe_nginx(exe, site):
+    """None if nginx -t accepts the site (modules load), else why not."""
+    with tempfile.TemporaryDirectory(prefix="nginx-probe-") as d:
+        argv = nginx_command(exe, d, nginx_config(free_port(), 16, site))
+        out = subprocess.run(argv + ["-t"], capture_output=True, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL)
+    if out.returncode == 0:
+        return None
+    lines = [l for l in out.stderr.splitlines() if "emerg" in l] or [out.stderr]
+    return ("nginx -t fails (apt-get install libnginx-mod-http-lua): "
+            + lines[0].strip())
 
 
 class Moonflow:
@@ -140,8 +219,9 @@ class Moonflow:
         return None if os.access(self.exe, os.X_OK) else "not built"
 
     def command(self, port, size, conns, workdir):
+        # The connection cap follows nginx's worker_connections (conns + 128).
         return [self.exe, "--listen", f"{HOST}:{port}", "--workers", "1",
-                "--body-size", str(size)]
+                "--body-size", str(size), "--max-connections", str(conns + 128)]
 
 
 class Ceiling:
@@ -157,7 +237,8 @@ class Ceiling:
         return [self.exe, "--listen", f"{HOST}:{port}", "--body-size", str(size)]
 
 
-PEERS = {cls.name: cls for cls in (Nginx, Moonflow, Ceiling)}
+PEERS = {cls.name: cls for cls in
+         (Nginx, NginxLua, NginxLuaLength, Moonflow, Ceiling)}
 
 
 # ---- processes ----------------------------------------------------------------
@@ -214,32 +295,33 @@ def wait_for_port(proc, port, log_path, timeout=10):
     raise PointFailed(f"not listening on {HOST}:{port} after {timeout} s")
 
 
-def check_answer(port, size):
+def check_answer(port, want, path="/"):
     """One request by hand: a server that answers wrongly (or a shorter
-    body) must not win on CPU."""
+    body) must not win on CPU. want: the exact body (str)."""
     conn = http.client.HTTPConnection(HOST, port, timeout=5)
     try:
-        conn.request("GET", "/")
+        conn.request("GET", path)
         resp = conn.getresponse()
         got = resp.read()
     except (OSError, http.client.HTTPException) as e:
         raise PointFailed(f"no valid answer to one GET: {e!r}") from None
     finally:
         conn.close()
-    if resp.status != 200 or got != body_of(size).encode():
-        raise PointFailed(f"wrong answer: status {resp.status}, "
-                          f"{len(got)}-byte body (want 200, {size} bytes)")
+    if resp.status != 200 or got != want.encode():
+        raise PointFailed(f"wrong answer to {path}: status {resp.status}, "
+                          f"{len(got)}-byte body (want 200, {len(want)} bytes)")
 
 
 @contextmanager
-def running(peer, size, conns, workdir):
-    """Yields (process, port) of a started, listening, checked server; stops
-    it on every way out. A free port can be taken between our probe and the
+def running(peer, size, conns, workdir, cpu=SERVER_CPU, path="/", want=None):
+    """Yields (process, port) of a started, listening, checked server (GET
+    path must answer want, by default the body of size bytes); stops it on
+    every way out. A free port can be taken between our probe and the
     server's bind, so a server that fails to start is tried on a new port."""
     for attempt in range(3):
         port = free_port()
         log_path = os.path.join(workdir, f"{peer.name}-{port}.log")
-        argv = ["taskset", "-c", str(SERVER_CPU),
+        argv = ["taskset", "-c", str(cpu),
                 *peer.command(port, size, conns, workdir)]
         with open(log_path, "wb") as log:
             proc = spawn(argv, log)
@@ -250,7 +332,7 @@ def running(peer, size, conns, workdir):
                 if attempt == 2:
                     raise
                 continue
-            check_answer(port, size)
+            check_answer(port, body_of(size) if want is None else want, path)
             try:
                 yield proc, port
             except PointFailed as e:
@@ -281,10 +363,10 @@ def cpu_seconds(pid):
 # ---- wrk ------------------------------------------------------------------------
 
 
-def run_wrk(port, conns, seconds):
+def run_wrk(port, conns, seconds, path="/"):
     argv = ["taskset", "-c", str(CLIENT_CPU), "wrk", "-t1", f"-c{conns}",
             f"-d{seconds}s", "--latency", "-s", LATENCY_LUA,
-            f"http://{HOST}:{port}/"]
+            f"http://{HOST}:{port}{path}"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True,
                              timeout=seconds + 30, stdin=subprocess.DEVNULL,
@@ -411,7 +493,8 @@ def run_point(peers, size, conns, args, workdir):
             progress(f"{size} B, {conns} conns, {peer.name} #{rep + 1}: "
                      f"{s['cpu_us_per_req']:.2f} µs/req, {s['rps']:,.0f} req/s")
     for peer in peers:
-        if args.strace and rows[peer.name]["status"] == "ok":
+        if (args.strace and conns in args.strace_conns
+                and rows[peer.name]["status"] == "ok"):
             rows[peer.name]["syscalls"] = syscalls_or_reason(
                 peer, size, conns, args, workdir)
     summarize(rows)
@@ -533,10 +616,14 @@ def machine_meta(args):
         "machine": f"{os.cpu_count()} cores ({model.group(1) if model else '?'}), "
                    f"Linux {platform.release()}",
         "versions": "wrk " + tool_version(["wrk", "-v"], r"wrk (\S+)")
-                    + ", nginx " + tool_version(["nginx", "-v"], r"nginx/(\S+)"),
+                    + ", nginx " + tool_version(["nginx", "-v"], r"nginx/(\S+)")
+                    + ", lua-nginx-module " + tool_version(
+                        ["dpkg-query", "-W", "libnginx-mod-http-lua"],
+                        r"libnginx-mod-http-lua\s+(\S+)"),
         "argv": sys.argv[1:], "servers": args.servers, "sizes": args.sizes,
         "conns": args.conns, "duration_s": args.duration, "repeats": args.repeats,
         "strace_duration_s": args.strace_duration if args.strace else None,
+        "strace_conns": args.strace_conns if args.strace else None,
         "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU, "warmup_s": WARMUP_S,
     }
 
@@ -570,9 +657,12 @@ def parse_args(argv):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add = ap.add_argument
-    add("--duration", type=int, help="seconds per measured wrk run (10)")
+    add("--duration", type=int, help="seconds per measured wrk run (3)")
     add("--repeats", type=int, help="interleaved runs per server (3)")
-    add("--conns", type=int_list, default=[256], help="e.g. 64,256,1024 (256)")
+    add("--conns", type=int_list, default=[64, 256, 1024],
+        help="connection counts (64,256,1024)")
+    add("--strace-conns", type=int_list, default=[256],
+        help="points that also get a strace run (256)")
     add("--sizes", type=int_list, default=[16, 4096], help="body bytes (16,4096)")
     add("--servers", default=",".join(PEERS),
         help=f"which, in which order ({','.join(PEERS)})")
@@ -583,7 +673,7 @@ def parse_args(argv):
     add("--out", default=RESULTS, help="results dir (bench/results)")
     args = ap.parse_args(argv)
     if args.duration is None:
-        args.duration = 2 if args.quick else 10
+        args.duration = 2 if args.quick else 3
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
     args.strace_duration = 2 if args.quick else 3
@@ -611,7 +701,8 @@ def announce(args, peers, meta):
     runs = points * ready * args.repeats
     seconds = runs * (args.duration + WARMUP_S + 0.5)
     if args.strace:
-        seconds += points * ready * (args.strace_duration + WARMUP_S + 1.5)
+        traced = len(args.sizes) * len(set(args.conns) & set(args.strace_conns))
+        seconds += traced * ready * (args.strace_duration + WARMUP_S + 1.5)
     print(f"compare.py: {runs} runs of {args.duration} s (+{WARMUP_S} s warm-up)"
           f"{', + strace runs' if args.strace else ''}; about "
           f"{seconds / 60:.0f} min on {meta['machine']}", file=sys.stderr)
