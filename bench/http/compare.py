@@ -210,7 +210,8 @@ def probe_nginx(exe, site):
 
 
 class Moonflow:
-    name = "moonflow"
+    """The C hello server (examples/http_hello): the engine without Lua."""
+    name = "moonflow-c"
 
     def __init__(self, build):
         self.exe = os.path.join(build, "examples", "http_hello")
@@ -222,6 +223,29 @@ class Moonflow:
         # The connection cap follows nginx's worker_connections (conns + 128).
         return [self.exe, "--listen", f"{HOST}:{port}", "--workers", "1",
                 "--body-size", str(size), "--max-connections", str(conns + 128)]
+
+
+class MoonflowLua:
+    """moonflow serve with bench/lua/index.lua: the same answer from a Lua
+    handler running in a coroutine per request (the price of Lua)."""
+    name = "moonflow-lua"
+    site = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))), "lua")
+
+    def __init__(self, build):
+        self.exe = os.path.join(build, "moonflow")
+
+    def missing(self):
+        return None if os.access(self.exe, os.X_OK) else "not built"
+
+    def env(self, size):
+        return [f"MF_BENCH_BODY_SIZE={size}"]
+
+    def command(self, port, size, conns, workdir):
+        # env execs the server: the PID measured is moonflow's own.
+        return ["env"] + self.env(size) + [
+            self.exe, "serve", self.site, "--listen", f"{HOST}:{port}",
+            "--workers", "1", "--access-log", "off"]
 
 
 class Ceiling:
@@ -238,7 +262,7 @@ class Ceiling:
 
 
 PEERS = {cls.name: cls for cls in
-         (Nginx, NginxLua, NginxLuaLength, Moonflow, Ceiling)}
+         (Nginx, NginxLua, NginxLuaLength, Moonflow, MoonflowLua, Ceiling)}
 
 
 # ---- processes ----------------------------------------------------------------

@@ -31,11 +31,20 @@ SIZE = 16  # the backend's body; a front answers twice that
 
 
 class FanoutMoonflow(C.Moonflow):
-    name = "moonflow"
+    name = "moonflow-c"
 
     def command(self, port, size, conns, workdir):
         return super().command(port, size, conns, workdir) + [
             "--upstream", f"{C.HOST}:{self.backend_port}"]
+
+
+class FanoutMoonflowLua(C.MoonflowLua):
+    """bench/lua/fanout.lua: mf.parallel of two mf.task.http."""
+    name = "moonflow-lua"
+
+    def env(self, size):
+        return super().env(size) + [
+            f"MF_BENCH_UPSTREAM={C.HOST}:{self.backend_port}"]
 
 
 class FanoutNginxLua(C.NginxLua):
@@ -61,7 +70,8 @@ class FanoutNginxLua(C.NginxLua):
                    f"        location = /b2 {{ {proxy} }}")
 
 
-FRONTS = {cls.name: cls for cls in (FanoutMoonflow, FanoutNginxLua)}
+FRONTS = {cls.name: cls for cls in
+          (FanoutMoonflow, FanoutMoonflowLua, FanoutNginxLua)}
 
 
 def measure(front, backend_proc, args, workdir):
