@@ -20,6 +20,11 @@
 #include "http_server_int.h"
 #include "loop_int.h"
 
+/* An idle keep-alive connection costs one slab slot: keep it at 512 bytes
+ * (nginx's idle connection costs about as much). */
+_Static_assert(sizeof(mf_http_conn_t) <= 512,
+               "mf_http_conn_t must fit a 512-byte slab slot");
+
 static void mf__conn_on_io(mf_io_t *io, unsigned events);
 static void mf__conn_on_timer(mf_timer_t *timer);
 static void mf__conn_read(mf_http_conn_t *conn);
@@ -108,8 +113,16 @@ void mf__conn_accepted(mf_http_server_t *srv, int fd, const mf_sockaddr_t *peer)
     mf__conn_arm(conn, srv->config.header_timeout_ms);
 }
 
+static void mf__conn_drop_body(mf_http_conn_t *conn)
+{
+    if (conn->body)
+        mf_loop_free(conn->loop, conn->body, sizeof(*conn->body));
+    conn->body = NULL;
+}
+
 static void mf__conn_release_buffers(mf_http_conn_t *conn)
 {
+    mf__conn_drop_body(conn);
     for (int i = 0; i < conn->nsegs; i++)
         mf__buf_release(conn->loop, &conn->segs[i].owned);
     conn->nsegs = 0;
@@ -339,9 +352,9 @@ static void mf__conn_fail(mf_http_conn_t *conn, int status)
 static void mf__conn_send_continue(mf_http_conn_t *conn)
 {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    if (conn->sent_continue || conn->nsegs == MF_CONN_MAX_SEGS)
+    if (conn->body->sent_continue || conn->nsegs == MF_CONN_MAX_SEGS)
         return;
-    conn->sent_continue = true;
+    conn->body->sent_continue = true;
     mf__conn_queue_copy(conn, cont, sizeof cont - 1);
 }
 
@@ -364,6 +377,7 @@ static void mf__conn_dispatch(mf_http_conn_t *conn, size_t body_len,
     ex->body_len = body_len;
     ex->state = MF_EX_ACTIVE;
     ex->status = 200;
+    mf__conn_drop_body(conn); /* the body stays in conn->in */
     mf__buf_init(&ex->resp_headers);
     mf__buf_init(&ex->resp_body);
     conn->ex = ex;
@@ -379,7 +393,7 @@ static void mf__conn_dispatch(mf_http_conn_t *conn, size_t body_len,
 /* Content-Length body: complete when all bytes are in the buffer. */
 static bool mf__conn_length_body(mf_http_conn_t *conn, uint64_t length)
 {
-    size_t need = conn->head_len + (size_t)length;
+    size_t need = conn->body->head_len + (size_t)length;
     size_t have = conn->in.len - conn->in_off;
     if (have >= need) {
         mf__conn_dispatch(conn, (size_t)length, need);
@@ -395,22 +409,23 @@ static bool mf__conn_length_body(mf_http_conn_t *conn, uint64_t length)
 /* Chunked body: decode in place what has arrived so far. */
 static bool mf__conn_chunked_body(mf_http_conn_t *conn)
 {
-    size_t start = conn->in_off + conn->head_len + conn->body_have;
+    mf_conn_body_t *b = conn->body;
+    size_t start = conn->in_off + b->head_len + b->body_have;
     size_t len = conn->in.len - start;
     ssize_t rest =
-        mf_http_chunked_decode(&conn->chunked, conn->in.data + start, &len);
-    conn->body_have += len;
+        mf_http_chunked_decode(&b->chunked, conn->in.data + start, &len);
+    b->body_have += len;
     if (rest == MF_HTTP_ERROR) {
-        mf__conn_fail(conn, conn->chunked.error_status);
+        mf__conn_fail(conn, b->chunked.error_status);
         return false;
     }
-    size_t body_end = conn->in_off + conn->head_len + conn->body_have;
+    size_t body_end = conn->in_off + b->head_len + b->body_have;
     if (rest == MF_HTTP_INCOMPLETE) {
         conn->in.len = body_end;
         return false;
     }
     conn->in.len = body_end + (size_t)rest; /* the next request follows */
-    mf__conn_dispatch(conn, conn->body_have, conn->head_len + conn->body_have);
+    mf__conn_dispatch(conn, b->body_have, b->head_len + b->body_have);
     return true;
 }
 
@@ -425,20 +440,22 @@ static bool mf__conn_body(mf_http_conn_t *conn, const mf_http_request_t *req)
 static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
                                int head_len)
 {
-    conn->head_len = (size_t)head_len;
-    conn->body_have = 0;
-    conn->sent_continue = false;
     if (req->body == MF_HTTP_BODY_NONE) {
         mf__conn_dispatch(conn, 0, (size_t)head_len);
         return true;
     }
+    if (!conn->body)
+        conn->body = mf_loop_alloc(conn->loop, sizeof(*conn->body));
+    conn->body->head_len = (size_t)head_len;
+    conn->body->body_have = 0;
+    conn->body->sent_continue = false;
     uint64_t max = conn->srv->config.max_body;
     if (req->body == MF_HTTP_BODY_LENGTH && max && req->content_length > max) {
         mf__conn_fail(conn, 413);
         return false;
     }
     if (req->body == MF_HTTP_BODY_CHUNKED)
-        mf_http_chunked_init(&conn->chunked, max);
+        mf_http_chunked_init(&conn->body->chunked, max);
     conn->phase = MF_CONN_BODY;
     conn->keep_alive = req->keep_alive;
     if (req->expect_continue && conn->in.len - conn->in_off == (size_t)head_len)

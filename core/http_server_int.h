@@ -52,6 +52,15 @@ typedef enum mf_ex_state {
 
 typedef struct mf_http_conn mf_http_conn_t;
 
+/* A request body being received: kept out of the connection so that an
+ * idle keep-alive connection stays small (it fits a 512-byte slot). */
+typedef struct mf_conn_body {
+    size_t head_len;  /* the parsed head's length */
+    size_t body_have; /* decoded body bytes after the head */
+    mf_http_chunked_t chunked;
+    bool sent_continue;
+} mf_conn_body_t;
+
 struct mf_http_exchange {
     mf_http_conn_t *conn;
     size_t raw_len; /* head + body bytes the request took in conn->in */
@@ -103,12 +112,9 @@ struct mf_http_conn {
     uint64_t deadline; /* loop ms; the timer may fire early (lazy) */
     unsigned requests; /* served on this connection */
     mf_buf_t in;
-    size_t in_off;    /* start of the current (unparsed) request */
-    size_t scanned;   /* head bytes already searched for the end */
-    size_t head_len;  /* parsed head length (BODY phase) */
-    size_t body_have; /* BODY: decoded body bytes after the head */
-    mf_http_chunked_t chunked;
-    bool sent_continue;
+    size_t in_off;        /* start of the current (unparsed) request */
+    size_t scanned;       /* head bytes already searched for the end */
+    mf_conn_body_t *body; /* BODY phase only, from the free lists */
     mf_buf_t out;
     mf_out_seg_t segs[MF_CONN_MAX_SEGS];
     int nsegs;
