@@ -548,7 +548,7 @@ def summarize(rows):
         row["median"] = {k: statistics.median(s[k] for s in samples) for k in keys}
         cpu = [s["cpu_us_per_req"] for s in samples]
         row["median"]["cpu_spread"] = (max(cpu) - min(cpu)) / statistics.median(cpu)
-    for base in ("nginx", "ceiling"):
+    for base in ("nginx", "nginx-lua", "ceiling"):
         for row in rows.values():
             row[f"ratio_vs_{base}"] = paired_ratio(row, rows.get(base))
 
@@ -569,15 +569,17 @@ def markdown(meta, points):
            f"{meta['machine']}. Server on core {SERVER_CPU}, wrk -t1 on core "
            f"{CLIENT_CPU}; {meta['duration_s']} s per run, median of "
            f"{meta['repeats']} interleaved runs. {meta['versions']}.", "",
-           "| body | conns | server | CPU µs/req | spread | ÷ nginx | ÷ ceiling "
+           "| body | conns | server | CPU µs/req | spread | ÷ nginx "
+           "| ÷ nginx-lua | ÷ ceiling "
            "| req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | syscalls/req |",
            "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: | ---: | ---: |"]
+           "| ---: | ---: | ---: | ---: |"]
     for pt in points:
         for name, row in pt["servers"].items():
             out.append(table_row(pt, name, row))
     out += ["", "spread: (max − min) / median of CPU µs/req over the repeats. "
-            "÷ nginx, ÷ ceiling: median of the per-repeat ratios. syscalls/req: "
+            "÷ nginx, ÷ nginx-lua, ÷ ceiling: median of the per-repeat ratios "
+            "(nginx-lua: content_by_lua_block with ngx.print). syscalls/req: "
             "a separate run under strace -c (which slows the server and so "
             "batches more: compare servers, not absolute values)."]
     out += syscall_lines(points)
@@ -588,13 +590,15 @@ def table_row(pt, name, row):
     head = f"| {pt['body_size']} B | {pt['conns']} | {name} |"
     if "median" not in row:
         reason = row["status"].splitlines()[0]
-        return head + f" {reason} |" + " |" * 9
+        return head + f" {reason} |" + " |" * 10
     m = row["median"]
     ratio = lambda r: f"{r:.2f}" if r is not None else "n/a"
     lat = " | ".join(f"{m[f'p{p}_us'] / 1000:.2f}" for p in PERCENTILES)
     sc = row.get("syscalls", {}).get("per_request")
     return (head + f" {m['cpu_us_per_req']:.2f} | {m['cpu_spread']:.0%} | "
-            f"{ratio(row['ratio_vs_nginx'])} | {ratio(row['ratio_vs_ceiling'])} | "
+            f"{ratio(row['ratio_vs_nginx'])} | "
+            f"{ratio(row.get('ratio_vs_nginx-lua'))} | "
+            f"{ratio(row['ratio_vs_ceiling'])} | "
             f"{m['rps']:,.0f} | {lat} | "
             + (f"{sc:.2f} |" if sc is not None else "– |"))
 
