@@ -547,11 +547,14 @@ static int mf__resp_write(lua_State *L)
         lua_pushliteral(L, "closed");
         return 2;
     }
-    if (rc == 0 || !call->co) {
+    if (rc == 0) {
         lua_pushboolean(L, 1);
         return 1;
     }
+    /* The running coroutine, also during its first run (before
+     * mf_lua_host_spawn has returned the handle). */
     mf_lua_co_t *co = mf_lua_co_check(L);
+    call->co = co;
     mf_lua_co_park(co, mf__write_cleanup, call);
     mf_http_exchange_on_drain(call->ex, mf__on_drain, call);
     return lua_yield(L, 0);
