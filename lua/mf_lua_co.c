@@ -26,6 +26,38 @@ static void mf_lua__co_cleanup(mf_lua_co_t *co)
         cleanup(op);
 }
 
+/* A thread that returned normally can run a new function (status 0, empty
+ * stack): keep it for the next spawn. Errored or aborted ones cannot. */
+static void mf_lua__thread_release(mf_lua_host_t *host, mf_lua_co_t *co,
+                                   mf_lua_co_status_t status)
+{
+    if (status == MF_LUA_CO_DONE && lua_status(co->L) == 0 &&
+        host->nidle < MF_LUA_IDLE_THREADS) {
+        host->idle[host->nidle].L = co->L;
+        host->idle[host->nidle].ref = co->ref;
+        host->nidle++;
+        host->counts.refs--;
+        host->counts.idle_threads++;
+        return;
+    }
+    mf_lua_unref(host, co->ref);
+}
+
+/* A new coroutine thread, from the idle ones if there is one. */
+static void mf_lua__thread_acquire(mf_lua_host_t *host, mf_lua_co_t *co)
+{
+    if (host->nidle) {
+        host->nidle--;
+        co->L = host->idle[host->nidle].L;
+        co->ref = host->idle[host->nidle].ref;
+        host->counts.refs++;
+        host->counts.idle_threads--;
+        return;
+    }
+    co->L = lua_newthread(host->L);
+    co->ref = mf_lua_ref(host, host->L);
+}
+
 /* The one exit path of every coroutine: done, error, abort, shutdown. It
  * runs the pending cleanup, calls the owner back, releases the reference
  * and frees the record. Idempotent while it runs: an abort from inside the
@@ -47,7 +79,7 @@ static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
     else if (status == MF_LUA_CO_ERROR)
         mf_lua_host_log(host, "%s", message);
     lua_settop(co->L, 0);
-    mf_lua_unref(host, co->ref);
+    mf_lua__thread_release(host, co, status);
     host->counts.coroutines--;
     mf_loop_free(host->loop, co, sizeof(*co));
 }
@@ -98,8 +130,7 @@ mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
     lua_State *L = host->L;
     mf_lua_co_t *co = mf_loop_alloc(host->loop, sizeof(*co));
     co->host = host;
-    co->L = lua_newthread(L);
-    co->ref = mf_lua_ref(host, L);
+    mf_lua__thread_acquire(host, co);
     co->cleanup = NULL;
     co->op = NULL;
     co->cb = cb;

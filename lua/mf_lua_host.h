@@ -86,8 +86,9 @@ typedef struct mf_lua_counts {
     size_t refs;
     size_t timers;
     size_t flows;
-    size_t errors;  /* coroutines that ended with an error, ever */
-    size_t resumes; /* lua_resume calls, ever (a flow costs one) */
+    size_t errors;       /* coroutines that ended with an error, ever */
+    size_t resumes;      /* lua_resume calls, ever (a flow costs one) */
+    size_t idle_threads; /* finished coroutine threads kept for reuse */
 } mf_lua_counts_t;
 void mf_lua_host_counts(const mf_lua_host_t *host, mf_lua_counts_t *out);
 

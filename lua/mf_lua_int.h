@@ -15,6 +15,8 @@
 
 #include "mf_lua_host.h"
 
+#define MF_LUA_IDLE_THREADS 64
+
 struct mf_lua_host {
     lua_State *L;
     mf_loop_t *loop;
@@ -24,6 +26,15 @@ struct mf_lua_host {
     mf_list_t coroutines; /* live mf_lua_co_t */
     mf_list_t timers;     /* armed background timers */
     mf_lua_counts_t counts;
+    /* Threads of coroutines that returned normally, kept for the next
+     * spawn: a handler per request then costs no new thread, no registry
+     * reference and no garbage. Their references are not in counts.refs
+     * (they anchor no live work); counts.idle_threads counts them. */
+    struct mf_lua_idle_thread {
+        lua_State *L;
+        int ref;
+    } idle[MF_LUA_IDLE_THREADS];
+    unsigned nidle;
 };
 
 struct mf_lua_co {

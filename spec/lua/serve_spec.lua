@@ -89,6 +89,21 @@ describe("moonflow serve", function()
         assert.are.equal(before.timers, after.timers)
     end)
 
+    it("reuses the threads of handlers that returned", function()
+        -- Three handlers at once need three threads; once they are done,
+        -- the /counts handler runs on one of them and two wait idle.
+        local steps = {}
+        for i = 1, 3 do steps[i] = mf.task.http { url = base .. "/slow?ms=50" } end
+        mf.parallel(steps):wait()
+        local c = counts()
+        assert.is_true(c.idle_threads >= 2)
+        local resumes = c.resumes
+        for _ = 1, 10 do assert(get("/ok")) end
+        c = counts()
+        assert.is_true(c.idle_threads >= 2) -- taken and given back each time
+        assert.are.equal(resumes + 11, c.resumes)
+    end)
+
     it("serves many handlers at once on one worker", function()
         local steps = {}
         for i = 1, 50 do
