@@ -499,23 +499,34 @@ def measure_syscalls(peer, size, conns, seconds, workdir):
 # ---- a point: one body size, one connection count ----------------------------
 
 
-def run_point(peers, size, conns, args, workdir):
+def interleave(peers, repeats, measure_one, label, describe):
+    """Measures each peer `repeats` times, interleaved (A B C A B C ...), so
+    a shared machine's drift hits every peer alike. A peer that fails once
+    is reported and left out of the remaining rounds. Returns
+    {name: {"status": "ok" or why not, "samples": [...]}}."""
     rows = {p.name: {"status": p.missing() or "ok", "samples": []} for p in peers}
-    for rep in range(args.repeats):
+    for rep in range(repeats):
         for peer in peers:
             row = rows[peer.name]
             if row["status"] != "ok":
                 continue
             try:
-                s = measure(peer, size, conns, args.duration, workdir)
+                s = measure_one(peer)
             except PointFailed as e:
                 row["status"] = f"FAILED: {e}"
-                print(f"\n*** {peer.name}, {size} B, {conns} conns: {e}\n",
-                      file=sys.stderr)
+                print(f"\n*** {label}, {peer.name}: {e}\n", file=sys.stderr)
                 continue
             row["samples"].append(s)
-            progress(f"{size} B, {conns} conns, {peer.name} #{rep + 1}: "
-                     f"{s['cpu_us_per_req']:.2f} µs/req, {s['rps']:,.0f} req/s")
+            progress(f"{label}, {peer.name} #{rep + 1}: {describe(s)}")
+    return rows
+
+
+def run_point(peers, size, conns, args, workdir):
+    rows = interleave(
+        peers, args.repeats,
+        lambda peer: measure(peer, size, conns, args.duration, workdir),
+        f"{size} B, {conns} conns",
+        lambda s: f"{s['cpu_us_per_req']:.2f} µs/req, {s['rps']:,.0f} req/s")
     for peer in peers:
         if (args.strace and conns in args.strace_conns
                 and rows[peer.name]["status"] == "ok"):

@@ -5,8 +5,11 @@ per request: the front's CPU per request, side by side.
 Each front answers GET /fanout with two GETs, in parallel, to one shared
 backend, and sends both bodies back one after the other:
 
-  moonflow   examples/http_hello /fanout --upstream: a parallel of two http
-             tasks in the exchange's series (pooled keep-alive connections)
+  moonflow-c    examples/http_hello /fanout --upstream: a parallel of two
+                http tasks in the exchange's series (pooled keep-alive
+                connections)
+  moonflow-lua  moonflow serve bench/lua (fanout.lua): mf.parallel of two
+                mf.task.http, waited on once
   nginx-lua  content_by_lua_block with ngx.location.capture_multi over two
              internal proxy_pass locations (upstream keepalive)
 
@@ -88,21 +91,10 @@ def measure(front, backend_proc, args, workdir):
 
 
 def run_all(fronts, backend_proc, args, workdir):
-    rows = {f.name: {"status": f.missing() or "ok", "samples": []} for f in fronts}
-    for rep in range(args.repeats):
-        for front in fronts:
-            row = rows[front.name]
-            if row["status"] != "ok":
-                continue
-            try:
-                s = measure(front, backend_proc, args, workdir)
-            except C.PointFailed as e:
-                row["status"] = f"FAILED: {e}"
-                print(f"\n*** fan-out, {front.name}: {e}\n", file=sys.stderr)
-                continue
-            row["samples"].append(s)
-            C.progress(f"fan-out, {front.name} #{rep + 1}: "
-                       f"{s['cpu_us_per_req']:.2f} µs/req, {s['rps']:,.0f} req/s")
+    rows = C.interleave(
+        fronts, args.repeats,
+        lambda front: measure(front, backend_proc, args, workdir), "fan-out",
+        lambda s: f"{s['cpu_us_per_req']:.2f} µs/req, {s['rps']:,.0f} req/s")
     for row in rows.values():
         if row["samples"]:
             row["median"] = {k: statistics.median(s[k] for s in row["samples"])

@@ -99,22 +99,11 @@ def measure(peer, exe, args, workdir):
 
 
 def run_all(peers, exe, args, workdir):
-    rows = {p.name: {"status": p.missing() or "ok", "samples": []} for p in peers}
-    for rep in range(args.repeats):
-        for peer in peers:
-            row = rows[peer.name]
-            if row["status"] != "ok":
-                continue
-            try:
-                s = measure(peer, exe, args, workdir)
-            except C.PointFailed as e:
-                row["status"] = f"FAILED: {e}"
-                print(f"\n*** {peer.name}: {e}\n", file=sys.stderr)
-                continue
-            row["samples"].append(s)
-            C.progress(f"{args.rate:,.0f} req/s, {peer.name} #{rep + 1}: p50 "
-                       f"{s['p50_us']:.0f} µs, p99 {s['p99_us']:.0f} µs, "
-                       f"p99.9 {s['p99.9_us']:.0f} µs")
+    rows = C.interleave(
+        peers, args.repeats, lambda peer: measure(peer, exe, args, workdir),
+        f"{args.rate:,.0f} req/s",
+        lambda s: f"p50 {s['p50_us']:.0f} µs, p99 {s['p99_us']:.0f} µs, "
+                  f"p99.9 {s['p99.9_us']:.0f} µs")
     for row in rows.values():
         if row["samples"]:
             row["median"] = median_of(row["samples"])
