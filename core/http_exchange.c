@@ -283,6 +283,12 @@ void mf_http_exchange_add_header(mf_http_exchange_t *ex, const char *name,
     mf__buf_append(loop, &ex->resp_headers, "\r\n", 2);
 }
 
+void mf_http_exchange_add_header_line(mf_http_exchange_t *ex, const char *line,
+                                      size_t len)
+{
+    mf__buf_append(ex->conn->loop, &ex->resp_headers, line, len);
+}
+
 void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
                              size_t len)
 {

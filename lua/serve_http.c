@@ -56,6 +56,8 @@ static const char mf__resp_mt[] = "moonflow.response";
 
 static double mf__call_seconds(const mf_serve_call_t *call)
 {
+    if (call->w->log_fd < 0)
+        return 0;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (double)(now.tv_sec - call->start.tv_sec) +
@@ -109,10 +111,9 @@ static void mf__call_head(lua_State *L, mf_serve_call_t *call)
 
 static void mf__set_default_type(mf_serve_call_t *call, bool has_type)
 {
-    static const char type[] = "text/plain; charset=utf-8";
-    if (!has_type)
-        mf_http_exchange_add_header(call->ex, "Content-Type", 12, type,
-                                    sizeof type - 1);
+    static const char line[] = "Content-Type: text/plain; charset=utf-8\r\n";
+    if (!has_type) /* a constant line: no per-request header checks */
+        mf_http_exchange_add_header_line(call->ex, line, sizeof line - 1);
 }
 
 /* The last step of every answer: the access log line, then the send (after
@@ -243,7 +244,8 @@ static mf_serve_call_t *mf__call_new(mf_serve_worker_t *w,
     call->ex = ex;
     call->status = 200;
     call->headers_ref = LUA_NOREF;
-    clock_gettime(CLOCK_MONOTONIC, &call->start);
+    if (w->log_fd >= 0) /* the request time is for the access log only */
+        clock_gettime(CLOCK_MONOTONIC, &call->start);
     mf_timer_init(&call->timer, mf__on_timeout, call);
     return call;
 }
@@ -280,9 +282,22 @@ void mf_serve_handle(mf_http_exchange_t *ex, void *worker)
 /* ---- the request object ----------------------------------------------------
  */
 
-static mf_serve_call_t *mf__check_call(lua_State *L, int idx, const char *mt)
+/* The object at idx is ours when its metatable is the one in upvalue mt_up
+ * of the running C function: a pointer compare, no registry lookup by name
+ * on every call. */
+static mf_serve_ud_t *mf__check_ud(lua_State *L, int idx, int mt_up)
 {
-    mf_serve_ud_t *ud = luaL_checkudata(L, idx, mt);
+    mf_serve_ud_t *ud = lua_touserdata(L, idx);
+    if (!ud || !lua_getmetatable(L, idx) ||
+        !lua_rawequal(L, -1, lua_upvalueindex(mt_up)))
+        luaL_typerror(L, idx, "moonflow request or response");
+    lua_pop(L, 1);
+    return ud;
+}
+
+static mf_serve_call_t *mf__check_call(lua_State *L, int idx, int mt_up)
+{
+    mf_serve_ud_t *ud = mf__check_ud(L, idx, mt_up);
     if (!ud->call || !ud->call->ex)
         luaL_error(L, "the request is over (answered or the client left)");
     return ud->call;
@@ -394,7 +409,7 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *req)
 
 static int mf__req_header(lua_State *L)
 {
-    mf_serve_call_t *call = mf__check_call(L, 1, mf__req_mt);
+    mf_serve_call_t *call = mf__check_call(L, 1, 1);
     const char *name = luaL_checkstring(L, 2);
     const mf_http_request_t *req = mf_http_exchange_request(call->ex);
     const mf_http_header_t *h =
@@ -415,7 +430,7 @@ static int mf__req_peer(lua_State *L, mf_serve_call_t *call)
 
 static int mf__req_index(lua_State *L)
 {
-    mf_serve_call_t *call = mf__check_call(L, 1, mf__req_mt);
+    mf_serve_call_t *call = mf__check_call(L, 1, 1);
     const mf_http_request_t *req = mf_http_exchange_request(call->ex);
     size_t klen;
     const char *key = luaL_checklstring(L, 2, &klen);
@@ -428,7 +443,7 @@ static int mf__req_index(lua_State *L)
     else if (!strcmp(key, "version"))
         lua_pushstring(L, req->minor_version ? "1.1" : "1.0");
     else if (!strcmp(key, "header"))
-        lua_pushcfunction(L, mf__req_header);
+        lua_pushvalue(L, lua_upvalueindex(2)); /* made once, at open */
     else if (!strcmp(key, "peer"))
         return mf__req_peer(L, call);
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
@@ -469,13 +484,13 @@ static int mf__resp_send_body(lua_State *L, mf_serve_call_t *call, int body)
 
 static int mf__resp_send(lua_State *L)
 {
-    mf_serve_call_t *call = mf__check_call(L, 1, mf__resp_mt);
+    mf_serve_call_t *call = mf__check_call(L, 1, 1);
     return mf__resp_send_body(L, call, 2);
 }
 
 static int mf__resp_redirect(lua_State *L)
 {
-    mf_serve_call_t *call = mf__check_call(L, 1, mf__resp_mt);
+    mf_serve_call_t *call = mf__check_call(L, 1, 1);
     size_t len;
     const char *url = luaL_checklstring(L, 2, &len);
     int status = (int)luaL_optinteger(L, 3, 302);
@@ -501,7 +516,7 @@ static void mf__push_resp_headers(lua_State *L, mf_serve_call_t *call)
 
 static int mf__resp_set_header(lua_State *L)
 {
-    mf_serve_call_t *call = mf__check_call(L, 1, mf__resp_mt);
+    mf_serve_call_t *call = mf__check_call(L, 1, 1);
     luaL_checkstring(L, 2);
     mf__push_resp_headers(L, call);
     lua_pushvalue(L, 2);
@@ -531,7 +546,7 @@ static void mf__on_drain(mf_http_exchange_t *ex, void *arg)
 /* Streams a piece (chunked). Waits (yields) while the client is slow. */
 static int mf__resp_write(lua_State *L)
 {
-    mf_serve_call_t *call = mf__check_call(L, 1, mf__resp_mt);
+    mf_serve_call_t *call = mf__check_call(L, 1, 1);
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
     if (call->sent)
@@ -562,7 +577,7 @@ static int mf__resp_write(lua_State *L)
 
 static int mf__resp_index(lua_State *L)
 {
-    mf_serve_ud_t *ud = luaL_checkudata(L, 1, mf__resp_mt);
+    mf_serve_ud_t *ud = mf__check_ud(L, 1, 2);
     const char *key = luaL_checkstring(L, 2);
     if (!strcmp(key, "status")) {
         lua_pushinteger(L, ud->call ? ud->call->status : 0);
@@ -585,7 +600,7 @@ static int mf__resp_index(lua_State *L)
 
 static int mf__resp_newindex(lua_State *L)
 {
-    mf_serve_call_t *call = mf__check_call(L, 1, mf__resp_mt);
+    mf_serve_call_t *call = mf__check_call(L, 1, 1);
     const char *key = luaL_checkstring(L, 2);
     if (!strcmp(key, "status")) {
         int status = (int)luaL_checkinteger(L, 3);
@@ -602,12 +617,19 @@ static int mf__resp_newindex(lua_State *L)
 void mf_serve_http_open(mf_serve_worker_t *w)
 {
     lua_State *L = mf_lua_host_state(w->host);
+    /* request: __index(upvalues: metatable, req:header) */
     luaL_newmetatable(L, mf__req_mt);
-    lua_pushcfunction(L, mf__req_index);
+    lua_pushvalue(L, -1);
+    lua_pushvalue(L, -1);
+    lua_pushcclosure(L, mf__req_header, 1);
+    lua_pushcclosure(L, mf__req_index, 2);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 
+    /* response: methods(upvalue: metatable), __index(methods, metatable),
+     * __newindex(metatable) */
     luaL_newmetatable(L, mf__resp_mt);
+    int mt = lua_gettop(L);
     lua_getglobal(L, "require");
     lua_pushliteral(L, "moonflow.serve");
     lua_call(L, 1, 1); /* the Lua-side methods (json ...) */
@@ -617,13 +639,16 @@ void mf_serve_http_open(mf_serve_worker_t *w)
                                        {"set_header", mf__resp_set_header},
                                        {NULL, NULL}};
     lua_getfield(L, -1, "response");
-    luaL_register(L, NULL, methods);
-    lua_pushcclosure(L, mf__resp_index, 1);
-    lua_setfield(L, -3, "__index");
+    lua_pushvalue(L, mt);
+    luaL_openlib(L, NULL, methods, 1);
+    lua_pushvalue(L, mt);
+    lua_pushcclosure(L, mf__resp_index, 2);
+    lua_setfield(L, mt, "__index");
     lua_getfield(L, -1, "headers_mt");
     lua_setfield(L, LUA_REGISTRYINDEX, "moonflow.headers");
     lua_pop(L, 1);
-    lua_pushcfunction(L, mf__resp_newindex);
-    lua_setfield(L, -2, "__newindex");
-    lua_pop(L, 1);
+    lua_pushvalue(L, mt);
+    lua_pushcclosure(L, mf__resp_newindex, 1);
+    lua_setfield(L, mt, "__newindex");
+    lua_settop(L, mt - 1);
 }

@@ -63,6 +63,13 @@ describe("moonflow serve", function()
         assert.are.equal(204, assert(get("/nosend")).status)
     end)
 
+    it("raises when a method gets something else than its object", function()
+        local body = assert(get("/misuse")).body
+        local first, second = body:match("^(.-)\n(.*)$")
+        assert.truthy(first:match("^false .*moonflow request or response"))
+        assert.truthy(second:match("^false .*moonflow request or response"))
+    end)
+
     it("turns a Lua error into a 500 and serves the next request", function()
         local before = counts()
         local r = assert(get("/error"))

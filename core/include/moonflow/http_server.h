@@ -109,6 +109,12 @@ MF_API void mf_http_exchange_set_status(mf_http_exchange_t *ex, int status);
 MF_API void mf_http_exchange_add_header(mf_http_exchange_t *ex,
                                         const char *name, size_t name_len,
                                         const char *value, size_t value_len);
+/* Adds a complete, already valid header line ("Name: value\r\n"), copied
+ * as is: for constant headers on the hot path, skipping the checks above.
+ * The caller guarantees the syntax and that the name is not one the server
+ * manages. */
+MF_API void mf_http_exchange_add_header_line(mf_http_exchange_t *ex,
+                                             const char *line, size_t len);
 /* Appends to the response body (copied). */
 MF_API void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
                                     size_t len);
