@@ -212,6 +212,24 @@ class Lifecycle(ServeTest):
         code, _, _ = srv.stop(sig=signal.SIGTERM)
         self.assertEqual(code, 0)
 
+    def test_pipelined_requests_to_lua_handlers_are_answered_in_order(self):
+        root = self.site({
+            "n.lua": 'return function(req, resp) resp:send(req.query.i) end\n',
+            "w.lua": 'local mf = require "moonflow"\n'
+                     'return function(req, resp) mf.sleep(30)\n'
+                     '  resp:send("w" .. req.query.i) end\n'})
+        srv = self.serve(root=root)
+        reqs = b"".join(b"GET /%s?i=%d HTTP/1.1\r\nHost: h\r\n\r\n" %
+                        (b"w" if i % 3 == 0 else b"n", i) for i in range(12))
+        with connect(srv.port) as s:
+            s.sendall(reqs)
+            buf, bodies = b"", []
+            for _ in range(12):
+                r, buf = read_response(s, buf)
+                bodies.append(r.body)
+        self.assertEqual(bodies, [(b"w%d" if i % 3 == 0 else b"%d") % i
+                                  for i in range(12)])
+
     def test_https_with_a_config_certificate(self):
         root = self.site({"index.lua": handler("secure")})
         cert, key = self_signed(root, "localhost")
