@@ -367,6 +367,7 @@ static void mf__conn_dispatch(mf_http_conn_t *conn, size_t body_len,
     mf_http_exchange_t *ex = mf_loop_alloc(conn->loop, sizeof(*ex));
     /* Everything but the header array, which the parser fills. */
     memset(ex, 0, offsetof(mf_http_exchange_t, headers));
+    mf_list_init(&ex->drain_post._link); /* no drain call pending */
     ex->conn = conn;
     ex->raw_len = raw_len;
     size_t nh = conn->srv->config.limits.max_headers;

@@ -145,6 +145,8 @@ static void mf__exchange_queue_full(mf_http_exchange_t *ex)
 void mf__exchange_free(mf_http_exchange_t *ex)
 {
     mf_loop_t *loop = ex->conn->loop;
+    if (mf_list_linked(&ex->drain_post._link))
+        mf_list_remove(&ex->drain_post._link); /* a drain call not run yet */
     mf__buf_release(loop, &ex->resp_headers);
     mf__buf_release(loop, &ex->resp_body);
     mf_loop_free(loop, ex, sizeof(*ex));
@@ -387,7 +389,10 @@ void mf_http_exchange_on_drain(mf_http_exchange_t *ex,
 {
     ex->on_drain = cb;
     ex->on_drain_arg = arg;
-    if (mf__conn_pending(ex->conn) < MF_HTTP_WRITE_LOW_WATER) {
+    /* Room already: call back on the next phase (never inside this call),
+     * with one post at most in flight. */
+    if (cb && mf__conn_pending(ex->conn) < MF_HTTP_WRITE_LOW_WATER &&
+        !mf_list_linked(&ex->drain_post._link)) {
         mf_post_init(&ex->drain_post, mf__exchange_drain_now, ex);
         mf_loop_defer(ex->conn->loop, &ex->drain_post);
     }

@@ -70,11 +70,26 @@ static void serve_redirect(mf_http_exchange_t *ex, const mf_http_request_t *req)
 static char *big_body;
 static size_t big_len;
 
+static int drain_calls;
+
+static void on_drain_count(mf_http_exchange_t *ex, void *arg)
+{
+    (void)ex;
+    (void)arg;
+    drain_calls++;
+}
+
 static void handle(mf_http_exchange_t *ex, void *user)
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     (void)user;
-    if (path_is(req, "/big")) {
+    if (path_is(req, "/drain-then-send")) {
+        /* A drain call is due on the next phase, but the exchange ends
+         * first: the call must be dropped with it (ASan twin checks). */
+        mf_http_exchange_on_drain(ex, on_drain_count, NULL);
+        mf_http_exchange_append(ex, "sent\n", 5);
+        mf_http_exchange_send(ex);
+    } else if (path_is(req, "/big")) {
         mf_http_exchange_body_ref(ex, big_body, big_len);
     } else if (path_is(req, "/hello")) {
         mf_http_exchange_body_ref(ex, "hello client\n", 13);
@@ -304,6 +319,19 @@ TEST(a_slow_response_ends_as_timeout)
     while (!r.done)
         mf_loop_run(loop, MF_RUN_ONCE);
     ASSERT_EQ(r.state, MF_STATE_TIMEOUT);
+    teardown();
+}
+
+TEST(a_drain_callback_due_after_its_exchange_ended_is_dropped)
+{
+    setup();
+    result_t r = {0};
+    for (int i = 0; i < 5; i++)
+        run_one(get("/drain-then-send", &r));
+    ASSERT_STR_EQ(r.body, "sent\n");
+    for (int i = 0; i < 10; i++)
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+    ASSERT_EQ(drain_calls, 0);
     teardown();
 }
 
