@@ -100,8 +100,3 @@ mf_post_t *mf__mailbox_pop(mf_mailbox_t *box)
     }
     return NULL;
 }
-
-bool mf__mailbox_maybe_nonempty(mf_mailbox_t *box)
-{
-    return atomic_load_explicit(&box->head, memory_order_acquire) != box->tail;
-}

@@ -32,6 +32,5 @@ void mf__mailbox_ack(mf_mailbox_t *box);
 /* Loop thread: next post, or NULL if empty or a push is half-done (the
  * producer of that push then wakes the loop again). */
 mf_post_t *mf__mailbox_pop(mf_mailbox_t *box);
-bool mf__mailbox_maybe_nonempty(mf_mailbox_t *box);
 
 #endif /* MF_MAILBOX_H */

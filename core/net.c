@@ -76,39 +76,48 @@ uint16_t mf__net_port(const mf_sockaddr_t *addr)
                                                 : addr->in4.sin_port);
 }
 
-int mf__net_listen(const mf_sockaddr_t *addr, int backlog)
+/* A non-blocking TCP socket for addr's family with one option turned on. */
+static int mf__net_socket(const mf_sockaddr_t *addr, int level, int option)
 {
     int fd = socket(addr->sa.sa_family,
                     SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return mf_err_from_errno(errno);
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd, level, option, &one, sizeof one);
+    return fd;
+}
+
+/* Closes a socket whose setup failed; returns the errno of that failure. */
+static int mf__net_fail(int fd)
+{
+    int err = mf_err_from_errno(errno);
+    close(fd);
+    return err;
+}
+
+int mf__net_listen(const mf_sockaddr_t *addr, int backlog)
+{
+    int fd = mf__net_socket(addr, SOL_SOCKET, SO_REUSEADDR);
+    if (fd < 0)
+        return fd;
+    int one = 1;
     /* One listener per worker on the same port: the kernel balances. */
     setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     if (bind(fd, &addr->sa, mf__net_addr_len(addr)) < 0 ||
-        listen(fd, backlog) < 0) {
-        int err = mf_err_from_errno(errno);
-        close(fd);
-        return err;
-    }
+        listen(fd, backlog) < 0)
+        return mf__net_fail(fd);
     return fd;
 }
 
 int mf__net_connect(const mf_sockaddr_t *addr)
 {
-    int fd = socket(addr->sa.sa_family,
-                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = mf__net_socket(addr, IPPROTO_TCP, TCP_NODELAY);
     if (fd < 0)
-        return mf_err_from_errno(errno);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return fd;
     if (connect(fd, &addr->sa, mf__net_addr_len(addr)) < 0 &&
-        errno != EINPROGRESS) {
-        int err = mf_err_from_errno(errno);
-        close(fd);
-        return err;
-    }
+        errno != EINPROGRESS)
+        return mf__net_fail(fd);
     return fd;
 }
 

@@ -20,8 +20,8 @@
 
 typedef struct mf_tls_server mf_tls_server_t;
 
-/* Loads the default certificate/key and the SNI ones. 0 or MF_ETLS (with
- * the OpenSSL reason appended to errbuf when given). */
+/* Loads the default certificate/key and the SNI ones. 0, or MF_ETLS after
+ * writing OpenSSL's reason to stderr. */
 int mf__tls_server_create(const mf_http_server_config_t *config,
                           mf_tls_server_t **out);
 void mf__tls_server_free(mf_tls_server_t *tls);

@@ -4,8 +4,6 @@
  * log), signals (SIGINT/SIGTERM: graceful stop; SIGHUP: reload every
  * script), and the exit code.
  */
-#include <libgen.h>
-#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,7 +12,6 @@
 #include <sys/stat.h>
 
 #include <lauxlib.h>
-#include <lualib.h>
 
 #include <moonflow/moonflow.h>
 

@@ -46,10 +46,7 @@ static uint32_t mf__fnv(const char *s, size_t n)
 
 static unsigned mf__route_hash(const char *s, size_t n)
 {
-    unsigned h = 2166136261u; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 16777619u;
-    return h & (MF_ROUTES_BUCKETS - 1);
+    return mf__fnv(s, n) & (MF_ROUTES_BUCKETS - 1);
 }
 
 static mf_route_t *mf__route_find(mf_serve_routes_t *r, const char *path,
