@@ -119,6 +119,12 @@ static void mf__ctask_puts(mf_http_ctask_t *t, const char *s)
     mf__ctask_put(t, s, strlen(s));
 }
 
+static bool mf__ctask_method_is(const mf_http_ctask_t *t, const char *name)
+{
+    size_t n = strlen(name);
+    return t->method.len == n && memcmp(t->method.data, name, n) == 0;
+}
+
 static bool mf__ctask_has_header(const mf_http_ctask_t *t, const char *name)
 {
     size_t n = strlen(name);
@@ -160,11 +166,9 @@ static void mf__ctask_build_request(mf_http_ctask_t *t)
         mf__ctask_puts(t, "\r\n");
     }
     mf__ctask_put(t, t->headers.data, t->headers.len);
-    bool needs_length = t->body.len ||
-                        (t->method.len != 3 && t->method.len != 4) ||
-                        (memcmp(t->method.data, "GET", 3) != 0 &&
-                         memcmp(t->method.data, "HEAD", 4) != 0);
-    if (needs_length) {
+    /* Bodiless GET/HEAD send no length; everything else says it. */
+    if (t->body.len ||
+        !(mf__ctask_method_is(t, "GET") || mf__ctask_method_is(t, "HEAD"))) {
         snprintf(num, sizeof num, "Content-Length: %zu\r\n", t->body.len);
         mf__ctask_puts(t, num);
     }
@@ -216,7 +220,7 @@ void mf__ctask_send(mf_http_ctask_t *t)
 
 static bool mf__ctask_is_head(const mf_http_ctask_t *t)
 {
-    return t->method.len == 4 && memcmp(t->method.data, "HEAD", 4) == 0;
+    return mf__ctask_method_is(t, "HEAD");
 }
 
 static int mf__ctask_parse_head(mf_http_ctask_t *t)
@@ -371,8 +375,7 @@ static bool mf__method_idempotent(const mf_http_ctask_t *t)
     static const char *const safe[] = {"GET",    "HEAD",    "PUT",
                                        "DELETE", "OPTIONS", "TRACE"};
     for (size_t i = 0; i < MF_ARRAY_SIZE(safe); i++)
-        if (strlen(safe[i]) == t->method.len &&
-            memcmp(safe[i], t->method.data, t->method.len) == 0)
+        if (mf__ctask_method_is(t, safe[i]))
             return true;
     return false;
 }
@@ -422,8 +425,8 @@ static bool mf__ctask_follow_redirect(mf_http_ctask_t *t)
     if (!loc || !mf__ctask_redirect_to(t, loc->value, loc->value_len))
         return false;
     t->redirects++;
-    if (s == 303 || ((s == 301 || s == 302) && t->method.len == 4 &&
-                     memcmp(t->method.data, "POST", 4) == 0)) {
+    if (s == 303 ||
+        ((s == 301 || s == 302) && mf__ctask_method_is(t, "POST"))) {
         t->method.len = 0; /* as browsers and curl do */
         mf__buf_append(t->base._loop, &t->method, "GET", 3);
         t->body.len = 0;
