@@ -685,6 +685,16 @@ const mf_sockaddr_t *mf_task_dns_addr(const mf_task_t *task, size_t index)
 
 /* ---- formatting -------------------------------------------------------- */
 
+char *mf_sockaddr_format_ip(const mf_sockaddr_t *addr, char *buf, size_t size)
+{
+    const void *ip = addr->sa.sa_family == AF_INET6
+                         ? (const void *)&addr->in6.sin6_addr
+                         : (const void *)&addr->in4.sin_addr;
+    if (buf && size && !inet_ntop(addr->sa.sa_family, ip, buf, (socklen_t)size))
+        snprintf(buf, size, "?");
+    return buf;
+}
+
 char *mf_sockaddr_format(const mf_sockaddr_t *addr, char *buf, size_t size)
 {
     char ip[INET6_ADDRSTRLEN];

@@ -762,12 +762,9 @@ static void mf__ctask_copy_request(mf_http_ctask_t *t,
         mf__buf_append(loop, &t->headers, h->value, h->value_len);
         mf__buf_append(loop, &t->headers, "\r\n", 2);
     }
-    mf_sockaddr_format(&ex->conn->peer, peer, sizeof peer);
-    char *colon = strrchr(peer, ':');
-    if (colon)
-        *colon = 0; /* address only */
-    mf_task_http_add_header(&t->base, "X-Forwarded-For",
-                            peer[0] == '[' ? peer + 1 : peer);
+    mf_task_http_add_header(
+        &t->base, "X-Forwarded-For",
+        mf_sockaddr_format_ip(&ex->conn->peer, peer, sizeof peer));
     if (ex->body_len)
         mf_task_http_set_body(&t->base, ex->body, ex->body_len);
 }

@@ -88,15 +88,8 @@ void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
         mf__log_flush(w);
     const char *ref, *ua;
     int reflen, ualen;
-    char addr[64];
-    mf_sockaddr_format(peer, addr, sizeof addr);
-    char *colon = strrchr(addr, ':'); /* the address without the port */
-    if (colon)
-        *colon = 0;
-    const char *host = addr[0] == '[' ? addr + 1 : addr;
-    size_t hl = strlen(host);
-    if (hl && host[hl - 1] == ']')
-        ((char *)host)[hl - 1] = 0;
+    char host[64];
+    mf_sockaddr_format_ip(peer, host, sizeof host);
     mf__log_header(req, "referer", &ref, &reflen);
     mf__log_header(req, "user-agent", &ua, &ualen);
     int n = snprintf(w->log_buf + w->log_len, MF_LOG_LINE,

@@ -498,4 +498,6 @@ TEST(sockaddr_format_writes_host_and_port)
     ASSERT_STR_EQ(mf_sockaddr_format(&v6, buf, sizeof buf),
                   "[2001:db8::7]:443");
     ASSERT_STR_EQ(mf_sockaddr_format(&v4, tiny, sizeof tiny), "192.0");
+    ASSERT_STR_EQ(mf_sockaddr_format_ip(&v4, buf, sizeof buf), "192.0.2.7");
+    ASSERT_STR_EQ(mf_sockaddr_format_ip(&v6, buf, sizeof buf), "2001:db8::7");
 }

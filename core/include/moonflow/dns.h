@@ -98,5 +98,8 @@ MF_API const mf_sockaddr_t *mf_task_dns_addr(const mf_task_t *task,
 /* Formats an address as "1.2.3.4:80" / "[::1]:80" into buf; returns buf. */
 MF_API char *mf_sockaddr_format(const mf_sockaddr_t *addr, char *buf,
                                 size_t size);
+/* The address alone, "1.2.3.4" / "::1" (logs, X-Forwarded-For). */
+MF_API char *mf_sockaddr_format_ip(const mf_sockaddr_t *addr, char *buf,
+                                   size_t size);
 
 #endif /* MOONFLOW_DNS_H */
