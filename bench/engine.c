@@ -20,7 +20,6 @@
  */
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,37 +28,10 @@
 
 #include <moonflow/moonflow.h>
 
-/* ---- process-wide malloc counting ----------------------------------- */
-
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-
-static atomic_ulong process_mallocs;
-
-void *malloc(size_t n)
-{
-    atomic_fetch_add_explicit(&process_mallocs, 1, memory_order_relaxed);
-    return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    atomic_fetch_add_explicit(&process_mallocs, 1, memory_order_relaxed);
-    return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t n)
-{
-    atomic_fetch_add_explicit(&process_mallocs, 1, memory_order_relaxed);
-    return __libc_realloc(p, n);
-}
-
-void free(void *p)
-{
-    __libc_free(p);
-}
+/* Process-wide malloc counting: malloc_count.c (linked in, the same code
+ * bench/http/mallocs.py preloads into servers) replaces malloc, calloc and
+ * realloc. */
+unsigned long malloc_count_read(void);
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -292,12 +264,12 @@ static double mallocs_per_task(long n)
     run_series(n / 10);
     run_parallels(n / 10);
     run_go_tasks(n);
-    unsigned long before = atomic_load(&process_mallocs);
+    unsigned long before = malloc_count_read();
     run_timer_tasks(n);
     run_series(n / 10);
     run_parallels(n / 10);
     run_go_tasks(n);
-    unsigned long mallocs = atomic_load(&process_mallocs) - before;
+    unsigned long mallocs = malloc_count_read() - before;
     double tasks =
         (double)n + (double)(n / 10) * 10 + (double)(n / 10) * 11 + (double)n;
     return (double)mallocs / tasks;
