@@ -346,19 +346,54 @@ static const req_case_t req_cases[] = {
      .capacity = 2},
 };
 
-typedef struct req_result {
+typedef struct parse_result {
     int rc, status;
-} req_result_t;
+} parse_result_t;
 
-static req_result_t parse_req(const char *buf, size_t n, const req_case_t *c,
-                              mf_http_request_t *req, mf_http_header_t *hs,
-                              size_t *scanned)
+/* Parses buf[0..n) the way case c asks, with `scanned` or without. */
+typedef parse_result_t (*prefix_parse_fn)(const void *c, const char *buf,
+                                          size_t n, size_t *scanned);
+
+/*
+ * Every prefix, from its own exact-size copy, parsed both statelessly and
+ * with `scanned` carried from the previous prefix (as a server does): the
+ * answer is INCOMPLETE until it is final, then stays the final answer. A
+ * head that parses is INCOMPLETE up to its last byte.
+ */
+static void replay(const void *c, const char *raw, size_t raw_len,
+                   prefix_parse_fn parse, parse_result_t want)
+{
+    size_t scanned = 0;
+    bool settled = false;
+    for (size_t k = 1; k <= raw_len; k++) {
+        char *p = copy_of(raw, k);
+        parse_result_t a = parse(c, p, k, NULL);
+        parse_result_t b = parse(c, p, k, &scanned);
+        free(p);
+        CHECK_EQ(a.rc, b.rc);
+        CHECK_EQ(a.status, b.status);
+        if (a.rc == MF_HTTP_INCOMPLETE) {
+            CHECK(!settled);
+            continue;
+        }
+        CHECK_EQ(a.rc, want.rc);
+        CHECK_EQ(a.status, want.status);
+        if (!settled && want.rc > 0)
+            CHECK_EQ(k, want.rc);
+        settled = true;
+    }
+    CHECK(settled);
+}
+
+static parse_result_t parse_req(const char *buf, size_t n, const req_case_t *c,
+                                mf_http_request_t *req, mf_http_header_t *hs,
+                                size_t *scanned)
 {
     memset(req, 0, sizeof *req);
     req->headers = hs;
     req->num_headers = c->capacity ? c->capacity : 16;
     int rc = mf_http_parse_request(buf, n, req, c->limits, scanned);
-    return (req_result_t){rc, rc == MF_HTTP_ERROR ? req->error_status : 0};
+    return (parse_result_t){rc, rc == MF_HTTP_ERROR ? req->error_status : 0};
 }
 
 static void check_req_fields(const req_case_t *c, const mf_http_request_t *r)
@@ -378,36 +413,12 @@ static void check_req_fields(const req_case_t *c, const mf_http_request_t *r)
     CHECK_OPT(c->upgrade, r->upgrade);
 }
 
-/*
- * Every prefix, from its own exact-size copy, parsed both statelessly and
- * with `scanned` carried from the previous prefix (as a server does): the
- * answer is INCOMPLETE until it is final, then stays the final answer. A
- * head that parses is INCOMPLETE up to its last byte.
- */
-static void replay_request(const req_case_t *c, req_result_t want)
+static parse_result_t req_prefix(const void *c, const char *buf, size_t n,
+                                 size_t *scanned)
 {
     mf_http_header_t hs[16];
     mf_http_request_t req;
-    size_t scanned = 0;
-    bool settled = false;
-    for (size_t k = 1; k <= c->raw_len; k++) {
-        char *p = copy_of(c->raw, k);
-        req_result_t a = parse_req(p, k, c, &req, hs, NULL);
-        req_result_t b = parse_req(p, k, c, &req, hs, &scanned);
-        free(p);
-        CHECK_EQ(a.rc, b.rc);
-        CHECK_EQ(a.status, b.status);
-        if (a.rc == MF_HTTP_INCOMPLETE) {
-            CHECK(!settled);
-            continue;
-        }
-        CHECK_EQ(a.rc, want.rc);
-        CHECK_EQ(a.status, want.status);
-        if (!settled && want.rc > 0)
-            CHECK_EQ(k, want.rc);
-        settled = true;
-    }
-    CHECK(settled);
+    return parse_req(buf, n, c, &req, hs, scanned);
 }
 
 static void run_request_case(const req_case_t *c)
@@ -416,7 +427,7 @@ static void run_request_case(const req_case_t *c)
     mf_http_request_t req;
     case_name = c->name;
     char *buf = copy_of(c->raw, c->raw_len);
-    req_result_t got = parse_req(buf, c->raw_len, c, &req, hs, NULL);
+    parse_result_t got = parse_req(buf, c->raw_len, c, &req, hs, NULL);
     if (c->status) {
         CHECK_EQ(got.rc, MF_HTTP_ERROR);
         CHECK_EQ(got.status, c->status);
@@ -426,7 +437,7 @@ static void run_request_case(const req_case_t *c)
         check_req_fields(c, &req);
     }
     free(buf);
-    replay_request(c, got);
+    replay(c, c->raw, c->raw_len, req_prefix, got);
 }
 
 TEST(request_cases_give_one_answer_at_every_split_point)
@@ -530,47 +541,24 @@ static const resp_case_t resp_cases[] = {
      .limits = &two_headers},
 };
 
-typedef struct resp_result {
-    int rc, status;
-} resp_result_t;
-
-static resp_result_t parse_resp(const char *buf, size_t n, const resp_case_t *c,
-                                mf_http_response_t *resp, mf_http_header_t *hs,
-                                size_t *scanned)
+static parse_result_t parse_resp(const char *buf, size_t n,
+                                 const resp_case_t *c, mf_http_response_t *resp,
+                                 mf_http_header_t *hs, size_t *scanned)
 {
     memset(resp, 0, sizeof *resp);
     resp->headers = hs;
     resp->num_headers = 16;
     int rc = mf_http_parse_response(buf, n, resp, c->head_request, c->limits,
                                     scanned);
-    return (resp_result_t){rc, rc == MF_HTTP_ERROR ? resp->error_status : 0};
+    return (parse_result_t){rc, rc == MF_HTTP_ERROR ? resp->error_status : 0};
 }
 
-/* Same property as replay_request. */
-static void replay_response(const resp_case_t *c, resp_result_t want)
+static parse_result_t resp_prefix(const void *c, const char *buf, size_t n,
+                                  size_t *scanned)
 {
     mf_http_header_t hs[16];
     mf_http_response_t resp;
-    size_t scanned = 0;
-    bool settled = false;
-    for (size_t k = 1; k <= c->raw_len; k++) {
-        char *p = copy_of(c->raw, k);
-        resp_result_t a = parse_resp(p, k, c, &resp, hs, NULL);
-        resp_result_t b = parse_resp(p, k, c, &resp, hs, &scanned);
-        free(p);
-        CHECK_EQ(a.rc, b.rc);
-        CHECK_EQ(a.status, b.status);
-        if (a.rc == MF_HTTP_INCOMPLETE) {
-            CHECK(!settled);
-            continue;
-        }
-        CHECK_EQ(a.rc, want.rc);
-        CHECK_EQ(a.status, want.status);
-        if (!settled && want.rc > 0)
-            CHECK_EQ(k, want.rc);
-        settled = true;
-    }
-    CHECK(settled);
+    return parse_resp(buf, n, c, &resp, hs, scanned);
 }
 
 static void run_response_case(const resp_case_t *c)
@@ -579,7 +567,7 @@ static void run_response_case(const resp_case_t *c)
     mf_http_response_t resp;
     case_name = c->name;
     char *buf = copy_of(c->raw, c->raw_len);
-    resp_result_t got = parse_resp(buf, c->raw_len, c, &resp, hs, NULL);
+    parse_result_t got = parse_resp(buf, c->raw_len, c, &resp, hs, NULL);
     if (c->fails) {
         CHECK_EQ(got.rc, MF_HTTP_ERROR);
         CHECK_EQ(got.status, 502);
@@ -595,7 +583,7 @@ static void run_response_case(const resp_case_t *c)
         CHECK_OPT(c->keep_alive, resp.keep_alive);
     }
     free(buf);
-    replay_response(c, got);
+    replay(c, c->raw, c->raw_len, resp_prefix, got);
 }
 
 TEST(response_cases_give_one_answer_at_every_split_point)
