@@ -361,8 +361,28 @@ static void mf__conn_send_continue(mf_http_conn_t *conn)
 /* The whole request is in conn->in: build the exchange and run the
  * handler. The head is parsed again here because the buffer may have moved
  * while the body arrived; heads are small and the parser is fast. */
+/* The request as the exchange keeps it: the head parsed by the caller is
+ * copied when its bytes have not moved (no body); after a body arrived the
+ * buffer may have grown and moved, so the head is parsed again. Heads are
+ * small and the parser is fast, but the common case parses once. */
+static void mf__conn_set_request(mf_http_conn_t *conn, mf_http_exchange_t *ex,
+                                 const mf_http_request_t *parsed)
+{
+    if (parsed) {
+        ex->req = *parsed;
+        memcpy(ex->headers, parsed->headers,
+               parsed->num_headers * sizeof(ex->headers[0]));
+        ex->req.headers = ex->headers;
+        return;
+    }
+    size_t nh = conn->srv->config.limits.max_headers;
+    if (nh == 0 || nh > MF_HTTP_MAX_HEADERS)
+        nh = MF_HTTP_MAX_HEADERS;
+    mf__conn_parse_head(conn, &ex->req, ex->headers, nh, NULL);
+}
+
 static void mf__conn_dispatch(mf_http_conn_t *conn, size_t body_len,
-                              size_t raw_len)
+                              size_t raw_len, const mf_http_request_t *parsed)
 {
     mf_http_exchange_t *ex = mf_loop_alloc(conn->loop, sizeof(*ex));
     /* Everything but the header array, which the parser fills. */
@@ -370,11 +390,9 @@ static void mf__conn_dispatch(mf_http_conn_t *conn, size_t body_len,
     mf_list_init(&ex->drain_post._link); /* no drain call pending */
     ex->conn = conn;
     ex->raw_len = raw_len;
-    size_t nh = conn->srv->config.limits.max_headers;
-    if (nh == 0 || nh > MF_HTTP_MAX_HEADERS)
-        nh = MF_HTTP_MAX_HEADERS;
-    int rc = mf__conn_parse_head(conn, &ex->req, ex->headers, nh, NULL);
-    ex->body = body_len ? conn->in.data + conn->in_off + (size_t)rc : NULL;
+    mf__conn_set_request(conn, ex, parsed);
+    size_t head_len = raw_len - body_len;
+    ex->body = body_len ? conn->in.data + conn->in_off + head_len : NULL;
     ex->body_len = body_len;
     ex->state = MF_EX_ACTIVE;
     ex->status = 200;
@@ -397,7 +415,7 @@ static bool mf__conn_length_body(mf_http_conn_t *conn, uint64_t length)
     size_t need = conn->body->head_len + (size_t)length;
     size_t have = conn->in.len - conn->in_off;
     if (have >= need) {
-        mf__conn_dispatch(conn, (size_t)length, need);
+        mf__conn_dispatch(conn, (size_t)length, need, NULL);
         return true;
     }
     if (mf__buf_reserve(conn->loop, &conn->in, need - have) < 0) {
@@ -426,15 +444,15 @@ static bool mf__conn_chunked_body(mf_http_conn_t *conn)
         return false;
     }
     conn->in.len = body_end + (size_t)rest; /* the next request follows */
-    mf__conn_dispatch(conn, b->body_have, b->head_len + b->body_have);
+    mf__conn_dispatch(conn, b->body_have, b->head_len + b->body_have, NULL);
     return true;
 }
 
-static bool mf__conn_body(mf_http_conn_t *conn, const mf_http_request_t *req)
+static bool mf__conn_body(mf_http_conn_t *conn)
 {
-    if (req->body == MF_HTTP_BODY_CHUNKED)
+    if (conn->body->chunked_body)
         return mf__conn_chunked_body(conn);
-    return mf__conn_length_body(conn, req->content_length);
+    return mf__conn_length_body(conn, conn->body->content_length);
 }
 
 /* A head has been parsed: decide how its body arrives. */
@@ -442,7 +460,7 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
                                int head_len)
 {
     if (req->body == MF_HTTP_BODY_NONE) {
-        mf__conn_dispatch(conn, 0, (size_t)head_len);
+        mf__conn_dispatch(conn, 0, (size_t)head_len, req);
         return true;
     }
     if (!conn->body)
@@ -450,6 +468,8 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
     conn->body->head_len = (size_t)head_len;
     conn->body->body_have = 0;
     conn->body->sent_continue = false;
+    conn->body->chunked_body = req->body == MF_HTTP_BODY_CHUNKED;
+    conn->body->content_length = req->content_length;
     uint64_t max = conn->srv->config.max_body;
     if (req->body == MF_HTTP_BODY_LENGTH && max && req->content_length > max) {
         mf__conn_fail(conn, 413);
@@ -462,7 +482,7 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
     if (req->expect_continue && conn->in.len - conn->in_off == (size_t)head_len)
         mf__conn_send_continue(conn);
     mf__conn_arm(conn, conn->srv->config.body_timeout_ms);
-    return mf__conn_body(conn, req);
+    return mf__conn_body(conn);
 }
 
 /* Parses and serves as many complete requests as the buffer holds, in
@@ -474,6 +494,11 @@ static void mf__conn_process(mf_http_conn_t *conn)
     conn->in_process = true;
     while (conn->phase <= MF_CONN_BODY && !conn->close_after &&
            conn->nsegs < MF_CONN_MAX_SEGS - 1 && conn->in.len > conn->in_off) {
+        if (conn->phase == MF_CONN_BODY) { /* its head is parsed already */
+            if (!mf__conn_body(conn))
+                break;
+            continue;
+        }
         mf_http_request_t req;
         int rc = mf__conn_parse_head(conn, &req, headers, MF_HTTP_MAX_HEADERS,
                                      &conn->scanned);
@@ -488,10 +513,7 @@ static void mf__conn_process(mf_http_conn_t *conn)
             mf__conn_fail(conn, req.error_status);
             break;
         }
-        bool served = conn->phase == MF_CONN_BODY
-                          ? mf__conn_body(conn, &req)
-                          : mf__conn_head_done(conn, &req, rc);
-        if (!served)
+        if (!mf__conn_head_done(conn, &req, rc))
             break;
     }
     conn->in_process = false;

@@ -55,9 +55,11 @@ typedef struct mf_http_conn mf_http_conn_t;
 /* A request body being received: kept out of the connection so that an
  * idle keep-alive connection stays small (it fits a 512-byte slot). */
 typedef struct mf_conn_body {
-    size_t head_len;  /* the parsed head's length */
-    size_t body_have; /* decoded body bytes after the head */
+    size_t head_len;         /* the parsed head's length */
+    size_t body_have;        /* decoded body bytes after the head */
+    uint64_t content_length; /* when not chunked */
     mf_http_chunked_t chunked;
+    bool chunked_body;
     bool sent_continue;
 } mf_conn_body_t;
 
