@@ -89,10 +89,7 @@ static void mf__serve_start_worker(mf_loop_t *loop, void *arg)
     }
     mf__serve_add_paths(mf_lua_host_state(w->host), c->root);
     mf_serve_http_open(w);
-    mf_serve_route_spec_t specs[MF_SERVE_MAX_ROUTES];
-    for (size_t i = 0; i < c->nroutes; i++)
-        specs[i] = c->routes[i].spec;
-    w->routes = mf_serve_routes_create(w->host, c->root, specs, c->nroutes);
+    w->routes = mf_serve_routes_create(w->host, c->root, c->routes, c->nroutes);
     w->watch = mf_fswatch_start(loop, c->root, mf__serve_changed, w, NULL);
     mf_serve_log_open(w);
     w->server =

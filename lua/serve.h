@@ -26,12 +26,6 @@
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
 
-/* Per-route options from the config (file routes use the defaults). */
-typedef struct mf_serve_route_opts {
-    mf_serve_route_spec_t spec;
-    uint32_t timeout_ms; /* 0: the config's handler timeout */
-} mf_serve_route_opts_t;
-
 typedef struct mf_serve_config {
     char *root;                  /* the scripts folder */
     unsigned workers;            /* 0: one per core */
@@ -39,7 +33,7 @@ typedef struct mf_serve_config {
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
     mf_http_server_config_t http;
     struct mf_http_sni sni[MF_SERVE_MAX_SNI];
-    mf_serve_route_opts_t routes[MF_SERVE_MAX_ROUTES];
+    mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;
     char *strings[4 * MF_SERVE_MAX_ROUTES + 64]; /* owned copies */
     size_t nstrings;

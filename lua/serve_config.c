@@ -159,9 +159,9 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
             snprintf(err, errlen, "routes: more than %d", MF_SERVE_MAX_ROUTES);
             return -1;
         }
-        mf_serve_route_opts_t *r = &c->routes[c->nroutes++];
-        r->spec.path = mf_serve_config_strdup(c, path);
-        r->spec.file = mf_serve_config_strdup(c, file);
+        mf_serve_route_spec_t *r = &c->routes[c->nroutes++];
+        r->path = mf_serve_config_strdup(c, path);
+        r->file = mf_serve_config_strdup(c, file);
         r->timeout_ms = (uint32_t)timeout;
         lua_pop(L, 1);
     }

@@ -222,19 +222,6 @@ static mf_serve_ud_t *mf__push_ud(lua_State *L, mf_serve_call_t *call,
     return ud;
 }
 
-static uint32_t mf__route_timeout(const mf_serve_worker_t *w,
-                                  const mf_http_request_t *req)
-{
-    const mf_serve_config_t *c = w->config;
-    for (size_t i = 0; i < c->nroutes; i++) {
-        const char *p = c->routes[i].spec.path;
-        if (c->routes[i].timeout_ms && strlen(p) == req->path_len &&
-            memcmp(p, req->path, req->path_len) == 0)
-            return c->routes[i].timeout_ms;
-    }
-    return c->handler_timeout_ms;
-}
-
 static mf_serve_call_t *mf__call_new(mf_serve_worker_t *w,
                                      mf_http_exchange_t *ex)
 {
@@ -256,7 +243,9 @@ void mf_serve_handle(mf_http_exchange_t *ex, void *worker)
     lua_State *L = mf_lua_host_state(w->host);
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     mf_serve_call_t *call = mf__call_new(w, ex);
-    int rc = mf_serve_routes_push(w->routes, L, req->path, req->path_len);
+    uint32_t timeout;
+    int rc =
+        mf_serve_routes_push(w->routes, L, req->path, req->path_len, &timeout);
     if (rc != MF_SERVE_FOUND) {
         if (rc == MF_SERVE_NOT_FOUND)
             mf__call_fail(call, 404, "404 Not Found\n");
@@ -269,7 +258,8 @@ void mf_serve_handle(mf_http_exchange_t *ex, void *worker)
     call->resp_ud = mf__push_ud(L, call, mf__resp_mt);
     mf_http_exchange_hold(ex);
     mf_http_exchange_on_close(ex, mf__on_client_gone, call);
-    uint32_t timeout = mf__route_timeout(w, req);
+    if (!timeout)
+        timeout = w->config->handler_timeout_ms;
     if (timeout)
         mf_timer_start(w->loop, &call->timer, timeout);
     call->spawning = true;

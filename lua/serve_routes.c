@@ -26,6 +26,7 @@ typedef struct mf_route {
     bool stale;            /* compile again before the next use */
     int ref;               /* the handler, LUA_NOREF if none yet */
     uint32_t source_hash;  /* of the source the handler came from */
+    uint32_t timeout_ms;   /* from the config; 0 for file routes */
 } mf_route_t;
 
 #define MF_ROUTES_BUCKETS 256
@@ -275,8 +276,9 @@ static void mf__route_publish_if_good(mf_serve_routes_t *r, const char *abs)
 }
 
 int mf_serve_routes_push(mf_serve_routes_t *r, lua_State *L, const char *path,
-                         size_t len)
+                         size_t len, uint32_t *timeout_ms)
 {
+    *timeout_ms = 0;
     mf_route_t *e = mf__route_find(r, path, len);
     if (!e) {
         char abs[PATH_MAX], rel[PATH_MAX];
@@ -292,6 +294,7 @@ int mf_serve_routes_push(mf_serve_routes_t *r, lua_State *L, const char *path,
     if (e->ref == LUA_NOREF)
         return MF_SERVE_BROKEN;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
+    *timeout_ms = e->timeout_ms;
     return MF_SERVE_FOUND;
 }
 
@@ -361,6 +364,7 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
         mf_route_t *e = mf__route_add(r, routes[i].path, strlen(routes[i].path),
                                       abs, f[0] == '/' ? "" : f);
         e->fixed = true;
+        e->timeout_ms = routes[i].timeout_ms;
     }
     return r;
 }

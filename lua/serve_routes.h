@@ -26,6 +26,7 @@
 #define MF_SERVE_ROUTES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mf_lua_host.h"
 
@@ -36,6 +37,7 @@ typedef struct mf_serve_routes mf_serve_routes_t;
 typedef struct mf_serve_route_spec {
     const char *path;
     const char *file;
+    uint32_t timeout_ms; /* the handler's; 0: the server's default */
 } mf_serve_route_spec_t;
 
 mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
@@ -50,9 +52,10 @@ enum {
     MF_SERVE_BROKEN = 2     /* the script never loaded: 500 (logged) */
 };
 
-/* Pushes the handler for the URL path (without query) onto L. */
+/* Pushes the handler for the URL path (without query) onto L, and sets
+ * *timeout_ms to the route's handler timeout (0: none of its own). */
 int mf_serve_routes_push(mf_serve_routes_t *routes, lua_State *L,
-                         const char *path, size_t len);
+                         const char *path, size_t len, uint32_t *timeout_ms);
 
 /* A file under the root changed (relative path as fswatch reports it). */
 void mf_serve_routes_changed(mf_serve_routes_t *routes, const char *file);
