@@ -1,0 +1,162 @@
+/*
+ * moonflow/redis.h — the Redis client as a task kind.
+ *
+ *   int err;
+ *   mf_redis_client_t *c = mf_redis_client(loop, "redis://127.0.0.1:6379/0",
+ *                                          NULL, &err);
+ *   mf_task_t *t = mf_task_redis_create(c, cb, user);
+ *   const char *argv[] = {"GET", "key"};
+ *   mf_task_redis_add_command(t, 2, argv, NULL);   // NULL: strlen each
+ *   mf_series_push_back(series, t);                // or mf_task_start(t)
+ *   ... in cb: mf_task_redis_reply(t, 0)->type == MF_REDIS_STRING ...
+ *
+ * Endpoints: redis://[[user]:password@]host[:port][/db] and rediss:// (TLS,
+ * server verified against the system CA bundle unless opts say otherwise).
+ * Every new connection sends AUTH (when the URL has a password) and SELECT
+ * (when db != 0) before the first command; their failure fails the tasks
+ * waiting for that connection.
+ *
+ * Connections. A client has, per loop:
+ * - shared connections (opts.pipeline_connections, default 1): ordinary
+ *   commands of concurrent tasks are appended to one output buffer and
+ *   written once per loop iteration, so N handlers that each send a GET in
+ *   the same iteration cost one write and one read: Redis sees a pipeline.
+ *   Replies are matched to tasks in order. A task's commands are written
+ *   contiguously, so MULTI ... EXEC inside one task is atomic here too.
+ * - a dedicated pool (opts.max_connections, default 64): a task that
+ *   contains a blocking or connection-state command (BLPOP, BRPOP, BLMOVE,
+ *   BZPOPMIN/MAX, XREAD/XREADGROUP with BLOCK, WAIT, WATCH, MULTI, SELECT,
+ *   CLIENT, SUBSCRIBE ...) or that asked for it (mf_task_redis_set_dedicated)
+ *   runs alone on a pooled connection; a connection whose state the task
+ *   changed (SELECT, WATCH left open, an error mid-transaction) is closed
+ *   instead of returned. Further tasks wait for a free connection.
+ * Idle pooled connections close after opts.idle_timeout_ms or as soon as the
+ * server closes them.
+ *
+ * Replies are faithful: status, error (a reply, not a task failure: the task
+ * still succeeds), integer, bulk string (binary-safe, may hold NUL bytes),
+ * nil, arrays nested to any depth. Commands are binary-safe argument
+ * vectors. The protocol is RESP2, parsed by hiredis's redisReader.
+ *
+ * Failures come back in the task's completion, never from the factory:
+ *   name does not resolve   MF_STATE_DNS_ERROR      / MF_EDNS
+ *   connect/reset/refused,
+ *   server gone mid-reply   MF_STATE_SYS_ERROR      / MF_ECONNREFUSED ...
+ *   TLS handshake/verify    MF_STATE_TLS_ERROR      / MF_ETLS
+ *   AUTH/SELECT refused     MF_STATE_TASK_ERROR     / MF_EACCES
+ *   connect or response
+ *   timeout, task timeout   MF_STATE_TIMEOUT        / MF_ETIMEDOUT
+ *   garbage from the server MF_STATE_PROTOCOL_ERROR / MF_EPROTO (connection
+ *                           dropped, every task waiting on it fails)
+ *   reply over max_reply    MF_STATE_TASK_ERROR     / MF_EMSGSIZE
+ *   task with no command    MF_STATE_TASK_ERROR     / MF_EINVAL
+ * A task that fails on a shared connection fails alone when it can (timeout:
+ * its reply is discarded when it arrives); a broken connection fails every
+ * task that waits on it, and the next task connects again.
+ *
+ * Threads: everything here runs on the loop's thread. Ownership: a client
+ * belongs to its loop (freed with it); the task copies its commands; replies
+ * live in the task's memory until the task is destroyed after its callback.
+ */
+#ifndef MOONFLOW_REDIS_H
+#define MOONFLOW_REDIS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "task.h"
+
+typedef struct mf_redis_client mf_redis_client_t;
+typedef struct mf_redis_subscriber mf_redis_subscriber_t;
+
+typedef enum mf_redis_type {
+    MF_REDIS_NIL,
+    MF_REDIS_STATUS,
+    MF_REDIS_ERROR,
+    MF_REDIS_INTEGER,
+    MF_REDIS_STRING,
+    MF_REDIS_ARRAY
+} mf_redis_type_t;
+
+typedef struct mf_redis_reply mf_redis_reply_t;
+struct mf_redis_reply {
+    mf_redis_type_t type;
+    long long integer;          /* MF_REDIS_INTEGER */
+    const char *str;            /* STATUS, ERROR, STRING: len bytes + NUL */
+    size_t len;                 /* ... and for ARRAY: elements */
+    mf_redis_reply_t *elements; /* ARRAY: len replies; NULL for a nil array */
+};
+
+typedef struct mf_redis_opts {
+    uint32_t connect_timeout_ms;   /* TCP + TLS + AUTH/SELECT; default 5000 */
+    uint32_t response_timeout_ms;  /* command written → its reply; a shared
+                                      connection that stays silent this long
+                                      is closed; default 30000; 0: none */
+    uint32_t idle_timeout_ms;      /* pooled connection; default 60000 */
+    unsigned pipeline_connections; /* shared connections; default 1 */
+    unsigned max_connections;      /* dedicated pool; default 64 */
+    uint64_t max_reply;            /* bytes of one task's replies;
+                                      default 512 MiB */
+    bool tls_verify;               /* rediss://; default true */
+    const char *ca_file;           /* NULL: the system bundle */
+} mf_redis_opts_t;
+
+MF_API void mf_redis_opts_init(mf_redis_opts_t *opts);
+
+/* The loop's client for url (opts NULL: defaults). The same url and opts on
+ * the same loop give the same client, so calling this per request is cheap.
+ * NULL with *error = MF_EINVAL for a malformed URL. */
+MF_API mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
+                                          const mf_redis_opts_t *opts,
+                                          int *error);
+/* Connections this client opened so far (tests observe reuse with it). */
+MF_API uint64_t mf_redis_client_connects(const mf_redis_client_t *client);
+
+MF_API mf_task_t *mf_task_redis_create(mf_redis_client_t *client,
+                                       mf_task_cb cb, void *user);
+/* Appends one command (argv[i] is argvlen[i] bytes; argvlen NULL: C
+ * strings). Several calls make a pipeline: one reply per command, in order. */
+MF_API void mf_task_redis_add_command(mf_task_t *task, int argc,
+                                      const char *const *argv,
+                                      const size_t *argvlen);
+/* Run on a connection of its own even if no command requires it. */
+MF_API void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated);
+
+/* Results, valid in the task's callback: one reply per command when the task
+ * succeeded (MF_STATE_SUCCESS), none otherwise. */
+MF_API size_t mf_task_redis_nreplies(const mf_task_t *task);
+MF_API const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task,
+                                                   size_t i);
+
+/* ---- pub/sub ---------------------------------------------------------- */
+
+/* Called for each message, in order, on the loop thread. msg is the array
+ * Redis sent ("message", channel, payload) or ("pmessage", pattern, channel,
+ * payload); it is valid during the call only. When the connection ends
+ * (error, server gone, or mf_redis_subscriber_close) the callback runs once
+ * more with msg == NULL and error set (0 after close); the subscriber is
+ * then freed by the client. Subscription confirmations are not delivered;
+ * a live subscriber keeps its loop running. */
+typedef void (*mf_redis_message_cb)(mf_redis_subscriber_t *sub,
+                                    const mf_redis_reply_t *msg, int error,
+                                    void *user);
+
+/* Opens a dedicated connection and SUBSCRIBEs (or PSUBSCRIBEs when pattern)
+ * to the channels. */
+MF_API mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
+                                                 int nchannels,
+                                                 const char *const *channels,
+                                                 const size_t *lens,
+                                                 bool pattern,
+                                                 mf_redis_message_cb cb,
+                                                 void *user);
+/* Adds or drops channels on a live subscriber. */
+MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,
+                                       bool subscribe, int nchannels,
+                                       const char *const *channels,
+                                       const size_t *lens, bool pattern);
+/* Stops reading, delivers no more messages except the final NULL one. */
+MF_API void mf_redis_subscriber_close(mf_redis_subscriber_t *sub);
+
+#endif /* MOONFLOW_REDIS_H */
