@@ -30,15 +30,15 @@
  * 64-byte (cache line) alignment. */
 #define MF_SLAB_HEADER 64
 
+/* The smallest class whose size (64 << cls) holds size: a bit scan, no
+ * loop, since it runs on every allocation and free. */
 static unsigned mf__slab_class(size_t size)
 {
-    unsigned cls = 0;
-    size_t cap = (size_t)1 << MF_SLAB_MIN_SHIFT;
-    while (cap < size) {
-        cap <<= 1;
-        cls++;
-    }
-    return cls;
+    if (size <= ((size_t)1 << MF_SLAB_MIN_SHIFT))
+        return 0;
+    unsigned bits =
+        64u - (unsigned)__builtin_clzll((unsigned long long)size - 1);
+    return bits - MF_SLAB_MIN_SHIFT;
 }
 
 static size_t mf__slab_class_size(unsigned cls)

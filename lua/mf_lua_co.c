@@ -7,6 +7,7 @@
  * spawns a handler coroutine without malloc for the record.
  */
 #include <lauxlib.h>
+#include <string.h>
 
 #include <moonflow/common.h>
 
@@ -33,14 +34,18 @@ static void mf_lua__thread_release(mf_lua_host_t *host, mf_lua_co_t *co,
 {
     if (status == MF_LUA_CO_DONE && lua_status(co->L) == 0 &&
         host->nidle < MF_LUA_IDLE_THREADS) {
-        host->idle[host->nidle].L = co->L;
-        host->idle[host->nidle].ref = co->ref;
+        struct mf_lua_idle_thread *idle = &host->idle[host->nidle];
+        idle->L = co->L;
+        idle->ref = co->ref;
+        memcpy(idle->keep, co->keep, sizeof idle->keep);
         host->nidle++;
         host->counts.refs--;
         host->counts.idle_threads++;
         return;
     }
     mf_lua_unref(host, co->ref);
+    for (int i = 0; i < MF_LUA_CO_KEEP; i++)
+        luaL_unref(host->L, LUA_REGISTRYINDEX, co->keep[i]);
 }
 
 /* A new coroutine thread, from the idle ones if there is one. */
@@ -48,14 +53,18 @@ static void mf_lua__thread_acquire(mf_lua_host_t *host, mf_lua_co_t *co)
 {
     if (host->nidle) {
         host->nidle--;
-        co->L = host->idle[host->nidle].L;
-        co->ref = host->idle[host->nidle].ref;
+        const struct mf_lua_idle_thread *idle = &host->idle[host->nidle];
+        co->L = idle->L;
+        co->ref = idle->ref;
+        memcpy(co->keep, idle->keep, sizeof co->keep);
         host->counts.refs++;
         host->counts.idle_threads--;
         return;
     }
     co->L = lua_newthread(host->L);
     co->ref = mf_lua_ref(host, host->L);
+    for (int i = 0; i < MF_LUA_CO_KEEP; i++)
+        co->keep[i] = LUA_NOREF;
 }
 
 /* The one exit path of every coroutine: done, error, abort, shutdown. It
@@ -124,10 +133,9 @@ static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
     return false;
 }
 
-mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
-                               mf_lua_co_exit_cb cb, void *data)
+mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
+                                 void *data)
 {
-    lua_State *L = host->L;
     mf_lua_co_t *co = mf_loop_alloc(host->loop, sizeof(*co));
     co->host = host;
     mf_lua__thread_acquire(host, co);
@@ -140,8 +148,30 @@ mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
     co->abort_reason = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
-    lua_xmove(L, co->L, nargs + 1);
+    return co;
+}
+
+bool mf_lua_co_start(mf_lua_co_t *co, int nargs)
+{
+    return mf_lua__co_run(co, nargs);
+}
+
+mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
+                               mf_lua_co_exit_cb cb, void *data)
+{
+    mf_lua_co_t *co = mf_lua_host_prepare(host, cb, data);
+    lua_xmove(host->L, co->L, nargs + 1);
     return mf_lua__co_run(co, nargs) ? co : NULL;
+}
+
+mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host)
+{
+    return host->current;
+}
+
+int *mf_lua_co_keep(mf_lua_co_t *co)
+{
+    return co->keep;
 }
 
 void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)

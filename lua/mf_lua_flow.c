@@ -344,7 +344,13 @@ static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
     lua_setmetatable(L, -2);
     lua_pushvalue(L, -1);
     lua_insert(L, st + 1); /* keep the flowref to invalidate it */
+    /* The callback runs for the waiting coroutine: what belongs to that
+     * coroutine (a server handler's req and resp) may be used in it. */
+    mf_lua_host_t *host = n->flow->host;
+    mf_lua_co_t *prev = host->current;
+    host->current = n->flow->co;
     int rc = lua_pcall(L, 2, 0, st + 2);
+    host->current = prev;
     *ref = NULL; /* the flow object is valid during the callback only */
     lua_remove(L, st + 1);
     lua_remove(L, st + 1); /* the traceback function */

@@ -117,6 +117,25 @@ typedef void (*mf_lua_co_exit_cb)(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
  * NULL (errors are then logged). */
 mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
                                mf_lua_co_exit_cb cb, void *data);
+/* Spawn in two steps, for an owner that wants the thread first: prepare
+ * gives a coroutine whose thread (mf_lua_co_thread) is ready; push the
+ * function and nargs arguments on that thread, then start it. start returns
+ * true if the coroutine parked (the handle lives on), false if it ended. */
+mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
+                                 void *data);
+bool mf_lua_co_start(mf_lua_co_t *co, int nargs);
+/* The coroutine being resumed right now (or whose flow callback runs), NULL
+ * when the loop runs plain C. */
+mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host);
+
+/* Values kept with a coroutine's thread: MF_LUA_CO_KEEP registry refs that
+ * follow the thread when it is reused for a later spawn (LUA_NOREF until the
+ * owner sets them), released with the thread. An owner that makes the same
+ * objects for every spawn (the server's request and response) makes them
+ * once per thread. Not counted in mf_lua_counts_t.refs: like idle threads,
+ * they are bounded by the thread pool. */
+#define MF_LUA_CO_KEEP 2
+int *mf_lua_co_keep(mf_lua_co_t *co);
 /* Ends a parked coroutine: its cleanup hook runs (cancels the pending task),
  * then the exit callback with MF_LUA_CO_ABORTED, then the reference is
  * released. Called while the coroutine runs (from a C function it called,

@@ -33,6 +33,7 @@ struct mf_lua_host {
     struct mf_lua_idle_thread {
         lua_State *L;
         int ref;
+        int keep[MF_LUA_CO_KEEP];
     } idle[MF_LUA_IDLE_THREADS];
     unsigned nidle;
 };
@@ -41,7 +42,8 @@ struct mf_lua_co {
     mf_list_t link; /* host->coroutines */
     mf_lua_host_t *host;
     lua_State *L;
-    int ref; /* anchors the thread; LUA_NOREF once released */
+    int ref;                  /* anchors the thread; LUA_NOREF once released */
+    int keep[MF_LUA_CO_KEEP]; /* travel with the thread (mf_lua_co_keep) */
     mf_lua_cleanup_fn cleanup;
     void *op;
     mf_lua_co_exit_cb cb;

@@ -64,6 +64,10 @@ typedef struct mf_serve_worker {
     long log_sec;
     char log_time[40];
     uint64_t requests;
+    /* registry references of the request/response metatables: a rawgeti
+     * per request instead of a lookup by name */
+    int req_mt_ref;
+    int resp_mt_ref;
 } mf_serve_worker_t;
 
 /* serve_http.c: the server's handler for a worker. */

@@ -25,9 +25,13 @@
 
 typedef struct mf_serve_call mf_serve_call_t;
 
+/* req and resp: made once per coroutine thread and kept with it
+ * (mf_lua_co_keep), so a request allocates no Lua object. call is the
+ * request the thread serves now; an object is usable only by the coroutine
+ * that owns that call (mf__owned_call), so one kept past its request can
+ * never reach another request's answer. */
 typedef struct mf_serve_ud {
-    mf_serve_call_t *call; /* NULL once the request is over */
-    bool has_env;          /* its own environment table (lazy caches) */
+    mf_serve_call_t *call; /* NULL between requests */
 } mf_serve_ud_t;
 
 struct mf_serve_call {
@@ -44,6 +48,7 @@ struct mf_serve_call {
     bool timed_out;
     size_t bytes;
     int headers_ref; /* resp.headers, created on first use */
+    int cache_ref;   /* req.query/headers/body, computed on first use */
     struct timespec start;
     mf_timer_t timer; /* the handler timeout */
 };
@@ -148,9 +153,10 @@ static void mf__call_free(mf_serve_call_t *call)
     mf_loop_t *loop = call->w->loop;
     mf_timer_stop(loop, &call->timer);
     mf_lua_unref(call->w->host, call->headers_ref);
-    if (call->req_ud)
+    mf_lua_unref(call->w->host, call->cache_ref);
+    if (call->req_ud && call->req_ud->call == call)
         call->req_ud->call = NULL;
-    if (call->resp_ud)
+    if (call->resp_ud && call->resp_ud->call == call)
         call->resp_ud->call = NULL;
     mf_loop_free(loop, call, sizeof(*call));
 }
@@ -211,14 +217,23 @@ static void mf__on_timeout(mf_timer_t *timer)
 /* ---- the handler -----------------------------------------------------------
  */
 
-static mf_serve_ud_t *mf__push_ud(lua_State *L, mf_serve_call_t *call,
-                                  const char *mt)
+/* Pushes the thread's kept object keep[slot] (made on the thread's first
+ * request), bound to call. */
+static mf_serve_ud_t *mf__push_ud(lua_State *T, int *keep, int mt_ref,
+                                  mf_serve_call_t *call)
 {
-    mf_serve_ud_t *ud = lua_newuserdata(L, sizeof(*ud));
+    mf_serve_ud_t *ud;
+    if (*keep == LUA_NOREF) {
+        ud = lua_newuserdata(T, sizeof(*ud));
+        lua_rawgeti(T, LUA_REGISTRYINDEX, mt_ref);
+        lua_setmetatable(T, -2);
+        lua_pushvalue(T, -1);
+        *keep = luaL_ref(T, LUA_REGISTRYINDEX);
+    } else {
+        lua_rawgeti(T, LUA_REGISTRYINDEX, *keep);
+        ud = lua_touserdata(T, -1);
+    }
     ud->call = call;
-    ud->has_env = false;
-    luaL_getmetatable(L, mt);
-    lua_setmetatable(L, -2);
     return ud;
 }
 
@@ -231,6 +246,7 @@ static mf_serve_call_t *mf__call_new(mf_serve_worker_t *w,
     call->ex = ex;
     call->status = 200;
     call->headers_ref = LUA_NOREF;
+    call->cache_ref = LUA_NOREF;
     if (w->log_fd >= 0) /* the request time is for the access log only */
         clock_gettime(CLOCK_MONOTONIC, &call->start);
     mf_timer_init(&call->timer, mf__on_timeout, call);
@@ -254,16 +270,21 @@ void mf_serve_handle(mf_http_exchange_t *ex, void *worker)
         mf__call_free(call);
         return;
     }
-    call->req_ud = mf__push_ud(L, call, mf__req_mt);
-    call->resp_ud = mf__push_ud(L, call, mf__resp_mt);
     mf_http_exchange_hold(ex);
     mf_http_exchange_on_close(ex, mf__on_client_gone, call);
     if (!timeout)
         timeout = w->config->handler_timeout_ms;
     if (timeout)
         mf_timer_start(w->loop, &call->timer, timeout);
+    call->co = mf_lua_host_prepare(w->host, mf__on_exit, call);
+    lua_State *T = mf_lua_co_thread(call->co);
+    lua_xmove(L, T, 1); /* the handler */
+    int *keep = mf_lua_co_keep(call->co);
+    call->req_ud = mf__push_ud(T, &keep[0], w->req_mt_ref, call);
+    call->resp_ud = mf__push_ud(T, &keep[1], w->resp_mt_ref, call);
     call->spawning = true;
-    call->co = mf_lua_host_spawn(w->host, 2, mf__on_exit, call);
+    if (!mf_lua_co_start(call->co, 2))
+        call->co = NULL;
     call->spawning = false;
     if (call->exited)
         mf__call_free(call);
@@ -285,36 +306,51 @@ static mf_serve_ud_t *mf__check_ud(lua_State *L, int idx, int mt_up)
     return ud;
 }
 
-static mf_serve_call_t *mf__check_call(lua_State *L, int idx, int mt_up)
+/* The call ud serves, if the running coroutine is the one handling it (or
+ * a flow callback of it): from anywhere else (a timer, another request, a
+ * later request) the object is over. */
+static mf_serve_call_t *mf__owned_call(const mf_serve_ud_t *ud)
 {
-    mf_serve_ud_t *ud = mf__check_ud(L, idx, mt_up);
-    if (!ud->call || !ud->call->ex)
-        luaL_error(L, "the request is over (answered or the client left)");
-    return ud->call;
+    mf_serve_call_t *call = ud->call;
+    if (!call || !call->ex || !call->co ||
+        mf_lua_host_current(call->w->host) != call->co)
+        return NULL;
+    return call;
 }
 
-/* Caches a computed field in the userdata's own environment table, made
- * on first use (a request that reads no field allocates none). */
-static int mf__cached(lua_State *L, const char *key)
+static mf_serve_call_t *mf__check_call(lua_State *L, int idx, int mt_up)
 {
-    mf_serve_ud_t *ud = lua_touserdata(L, 1);
-    if (!ud->has_env) {
-        lua_newtable(L);
-        lua_setfenv(L, 1);
-        ud->has_env = true;
+    mf_serve_call_t *call = mf__owned_call(mf__check_ud(L, idx, mt_up));
+    if (!call)
+        luaL_error(L, "the request is over (answered or the client left), "
+                      "or this is not its handler");
+    return call;
+}
+
+/* Pushes the cached req field key and returns 1, or returns 0 (nothing
+ * pushed) when it is not computed yet. The cache table is made on first
+ * use: a request that reads no such field allocates none. */
+static int mf__cached(lua_State *L, mf_serve_call_t *call, const char *key)
+{
+    if (call->cache_ref == LUA_NOREF)
         return 0;
-    }
-    lua_getfenv(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, call->cache_ref);
     lua_getfield(L, -1, key);
+    lua_remove(L, -2);
     if (!lua_isnil(L, -1))
         return 1;
-    lua_pop(L, 2);
+    lua_pop(L, 1);
     return 0;
 }
 
-static void mf__cache(lua_State *L, const char *key)
+/* Stores the value on top under key (and leaves it there). */
+static void mf__cache(lua_State *L, mf_serve_call_t *call, const char *key)
 {
-    lua_getfenv(L, 1);
+    if (call->cache_ref == LUA_NOREF) {
+        lua_newtable(L);
+        call->cache_ref = mf_lua_ref(call->w->host, L);
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, call->cache_ref);
     lua_pushvalue(L, -2);
     lua_setfield(L, -2, key);
     lua_pop(L, 1);
@@ -438,7 +474,7 @@ static int mf__req_index(lua_State *L)
         return mf__req_peer(L, call);
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
              !strcmp(key, "body")) {
-        if (mf__cached(L, key))
+        if (mf__cached(L, call, key))
             return 1;
         if (key[0] == 'q')
             mf__req_query(L, req);
@@ -449,7 +485,7 @@ static int mf__req_index(lua_State *L)
             const char *body = mf_http_exchange_body(call->ex, &len);
             lua_pushlstring(L, body ? body : "", len);
         }
-        mf__cache(L, key);
+        mf__cache(L, call, key);
     } else
         lua_pushnil(L);
     return 1;
@@ -565,26 +601,28 @@ static int mf__resp_write(lua_State *L)
     return lua_yield(L, 0);
 }
 
-static int mf__resp_index(lua_State *L)
+/* resp's properties (status, headers, sent): the fallback of its __index,
+ * which finds the methods first in a table (serve.lua), without a C call. */
+static int mf__resp_property(lua_State *L)
 {
-    mf_serve_ud_t *ud = mf__check_ud(L, 1, 2);
-    const char *key = luaL_checkstring(L, 2);
-    if (!strcmp(key, "status")) {
-        lua_pushinteger(L, ud->call ? ud->call->status : 0);
+    mf_serve_call_t *call = mf__owned_call(mf__check_ud(L, 1, 1));
+    size_t len;
+    const char *key = luaL_checklstring(L, 2, &len);
+    if (len == 6 && !memcmp(key, "status", 6)) {
+        lua_pushinteger(L, call ? call->status : 0);
         return 1;
     }
-    if (!strcmp(key, "headers")) {
-        if (!ud->call)
+    if (len == 7 && !memcmp(key, "headers", 7)) {
+        if (!call)
             return luaL_error(L, "the request is over");
-        mf__push_resp_headers(L, ud->call);
+        mf__push_resp_headers(L, call);
         return 1;
     }
-    if (!strcmp(key, "sent")) {
-        lua_pushboolean(L, !ud->call || ud->call->sent);
+    if (len == 4 && !memcmp(key, "sent", 4)) {
+        lua_pushboolean(L, !call || call->sent);
         return 1;
     }
-    lua_pushvalue(L, lua_upvalueindex(1)); /* the methods */
-    lua_getfield(L, -1, key);
+    lua_pushnil(L);
     return 1;
 }
 
@@ -616,8 +654,8 @@ void mf_serve_http_open(mf_serve_worker_t *w)
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 
-    /* response: methods(upvalue: metatable), __index(methods, metatable),
-     * __newindex(metatable) */
+    /* response: methods(upvalue: metatable); __index from serve.lua
+     * (methods, then mf__resp_property); __newindex(metatable) */
     luaL_newmetatable(L, mf__resp_mt);
     int mt = lua_gettop(L);
     lua_getglobal(L, "require");
@@ -631,8 +669,11 @@ void mf_serve_http_open(mf_serve_worker_t *w)
     lua_getfield(L, -1, "response");
     lua_pushvalue(L, mt);
     luaL_openlib(L, NULL, methods, 1);
+    lua_getfield(L, -2, "index"); /* index(methods, property) */
+    lua_insert(L, -2);
     lua_pushvalue(L, mt);
-    lua_pushcclosure(L, mf__resp_index, 2);
+    lua_pushcclosure(L, mf__resp_property, 1);
+    lua_call(L, 2, 1);
     lua_setfield(L, mt, "__index");
     lua_getfield(L, -1, "headers_mt");
     lua_setfield(L, LUA_REGISTRYINDEX, "moonflow.headers");
@@ -641,4 +682,8 @@ void mf_serve_http_open(mf_serve_worker_t *w)
     lua_pushcclosure(L, mf__resp_newindex, 1);
     lua_setfield(L, mt, "__newindex");
     lua_settop(L, mt - 1);
+    luaL_getmetatable(L, mf__req_mt);
+    w->req_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    luaL_getmetatable(L, mf__resp_mt);
+    w->resp_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 }

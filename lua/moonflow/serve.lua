@@ -25,4 +25,14 @@ function M.response.json(resp, value, status)
     return resp:send(body)
 end
 
+-- resp's __index: the methods (a table hit, no C call for resp:send),
+-- then the C-side properties (status, headers, sent).
+function M.index(methods, property)
+    return function(resp, key)
+        local m = methods[key]
+        if m ~= nil then return m end
+        return property(resp, key)
+    end
+end
+
 return M

@@ -70,6 +70,26 @@ describe("moonflow serve", function()
         assert.truthy(second:match("^false .*moonflow request or response"))
     end)
 
+    it("lets only the handler's coroutine use req and resp", function()
+        local r = assert(get("/owner?step=during"))
+        assert.truthy(r.body:match("^false .*not its handler"), r.body)
+        assert.are.equal("kept", assert(get("/owner?step=keep")).body)
+        mf.sleep(100)
+        r = assert(get("/owner?step=report"))
+        assert.truthy(r.body:match("^false .*request is over"), r.body)
+        assert.truthy(r.body:match("status=0 sent=true$"), r.body)
+        r = assert(get("/owner?step=callback"))
+        assert.are.equal("after callback", r.body)
+        assert.are.equal("yes", r.headers["x-callback"])
+    end)
+
+    it("shows each request only its own fields", function()
+        for i = 1, 50 do
+            local r = assert(get("/owner?step=fresh&v=" .. i))
+            assert.are.equal(i .. " true", r.body)
+        end
+    end)
+
     it("turns a Lua error into a 500 and serves the next request", function()
         local before = counts()
         local r = assert(get("/error"))
