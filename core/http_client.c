@@ -314,14 +314,27 @@ static void mf__ctask_process(mf_http_ctask_t *t, bool eof)
         mf__ctask_finish(t, MF_STATE_SYS_ERROR, MF_ECLOSED);
 }
 
+/* The parsed head points into t->in: when a growing body moves the
+ * buffer, parse the head again where it now is (the bytes are the same,
+ * so is the result), or header lookups would read freed memory. */
+static void mf__ctask_head_moved(mf_http_ctask_t *t)
+{
+    t->scanned = 0;
+    mf__ctask_parse_head(t);
+    t->scanned = 0;
+}
+
 static void mf__ctask_read(mf_http_ctask_t *t)
 {
     while ((t->phase == MF_CT_HEAD || t->phase == MF_CT_BODY) && !t->paused) {
+        const char *before = t->in.data;
         if (t->in.cap - t->in.len < 4096 &&
             mf__buf_reserve(t->base._loop, &t->in, 16384) < 0) {
             mf__ctask_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
             return;
         }
+        if (t->in.data != before && t->phase == MF_CT_BODY)
+            mf__ctask_head_moved(t);
         if (t->in.len > t->opts.max_response_body + 65536) {
             mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
             return;

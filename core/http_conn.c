@@ -187,14 +187,25 @@ static mf_out_seg_t *mf__conn_last_seg(mf_http_conn_t *conn)
     return conn->nsegs ? &conn->segs[conn->nsegs - 1] : NULL;
 }
 
-int mf__conn_queue_copy(mf_http_conn_t *conn, const void *data, size_t len)
+int mf__conn_queue_pieces(mf_http_conn_t *conn, const mf_piece_t *pieces,
+                          size_t n)
 {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += pieces[i].len;
     mf_out_seg_t *last = mf__conn_last_seg(conn);
     size_t off = conn->out.len;
-    if (mf__buf_append(conn->loop, &conn->out, data, len) < 0)
+    if (conn->out.cap - off < total &&
+        mf__buf_reserve(conn->loop, &conn->out, total) < 0)
         return MF_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if (pieces[i].len)
+            memcpy(conn->out.data + conn->out.len, pieces[i].data,
+                   pieces[i].len);
+        conn->out.len += pieces[i].len;
+    }
     if (last && !last->ptr && last->off + last->len == off) {
-        last->len += len;
+        last->len += total;
         return 0;
     }
     if (conn->nsegs == MF_CONN_MAX_SEGS)
@@ -202,9 +213,15 @@ int mf__conn_queue_copy(mf_http_conn_t *conn, const void *data, size_t len)
     mf_out_seg_t *seg = &conn->segs[conn->nsegs++];
     seg->ptr = NULL;
     seg->off = off;
-    seg->len = len;
+    seg->len = total;
     mf__buf_init(&seg->owned);
     return 0;
+}
+
+int mf__conn_queue_copy(mf_http_conn_t *conn, const void *data, size_t len)
+{
+    mf_piece_t piece = {data, len};
+    return mf__conn_queue_pieces(conn, &piece, 1);
 }
 
 int mf__conn_queue_ref(mf_http_conn_t *conn, const char *ptr, size_t len,

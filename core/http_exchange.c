@@ -102,8 +102,11 @@ static void mf__head_connection(mf_head_builder_t *h, mf_http_conn_t *conn,
         mf__head_put(h, "Connection: keep-alive\r\n", 24);
 }
 
+/* Status line, common and managed headers, the handler's headers, and a
+ * body small enough to copy: queued as one copy. */
 static void mf__exchange_queue_head(mf_http_exchange_t *ex, bool chunked,
-                                    uint64_t length, bool has_length)
+                                    uint64_t length, bool has_length,
+                                    const char *body, size_t body_len)
 {
     mf_http_conn_t *conn = ex->conn;
     mf_head_builder_t h;
@@ -116,9 +119,15 @@ static void mf__exchange_queue_head(mf_http_exchange_t *ex, bool chunked,
         mf__head_put(&h, "\r\n", 2);
     }
     mf__head_connection(&h, conn, &ex->req);
-    mf__conn_queue_copy(conn, h.fixed, h.len);
-    mf__conn_queue_copy(conn, ex->resp_headers.data, ex->resp_headers.len);
-    mf__conn_queue_copy(conn, "\r\n", 2);
+    mf_piece_t pieces[4 + MF_EX_STATIC_LINES];
+    size_t n = 0;
+    pieces[n++] = (mf_piece_t){h.fixed, h.len};
+    pieces[n++] = (mf_piece_t){ex->resp_headers.data, ex->resp_headers.len};
+    for (unsigned i = 0; i < ex->nstatic; i++)
+        pieces[n++] = (mf_piece_t){ex->static_lines[i], ex->static_lens[i]};
+    pieces[n++] = (mf_piece_t){"\r\n", 2};
+    pieces[n++] = (mf_piece_t){body, body_len};
+    mf__conn_queue_pieces(conn, pieces, n);
 }
 
 static void mf__exchange_queue_full(mf_http_exchange_t *ex)
@@ -127,14 +136,14 @@ static void mf__exchange_queue_full(mf_http_exchange_t *ex)
     const char *body = ex->body_ref ? ex->body_ref : ex->resp_body.data;
     size_t len = ex->body_ref ? ex->body_ref_len : ex->resp_body.len;
     bool has_body = mf__status_has_body(ex->status);
-    mf__exchange_queue_head(ex, false, len, has_body);
     bool head_only =
         ex->req.method_len == 4 && memcmp(ex->req.method, "HEAD", 4) == 0;
-    if (!has_body || head_only || !len)
+    bool copy = has_body && !head_only && len <= MF_HTTP_COPY_BODY_MAX;
+    mf__exchange_queue_head(ex, false, len, has_body, copy ? body : NULL,
+                            copy ? len : 0);
+    if (!has_body || head_only || !len || copy)
         return;
-    if (len <= MF_HTTP_COPY_BODY_MAX)
-        mf__conn_queue_copy(conn, body, len);
-    else if (ex->body_ref)
+    if (ex->body_ref)
         mf__conn_queue_ref(conn, body, len, NULL);
     else
         mf__conn_queue_ref(conn, body, len, &ex->resp_body);
@@ -291,6 +300,18 @@ void mf_http_exchange_add_header_line(mf_http_exchange_t *ex, const char *line,
     mf__buf_append(ex->conn->loop, &ex->resp_headers, line, len);
 }
 
+void mf_http_exchange_add_header_static(mf_http_exchange_t *ex,
+                                        const char *line, size_t len)
+{
+    if (ex->nstatic == MF_EX_STATIC_LINES || len > UINT16_MAX) {
+        mf_http_exchange_add_header_line(ex, line, len);
+        return;
+    }
+    ex->static_lines[ex->nstatic] = line;
+    ex->static_lens[ex->nstatic] = (uint16_t)len;
+    ex->nstatic++;
+}
+
 void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
                              size_t len)
 {
@@ -331,6 +352,18 @@ void mf_http_exchange_on_close(mf_http_exchange_t *ex,
     ex->on_close_arg = arg;
 }
 
+void mf_http_exchange_send_body(mf_http_exchange_t *ex, const void *data,
+                                size_t len)
+{
+    if (ex->resp_body.len || ex->body_ref || len > MF_HTTP_COPY_BODY_MAX) {
+        mf_http_exchange_append(ex, data, len); /* kept until written */
+    } else {
+        ex->body_ref = data; /* copied into the output by the send */
+        ex->body_ref_len = len;
+    }
+    mf_http_exchange_send(ex);
+}
+
 void mf_http_exchange_send(mf_http_exchange_t *ex)
 {
     if (ex->state == MF_EX_DONE)
@@ -357,7 +390,7 @@ int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
         ex->state = MF_EX_STREAM;
         if (!chunked)
             conn->keep_alive = false; /* HTTP/1.0: the close ends the body */
-        mf__exchange_queue_head(ex, chunked, 0, false);
+        mf__exchange_queue_head(ex, chunked, 0, false, NULL, 0);
     }
     if (len) {
         char size[20];

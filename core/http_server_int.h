@@ -63,6 +63,8 @@ typedef struct mf_conn_body {
     bool sent_continue;
 } mf_conn_body_t;
 
+#define MF_EX_STATIC_LINES 2
+
 struct mf_http_exchange {
     mf_http_conn_t *conn;
     size_t raw_len; /* head + body bytes the request took in conn->in */
@@ -78,6 +80,10 @@ struct mf_http_exchange {
     mf_buf_t resp_body;    /* appended body */
     const char *body_ref;  /* zero-copy body */
     size_t body_ref_len;
+    /* constant header lines (add_header_static): referenced, not copied */
+    const char *static_lines[MF_EX_STATIC_LINES];
+    uint16_t static_lens[MF_EX_STATIC_LINES];
+    unsigned nstatic;
     mf_series_t *series;
     mf_http_exchange_close_cb on_close;
     void *on_close_arg;
@@ -157,6 +163,14 @@ void mf__conn_close(mf_http_conn_t *conn);
 void mf__conn_response_queued(mf_http_conn_t *conn);
 /* Queues bytes (copied) / a segment for output. 0 or MF_ENOMEM. */
 int mf__conn_queue_copy(mf_http_conn_t *conn, const void *data, size_t len);
+/* Queues n pieces as one copy: a single reservation and segment update
+ * (a response head is several pieces). */
+typedef struct mf_piece {
+    const void *data;
+    size_t len;
+} mf_piece_t;
+int mf__conn_queue_pieces(mf_http_conn_t *conn, const mf_piece_t *pieces,
+                          size_t n);
 int mf__conn_queue_ref(mf_http_conn_t *conn, const char *ptr, size_t len,
                        mf_buf_t *owned);
 int mf__conn_flush(mf_http_conn_t *conn);

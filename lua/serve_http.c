@@ -117,13 +117,14 @@ static void mf__call_head(lua_State *L, mf_serve_call_t *call)
 static void mf__set_default_type(mf_serve_call_t *call, bool has_type)
 {
     static const char line[] = "Content-Type: text/plain; charset=utf-8\r\n";
-    if (!has_type) /* a constant line: no per-request header checks */
-        mf_http_exchange_add_header_line(call->ex, line, sizeof line - 1);
+    if (!has_type) /* a constant line: no checks, no copy */
+        mf_http_exchange_add_header_static(call->ex, line, sizeof line - 1);
 }
 
 /* The last step of every answer: the access log line, then the send (after
  * which the exchange and its request are gone). */
-static void mf__call_send(mf_serve_call_t *call)
+static void mf__call_send_body(mf_serve_call_t *call, const char *body,
+                               size_t len)
 {
     mf_http_exchange_t *ex = call->ex;
     mf_http_exchange_on_close(ex, NULL, NULL);
@@ -132,7 +133,12 @@ static void mf__call_send(mf_serve_call_t *call)
                          mf__call_seconds(call));
     call->ex = NULL;
     call->sent = true;
-    mf_http_exchange_send(ex);
+    mf_http_exchange_send_body(ex, body, len);
+}
+
+static void mf__call_send(mf_serve_call_t *call)
+{
+    mf__call_send_body(call, NULL, 0);
 }
 
 /* An answer without Lua (404, 500, 504). */
@@ -502,9 +508,8 @@ static int mf__resp_send_body(lua_State *L, mf_serve_call_t *call, int body)
     const char *data =
         lua_isnoneornil(L, body) ? "" : luaL_checklstring(L, body, &len);
     mf__call_head(L, call);
-    mf_http_exchange_append(call->ex, data, len);
     call->bytes = len;
-    mf__call_send(call);
+    mf__call_send_body(call, data, len);
     return 0;
 }
 

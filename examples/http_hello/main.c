@@ -191,7 +191,8 @@ static void handle(mf_http_exchange_t *ex, void *user)
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     (void)user;
-    add_header(ex, "Content-Type", "text/plain");
+    static const char type[] = "Content-Type: text/plain\r\n";
+    mf_http_exchange_add_header_static(ex, type, sizeof type - 1);
     if (path_is(req, "/echo"))
         serve_echo(ex, req);
     else if (path_is(req, "/sleep"))

@@ -79,6 +79,26 @@ static void on_drain_count(mf_http_exchange_t *ex, void *arg)
     drain_calls++;
 }
 
+/* Constant header lines by reference (a third one is copied), and a body
+ * sent from memory that is wiped right after the call: the response must
+ * not depend on it (n bytes; n > 16 KiB takes the owned-copy path). */
+static void serve_static(mf_http_exchange_t *ex, const mf_http_request_t *req)
+{
+    static const char a[] = "X-A: 1\r\n", b[] = "X-B: 2\r\n",
+                      c[] = "X-C: 3\r\n";
+    mf_http_exchange_add_header_static(ex, a, sizeof a - 1);
+    mf_http_exchange_add_header(ex, "X-D", 3, "4", 1);
+    mf_http_exchange_add_header_static(ex, b, sizeof b - 1);
+    mf_http_exchange_add_header_static(ex, c, sizeof c - 1);
+    size_t n = (size_t)query_num(req, "n");
+    char *body = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        body[i] = (char)('a' + i % 26);
+    mf_http_exchange_send_body(ex, body, n);
+    memset(body, 'X', n);
+    free(body);
+}
+
 static void handle(mf_http_exchange_t *ex, void *user)
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
@@ -106,6 +126,8 @@ static void handle(mf_http_exchange_t *ex, void *user)
         for (long i = 0; i < query_num(req, "n"); i++)
             mf_http_exchange_write(ex, "0123456789", 10);
         mf_http_exchange_send(ex);
+    } else if (path_is(req, "/static")) {
+        serve_static(ex, req);
     } else if (path_is(req, "/echo")) {
         size_t len;
         const char *body = mf_http_exchange_body(ex, &len);
@@ -157,6 +179,7 @@ typedef struct result {
     int redirects;
     char body[4096];
     size_t body_len;
+    char headers[64];
 } result_t;
 
 static void on_done(mf_task_t *task)
@@ -174,6 +197,23 @@ static void on_done(mf_task_t *task)
         len = sizeof r->body - 1;
     memcpy(r->body, body ? body : "", len);
     r->body[len] = 0;
+}
+
+/* on_done, plus the X-A..X-D header values joined in r->headers. */
+static void on_done_headers(mf_task_t *task)
+{
+    result_t *r = task->user;
+    on_done(task);
+    const char *names[] = {"X-A", "X-B", "X-C", "X-D"};
+    r->headers[0] = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t len;
+        const char *v = mf_task_http_header(task, names[i], &len);
+        char piece[16];
+        snprintf(piece, sizeof piece, "%s%.*s", i ? " " : "", v ? (int)len : 1,
+                 v ? v : "-");
+        strncat(r->headers, piece, sizeof r->headers - strlen(r->headers) - 1);
+    }
 }
 
 static mf_task_t *get(const char *path, result_t *r)
@@ -217,6 +257,33 @@ TEST(get_returns_status_and_body)
     run_one(get("/missing", &r));
     ASSERT_EQ(r.state, MF_STATE_SUCCESS); /* an HTTP status is not an error */
     ASSERT_EQ(r.status, 404);
+    teardown();
+}
+
+static void check_static(size_t n)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/static?n=%zu", n);
+    result_t r = {0};
+    mf_task_t *t = get(path, &r);
+    mf_task_set_callback(t, on_done_headers);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(r.body_len, n);
+    for (size_t i = 0; i < n && i < sizeof r.body - 1; i++)
+        ASSERT_EQ(r.body[i], (char)('a' + i % 26));
+    ASSERT_STR_EQ(r.headers, "1 2 3 4");
+}
+
+TEST(static_header_lines_and_send_body_copy_what_they_must)
+{
+    setup();
+    check_static(0);
+    check_static(11);
+    check_static(16 * 1024);
+    check_static(100 * 1000); /* over the copy limit: an owned copy */
+    check_static(11);         /* the connection is still in step */
     teardown();
 }
 

@@ -115,6 +115,11 @@ MF_API void mf_http_exchange_add_header(mf_http_exchange_t *ex,
  * manages. */
 MF_API void mf_http_exchange_add_header_line(mf_http_exchange_t *ex,
                                              const char *line, size_t len);
+/* Adds a constant header line ("Name: value\r\n", same rules as above) by
+ * reference: line must stay valid until the response is sent (a literal).
+ * The first two cost no copy and no memory; more are copied. */
+MF_API void mf_http_exchange_add_header_static(mf_http_exchange_t *ex,
+                                               const char *line, size_t len);
 /* Appends to the response body (copied). */
 MF_API void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
                                     size_t len);
@@ -130,6 +135,11 @@ MF_API mf_series_t *mf_http_exchange_series(mf_http_exchange_t *ex);
 MF_API void mf_http_exchange_hold(mf_http_exchange_t *ex);
 /* Sends the response (or ends a streamed one). Once. */
 MF_API void mf_http_exchange_send(mf_http_exchange_t *ex);
+/* Appends data to the body and sends, in one step: data need only be valid
+ * during the call, and a small body is copied once, straight to the
+ * output. */
+MF_API void mf_http_exchange_send_body(mf_http_exchange_t *ex, const void *data,
+                                       size_t len);
 /* Streams a piece of the body (chunked; for HTTP/1.0 the connection closes
  * at the end instead). The data is always queued (copied). Returns 0; 1 when
  * the output not yet written to the socket is above
