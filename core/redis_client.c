@@ -246,6 +246,11 @@ static mf_redis_client_t *mf__client_new(mf_loop_t *loop, const char *url,
 mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
                                    const mf_redis_opts_t *opts, int *error)
 {
+    if (!url) {
+        if (error)
+            *error = MF_EINVAL;
+        return NULL;
+    }
     mf_redis_opts_t o;
     mf__opts_normalize(&o, opts);
     mf_redis_registry_t *reg = mf__registry(loop);
@@ -259,7 +264,7 @@ mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
             return c;
         }
     }
-    mf_redis_client_t *c = url ? mf__client_new(loop, url, &o) : NULL;
+    mf_redis_client_t *c = mf__client_new(loop, url, &o);
     if (error)
         *error = c ? 0 : MF_EINVAL;
     if (c)

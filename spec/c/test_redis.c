@@ -1111,3 +1111,39 @@ TEST(rediss_verifies_the_server_against_the_given_ca)
     teardown();
     server_stop(&tls);
 }
+
+TEST(idle_connections_close_after_the_idle_timeout_or_when_the_server_does)
+{
+    mf_redis_opts_t o;
+    mf_redis_opts_init(&o);
+    o.idle_timeout_ms = 100;
+    mf_redis_client_t *c = setup_with(NULL, 0, &o);
+    expect(c, "PING", "+PONG");
+    expect(c, "BLPOP idle 0.01", "*nil");
+    ASSERT_EQ(mf_redis_client_connects(c), 2);
+    /* Idle connections do not keep the loop alive... */
+    uint64_t t0 = now_ms();
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(now_ms() - t0 < 50);
+    usleep(150000);
+    mf_loop_run(loop, MF_RUN_NOWAIT); /* ...and their timers close them */
+    expect(c, "PING", "+PONG");
+    expect(c, "BLPOP idle 0.01", "*nil");
+    ASSERT_EQ(mf_redis_client_connects(c), 4);
+
+    /* The server drops every other client: the next task reconnects. */
+    mf_redis_client_t *d = setup();
+    expect(d, "PING", "+PONG");
+    uint64_t before = mf_redis_client_connects(d);
+    expect(c, "CLIENT KILL TYPE normal SKIPME yes", ":2"); /* c, d shared */
+    for (int i = 0; i < 20; i++) { /* the hang-up reaches us */
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+        usleep(2000);
+    }
+    expect(d, "PING", "+PONG");
+    ASSERT_EQ(mf_redis_client_connects(d), before + 1);
+    int err = 0;
+    ASSERT(mf_redis_client(loop, NULL, NULL, &err) == NULL);
+    ASSERT_EQ(err, MF_EINVAL);
+    teardown();
+}
