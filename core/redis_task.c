@@ -200,9 +200,10 @@ void mf__redis_task_on_reply(mf_redis_rtask_t *t)
 static void mf__rtask_dispatch(mf_task_t *task)
 {
     mf_redis_rtask_t *t = mf__rtask(task);
-    if (!t->ncmds) {
+    if (!t->ncmds || t->unformatted) {
         t->phase = MF_RT_DONE;
-        mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
+        mf_task_complete(task, MF_STATE_TASK_ERROR,
+                         t->unformatted ? MF_ENOMEM : MF_EINVAL);
         return;
     }
     if (t->in_multi || t->watching)
@@ -280,6 +281,7 @@ void mf_task_redis_add_command(mf_task_t *task, int argc,
     size_t before = t->cmds.len;
     if (mf__redis_format(task->_loop, &t->cmds, argc, argv, argvlen) < 0) {
         t->cmds.len = before; /* no half command on the wire */
+        t->unformatted = true;
         return;
     }
     t->ncmds++;

@@ -1147,3 +1147,17 @@ TEST(idle_connections_close_after_the_idle_timeout_or_when_the_server_does)
     ASSERT_EQ(err, MF_EINVAL);
     teardown();
 }
+
+TEST(a_refused_subscription_ends_the_subscriber_with_eacces)
+{
+    mf_redis_client_t *c = setup();
+    expect(c, "ACL SETUSER deaf on >pw ~* resetchannels +@all", "+OK");
+    mf_redis_client_t *deaf = setup_with("deaf:pw", 0, NULL);
+    subres_t s = {0};
+    const char *chans[] = {"secret"};
+    mf_redis_subscribe(deaf, 1, chans, NULL, false, on_message, &s);
+    run_until(&s.ended, 1);
+    ASSERT_EQ(s.error, MF_EACCES);
+    ASSERT_EQ(s.messages, 0);
+    teardown();
+}
