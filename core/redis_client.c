@@ -131,9 +131,10 @@ static int mf__parse_url(mf_redis_client_t *c, const char *url)
     if (strncasecmp(url, "redis://", 8) == 0)
         skip = 8;
     else if (strncasecmp(url, "rediss://", 9) == 0)
-        skip = 9, c->tls = true;
+        skip = 9;
     else
         return MF_EINVAL;
+    c->tls = skip == 9;
     const char *auth = url + skip;
     size_t alen = strcspn(auth, "/?#");
     const char *at = NULL;
