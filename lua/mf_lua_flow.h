@@ -18,7 +18,8 @@ typedef enum mf_lua_kind {
     MF_LUA_PARALLEL,
     MF_LUA_TIMER,
     MF_LUA_HTTP,
-    MF_LUA_GO
+    MF_LUA_GO,
+    MF_LUA_REDIS
 } mf_lua_kind_t;
 
 typedef struct mf_lua_flow mf_lua_flow_t;
@@ -33,8 +34,9 @@ struct mf_lua_node {
     int slot;             /* its result table: state[1][slot] */
     mf_lua_kind_t kind;
     bool has_cb;
-    bool canceled; /* by flow:cancel(): no callback, no more pushes */
-    char *ca_file; /* http: kept until the flow ends */
+    bool canceled;   /* by flow:cancel(): no callback, no more pushes */
+    bool redis_list; /* redis: a list of commands (result.values) */
+    char *ca_file;   /* http: kept until the flow ends */
 };
 
 /* The kind named by desc.kind at idx; raises on anything else. */
@@ -55,5 +57,13 @@ mf_task_t *mf_lua_go_create(lua_State *L, int idx, mf_loop_t *loop,
                             mf_task_cb cb, void *user);
 /* Pushes the function's result string (nil when it returned none). */
 void mf_lua_go_push_value(lua_State *L, mf_task_t *task);
+
+/* redis tasks (mf_lua_redis.c): {client =, cmds = {{...}, ...}, list =}. */
+void mf_lua_redis_leaf_check(lua_State *L, int idx);
+mf_task_t *mf_lua_redis_leaf_create(lua_State *L, int idx, mf_task_cb cb,
+                                    void *user);
+bool mf_lua_redis_leaf_is_list(lua_State *L, int idx);
+/* Sets result.value (one command) or result.values (a list). */
+void mf_lua_redis_leaf_result(lua_State *L, mf_task_t *task, bool list);
 
 #endif /* MF_LUA_FLOW_H */

@@ -158,3 +158,34 @@ def temp_dir(test):
 
 def body_pattern(n):
     return (b"0123456789abcdef" * (n // 16 + 1))[:n]
+
+
+class Redis:
+    """A redis-server for one test run: a free loopback port, its own
+    directory, no persistence, a log file instead of a pipe (a full pipe
+    would stall it). kill() is kill -9; start() again on the same port."""
+
+    def __init__(self, tmpdir, password=None):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(dir=tmpdir, prefix="redis-")
+        self.password = password
+        self.server = None
+        self.start()
+
+    def start(self):
+        argv = ["redis-server", "--port", str(self.port),
+                "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+                "--appendonly", "no",
+                "--logfile", os.path.join(self.dir, "redis.log")]
+        if self.password:
+            argv += ["--requirepass", self.password]
+        self.server = Server(argv, self.port)
+
+    def kill(self):
+        if self.server:
+            self.server.stop()
+            self.server = None
+
+    def url(self, db=0):
+        auth = ":%s@" % self.password if self.password else ""
+        return "redis://%s127.0.0.1:%d/%d" % (auth, self.port, db)
