@@ -197,7 +197,7 @@ static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r)
         lua_setfield(L, -2, "err");
         return;
     case MF_REDIS_ARRAY:
-        if (r->elements || r->len == 0) { /* NULL elements: a nil array */
+        if (r->elements) { /* NULL: a nil array (an empty one has a block) */
             mf_lua__push_array(L, r);
             return;
         }
