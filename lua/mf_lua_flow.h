@@ -34,9 +34,9 @@ struct mf_lua_node {
     int slot;             /* its result table: state[1][slot] */
     mf_lua_kind_t kind;
     bool has_cb;
-    bool canceled;   /* by flow:cancel(): no callback, no more pushes */
-    bool redis_list; /* redis: a list of commands (result.values) */
-    char *ca_file;   /* http: kept until the flow ends */
+    bool canceled; /* by flow:cancel(): no callback, no more pushes */
+    unsigned char redis_flags; /* MF_LUA_REDIS_LIST, MF_LUA_REDIS_STATUS */
+    char *ca_file;             /* http: kept until the flow ends */
 };
 
 /* The kind named by desc.kind at idx; raises on anything else. */
@@ -59,11 +59,13 @@ mf_task_t *mf_lua_go_create(lua_State *L, int idx, mf_loop_t *loop,
 void mf_lua_go_push_value(lua_State *L, mf_task_t *task);
 
 /* redis tasks (mf_lua_redis.c): {client =, cmds = {{...}, ...}, list =}. */
+#define MF_LUA_REDIS_LIST 1u   /* a list of commands: result.values */
+#define MF_LUA_REDIS_STATUS 2u /* status replies as {ok = "OK"} */
 void mf_lua_redis_leaf_check(lua_State *L, int idx);
 mf_task_t *mf_lua_redis_leaf_create(lua_State *L, int idx, mf_task_cb cb,
                                     void *user);
-bool mf_lua_redis_leaf_is_list(lua_State *L, int idx);
+unsigned mf_lua_redis_leaf_flags(lua_State *L, int idx);
 /* Sets result.value (one command) or result.values (a list). */
-void mf_lua_redis_leaf_result(lua_State *L, mf_task_t *task, bool list);
+void mf_lua_redis_leaf_result(lua_State *L, mf_task_t *task, unsigned flags);
 
 #endif /* MF_LUA_FLOW_H */

@@ -172,7 +172,7 @@ mf_task_t *mf_lua_leaf_create(lua_State *L, int idx, mf_lua_node_t *node,
     else if (node->kind == MF_LUA_HTTP)
         task = mf_lua__http_create(L, idx, node, loop, cb);
     else if (node->kind == MF_LUA_REDIS) {
-        node->redis_list = mf_lua_redis_leaf_is_list(L, idx);
+        node->redis_flags = (unsigned char)mf_lua_redis_leaf_flags(L, idx);
         task = mf_lua_redis_leaf_create(L, idx, cb, node);
     } else
         task = mf_lua_go_create(L, idx, loop, cb, node);
@@ -270,5 +270,5 @@ void mf_lua_leaf_result(lua_State *L, mf_lua_node_t *node, mf_task_t *task)
         mf_lua_go_push_value(L, task);
         lua_setfield(L, -2, "value");
     } else if (node->kind == MF_LUA_REDIS)
-        mf_lua_redis_leaf_result(L, task, node->redis_list);
+        mf_lua_redis_leaf_result(L, task, node->redis_flags);
 }

@@ -13,7 +13,10 @@
  * Replies to Lua: status and bulk strings → strings (binary-safe), integer
  * → number, nil and nil array → mf.null (a NULL light userdata, equal to
  * cjson.null), array → array table, error → {err = "ERR ..."} (r:call
- * returns nil, "ERR ..." for an error at the top).
+ * returns nil, "ERR ..." for an error at the top). A client made with
+ * status_table = true gives status replies as {ok = "OK"}, the convention
+ * of Redis's own Lua scripting, for tools that must tell them from bulk
+ * strings (redis-cli prints them differently).
  */
 #include <math.h>
 #include <stdio.h>
@@ -168,23 +171,41 @@ static int mf_lua__check_cmds(lua_State *L, int idx, const char *what)
 
 /* ---- replies ----------------------------------------------------------- */
 
-static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r);
+static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r,
+                               unsigned flags);
 
-static void mf_lua__push_array(lua_State *L, const mf_redis_reply_t *r)
+static void mf_lua__push_array(lua_State *L, const mf_redis_reply_t *r,
+                               unsigned flags)
 {
     /* Nesting is bounded by the RESP reader (a few levels). */
     lua_checkstack(L, 4);
     lua_createtable(L, (int)r->len, 0);
     for (size_t i = 0; i < r->len; i++) {
-        mf_lua__push_reply(L, &r->elements[i]);
+        mf_lua__push_reply(L, &r->elements[i], flags);
         lua_rawseti(L, -2, (int)i + 1);
     }
 }
 
-static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r)
+/* {key = str}: an error reply, or a status with MF_LUA_REDIS_STATUS. */
+static void mf_lua__push_marked(lua_State *L, const char *key,
+                                const mf_redis_reply_t *r)
+{
+    lua_createtable(L, 0, 1);
+    lua_pushlstring(L, r->str, r->len);
+    lua_setfield(L, -2, key);
+}
+
+static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r,
+                               unsigned flags)
 {
     switch (r->type) {
     case MF_REDIS_STATUS:
+        if (flags & MF_LUA_REDIS_STATUS) {
+            mf_lua__push_marked(L, "ok", r);
+            return;
+        }
+        lua_pushlstring(L, r->str, r->len);
+        return;
     case MF_REDIS_STRING:
         lua_pushlstring(L, r->str, r->len);
         return;
@@ -192,13 +213,11 @@ static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r)
         lua_pushnumber(L, (lua_Number)r->integer);
         return;
     case MF_REDIS_ERROR:
-        lua_createtable(L, 0, 1);
-        lua_pushlstring(L, r->str, r->len);
-        lua_setfield(L, -2, "err");
+        mf_lua__push_marked(L, "err", r);
         return;
     case MF_REDIS_ARRAY:
         if (r->elements) { /* NULL: a nil array (an empty one has a block) */
-            mf_lua__push_array(L, r);
+            mf_lua__push_array(L, r, flags);
             return;
         }
         break;
@@ -209,12 +228,13 @@ static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r)
 }
 
 /* The replies of a finished task as an array table. */
-static void mf_lua__push_replies(lua_State *L, const mf_task_t *task)
+static void mf_lua__push_replies(lua_State *L, const mf_task_t *task,
+                                 unsigned flags)
 {
     size_t n = mf_task_redis_nreplies(task);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
-        mf_lua__push_reply(L, mf_task_redis_reply(task, i));
+        mf_lua__push_reply(L, mf_task_redis_reply(task, i), flags);
         lua_rawseti(L, -2, (int)i + 1);
     }
 }
@@ -266,7 +286,22 @@ static void mf_lua__task_detach(void *op)
     mf_task_cancel(task);
 }
 
-static void mf_lua__call_done(mf_task_t *task)
+/* r:call's result: the reply, or nil, message for an error reply. */
+static int mf_lua__push_call_reply(lua_State *L, const mf_redis_reply_t *r,
+                                   unsigned flags)
+{
+    if (r->type != MF_REDIS_ERROR) {
+        mf_lua__push_reply(L, r, flags);
+        return 1;
+    }
+    lua_pushnil(L);
+    lua_pushlstring(L, r->str, r->len);
+    return 2;
+}
+
+/* Resumes the coroutine of an r:call (one reply; an error reply becomes
+ * nil, message) or an r:pipeline (MF_LUA_REDIS_LIST: all replies). */
+static void mf_lua__done(mf_task_t *task, unsigned flags)
 {
     mf_lua_co_t *co = task->user;
     if (!co)
@@ -274,33 +309,33 @@ static void mf_lua__call_done(mf_task_t *task)
     mf_lua_co_unpark(co);
     lua_State *L = mf_lua_co_thread(co);
     int n = mf_lua__push_failure(L, task);
-    if (n == 0) {
-        const mf_redis_reply_t *r = mf_task_redis_reply(task, 0);
-        if (r->type == MF_REDIS_ERROR) {
-            lua_pushnil(L);
-            lua_pushlstring(L, r->str, r->len);
-            n = 2;
-        } else {
-            mf_lua__push_reply(L, r);
-            n = 1;
-        }
+    if (n == 0 && (flags & MF_LUA_REDIS_LIST)) {
+        mf_lua__push_replies(L, task, flags);
+        n = 1;
+    } else if (n == 0) {
+        n = mf_lua__push_call_reply(L, mf_task_redis_reply(task, 0), flags);
     }
     mf_lua_co_resume(co, n);
 }
 
+static void mf_lua__call_done(mf_task_t *task)
+{
+    mf_lua__done(task, 0);
+}
+
+static void mf_lua__call_status_done(mf_task_t *task)
+{
+    mf_lua__done(task, MF_LUA_REDIS_STATUS);
+}
+
 static void mf_lua__pipeline_done(mf_task_t *task)
 {
-    mf_lua_co_t *co = task->user;
-    if (!co)
-        return;
-    mf_lua_co_unpark(co);
-    lua_State *L = mf_lua_co_thread(co);
-    int n = mf_lua__push_failure(L, task);
-    if (n == 0) {
-        mf_lua__push_replies(L, task);
-        n = 1;
-    }
-    mf_lua_co_resume(co, n);
+    mf_lua__done(task, MF_LUA_REDIS_LIST);
+}
+
+static void mf_lua__pipeline_status_done(mf_task_t *task)
+{
+    mf_lua__done(task, MF_LUA_REDIS_LIST | MF_LUA_REDIS_STATUS);
 }
 
 static int mf_lua__park_on(lua_State *L, mf_lua_co_t *co, mf_task_t *task)
@@ -318,7 +353,9 @@ static int mf_lua__call(lua_State *L)
     int top = lua_gettop(L);
     mf_lua_redis_check_args(L, 2, top, "r:call");
     mf_lua_co_t *co = mf_lua_co_check(L);
-    mf_task_t *task = mf_task_redis_create(r->client, mf_lua__call_done, NULL);
+    mf_task_t *task = mf_task_redis_create(
+        r->client, r->flags ? mf_lua__call_status_done : mf_lua__call_done,
+        NULL);
     mf_lua__add_range(L, task, 2, top);
     return mf_lua__park_on(L, co, task);
 }
@@ -335,8 +372,9 @@ static int mf_lua__pipeline(lua_State *L)
         lua_newtable(L);
         return 1;
     }
-    mf_task_t *task =
-        mf_task_redis_create(r->client, mf_lua__pipeline_done, NULL);
+    mf_task_t *task = mf_task_redis_create(
+        r->client,
+        r->flags ? mf_lua__pipeline_status_done : mf_lua__pipeline_done, NULL);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, 2, i);
         mf_lua__add_table(L, task, 3);
@@ -377,24 +415,26 @@ mf_task_t *mf_lua_redis_leaf_create(lua_State *L, int idx, mf_task_cb cb,
     return task;
 }
 
-bool mf_lua_redis_leaf_is_list(lua_State *L, int idx)
+unsigned mf_lua_redis_leaf_flags(lua_State *L, int idx)
 {
     lua_getfield(L, idx, "list");
-    bool list = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return list;
+    lua_getfield(L, idx, "client");
+    const mf_lua_redis_t *r = lua_touserdata(L, -1);
+    unsigned flags = (lua_toboolean(L, -2) ? MF_LUA_REDIS_LIST : 0) | r->flags;
+    lua_pop(L, 2);
+    return flags;
 }
 
 /* result.value (one command) or result.values (a list of commands). */
-void mf_lua_redis_leaf_result(lua_State *L, mf_task_t *task, bool list)
+void mf_lua_redis_leaf_result(lua_State *L, mf_task_t *task, unsigned flags)
 {
     if (mf_task_redis_nreplies(task) == 0)
         return;
-    if (list) {
-        mf_lua__push_replies(L, task);
+    if (flags & MF_LUA_REDIS_LIST) {
+        mf_lua__push_replies(L, task, flags);
         lua_setfield(L, -2, "values");
     } else {
-        mf_lua__push_reply(L, mf_task_redis_reply(task, 0));
+        mf_lua__push_reply(L, mf_task_redis_reply(task, 0), flags);
         lua_setfield(L, -2, "value");
     }
 }
@@ -406,10 +446,17 @@ mf_lua_redis_t *mf_lua_redis_check(lua_State *L, int idx)
     return luaL_checkudata(L, idx, MF_LUA_REDIS);
 }
 
-static const char *const mf_lua__opt_names[] = {
-    "connect_timeout", "timeout",   "idle_timeout", "pipeline_connections",
-    "max_connections", "max_reply", "verify",       "ca_file",
-    "max_queued",      NULL};
+static const char *const mf_lua__opt_names[] = {"connect_timeout",
+                                                "timeout",
+                                                "idle_timeout",
+                                                "pipeline_connections",
+                                                "max_connections",
+                                                "max_reply",
+                                                "verify",
+                                                "ca_file",
+                                                "max_queued",
+                                                "status_table",
+                                                NULL};
 
 /* One option (key at -2, value at -1) into opts. */
 static void mf_lua__client_opt(lua_State *L, mf_redis_opts_t *opts,
@@ -422,7 +469,9 @@ static void mf_lua__client_opt(lua_State *L, mf_redis_opts_t *opts,
         i++;
     if (!mf_lua__opt_names[i])
         luaL_error(L, "mf.redis: unknown option %s", name);
-    int want = i == 6 ? LUA_TBOOLEAN : i == 7 ? LUA_TSTRING : LUA_TNUMBER;
+    int want = i == 6 || i == 9 ? LUA_TBOOLEAN
+               : i == 7         ? LUA_TSTRING
+                                : LUA_TNUMBER;
     if (lua_type(L, -1) != want ||
         (want == LUA_TNUMBER && lua_tonumber(L, -1) < 0))
         luaL_error(L, "mf.redis: option %s must be a %s%s",
@@ -454,8 +503,11 @@ static void mf_lua__client_opt(lua_State *L, mf_redis_opts_t *opts,
     case 7:
         opts->ca_file = lua_tostring(L, -1);
         break;
-    default:
+    case 8:
         r->max_queued = (unsigned)v;
+        break;
+    default:
+        r->flags = lua_toboolean(L, -1) ? MF_LUA_REDIS_STATUS : 0;
         break;
     }
 }
@@ -469,6 +521,7 @@ static int mf_lua__client(lua_State *L)
     mf_lua_redis_t *r = lua_newuserdata(L, sizeof(*r));
     r->client = NULL;
     r->max_queued = 10000;
+    r->flags = 0;
     mf_redis_opts_t opts;
     mf_redis_opts_init(&opts);
     if (!lua_isnil(L, 2)) {

@@ -24,6 +24,7 @@
 typedef struct mf_lua_redis {
     mf_redis_client_t *client;
     unsigned max_queued; /* subscribers: messages kept while nobody waits */
+    unsigned flags;      /* MF_LUA_REDIS_STATUS (option status_table) */
 } mf_lua_redis_t;
 
 /* One command's argument vector, built from Lua values at a range of stack

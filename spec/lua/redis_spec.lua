@@ -111,6 +111,15 @@ describe("r:call", function()
         assert.truthy(err:match("^WRONGTYPE"))
     end)
 
+    it("gives status replies as {ok = ...} with status_table", function()
+        local t = mf.redis(url, { status_table = true })
+        assert.are.same({ ok = "OK" }, t:call("SET", "call:st", "OK"))
+        assert.are.equal("OK", t:call("GET", "call:st"))
+        assert.are.same({ { ok = "OK" }, { ok = "QUEUED" }, { { ok = "PONG" } } },
+            t:pipeline { { "MULTI" }, { "PING" }, { "EXEC" } })
+        assert.are.same({ ok = "PONG" }, mf.task.redis(t, "PING"):wait().value)
+    end)
+
     it("raises on misuse", function()
         assert.has_error(function() r:call() end)
         assert.has_error(function() r:call("GET", {}) end)
