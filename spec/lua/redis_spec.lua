@@ -236,6 +236,12 @@ describe("r:pipeline", function()
             { "EXEC" },
         })
         assert.are.same({ "OK", "QUEUED", "QUEUED", { 1, 11 } }, res)
+        res = assert(r:pipeline {
+            { "MULTI" }, { "SET", "pipe:m", "x" }, { "INCR", "pipe:m" },
+            { "EXEC" },
+        })
+        assert.are.equal("OK", res[4][1])
+        assert.truthy(res[4][2].err:match("^ERR")) -- an error inside EXEC
     end)
 
     it("returns an empty list for no commands and raises on misuse", function()
@@ -398,6 +404,26 @@ describe("pub/sub", function()
         sub:close()
     end)
 
+    it("may be closed by the coroutine it resumes, mid-burst", function()
+        local sub = r:subscribe("ps:burst")
+        wait_subscribed("ps:burst", 1)
+        r:pipeline { { "PUBLISH", "ps:burst", 1 }, { "PUBLISH", "ps:burst", 2 },
+                     { "PUBLISH", "ps:burst", 3 } }
+        assert.are.equal("1", sub:next(2000).payload)
+        sub:close()
+        assert.are.same({ nil, "closed" }, { sub:next(100) })
+        local other = r:subscribe("ps:burst2")
+        wait_subscribed("ps:burst2", 1)
+        mf.timer.at(0, function()
+            r:pipeline { { "PUBLISH", "ps:burst2", "a" },
+                         { "PUBLISH", "ps:burst2", "b" } }
+        end)
+        assert.are.equal("a", other:next(2000).payload) -- resumed by the
+        other:close()                                   -- message callback
+        mf.sleep(20)
+        assert.are.same({ nil, "closed" }, { other:next() })
+    end)
+
     it("raises when two coroutines wait on one subscriber", function()
         local sub = r:subscribe("ps:two")
         local err
@@ -427,6 +453,11 @@ describe("pub/sub", function()
         mf.sleep(50)
         assert.are.same(base, counts())
         assert.is_nil(sub)
+        for _ = 1, 200 do -- the collected subscriber's connection closes
+            if r:call("PUBSUB", "NUMSUB", "ps:leakq")[2] == 0 then break end
+            mf.sleep(5)
+        end
+        assert.are.equal(0, r:call("PUBSUB", "NUMSUB", "ps:leakq")[2])
     end)
 end)
 
