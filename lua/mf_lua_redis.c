@@ -37,7 +37,10 @@ void mf_lua_redis_argv_init(mf_lua_redis_argv_t *a)
     a->cap = MF_LUA_REDIS_INLINE_ARGS;
     a->argv = a->argv_inline;
     a->lens = a->lens_inline;
+    a->chunks = NULL;
+    a->numbuf = a->nums;
     a->numlen = 0;
+    a->numcap = sizeof a->nums;
 }
 
 void mf_lua_redis_argv_close(mf_lua_redis_argv_t *a)
@@ -45,6 +48,11 @@ void mf_lua_redis_argv_close(mf_lua_redis_argv_t *a)
     if (a->argv != a->argv_inline) {
         mf_free(a->argv);
         mf_free(a->lens);
+    }
+    while (a->chunks) {
+        mf_lua_redis_chunk_t *next = a->chunks->next;
+        mf_free(a->chunks);
+        a->chunks = next;
     }
     mf_lua_redis_argv_init(a);
 }
@@ -65,19 +73,43 @@ static void mf_lua__argv_grow(mf_lua_redis_argv_t *a)
     a->cap = cap;
 }
 
+/* Room for len bytes of formatted numbers. Chunks never move, so the
+ * pointers already in argv stay valid. */
+static char *mf_lua__argv_numspace(mf_lua_redis_argv_t *a, size_t len)
+{
+    if (a->numlen + len > a->numcap) {
+        mf_lua_redis_chunk_t *c = mf_xmalloc(sizeof(*c));
+        c->next = a->chunks;
+        a->chunks = c;
+        a->numbuf = c->data;
+        a->numlen = 0;
+        a->numcap = sizeof c->data;
+    }
+    char *p = a->numbuf + a->numlen;
+    a->numlen += len;
+    return p;
+}
+
+static bool mf_lua__is_arg(lua_State *L, int idx)
+{
+    int t = lua_type(L, idx);
+    return t == LUA_TSTRING || t == LUA_TNUMBER;
+}
+
+static void mf_lua__bad_arg(lua_State *L, int idx, int n, const char *what)
+{
+    luaL_error(L, "%s: argument %d must be a string or a number, got %s", what,
+               n, luaL_typename(L, idx));
+}
+
 void mf_lua_redis_check_args(lua_State *L, int first, int last,
                              const char *what)
 {
     if (first > last)
         luaL_error(L, "%s: a command expected", what);
-    for (int i = first; i <= last; i++) {
-        int t = lua_type(L, i);
-        if (t != LUA_TSTRING && t != LUA_TNUMBER)
-            luaL_error(L,
-                       "%s: argument %d must be a string or a number, "
-                       "got %s",
-                       what, i - first + 1, lua_typename(L, t));
-    }
+    for (int i = first; i <= last; i++)
+        if (!mf_lua__is_arg(L, i))
+            mf_lua__bad_arg(L, i, i - first + 1, what);
 }
 
 /* Integral numbers print exactly ("%.14g" would turn 10^15 into 1e+15);
@@ -99,16 +131,9 @@ void mf_lua_redis_argv_push(lua_State *L, mf_lua_redis_argv_t *a, int idx)
         s = lua_tolstring(L, idx, &len);
     } else {
         char tmp[32];
-        int n = mf_lua__format_number(tmp, sizeof tmp, lua_tonumber(L, idx));
-        len = (size_t)n;
-        if (a->numlen + len <= sizeof a->nums) {
-            s = memcpy(a->nums + a->numlen, tmp, len);
-            a->numlen += len;
-        } else { /* rare: many numbers; the string stays on the stack */
-            lua_checkstack(L, 1);
-            lua_pushlstring(L, tmp, len);
-            s = lua_tostring(L, -1);
-        }
+        len = (size_t)mf_lua__format_number(tmp, sizeof tmp,
+                                            lua_tonumber(L, idx));
+        s = memcpy(mf_lua__argv_numspace(a, len), tmp, len);
     }
     a->argv[a->argc] = s;
     a->lens[a->argc] = len;
@@ -121,11 +146,9 @@ static void mf_lua__add_range(lua_State *L, mf_task_t *task, int first,
 {
     mf_lua_redis_argv_t a;
     mf_lua_redis_argv_init(&a);
-    int top = lua_gettop(L);
     for (int i = first; i <= last; i++)
         mf_lua_redis_argv_push(L, &a, i);
     mf_task_redis_add_command(task, a.argc, a.argv, a.lens);
-    lua_settop(L, top);
     mf_lua_redis_argv_close(&a);
 }
 
@@ -134,37 +157,43 @@ static void mf_lua__add_table(lua_State *L, mf_task_t *task, int idx)
 {
     mf_lua_redis_argv_t a;
     mf_lua_redis_argv_init(&a);
-    int top = lua_gettop(L);
     int n = (int)lua_objlen(L, idx);
     luaL_checkstack(L, 2, "redis command");
     for (int i = 1; i <= n; i++) {
-        lua_rawgeti(L, idx, i); /* the table keeps the string alive */
-        mf_lua_redis_argv_push(L, &a, lua_gettop(L));
-        lua_settop(L, top);
+        lua_rawgeti(L, idx, i); /* the table keeps a string alive */
+        mf_lua_redis_argv_push(L, &a, -1);
+        lua_pop(L, 1);
     }
     mf_task_redis_add_command(task, a.argc, a.argv, a.lens);
     mf_lua_redis_argv_close(&a);
 }
 
-/* Raises unless the value at idx is a list of commands (each a non-empty
- * array of strings and numbers). Returns how many. */
+/* Raises unless the table at cmd is a non-empty array of strings and
+ * numbers; i is its place in the list. */
+static void mf_lua__check_cmd(lua_State *L, int cmd, int i, const char *what)
+{
+    if (!lua_istable(L, cmd))
+        luaL_error(L, "%s: command %d must be a table", what, i);
+    int argc = (int)lua_objlen(L, cmd);
+    if (argc == 0)
+        luaL_error(L, "%s: command %d is empty", what, i);
+    for (int k = 1; k <= argc; k++) {
+        lua_rawgeti(L, cmd, k);
+        if (!mf_lua__is_arg(L, -1))
+            mf_lua__bad_arg(L, -1, k, what);
+        lua_pop(L, 1);
+    }
+}
+
+/* Raises unless the value at idx is a list of commands. Returns how many. */
 static int mf_lua__check_cmds(lua_State *L, int idx, const char *what)
 {
     luaL_checkstack(L, 4, "redis command");
     int n = (int)lua_objlen(L, idx);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, idx, i);
-        int cmd = lua_gettop(L);
-        if (!lua_istable(L, cmd))
-            luaL_error(L, "%s: command %d must be a table", what, i);
-        int argc = (int)lua_objlen(L, cmd);
-        luaL_checkstack(L, argc + 2, "redis command");
-        for (int k = 1; k <= argc; k++)
-            lua_rawgeti(L, cmd, k);
-        if (argc == 0)
-            luaL_error(L, "%s: command %d is empty", what, i);
-        mf_lua_redis_check_args(L, cmd + 1, cmd + argc, what);
-        lua_settop(L, cmd - 1);
+        mf_lua__check_cmd(L, lua_gettop(L), i, what);
+        lua_pop(L, 1);
     }
     return n;
 }

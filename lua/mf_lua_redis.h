@@ -28,9 +28,16 @@ typedef struct mf_lua_redis {
 } mf_lua_redis_t;
 
 /* One command's argument vector, built from Lua values at a range of stack
- * slots or from a table. Small vectors live inline (no malloc); numbers are
- * formatted into an inline buffer. Always mf_lua_redis_argv_close it. */
+ * slots or from a table. Strings are pointed to (the caller keeps them
+ * alive until the vector is used); numbers are formatted into the vector.
+ * Small vectors live inline (no malloc); bigger ones grow on the heap.
+ * Always mf_lua_redis_argv_close it. */
 #define MF_LUA_REDIS_INLINE_ARGS 16
+typedef struct mf_lua_redis_chunk {
+    struct mf_lua_redis_chunk *next;
+    char data[4096];
+} mf_lua_redis_chunk_t;
+
 typedef struct mf_lua_redis_argv {
     int argc;
     int cap;
@@ -38,7 +45,9 @@ typedef struct mf_lua_redis_argv {
     size_t *lens;
     const char *argv_inline[MF_LUA_REDIS_INLINE_ARGS];
     size_t lens_inline[MF_LUA_REDIS_INLINE_ARGS];
-    size_t numlen;
+    mf_lua_redis_chunk_t *chunks; /* number text past the inline buffer */
+    char *numbuf;                 /* nums or the newest chunk's data */
+    size_t numlen, numcap;
     char nums[MF_LUA_REDIS_INLINE_ARGS * 24];
 } mf_lua_redis_argv_t;
 
@@ -47,9 +56,7 @@ void mf_lua_redis_argv_close(mf_lua_redis_argv_t *a);
 /* Raises unless every value at first..last is a string or a number. */
 void mf_lua_redis_check_args(lua_State *L, int first, int last,
                              const char *what);
-/* Appends the (checked) value at idx. A number that does not fit the
- * inline buffer is pushed as a string on L: keep the stack until the
- * vector is used. */
+/* Appends the (checked) value at idx. */
 void mf_lua_redis_argv_push(lua_State *L, mf_lua_redis_argv_t *a, int idx);
 
 /* The client object at idx; raises on anything else. */

@@ -120,6 +120,21 @@ describe("r:call", function()
         assert.are.same({ ok = "PONG" }, mf.task.redis(t, "PING"):wait().value)
     end)
 
+    it("sends long commands of numbers, as arguments and in a table", function()
+        local nums = {}
+        for i = 1, 5000 do nums[i] = i * 1000003 end
+        r:call("DEL", "call:nums")
+        assert.are.equal(5000, r:call("RPUSH", "call:nums", unpack(nums)))
+        local cmd = { "RPUSH", "call:nums" }
+        for i = 1, 20000 do cmd[i + 2] = -i - 0.5 end
+        assert.are.same({ 25000 }, r:pipeline { cmd })
+        local all = r:call("LRANGE", "call:nums", 0, -1)
+        assert.are.equal("5000015000", all[5000])
+        assert.are.equal("-1.5", all[5001])
+        assert.are.equal("-20000.5", all[25000])
+        r:call("DEL", "call:nums")
+    end)
+
     it("raises on misuse", function()
         assert.has_error(function() r:call() end)
         assert.has_error(function() r:call("GET", {}) end)
