@@ -34,16 +34,30 @@ static void mf__rconn_arm(mf_redis_conn_t *conn, uint32_t ms, bool ref)
     mf_timer_start(conn->loop, &conn->timer, ms);
 }
 
+/* The response timer while busy: none for a blocking command (BLPOP 0
+ * waits as long as it was told; the task's own timeout bounds it). */
+static uint32_t mf__rconn_response_ms(const mf_redis_conn_t *conn)
+{
+    if (conn->kind == MF_RCONN_POOLED && !mf_list_empty(&conn->queue)) {
+        const mf_redis_rtask_t *t =
+            mf_container_of(conn->queue.next, mf_redis_rtask_t, link);
+        if (t->blocking)
+            return 0;
+    }
+    return conn->client->opts.response_timeout_ms;
+}
+
 /* Busy: the socket and the response timer keep the loop alive. Idle: the
  * connection waits for work without keeping the loop running. */
 void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy)
 {
-    const mf_redis_opts_t *o = &conn->client->opts;
     if (conn->io.fd >= 0)
         mf_io_set_ref(conn->loop, &conn->io, busy);
     if (conn->state != MF_RCONN_READY || conn->kind == MF_RCONN_SUB)
         return;
-    mf__rconn_arm(conn, busy ? o->response_timeout_ms : o->idle_timeout_ms,
+    mf__rconn_arm(conn,
+                  busy ? mf__rconn_response_ms(conn)
+                       : conn->client->opts.idle_timeout_ms,
                   false);
 }
 
@@ -359,6 +373,25 @@ static void mf__rconn_parse(mf_redis_conn_t *conn)
     }
 }
 
+/* The reader keeps a bulk string whole before handing it over: a reply far
+ * over max_reply would sit in its buffer. Past the limit (with slack, so a
+ * reply a little over it fails alone, in the arena, whatever the reads'
+ * sizes) the task fails with EMSGSIZE and the connection, unable to skip
+ * the rest, is closed. */
+#define MF__BACKLOG_SLACK (1u << 20)
+static void mf__rconn_check_backlog(mf_redis_conn_t *conn)
+{
+    redisReader *r = conn->reader;
+    uint64_t limit = conn->client->opts.max_reply + MF__BACKLOG_SLACK;
+    if (conn->state == MF_RCONN_CLOSED || !r || r->len - r->pos <= limit)
+        return;
+    if (!mf_list_empty(&conn->queue))
+        mf__redis_task_end(
+            mf_container_of(conn->queue.next, mf_redis_rtask_t, link),
+            MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+    mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ECONNABORTED);
+}
+
 static void mf__rconn_read(mf_redis_conn_t *conn)
 {
     char buf[16384];
@@ -378,6 +411,7 @@ static void mf__rconn_read(mf_redis_conn_t *conn)
             return;
         }
         mf__rconn_parse(conn);
+        mf__rconn_check_backlog(conn);
     }
 }
 
@@ -406,6 +440,9 @@ static void mf__rconn_free_cb(mf_post_t *post)
         mf_loop_defer(conn->loop, post); /* their callbacks still read it */
         return;
     }
+    /* Only now: a subscriber may close from inside its callback and still
+     * read the message it was given. */
+    mf__redis_arena_reset(conn->loop, &conn->scratch);
     mf_loop_free(conn->loop, conn, sizeof(*conn));
 }
 
@@ -426,7 +463,6 @@ void mf__redis_conn_close(mf_redis_conn_t *conn, int state, int error)
     mf__redis_reader_free(conn->reader);
     conn->reader = NULL;
     mf__buf_release(conn->loop, &conn->out);
-    mf__redis_arena_reset(conn->loop, &conn->scratch);
     mf__redis_client_forget(conn);
     int sub_error = error;
     /* Closed on purpose or idle: anybody still waiting sees "closed". */

@@ -166,6 +166,7 @@ struct mf_redis_rtask {
     size_t ncmds;
     bool dedicated; /* a command needs a connection of its own */
     bool forced;    /* mf_task_redis_set_dedicated */
+    bool blocking;  /* BLPOP ...: no response timeout, only its own */
     bool dirty;     /* leaves the connection changed: close it after */
     bool in_multi;  /* MULTI without EXEC/DISCARD so far */
     bool watching;  /* WATCH without EXEC/DISCARD/UNWATCH so far */

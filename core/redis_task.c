@@ -93,7 +93,7 @@ static void mf__rtask_classify(mf_redis_rtask_t *t, int argc,
 #define MF__LEN(i) (lens ? lens[i] : strlen(argv[i]))
     switch (mf__cmd_kind(argv[0], MF__LEN(0))) {
     case MF__CMD_BLOCKING:
-        t->dedicated = true;
+        t->dedicated = t->blocking = true;
         break;
     case MF__CMD_STATE:
         t->dedicated = t->dirty = true;
@@ -113,7 +113,7 @@ static void mf__rtask_classify(mf_redis_rtask_t *t, int argc,
     case MF__CMD_XREAD:
         for (int i = 1; i < argc; i++)
             if (mf__word_is(argv[i], MF__LEN(i), "BLOCK"))
-                t->dedicated = true;
+                t->dedicated = t->blocking = true;
         break;
     default:
         break;
