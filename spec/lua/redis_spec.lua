@@ -190,6 +190,26 @@ describe("r:call", function()
         assert.truthy(err:match("^NOAUTH"))
     end)
 
+    it("talks TLS to a rediss:// URL, checking the certificate", function()
+        local tls = assert(os.getenv("MF_REDIS_TLS_URL"))
+        local ca = assert(os.getenv("MF_CA_FILE"))
+        local c = mf.redis(tls, { ca_file = ca })
+        assert.are.equal("OK", c:call("SET", "tls:k", "secret"))
+        assert.are.equal("secret", c:call("GET", "tls:k"))
+        local v, err = mf.redis(tls):call("PING") -- not in the system bundle
+        assert.is_nil(v)
+        assert.are.equal("tls error", err)
+        assert.are.equal("PONG", mf.redis(tls, { verify = false }):call("PING"))
+        local sub = c:subscribe("tls:ch")
+        for _ = 1, 400 do
+            if c:call("PUBSUB", "NUMSUB", "tls:ch")[2] == 1 then break end
+            mf.sleep(5)
+        end
+        c:call("PUBLISH", "tls:ch", "over tls")
+        assert.are.equal("over tls", sub:next(2000).payload)
+        sub:close()
+    end)
+
     it("returns nil, 'connection refused' when nothing listens", function()
         local v, err = mf.redis(dead_url):call("PING")
         assert.is_nil(v)

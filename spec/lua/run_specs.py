@@ -4,11 +4,12 @@ loopback ports, plain (MF_HTTP_PORT) and TLS with a self-signed certificate
 does not do (redirects, a malformed answer: MF_ODD_PORT), a port where
 nothing listens (MF_DEAD_PORT), and `moonflow serve spec/lua/site` with one
 worker (MF_SERVE_PORT; stopped with SIGTERM, and its exit status must be 0:
-under the ASan build that includes the leak check), and three redis-servers:
+under the ASan build that includes the leak check), and four redis-servers:
 a plain one (MF_REDIS_URL, also given to `moonflow serve`), one with
 requirepass (MF_REDIS_AUTH_PORT, password MF_REDIS_PASSWORD) and one the
 specs may kill -9 and restart (MF_REDIS_FLAKY_URL; GET /redis-kill and
-/redis-start on MF_ODD_PORT). ctest's lua.specs and asan.lua.specs.
+/redis-start on MF_ODD_PORT), and one over TLS only with the self-signed
+certificate (MF_REDIS_TLS_URL, rediss://). ctest's lua.specs and asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_HELLO=build/examples/http_hello \\
       python3 spec/lua/run_specs.py [busted options...]
@@ -81,6 +82,7 @@ def main():
     try:
         for password in (None, "s3cret", None):
             redis.append(harness.Redis(tmp, password=password))
+        redis.append(harness.Redis(tmp, tls=(cert, key)))
         servers.append(start(hello))
         odd = start_odd(servers[0].port, redis[2])
         servers.append(start(hello, "--tls-cert", cert, "--tls-key", key))
@@ -88,7 +90,8 @@ def main():
         redis_env = dict(MF_REDIS_URL=redis[0].url(),
                          MF_REDIS_AUTH_PORT=str(redis[1].port),
                          MF_REDIS_PASSWORD=redis[1].password,
-                         MF_REDIS_FLAKY_URL=redis[2].url())
+                         MF_REDIS_FLAKY_URL=redis[2].url(),
+                         MF_REDIS_TLS_URL=redis[3].url())
         serve = harness.Server([moonflow, "serve", os.path.join(HERE, "site"),
                                 "--workers", "1", "--listen",
                                 "127.0.0.1:%d" % serve_port], serve_port,
