@@ -169,6 +169,9 @@ end
 -- holds the task options (timeout, callback). A list of commands gives
 -- result.values, one command result.value.
 function mf.task.redis(r, cmd, ...)
+    if getmetatable(r) ~= "moonflow.redis" then
+        raise("mf.task.redis(r, ...): r must be a client from mf.redis")
+    end
     if type(cmd) == "table" then
         local opts = ...
         if type(cmd[1]) == "table" then

@@ -344,7 +344,12 @@ describe("mf.task.redis", function()
     end)
 
     it("raises on a step that is not a redis client", function()
-        assert.has_error(function() mf.task.redis("x", "PING"):wait() end)
+        assert.has_error(function() mf.task.redis("x", "PING") end)
+        local Step = getmetatable(mf.task.timer(1))
+        assert.has_error(function() -- the C side checks the client too
+            setmetatable({ kind = "redis", client = {}, cmds = { { "PING" } } },
+                Step):wait()
+        end, "redis task: client must be an mf.redis object")
         assert.has_error(function() mf.task.redis(r, {}):wait() end)
     end)
 end)
