@@ -20,6 +20,8 @@ const char *mf_lua_errstr(int state, int error)
             return "connection refused";
         if (error == MF_ECONNRESET)
             return "connection reset";
+        if (error == MF_ECLOSED || error == MF_EOF) /* the peer closed */
+            return "connection closed";
         return "system error";
     case MF_STATE_TASK_ERROR:
         if (error == MF_EINVAL)
