@@ -219,6 +219,32 @@ describe("r:call", function()
         assert.are.equal("connection refused", err)
     end)
 
+    it("returns nil, 'message too long' for a reply over max_reply", function()
+        local small = mf.redis(url, { max_reply = 1000 })
+        r:call("SET", "call:long", string.rep("x", 10000))
+        assert.are.same({ nil, "message too long" }, { small:call("GET", "call:long") })
+        assert.are.equal("PONG", small:call("PING")) -- and goes on
+    end)
+
+    it("leaks nothing after calls, pipelines, tasks, failures and timeouts", function()
+        settle()
+        local base = counts()
+        local dead = mf.redis(dead_url)
+        for i = 1, 20 do
+            r:call("SET", "call:leak", i)
+            r:call("INCR", "call:str")
+            dead:call("PING")
+            r:pipeline { { "GET", "call:leak" }, { "LPUSH", "call:str", 1 } }
+            mf.parallel {
+                mf.task.redis(r, "BLPOP", "call:none", 1, { timeout = 5 }),
+                mf.task.redis(dead, "PING", { callback = function() end }),
+                mf.task.redis(r, { { "GET", "call:leak" } }),
+            }:wait()
+        end
+        settle()
+        assert.are.same(base, counts())
+    end)
+
     it("shares one connection between concurrent calls", function()
         local c = mf.redis(url, { pipeline_connections = 1 })
         assert.are.equal("PONG", c:call("PING"))
