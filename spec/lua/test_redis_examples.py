@@ -82,6 +82,8 @@ def test_wget_to_redis(tmp, redis):
               and second.body == first.body, second.raw_head)
         check("wget_to_redis: a bad request gets 400",
               get(port, "/wget_to_redis?url=ftp%3A%2F%2Fx").status == 400)
+        check("redis_cli.lua served as a route answers 404",
+              get(port, "/redis_cli").status == 404)
         failed = get(port, "/wget_to_redis?url=" +
                      urllib.parse.quote(target + "info", safe=""))
         check("wget_to_redis: a failed fetch gets 502", failed.status == 502,
