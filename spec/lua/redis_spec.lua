@@ -490,6 +490,15 @@ describe("pub/sub", function()
         assert.are.same({ nil, "closed" }, { other:next() })
     end)
 
+    it("raises on a subscription to nothing or to a non-string", function()
+        assert.has_error(function() r:subscribe() end, "r:subscribe: a channel expected")
+        assert.has_error(function() r:psubscribe({}) end)
+        local sub = r:subscribe("ps:misuse")
+        assert.has_error(function() sub:unsubscribe() end)
+        assert.has_error(function() sub.next(r) end)
+        sub:close()
+    end)
+
     it("raises when two coroutines wait on one subscriber", function()
         local sub = r:subscribe("ps:two")
         local err
