@@ -369,6 +369,30 @@ describe("mf.task.redis", function()
         assert.are.equal("PONG", r:call("PING")) -- the client goes on
     end)
 
+    it("keeps the shared connection in step after a timed-out call", function()
+        r:call("SET", "task:big", string.rep("b", 16 * 1024 * 1024))
+        r:call("SET", "task:small", "small")
+        local res = mf.parallel {
+            mf.task.redis(r, "GET", "task:big", { timeout = 1 }),
+            mf.task.redis(r, "GET", "task:small"),
+        }:wait()
+        assert.are.equal("small", res[2].value)
+        assert.are.equal("small", r:call("GET", "task:small"))
+        assert.are.equal(16 * 1024 * 1024, #r:call("GET", "task:big"))
+        r:call("DEL", "task:big")
+    end)
+
+    it("does not leave a timed-out BLPOP waiting on the server", function()
+        r:call("DEL", "task:zombie")
+        local res = mf.task.redis(r, "BLPOP", "task:zombie", 5, { timeout = 30 }):wait()
+        assert.are.equal("timeout", res.state)
+        mf.sleep(50)
+        assert.are.equal(1, r:call("RPUSH", "task:zombie", "v"))
+        mf.sleep(50)
+        assert.are.equal(1, r:call("LLEN", "task:zombie")) -- nobody popped it
+        assert.are.same({ "task:zombie", "v" }, r:call("BLPOP", "task:zombie", 1))
+    end)
+
     it("raises on a step that is not a redis client", function()
         assert.has_error(function() mf.task.redis("x", "PING") end)
         local Step = getmetatable(mf.task.timer(1))
