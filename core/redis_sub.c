@@ -1,8 +1,8 @@
 /*
  * redis_sub.c — pub/sub: a subscriber is a connection of its own in
- * subscribe mode; messages go to its callback in order, confirmations are
- * dropped, an error reply (a refused subscription) ends it, and its end
- * (error, server gone, or close) is reported once, from a deferred post,
+ * subscribe mode; messages and (un)subscribe confirmations go to its
+ * callback in order, an error reply (a refused subscription) ends it, and its
+ * end (error, server gone, or close) is reported once, from a deferred post,
  * after which the subscriber is freed.
  *
  * Ownership: the client keeps live subscribers in its subs list and frees
@@ -69,7 +69,8 @@ void mf_redis_subscriber_update(mf_redis_subscriber_t *sub, bool subscribe,
                                 int nchannels, const char *const *channels,
                                 const size_t *lens, bool pattern)
 {
-    if (sub->closing || !sub->conn || nchannels <= 0)
+    if (sub->closing || !sub->conn || nchannels < 0 ||
+        (subscribe && nchannels == 0))
         return;
     mf__sub_command(sub, subscribe, pattern, nchannels, channels, lens);
 }
@@ -105,7 +106,11 @@ void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
     if (reply->type != MF_REDIS_ARRAY || reply->len < 3)
         return;
     const mf_redis_reply_t *kind = &reply->elements[0];
-    if ((mf__is(kind, "message") && reply->len == 3) ||
+    bool confirm =
+        reply->len == 3 && reply->elements[2].type == MF_REDIS_INTEGER &&
+        (mf__is(kind, "subscribe") || mf__is(kind, "psubscribe") ||
+         mf__is(kind, "unsubscribe") || mf__is(kind, "punsubscribe"));
+    if (confirm || (mf__is(kind, "message") && reply->len == 3) ||
         (mf__is(kind, "pmessage") && reply->len == 4))
         sub->cb(sub, reply, 0, sub->user);
 }

@@ -13,8 +13,14 @@
  * queue is a Lua table anchored by one counted registry reference, released
  * by close(), by __gc, or once drained after the subscription ended.
  *
- * A coroutine aborted while it waits in sub:next() (client gone, handler
- * timeout, shutdown) closes the subscription: it was the one reading it.
+ * r:subscribe and sub:(un)subscribe wait (park) until Redis has confirmed
+ * every channel, so a message published after they return is delivered;
+ * messages arriving meanwhile are queued. While it waits, the calling
+ * coroutine keeps the object anchored (self_ref).
+ *
+ * A coroutine aborted while it waits in sub:next() or for confirmations
+ * (client gone, handler timeout, shutdown) closes the subscription: it was
+ * the one reading it.
  */
 #include <lauxlib.h>
 
@@ -37,6 +43,15 @@ typedef struct mf_lua_sub {
     bool closed;   /* by close(), an abort or __gc: no more messages */
     bool overflow; /* the queue was full: ended after what is queued */
     bool stopping; /* mf_redis_subscriber_close was called */
+    /* waiting for confirmations: the waiter is resumed when `pending`
+     * reaches 0 */
+    bool confirming;
+    int pending;
+    /* what the confirmations say is subscribed (Redis counts channels and
+     * patterns together; each confirmation's change tells which) */
+    long long total;
+    int nchannels, npatterns;
+    int self_ref; /* the object, returned by r:subscribe once confirmed */
 } mf_lua_sub_t;
 
 static mf_lua_sub_t *mf_lua__sub_check(lua_State *L)
@@ -134,15 +149,61 @@ static void mf_lua__enqueue(mf_lua_sub_t *s, lua_State *L)
     lua_pop(L, 1);
 }
 
+/* What a waiting r:subscribe or sub:(un)subscribe returns: the object, or
+ * true. */
+static void mf_lua__push_confirmed(mf_lua_sub_t *s, lua_State *L)
+{
+    if (s->self_ref != LUA_NOREF)
+        lua_rawgeti(L, LUA_REGISTRYINDEX, s->self_ref);
+    else
+        lua_pushboolean(L, 1);
+}
+
+static void mf_lua__confirming_done(mf_lua_sub_t *s)
+{
+    s->confirming = false;
+    lua_State *L = mf_lua_co_thread(s->waiter);
+    mf_lua__push_confirmed(s, L);
+    mf_lua_unref(s->host, s->self_ref);
+    s->self_ref = LUA_NOREF;
+    mf_lua__wake(s, 1);
+}
+
+/* A confirmation ("subscribe", channel, count): keeps the counts, and
+ * counts down for a waiter. */
+static void mf_lua__on_confirmation(mf_lua_sub_t *s, const mf_redis_reply_t *c)
+{
+    long long now = c->elements[2].integer;
+    int delta = (int)(now - s->total);
+    s->total = now;
+    if (c->elements[0].len && c->elements[0].str[0] == 'p')
+        s->npatterns += delta;
+    else
+        s->nchannels += delta;
+    if (s->confirming && s->waiter && --s->pending <= 0)
+        mf_lua__confirming_done(s);
+}
+
+static bool mf_lua__is_confirmation(const mf_redis_reply_t *msg)
+{
+    return msg->type == MF_REDIS_ARRAY && msg->elements && msg->len == 3 &&
+           msg->elements[2].type == MF_REDIS_INTEGER;
+}
+
 static void mf_lua__on_message(mf_lua_sub_t *s, const mf_redis_reply_t *msg)
 {
     if (!s->host || s->closed || s->overflow)
         return;
+    if (mf_lua__is_confirmation(msg)) {
+        mf_lua__on_confirmation(s, msg);
+        return;
+    }
+    bool deliver = s->waiter && !s->confirming;
     lua_State *L =
-        s->waiter ? mf_lua_co_thread(s->waiter) : mf_lua_host_state(s->host);
+        deliver ? mf_lua_co_thread(s->waiter) : mf_lua_host_state(s->host);
     if (!mf_lua__push_message(L, msg))
         return;
-    if (s->waiter)
+    if (deliver)
         mf_lua__wake(s, 1);
     else
         mf_lua__enqueue(s, L);
@@ -160,6 +221,9 @@ static void mf_lua__on_end(mf_lua_sub_t *s, int error)
     if (s->head == s->tail)
         mf_lua__queue_release(s);
     if (s->waiter) {
+        s->confirming = false;
+        mf_lua_unref(s->host, s->self_ref);
+        s->self_ref = LUA_NOREF;
         lua_State *L = mf_lua_co_thread(s->waiter);
         lua_pushnil(L);
         lua_pushstring(L, mf_lua__sub_errstr(s));
@@ -187,6 +251,19 @@ static void mf_lua__next_timeout(mf_timer_t *timer)
     mf_lua__wake(s, 2);
 }
 
+static void mf_lua__next_abort(void *op);
+
+/* Parks co until n confirmations have arrived. */
+static int mf_lua__confirm_wait(lua_State *L, mf_lua_sub_t *s, mf_lua_co_t *co,
+                                int n)
+{
+    s->waiter = co;
+    s->confirming = true;
+    s->pending = n;
+    mf_lua_co_park(co, mf_lua__next_abort, s);
+    return lua_yield(L, 0);
+}
+
 /* ---- r:subscribe(channel, ...) / r:psubscribe(pattern, ...) ------------ */
 
 /* The channels at 2..top as one vector; numbers count as their string. */
@@ -206,6 +283,7 @@ static int mf_lua__subscribe(lua_State *L, bool pattern)
 {
     const char *what = pattern ? "r:psubscribe" : "r:subscribe";
     mf_lua_redis_t *r = mf_lua_redis_check(L, 1);
+    mf_lua_co_t *co = mf_lua_co_check(L); /* it waits for confirmations */
     mf_lua_redis_argv_t a;
     mf_lua__channels(L, &a, what);
     mf_lua_sub_t **ud = lua_newuserdata(L, sizeof(*ud));
@@ -215,6 +293,7 @@ static int mf_lua__subscribe(lua_State *L, bool pattern)
     *s = (mf_lua_sub_t){.loop = loop,
                         .host = host,
                         .queue_ref = LUA_NOREF,
+                        .self_ref = LUA_NOREF,
                         .head = 1,
                         .tail = 1,
                         .max_queued = r->max_queued ? r->max_queued : 1};
@@ -222,12 +301,15 @@ static int mf_lua__subscribe(lua_State *L, bool pattern)
     *ud = s;
     luaL_getmetatable(L, MF_LUA_REDIS_SUB);
     lua_setmetatable(L, -2);
+    int n = a.argc;
     mf_redis_subscriber_t *sub = mf_redis_subscribe(
-        r->client, a.argc, a.argv, a.lens, pattern, mf_lua__sub_cb, s);
+        r->client, n, a.argv, a.lens, pattern, mf_lua__sub_cb, s);
     if (!s->ended) /* a final callback never comes from inside the call */
         s->sub = sub;
     mf_lua_redis_argv_close(&a);
-    return 1;
+    lua_pushvalue(L, -1);
+    s->self_ref = mf_lua_ref(host, L);
+    return mf_lua__confirm_wait(L, s, co, n);
 }
 
 int mf_lua_redis_subscribe(lua_State *L)
@@ -246,18 +328,30 @@ static int mf_lua__update(lua_State *L, bool subscribe, bool pattern)
 {
     mf_lua_sub_t *s = mf_lua__sub_check(L);
     mf_lua_redis_argv_t a;
-    mf_lua__channels(L, &a, subscribe ? "sub:subscribe" : "sub:unsubscribe");
+    bool all = !subscribe && lua_gettop(L) < 2; /* unsubscribe everything */
+    if (all)
+        mf_lua_redis_argv_init(&a);
+    else
+        mf_lua__channels(L, &a,
+                         subscribe ? "sub:subscribe" : "sub:unsubscribe");
     if (!s->sub || s->closed || s->overflow) {
         mf_lua_redis_argv_close(&a);
         lua_pushnil(L);
         lua_pushstring(L, s->closed ? "closed" : mf_lua__sub_errstr(s));
         return 2;
     }
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    if (s->waiter) {
+        mf_lua_redis_argv_close(&a);
+        return luaL_error(L, "another coroutine waits on this subscriber");
+    }
+    /* Dropping everything confirms each channel dropped, or once (a nil
+     * channel) when there was none. */
+    int n = all ? (pattern ? s->npatterns : s->nchannels) : a.argc;
     mf_redis_subscriber_update(s->sub, subscribe, a.argc, a.argv, a.lens,
                                pattern);
     mf_lua_redis_argv_close(&a);
-    lua_pushboolean(L, 1);
-    return 1;
+    return mf_lua__confirm_wait(L, s, co, n > 0 ? n : 1);
 }
 
 static int mf_lua__sub_subscribe(lua_State *L)
@@ -287,6 +381,9 @@ static void mf_lua__next_abort(void *op)
 {
     mf_lua_sub_t *s = op;
     s->waiter = NULL;
+    s->confirming = false;
+    mf_lua_unref(s->host, s->self_ref);
+    s->self_ref = LUA_NOREF;
     mf_timer_stop(s->loop, &s->timer);
     mf_lua__sub_close(s);
 }

@@ -806,10 +806,18 @@ TEST(steady_state_requests_do_not_malloc)
 
 typedef struct subres {
     int messages;
+    int confirms;
     int ended;
     int error;
     char text[2048];
+    char confirmed[512];
 } subres_t;
+
+/* A (p)(un)subscribe confirmation: ("subscribe", channel, count). */
+static bool is_confirmation(const mf_redis_reply_t *msg)
+{
+    return msg->len == 3 && msg->elements[2].type == MF_REDIS_INTEGER;
+}
 
 static void on_message(mf_redis_subscriber_t *sub, const mf_redis_reply_t *msg,
                        int error, void *user)
@@ -822,6 +830,13 @@ static void on_message(mf_redis_subscriber_t *sub, const mf_redis_reply_t *msg,
     }
     result_t r = {0};
     render(&r, msg);
+    if (is_confirmation(msg)) {
+        snprintf(s->confirmed + strlen(s->confirmed),
+                 sizeof s->confirmed - strlen(s->confirmed), "%s%s",
+                 s->confirms ? " " : "", r.text);
+        s->confirms++;
+        return;
+    }
     snprintf(s->text + strlen(s->text), sizeof s->text - strlen(s->text),
              "%s%s", s->messages ? " " : "", r.text);
     s->messages++;
@@ -869,22 +884,28 @@ TEST(subscriber_gets_messages_in_order_and_its_end_once)
     const char *chans[] = {"news", "sport"};
     mf_redis_subscriber_t *sub =
         mf_redis_subscribe(c, 2, chans, NULL, false, on_message, &s);
-    wait_subscribers(c, "sport", 1);
+    run_until(&s.confirms, 2); /* subscribed once both are confirmed */
     publish_until(c, &s, 1, "PUBLISH news first");
     expect(c, "PUBLISH sport a; PUBLISH news b; PUBLISH other x",
            ":1 | :1 | :0");
     publish_until(c, &s, 3, "PING");
     const char *pats[] = {"we*"};
     mf_redis_subscriber_update(sub, true, 1, pats, NULL, true);
-    wait_subscribers(c, NULL, 1);
+    run_until(&s.confirms, 3);
     publish_until(c, &s, 4, "PUBLISH weather sunny");
     mf_redis_subscriber_update(sub, false, 1, chans, NULL, false);
-    wait_subscribers(c, "news", 0);
+    run_until(&s.confirms, 4);
     publish_until(c, &s, 5, "PUBLISH news gone; PUBLISH sport last");
+    mf_redis_subscriber_update(sub, false, 0, NULL, NULL, false); /* all */
+    run_until(&s.confirms, 5);
+    wait_subscribers(c, "sport", 0);
     ASSERT_STR_EQ(s.text, "[$message,$news,$first] [$message,$sport,$a] "
                           "[$message,$news,$b] "
                           "[$pmessage,$we*,$weather,$sunny] "
                           "[$message,$sport,$last]");
+    ASSERT_STR_EQ(s.confirmed, "[$subscribe,$news,:1] [$subscribe,$sport,:2] "
+                               "[$psubscribe,$we*,:3] [$unsubscribe,$news,:2] "
+                               "[$unsubscribe,$sport,:1]");
     mf_redis_subscriber_close(sub);
     ASSERT_EQ(s.ended, 0); /* never inside the call */
     run_until(&s.ended, 1);
@@ -1020,6 +1041,8 @@ static void on_message_close(mf_redis_subscriber_t *sub,
                              const mf_redis_reply_t *msg, int error, void *user)
 {
     subres_t *s = user;
+    if (msg && is_confirmation(msg))
+        return;
     if (msg) {
         mf_redis_subscriber_close(sub); /* from inside: msg stays valid */
         mf_redis_subscriber_close(sub); /* twice: no effect */

@@ -133,11 +133,14 @@ MF_API const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task,
 
 /* Called for each message, in order, on the loop thread. msg is the array
  * Redis sent ("message", channel, payload) or ("pmessage", pattern, channel,
- * payload); it is valid during the call only. When the connection ends
- * (error, server gone, or mf_redis_subscriber_close) the callback runs once
- * more with msg == NULL and error set (0 after close); the subscriber is
- * then freed by the client. Subscription confirmations are not delivered;
- * a live subscriber keeps its loop running. */
+ * payload), or a confirmation ("subscribe" | "psubscribe" | "unsubscribe" |
+ * "punsubscribe", channel, count of subscriptions left: an integer; the
+ * channel is nil for an unsubscribe-all that had nothing to drop), one per
+ * channel, so a caller can wait until it is subscribed. msg is valid during
+ * the call only. When the connection ends (error, server gone, or
+ * mf_redis_subscriber_close) the callback runs once more with msg == NULL
+ * and error set (0 after close); the subscriber is then freed by the client.
+ * A live subscriber keeps its loop running. */
 typedef void (*mf_redis_message_cb)(mf_redis_subscriber_t *sub,
                                     const mf_redis_reply_t *msg, int error,
                                     void *user);
@@ -151,7 +154,8 @@ MF_API mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
                                                  bool pattern,
                                                  mf_redis_message_cb cb,
                                                  void *user);
-/* Adds or drops channels on a live subscriber. */
+/* Adds or drops channels on a live subscriber; dropping with nchannels 0
+ * drops every channel (or every pattern). */
 MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,
                                        bool subscribe, int nchannels,
                                        const char *const *channels,
