@@ -3,7 +3,7 @@
 #   make run    install what is missing, build, serve scripts/site on :8080
 #   make test   install, build (plain + sanitizer twin), run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
-#               (engine, then HTTP servers side by side; about 12 minutes)
+#               (engine, HTTP servers side by side, Redis; about 14 minutes)
 #   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
 #
 # Dependencies are Debian packages, installed with apt-get when missing.
@@ -20,9 +20,13 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted
 # Tests drive curl, wrk and nginx (a client peer) and build the fuzzers with
-# clang; make bench adds strace for syscall counts and the nginx Lua module
-# (a peer; our nginx.conf loads it, the system nginx is never started).
-BENCH_PACKAGES = strace libnginx-mod-http-lua
+# clang; make bench adds strace for syscall counts, the nginx Lua module
+# (a peer; our nginx.conf loads it, the system nginx is never started),
+# lua-resty-redis for that peer's Redis handler (lua-nginx-redis), and
+# redis-server and redis-benchmark for the Redis comparison (bench/redis/
+# starts its own redis-server on a loopback port).
+BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis redis-server \
+                 redis-tools
 
 .PHONY: all deps bench-deps build run test bench fuzz clean format
 
