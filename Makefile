@@ -18,7 +18,8 @@ FUZZ_SECONDS ?= 60
 # that grows with each capability).
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
-           clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted
+           clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
+           libhiredis-dev redis-server
 # Tests drive curl, wrk and nginx (a client peer) and build the fuzzers with
 # clang; make bench adds strace for syscall counts, the nginx Lua module
 # (a peer; our nginx.conf loads it, the system nginx is never started),

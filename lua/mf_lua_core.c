@@ -22,7 +22,13 @@ const char *mf_lua_errstr(int state, int error)
             return "connection reset";
         return "system error";
     case MF_STATE_TASK_ERROR:
-        return error == MF_EINVAL ? "invalid argument" : "task error";
+        if (error == MF_EINVAL)
+            return "invalid argument";
+        if (error == MF_EACCES) /* e.g. Redis refused AUTH or SELECT */
+            return "permission denied";
+        if (error == MF_EMSGSIZE) /* a reply over the client's limit */
+            return "message too long";
+        return "task error";
     default:
         return mf_state_name(state);
     }

@@ -18,7 +18,8 @@ typedef enum mf_lua_kind {
     MF_LUA_PARALLEL,
     MF_LUA_TIMER,
     MF_LUA_HTTP,
-    MF_LUA_GO
+    MF_LUA_GO,
+    MF_LUA_REDIS
 } mf_lua_kind_t;
 
 typedef struct mf_lua_flow mf_lua_flow_t;
@@ -34,7 +35,8 @@ struct mf_lua_node {
     mf_lua_kind_t kind;
     bool has_cb;
     bool canceled; /* by flow:cancel(): no callback, no more pushes */
-    char *ca_file; /* http: kept until the flow ends */
+    unsigned char redis_flags; /* MF_LUA_REDIS_LIST, MF_LUA_REDIS_STATUS */
+    char *ca_file;             /* http: kept until the flow ends */
 };
 
 /* The kind named by desc.kind at idx; raises on anything else. */
@@ -55,5 +57,15 @@ mf_task_t *mf_lua_go_create(lua_State *L, int idx, mf_loop_t *loop,
                             mf_task_cb cb, void *user);
 /* Pushes the function's result string (nil when it returned none). */
 void mf_lua_go_push_value(lua_State *L, mf_task_t *task);
+
+/* redis tasks (mf_lua_redis.c): {client =, cmds = {{...}, ...}, list =}. */
+#define MF_LUA_REDIS_LIST 1u   /* a list of commands: result.values */
+#define MF_LUA_REDIS_STATUS 2u /* status replies as {ok = "OK"} */
+void mf_lua_redis_leaf_check(lua_State *L, int idx);
+mf_task_t *mf_lua_redis_leaf_create(lua_State *L, int idx, mf_task_cb cb,
+                                    void *user);
+unsigned mf_lua_redis_leaf_flags(lua_State *L, int idx);
+/* Sets result.value (one command) or result.values (a list). */
+void mf_lua_redis_leaf_result(lua_State *L, mf_task_t *task, unsigned flags);
 
 #endif /* MF_LUA_FLOW_H */

@@ -43,6 +43,7 @@ static int mf_lua__preload(lua_State *L)
     static const luaL_Reg c_modules[] = {{"moonflow.core", mf_lua_open_core},
                                          {"moonflow.flow", mf_lua_open_flow},
                                          {"moonflow.timer", mf_lua_open_timer},
+                                         {"moonflow.redis", mf_lua_open_redis},
                                          {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");

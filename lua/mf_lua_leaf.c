@@ -1,6 +1,6 @@
 /*
  * lua/mf_lua_leaf.c — the leaf kinds of a flow description (timer, http,
- * go): checking a description, creating its C task, and turning the
+ * go, redis): checking a description, creating its C task, and turning the
  * finished task into a result table {state, error, ...kind fields}.
  *
  * Owns nothing past a call: a task created here belongs to the series it is
@@ -21,8 +21,8 @@
 
 mf_lua_kind_t mf_lua_desc_kind(lua_State *L, int idx)
 {
-    static const char *const names[] = {"series", "parallel", "timer",
-                                        "http",   "go",       NULL};
+    static const char *const names[] = {"series", "parallel", "timer", "http",
+                                        "go",     "redis",    NULL};
     lua_getfield(L, idx, "kind");
     const char *kind = lua_tostring(L, -1);
     lua_pop(L, 1);
@@ -70,6 +70,8 @@ void mf_lua_leaf_check(lua_State *L, int idx, mf_lua_kind_t kind)
         mf_lua__opt_field(L, idx, "ca_file", LUA_TSTRING);
     } else if (kind == MF_LUA_GO) {
         mf_lua_go_check(L, idx);
+    } else if (kind == MF_LUA_REDIS) {
+        mf_lua_redis_leaf_check(L, idx);
     }
 }
 
@@ -169,7 +171,10 @@ mf_task_t *mf_lua_leaf_create(lua_State *L, int idx, mf_lua_node_t *node,
             loop, (uint64_t)mf_lua__num_field(L, idx, "ms", 0), cb, node);
     else if (node->kind == MF_LUA_HTTP)
         task = mf_lua__http_create(L, idx, node, loop, cb);
-    else
+    else if (node->kind == MF_LUA_REDIS) {
+        node->redis_flags = (unsigned char)mf_lua_redis_leaf_flags(L, idx);
+        task = mf_lua_redis_leaf_create(L, idx, cb, node);
+    } else
         task = mf_lua_go_create(L, idx, loop, cb, node);
     lua_Number timeout = mf_lua__num_field(L, idx, "timeout", 0);
     if (timeout > 0)
@@ -264,5 +269,6 @@ void mf_lua_leaf_result(lua_State *L, mf_lua_node_t *node, mf_task_t *task)
     else if (node->kind == MF_LUA_GO) {
         mf_lua_go_push_value(L, task);
         lua_setfield(L, -2, "value");
-    }
+    } else if (node->kind == MF_LUA_REDIS)
+        mf_lua_redis_leaf_result(L, task, node->redis_flags);
 }

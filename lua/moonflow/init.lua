@@ -6,9 +6,11 @@
 local core = require "moonflow.core"
 local cflow = require "moonflow.flow"
 local ctimer = require "moonflow.timer"
+local credis = require "moonflow.redis"
 
 local select, setmetatable, getmetatable = select, setmetatable, getmetatable
 local type, error, pairs, pcall, unpack = type, error, pairs, pcall, unpack
+local tostring, sort, concat = tostring, table.sort, table.concat
 local getinfo = debug.getinfo
 
 local mf = { _VERSION = "0.1.0" }
@@ -133,6 +135,56 @@ function mf.go(name, ...)
 end
 
 mf.timer = { at = ctimer.at, every = ctimer.every }
+
+-- Redis. mf.null stands for a nil reply (inside arrays too); it is a NULL
+-- light userdata, so mf.null == mf.json.null == ngx.null.
+mf.null = credis.null
+
+-- One client object per URL and options on this host (the C client is
+-- shared per loop anyway): calling mf.redis per request costs a lookup.
+local redis_clients = {}
+
+local function redis_key(url, opts)
+    if opts == nil then return url end
+    if type(opts) ~= "table" then raise("mf.redis: options must be a table") end
+    local parts = {}
+    for k, v in pairs(opts) do parts[#parts + 1] = tostring(k) .. "=" .. tostring(v) end
+    sort(parts)
+    return url .. "\0" .. concat(parts, "\0")
+end
+
+function mf.redis(url, opts)
+    if type(url) ~= "string" then raise("mf.redis(url [, opts]): url expected") end
+    local key = redis_key(url, opts)
+    local r = redis_clients[key]
+    if r then return r end
+    local ok, res = pcall(credis.client, url, opts)
+    if not ok then raise(res) end
+    redis_clients[key] = res
+    return res
+end
+
+-- mf.task.redis(r, cmd, ...[, opts]), mf.task.redis(r, {cmd, ...}[, opts])
+-- or mf.task.redis(r, {{cmd, ...}, {cmd, ...}}[, opts]): a trailing table
+-- holds the task options (timeout, callback). A list of commands gives
+-- result.values, one command result.value.
+function mf.task.redis(r, cmd, ...)
+    if type(cmd) == "table" then
+        local opts = ...
+        if type(cmd[1]) == "table" then
+            return step("redis", copy_opts(opts, { client = r, cmds = cmd, list = true }))
+        end
+        return step("redis", copy_opts(opts, { client = r, cmds = { cmd } }))
+    end
+    local n = select("#", ...)
+    local args = { cmd, ... }
+    local opts
+    if n > 0 and type(args[n + 1]) == "table" then
+        opts = args[n + 1]
+        args[n + 1] = nil
+    end
+    return step("redis", copy_opts(opts, { client = r, cmds = { args } }))
+end
 
 local ok, cjson = pcall(require, "cjson.safe")
 if ok then

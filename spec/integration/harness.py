@@ -158,3 +158,43 @@ def temp_dir(test):
 
 def body_pattern(n):
     return (b"0123456789abcdef" * (n // 16 + 1))[:n]
+
+
+class Redis:
+    """A redis-server for one test run: a free loopback port, its own
+    directory, no persistence, a log file instead of a pipe (a full pipe
+    would stall it). kill() is kill -9; start() again on the same port."""
+
+    def __init__(self, tmpdir, password=None, tls=None):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(dir=tmpdir, prefix="redis-")
+        self.password = password
+        self.tls = tls  # (cert, key): TLS only, no client certificates
+        self.server = None
+        self.start()
+
+    def start(self):
+        if self.tls:
+            ports = ["--port", "0", "--tls-port", str(self.port),
+                     "--tls-cert-file", self.tls[0],
+                     "--tls-key-file", self.tls[1],
+                     "--tls-auth-clients", "no"]
+        else:
+            ports = ["--port", str(self.port)]
+        argv = ["redis-server"] + ports + [
+                "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+                "--appendonly", "no",
+                "--logfile", os.path.join(self.dir, "redis.log")]
+        if self.password:
+            argv += ["--requirepass", self.password]
+        self.server = Server(argv, self.port)
+
+    def kill(self):
+        if self.server:
+            self.server.stop()
+            self.server = None
+
+    def url(self, db=0):
+        auth = ":%s@" % self.password if self.password else ""
+        return "%s://%s127.0.0.1:%d/%d" % ("rediss" if self.tls else "redis",
+                                           auth, self.port, db)

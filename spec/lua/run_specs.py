@@ -4,8 +4,12 @@ loopback ports, plain (MF_HTTP_PORT) and TLS with a self-signed certificate
 does not do (redirects, a malformed answer: MF_ODD_PORT), a port where
 nothing listens (MF_DEAD_PORT), and `moonflow serve spec/lua/site` with one
 worker (MF_SERVE_PORT; stopped with SIGTERM, and its exit status must be 0:
-under the ASan build that includes the leak check). ctest's lua.specs and
-asan.lua.specs.
+under the ASan build that includes the leak check), and four redis-servers:
+a plain one (MF_REDIS_URL, also given to `moonflow serve`), one with
+requirepass (MF_REDIS_AUTH_PORT, password MF_REDIS_PASSWORD) and one the
+specs may kill -9 and restart (MF_REDIS_FLAKY_URL; GET /redis-kill and
+/redis-start on MF_ODD_PORT), and one over TLS only with the self-signed
+certificate (MF_REDIS_TLS_URL, rediss://). ctest's lua.specs and asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_HELLO=build/examples/http_hello \\
       python3 spec/lua/run_specs.py [busted options...]
@@ -25,11 +29,21 @@ import harness  # noqa: E402
 
 
 class OddHandler(http.server.BaseHTTPRequestHandler):
-    """/redirect?to=URL answers 302 to URL; /garbage answers no HTTP."""
+    """/redirect?to=URL answers 302 to URL; /garbage answers no HTTP;
+    /redis-kill and /redis-start stop (kill -9) and start the flaky
+    redis-server and answer 204 when done."""
     hello_port = None
+    flaky = None
 
     def do_GET(self):
-        if self.path.startswith("/redirect"):
+        if self.path in ("/redis-kill", "/redis-start"):
+            if self.path == "/redis-kill":
+                self.flaky.kill()
+            else:
+                self.flaky.start()
+            self.send_response(204)
+            self.end_headers()
+        elif self.path.startswith("/redirect"):
             self.send_response(302)
             self.send_header("Location",
                              "http://127.0.0.1:%d/" % self.hello_port)
@@ -43,8 +57,9 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def start_odd(hello_port):
+def start_odd(hello_port, flaky):
     OddHandler.hello_port = hello_port
+    OddHandler.flaky = flaky
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OddHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
@@ -61,20 +76,31 @@ def main():
     hello = os.environ["MF_HTTP_HELLO"]
     tmp = tempfile.mkdtemp(prefix="mf-lua-specs-")
     cert, key = harness.self_signed(tmp)
-    servers = [start(hello)]
-    odd = start_odd(servers[0].port)
-    serve = None
+    redis = []
+    servers = []
+    odd = serve = None
     try:
+        for password in (None, "s3cret", None):
+            redis.append(harness.Redis(tmp, password=password))
+        redis.append(harness.Redis(tmp, tls=(cert, key)))
+        servers.append(start(hello))
+        odd = start_odd(servers[0].port, redis[2])
         servers.append(start(hello, "--tls-cert", cert, "--tls-key", key))
         serve_port = harness.free_port()
+        redis_env = dict(MF_REDIS_URL=redis[0].url(),
+                         MF_REDIS_AUTH_PORT=str(redis[1].port),
+                         MF_REDIS_PASSWORD=redis[1].password,
+                         MF_REDIS_FLAKY_URL=redis[2].url(),
+                         MF_REDIS_TLS_URL=redis[3].url())
         serve = harness.Server([moonflow, "serve", os.path.join(HERE, "site"),
                                 "--workers", "1", "--listen",
-                                "127.0.0.1:%d" % serve_port], serve_port)
+                                "127.0.0.1:%d" % serve_port], serve_port,
+                               env=dict(os.environ, **redis_env))
         env = dict(os.environ, MF_HTTP_PORT=str(servers[0].port),
                    MF_HTTPS_PORT=str(servers[1].port), MF_CA_FILE=cert,
                    MF_ODD_PORT=str(odd.server_address[1]),
                    MF_DEAD_PORT=str(harness.free_port()),
-                   MF_SERVE_PORT=str(serve_port))
+                   MF_SERVE_PORT=str(serve_port), **redis_env)
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
                               cwd=root, env=env, timeout=240)
@@ -88,9 +114,12 @@ def main():
     finally:
         if serve:
             serve.stop()
-        odd.shutdown()
+        if odd:
+            odd.shutdown()
         for server in servers:
             server.stop()
+        for r in redis:
+            r.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -1,0 +1,483 @@
+/*
+ * redis_conn.c — one Redis connection: resolve, non-blocking connect, TLS,
+ * AUTH/SELECT, then commands out (batched: one write per loop iteration)
+ * and replies in (matched, in order, to the tasks on its queue).
+ *
+ * Ownership: the client owns the connection (redis_client.c keeps it in a
+ * shared slot, its pooled list or a subscriber). The connection holds the
+ * tasks whose replies it expects but never frees them: it completes them.
+ * Closing shuts the socket at once and frees the memory from a deferred
+ * post, after the pending flush and DNS callbacks have run.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "net.h"
+#include "redis_int.h"
+
+static void mf__rconn_on_io(mf_io_t *io, unsigned events);
+static void mf__rconn_on_timer(mf_timer_t *timer);
+static void mf__rconn_flush_cb(mf_post_t *post);
+static void mf__rconn_free_cb(mf_post_t *post);
+static void mf__rconn_on_resolved(mf_dns_query_t *q, int status);
+
+/* ---- timer: connect, response, idle -------------------------------------
+ */
+
+static void mf__rconn_arm(mf_redis_conn_t *conn, uint32_t ms, bool ref)
+{
+    mf_timer_stop(conn->loop, &conn->timer);
+    if (!ms)
+        return;
+    mf_timer_set_ref(conn->loop, &conn->timer, ref);
+    mf_timer_start(conn->loop, &conn->timer, ms);
+}
+
+/* The response timer while busy: none for a blocking command (BLPOP 0
+ * waits as long as it was told; the task's own timeout bounds it). */
+static uint32_t mf__rconn_response_ms(const mf_redis_conn_t *conn)
+{
+    if (conn->kind == MF_RCONN_POOLED && !mf_list_empty(&conn->queue)) {
+        const mf_redis_rtask_t *t =
+            mf_container_of(conn->queue.next, mf_redis_rtask_t, link);
+        if (t->blocking)
+            return 0;
+    }
+    return conn->client->opts.response_timeout_ms;
+}
+
+/* Busy: the socket and the response timer keep the loop alive. Idle: the
+ * connection waits for work without keeping the loop running. */
+void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy)
+{
+    if (conn->io.fd >= 0)
+        mf_io_set_ref(conn->loop, &conn->io, busy);
+    if (conn->state != MF_RCONN_READY || conn->kind == MF_RCONN_SUB)
+        return;
+    mf__rconn_arm(conn,
+                  busy ? mf__rconn_response_ms(conn)
+                       : conn->client->opts.idle_timeout_ms,
+                  false);
+}
+
+static void mf__rconn_on_timer(mf_timer_t *timer)
+{
+    mf_redis_conn_t *conn = timer->data;
+    if (conn->state != MF_RCONN_READY || !mf_list_empty(&conn->queue))
+        mf__redis_conn_close(conn, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    else
+        mf__redis_conn_close(conn, MF_STATE_SUCCESS, 0); /* idle */
+}
+
+/* ---- opening -------------------------------------------------------------
+ */
+
+static void mf__rconn_put_hello(mf_redis_conn_t *conn)
+{
+    mf_redis_client_t *c = conn->client;
+    if (c->password) {
+        const char *argv[3] = {"AUTH", c->user, c->password};
+        if (c->user)
+            mf__redis_format(conn->loop, &conn->out, 3, argv, NULL);
+        else
+            mf__redis_format(conn->loop, &conn->out, 2,
+                             (const char *[]){"AUTH", c->password}, NULL);
+        conn->hello_left++;
+    }
+    if (c->db) {
+        char num[24];
+        snprintf(num, sizeof num, "%ld", c->db);
+        mf__redis_format(conn->loop, &conn->out, 2,
+                         (const char *[]){"SELECT", num}, NULL);
+        conn->hello_left++;
+    }
+}
+
+mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
+                                     mf_redis_conn_kind_t kind)
+{
+    mf_loop_t *loop = client->loop;
+    mf_redis_conn_t *conn = mf_loop_alloc(loop, sizeof(*conn));
+    memset(conn, 0, sizeof(*conn));
+    conn->loop = loop;
+    conn->client = client;
+    conn->kind = kind;
+    conn->state = MF_RCONN_OPENING;
+    mf_io_init(&conn->io, -1, mf__rconn_on_io, conn);
+    mf_timer_init(&conn->timer, mf__rconn_on_timer, conn);
+    mf_list_init(&conn->queue);
+    mf_list_init(&conn->link);
+    mf_list_init(&conn->idle_link);
+    mf_post_init(&conn->flush_post, mf__rconn_flush_cb, conn);
+    mf_post_init(&conn->free_post, mf__rconn_free_cb, conn);
+    mf__buf_init(&conn->out);
+    mf__redis_arena_init(&conn->scratch, 0);
+    conn->sink.arena = &conn->scratch;
+    conn->reader = mf__redis_reader_create(loop, &conn->sink);
+    client->connects++;
+    mf__rconn_put_hello(conn);
+    mf__rconn_arm(conn, client->opts.connect_timeout_ms, true);
+    conn->resolving = true;
+    mf_dns_query_start(loop, &conn->dns, client->host, client->port,
+                       mf__rconn_on_resolved, conn);
+    return conn;
+}
+
+static void mf__rconn_connect_next(mf_redis_conn_t *conn)
+{
+    int err = MF_ECONNREFUSED;
+    while (conn->addr_index < conn->dns.naddrs) {
+        int fd = mf__net_connect(&conn->dns.addrs[conn->addr_index++]);
+        if (fd < 0) {
+            err = fd;
+            continue;
+        }
+        conn->io.fd = fd;
+        if (mf_io_start(conn->loop, &conn->io, MF_IO_READ | MF_IO_WRITE) < 0) {
+            close(fd);
+            conn->io.fd = -1;
+            continue;
+        }
+        conn->connecting = true;
+        return; /* the WRITE edge says connected (or failed) */
+    }
+    mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, err);
+}
+
+static void mf__rconn_on_resolved(mf_dns_query_t *q, int status)
+{
+    mf_redis_conn_t *conn = q->data;
+    conn->resolving = false;
+    if (conn->state == MF_RCONN_CLOSED)
+        return; /* canceled by close; the free post waits for this */
+    if (status < 0) {
+        mf__redis_conn_close(conn,
+                             status == MF_ETIMEDOUT ? MF_STATE_TIMEOUT
+                                                    : MF_STATE_DNS_ERROR,
+                             status);
+        return;
+    }
+    conn->addr_index = 0;
+    mf__rconn_connect_next(conn);
+}
+
+static void mf__rconn_flush(mf_redis_conn_t *conn);
+
+/* AUTH/SELECT answered (or none needed): the queued tasks go out. */
+static void mf__rconn_ready(mf_redis_conn_t *conn)
+{
+    conn->state = MF_RCONN_READY;
+    mf_list_t *node;
+    mf_list_foreach(node, &conn->queue)
+    {
+        mf_redis_rtask_t *t = mf_container_of(node, mf_redis_rtask_t, link);
+        if (mf__buf_append(conn->loop, &conn->out, t->cmds.data, t->cmds.len) <
+            0) {
+            mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ENOMEM);
+            return;
+        }
+        t->phase = MF_RT_SENT;
+    }
+    if (conn->kind == MF_RCONN_SUB) {
+        mf_timer_stop(conn->loop, &conn->timer); /* silence is normal */
+    } else {
+        mf__redis_conn_set_busy(conn, !mf_list_empty(&conn->queue));
+    }
+    mf__rconn_flush(conn);
+}
+
+/* Connected (and through TLS): write AUTH/SELECT, or be ready. */
+static void mf__rconn_opened(mf_redis_conn_t *conn)
+{
+    if (conn->hello_left) {
+        conn->state = MF_RCONN_HELLO;
+        mf__rconn_flush(conn);
+        return;
+    }
+    mf__rconn_ready(conn);
+}
+
+static void mf__rconn_opening_event(mf_redis_conn_t *conn, unsigned events)
+{
+    if (conn->connecting) {
+        if (!(events & (MF_IO_WRITE | MF_IO_ERROR | MF_IO_HUP)))
+            return;
+        if (mf__net_socket_error(conn->io.fd) < 0) {
+            mf_io_stop(conn->loop, &conn->io);
+            close(conn->io.fd);
+            conn->io.fd = -1;
+            conn->connecting = false;
+            mf__rconn_connect_next(conn);
+            return;
+        }
+        conn->connecting = false;
+        if (conn->client->tls) {
+            const mf_redis_opts_t *o = &conn->client->opts;
+            conn->ssl =
+                mf__tls_client_ssl(conn->loop, conn->io.fd, conn->client->host,
+                                   o->tls_verify, o->ca_file);
+            if (!conn->ssl) {
+                mf__redis_conn_close(conn, MF_STATE_TLS_ERROR, MF_ETLS);
+                return;
+            }
+            conn->handshaking = true;
+        }
+    }
+    if (conn->handshaking) {
+        int rc = mf__tls_handshake(conn->ssl);
+        if (rc == MF_EAGAIN)
+            return;
+        if (rc < 0) {
+            mf__redis_conn_close(conn, MF_STATE_TLS_ERROR, MF_ETLS);
+            return;
+        }
+        conn->handshaking = false;
+    }
+    mf__rconn_opened(conn);
+}
+
+/* ---- writing -------------------------------------------------------------
+ */
+
+static void mf__rconn_flush(mf_redis_conn_t *conn)
+{
+    if (conn->state == MF_RCONN_OPENING || conn->state == MF_RCONN_CLOSED)
+        return;
+    while (conn->out_done < conn->out.len) {
+        struct iovec iov = {conn->out.data + conn->out_done,
+                            conn->out.len - conn->out_done};
+        ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, &iov, 1);
+        if (w == MF_EAGAIN)
+            return; /* the WRITE edge calls us again */
+        if (w < 0) {
+            mf__redis_conn_close(
+                conn, w == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR,
+                (int)w);
+            return;
+        }
+        conn->out_done += (size_t)w;
+    }
+    conn->out.len = 0;
+    conn->out_done = 0;
+}
+
+static void mf__rconn_flush_cb(mf_post_t *post)
+{
+    mf_redis_conn_t *conn = post->data;
+    conn->flush_pending = false;
+    mf__rconn_flush(conn);
+}
+
+/* Commands of one iteration share one write: the flush runs from the
+ * loop's deferred phase, after every handler of this pass has queued. */
+static void mf__rconn_schedule(mf_redis_conn_t *conn)
+{
+    if (conn->flush_pending || conn->state != MF_RCONN_READY)
+        return;
+    conn->flush_pending = true;
+    mf_loop_defer(conn->loop, &conn->flush_post);
+}
+
+void mf__redis_conn_send(mf_redis_conn_t *conn, const char *data, size_t len)
+{
+    if (conn->state == MF_RCONN_CLOSED)
+        return;
+    if (mf__buf_append(conn->loop, &conn->out, data, len) < 0) {
+        mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
+    mf__rconn_schedule(conn);
+}
+
+void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_rtask_t *t)
+{
+    bool was_idle = mf_list_empty(&conn->queue);
+    t->conn = conn;
+    mf_list_push_back(&conn->queue, &t->link);
+    if (conn->state != MF_RCONN_READY) {
+        t->phase = MF_RT_QUEUED;
+        return;
+    }
+    t->phase = MF_RT_SENT;
+    if (was_idle)
+        mf__redis_conn_set_busy(conn, true);
+    mf__redis_conn_send(conn, t->cmds.data, t->cmds.len);
+}
+
+/* ---- reading -------------------------------------------------------------
+ */
+
+/* Points the reader at the memory of whoever gets the next reply. */
+static mf_redis_rtask_t *mf__rconn_aim(mf_redis_conn_t *conn)
+{
+    conn->sink.overflow = false;
+    if (conn->state == MF_RCONN_HELLO || conn->kind == MF_RCONN_SUB ||
+        mf_list_empty(&conn->queue)) {
+        conn->sink.arena = &conn->scratch;
+        conn->sink.root = &conn->scratch_root;
+        return NULL;
+    }
+    mf_redis_rtask_t *t =
+        mf_container_of(conn->queue.next, mf_redis_rtask_t, link);
+    conn->sink.arena = &t->arena;
+    conn->sink.root = mf__redis_task_slot(t);
+    return t;
+}
+
+static void mf__rconn_hello_reply(mf_redis_conn_t *conn)
+{
+    if (conn->scratch_root.type == MF_REDIS_ERROR) {
+        mf__redis_conn_close(conn, MF_STATE_TASK_ERROR, MF_EACCES);
+        return;
+    }
+    if (--conn->hello_left == 0)
+        mf__rconn_ready(conn);
+}
+
+/* One whole top-level reply is in place. */
+static void mf__rconn_deliver(mf_redis_conn_t *conn, mf_redis_rtask_t *t)
+{
+    if (conn->state == MF_RCONN_HELLO) {
+        mf__rconn_hello_reply(conn);
+    } else if (conn->kind == MF_RCONN_SUB) {
+        mf__redis_sub_on_reply(conn->sub, &conn->scratch_root);
+    } else if (!t) {
+        /* A reply nobody asked for: the stream is out of step. */
+        mf__redis_conn_close(conn, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
+        return;
+    } else {
+        if (conn->sink.overflow)
+            t->overflow = true;
+        mf__redis_conn_set_busy(conn, true); /* progress: restart timer */
+        mf__redis_task_on_reply(t);
+    }
+    if (conn->state != MF_RCONN_CLOSED)
+        mf__redis_arena_reset(conn->loop, &conn->scratch);
+}
+
+static void mf__rconn_parse(mf_redis_conn_t *conn)
+{
+    while (conn->state != MF_RCONN_CLOSED) {
+        mf_redis_rtask_t *t = mf__rconn_aim(conn);
+        void *obj = NULL;
+        if (redisReaderGetReply(conn->reader, &obj) != REDIS_OK) {
+            mf__redis_conn_close(conn, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
+            return;
+        }
+        if (!obj)
+            return;
+        if (t && conn->sink.overflow)
+            t->overflow = true;
+        mf__rconn_deliver(conn, t);
+    }
+}
+
+/* The reader keeps a bulk string whole before handing it over: a reply far
+ * over max_reply would sit in its buffer. Past the limit (with slack, so a
+ * reply a little over it fails alone, in the arena, whatever the reads'
+ * sizes) the task fails with EMSGSIZE and the connection, unable to skip
+ * the rest, is closed. */
+#define MF__BACKLOG_SLACK (1u << 20)
+static void mf__rconn_check_backlog(mf_redis_conn_t *conn)
+{
+    redisReader *r = conn->reader;
+    uint64_t limit = conn->client->opts.max_reply + MF__BACKLOG_SLACK;
+    if (conn->state == MF_RCONN_CLOSED || !r || r->len - r->pos <= limit)
+        return;
+    if (!mf_list_empty(&conn->queue))
+        mf__redis_task_end(
+            mf_container_of(conn->queue.next, mf_redis_rtask_t, link),
+            MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+    mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ECONNABORTED);
+}
+
+static void mf__rconn_read(mf_redis_conn_t *conn)
+{
+    char buf[16384];
+    while (conn->state != MF_RCONN_CLOSED) {
+        ssize_t n = mf__sock_read(conn->io.fd, conn->ssl, buf, sizeof buf);
+        if (n == MF_EAGAIN)
+            return;
+        if (n <= 0) {
+            int err = n == 0 ? MF_ECLOSED : (int)n;
+            mf__redis_conn_close(
+                conn, err == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR,
+                err);
+            return;
+        }
+        if (redisReaderFeed(conn->reader, buf, (size_t)n) != REDIS_OK) {
+            mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ENOMEM);
+            return;
+        }
+        mf__rconn_parse(conn);
+        mf__rconn_check_backlog(conn);
+    }
+}
+
+static void mf__rconn_on_io(mf_io_t *io, unsigned events)
+{
+    mf_redis_conn_t *conn = io->data;
+    if (conn->state == MF_RCONN_OPENING) {
+        mf__rconn_opening_event(conn, events);
+        if (conn->state == MF_RCONN_OPENING || conn->state == MF_RCONN_CLOSED)
+            return;
+        events |= MF_IO_READ; /* AUTH's answer may be there already */
+    }
+    if (events & MF_IO_WRITE)
+        mf__rconn_flush(conn);
+    if (events & (MF_IO_READ | MF_IO_ERROR | MF_IO_HUP | MF_IO_RDHUP))
+        mf__rconn_read(conn);
+}
+
+/* ---- closing -------------------------------------------------------------
+ */
+
+static void mf__rconn_free_cb(mf_post_t *post)
+{
+    mf_redis_conn_t *conn = post->data;
+    if (conn->flush_pending || conn->resolving) {
+        mf_loop_defer(conn->loop, post); /* their callbacks still read it */
+        return;
+    }
+    /* Only now: a subscriber may close from inside its callback and still
+     * read the message it was given. */
+    mf__redis_arena_reset(conn->loop, &conn->scratch);
+    mf_loop_free(conn->loop, conn, sizeof(*conn));
+}
+
+void mf__redis_conn_close(mf_redis_conn_t *conn, int state, int error)
+{
+    if (conn->state == MF_RCONN_CLOSED)
+        return;
+    conn->state = MF_RCONN_CLOSED;
+    mf_io_stop(conn->loop, &conn->io);
+    mf_timer_stop(conn->loop, &conn->timer);
+    if (conn->resolving)
+        mf_dns_query_cancel(&conn->dns);
+    mf__tls_close(conn->ssl);
+    conn->ssl = NULL;
+    if (conn->io.fd >= 0)
+        close(conn->io.fd);
+    conn->io.fd = -1;
+    mf__redis_reader_free(conn->reader);
+    conn->reader = NULL;
+    mf__buf_release(conn->loop, &conn->out);
+    mf__redis_client_forget(conn);
+    int sub_error = error;
+    /* Closed on purpose or idle: anybody still waiting sees "closed". */
+    if (state == MF_STATE_SUCCESS) {
+        state = MF_STATE_SYS_ERROR;
+        error = MF_ECLOSED;
+    }
+    mf_list_t *node;
+    while ((node = mf_list_pop_front(&conn->queue)) != NULL) {
+        mf_redis_rtask_t *t = mf_container_of(node, mf_redis_rtask_t, link);
+        mf_list_init(&t->link);
+        t->conn = NULL;
+        mf__redis_task_end(t, state, error);
+    }
+    if (conn->sub)
+        mf__redis_sub_on_close(conn->sub, sub_error);
+    mf_loop_defer(conn->loop, &conn->free_post);
+}

@@ -1,0 +1,215 @@
+/*
+ * redis_int.h — the Redis client's structs, shared by redis_client.c (URL,
+ * per-loop registry, which connection serves a task), redis_conn.c (a
+ * connection: open, AUTH/SELECT, write batching, reading replies),
+ * redis_reply.c (reply memory and the redisReader adapter), redis_task.c
+ * (the task kind) and redis_sub.c (pub/sub). Internal.
+ *
+ * Ownership: the loop's MF_LOOP_EXT_REDIS slot owns the registry; the
+ * registry owns its clients; a client owns its connections and subscribers.
+ * A connection never owns a task: it holds the tasks whose replies it
+ * expects, in order, and completes them. Connection memory goes back from a
+ * deferred post, never inside one of its own callbacks.
+ */
+#ifndef MF_REDIS_INT_H
+#define MF_REDIS_INT_H
+
+#include <hiredis/read.h>
+
+#include "buf.h"
+#include "moonflow/dns.h"
+#include "moonflow/redis.h"
+#include "tls.h"
+
+typedef struct mf_redis_conn mf_redis_conn_t;
+typedef struct mf_redis_rtask mf_redis_rtask_t;
+
+/* ---- reply memory (redis_reply.c) ---------------------------------------
+ * A chain of chunks: small ones from the loop's free lists, big strings from
+ * a checked malloc. Nothing moves once placed, so the reader may keep
+ * pointers to arrays it is still filling. */
+typedef struct mf_redis_chunk mf_redis_chunk_t;
+typedef struct mf_redis_arena {
+    mf_redis_chunk_t *head;
+    size_t used;    /* bytes used in head */
+    uint64_t total; /* bytes handed out since the last reset */
+    uint64_t limit; /* 0: none */
+} mf_redis_arena_t;
+
+void mf__redis_arena_init(mf_redis_arena_t *a, uint64_t limit);
+/* NULL when over the limit or out of memory. */
+void *mf__redis_arena_alloc(mf_loop_t *loop, mf_redis_arena_t *a, size_t size);
+void mf__redis_arena_reset(mf_loop_t *loop, mf_redis_arena_t *a);
+
+/* Where the reader puts the next top-level reply: root == NULL discards
+ * it (a task that gave up, or one over its max_reply). */
+typedef struct mf_redis_sink {
+    mf_redis_arena_t *arena;
+    mf_redis_reply_t *root;
+    bool overflow; /* set when the arena refused memory */
+} mf_redis_sink_t;
+
+/* A reader whose replies are mf_redis_reply_t trees built in sink memory. */
+redisReader *mf__redis_reader_create(mf_loop_t *loop, mf_redis_sink_t *sink);
+void mf__redis_reader_free(redisReader *reader);
+
+/* ---- client (redis_client.c) ------------------------------------------ */
+
+typedef struct mf_redis_registry {
+    mf_loop_t *loop;
+    mf_list_t clients;
+} mf_redis_registry_t;
+
+struct mf_redis_client {
+    mf_list_t link; /* registry->clients */
+    mf_loop_t *loop;
+    char *url;
+    mf_redis_opts_t opts; /* ca_file points at ca_copy */
+    char *ca_copy;
+    char host[MF_DNS_MAX_HOST + 1];
+    uint16_t port;
+    bool tls;
+    char *user; /* NULL: none */
+    char *password;
+    long db;
+    mf_redis_conn_t **shared; /* opts.pipeline_connections slots */
+    unsigned next_shared;
+    mf_list_t pooled;  /* dedicated connections, busy or idle */
+    mf_list_t idle;    /* idle dedicated connections, most recent first */
+    mf_list_t waiters; /* tasks waiting for a dedicated connection */
+    unsigned npooled;
+    mf_list_t subs; /* live subscribers */
+    uint64_t connects;
+};
+
+/* Gives the task a connection (shared or dedicated) or a place in line. */
+void mf__redis_client_route(mf_redis_rtask_t *t);
+/* A dedicated connection is done with its task: back to idle or closed. */
+void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse);
+/* The connection closed: forget it, and let a waiter have its slot. */
+void mf__redis_client_forget(mf_redis_conn_t *conn);
+/* A task gave up while waiting for a dedicated connection. */
+void mf__redis_client_unwait(mf_redis_rtask_t *t);
+
+/* ---- connection (redis_conn.c) ---------------------------------------- */
+
+typedef enum mf_redis_conn_kind {
+    MF_RCONN_SHARED,
+    MF_RCONN_POOLED,
+    MF_RCONN_SUB
+} mf_redis_conn_kind_t;
+
+typedef enum mf_redis_conn_state {
+    MF_RCONN_OPENING, /* resolving, connecting, TLS */
+    MF_RCONN_HELLO,   /* AUTH / SELECT written, replies due */
+    MF_RCONN_READY,
+    MF_RCONN_CLOSED
+} mf_redis_conn_state_t;
+
+struct mf_redis_conn {
+    mf_io_t io;
+    mf_timer_t timer; /* connect, then response, then idle */
+    mf_loop_t *loop;
+    mf_redis_client_t *client;
+    mf_redis_conn_kind_t kind;
+    mf_redis_conn_state_t state;
+    bool resolving;
+    bool connecting;
+    bool handshaking;
+    bool flush_pending;
+    bool dirty; /* pooled: the task changed its state; never reuse */
+    SSL *ssl;
+    unsigned slot; /* shared: index in client->shared */
+    unsigned hello_left;
+    size_t addr_index;
+    redisReader *reader;
+    mf_redis_sink_t sink;
+    mf_redis_arena_t scratch; /* AUTH/SELECT and pub/sub replies */
+    mf_redis_reply_t scratch_root;
+    mf_buf_t out;
+    size_t out_done;
+    mf_list_t queue;     /* tasks whose replies are due, in order */
+    mf_list_t link;      /* client->pooled */
+    mf_list_t idle_link; /* client->idle */
+    mf_redis_subscriber_t *sub;
+    mf_post_t flush_post;
+    mf_post_t free_post;
+    mf_dns_query_t dns;
+};
+
+/* A new connection of the client; it starts opening at once. */
+mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
+                                     mf_redis_conn_kind_t kind);
+/* Queues the task's commands behind those already on the connection. */
+void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_rtask_t *t);
+/* Appends raw protocol bytes and schedules a write (pub/sub commands). */
+void mf__redis_conn_send(mf_redis_conn_t *conn, const char *data, size_t len);
+/* Closes the connection; tasks still on it end with (state, error). */
+void mf__redis_conn_close(mf_redis_conn_t *conn, int state, int error);
+/* An idle dedicated connection is taken by a task / put back. */
+void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy);
+
+/* ---- task (redis_task.c) ---------------------------------------------- */
+
+typedef enum mf_redis_phase {
+    MF_RT_IDLE,
+    MF_RT_WAITING, /* for a dedicated connection */
+    MF_RT_QUEUED,  /* on a connection that is not ready yet */
+    MF_RT_SENT,    /* commands in the output buffer or on the wire */
+    MF_RT_DONE
+} mf_redis_phase_t;
+
+struct mf_redis_rtask {
+    mf_task_t base;
+    mf_redis_client_t *client;
+    mf_buf_t cmds; /* the commands in protocol form */
+    size_t ncmds;
+    bool dedicated; /* a command needs a connection of its own */
+    bool forced;    /* mf_task_redis_set_dedicated */
+    bool blocking;  /* BLPOP ...: no response timeout, only its own */
+    bool dirty;     /* leaves the connection changed: close it after */
+    bool in_multi;  /* MULTI without EXEC/DISCARD so far */
+    bool watching;  /* WATCH without EXEC/DISCARD/UNWATCH so far */
+    bool abandoned; /* timed out or canceled with replies still due */
+    bool overflow;  /* replies over max_reply */
+    mf_redis_phase_t phase;
+    mf_redis_conn_t *conn;
+    mf_list_t link; /* conn->queue or client->waiters */
+    size_t nread;   /* replies received */
+    mf_redis_reply_t *replies;
+    mf_redis_arena_t arena;
+};
+
+/* Where the next reply of the task goes (NULL: discard it). */
+mf_redis_reply_t *mf__redis_task_slot(mf_redis_rtask_t *t);
+/* One reply of the task arrived; it may complete the task. */
+void mf__redis_task_on_reply(mf_redis_rtask_t *t);
+/* The task leaves its connection with (state, error). */
+void mf__redis_task_end(mf_redis_rtask_t *t, int state, int error);
+
+/* ---- pub/sub (redis_sub.c) -------------------------------------------- */
+
+struct mf_redis_subscriber {
+    mf_list_t link; /* client->subs until its end is reported */
+    mf_redis_client_t *client;
+    mf_redis_conn_t *conn; /* NULL once closed */
+    mf_redis_message_cb cb;
+    void *user;
+    bool closing;
+    int error;
+    mf_post_t end_post; /* the final callback, never inside a call */
+};
+
+/* A reply arrived on the subscriber's connection (scratch memory). */
+void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
+                            const mf_redis_reply_t *reply);
+/* Its connection ended (error 0: closed on purpose). */
+void mf__redis_sub_on_close(mf_redis_subscriber_t *sub, int error);
+/* Frees a subscriber whose connection is gone (loop teardown). */
+void mf__redis_sub_free(mf_redis_subscriber_t *sub);
+
+/* Appends one command in protocol form. 0 or MF_ENOMEM. */
+int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
+                     const char *const *argv, const size_t *argvlen);
+
+#endif /* MF_REDIS_INT_H */

@@ -1,0 +1,118 @@
+/*
+ * redis_sub.c — pub/sub: a subscriber is a connection of its own in
+ * subscribe mode; messages go to its callback in order, confirmations are
+ * dropped, and its end (error, server gone, or close) is reported once,
+ * from a deferred post, after which the subscriber is freed.
+ *
+ * Ownership: the client keeps live subscribers in its subs list and frees
+ * them with the loop; the user's pointer is valid until the final call.
+ * Message memory is the connection's scratch arena, reset after each call.
+ */
+#include <string.h>
+
+#include "redis_int.h"
+
+static void mf__sub_command(mf_redis_subscriber_t *sub, bool subscribe,
+                            bool pattern, int n, const char *const *channels,
+                            const size_t *lens)
+{
+    mf_loop_t *loop = sub->client->loop;
+    const char *verb = subscribe ? (pattern ? "PSUBSCRIBE" : "SUBSCRIBE")
+                                 : (pattern ? "PUNSUBSCRIBE" : "UNSUBSCRIBE");
+    mf_buf_t cmd;
+    mf__buf_init(&cmd);
+    const char **argv = mf_xmalloc((size_t)(n + 1) * sizeof(*argv));
+    size_t *argl = mf_xmalloc((size_t)(n + 1) * sizeof(*argl));
+    argv[0] = verb;
+    argl[0] = strlen(verb);
+    for (int i = 0; i < n; i++) {
+        argv[i + 1] = channels[i];
+        argl[i + 1] = lens ? lens[i] : strlen(channels[i]);
+    }
+    if (mf__redis_format(loop, &cmd, n + 1, argv, argl) == 0)
+        mf__redis_conn_send(sub->conn, cmd.data, cmd.len);
+    mf__buf_release(loop, &cmd);
+    mf_free(argv);
+    mf_free(argl);
+}
+
+static void mf__sub_end_cb(mf_post_t *post)
+{
+    mf_redis_subscriber_t *sub = post->data;
+    mf_list_remove(&sub->link);
+    sub->cb(sub, NULL, sub->error, sub->user);
+    mf_free(sub);
+}
+
+mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
+                                          int nchannels,
+                                          const char *const *channels,
+                                          const size_t *lens, bool pattern,
+                                          mf_redis_message_cb cb, void *user)
+{
+    mf_redis_subscriber_t *sub = mf_xcalloc(1, sizeof(*sub));
+    sub->client = client;
+    sub->cb = cb;
+    sub->user = user;
+    mf_post_init(&sub->end_post, mf__sub_end_cb, sub);
+    mf_list_push_back(&client->subs, &sub->link);
+    sub->conn = mf__redis_conn_open(client, MF_RCONN_SUB);
+    sub->conn->sub = sub;
+    /* Queued behind AUTH/SELECT; written once the connection is up. */
+    if (nchannels > 0)
+        mf__sub_command(sub, true, pattern, nchannels, channels, lens);
+    return sub;
+}
+
+void mf_redis_subscriber_update(mf_redis_subscriber_t *sub, bool subscribe,
+                                int nchannels, const char *const *channels,
+                                const size_t *lens, bool pattern)
+{
+    if (sub->closing || !sub->conn || nchannels <= 0)
+        return;
+    mf__sub_command(sub, subscribe, pattern, nchannels, channels, lens);
+}
+
+void mf_redis_subscriber_close(mf_redis_subscriber_t *sub)
+{
+    if (sub->closing)
+        return;
+    sub->closing = true;
+    if (sub->conn)
+        mf__redis_conn_close(sub->conn, MF_STATE_SUCCESS, 0);
+}
+
+static bool mf__is(const mf_redis_reply_t *r, const char *word)
+{
+    size_t n = strlen(word);
+    return r->type == MF_REDIS_STRING && r->len == n &&
+           memcmp(r->str, word, n) == 0;
+}
+
+void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
+                            const mf_redis_reply_t *reply)
+{
+    if (sub->closing || reply->type != MF_REDIS_ARRAY || reply->len < 3)
+        return;
+    const mf_redis_reply_t *kind = &reply->elements[0];
+    if ((mf__is(kind, "message") && reply->len == 3) ||
+        (mf__is(kind, "pmessage") && reply->len == 4))
+        sub->cb(sub, reply, 0, sub->user);
+}
+
+void mf__redis_sub_on_close(mf_redis_subscriber_t *sub, int error)
+{
+    sub->conn = NULL;
+    sub->closing = true;
+    sub->error = error;
+    mf_loop_defer(sub->client->loop, &sub->end_post);
+}
+
+void mf__redis_sub_free(mf_redis_subscriber_t *sub)
+{
+    if (sub->conn) {
+        sub->conn->sub = NULL;
+        mf__redis_conn_close(sub->conn, MF_STATE_CANCELED, MF_ECANCELED);
+    }
+    mf_free(sub);
+}

@@ -1,0 +1,274 @@
+/*
+ * redis_task.c — the redis task kind: commands (copied in protocol form),
+ * which of them need a connection of their own, dispatch, completion,
+ * timeout/cancel, and the replies.
+ *
+ * Ownership: the task owns its command bytes and its reply memory (an
+ * arena released in destroy, after the callback). While its replies are
+ * due it sits on a connection's queue; the connection completes it. A task
+ * that gives up on a shared connection stays queued, its replies discarded
+ * as they arrive, and completes (freeing itself) after the last one.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "redis_int.h"
+
+/* ---- protocol form ---------------------------------------------------- */
+
+static int mf__put_len(mf_loop_t *loop, mf_buf_t *out, char kind, size_t n)
+{
+    char head[32];
+    int k = snprintf(head, sizeof head, "%c%zu\r\n", kind, n);
+    return mf__buf_append(loop, out, head, (size_t)k);
+}
+
+int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
+                     const char *const *argv, const size_t *argvlen)
+{
+    int rc = mf__put_len(loop, out, '*', (size_t)argc);
+    for (int i = 0; rc == 0 && i < argc; i++) {
+        size_t n = argvlen ? argvlen[i] : strlen(argv[i]);
+        rc = mf__put_len(loop, out, '$', n);
+        if (rc == 0)
+            rc = mf__buf_append(loop, out, argv[i], n);
+        if (rc == 0)
+            rc = mf__buf_append(loop, out, "\r\n", 2);
+    }
+    return rc;
+}
+
+/* ---- which commands need a connection of their own --------------------- */
+
+enum {
+    MF__CMD_BLOCKING = 1, /* dedicated */
+    MF__CMD_STATE = 2,    /* dedicated; the connection is closed after */
+    MF__CMD_MULTI = 3,
+    MF__CMD_EXEC = 4, /* EXEC, DISCARD */
+    MF__CMD_WATCH = 5,
+    MF__CMD_UNWATCH = 6,
+    MF__CMD_XREAD = 7 /* blocking with a BLOCK argument */
+};
+
+static const struct {
+    const char *name;
+    int kind;
+} mf__cmd_table[] = {
+    {"BLPOP", MF__CMD_BLOCKING},      {"BRPOP", MF__CMD_BLOCKING},
+    {"BRPOPLPUSH", MF__CMD_BLOCKING}, {"BLMOVE", MF__CMD_BLOCKING},
+    {"BLMPOP", MF__CMD_BLOCKING},     {"BZPOPMIN", MF__CMD_BLOCKING},
+    {"BZPOPMAX", MF__CMD_BLOCKING},   {"BZMPOP", MF__CMD_BLOCKING},
+    {"WAIT", MF__CMD_BLOCKING},       {"WAITAOF", MF__CMD_BLOCKING},
+    {"XREAD", MF__CMD_XREAD},         {"XREADGROUP", MF__CMD_XREAD},
+    {"MULTI", MF__CMD_MULTI},         {"EXEC", MF__CMD_EXEC},
+    {"DISCARD", MF__CMD_EXEC},        {"WATCH", MF__CMD_WATCH},
+    {"UNWATCH", MF__CMD_UNWATCH},     {"SELECT", MF__CMD_STATE},
+    {"CLIENT", MF__CMD_STATE},        {"SUBSCRIBE", MF__CMD_STATE},
+    {"PSUBSCRIBE", MF__CMD_STATE},    {"SSUBSCRIBE", MF__CMD_STATE},
+    {"UNSUBSCRIBE", MF__CMD_STATE},   {"PUNSUBSCRIBE", MF__CMD_STATE},
+    {"SUNSUBSCRIBE", MF__CMD_STATE},  {"MONITOR", MF__CMD_STATE},
+    {"AUTH", MF__CMD_STATE},          {"HELLO", MF__CMD_STATE},
+    {"RESET", MF__CMD_STATE},         {"QUIT", MF__CMD_STATE},
+    {"READONLY", MF__CMD_STATE},      {"READWRITE", MF__CMD_STATE},
+    {"SYNC", MF__CMD_STATE},          {"PSYNC", MF__CMD_STATE},
+};
+
+static bool mf__word_is(const char *s, size_t n, const char *word)
+{
+    return strlen(word) == n && strncasecmp(s, word, n) == 0;
+}
+
+static int mf__cmd_kind(const char *name, size_t n)
+{
+    for (size_t i = 0; i < MF_ARRAY_SIZE(mf__cmd_table); i++)
+        if (mf__word_is(name, n, mf__cmd_table[i].name))
+            return mf__cmd_table[i].kind;
+    return 0;
+}
+
+static void mf__rtask_classify(mf_redis_rtask_t *t, int argc,
+                               const char *const *argv, const size_t *lens)
+{
+#define MF__LEN(i) (lens ? lens[i] : strlen(argv[i]))
+    switch (mf__cmd_kind(argv[0], MF__LEN(0))) {
+    case MF__CMD_BLOCKING:
+        t->dedicated = t->blocking = true;
+        break;
+    case MF__CMD_STATE:
+        t->dedicated = t->dirty = true;
+        break;
+    case MF__CMD_MULTI:
+        t->in_multi = true;
+        break;
+    case MF__CMD_EXEC:
+        t->in_multi = t->watching = false;
+        break;
+    case MF__CMD_WATCH:
+        t->dedicated = t->watching = true;
+        break;
+    case MF__CMD_UNWATCH:
+        t->watching = false;
+        break;
+    case MF__CMD_XREAD:
+        for (int i = 1; i < argc; i++)
+            if (mf__word_is(argv[i], MF__LEN(i), "BLOCK"))
+                t->dedicated = t->blocking = true;
+        break;
+    default:
+        break;
+    }
+#undef MF__LEN
+}
+
+/* ---- the kind ------------------------------------------------------------
+ */
+
+static mf_redis_rtask_t *mf__rtask(const mf_task_t *task)
+{
+    return (mf_redis_rtask_t *)(void *)task;
+}
+
+mf_redis_reply_t *mf__redis_task_slot(mf_redis_rtask_t *t)
+{
+    if (t->abandoned || t->overflow || t->nread >= t->ncmds)
+        return NULL;
+    return &t->replies[t->nread];
+}
+
+void mf__redis_task_end(mf_redis_rtask_t *t, int state, int error)
+{
+    mf_redis_conn_t *conn = t->conn;
+    bool reuse = state == MF_STATE_SUCCESS && !t->dirty;
+    if (conn) {
+        mf_list_remove(&t->link);
+        t->conn = NULL;
+    }
+    t->phase = MF_RT_DONE;
+    mf_task_complete(&t->base, state, error); /* may free t (abandoned) */
+    if (!conn)
+        return;
+    if (conn->kind == MF_RCONN_POOLED)
+        mf__redis_client_release(conn, reuse);
+    else if (mf_list_empty(&conn->queue))
+        mf__redis_conn_set_busy(conn, false);
+}
+
+void mf__redis_task_on_reply(mf_redis_rtask_t *t)
+{
+    if (++t->nread < t->ncmds)
+        return;
+    if (t->overflow)
+        mf__redis_task_end(t, MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+    else
+        mf__redis_task_end(t, MF_STATE_SUCCESS, 0);
+}
+
+static void mf__rtask_dispatch(mf_task_t *task)
+{
+    mf_redis_rtask_t *t = mf__rtask(task);
+    if (!t->ncmds) {
+        t->phase = MF_RT_DONE;
+        mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
+        return;
+    }
+    if (t->in_multi || t->watching)
+        t->dedicated = t->dirty = true; /* left open: not for the next task */
+    t->replies = mf__redis_arena_alloc(task->_loop, &t->arena,
+                                       t->ncmds * sizeof(*t->replies));
+    if (!t->replies) {
+        t->phase = MF_RT_DONE;
+        mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+        return;
+    }
+    memset(t->replies, 0, t->ncmds * sizeof(*t->replies));
+    mf__redis_client_route(t);
+}
+
+/* Timeout or cancel: stop waiting. On a shared connection whose commands
+ * are out, the replies still come and are dropped; a dedicated connection
+ * is closed (a blocking command may never answer). */
+static void mf__rtask_cancel(mf_task_t *task)
+{
+    mf_redis_rtask_t *t = mf__rtask(task);
+    switch (t->phase) {
+    case MF_RT_WAITING:
+        mf__redis_client_unwait(t);
+        mf__redis_task_end(t, MF_STATE_CANCELED, MF_ECANCELED);
+        return;
+    case MF_RT_QUEUED:
+    case MF_RT_SENT:
+        if (t->conn->kind == MF_RCONN_POOLED)
+            mf__redis_conn_close(t->conn, MF_STATE_CANCELED, MF_ECANCELED);
+        else if (t->phase == MF_RT_QUEUED)
+            mf__redis_task_end(t, MF_STATE_CANCELED, MF_ECANCELED);
+        else
+            t->abandoned = true;
+        return;
+    default:
+        return;
+    }
+}
+
+static void mf__rtask_destroy(mf_task_t *task)
+{
+    mf_redis_rtask_t *t = mf__rtask(task);
+    mf_loop_t *loop = task->_loop;
+    mf__buf_release(loop, &t->cmds);
+    mf__redis_arena_reset(loop, &t->arena);
+    mf_loop_free(loop, t, sizeof(*t));
+}
+
+static const mf_task_ops_t mf__redis_ops = {
+    "redis", mf__rtask_dispatch, mf__rtask_cancel, mf__rtask_destroy};
+
+/* ---- public ------------------------------------------------------------
+ */
+
+mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
+                                void *user)
+{
+    mf_redis_rtask_t *t = mf_loop_alloc(client->loop, sizeof(*t));
+    memset(t, 0, sizeof(*t));
+    mf_task_init(&t->base, &mf__redis_ops, client->loop, cb, user);
+    t->client = client;
+    mf__buf_init(&t->cmds);
+    mf_list_init(&t->link);
+    mf__redis_arena_init(&t->arena, client->opts.max_reply);
+    return &t->base;
+}
+
+void mf_task_redis_add_command(mf_task_t *task, int argc,
+                               const char *const *argv, const size_t *argvlen)
+{
+    mf_redis_rtask_t *t = mf__rtask(task);
+    if (argc <= 0 || !argv)
+        return; /* nothing to send; a task left empty fails with EINVAL */
+    size_t before = t->cmds.len;
+    if (mf__redis_format(task->_loop, &t->cmds, argc, argv, argvlen) < 0) {
+        t->cmds.len = before; /* no half command on the wire */
+        return;
+    }
+    t->ncmds++;
+    mf__rtask_classify(t, argc, argv, argvlen);
+}
+
+void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated)
+{
+    mf_redis_rtask_t *t = mf__rtask(task);
+    t->forced = dedicated;
+}
+
+size_t mf_task_redis_nreplies(const mf_task_t *task)
+{
+    const mf_redis_rtask_t *t = (const mf_redis_rtask_t *)(const void *)task;
+    return mf_task_state(task) == MF_STATE_SUCCESS ? t->nread : 0;
+}
+
+const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task, size_t i)
+{
+    const mf_redis_rtask_t *t = (const mf_redis_rtask_t *)(const void *)task;
+    if (i >= mf_task_redis_nreplies(task))
+        return NULL;
+    return &t->replies[i];
+}
