@@ -24,10 +24,9 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # clang; make bench adds strace for syscall counts, the nginx Lua module
 # (a peer; our nginx.conf loads it, the system nginx is never started),
 # lua-resty-redis for that peer's Redis handler (lua-nginx-redis), and
-# redis-server and redis-benchmark for the Redis comparison (bench/redis/
-# starts its own redis-server on a loopback port).
-BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis redis-server \
-                 redis-tools
+# redis-benchmark for the Redis comparison (redis-tools; bench/redis/ starts
+# its own redis-server on a loopback port).
+BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis redis-tools
 
 .PHONY: all deps bench-deps build run test bench fuzz clean format
 
