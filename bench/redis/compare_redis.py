@@ -143,7 +143,10 @@ class RedisServer:
 
     def stats(self):
         """The counters we read around a run: CPU seconds (getrusage inside
-        redis, µs resolution), GETs served, hits, misses, connections."""
+        redis, µs resolution), GETs served, hits, misses, connections
+        accepted, reads and writes (redis' reads of client sockets, one per
+        readable event, and its writes of replies: a pipeline of 16 that
+        arrives at once is one read)."""
         text = self.command("INFO", "everything").decode()
         kv = dict(l.split(":", 1) for l in text.splitlines() if ":" in l)
         calls = re.search(r"calls=(\d+)", kv.get("cmdstat_get", "calls=0"))
@@ -151,12 +154,18 @@ class RedisServer:
                 "gets": int(calls.group(1)),
                 "hits": int(kv["keyspace_hits"]),
                 "misses": int(kv["keyspace_misses"]),
-                "connections": int(kv["total_connections_received"])}
+                "connections": int(kv["total_connections_received"]),
+                "reads": int(kv["total_reads_processed"]),
+                "writes": int(kv["total_writes_processed"])}
 
 
 def stats_delta(before, after):
     d = {k: after[k] - before[k] for k in before}
-    d["connections"] -= 1  # the connection that read `after`
+    # The INFO that read `after` (its connection and read) and the reply
+    # to the one that read `before`.
+    d["connections"] -= 1
+    d["reads"] -= 1
+    d["writes"] -= 1
     return d
 
 
@@ -255,6 +264,7 @@ def measure_http(peer, redis, conns, seconds, workdir):
     w["redis_cpu_us_per_req"] = (after[1] - before[1]) * 1e6 / n
     w["total_cpu_us_per_req"] = w["cpu_us_per_req"] + w["redis_cpu_us_per_req"]
     w["redis"] = d
+    w["redis_reads_per_get"] = d["reads"] / d["gets"]
     return w
 
 
@@ -273,7 +283,8 @@ def run_http(args, redis, workdir):
                        f"{s['redis_cpu_us_per_req']:.2f} µs/req, "
                        f"{s['rps']:,.0f} req/s"))
         keys = ("cpu_us_per_req", "redis_cpu_us_per_req",
-                "total_cpu_us_per_req", "rps", "p50_us", "p99_us")
+                "total_cpu_us_per_req", "rps", "p50_us", "p99_us",
+                "redis_reads_per_get")
         for row in rows.values():
             summarize(row, keys, "total_cpu_us_per_req")
             if row.get("median"):
@@ -397,6 +408,7 @@ def measure_raw(client, redis, ops, conc, pipeline, max_s):
     r["client_cpu_us_per_op"] = cpu * 1e6 / r["ops"]
     r["redis_cpu_us_per_op"] = d["cpu_s"] * 1e6 / d["gets"]
     r["redis"] = d
+    r["redis_reads_per_get"] = d["reads"] / d["gets"]
     return r
 
 
@@ -413,7 +425,8 @@ def run_raw(args, redis):
             lambda s: (f"{s['ops_per_s']:,.0f} ops/s, client "
                        f"{s['client_cpu_us_per_op']:.2f} µs/op, redis "
                        f"{s['redis_cpu_us_per_op']:.3f} µs/op"))
-        keys = ("ops_per_s", "client_cpu_us_per_op", "redis_cpu_us_per_op")
+        keys = ("ops_per_s", "client_cpu_us_per_op", "redis_cpu_us_per_op",
+                "redis_reads_per_get")
         for row in rows.values():
             summarize(row, keys, "ops_per_s")
             if row.get("median"):
@@ -446,14 +459,14 @@ def markdown(meta, http, raw):
                 f"{meta['repeats']} interleaved runs. {meta['versions']}.", "",
                 "| conns | server | server CPU µs/req | redis CPU µs/req "
                 "| total µs/req | spread | server ÷ ref | total ÷ ref | req/s "
-                "| p50 ms | p99 ms | redis conns opened |",
+                "| p50 ms | p99 ms | redis reads/GET | redis conns opened |",
                 "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-                "| ---: | ---: | ---: |"]
+                "| ---: | ---: | ---: | ---: |"]
         for pt in http:
             for name, row in pt["servers"].items():
                 head = f"| {pt['conns']} | {name} |"
                 if "median" not in row:
-                    out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 9)
+                    out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 10)
                     continue
                 m = row["median"]
                 out.append(
@@ -462,14 +475,18 @@ def markdown(meta, http, raw):
                     f"{m['total_cpu_us_per_req']:.2f} | {m['spread']:.0%} | "
                     f"{fmt(row['server_ratio'])} | {fmt(row['total_ratio'])} | "
                     f"{m['rps']:,.0f} | {m['p50_us'] / 1000:.2f} | "
-                    f"{m['p99_us'] / 1000:.2f} | {m['redis_connections']:.0f} |")
+                    f"{m['p99_us'] / 1000:.2f} | {m['redis_reads_per_get']:.2f} | "
+                    f"{m['redis_connections']:.0f} |")
         out += ["", f"ref: {REFERENCE} (content_by_lua_block: new, set_timeout, "
                 "connect, get, set_keepalive(10000, 256), ngx.print). server / "
                 "redis CPU: utime + stime of each process over the wrk run ÷ "
                 "requests completed; total: their sum. ÷ ref: median of the "
                 "per-repeat ratios. spread: (max − min) / median of total "
-                "µs/req. redis conns opened: connections redis-server accepted "
-                "during the measured run (after a 1 s warm-up). Targets: "
+                "µs/req. redis reads/GET: redis-server's reads of client sockets "
+                "(INFO total_reads_processed) per GET served: 1 when every "
+                "GET comes alone, 1/k when k arrive in one read. redis conns "
+                "opened: connections redis-server accepted during the measured "
+                "run (after a 1 s warm-up). Targets: "
                 "moonflow server ÷ ref ≤ 0.8, total ÷ ref ≤ 0.6.", ""]
     if raw is not None:
         out += [f"## Redis: raw GET throughput ({meta['date']})", "",
@@ -479,22 +496,24 @@ def markdown(meta, http, raw):
                 f"{meta['repeats']} interleaved runs.", "",
                 "| mode | client | GETs | ops/s | spread | ÷ redis-benchmark "
                 "| client CPU µs/op | redis CPU µs/op | redis CPU ÷ redis-benchmark "
-                "| redis conns |",
-                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                "| redis reads/GET | redis conns |",
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                "| ---: | ---: |"]
         for pt in raw:
             mode = (f"pipeline {pt['pipeline']}" if pt["pipeline"] > 1
                     else "1 command per call")
             for name, row in pt["clients"].items():
                 head = f"| {mode} | {name} | {pt['ops']:,} |"
                 if "median" not in row:
-                    out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 6)
+                    out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 7)
                     continue
                 m = row["median"]
                 out.append(
                     head + f" {m['ops_per_s']:,.0f} | {m['spread']:.0%} | "
                     f"{fmt(row['ops_ratio'])} | {m['client_cpu_us_per_op']:.2f} | "
                     f"{m['redis_cpu_us_per_op']:.3f} | "
-                    f"{fmt(row['redis_cpu_ratio'])} | {m['redis_connections']:.0f} |")
+                    f"{fmt(row['redis_cpu_ratio'])} | "
+                    f"{m['redis_reads_per_get']:.3f} | {m['redis_connections']:.0f} |")
         out += ["", f"redis-benchmark: `-t get -n GETs -c {meta['conc']}` (and "
                 f"`-P {PIPELINE}`), its own ops/s. moonflow: `moonflow run "
                 f"bench/redis/get_load.lua`, {meta['conc']} coroutines on one "
@@ -502,7 +521,8 @@ def markdown(meta, http, raw):
                 f"{PIPELINE} GETs) in a loop; ops/s from its own clock. client "
                 "CPU: the whole client process (getrusage of the waited child) "
                 "÷ GETs. redis CPU: redis-server's getrusage (INFO cpu) ÷ GETs "
-                "it served (INFO commandstats). redis conns: connections "
+                "it served (INFO commandstats). redis reads/GET: as above. "
+                "redis conns: connections "
                 "redis-server accepted during the run (redis-benchmark opens "
                 "one per client; moonflow's calls share the client's "
                 "connection, which pipelines the calls of one loop iteration)."]
