@@ -131,9 +131,10 @@ static int mf__parse_url(mf_redis_client_t *c, const char *url)
     if (strncasecmp(url, "redis://", 8) == 0)
         skip = 8;
     else if (strncasecmp(url, "rediss://", 9) == 0)
-        skip = 9, c->tls = true;
+        skip = 9;
     else
         return MF_EINVAL;
+    c->tls = skip == 9;
     const char *auth = url + skip;
     size_t alen = strcspn(auth, "/?#");
     const char *at = NULL;
@@ -246,6 +247,11 @@ static mf_redis_client_t *mf__client_new(mf_loop_t *loop, const char *url,
 mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
                                    const mf_redis_opts_t *opts, int *error)
 {
+    if (!url) {
+        if (error)
+            *error = MF_EINVAL;
+        return NULL;
+    }
     mf_redis_opts_t o;
     mf__opts_normalize(&o, opts);
     mf_redis_registry_t *reg = mf__registry(loop);
@@ -259,7 +265,7 @@ mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
             return c;
         }
     }
-    mf_redis_client_t *c = url ? mf__client_new(loop, url, &o) : NULL;
+    mf_redis_client_t *c = mf__client_new(loop, url, &o);
     if (error)
         *error = c ? 0 : MF_EINVAL;
     if (c)

@@ -260,6 +260,9 @@ static void mf__rconn_flush(mf_redis_conn_t *conn)
     }
     conn->out.len = 0;
     conn->out_done = 0;
+    /* A big SET's buffer is not kept for the connection's whole life. */
+    if (conn->out.cap > MF_LOOP_ALLOC_MAX)
+        mf__buf_release(conn->loop, &conn->out);
 }
 
 static void mf__rconn_flush_cb(mf_post_t *post)
@@ -347,8 +350,6 @@ static void mf__rconn_deliver(mf_redis_conn_t *conn, mf_redis_rtask_t *t)
         mf__redis_conn_close(conn, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
         return;
     } else {
-        if (conn->sink.overflow)
-            t->overflow = true;
         mf__redis_conn_set_busy(conn, true); /* progress: restart timer */
         mf__redis_task_on_reply(t);
     }

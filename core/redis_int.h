@@ -172,6 +172,7 @@ struct mf_redis_rtask {
     bool watching;  /* WATCH without EXEC/DISCARD/UNWATCH so far */
     bool abandoned; /* timed out or canceled with replies still due */
     bool overflow;  /* replies over max_reply */
+    bool unformatted; /* a command could not be copied (out of memory) */
     mf_redis_phase_t phase;
     mf_redis_conn_t *conn;
     mf_list_t link; /* conn->queue or client->waiters */

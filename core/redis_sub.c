@@ -1,8 +1,9 @@
 /*
  * redis_sub.c — pub/sub: a subscriber is a connection of its own in
  * subscribe mode; messages go to its callback in order, confirmations are
- * dropped, and its end (error, server gone, or close) is reported once,
- * from a deferred post, after which the subscriber is freed.
+ * dropped, an error reply (a refused subscription) ends it, and its end
+ * (error, server gone, or close) is reported once, from a deferred post,
+ * after which the subscriber is freed.
  *
  * Ownership: the client keeps live subscribers in its subs list and frees
  * them with the loop; the user's pointer is valid until the final call.
@@ -92,7 +93,16 @@ static bool mf__is(const mf_redis_reply_t *r, const char *word)
 void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
                             const mf_redis_reply_t *reply)
 {
-    if (sub->closing || reply->type != MF_REDIS_ARRAY || reply->len < 3)
+    if (sub->closing)
+        return;
+    if (reply->type == MF_REDIS_ERROR) {
+        /* A refused (P)SUBSCRIBE: NOPERM when the user may not listen. */
+        bool denied = reply->len >= 6 && !memcmp(reply->str, "NOPERM", 6);
+        mf__redis_conn_close(sub->conn, MF_STATE_TASK_ERROR,
+                             denied ? MF_EACCES : MF_EPROTO);
+        return;
+    }
+    if (reply->type != MF_REDIS_ARRAY || reply->len < 3)
         return;
     const mf_redis_reply_t *kind = &reply->elements[0];
     if ((mf__is(kind, "message") && reply->len == 3) ||

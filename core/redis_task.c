@@ -9,7 +9,6 @@
  * that gives up on a shared connection stays queued, its replies discarded
  * as they arrive, and completes (freeing itself) after the last one.
  */
-#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -17,11 +16,19 @@
 
 /* ---- protocol form ---------------------------------------------------- */
 
+/* "*3\r\n" / "$5\r\n": digits written backwards, no printf on the hot path. */
 static int mf__put_len(mf_loop_t *loop, mf_buf_t *out, char kind, size_t n)
 {
     char head[32];
-    int k = snprintf(head, sizeof head, "%c%zu\r\n", kind, n);
-    return mf__buf_append(loop, out, head, (size_t)k);
+    char *p = head + sizeof head;
+    *--p = '\n';
+    *--p = '\r';
+    do {
+        *--p = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    *--p = kind;
+    return mf__buf_append(loop, out, p, (size_t)(head + sizeof head - p));
 }
 
 int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
@@ -51,27 +58,49 @@ enum {
     MF__CMD_XREAD = 7 /* blocking with a BLOCK argument */
 };
 
+#define MF__CMD(name, kind)          \
+    {                                \
+        name, sizeof(name) - 1, kind \
+    }
 static const struct {
     const char *name;
+    size_t len;
     int kind;
 } mf__cmd_table[] = {
-    {"BLPOP", MF__CMD_BLOCKING},      {"BRPOP", MF__CMD_BLOCKING},
-    {"BRPOPLPUSH", MF__CMD_BLOCKING}, {"BLMOVE", MF__CMD_BLOCKING},
-    {"BLMPOP", MF__CMD_BLOCKING},     {"BZPOPMIN", MF__CMD_BLOCKING},
-    {"BZPOPMAX", MF__CMD_BLOCKING},   {"BZMPOP", MF__CMD_BLOCKING},
-    {"WAIT", MF__CMD_BLOCKING},       {"WAITAOF", MF__CMD_BLOCKING},
-    {"XREAD", MF__CMD_XREAD},         {"XREADGROUP", MF__CMD_XREAD},
-    {"MULTI", MF__CMD_MULTI},         {"EXEC", MF__CMD_EXEC},
-    {"DISCARD", MF__CMD_EXEC},        {"WATCH", MF__CMD_WATCH},
-    {"UNWATCH", MF__CMD_UNWATCH},     {"SELECT", MF__CMD_STATE},
-    {"CLIENT", MF__CMD_STATE},        {"SUBSCRIBE", MF__CMD_STATE},
-    {"PSUBSCRIBE", MF__CMD_STATE},    {"SSUBSCRIBE", MF__CMD_STATE},
-    {"UNSUBSCRIBE", MF__CMD_STATE},   {"PUNSUBSCRIBE", MF__CMD_STATE},
-    {"SUNSUBSCRIBE", MF__CMD_STATE},  {"MONITOR", MF__CMD_STATE},
-    {"AUTH", MF__CMD_STATE},          {"HELLO", MF__CMD_STATE},
-    {"RESET", MF__CMD_STATE},         {"QUIT", MF__CMD_STATE},
-    {"READONLY", MF__CMD_STATE},      {"READWRITE", MF__CMD_STATE},
-    {"SYNC", MF__CMD_STATE},          {"PSYNC", MF__CMD_STATE},
+    MF__CMD("BLPOP", MF__CMD_BLOCKING),
+    MF__CMD("BRPOP", MF__CMD_BLOCKING),
+    MF__CMD("BRPOPLPUSH", MF__CMD_BLOCKING),
+    MF__CMD("BLMOVE", MF__CMD_BLOCKING),
+    MF__CMD("BLMPOP", MF__CMD_BLOCKING),
+    MF__CMD("BZPOPMIN", MF__CMD_BLOCKING),
+    MF__CMD("BZPOPMAX", MF__CMD_BLOCKING),
+    MF__CMD("BZMPOP", MF__CMD_BLOCKING),
+    MF__CMD("WAIT", MF__CMD_BLOCKING),
+    MF__CMD("WAITAOF", MF__CMD_BLOCKING),
+    MF__CMD("XREAD", MF__CMD_XREAD),
+    MF__CMD("XREADGROUP", MF__CMD_XREAD),
+    MF__CMD("MULTI", MF__CMD_MULTI),
+    MF__CMD("EXEC", MF__CMD_EXEC),
+    MF__CMD("DISCARD", MF__CMD_EXEC),
+    MF__CMD("WATCH", MF__CMD_WATCH),
+    MF__CMD("UNWATCH", MF__CMD_UNWATCH),
+    MF__CMD("SELECT", MF__CMD_STATE),
+    MF__CMD("CLIENT", MF__CMD_STATE),
+    MF__CMD("SUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("PSUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("SSUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("UNSUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("PUNSUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("SUNSUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("MONITOR", MF__CMD_STATE),
+    MF__CMD("AUTH", MF__CMD_STATE),
+    MF__CMD("HELLO", MF__CMD_STATE),
+    MF__CMD("RESET", MF__CMD_STATE),
+    MF__CMD("QUIT", MF__CMD_STATE),
+    MF__CMD("READONLY", MF__CMD_STATE),
+    MF__CMD("READWRITE", MF__CMD_STATE),
+    MF__CMD("SYNC", MF__CMD_STATE),
+    MF__CMD("PSYNC", MF__CMD_STATE),
 };
 
 static bool mf__word_is(const char *s, size_t n, const char *word)
@@ -79,10 +108,14 @@ static bool mf__word_is(const char *s, size_t n, const char *word)
     return strlen(word) == n && strncasecmp(s, word, n) == 0;
 }
 
+/* Every command passes here: one length compare rejects most entries. */
 static int mf__cmd_kind(const char *name, size_t n)
 {
+    if (n < 4 || n > 12)
+        return 0; /* GET, SET, DEL, INCR... are never special */
     for (size_t i = 0; i < MF_ARRAY_SIZE(mf__cmd_table); i++)
-        if (mf__word_is(name, n, mf__cmd_table[i].name))
+        if (mf__cmd_table[i].len == n &&
+            strncasecmp(name, mf__cmd_table[i].name, n) == 0)
             return mf__cmd_table[i].kind;
     return 0;
 }
@@ -167,9 +200,10 @@ void mf__redis_task_on_reply(mf_redis_rtask_t *t)
 static void mf__rtask_dispatch(mf_task_t *task)
 {
     mf_redis_rtask_t *t = mf__rtask(task);
-    if (!t->ncmds) {
+    if (!t->ncmds || t->unformatted) {
         t->phase = MF_RT_DONE;
-        mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
+        mf_task_complete(task, MF_STATE_TASK_ERROR,
+                         t->unformatted ? MF_ENOMEM : MF_EINVAL);
         return;
     }
     if (t->in_multi || t->watching)
@@ -247,6 +281,7 @@ void mf_task_redis_add_command(mf_task_t *task, int argc,
     size_t before = t->cmds.len;
     if (mf__redis_format(task->_loop, &t->cmds, argc, argv, argvlen) < 0) {
         t->cmds.len = before; /* no half command on the wire */
+        t->unformatted = true;
         return;
     }
     t->ncmds++;

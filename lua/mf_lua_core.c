@@ -20,6 +20,8 @@ const char *mf_lua_errstr(int state, int error)
             return "connection refused";
         if (error == MF_ECONNRESET)
             return "connection reset";
+        if (error == MF_ECLOSED || error == MF_EOF) /* the peer closed */
+            return "connection closed";
         return "system error";
     case MF_STATE_TASK_ERROR:
         if (error == MF_EINVAL)
@@ -28,6 +30,8 @@ const char *mf_lua_errstr(int state, int error)
             return "permission denied";
         if (error == MF_EMSGSIZE) /* a reply over the client's limit */
             return "message too long";
+        if (error == MF_ENOMEM) /* e.g. a user-sized buffer was refused */
+            return "out of memory";
         return "task error";
     default:
         return mf_state_name(state);

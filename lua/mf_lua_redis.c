@@ -297,6 +297,7 @@ const char *mf_lua_redis_errstr(int error)
     case MF_EACCES:
     case MF_EINVAL:
     case MF_EMSGSIZE:
+    case MF_ENOMEM:
         return mf_lua_errstr(MF_STATE_TASK_ERROR, error);
     default:
         return mf_lua_errstr(MF_STATE_SYS_ERROR, error);

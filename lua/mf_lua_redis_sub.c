@@ -194,6 +194,8 @@ static void mf_lua__channels(lua_State *L, mf_lua_redis_argv_t *a,
                              const char *what)
 {
     int top = lua_gettop(L);
+    if (top < 2)
+        luaL_error(L, "%s: a channel expected", what);
     mf_lua_redis_check_args(L, 2, top, what);
     mf_lua_redis_argv_init(a);
     for (int i = 2; i <= top; i++)

@@ -7,6 +7,16 @@
 -- redis://127.0.0.1:6379/0. Exits 1 when the server cannot be reached.
 local mf = require "moonflow"
 
+-- `moonflow serve examples/redis` would load this file as the route
+-- /redis_cli: answer 404 there instead of reading the server's stdin.
+if not arg then
+    return function(_, resp)
+        resp.status = 404
+        resp:send("redis_cli.lua is a command: moonflow run " ..
+            "examples/redis/redis_cli.lua [-u URL] CMD ARGS...\n")
+    end
+end
+
 local escapes = { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n",
                   ["\r"] = "\\r", ["\t"] = "\\t", ["\a"] = "\\a",
                   ["\b"] = "\\b" }

@@ -1,6 +1,7 @@
 -- moonflow — the Lua API (require "moonflow"). Thin: a flow step is a plain
 -- table {kind = ..., fields} checked, built and run by the C side
--- (moonflow.core, moonflow.flow, moonflow.timer); this file names things,
+-- (moonflow.core, moonflow.flow, moonflow.timer, moonflow.redis: r:call
+-- and friends are C methods of the client object); this file names things,
 -- raises misuse at the caller's line, and turns task results into
 -- (value) / (nil, err).
 local core = require "moonflow.core"
@@ -169,6 +170,9 @@ end
 -- holds the task options (timeout, callback). A list of commands gives
 -- result.values, one command result.value.
 function mf.task.redis(r, cmd, ...)
+    if getmetatable(r) ~= "moonflow.redis" then
+        raise("mf.task.redis(r, ...): r must be a client from mf.redis")
+    end
     if type(cmd) == "table" then
         local opts = ...
         if type(cmd[1]) == "table" then

@@ -5,6 +5,7 @@
  * failures in the task's state, timeouts, max_reply, a server that sends
  * garbage, no malloc per request, and pub/sub. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -32,6 +33,9 @@ typedef struct server {
 } server_t;
 
 static server_t main_server;
+/* Every server started, killed at exit even after a failed assertion. */
+static server_t *started[8];
+static int nstarted;
 
 static uint16_t free_port(void)
 {
@@ -55,18 +59,21 @@ static bool port_open(uint16_t port)
     return ok;
 }
 
-/* extra: more redis-server arguments (NULL-terminated), e.g. TLS. */
-static void server_start(server_t *s, char *const *extra)
+/* tls: the server speaks TLS only, with a self-signed certificate for
+ * 127.0.0.1 (DIR/c.pem, its own CA) made here. */
+static void server_start(server_t *s, bool tls)
 {
     if (access("/usr/bin/redis-server", X_OK) != 0)
         MF_TEST_FAIL("redis-server is not installed (make installs it)");
     snprintf(s->dir, sizeof s->dir, "/tmp/mf-redis-XXXXXX");
     ASSERT(mkdtemp(s->dir) != NULL);
     s->port = free_port();
-    char port[16], log[96];
+    char port[16], log[96], cert[96], key[96], cmd[512];
     snprintf(port, sizeof port, "%u", s->port);
     snprintf(log, sizeof log, "%s/redis.log", s->dir);
-    char *argv[40] = {"redis-server",
+    snprintf(cert, sizeof cert, "%s/c.pem", s->dir);
+    snprintf(key, sizeof key, "%s/k.pem", s->dir);
+    char *argv[32] = {"redis-server",
                       "--port",
                       port,
                       "--bind",
@@ -82,14 +89,40 @@ static void server_start(server_t *s, char *const *extra)
                       "--logfile",
                       log,
                       NULL};
-    int n = 15;
-    for (int i = 0; extra && extra[i] && n < 38; i++)
-        argv[n++] = extra[i];
-    argv[n] = NULL;
-    if (extra && extra[0] && strcmp(extra[0], "--port") == 0)
-        argv[2] = extra[1]; /* TLS: the plain port is turned off */
-    ASSERT(posix_spawn(&s->pid, "/usr/bin/redis-server", NULL, NULL, argv,
+    if (tls) {
+        snprintf(cmd, sizeof cmd,
+                 "openssl req -x509 -newkey rsa:2048 -nodes -keyout %s "
+                 "-out %s -days 2 -subj /CN=127.0.0.1 "
+                 "-addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1",
+                 key, cert);
+        ASSERT_EQ(system(cmd), 0);
+        char *more[] = {"--tls-port",
+                        port,
+                        "--tls-cert-file",
+                        cert,
+                        "--tls-key-file",
+                        key,
+                        "--tls-ca-cert-file",
+                        cert,
+                        "--tls-auth-clients",
+                        "no",
+                        NULL};
+        argv[2] = "0"; /* no plain port */
+        int n = 15;
+        for (int i = 0; more[i]; i++)
+            argv[n++] = more[i];
+        argv[n] = NULL;
+    }
+    /* Its output goes to the log file: the test's own stdout is not kept
+     * open by a server that outlives a failed assertion. */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    ASSERT(posix_spawn(&s->pid, "/usr/bin/redis-server", &fa, NULL, argv,
                        environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    started[nstarted++] = s;
     for (int i = 0; i < 250; i++) { /* wait for the port, at most 5 s */
         if (port_open(s->port))
             return;
@@ -111,9 +144,10 @@ static void server_stop(server_t *s)
         fprintf(stderr, "could not remove %s\n", s->dir);
 }
 
-static void stop_main_server(void)
+static void stop_servers(void)
 {
-    server_stop(&main_server);
+    for (int i = 0; i < nstarted; i++)
+        server_stop(started[i]);
 }
 
 static const char *url_of(const server_t *s, const char *userinfo, int db)
@@ -129,8 +163,8 @@ static mf_redis_client_t *setup_with(const char *userinfo, int db,
 {
     signal(SIGPIPE, SIG_IGN);
     if (!main_server.pid) {
-        server_start(&main_server, NULL);
-        atexit(stop_main_server);
+        atexit(stop_servers);
+        server_start(&main_server, false);
     }
     if (!loop)
         loop = mf_loop_create();
@@ -793,37 +827,59 @@ static void on_message(mf_redis_subscriber_t *sub, const mf_redis_reply_t *msg,
     s->messages++;
 }
 
-/* Publishes until the subscriber has seen `want` messages (it subscribes
- * asynchronously, so the first ones may find nobody listening). */
+/* Waits until the server counts n subscribers of channel (pattern: n
+ * pattern subscriptions in all): subscribing is asynchronous. */
+static void wait_subscribers(mf_redis_client_t *c, const char *channel, int n)
+{
+    char line[128], want[128];
+    if (channel)
+        snprintf(line, sizeof line, "PUBSUB NUMSUB %s", channel);
+    else
+        snprintf(line, sizeof line, "PUBSUB NUMPAT");
+    if (channel)
+        snprintf(want, sizeof want, "[$%s,:%d]", channel, n);
+    else
+        snprintf(want, sizeof want, ":%d", n);
+    for (int i = 0; i < 500; i++) {
+        result_t r;
+        run(c, &r, line);
+        if (strcmp(r.text, want) == 0)
+            return;
+        usleep(10000);
+    }
+    MF_TEST_FAIL("%s never answered %s", line, want);
+}
+
+/* Runs line once, then the loop until the subscriber has seen want
+ * messages in all. */
 static void publish_until(mf_redis_client_t *c, subres_t *s, int want,
                           const char *line)
 {
-    for (int i = 0; i < 200 && s->messages < want; i++) {
-        result_t r;
-        run(c, &r, line);
-        uint64_t end = now_ms() + 10;
-        while (s->messages < want && now_ms() < end)
-            mf_loop_run(loop, MF_RUN_NOWAIT);
-    }
+    result_t r;
+    run(c, &r, line);
+    run_until(&s->messages, want);
     ASSERT_EQ(s->messages, want);
 }
 
 TEST(subscriber_gets_messages_in_order_and_its_end_once)
 {
+    expect(setup(), "ACL SETUSER alice on >s3cret ~* &* +@all", "+OK");
     mf_redis_client_t *c = setup_with("alice:s3cret", 0, NULL);
     subres_t s = {0};
     const char *chans[] = {"news", "sport"};
     mf_redis_subscriber_t *sub =
         mf_redis_subscribe(c, 2, chans, NULL, false, on_message, &s);
+    wait_subscribers(c, "sport", 1);
     publish_until(c, &s, 1, "PUBLISH news first");
     expect(c, "PUBLISH sport a; PUBLISH news b; PUBLISH other x",
            ":1 | :1 | :0");
     publish_until(c, &s, 3, "PING");
     const char *pats[] = {"we*"};
     mf_redis_subscriber_update(sub, true, 1, pats, NULL, true);
+    wait_subscribers(c, NULL, 1);
     publish_until(c, &s, 4, "PUBLISH weather sunny");
     mf_redis_subscriber_update(sub, false, 1, chans, NULL, false);
-    expect(c, "PING", "+PONG");
+    wait_subscribers(c, "news", 0);
     publish_until(c, &s, 5, "PUBLISH news gone; PUBLISH sport last");
     ASSERT_STR_EQ(s.text, "[$message,$news,$first] [$message,$sport,$a] "
                           "[$message,$news,$b] "
@@ -840,8 +896,8 @@ TEST(subscriber_gets_messages_in_order_and_its_end_once)
 
 TEST(server_going_away_fails_tasks_and_ends_subscribers)
 {
-    server_t s2 = {0};
-    server_start(&s2, NULL);
+    static server_t s2; /* static: stop_servers may see it at exit */
+    server_start(&s2, false);
     loop = mf_loop_create();
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%u", s2.port);
@@ -851,6 +907,7 @@ TEST(server_going_away_fails_tasks_and_ends_subscribers)
     mf_redis_subscriber_t *sub =
         mf_redis_subscribe(c, 1, chans, NULL, false, on_message, &s);
     (void)sub;
+    wait_subscribers(c, "c", 1);
     publish_until(c, &s, 1, "PUBLISH c hello");
     result_t blocked = {0};
     mf_task_start(task_of(c, &blocked, "BLPOP q 10"));
@@ -863,5 +920,244 @@ TEST(server_going_away_fails_tasks_and_ends_subscribers)
     result_t r;
     run(c, &r, "PING");
     EXPECT_STATE(r, MF_STATE_SYS_ERROR, MF_ECONNREFUSED);
+    teardown();
+}
+
+/* ---- more edges ---------------------------------------------------------- */
+
+TEST(a_blocking_command_may_wait_past_the_response_timeout)
+{
+    mf_redis_opts_t o;
+    mf_redis_opts_init(&o);
+    o.response_timeout_ms = 100;
+    mf_redis_client_t *c = setup_with(NULL, 0, &o);
+    uint64_t t0 = now_ms();
+    expect(c, "BLPOP nothing-here 0.4", "*nil");
+    ASSERT(now_ms() - t0 >= 350);
+    ASSERT_EQ(mf_redis_client_connects(c), 1);
+    teardown();
+}
+
+TEST(a_task_waiting_for_a_pooled_connection_can_time_out)
+{
+    mf_redis_opts_t o;
+    mf_redis_opts_init(&o);
+    o.max_connections = 1;
+    mf_redis_client_t *c = setup_with(NULL, 0, &o);
+    result_t holder = {0}, waiter = {0}, after = {0};
+    mf_task_start(task_of(c, &holder, "BLPOP wq 5"));
+    mf_task_t *t = task_of(c, &waiter, "BLPOP wq 5");
+    mf_task_set_timeout(t, 50);
+    mf_task_start(t);
+    mf_task_start(task_of(c, &after, "BLPOP wq 5"));
+    run_until(&waiter.done, 1);
+    EXPECT_STATE(waiter, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    expect(c, "RPUSH wq a", ":1");
+    run_until(&holder.done, 1);
+    ASSERT_STR_EQ(holder.text, "[$wq,$a]");
+    expect(c, "RPUSH wq b", ":1");
+    run_until(&after.done, 1); /* the timed-out waiter left the line */
+    ASSERT_STR_EQ(after.text, "[$wq,$b]");
+    ASSERT_EQ(mf_redis_client_connects(c), 2); /* shared + the one pooled */
+    teardown();
+}
+
+TEST(a_canceled_task_completes_once_with_canceled)
+{
+    mf_redis_client_t *c = setup();
+    result_t r = {0}, next = {0};
+    mf_task_t *t = busy_task(c, &r, 100);
+    mf_task_start(t);
+    mf_task_start(task_of(c, &next, "ECHO fine"));
+    mf_loop_run(loop, MF_RUN_NOWAIT);
+    mf_task_cancel(t);
+    run_until(&next.done, 1);
+    EXPECT_STATE(r, MF_STATE_CANCELED, MF_ECANCELED);
+    ASSERT_EQ(r.done, 1);
+    ASSERT_STR_EQ(next.text, "$fine");
+    teardown();
+}
+
+TEST(replies_nested_deeper_than_the_reader_allows_are_a_protocol_error)
+{
+    mf_redis_client_t *c = setup();
+    expect(c, "EVAL return{{{{{{{1}}}}}}} 0", "[[[[[[[:1]]]]]]]");
+    result_t r;
+    run(c, &r, "EVAL return{{{{{{{{{1}}}}}}}}} 0");
+    EXPECT_STATE(r, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
+    expect(c, "PING", "+PONG"); /* on a new connection */
+    ASSERT_EQ(mf_redis_client_connects(c), 2);
+    teardown();
+}
+
+TEST(a_reply_far_over_max_reply_closes_the_connection)
+{
+    mf_redis_opts_t o;
+    mf_redis_opts_init(&o);
+    o.max_reply = 1000;
+    mf_redis_client_t *c = setup_with(NULL, 0, &o);
+    static char huge[3 << 20];
+    memset(huge, 'h', sizeof huge);
+    const char *argv[] = {"SET", "huge", huge};
+    const size_t lens[] = {3, 4, sizeof huge};
+    result_t r = {0}, next = {0};
+    mf_task_t *t = mf_task_redis_create(c, on_done, &r);
+    mf_task_redis_add_command(t, 3, argv, lens);
+    mf_task_start(t);
+    run_until(&r.done, 1);
+    ASSERT_STR_EQ(r.text, "+OK");
+    memset(&r, 0, sizeof r);
+    mf_task_start(task_of(c, &r, "GET huge"));
+    mf_task_start(task_of(c, &next, "PING"));
+    run_until(&next.done, 1);
+    EXPECT_STATE(r, MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+    EXPECT_STATE(next, MF_STATE_SYS_ERROR, MF_ECONNABORTED);
+    expect(c, "DEL huge", ":1");
+    teardown();
+}
+
+static void on_message_close(mf_redis_subscriber_t *sub,
+                             const mf_redis_reply_t *msg, int error, void *user)
+{
+    subres_t *s = user;
+    if (msg) {
+        mf_redis_subscriber_close(sub); /* from inside: msg stays valid */
+        mf_redis_subscriber_close(sub); /* twice: no effect */
+        snprintf(s->text, sizeof s->text, "%.*s", (int)msg->elements[2].len,
+                 msg->elements[2].str);
+        s->messages++;
+        return;
+    }
+    s->ended++;
+    s->error = error;
+}
+
+TEST(a_subscriber_may_close_from_its_callback)
+{
+    mf_redis_client_t *c = setup();
+    subres_t s = {0};
+    const char *chans[] = {"bye"};
+    mf_redis_subscribe(c, 1, chans, NULL, false, on_message_close, &s);
+    wait_subscribers(c, "bye", 1);
+    publish_until(c, &s, 1, "PUBLISH bye one; PUBLISH bye two");
+    run_until(&s.ended, 1);
+    ASSERT_EQ(s.messages, 1);
+    ASSERT_STR_EQ(s.text, "one");
+    ASSERT_EQ(s.error, 0);
+    teardown();
+}
+
+TEST(a_subscriber_that_cannot_connect_ends_with_the_error)
+{
+    loop = mf_loop_create();
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%u", free_port());
+    mf_redis_client_t *c = mf_redis_client(loop, url, NULL, NULL);
+    subres_t s = {0};
+    const char *chans[] = {"x"};
+    mf_redis_subscribe(c, 1, chans, NULL, false, on_message, &s);
+    run_until(&s.ended, 1);
+    ASSERT_EQ(s.error, MF_ECONNREFUSED);
+    teardown();
+}
+
+TEST(a_loop_destroyed_with_live_subscribers_and_idle_connections_frees_all)
+{
+    mf_redis_client_t *c = setup();
+    subres_t s = {0};
+    const char *chans[] = {"live"};
+    mf_redis_subscribe(c, 1, chans, NULL, false, on_message, &s);
+    wait_subscribers(c, "live", 1);
+    publish_until(c, &s, 1, "PUBLISH live 1");
+    expect(c, "BLPOP none 0.01", "*nil"); /* an idle pooled connection */
+    teardown();                           /* ASan: nothing leaks */
+    ASSERT_EQ(s.ended, 0);                /* no call into a dead loop */
+}
+
+TEST(rediss_verifies_the_server_against_the_given_ca)
+{
+    static server_t tls; /* static: stop_servers may see it at exit */
+    server_start(&tls, true);
+    loop = mf_loop_create();
+    char url[64], ca[128];
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%u/1", tls.port);
+    snprintf(ca, sizeof ca, "%s/c.pem", tls.dir);
+    mf_redis_opts_t o;
+    mf_redis_opts_init(&o);
+    o.ca_file = ca;
+    mf_redis_client_t *good = mf_redis_client(loop, url, &o, NULL);
+    expect(good, "SET t 1; GET t", "+OK | $1");
+    expect(good, "BLPOP tq 0.01", "*nil");
+    subres_t s = {0};
+    const char *chans[] = {"tls"};
+    mf_redis_subscriber_t *sub =
+        mf_redis_subscribe(good, 1, chans, NULL, false, on_message, &s);
+    wait_subscribers(good, "tls", 1);
+    publish_until(good, &s, 1, "PUBLISH tls hi");
+    mf_redis_subscriber_close(sub);
+    run_until(&s.ended, 1);
+    /* The system bundle does not know this self-signed certificate. */
+    mf_redis_client_t *sys = mf_redis_client(loop, url, NULL, NULL);
+    result_t r;
+    run(sys, &r, "PING");
+    EXPECT_STATE(r, MF_STATE_TLS_ERROR, MF_ETLS);
+    o.ca_file = NULL;
+    o.tls_verify = false;
+    expect(mf_redis_client(loop, url, &o, NULL), "GET t", "$1");
+    /* Plain text to a TLS port: the server hangs up. */
+    snprintf(url, sizeof url, "redis://127.0.0.1:%u", tls.port);
+    run(mf_redis_client(loop, url, NULL, NULL), &r, "PING");
+    ASSERT(r.state != MF_STATE_SUCCESS);
+    teardown();
+    server_stop(&tls);
+}
+
+TEST(idle_connections_close_after_the_idle_timeout_or_when_the_server_does)
+{
+    mf_redis_opts_t o;
+    mf_redis_opts_init(&o);
+    o.idle_timeout_ms = 100;
+    mf_redis_client_t *c = setup_with(NULL, 0, &o);
+    expect(c, "PING", "+PONG");
+    expect(c, "BLPOP idle 0.01", "*nil");
+    ASSERT_EQ(mf_redis_client_connects(c), 2);
+    /* Idle connections do not keep the loop alive... */
+    uint64_t t0 = now_ms();
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(now_ms() - t0 < 50);
+    usleep(150000);
+    mf_loop_run(loop, MF_RUN_NOWAIT); /* ...and their timers close them */
+    expect(c, "PING", "+PONG");
+    expect(c, "BLPOP idle 0.01", "*nil");
+    ASSERT_EQ(mf_redis_client_connects(c), 4);
+
+    /* The server drops every other client: the next task reconnects. */
+    mf_redis_client_t *d = setup();
+    expect(d, "PING", "+PONG");
+    uint64_t before = mf_redis_client_connects(d);
+    expect(c, "CLIENT KILL TYPE normal SKIPME yes", ":2"); /* c, d shared */
+    for (int i = 0; i < 20; i++) { /* the hang-up reaches us */
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+        usleep(2000);
+    }
+    expect(d, "PING", "+PONG");
+    ASSERT_EQ(mf_redis_client_connects(d), before + 1);
+    int err = 0;
+    ASSERT(mf_redis_client(loop, NULL, NULL, &err) == NULL);
+    ASSERT_EQ(err, MF_EINVAL);
+    teardown();
+}
+
+TEST(a_refused_subscription_ends_the_subscriber_with_eacces)
+{
+    mf_redis_client_t *c = setup();
+    expect(c, "ACL SETUSER deaf on >pw ~* resetchannels +@all", "+OK");
+    mf_redis_client_t *deaf = setup_with("deaf:pw", 0, NULL);
+    subres_t s = {0};
+    const char *chans[] = {"secret"};
+    mf_redis_subscribe(deaf, 1, chans, NULL, false, on_message, &s);
+    run_until(&s.ended, 1);
+    ASSERT_EQ(s.error, MF_EACCES);
+    ASSERT_EQ(s.messages, 0);
     teardown();
 }

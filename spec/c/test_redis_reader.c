@@ -201,3 +201,34 @@ TEST(arena_keeps_small_nodes_in_slab_chunks_and_big_blocks_apart)
     ASSERT_EQ(mf_alloc_count(), before);
     mf_loop_destroy(loop);
 }
+
+/* Mutated cases must never crash or leak (the ASan twin watches); a
+ * deterministic generator keeps the run bounded and reproducible. */
+TEST(mutated_input_is_parsed_or_refused_but_never_crashes)
+{
+    uint32_t seed = 12345;
+    mf_loop_t *loop = mf_loop_create();
+    for (int round = 0; round < 20000; round++) {
+        const rcase_t *c = &cases[round % MF_ARRAY_SIZE(cases)];
+        char buf[64];
+        size_t len = c->len ? c->len : strlen(c->bytes);
+        memcpy(buf, c->bytes, len);
+        for (int k = 0; k < 3; k++) {
+            seed = seed * 1103515245u + 12345u;
+            buf[(seed >> 8) % len] = (char)(seed >> 20);
+        }
+        mf_redis_arena_t arena;
+        mf_redis_reply_t root;
+        mf__redis_arena_init(&arena, 4096);
+        mf_redis_sink_t sink = {&arena, &root, false};
+        redisReader *r = mf__redis_reader_create(loop, &sink);
+        void *obj = NULL;
+        redisReaderFeed(r, buf, len);
+        for (int k = 0; k < 4; k++)
+            if (redisReaderGetReply(r, &obj) != REDIS_OK || !obj)
+                break;
+        mf__redis_reader_free(r);
+        mf__redis_arena_reset(loop, &arena);
+    }
+    mf_loop_destroy(loop);
+}

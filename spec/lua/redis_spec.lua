@@ -219,6 +219,32 @@ describe("r:call", function()
         assert.are.equal("connection refused", err)
     end)
 
+    it("returns nil, 'message too long' for a reply over max_reply", function()
+        local small = mf.redis(url, { max_reply = 1000 })
+        r:call("SET", "call:long", string.rep("x", 10000))
+        assert.are.same({ nil, "message too long" }, { small:call("GET", "call:long") })
+        assert.are.equal("PONG", small:call("PING")) -- and goes on
+    end)
+
+    it("leaks nothing after calls, pipelines, tasks, failures and timeouts", function()
+        settle()
+        local base = counts()
+        local dead = mf.redis(dead_url)
+        for i = 1, 20 do
+            r:call("SET", "call:leak", i)
+            r:call("INCR", "call:str")
+            dead:call("PING")
+            r:pipeline { { "GET", "call:leak" }, { "LPUSH", "call:str", 1 } }
+            mf.parallel {
+                mf.task.redis(r, "BLPOP", "call:none", 1, { timeout = 5 }),
+                mf.task.redis(dead, "PING", { callback = function() end }),
+                mf.task.redis(r, { { "GET", "call:leak" } }),
+            }:wait()
+        end
+        settle()
+        assert.are.same(base, counts())
+    end)
+
     it("shares one connection between concurrent calls", function()
         local c = mf.redis(url, { pipeline_connections = 1 })
         assert.are.equal("PONG", c:call("PING"))
@@ -343,8 +369,37 @@ describe("mf.task.redis", function()
         assert.are.equal("PONG", r:call("PING")) -- the client goes on
     end)
 
+    it("keeps the shared connection in step after a timed-out call", function()
+        r:call("SET", "task:big", string.rep("b", 16 * 1024 * 1024))
+        r:call("SET", "task:small", "small")
+        local res = mf.parallel {
+            mf.task.redis(r, "GET", "task:big", { timeout = 1 }),
+            mf.task.redis(r, "GET", "task:small"),
+        }:wait()
+        assert.are.equal("small", res[2].value)
+        assert.are.equal("small", r:call("GET", "task:small"))
+        assert.are.equal(16 * 1024 * 1024, #r:call("GET", "task:big"))
+        r:call("DEL", "task:big")
+    end)
+
+    it("does not leave a timed-out BLPOP waiting on the server", function()
+        r:call("DEL", "task:zombie")
+        local res = mf.task.redis(r, "BLPOP", "task:zombie", 5, { timeout = 30 }):wait()
+        assert.are.equal("timeout", res.state)
+        mf.sleep(50)
+        assert.are.equal(1, r:call("RPUSH", "task:zombie", "v"))
+        mf.sleep(50)
+        assert.are.equal(1, r:call("LLEN", "task:zombie")) -- nobody popped it
+        assert.are.same({ "task:zombie", "v" }, r:call("BLPOP", "task:zombie", 1))
+    end)
+
     it("raises on a step that is not a redis client", function()
-        assert.has_error(function() mf.task.redis("x", "PING"):wait() end)
+        assert.has_error(function() mf.task.redis("x", "PING") end)
+        local Step = getmetatable(mf.task.timer(1))
+        assert.has_error(function() -- the C side checks the client too
+            setmetatable({ kind = "redis", client = {}, cmds = { { "PING" } } },
+                Step):wait()
+        end, "redis task: client must be an mf.redis object")
         assert.has_error(function() mf.task.redis(r, {}):wait() end)
     end)
 end)
@@ -459,6 +514,15 @@ describe("pub/sub", function()
         assert.are.same({ nil, "closed" }, { other:next() })
     end)
 
+    it("raises on a subscription to nothing or to a non-string", function()
+        assert.has_error(function() r:subscribe() end, "r:subscribe: a channel expected")
+        assert.has_error(function() r:psubscribe({}) end)
+        local sub = r:subscribe("ps:misuse")
+        assert.has_error(function() sub:unsubscribe() end)
+        assert.has_error(function() sub.next(r) end)
+        sub:close()
+    end)
+
     it("raises when two coroutines wait on one subscriber", function()
         local sub = r:subscribe("ps:two")
         local err
@@ -506,10 +570,10 @@ describe("a redis server that goes away", function()
         local v, err = flaky:call("GET", "flaky:k")
         assert.is_nil(v)
         assert.truthy(err == "connection refused" or err == "connection reset"
-            or err == "system error", err)
+            or err == "connection closed", err)
         local msg, serr = sub:next(2000)
         assert.is_nil(msg)
-        assert.are_not.equal("timeout", serr)
+        assert.are.equal("connection closed", serr)
         local res = mf.task.redis(flaky, "PING"):wait()
         assert.are_not.equal("success", res.state)
         assert(mf.http.get(odd .. "/redis-start"))

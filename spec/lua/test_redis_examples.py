@@ -5,6 +5,9 @@ Redis even once http_hello is gone; with Redis down it fetches again and
 says "bypass"), and
 redis_cli.lua under `moonflow run`, whose output must equal
 `redis-cli --no-raw` for the same commands, as arguments and on stdin.
+Also: `moonflow run` whose main chunk raises while other coroutines wait in
+r:call, sub:next and a redis flow, with a subscriber left open, exits 1
+at once (and clean under ASan).
 
   MF_MOONFLOW=build/moonflow MF_HTTP_HELLO=build/examples/http_hello \\
       python3 spec/lua/test_redis_examples.py
@@ -82,6 +85,8 @@ def test_wget_to_redis(tmp, redis):
               and second.body == first.body, second.raw_head)
         check("wget_to_redis: a bad request gets 400",
               get(port, "/wget_to_redis?url=ftp%3A%2F%2Fx").status == 400)
+        check("redis_cli.lua served as a route answers 404",
+              get(port, "/redis_cli").status == 404)
         failed = get(port, "/wget_to_redis?url=" +
                      urllib.parse.quote(target + "info", safe=""))
         check("wget_to_redis: a failed fetch gets 502", failed.status == 502,
@@ -135,6 +140,29 @@ def test_redis_cli(redis):
           dead.stderr)
 
 
+ABANDON = """
+local mf = require "moonflow"
+local r = mf.redis(...)
+mf.timer.at(0, function() r:call("BLPOP", "abandon:none", 30) end)
+mf.timer.at(0, function() r:subscribe("abandon:ch"):next() end)
+mf.timer.at(0, function() mf.task.redis(r, "BLPOP", "abandon:x", 30):wait() end)
+local open = r:subscribe("abandon:open") -- never closed, never collected
+mf.sleep(50)
+error("main failed")
+"""
+
+
+def test_run_abandon(tmp, redis):
+    script = os.path.join(tmp, "abandon.lua")
+    with open(script, "w") as f:
+        f.write(ABANDON)
+    p = subprocess.run([MOONFLOW, "run", script, redis.url()],
+                       capture_output=True, timeout=20)
+    check("moonflow run ends waiting calls and subscribers when the main "
+          "chunk raises", p.returncode == 1 and b"main failed" in p.stderr,
+          p.stderr.decode(errors="replace")[-3000:])
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="mf-redis-examples-")
     redis = None
@@ -142,6 +170,7 @@ def main():
         redis = harness.Redis(tmp)
         test_wget_to_redis(tmp, redis)
         test_redis_cli(redis)
+        test_run_abandon(tmp, redis)
     finally:
         if redis:
             redis.kill()
