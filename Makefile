@@ -3,7 +3,7 @@
 #   make run    install what is missing, build, serve scripts/site on :8080
 #   make test   install, build (plain + sanitizer twin), run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
-#               (engine, then HTTP servers side by side; about 12 minutes)
+#               (engine, HTTP servers side by side, Redis; about 14 minutes)
 #   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
 #
 # Dependencies are Debian packages, installed with apt-get when missing.
@@ -22,9 +22,12 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libhiredis-dev redis-server
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory) and build the fuzzers with
-# clang; make bench adds strace for syscall counts and the nginx Lua module
-# (a peer; our nginx.conf loads it, the system nginx is never started).
-BENCH_PACKAGES = strace libnginx-mod-http-lua
+# clang; make bench adds strace for syscall counts, the nginx Lua module
+# (a peer; our nginx.conf loads it, the system nginx is never started),
+# lua-resty-redis for that peer's Redis handler (lua-nginx-redis), and
+# redis-benchmark for the Redis comparison (redis-tools; bench/redis/ starts
+# its own redis-server the same way).
+BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis redis-tools
 
 .PHONY: all deps bench-deps build run test bench fuzz clean format
 
