@@ -19,15 +19,16 @@ FUZZ_SECONDS ?= 60
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
-           libhiredis-dev redis-server
+           libhiredis-dev redis-server redis-tools
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
-# on a loopback port in a temporary directory) and build the fuzzers with
-# clang; make bench adds strace for syscall counts, the nginx Lua module
-# (a peer; our nginx.conf loads it, the system nginx is never started),
-# lua-resty-redis for that peer's Redis handler (lua-nginx-redis), and
-# redis-benchmark for the Redis comparison (redis-tools; bench/redis/ starts
-# its own redis-server the same way).
-BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis redis-tools
+# on a loopback port in a temporary directory; redis-cli's output is what the
+# redis_cli example is checked against) and build the fuzzers with clang;
+# make bench adds strace for syscall counts, the nginx Lua module (a peer;
+# our nginx.conf loads it, the system nginx is never started) and
+# lua-resty-redis for that peer's Redis handler (lua-nginx-redis);
+# redis-benchmark comes with redis-tools (bench/redis/ starts its own
+# redis-server the same way).
+BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis
 
 .PHONY: all deps bench-deps build run test bench fuzz clean format
 
