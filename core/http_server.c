@@ -31,8 +31,17 @@ void mf_http_server_config_init(mf_http_server_config_t *c)
 
 /* ---- Date header, formatted once per second ----------------------------- */
 
+/* The wall clock is read at most once per loop tick (the loop's cached
+ * time, refreshed every iteration), as nginx reads it once per event loop
+ * turn: the responses of one iteration share their Date. */
 const char *mf__server_date(mf_http_server_t *srv, size_t *len)
 {
+    uint64_t tick = mf_loop_now(srv->loop);
+    if (tick == srv->date_checked && srv->date_len) {
+        *len = srv->date_len;
+        return srv->date;
+    }
+    srv->date_checked = tick;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME_COARSE, &now);
     if (now.tv_sec != srv->date_sec) {

@@ -149,7 +149,8 @@ struct mf_http_server {
     void *stopped_arg;
     mf_post_t stopped_post;
     long date_sec;
-    char date[40]; /* "Date: Tue, 01 Dec 2026 10:00:00 GMT\r\n" */
+    uint64_t date_checked; /* loop time of the last clock read */
+    char date[40];         /* "Date: Tue, 01 Dec 2026 10:00:00 GMT\r\n" */
     size_t date_len;
     char server_line[80];
     size_t server_line_len;
