@@ -16,6 +16,7 @@
 
 #include "dns_stub.h"
 #include "test.h"
+#include "test_port.h"
 
 extern char **environ;
 
@@ -710,18 +711,6 @@ static pid_t start_nginx(uint16_t nport)
     return -1;
 }
 
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void on_nginx_seq(mf_task_t *task)
 {
     result_t *r = task->user;
@@ -737,7 +726,7 @@ TEST(against_nginx_keep_alive_is_reused_and_redirects_followed)
 {
     if (access("/usr/sbin/nginx", X_OK) != 0)
         MF_TEST_FAIL("nginx is not installed (make installs nginx-light)");
-    uint16_t nport = free_port();
+    uint16_t nport = mf_test_free_port();
     pid_t pid = start_nginx(nport);
     ASSERT(pid > 0);
     loop = mf_loop_create();

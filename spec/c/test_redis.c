@@ -19,6 +19,7 @@
 
 #include "dns_stub.h"
 #include "test.h"
+#include "test_port.h"
 
 extern char **environ;
 
@@ -37,28 +38,6 @@ static server_t main_server;
 static server_t *started[8];
 static int nstarted;
 
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static bool port_open(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return ok;
-}
-
 /* tls: the server speaks TLS only, with a self-signed certificate for
  * 127.0.0.1 (DIR/c.pem, its own CA) made here. */
 static void server_start_on(server_t *s, bool tls, uint16_t port_no);
@@ -75,7 +54,7 @@ static void server_start_on(server_t *s, bool tls, uint16_t port_no)
         MF_TEST_FAIL("redis-server is not installed (make installs it)");
     snprintf(s->dir, sizeof s->dir, "/tmp/mf-redis-XXXXXX");
     ASSERT(mkdtemp(s->dir) != NULL);
-    s->port = port_no ? port_no : free_port();
+    s->port = port_no ? port_no : mf_test_free_port();
     char port[16], log[96], cert[96], key[96], cmd[512];
     snprintf(port, sizeof port, "%u", s->port);
     snprintf(log, sizeof log, "%s/redis.log", s->dir);
@@ -136,7 +115,7 @@ static void server_start_on(server_t *s, bool tls, uint16_t port_no)
     if (!known)
         started[nstarted++] = s;
     for (int i = 0; i < 250; i++) { /* wait for the port, at most 5 s */
-        if (port_open(s->port))
+        if (mf_test_port_open(s->port))
             return;
         usleep(20000);
     }
@@ -600,7 +579,7 @@ TEST(failures_come_back_in_the_task)
 
     /* Nothing listens there. */
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%u", free_port());
+    snprintf(url, sizeof url, "redis://127.0.0.1:%u", mf_test_free_port());
     mf_redis_client_t *dead = mf_redis_client(loop, url, NULL, NULL);
     run(dead, &r, "PING");
     EXPECT_STATE(r, MF_STATE_SYS_ERROR, MF_ECONNREFUSED);
@@ -1156,7 +1135,7 @@ TEST(a_subscriber_that_cannot_connect_ends_with_the_error)
 {
     loop = mf_loop_create();
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%u", free_port());
+    snprintf(url, sizeof url, "redis://127.0.0.1:%u", mf_test_free_port());
     mf_redis_client_t *c = mf_redis_client(loop, url, NULL, NULL);
     subres_t s = {0};
     const char *chans[] = {"x"};

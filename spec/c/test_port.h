@@ -1,0 +1,40 @@
+/*
+ * test_port.h — loopback ports for tests that start servers of their own
+ * (redis-server, nginx): a free port to give them, and whether something
+ * listens on one yet.
+ */
+#ifndef MF_TEST_PORT_H
+#define MF_TEST_PORT_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A port the kernel just handed out on 127.0.0.1 (free again after). */
+static inline uint16_t mf_test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Whether a connect to 127.0.0.1:port succeeds. */
+static inline bool mf_test_port_open(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+#endif /* MF_TEST_PORT_H */
