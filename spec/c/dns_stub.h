@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <moonflow/dns.h>
+
 #include "test.h"
 
 /* ---- the DNS server ---------------------------------------------------- */
@@ -318,6 +320,20 @@ static void dns_stub_stop(void)
     close(dns_stub.stop[1]);
     close(dns_stub.fd);
     close(dns_stub.listen_fd);
+}
+
+/* Points loop's resolver at the running stub only: one try, 1 s timeout,
+ * short cache lifetimes. */
+static inline void dns_stub_use(mf_loop_t *loop)
+{
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u", dns_stub.port);
+    mf_dns_config_t dc = {.timeout_ms = 1000,
+                          .tries = 1,
+                          .max_ttl_ms = 1000,
+                          .negative_ttl_ms = 100,
+                          .servers = servers};
+    ASSERT_EQ(mf_dns_configure(loop, &dc), 0);
 }
 
 #endif /* MF_TEST_DNS_STUB_H */

@@ -461,14 +461,7 @@ TEST(a_name_that_does_not_resolve_is_a_dns_error)
     setup();
     /* A real DNS server that answers NXDOMAIN for unknown names. */
     dns_stub_start();
-    char servers[64];
-    snprintf(servers, sizeof servers, "127.0.0.1:%u", dns_stub.port);
-    mf_dns_config_t dc = {.timeout_ms = 1000,
-                          .tries = 1,
-                          .max_ttl_ms = 1000,
-                          .negative_ttl_ms = 100,
-                          .servers = servers};
-    ASSERT_EQ(mf_dns_configure(loop, &dc), 0);
+    dns_stub_use(loop);
     result_t r = {0};
     run_one(mf_task_http_create(loop, "GET", "http://no-such-host.test/",
                                 on_done, &r));

@@ -589,14 +589,7 @@ TEST(failures_come_back_in_the_task)
 
     /* A name that does not resolve. */
     dns_stub_start();
-    char servers[64];
-    snprintf(servers, sizeof servers, "127.0.0.1:%u", dns_stub.port);
-    mf_dns_config_t dc = {.timeout_ms = 1000,
-                          .tries = 1,
-                          .max_ttl_ms = 1000,
-                          .negative_ttl_ms = 100,
-                          .servers = servers};
-    ASSERT_EQ(mf_dns_configure(loop, &dc), 0);
+    dns_stub_use(loop);
     mf_redis_client_t *nx =
         mf_redis_client(loop, "redis://no-such-host.test:6379", NULL, NULL);
     run(nx, &r, "PING");
