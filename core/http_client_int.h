@@ -11,6 +11,7 @@
 #define MF_HTTP_CLIENT_INT_H
 
 #include "buf.h"
+#include "client_open.h"
 #include "moonflow/dns.h"
 #include "moonflow/http_client.h"
 #include "tls.h"
@@ -49,8 +50,7 @@ struct mf_http_cconn {
     mf_list_t link;      /* ep->conns */
     mf_list_t idle_link; /* ep->idle when idle */
     SSL *ssl;
-    bool connecting;
-    bool handshaking;
+    mf_opener_t opener; /* while its task opens it */
     bool closed;
     unsigned requests; /* answered on this connection */
     mf_http_ctask_t *task;
@@ -84,7 +84,6 @@ struct mf_http_ctask {
     mf_list_t wait_link;
     mf_dns_query_t dns;
     bool resolving;
-    size_t addr_index;
     mf_timer_t timer; /* connect, then response timeout */
     mf_buf_t out;
     size_t out_done;

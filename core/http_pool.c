@@ -14,7 +14,6 @@
 #include "net.h"
 
 static void mf__conn_on_io(mf_io_t *io, unsigned events);
-static void mf__conn_open_next(mf_http_ctask_t *t);
 
 /* ---- the pool --------------------------------------------------------------
  */
@@ -159,6 +158,7 @@ static mf_http_cconn_t *mf__cconn_new(mf_http_ctask_t *t)
     conn->loop = loop;
     conn->ep = t->ep;
     mf_io_init(&conn->io, -1, mf__conn_on_io, conn);
+    mf__opener_init(&conn->opener, loop, &conn->io, &conn->ssl);
     mf_timer_init(&conn->idle_timer, mf__cconn_idle_expired, conn);
     mf_timer_set_ref(loop, &conn->idle_timer, false);
     mf_list_init(&conn->idle_link);
@@ -293,8 +293,9 @@ static void mf__conn_on_resolved(mf_dns_query_t *q, int status)
         mf__conn_fail_open(t, state, status);
         return;
     }
-    t->addr_index = 0;
-    mf__conn_open_next(t);
+    int rc = mf__opener_start(&t->conn->opener, &t->dns);
+    if (rc < 0)
+        mf__conn_fail_open(t, MF_STATE_SYS_ERROR, rc);
 }
 
 static void mf__http_open(mf_http_ctask_t *t)
@@ -307,72 +308,15 @@ static void mf__http_open(mf_http_ctask_t *t)
                        mf__conn_on_resolved, t);
 }
 
-/* Tries the next resolved address; the last error is reported when none
- * is left. */
-static void mf__conn_open_next(mf_http_ctask_t *t)
-{
-    mf_http_cconn_t *conn = t->conn;
-    int err = MF_ECONNREFUSED;
-    while (t->addr_index < t->dns.naddrs) {
-        int fd = mf__net_connect(&t->dns.addrs[t->addr_index++]);
-        if (fd < 0) {
-            err = fd;
-            continue;
-        }
-        conn->io.fd = fd;
-        conn->connecting = true;
-        if (mf_io_start(conn->loop, &conn->io, MF_IO_READ | MF_IO_WRITE) < 0) {
-            close(fd);
-            conn->io.fd = -1;
-            continue;
-        }
-        return; /* the WRITE edge says connected (or failed) */
-    }
-    mf__conn_fail_open(t, MF_STATE_SYS_ERROR, err);
-}
-
-static int mf__conn_start_tls(mf_http_ctask_t *t)
-{
-    mf_http_cconn_t *conn = t->conn;
-    conn->ssl = mf__tls_client_ssl(conn->loop, conn->io.fd, t->host,
-                                   t->opts.tls_verify, t->opts.ca_file);
-    if (!conn->ssl)
-        return MF_ETLS;
-    conn->handshaking = true;
-    return 0;
-}
-
 void mf__http_opening_event(mf_http_ctask_t *t, unsigned events)
 {
-    mf_http_cconn_t *conn = t->conn;
-    if (conn->connecting) {
-        /* A non-blocking connect ends with a WRITE edge (or an error). */
-        if (!(events & (MF_IO_WRITE | MF_IO_ERROR | MF_IO_HUP)))
-            return;
-        int err = mf__net_socket_error(conn->io.fd);
-        if (err < 0) {
-            mf_io_stop(conn->loop, &conn->io);
-            close(conn->io.fd);
-            conn->io.fd = -1;
-            conn->connecting = false;
-            mf__conn_open_next(t);
-            return;
-        }
-        conn->connecting = false;
-        if (t->tls && mf__conn_start_tls(t) < 0) {
-            mf__conn_fail_open(t, MF_STATE_TLS_ERROR, MF_ETLS);
-            return;
-        }
-    }
-    if (conn->handshaking) {
-        int rc = mf__tls_handshake(conn->ssl);
-        if (rc == MF_EAGAIN)
-            return;
-        if (rc < 0) {
-            mf__conn_fail_open(t, MF_STATE_TLS_ERROR, MF_ETLS);
-            return;
-        }
-        conn->handshaking = false;
-    }
-    mf__ctask_send(t);
+    mf_client_tls_t tls = {t->host, t->opts.tls_verify, t->opts.ca_file};
+    int rc = mf__opener_event(&t->conn->opener, events, t->tls ? &tls : NULL);
+    if (rc == MF_EAGAIN)
+        return;
+    if (rc < 0)
+        mf__conn_fail_open(
+            t, rc == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR, rc);
+    else
+        mf__ctask_send(t);
 }

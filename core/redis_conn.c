@@ -105,6 +105,7 @@ mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
     conn->kind = kind;
     conn->state = MF_RCONN_OPENING;
     mf_io_init(&conn->io, -1, mf__rconn_on_io, conn);
+    mf__opener_init(&conn->opener, loop, &conn->io, &conn->ssl);
     mf_timer_init(&conn->timer, mf__rconn_on_timer, conn);
     mf_list_init(&conn->queue);
     mf_list_init(&conn->link);
@@ -124,27 +125,6 @@ mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
     return conn;
 }
 
-static void mf__rconn_connect_next(mf_redis_conn_t *conn)
-{
-    int err = MF_ECONNREFUSED;
-    while (conn->addr_index < conn->dns.naddrs) {
-        int fd = mf__net_connect(&conn->dns.addrs[conn->addr_index++]);
-        if (fd < 0) {
-            err = fd;
-            continue;
-        }
-        conn->io.fd = fd;
-        if (mf_io_start(conn->loop, &conn->io, MF_IO_READ | MF_IO_WRITE) < 0) {
-            close(fd);
-            conn->io.fd = -1;
-            continue;
-        }
-        conn->connecting = true;
-        return; /* the WRITE edge says connected (or failed) */
-    }
-    mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, err);
-}
-
 static void mf__rconn_on_resolved(mf_dns_query_t *q, int status)
 {
     mf_redis_conn_t *conn = q->data;
@@ -158,8 +138,9 @@ static void mf__rconn_on_resolved(mf_dns_query_t *q, int status)
                              status);
         return;
     }
-    conn->addr_index = 0;
-    mf__rconn_connect_next(conn);
+    int rc = mf__opener_start(&conn->opener, &conn->dns);
+    if (rc < 0)
+        mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, rc);
 }
 
 static void mf__rconn_flush(mf_redis_conn_t *conn);
@@ -200,41 +181,16 @@ static void mf__rconn_opened(mf_redis_conn_t *conn)
 
 static void mf__rconn_opening_event(mf_redis_conn_t *conn, unsigned events)
 {
-    if (conn->connecting) {
-        if (!(events & (MF_IO_WRITE | MF_IO_ERROR | MF_IO_HUP)))
-            return;
-        if (mf__net_socket_error(conn->io.fd) < 0) {
-            mf_io_stop(conn->loop, &conn->io);
-            close(conn->io.fd);
-            conn->io.fd = -1;
-            conn->connecting = false;
-            mf__rconn_connect_next(conn);
-            return;
-        }
-        conn->connecting = false;
-        if (conn->client->tls) {
-            const mf_redis_opts_t *o = &conn->client->opts;
-            conn->ssl =
-                mf__tls_client_ssl(conn->loop, conn->io.fd, conn->client->host,
-                                   o->tls_verify, o->ca_file);
-            if (!conn->ssl) {
-                mf__redis_conn_close(conn, MF_STATE_TLS_ERROR, MF_ETLS);
-                return;
-            }
-            conn->handshaking = true;
-        }
-    }
-    if (conn->handshaking) {
-        int rc = mf__tls_handshake(conn->ssl);
-        if (rc == MF_EAGAIN)
-            return;
-        if (rc < 0) {
-            mf__redis_conn_close(conn, MF_STATE_TLS_ERROR, MF_ETLS);
-            return;
-        }
-        conn->handshaking = false;
-    }
-    mf__rconn_opened(conn);
+    const mf_redis_client_t *c = conn->client;
+    mf_client_tls_t tls = {c->host, c->opts.tls_verify, c->opts.ca_file};
+    int rc = mf__opener_event(&conn->opener, events, c->tls ? &tls : NULL);
+    if (rc == MF_EAGAIN)
+        return;
+    if (rc < 0)
+        mf__redis_conn_close(
+            conn, rc == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR, rc);
+    else
+        mf__rconn_opened(conn);
 }
 
 /* ---- writing -------------------------------------------------------------

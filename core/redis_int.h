@@ -17,6 +17,7 @@
 #include <hiredis/read.h>
 
 #include "buf.h"
+#include "client_open.h"
 #include "moonflow/dns.h"
 #include "moonflow/redis.h"
 #include "tls.h"
@@ -114,14 +115,12 @@ struct mf_redis_conn {
     mf_redis_conn_kind_t kind;
     mf_redis_conn_state_t state;
     bool resolving;
-    bool connecting;
-    bool handshaking;
     bool flush_pending;
     bool dirty; /* pooled: the task changed its state; never reuse */
     SSL *ssl;
     unsigned slot; /* shared: index in client->shared */
     unsigned hello_left;
-    size_t addr_index;
+    mf_opener_t opener; /* while opening */
     redisReader *reader;
     mf_redis_sink_t sink;
     mf_redis_arena_t scratch; /* AUTH/SELECT and pub/sub replies */
@@ -164,14 +163,14 @@ struct mf_redis_rtask {
     mf_redis_client_t *client;
     mf_buf_t cmds; /* the commands in protocol form */
     size_t ncmds;
-    bool dedicated; /* a command needs a connection of its own */
-    bool forced;    /* mf_task_redis_set_dedicated */
-    bool blocking;  /* BLPOP ...: no response timeout, only its own */
-    bool dirty;     /* leaves the connection changed: close it after */
-    bool in_multi;  /* MULTI without EXEC/DISCARD so far */
-    bool watching;  /* WATCH without EXEC/DISCARD/UNWATCH so far */
-    bool abandoned; /* timed out or canceled with replies still due */
-    bool overflow;  /* replies over max_reply */
+    bool dedicated;   /* a command needs a connection of its own */
+    bool forced;      /* mf_task_redis_set_dedicated */
+    bool blocking;    /* BLPOP ...: no response timeout, only its own */
+    bool dirty;       /* leaves the connection changed: close it after */
+    bool in_multi;    /* MULTI without EXEC/DISCARD so far */
+    bool watching;    /* WATCH without EXEC/DISCARD/UNWATCH so far */
+    bool abandoned;   /* timed out or canceled with replies still due */
+    bool overflow;    /* replies over max_reply */
     bool unformatted; /* a command could not be copied (out of memory) */
     mf_redis_phase_t phase;
     mf_redis_conn_t *conn;
