@@ -16,6 +16,7 @@
 
 #include "http_client_int.h"
 #include "http_server_int.h"
+#include "net.h"
 
 static void mf__ctask_attempt(mf_http_ctask_t *t);
 static void mf__ctask_finish(mf_http_ctask_t *t, int state, int error);
@@ -35,22 +36,6 @@ void mf_http_client_opts_init(mf_http_client_opts_t *o)
 /* ---- URL ------------------------------------------------------------------
  */
 
-static bool mf__parse_port(const char *s, size_t n, uint16_t *port)
-{
-    unsigned long v = 0;
-    if (n == 0 || n > 5)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (unsigned long)(s[i] - '0');
-    }
-    if (v == 0 || v > 65535)
-        return false;
-    *port = (uint16_t)v;
-    return true;
-}
-
 /* "http[s]://host[:port][/path][?query]"; host may be "[v6]". */
 static int mf__ctask_parse_url(mf_http_ctask_t *t)
 {
@@ -67,32 +52,9 @@ static int mf__ctask_parse_url(mf_http_ctask_t *t)
     }
     const char *auth = url + skip;
     size_t alen = strcspn(auth, "/?#");
-    const char *host = auth, *port = NULL;
-    size_t hlen = alen;
-    if (alen && auth[0] == '[') {
-        const char *close = memchr(auth, ']', alen);
-        if (!close)
-            return MF_EINVAL;
-        host = auth + 1;
-        hlen = (size_t)(close - auth - 1);
-        if (close + 1 < auth + alen) {
-            if (close[1] != ':')
-                return MF_EINVAL;
-            port = close + 2;
-        }
-    } else {
-        const char *colon = memchr(auth, ':', alen);
-        if (colon) {
-            hlen = (size_t)(colon - auth);
-            port = colon + 1;
-        }
-    }
-    if (hlen == 0 || hlen > MF_DNS_MAX_HOST || memchr(host, '@', hlen))
-        return MF_EINVAL;
-    memcpy(t->host, host, hlen);
-    t->host[hlen] = 0;
     t->port = t->tls ? 443 : 80;
-    if (port && !mf__parse_port(port, (size_t)(auth + alen - port), &t->port))
+    if (mf__net_parse_hostport(auth, alen, t->host, &t->port) < 0 ||
+        strchr(t->host, '@')) /* userinfo is not taken */
         return MF_EINVAL;
     t->path_off = skip + alen;
     return 0;

@@ -129,3 +129,52 @@ int mf__net_socket_error(int fd)
         return mf_err_from_errno(errno);
     return err ? mf_err_from_errno(err) : 0;
 }
+
+static bool mf__net_parse_port(const char *s, size_t n, uint16_t *port)
+{
+    unsigned long v = 0;
+    if (n == 0 || n > 5)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (unsigned long)(s[i] - '0');
+    }
+    if (v == 0 || v > 65535)
+        return false;
+    *port = (uint16_t)v;
+    return true;
+}
+
+int mf__net_parse_hostport(const char *s, size_t n,
+                           char host[MF_DNS_MAX_HOST + 1], uint16_t *port)
+{
+    const char *name = s, *colon_port = NULL;
+    size_t hlen = n;
+    if (n && s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (!close)
+            return MF_EINVAL;
+        name = s + 1;
+        hlen = (size_t)(close - s - 1);
+        if (close + 1 < s + n) {
+            if (close[1] != ':')
+                return MF_EINVAL;
+            colon_port = close + 2;
+        }
+    } else {
+        const char *colon = memchr(s, ':', n);
+        if (colon) {
+            hlen = (size_t)(colon - s);
+            colon_port = colon + 1;
+        }
+    }
+    if (hlen == 0 || hlen > MF_DNS_MAX_HOST)
+        return MF_EINVAL;
+    if (colon_port &&
+        !mf__net_parse_port(colon_port, (size_t)(s + n - colon_port), port))
+        return MF_EINVAL;
+    memcpy(host, name, hlen);
+    host[hlen] = 0;
+    return 0;
+}

@@ -24,5 +24,10 @@ int mf__net_connect(const mf_sockaddr_t *addr);
 /* The pending error of a connecting socket (0 when connected). */
 int mf__net_socket_error(int fd);
 uint16_t mf__net_port(const mf_sockaddr_t *addr);
+/* The "host[:port]" of a URL's authority, n bytes (host may be "[v6]"):
+ * host gets the name, NUL-terminated; *port is set when one is given (1 to
+ * 65535) and left alone otherwise (the scheme's default). 0 or MF_EINVAL. */
+int mf__net_parse_hostport(const char *s, size_t n,
+                           char host[MF_DNS_MAX_HOST + 1], uint16_t *port);
 
 #endif /* MF_NET_H */

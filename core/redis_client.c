@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "net.h"
 #include "redis_int.h"
 
 void mf_redis_opts_init(mf_redis_opts_t *o)
@@ -87,43 +88,6 @@ static int mf__parse_userinfo(mf_redis_client_t *c, const char *s, size_t n)
     return c->password ? 0 : MF_EINVAL;
 }
 
-/* host[:port] with host possibly "[v6]". */
-static int mf__parse_hostport(mf_redis_client_t *c, const char *s, size_t n)
-{
-    const char *host = s, *port = NULL;
-    size_t hlen = n;
-    if (n && s[0] == '[') {
-        const char *close = memchr(s, ']', n);
-        if (!close)
-            return MF_EINVAL;
-        host = s + 1;
-        hlen = (size_t)(close - s - 1);
-        if (close + 1 < s + n) {
-            if (close[1] != ':')
-                return MF_EINVAL;
-            port = close + 2;
-        }
-    } else {
-        const char *colon = memchr(s, ':', n);
-        if (colon) {
-            hlen = (size_t)(colon - s);
-            port = colon + 1;
-        }
-    }
-    if (hlen == 0 || hlen > MF_DNS_MAX_HOST)
-        return MF_EINVAL;
-    memcpy(c->host, host, hlen);
-    c->host[hlen] = 0;
-    c->port = 6379;
-    if (port) {
-        unsigned long v;
-        if (!mf__digits(port, (size_t)(s + n - port), 65535, &v) || v == 0)
-            return MF_EINVAL;
-        c->port = (uint16_t)v;
-    }
-    return 0;
-}
-
 /* redis[s]://[[user]:password@]host[:port][/db] */
 static int mf__parse_url(mf_redis_client_t *c, const char *url)
 {
@@ -144,7 +108,9 @@ static int mf__parse_url(mf_redis_client_t *c, const char *url)
     if (at && mf__parse_userinfo(c, auth, (size_t)(at - auth)) < 0)
         return MF_EINVAL;
     const char *hp = at ? at + 1 : auth;
-    if (mf__parse_hostport(c, hp, (size_t)(auth + alen - hp)) < 0)
+    c->port = 6379;
+    if (mf__net_parse_hostport(hp, (size_t)(auth + alen - hp), c->host,
+                               &c->port) < 0)
         return MF_EINVAL;
     const char *rest = auth + alen;
     if (*rest == '/') {
