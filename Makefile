@@ -83,8 +83,8 @@ bench: bench-deps
 	./bench/run $(BENCH_BUILD)
 
 format:
-	clang-format -i core/*.c core/*.h core/include/moonflow/*.h \
-	  spec/c/*.c spec/c/*.h bench/*.c bench/http/*.c examples/*/*.c
+	clang-format -i core/*/*.c core/*/*.h core/include/moonflow/*.h \
+	  spec/c/*/*.c spec/c/*.h lua/*.c lua/*.h lua/serve/*.c lua/serve/*.h bench/*.c bench/http/*.c examples/*/*.c
 
 clean:
 	rm -rf $(BUILD) $(BENCH_BUILD)

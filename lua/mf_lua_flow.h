@@ -9,7 +9,7 @@
 #ifndef MF_LUA_FLOW_H
 #define MF_LUA_FLOW_H
 
-#include <moonflow/series.h>
+#include <moonflow/parallel.h>
 
 #include "mf_lua_int.h"
 

@@ -1,5 +1,5 @@
 -- moonflow.serve — the Lua side of `moonflow serve`'s response object and
--- the case-insensitive request header table. The C side (lua/serve_http.c)
+-- the case-insensitive request header table. The C side (lua/serve/handler.c)
 -- merges `response` into resp's methods.
 local mf = require "moonflow"
 

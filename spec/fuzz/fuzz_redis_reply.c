@@ -22,7 +22,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "../../core/redis_int.h"
+#include "redis/redis_int.h"
 #include "fuzz_check.h"
 
 void *mf_loop_alloc(mf_loop_t *loop, size_t size)

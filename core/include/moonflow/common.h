@@ -28,9 +28,17 @@
 #define MF_UNLIKELY(x) (x)
 #endif
 
+/* Every public header wraps its declarations in these, so C++ programs
+ * that embed moonflow can include any of them. */
 #ifdef __cplusplus
-extern "C" {
+#define MF_EXTERN_C_BEGIN extern "C" {
+#define MF_EXTERN_C_END }
+#else
+#define MF_EXTERN_C_BEGIN
+#define MF_EXTERN_C_END
 #endif
+
+MF_EXTERN_C_BEGIN
 
 /* Small, engine-sized allocations: abort on out-of-memory (there is no
  * sensible recovery for a 100-byte task). User-sized buffers must use
@@ -49,8 +57,6 @@ MF_API uint64_t mf_alloc_count(void);
 /* Online CPUs (at least 1): the default number of workers and pool threads. */
 MF_API unsigned mf_cpu_count(void);
 
-#ifdef __cplusplus
-}
-#endif
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_COMMON_H */

@@ -30,6 +30,8 @@
 
 #include "task.h"
 
+MF_EXTERN_C_BEGIN
+
 #define MF_DNS_MAX_ADDRS 4
 #define MF_DNS_MAX_HOST 255
 
@@ -101,5 +103,7 @@ MF_API char *mf_sockaddr_format(const mf_sockaddr_t *addr, char *buf,
 /* The address alone, "1.2.3.4" / "::1" (logs, X-Forwarded-For). */
 MF_API char *mf_sockaddr_format_ip(const mf_sockaddr_t *addr, char *buf,
                                    size_t size);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_DNS_H */

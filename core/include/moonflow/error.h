@@ -78,9 +78,7 @@ typedef enum mf_state {
 #undef MF_STATE_ENUM
 } mf_state_t;
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MF_EXTERN_C_BEGIN
 
 /* Human message for an MF_E* code ("unknown error" for others). */
 MF_API const char *mf_strerror(int err);
@@ -95,8 +93,6 @@ static inline int mf_err_from_errno(int errnum)
     return -errnum;
 }
 
-#ifdef __cplusplus
-}
-#endif
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_ERROR_H */

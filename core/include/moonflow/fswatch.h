@@ -18,6 +18,8 @@
 
 #include "loop.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_fswatch mf_fswatch_t;
 
 enum {
@@ -34,5 +36,7 @@ typedef void (*mf_fswatch_cb)(mf_fswatch_t *w, const char *path, unsigned what,
 MF_API mf_fswatch_t *mf_fswatch_start(mf_loop_t *loop, const char *root,
                                       mf_fswatch_cb cb, void *arg, int *err);
 MF_API void mf_fswatch_stop(mf_fswatch_t *w);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_FSWATCH_H */

@@ -39,6 +39,8 @@
 #include "http_server.h"
 #include "task.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_http_client_opts {
     int max_redirects;            /* default 0 */
     int max_retries;              /* default 1 */
@@ -90,5 +92,7 @@ MF_API int mf_task_http_redirects(const mf_task_t *task);
 MF_API mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex,
                                        const char *upstream, mf_task_cb cb,
                                        void *user);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_HTTP_CLIENT_H */

@@ -29,6 +29,8 @@
 
 #include "common.h"
 
+MF_EXTERN_C_BEGIN
+
 /* Return codes of the head parsers (negative). Errors carry the HTTP status
  * a server should answer with in the result's `error_status`. */
 #define MF_HTTP_INCOMPLETE (-1) /* need more bytes */
@@ -159,5 +161,7 @@ MF_API const char *mf_http_reason(int status);
 /* Decodes %XX and (if plus_is_space) '+' in place; returns the new length or
  * -1 on a bad escape. */
 MF_API ssize_t mf_http_url_decode(char *s, size_t len, bool plus_is_space);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_HTTP_PARSER_H */

@@ -39,6 +39,8 @@
 #include "http_parser.h"
 #include "series.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_http_server mf_http_server_t;
 typedef struct mf_http_exchange mf_http_exchange_t;
 
@@ -165,5 +167,7 @@ MF_API void mf_http_exchange_on_drain(mf_http_exchange_t *ex,
 typedef void (*mf_http_exchange_close_cb)(mf_http_exchange_t *ex, void *arg);
 MF_API void mf_http_exchange_on_close(mf_http_exchange_t *ex,
                                       mf_http_exchange_close_cb cb, void *arg);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_HTTP_SERVER_H */

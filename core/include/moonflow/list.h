@@ -11,6 +11,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common.h"
+
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_list {
     struct mf_list *next;
     struct mf_list *prev;
@@ -83,5 +87,7 @@ static inline void mf_list_splice_back(mf_list_t *dst, mf_list_t *src)
 
 #define mf_list_foreach(pos, head) \
     for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_LIST_H */

@@ -26,6 +26,8 @@
 #include "common.h"
 #include "list.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_loop mf_loop_t;
 typedef struct mf_pool mf_pool_t;
 
@@ -189,5 +191,7 @@ MF_API void mf_loop_set_ext(mf_loop_t *loop, unsigned id, void *ext,
 #define MF_LOOP_ALLOC_MAX 16384
 MF_API void *mf_loop_alloc(mf_loop_t *loop, size_t size);
 MF_API void mf_loop_free(mf_loop_t *loop, void *p, size_t size);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_LOOP_H */

@@ -1,5 +1,8 @@
 /*
- * moonflow/moonflow.h — the whole public C API of the engine.
+ * moonflow/moonflow.h — the whole public C API of the engine: the loop and
+ * the flow primitives, the basic and go tasks, the compute pool and the
+ * workers, DNS, the file watcher, and the HTTP and Redis clients and the
+ * HTTP server. Each header says what it owns; this one only gathers them.
  */
 #ifndef MOONFLOW_H
 #define MOONFLOW_H
@@ -8,14 +11,21 @@
 #include "dns.h"
 #include "error.h"
 #include "fswatch.h"
+#include "go.h"
+#include "http_client.h"
+#include "http_parser.h"
+#include "http_server.h"
 #include "list.h"
 #include "loop.h"
+#include "parallel.h"
 #include "pool.h"
+#include "redis.h"
 #include "series.h"
 #include "task.h"
 #include "tasks.h"
 #include "workers.h"
 
+/* The release; CMake reads its project version from this line. */
 #define MOONFLOW_VERSION "0.1.0"
 
 #endif /* MOONFLOW_H */

@@ -15,6 +15,8 @@
 
 #include "loop.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_pool_job mf_pool_job_t;
 
 struct mf_pool_job {
@@ -35,5 +37,7 @@ MF_API unsigned mf_pool_threads(const mf_pool_t *pool);
 /* Queues the job (fn and done set by the caller). Loop thread of `loop`. */
 MF_API void mf_pool_submit(mf_pool_t *pool, mf_loop_t *loop,
                            mf_pool_job_t *job);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_POOL_H */

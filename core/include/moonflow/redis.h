@@ -67,6 +67,8 @@
 
 #include "task.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_redis_client mf_redis_client_t;
 typedef struct mf_redis_subscriber mf_redis_subscriber_t;
 
@@ -162,5 +164,7 @@ MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,
                                        const size_t *lens, bool pattern);
 /* Stops reading, delivers no more messages except the final NULL one. */
 MF_API void mf_redis_subscriber_close(mf_redis_subscriber_t *sub);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_REDIS_H */

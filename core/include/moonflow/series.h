@@ -1,6 +1,6 @@
 /*
- * moonflow/series.h — series (tasks in order) and parallels (series side by
- * side).
+ * moonflow/series.h — series: tasks run in order (parallels, series side by
+ * side, are in parallel.h).
  *
  * Series: an ordered queue of tasks run one after the other. After each
  * task's callback the next task starts. A callback may push tasks to the
@@ -14,11 +14,6 @@
  * succeed (MF_STATE_SUCCESS when all did). A series canceled before all its
  * tasks ran, without any failure before, ends MF_STATE_CANCELED.
  *
- * Parallel: a task that holds several series and is done when all of them
- * are. Parallels go into series like any task, and series into parallels, to
- * any depth. Completion climbs this tree in a loop, never by recursion, so
- * depth and length do not grow the stack.
- *
  * Threads: loop thread only. Ownership: the series owns its queued tasks;
  * a parallel owns its series; the context pointer is the user's (never freed
  * by the engine). Series and parallels come from the loop's free lists.
@@ -30,7 +25,7 @@
 
 #include "task.h"
 
-typedef struct mf_parallel mf_parallel_t;
+MF_EXTERN_C_BEGIN
 
 /* Runs when the series has no task left (or was canceled). */
 typedef void (*mf_series_cb)(mf_series_t *series);
@@ -57,21 +52,6 @@ MF_API mf_loop_t *mf_series_loop(const mf_series_t *series);
 /* The parallel this series belongs to, or NULL. */
 MF_API mf_parallel_t *mf_series_parallel(const mf_series_t *series);
 
-/* ---- Parallel -------------------------------------------------------- */
-
-/* A parallel is a task: its callback receives the mf_task_t; use
- * mf_parallel_from_task to get the parallel back. An empty parallel is done
- * at once. Its state is MF_STATE_SUCCESS; each series carries its own. */
-MF_API mf_parallel_t *mf_parallel_create(mf_loop_t *loop, mf_task_cb cb,
-                                         void *user);
-/* Adds a series (the parallel takes ownership). Before the parallel starts. */
-MF_API void mf_parallel_add_series(mf_parallel_t *par, mf_series_t *series);
-/* Convenience: wraps the task in a new series and adds it. Returns it. */
-MF_API mf_series_t *mf_parallel_add_task(mf_parallel_t *par, mf_task_t *task);
-MF_API size_t mf_parallel_size(const mf_parallel_t *par);
-MF_API mf_series_t *mf_parallel_series_at(const mf_parallel_t *par,
-                                          size_t index);
-MF_API mf_task_t *mf_parallel_task(mf_parallel_t *par);
-MF_API mf_parallel_t *mf_parallel_from_task(mf_task_t *task);
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_SERIES_H */

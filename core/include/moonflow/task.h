@@ -61,8 +61,11 @@
 #include "list.h"
 #include "loop.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_task mf_task_t;
 typedef struct mf_series mf_series_t;
+typedef struct mf_parallel mf_parallel_t;
 
 /* Runs on the loop thread after the task is done. The task is destroyed
  * when the callback returns; copy what you need. */
@@ -141,5 +144,7 @@ static inline void mf_task_set_callback(mf_task_t *task, mf_task_cb cb)
 {
     task->_cb = cb;
 }
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_TASK_H */

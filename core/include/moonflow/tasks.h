@@ -1,5 +1,6 @@
 /*
- * moonflow/tasks.h — the built-in task kinds: empty, timer, counter, go.
+ * moonflow/tasks.h — the basic task kinds: empty, timer, counter (the go task
+ * is in go.h).
  *
  * Every factory returns a created (idle) task owned by the caller until it
  * is pushed onto a series or started (see task.h). Factories never fail on
@@ -10,6 +11,8 @@
 #define MOONFLOW_TASKS_H
 
 #include "task.h"
+
+MF_EXTERN_C_BEGIN
 
 /* Done as soon as it is dispatched (Workflow's empty task): a placeholder or
  * a synchronisation point in a flow. */
@@ -29,11 +32,6 @@ MF_API mf_task_t *mf_task_counter_create(mf_loop_t *loop, unsigned target,
                                          mf_task_cb cb, void *user);
 MF_API void mf_task_counter_count(mf_task_t *counter);
 
-/* Runs fn(arg) on the loop's compute pool; the task completes on the loop
- * that started it. fn must not touch loop objects (it runs on another
- * thread). A per-task timeout ends the task early, but fn runs to its end. */
-typedef void (*mf_go_fn)(void *arg);
-MF_API mf_task_t *mf_task_go_create(mf_loop_t *loop, mf_go_fn fn, void *arg,
-                                    mf_task_cb cb, void *user);
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_TASKS_H */

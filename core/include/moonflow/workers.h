@@ -14,6 +14,8 @@
 #include "loop.h"
 #include "pool.h"
 
+MF_EXTERN_C_BEGIN
+
 typedef struct mf_workers mf_workers_t;
 
 typedef struct mf_workers_opts {
@@ -49,5 +51,7 @@ MF_API void mf_waitgroup_add(mf_waitgroup_t *wg, long n);
 MF_API void mf_waitgroup_done(mf_waitgroup_t *wg);
 MF_API void mf_waitgroup_wait(mf_waitgroup_t *wg);
 MF_API void mf_waitgroup_close(mf_waitgroup_t *wg);
+
+MF_EXTERN_C_END
 
 #endif /* MOONFLOW_WORKERS_H */

@@ -1,5 +1,5 @@
 /*
- * tasks_basic.c — the loop-only built-in kinds: empty, timer, counter.
+ * tasks.c — the loop-only built-in kinds: empty, timer, counter.
  * Each lives in the loop's free lists; none allocates per use once warm.
  */
 #include "moonflow/tasks.h"

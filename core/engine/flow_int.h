@@ -13,7 +13,7 @@
 #ifndef MF_FLOW_INT_H
 #define MF_FLOW_INT_H
 
-#include "moonflow/series.h"
+#include "moonflow/parallel.h"
 
 enum {
     MF_TASK_F_STARTED = 1u << 0,   /* dispatched by its series */

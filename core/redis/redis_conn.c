@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "net.h"
+#include "net/net.h"
 #include "redis_int.h"
 
 static void mf__rconn_on_io(mf_io_t *io, unsigned events);

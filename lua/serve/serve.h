@@ -1,11 +1,11 @@
 /*
- * lua/serve.h — `moonflow serve`: HTTP handlers in Lua.
+ * lua/serve/serve.h — `moonflow serve`: HTTP handlers in Lua.
  *
  * Each worker loop owns a Lua host, an HTTP server (its own SO_REUSEPORT
- * listener), the route cache (serve_routes.h), an inotify watcher on the
+ * listener), the route cache (routes.h), an inotify watcher on the
  * scripts folder and an access log buffer. A request runs the route's
  * handler `function(req, resp)` in a new coroutine of that worker's host
- * (serve_http.c); nothing is shared between workers.
+ * (handler.c); nothing is shared between workers.
  *
  * Ownership: mf_serve_main owns the process (workers, signals, exit code);
  * a worker's objects are created and destroyed on its own loop thread.
@@ -21,7 +21,7 @@
 #include <moonflow/http_server.h>
 
 #include "mf_lua_host.h"
-#include "serve_routes.h"
+#include "routes.h"
 
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
@@ -70,12 +70,12 @@ typedef struct mf_serve_worker {
     int resp_mt_ref;
 } mf_serve_worker_t;
 
-/* serve_http.c: the server's handler for a worker. */
+/* handler.c: the server's handler for a worker. */
 void mf_serve_handle(mf_http_exchange_t *ex, void *worker);
 /* Registers the request/response metatables in the worker's host. */
 void mf_serve_http_open(mf_serve_worker_t *w);
 
-/* serve_log.c */
+/* log.c */
 void mf_serve_log_open(mf_serve_worker_t *w);
 void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
                           const mf_sockaddr_t *peer, int status, size_t bytes,

@@ -16,7 +16,7 @@
 
 #include "http_client_int.h"
 #include "http_server_int.h"
-#include "net.h"
+#include "net/net.h"
 
 static void mf__ctask_attempt(mf_http_ctask_t *t);
 static void mf__ctask_finish(mf_http_ctask_t *t, int state, int error);

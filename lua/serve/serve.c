@@ -1,5 +1,5 @@
 /*
- * lua/serve.c — the `moonflow serve` command: options and config file,
+ * lua/serve/serve.c — the `moonflow serve` command: options and config file,
  * worker loops (each with its Lua host, server, routes, watcher and access
  * log), signals (SIGINT/SIGTERM: graceful stop; SIGHUP: reload every
  * script), and the exit code.

@@ -1,5 +1,5 @@
 /*
- * lua/serve_log.c — the access log of a worker: one line per request in
+ * lua/serve/log.c — the access log of a worker: one line per request in
  * nginx's "combined" shape plus the request time, buffered and written when
  * the buffer fills or once a second. Workers share the file (O_APPEND;
  * whole lines per write), each with its own buffer: no lock.

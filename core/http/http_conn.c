@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "http_server_int.h"
-#include "loop_int.h"
+#include "engine/loop_int.h"
 
 /* An idle keep-alive connection costs one slab slot: keep it at 512 bytes
  * (nginx's idle connection costs about as much). */

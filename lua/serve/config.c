@@ -1,5 +1,5 @@
 /*
- * lua/serve_config.c — `moonflow serve --config FILE`: a Lua chunk that
+ * lua/serve/config.c — `moonflow serve --config FILE`: a Lua chunk that
  * returns a table, read in a throwaway lua_State:
  *
  *   return {

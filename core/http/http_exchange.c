@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "flow_int.h"
+#include "engine/flow_int.h"
 #include "http_server_int.h"
 
 /* ---- small formatters -------------------------------------------------- */

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "net.h"
+#include "net/net.h"
 #include "redis_int.h"
 
 void mf_redis_opts_init(mf_redis_opts_t *o)

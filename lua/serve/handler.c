@@ -1,5 +1,5 @@
 /*
- * lua/serve_http.c — a request handled by a Lua handler: the request and
+ * lua/serve/handler.c — a request handled by a Lua handler: the request and
  * response objects (userdata "moonflow.request" / "moonflow.response"), the
  * coroutine that runs `handler(req, resp)`, and turning its end into an
  * HTTP answer.

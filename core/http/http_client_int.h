@@ -10,11 +10,11 @@
 #ifndef MF_HTTP_CLIENT_INT_H
 #define MF_HTTP_CLIENT_INT_H
 
-#include "buf.h"
-#include "client_open.h"
+#include "engine/buf.h"
+#include "net/client_open.h"
 #include "moonflow/dns.h"
 #include "moonflow/http_client.h"
-#include "tls.h"
+#include "net/tls.h"
 
 #define MF_HTTP_CLIENT_MAX_HEADERS 64
 

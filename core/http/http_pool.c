@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "http_client_int.h"
-#include "net.h"
+#include "net/net.h"
 
 static void mf__conn_on_io(mf_io_t *io, unsigned events);
 

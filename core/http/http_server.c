@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "http_server_int.h"
-#include "net.h"
+#include "net/net.h"
 
 void mf_http_server_config_init(mf_http_server_config_t *c)
 {

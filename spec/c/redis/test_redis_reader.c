@@ -6,7 +6,7 @@
 
 #include <moonflow/moonflow.h>
 
-#include "redis_int.h"
+#include "redis/redis_int.h"
 #include "test.h"
 
 static void put(char *out, size_t cap, const char *s, size_t n)

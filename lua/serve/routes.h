@@ -1,5 +1,5 @@
 /*
- * lua/serve_routes.h — URL path → handler function, for `moonflow serve`:
+ * lua/serve/routes.h — URL path → handler function, for `moonflow serve`:
  * file routing under a root directory plus explicit routes from the config,
  * with a per-worker cache of compiled handlers and hot reload.
  *

@@ -19,9 +19,9 @@
 #include <stdbool.h>
 #include <sys/uio.h>
 
-#include "buf.h"
+#include "engine/buf.h"
 #include "moonflow/http_server.h"
-#include "tls.h"
+#include "net/tls.h"
 
 #define MF_HTTP_MAX_HEADERS 100
 /* Output segments: copies coalesce into conn->out; only big bodies get a

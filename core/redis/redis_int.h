@@ -16,11 +16,11 @@
 
 #include <hiredis/read.h>
 
-#include "buf.h"
-#include "client_open.h"
+#include "engine/buf.h"
+#include "net/client_open.h"
 #include "moonflow/dns.h"
 #include "moonflow/redis.h"
-#include "tls.h"
+#include "net/tls.h"
 
 typedef struct mf_redis_conn mf_redis_conn_t;
 typedef struct mf_redis_rtask mf_redis_rtask_t;

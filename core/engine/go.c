@@ -3,7 +3,7 @@
  * the loop that started it.
  */
 #include "moonflow/pool.h"
-#include "moonflow/tasks.h"
+#include "moonflow/go.h"
 
 typedef struct mf_go_task {
     mf_task_t base;

@@ -3,8 +3,8 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "net.h"
+#include "engine/buf.h"
+#include "net/net.h"
 #include "test.h"
 
 TEST(listen_addresses_parse_v4_v6_and_any)

@@ -1,6 +1,6 @@
 /*
- * lua/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow test
- * [DIR]`, and `moonflow serve` (lua/serve.c).
+ * lua/serve/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow test
+ * [DIR]`, and `moonflow serve` (lua/serve/serve.c).
  *
  * Owns the process: one loop, a small compute pool for mf.go, one Lua host.
  * The script's main chunk (or busted's runner) runs in a host coroutine; the

@@ -1,9 +1,9 @@
 /*
- * lua/serve_routes.c — the route cache: a small open hash of URL paths to
+ * lua/serve/routes.c — the route cache: a small open hash of URL paths to
  * entries holding the compiled handler (a registry reference), the script
  * file, and whether it must be compiled again.
  */
-#include "serve_routes.h"
+#include "routes.h"
 
 #include <lauxlib.h>
 #include <limits.h>
