@@ -18,9 +18,10 @@
 #include "http_server_int.h"
 #include "net/net.h"
 
-static void mf__ctask_attempt(mf_http_ctask_t *t);
-static void mf__ctask_finish(mf_http_ctask_t *t, int state, int error);
-static void mf__ctask_settle_forward(mf_http_ctask_t *t, int state);
+static void mf__client_task_attempt(mf_http_client_task_t *t);
+static void mf__client_task_finish(mf_http_client_task_t *t, int state,
+                                   int error);
+static void mf__client_task_settle_forward(mf_http_client_task_t *t, int state);
 
 void mf_http_client_opts_init(mf_http_client_opts_t *o)
 {
@@ -37,7 +38,7 @@ void mf_http_client_opts_init(mf_http_client_opts_t *o)
  */
 
 /* "http[s]://host[:port][/path][?query]"; host may be "[v6]". */
-static int mf__ctask_parse_url(mf_http_ctask_t *t)
+static int mf__client_task_parse_url(mf_http_client_task_t *t)
 {
     const char *url = t->url.data;
     size_t skip;
@@ -60,7 +61,8 @@ static int mf__ctask_parse_url(mf_http_ctask_t *t)
     return 0;
 }
 
-static void mf__ctask_set_url(mf_http_ctask_t *t, const char *url, size_t len)
+static void mf__client_task_set_url(mf_http_client_task_t *t, const char *url,
+                                    size_t len)
 {
     mf_loop_t *loop = t->base._loop;
     t->url.len = 0;
@@ -71,23 +73,26 @@ static void mf__ctask_set_url(mf_http_ctask_t *t, const char *url, size_t len)
 
 /* ---- request ------------------------------------------------------------- */
 
-static void mf__ctask_put(mf_http_ctask_t *t, const char *s, size_t n)
+static void mf__client_task_put(mf_http_client_task_t *t, const char *s,
+                                size_t n)
 {
     mf__buf_append(t->base._loop, &t->out, s, n);
 }
 
-static void mf__ctask_puts(mf_http_ctask_t *t, const char *s)
+static void mf__client_task_puts(mf_http_client_task_t *t, const char *s)
 {
-    mf__ctask_put(t, s, strlen(s));
+    mf__client_task_put(t, s, strlen(s));
 }
 
-static bool mf__ctask_method_is(const mf_http_ctask_t *t, const char *name)
+static bool mf__client_task_method_is(const mf_http_client_task_t *t,
+                                      const char *name)
 {
     size_t n = strlen(name);
     return t->method.len == n && memcmp(t->method.data, name, n) == 0;
 }
 
-static bool mf__ctask_has_header(const mf_http_ctask_t *t, const char *name)
+static bool mf__client_task_has_header(const mf_http_client_task_t *t,
+                                       const char *name)
 {
     size_t n = strlen(name);
     const char *p = t->headers.data, *end = p + t->headers.len;
@@ -102,43 +107,43 @@ static bool mf__ctask_has_header(const mf_http_ctask_t *t, const char *name)
     return false;
 }
 
-static void mf__ctask_build_request(mf_http_ctask_t *t)
+static void mf__client_task_build_request(mf_http_client_task_t *t)
 {
     const char *path = t->url.data + t->path_off;
     size_t plen = strcspn(path, "#");
     char num[32];
     t->out.len = 0;
     t->out_done = 0;
-    mf__ctask_put(t, t->method.data, t->method.len);
-    mf__ctask_put(t, " ", 1);
+    mf__client_task_put(t, t->method.data, t->method.len);
+    mf__client_task_put(t, " ", 1);
     if (plen == 0 || path[0] == '?')
-        mf__ctask_put(t, "/", 1);
-    mf__ctask_put(t, path, plen);
-    mf__ctask_puts(t, " HTTP/1.1\r\n");
-    if (!mf__ctask_has_header(t, "host")) {
+        mf__client_task_put(t, "/", 1);
+    mf__client_task_put(t, path, plen);
+    mf__client_task_puts(t, " HTTP/1.1\r\n");
+    if (!mf__client_task_has_header(t, "host")) {
         bool v6 = strchr(t->host, ':') != NULL;
-        mf__ctask_puts(t, v6 ? "Host: [" : "Host: ");
-        mf__ctask_puts(t, t->host);
+        mf__client_task_puts(t, v6 ? "Host: [" : "Host: ");
+        mf__client_task_puts(t, t->host);
         if (v6)
-            mf__ctask_puts(t, "]");
+            mf__client_task_puts(t, "]");
         if (t->port != (t->tls ? 443 : 80)) {
             snprintf(num, sizeof num, ":%u", t->port);
-            mf__ctask_puts(t, num);
+            mf__client_task_puts(t, num);
         }
-        mf__ctask_puts(t, "\r\n");
+        mf__client_task_puts(t, "\r\n");
     }
-    mf__ctask_put(t, t->headers.data, t->headers.len);
+    mf__client_task_put(t, t->headers.data, t->headers.len);
     /* Bodiless GET/HEAD send no length; everything else says it. */
-    if (t->body.len ||
-        !(mf__ctask_method_is(t, "GET") || mf__ctask_method_is(t, "HEAD"))) {
+    if (t->body.len || !(mf__client_task_method_is(t, "GET") ||
+                         mf__client_task_method_is(t, "HEAD"))) {
         snprintf(num, sizeof num, "Content-Length: %zu\r\n", t->body.len);
-        mf__ctask_puts(t, num);
+        mf__client_task_puts(t, num);
     }
-    mf__ctask_puts(t, "\r\n");
-    mf__ctask_put(t, t->body.data, t->body.len);
+    mf__client_task_puts(t, "\r\n");
+    mf__client_task_put(t, t->body.data, t->body.len);
 }
 
-static void mf__ctask_arm(mf_http_ctask_t *t, uint32_t ms)
+static void mf__client_task_arm(mf_http_client_task_t *t, uint32_t ms)
 {
     if (ms)
         mf_timer_start(t->base._loop, &t->timer, ms);
@@ -146,9 +151,9 @@ static void mf__ctask_arm(mf_http_ctask_t *t, uint32_t ms)
         mf_timer_stop(t->base._loop, &t->timer);
 }
 
-static void mf__ctask_write(mf_http_ctask_t *t)
+static void mf__client_task_write(mf_http_client_task_t *t)
 {
-    mf_http_cconn_t *conn = t->conn;
+    mf_http_client_conn_t *conn = t->conn;
     while (t->out_done < t->out.len) {
         struct iovec iov = {t->out.data + t->out_done,
                             t->out.len - t->out_done};
@@ -157,7 +162,7 @@ static void mf__ctask_write(mf_http_ctask_t *t)
             return;
         if (w < 0) {
             /* A reused connection the server had already closed: retry. */
-            mf__ctask_finish(t, MF_STATE_SYS_ERROR, (int)w);
+            mf__client_task_finish(t, MF_STATE_SYS_ERROR, (int)w);
             return;
         }
         t->out_done += (size_t)w;
@@ -165,39 +170,41 @@ static void mf__ctask_write(mf_http_ctask_t *t)
     t->phase = MF_CT_HEAD;
 }
 
-void mf__ctask_send(mf_http_ctask_t *t)
+void mf__client_task_send(mf_http_client_task_t *t)
 {
     t->phase = MF_CT_SENDING;
     t->in.len = 0;
     t->scanned = 0;
     t->got_bytes = false;
-    mf__ctask_build_request(t);
-    mf__ctask_arm(t, t->opts.response_timeout_ms);
-    mf__ctask_write(t);
+    mf__client_task_build_request(t);
+    mf__client_task_arm(t, t->opts.response_timeout_ms);
+    mf__client_task_write(t);
     if (t->phase == MF_CT_HEAD)
-        mf__ctask_on_io(t, MF_IO_READ); /* the answer may be there already */
+        mf__client_task_on_io(t,
+                              MF_IO_READ); /* the answer may be there already */
 }
 
 /* ---- response --------------------------------------------------------- */
 
-static bool mf__ctask_is_head(const mf_http_ctask_t *t)
+static bool mf__client_task_is_head(const mf_http_client_task_t *t)
 {
-    return mf__ctask_method_is(t, "HEAD");
+    return mf__client_task_method_is(t, "HEAD");
 }
 
-static int mf__ctask_parse_head(mf_http_ctask_t *t)
+static int mf__client_task_parse_head(mf_http_client_task_t *t)
 {
     t->resp.headers = t->resp_headers;
     t->resp.num_headers = MF_HTTP_CLIENT_MAX_HEADERS;
     mf_http_limits_t limits = {65536, 65536, MF_HTTP_CLIENT_MAX_HEADERS};
     return mf_http_parse_response(t->in.data, t->in.len, &t->resp,
-                                  mf__ctask_is_head(t), &limits, &t->scanned);
+                                  mf__client_task_is_head(t), &limits,
+                                  &t->scanned);
 }
 
-static void mf__ctask_relay(mf_http_ctask_t *t, bool complete);
+static void mf__client_task_relay(mf_http_client_task_t *t, bool complete);
 
 /* Body bytes after the head: returns true when the body is complete. */
-static bool mf__ctask_body_progress(mf_http_ctask_t *t, bool eof)
+static bool mf__client_task_body_progress(mf_http_client_task_t *t, bool eof)
 {
     size_t start = t->head_len + t->body_len;
     if (t->resp.body == MF_HTTP_BODY_NONE)
@@ -209,9 +216,9 @@ static bool mf__ctask_body_progress(mf_http_ctask_t *t, bool eof)
         t->body_len += len;
         t->in.len = t->head_len + t->body_len + (rest > 0 ? (size_t)rest : 0);
         if (rest == MF_HTTP_ERROR) {
-            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR,
-                             t->chunked.error_status == 413 ? MF_EMSGSIZE
-                                                            : MF_EPROTO);
+            mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR,
+                                   t->chunked.error_status == 413 ? MF_EMSGSIZE
+                                                                  : MF_EPROTO);
             return false;
         }
         return rest >= 0;
@@ -230,18 +237,18 @@ static bool mf__ctask_body_progress(mf_http_ctask_t *t, bool eof)
 }
 
 /* Parses what has arrived; finishes the attempt when complete. */
-static void mf__ctask_process(mf_http_ctask_t *t, bool eof)
+static void mf__client_task_process(mf_http_client_task_t *t, bool eof)
 {
     if (t->phase == MF_CT_HEAD) {
-        int rc = mf__ctask_parse_head(t);
+        int rc = mf__client_task_parse_head(t);
         if (rc == MF_HTTP_INCOMPLETE) {
             if (eof)
-                mf__ctask_finish(t, MF_STATE_SYS_ERROR,
-                                 t->got_bytes ? MF_EPROTO : MF_ECLOSED);
+                mf__client_task_finish(t, MF_STATE_SYS_ERROR,
+                                       t->got_bytes ? MF_EPROTO : MF_ECLOSED);
             return;
         }
         if (rc == MF_HTTP_ERROR) {
-            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
+            mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
             return;
         }
         if (t->resp.status < 200 && t->resp.status != 101) {
@@ -249,7 +256,7 @@ static void mf__ctask_process(mf_http_ctask_t *t, bool eof)
             memmove(t->in.data, t->in.data + rc, t->in.len - (size_t)rc);
             t->in.len -= (size_t)rc;
             t->scanned = 0;
-            mf__ctask_process(t, eof);
+            mf__client_task_process(t, eof);
             return;
         }
         t->head_len = (size_t)rc;
@@ -259,56 +266,56 @@ static void mf__ctask_process(mf_http_ctask_t *t, bool eof)
             mf_http_chunked_init(&t->chunked, t->opts.max_response_body);
         if (t->resp.body == MF_HTTP_BODY_LENGTH &&
             t->resp.content_length > t->opts.max_response_body) {
-            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
+            mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
             return;
         }
     }
-    bool complete = mf__ctask_body_progress(t, eof);
+    bool complete = mf__client_task_body_progress(t, eof);
     if (t->phase != MF_CT_BODY)
         return; /* failed inside */
     if (t->forward)
-        mf__ctask_relay(t, complete);
+        mf__client_task_relay(t, complete);
     if (t->phase != MF_CT_BODY)
         return;
     if (complete)
-        mf__ctask_finish(t, MF_STATE_SUCCESS, 0);
+        mf__client_task_finish(t, MF_STATE_SUCCESS, 0);
     else if (eof)
-        mf__ctask_finish(t, MF_STATE_SYS_ERROR, MF_ECLOSED);
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ECLOSED);
 }
 
 /* The parsed head points into t->in: when a growing body moves the
  * buffer, parse the head again where it now is (the bytes are the same,
  * so is the result), or header lookups would read freed memory. */
-static void mf__ctask_head_moved(mf_http_ctask_t *t)
+static void mf__client_task_head_moved(mf_http_client_task_t *t)
 {
     t->scanned = 0;
-    mf__ctask_parse_head(t);
+    mf__client_task_parse_head(t);
     t->scanned = 0;
 }
 
-static void mf__ctask_read(mf_http_ctask_t *t)
+static void mf__client_task_read(mf_http_client_task_t *t)
 {
     while ((t->phase == MF_CT_HEAD || t->phase == MF_CT_BODY) && !t->paused) {
         const char *before = t->in.data;
         if (t->in.cap - t->in.len < 4096 &&
             mf__buf_reserve(t->base._loop, &t->in, 16384) < 0) {
-            mf__ctask_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+            mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
             return;
         }
         if (t->in.data != before && t->phase == MF_CT_BODY)
-            mf__ctask_head_moved(t);
+            mf__client_task_head_moved(t);
         if (t->in.len > t->opts.max_response_body + 65536) {
-            mf__ctask_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
+            mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
             return;
         }
-        mf_http_cconn_t *conn = t->conn;
+        mf_http_client_conn_t *conn = t->conn;
         ssize_t n =
             mf__sock_read(conn->io.fd, conn->ssl, t->in.data + t->in.len,
                           t->in.cap - t->in.len);
         if (n == MF_EAGAIN)
             return;
         if (n < 0) {
-            mf__ctask_finish(
+            mf__client_task_finish(
                 t, n == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR,
                 (int)n);
             return;
@@ -317,26 +324,26 @@ static void mf__ctask_read(mf_http_ctask_t *t)
             t->got_bytes = true;
             t->in.len += (size_t)n;
         }
-        mf__ctask_process(t, n == 0);
+        mf__client_task_process(t, n == 0);
         if (n == 0)
             return;
     }
 }
 
-void mf__ctask_on_io(mf_http_ctask_t *t, unsigned events)
+void mf__client_task_on_io(mf_http_client_task_t *t, unsigned events)
 {
     switch (t->phase) {
     case MF_CT_OPENING:
         mf__http_opening_event(t, events);
         return;
     case MF_CT_SENDING:
-        mf__ctask_write(t);
+        mf__client_task_write(t);
         if (t->phase == MF_CT_HEAD)
-            mf__ctask_read(t); /* the answer may follow at once */
+            mf__client_task_read(t); /* the answer may follow at once */
         return;
     case MF_CT_HEAD:
     case MF_CT_BODY:
-        mf__ctask_read(t);
+        mf__client_task_read(t);
         return;
     default:
         return;
@@ -345,25 +352,25 @@ void mf__ctask_on_io(mf_http_ctask_t *t, unsigned events)
 
 /* ---- finishing: reuse, redirects, retries ------------------------------- */
 
-static bool mf__method_idempotent(const mf_http_ctask_t *t)
+static bool mf__method_idempotent(const mf_http_client_task_t *t)
 {
     static const char *const safe[] = {"GET",    "HEAD",    "PUT",
                                        "DELETE", "OPTIONS", "TRACE"};
     for (size_t i = 0; i < MF_ARRAY_SIZE(safe); i++)
-        if (mf__ctask_method_is(t, safe[i]))
+        if (mf__client_task_method_is(t, safe[i]))
             return true;
     return false;
 }
 
-static const mf_http_header_t *mf__ctask_find(const mf_http_ctask_t *t,
-                                              const char *name)
+static const mf_http_header_t *
+mf__client_task_find(const mf_http_client_task_t *t, const char *name)
 {
     return mf_http_find_header(t->resp.headers, t->resp.num_headers, name);
 }
 
 /* Resolves a Location against the current URL into t->url. */
-static bool mf__ctask_redirect_to(mf_http_ctask_t *t, const char *loc,
-                                  size_t len)
+static bool mf__client_task_redirect_to(mf_http_client_task_t *t,
+                                        const char *loc, size_t len)
 {
     char buf[4096];
     int n;
@@ -386,22 +393,22 @@ static bool mf__ctask_redirect_to(mf_http_ctask_t *t, const char *loc,
     }
     if (n <= 0 || (size_t)n >= sizeof buf)
         return false;
-    mf__ctask_set_url(t, buf, (size_t)n);
-    return mf__ctask_parse_url(t) == 0;
+    mf__client_task_set_url(t, buf, (size_t)n);
+    return mf__client_task_parse_url(t) == 0;
 }
 
-static bool mf__ctask_follow_redirect(mf_http_ctask_t *t)
+static bool mf__client_task_follow_redirect(mf_http_client_task_t *t)
 {
     int s = t->resp.status;
     if (t->forward || t->redirects >= t->opts.max_redirects ||
         !(s == 301 || s == 302 || s == 303 || s == 307 || s == 308))
         return false;
-    const mf_http_header_t *loc = mf__ctask_find(t, "location");
-    if (!loc || !mf__ctask_redirect_to(t, loc->value, loc->value_len))
+    const mf_http_header_t *loc = mf__client_task_find(t, "location");
+    if (!loc || !mf__client_task_redirect_to(t, loc->value, loc->value_len))
         return false;
     t->redirects++;
     if (s == 303 ||
-        ((s == 301 || s == 302) && mf__ctask_method_is(t, "POST"))) {
+        ((s == 301 || s == 302) && mf__client_task_method_is(t, "POST"))) {
         t->method.len = 0; /* as browsers and curl do */
         mf__buf_append(t->base._loop, &t->method, "GET", 3);
         t->body.len = 0;
@@ -411,7 +418,7 @@ static bool mf__ctask_follow_redirect(mf_http_ctask_t *t)
 
 /* Whether a failed attempt may go again: only if the request cannot have
  * been processed (nothing answered) and repeating it is harmless. */
-static bool mf__ctask_may_retry(mf_http_ctask_t *t, int state)
+static bool mf__client_task_may_retry(mf_http_client_task_t *t, int state)
 {
     if (state != MF_STATE_SYS_ERROR || t->got_bytes || t->forward)
         return false;
@@ -420,64 +427,65 @@ static bool mf__ctask_may_retry(mf_http_ctask_t *t, int state)
     return mf__method_idempotent(t) || t->phase == MF_CT_OPENING;
 }
 
-static void mf__ctask_drop_conn(mf_http_ctask_t *t, bool reuse)
+static void mf__client_task_drop_conn(mf_http_client_task_t *t, bool reuse)
 {
-    mf_http_cconn_t *conn = t->conn;
+    mf_http_client_conn_t *conn = t->conn;
     if (!conn)
         return;
     t->conn = NULL;
     mf__http_release(conn, reuse);
 }
 
-static void mf__ctask_finish(mf_http_ctask_t *t, int state, int error)
+static void mf__client_task_finish(mf_http_client_task_t *t, int state,
+                                   int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
     bool reuse =
         ok && t->resp.keep_alive && t->in.len == t->head_len + t->body_len;
-    mf_http_cconn_t *conn = t->conn;
+    mf_http_client_conn_t *conn = t->conn;
     bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
                  mf__method_idempotent(t);
-    mf__ctask_drop_conn(t, reuse);
-    if (ok && mf__ctask_follow_redirect(t)) {
-        mf__ctask_attempt(t);
+    mf__client_task_drop_conn(t, reuse);
+    if (ok && mf__client_task_follow_redirect(t)) {
+        mf__client_task_attempt(t);
         return;
     }
-    if (stale || (!ok && mf__ctask_may_retry(t, state))) {
+    if (stale || (!ok && mf__client_task_may_retry(t, state))) {
         if (!stale)
             t->retries++;
-        mf__ctask_attempt(t);
+        mf__client_task_attempt(t);
         return;
     }
     t->phase = MF_CT_DONE;
     mf_timer_stop(t->base._loop, &t->timer);
-    mf__ctask_settle_forward(t, state);
+    mf__client_task_settle_forward(t, state);
     mf_task_complete(&t->base, state, error);
 }
 
-void mf__ctask_open_failed(mf_http_ctask_t *t, int state, int error)
+void mf__client_task_open_failed(mf_http_client_task_t *t, int state, int error)
 {
     t->conn = NULL;
-    mf__ctask_finish(t, state, error);
+    mf__client_task_finish(t, state, error);
 }
 
-static void mf__ctask_timed_out(mf_timer_t *timer)
+static void mf__client_task_timed_out(mf_timer_t *timer)
 {
-    mf_http_ctask_t *t = timer->data;
+    mf_http_client_task_t *t = timer->data;
     mf__http_abandon(t);
-    mf__ctask_settle_forward(t, MF_STATE_TIMEOUT);
+    mf__client_task_settle_forward(t, MF_STATE_TIMEOUT);
     if (t->resolving)
         return; /* the canceled query completes the task */
     t->phase = MF_CT_DONE;
     mf_task_complete(&t->base, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
 }
 
-static void mf__ctask_attempt(mf_http_ctask_t *t)
+static void mf__client_task_attempt(mf_http_client_task_t *t)
 {
     mf_http_pool_t *pool = mf__http_pool(t->base._loop);
     t->ep = mf__http_endpoint(pool, t->host, t->port, t->tls,
                               t->opts.tls_verify, t->opts.ca_file);
     t->phase = MF_CT_IDLE;
-    mf__ctask_arm(t, t->opts.connect_timeout_ms);
+    mf__client_task_arm(t, t->opts.connect_timeout_ms);
     mf__http_acquire(t);
 }
 
@@ -504,7 +512,7 @@ static bool mf__hop_by_hop(const mf_http_header_t *h)
     return false;
 }
 
-static void mf__ctask_relay_head(mf_http_ctask_t *t)
+static void mf__client_task_relay_head(mf_http_client_task_t *t)
 {
     mf_http_exchange_t *ex = t->forward;
     mf_http_exchange_set_status(ex, t->resp.status);
@@ -517,43 +525,43 @@ static void mf__ctask_relay_head(mf_http_ctask_t *t)
 
 /* The client caught up: read what the upstream sent meanwhile (its edge
  * has already fired, so read now rather than wait for the next one). */
-static void mf__ctask_resume(mf_http_exchange_t *ex, void *arg)
+static void mf__client_task_resume(mf_http_exchange_t *ex, void *arg)
 {
-    mf_http_ctask_t *t = arg;
+    mf_http_client_task_t *t = arg;
     t->paused = false;
     if (t->phase != MF_CT_BODY)
         return;
     if (ex->closed_early) {
-        mf__ctask_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
+        mf__client_task_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
         return;
     }
-    mf__ctask_read(t);
+    mf__client_task_read(t);
 }
 
 /* A body that is complete at once goes out with a Content-Length; else the
  * pieces are streamed (chunked) as they arrive and dropped from memory. */
-static void mf__ctask_relay(mf_http_ctask_t *t, bool complete)
+static void mf__client_task_relay(mf_http_client_task_t *t, bool complete)
 {
     mf_http_exchange_t *ex = t->forward;
     const char *body = t->in.data + t->head_len;
     if (t->relayed == 0 && complete) {
-        mf__ctask_relay_head(t);
+        mf__client_task_relay_head(t);
         mf_http_exchange_append(ex, body, t->body_len);
         t->relayed = t->body_len + 1;
         return;
     }
     if (t->relayed == 0) {
-        mf__ctask_relay_head(t);
+        mf__client_task_relay_head(t);
         t->relayed = 1;
     }
     int rc = t->body_len ? mf_http_exchange_write(ex, body, t->body_len) : 0;
     if (rc < 0) {
-        mf__ctask_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
+        mf__client_task_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
         return;
     }
     if (rc == 1 && !complete) { /* the client is slower than the upstream */
         t->paused = true;
-        mf_http_exchange_on_drain(ex, mf__ctask_resume, t);
+        mf_http_exchange_on_drain(ex, mf__client_task_resume, t);
     }
     /* Keep only what is not decoded yet (a partial chunk header). */
     size_t used = t->head_len + t->body_len;
@@ -566,7 +574,7 @@ static void mf__ctask_relay(mf_http_ctask_t *t, bool complete)
 /* A forward that ends without relaying anything answers the client with
  * 502 (504 on timeout); a streamed answer is ended by the exchange's series
  * when this task's callback has run. */
-static void mf__ctask_settle_forward(mf_http_ctask_t *t, int state)
+static void mf__client_task_settle_forward(mf_http_client_task_t *t, int state)
 {
     mf_http_exchange_t *ex = t->forward;
     if (!ex || ex->closed_early || t->relayed)
@@ -580,34 +588,34 @@ static void mf__ctask_settle_forward(mf_http_ctask_t *t, int state)
 /* ---- the task kind ---------------------------------------------------------
  */
 
-static void mf__ctask_dispatch(mf_task_t *task)
+static void mf__client_task_dispatch(mf_task_t *task)
 {
-    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
-    if (mf__ctask_parse_url(t) < 0) {
+    mf_http_client_task_t *t = (mf_http_client_task_t *)task;
+    if (mf__client_task_parse_url(t) < 0) {
         mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
         return;
     }
-    mf__ctask_attempt(t);
+    mf__client_task_attempt(t);
 }
 
-static void mf__ctask_cancel(mf_task_t *task)
+static void mf__client_task_cancel(mf_task_t *task)
 {
-    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
+    mf_http_client_task_t *t = (mf_http_client_task_t *)task;
     if (t->phase == MF_CT_DONE)
         return;
     mf_timer_stop(task->_loop, &t->timer);
     mf__http_abandon(t);
     /* A per-task timeout lands here too: the engine decided the state. */
-    mf__ctask_settle_forward(t, task->_state);
+    mf__client_task_settle_forward(t, task->_state);
     if (t->resolving)
         return; /* completes from the DNS callback */
     t->phase = MF_CT_DONE;
     mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
 }
 
-static void mf__ctask_destroy(mf_task_t *task)
+static void mf__client_task_destroy(mf_task_t *task)
 {
-    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
+    mf_http_client_task_t *t = (mf_http_client_task_t *)task;
     mf_loop_t *loop = task->_loop;
     mf_timer_stop(loop, &t->timer);
     mf__http_abandon(t);
@@ -618,33 +626,35 @@ static void mf__ctask_destroy(mf_task_t *task)
     mf_loop_free(loop, t, sizeof(*t));
 }
 
-static const mf_task_ops_t mf__ctask_ops = {
-    "http", mf__ctask_dispatch, mf__ctask_cancel, mf__ctask_destroy};
+static const mf_task_ops_t mf__client_task_ops = {
+    "http", mf__client_task_dispatch, mf__client_task_cancel,
+    mf__client_task_destroy};
 
-static mf_http_ctask_t *mf__ctask(const mf_task_t *task)
+static mf_http_client_task_t *mf__ctask(const mf_task_t *task)
 {
-    return task && task->_ops == &mf__ctask_ops ? (mf_http_ctask_t *)task
-                                                : NULL;
+    return task && task->_ops == &mf__client_task_ops
+               ? (mf_http_client_task_t *)task
+               : NULL;
 }
 
 mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
                                const char *url, mf_task_cb cb, void *user)
 {
-    mf_http_ctask_t *t = mf_loop_alloc(loop, sizeof(*t));
-    memset(t, 0, offsetof(mf_http_ctask_t, resp_headers));
-    mf_task_init(&t->base, &mf__ctask_ops, loop, cb, user);
+    mf_http_client_task_t *t = mf_loop_alloc(loop, sizeof(*t));
+    memset(t, 0, offsetof(mf_http_client_task_t, resp_headers));
+    mf_task_init(&t->base, &mf__client_task_ops, loop, cb, user);
     mf_http_client_opts_init(&t->opts);
-    mf_timer_init(&t->timer, mf__ctask_timed_out, t);
+    mf_timer_init(&t->timer, mf__client_task_timed_out, t);
     mf_list_init(&t->wait_link);
     const char *m = method && *method ? method : "GET";
     mf__buf_append(loop, &t->method, m, strlen(m));
-    mf__ctask_set_url(t, url ? url : "", url ? strlen(url) : 0);
+    mf__client_task_set_url(t, url ? url : "", url ? strlen(url) : 0);
     return &t->base;
 }
 
 void mf_task_http_set_opts(mf_task_t *task, const mf_http_client_opts_t *opts)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     if (t)
         t->opts = *opts;
 }
@@ -652,7 +662,7 @@ void mf_task_http_set_opts(mf_task_t *task, const mf_http_client_opts_t *opts)
 void mf_task_http_add_header(mf_task_t *task, const char *name,
                              const char *value)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     if (!t || strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
         return; /* no header injection */
     mf_loop_t *loop = task->_loop;
@@ -664,7 +674,7 @@ void mf_task_http_add_header(mf_task_t *task, const char *name,
 
 void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     if (!t)
         return;
     t->body.len = 0;
@@ -673,19 +683,19 @@ void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
 
 int mf_task_http_status(const mf_task_t *task)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     return t && t->head_len ? t->resp.status : 0;
 }
 
 const mf_http_response_t *mf_task_http_response(const mf_task_t *task)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     return t && t->head_len ? &t->resp : NULL;
 }
 
 const char *mf_task_http_body(const mf_task_t *task, size_t *len)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     if (!t || !t->head_len) {
         if (len)
             *len = 0;
@@ -699,9 +709,9 @@ const char *mf_task_http_body(const mf_task_t *task, size_t *len)
 const char *mf_task_http_header(const mf_task_t *task, const char *name,
                                 size_t *len)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     const mf_http_header_t *h =
-        t && t->head_len ? mf__ctask_find(t, name) : NULL;
+        t && t->head_len ? mf__client_task_find(t, name) : NULL;
     if (len)
         *len = h ? h->value_len : 0;
     return h ? h->value : NULL;
@@ -709,21 +719,21 @@ const char *mf_task_http_header(const mf_task_t *task, const char *name,
 
 const char *mf_task_http_url(const mf_task_t *task)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     return t ? t->url.data : NULL;
 }
 
 int mf_task_http_redirects(const mf_task_t *task)
 {
-    mf_http_ctask_t *t = mf__ctask(task);
+    mf_http_client_task_t *t = mf__ctask(task);
     return t ? t->redirects : 0;
 }
 
 /* ---- forward --------------------------------------------------------------
  */
 
-static void mf__ctask_copy_request(mf_http_ctask_t *t,
-                                   const mf_http_exchange_t *ex)
+static void mf__client_task_copy_request(mf_http_client_task_t *t,
+                                         const mf_http_exchange_t *ex)
 {
     const mf_http_request_t *req = &ex->req;
     char peer[64];
@@ -758,9 +768,9 @@ mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex, const char *upstream,
     snprintf(method, sizeof method, "%.*s", (int)req->method_len, req->method);
     mf_task_t *task =
         mf_task_http_create(ex->conn->loop, method, url, cb, user);
-    mf_http_ctask_t *t = (mf_http_ctask_t *)task;
+    mf_http_client_task_t *t = (mf_http_client_task_t *)task;
     t->forward = ex;
     t->opts.max_retries = 0;
-    mf__ctask_copy_request(t, ex);
+    mf__client_task_copy_request(t, ex);
     return task;
 }

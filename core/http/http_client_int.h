@@ -19,8 +19,8 @@
 #define MF_HTTP_CLIENT_MAX_HEADERS 64
 
 typedef struct mf_http_endpoint mf_http_endpoint_t;
-typedef struct mf_http_cconn mf_http_cconn_t;
-typedef struct mf_http_ctask mf_http_ctask_t;
+typedef struct mf_http_client_conn mf_http_client_conn_t;
+typedef struct mf_http_client_task mf_http_client_task_t;
 
 struct mf_http_endpoint {
     mf_list_t link; /* pool->endpoints */
@@ -42,7 +42,7 @@ typedef struct mf_http_pool {
     uint64_t connects;
 } mf_http_pool_t;
 
-struct mf_http_cconn {
+struct mf_http_client_conn {
     mf_io_t io;
     mf_timer_t idle_timer;
     mf_http_endpoint_t *ep;
@@ -50,10 +50,10 @@ struct mf_http_cconn {
     mf_list_t link;      /* ep->conns */
     mf_list_t idle_link; /* ep->idle when idle */
     SSL *ssl;
-    mf_opener_t opener; /* while its task opens it */
+    mf_client_open_t opener; /* while its task opens it */
     bool closed;
     unsigned requests; /* answered on this connection */
-    mf_http_ctask_t *task;
+    mf_http_client_task_t *task;
     mf_post_t free_post;
 };
 
@@ -67,7 +67,7 @@ typedef enum mf_ctask_phase {
     MF_CT_DONE
 } mf_ctask_phase_t;
 
-struct mf_http_ctask {
+struct mf_http_client_task {
     mf_task_t base;
     mf_http_client_opts_t opts;
     mf_ctask_phase_t phase;
@@ -80,7 +80,7 @@ struct mf_http_ctask {
     uint16_t port;
     size_t path_off; /* path+query inside url */
     mf_http_endpoint_t *ep;
-    mf_http_cconn_t *conn;
+    mf_http_client_conn_t *conn;
     mf_list_t wait_link;
     mf_dns_query_t dns;
     bool resolving;
@@ -111,21 +111,22 @@ mf_http_pool_t *mf__http_pool(mf_loop_t *loop);
 mf_http_endpoint_t *mf__http_endpoint(mf_http_pool_t *pool, const char *host,
                                       uint16_t port, bool tls, bool verify,
                                       const char *ca_file);
-/* Gives the task a connection: an idle one (then mf__ctask_send runs), a
- * new one (opened; then mf__ctask_send), or a place in the wait queue. */
-void mf__http_acquire(mf_http_ctask_t *t);
+/* Gives the task a connection: an idle one (then mf__client_task_send runs), a
+ * new one (opened; then mf__client_task_send), or a place in the wait queue. */
+void mf__http_acquire(mf_http_client_task_t *t);
 /* The task is done with its connection; reuse says whether it is clean. */
-void mf__http_release(mf_http_cconn_t *conn, bool reuse);
+void mf__http_release(mf_http_client_conn_t *conn, bool reuse);
 /* Removes a task from the wait queue / aborts its connection attempt. */
-void mf__http_abandon(mf_http_ctask_t *t);
+void mf__http_abandon(mf_http_client_task_t *t);
 /* An I/O event while the task's connection is opening: finishes connect
- * and the TLS handshake, then calls mf__ctask_send. */
-void mf__http_opening_event(mf_http_ctask_t *t, unsigned events);
+ * and the TLS handshake, then calls mf__client_task_send. */
+void mf__http_opening_event(mf_http_client_task_t *t, unsigned events);
 
 /* http_client.c */
-void mf__ctask_send(mf_http_ctask_t *t);
-void mf__ctask_on_io(mf_http_ctask_t *t, unsigned events);
+void mf__client_task_send(mf_http_client_task_t *t);
+void mf__client_task_on_io(mf_http_client_task_t *t, unsigned events);
 /* The connection could not be opened (state + error as for the task). */
-void mf__ctask_open_failed(mf_http_ctask_t *t, int state, int error);
+void mf__client_task_open_failed(mf_http_client_task_t *t, int state,
+                                 int error);
 
 #endif /* MF_HTTP_CLIENT_INT_H */

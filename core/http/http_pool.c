@@ -18,7 +18,7 @@ static void mf__conn_on_io(mf_io_t *io, unsigned events);
 /* ---- the pool --------------------------------------------------------------
  */
 
-static void mf__cconn_destroy_now(mf_http_cconn_t *conn);
+static void mf__client_conn_destroy_now(mf_http_client_conn_t *conn);
 
 static void mf__pool_free(mf_loop_t *loop, void *ext)
 {
@@ -30,7 +30,8 @@ static void mf__pool_free(mf_loop_t *loop, void *ext)
             mf_container_of(node, mf_http_endpoint_t, link);
         mf_list_t *c;
         while ((c = mf_list_pop_front(&ep->conns)) != NULL)
-            mf__cconn_destroy_now(mf_container_of(c, mf_http_cconn_t, link));
+            mf__client_conn_destroy_now(
+                mf_container_of(c, mf_http_client_conn_t, link));
         free(ep->ca_file);
         mf_free(ep);
     }
@@ -103,14 +104,14 @@ mf_http_endpoint_t *mf__http_endpoint(mf_http_pool_t *pool, const char *host,
 /* ---- connections -----------------------------------------------------------
  */
 
-static void mf__cconn_free(mf_post_t *post)
+static void mf__client_conn_free(mf_post_t *post)
 {
-    mf_http_cconn_t *conn = post->data;
+    mf_http_client_conn_t *conn = post->data;
     mf_loop_free(conn->loop, conn, sizeof(*conn));
 }
 
 /* Closes the socket at once; the memory goes from a deferred post. */
-static void mf__cconn_shut(mf_http_cconn_t *conn)
+static void mf__client_conn_shut(mf_http_client_conn_t *conn)
 {
     mf_io_stop(conn->loop, &conn->io);
     mf_timer_stop(conn->loop, &conn->idle_timer);
@@ -122,44 +123,44 @@ static void mf__cconn_shut(mf_http_cconn_t *conn)
     conn->closed = true;
 }
 
-static void mf__cconn_destroy_now(mf_http_cconn_t *conn)
+static void mf__client_conn_destroy_now(mf_http_client_conn_t *conn)
 {
-    mf__cconn_shut(conn);
+    mf__client_conn_shut(conn);
     mf_loop_free(conn->loop, conn, sizeof(*conn));
 }
 
 static void mf__endpoint_serve_waiter(mf_http_endpoint_t *ep);
 
-static void mf__cconn_close(mf_http_cconn_t *conn)
+static void mf__client_conn_close(mf_http_client_conn_t *conn)
 {
     if (conn->closed)
         return;
     mf_http_endpoint_t *ep = conn->ep;
-    mf__cconn_shut(conn);
+    mf__client_conn_shut(conn);
     mf_list_remove(&conn->link);
     if (mf_list_linked(&conn->idle_link))
         mf_list_remove(&conn->idle_link);
     ep->nconns--;
-    mf_post_init(&conn->free_post, mf__cconn_free, conn);
+    mf_post_init(&conn->free_post, mf__client_conn_free, conn);
     mf_loop_defer(conn->loop, &conn->free_post);
     mf__endpoint_serve_waiter(ep); /* a slot is free now */
 }
 
-static void mf__cconn_idle_expired(mf_timer_t *timer)
+static void mf__client_conn_idle_expired(mf_timer_t *timer)
 {
-    mf__cconn_close(timer->data);
+    mf__client_conn_close(timer->data);
 }
 
-static mf_http_cconn_t *mf__cconn_new(mf_http_ctask_t *t)
+static mf_http_client_conn_t *mf__client_conn_new(mf_http_client_task_t *t)
 {
     mf_loop_t *loop = t->base._loop;
-    mf_http_cconn_t *conn = mf_loop_alloc(loop, sizeof(*conn));
+    mf_http_client_conn_t *conn = mf_loop_alloc(loop, sizeof(*conn));
     memset(conn, 0, sizeof(*conn));
     conn->loop = loop;
     conn->ep = t->ep;
     mf_io_init(&conn->io, -1, mf__conn_on_io, conn);
-    mf__opener_init(&conn->opener, loop, &conn->io, &conn->ssl);
-    mf_timer_init(&conn->idle_timer, mf__cconn_idle_expired, conn);
+    mf__client_open_init(&conn->opener, loop, &conn->io, &conn->ssl);
+    mf_timer_init(&conn->idle_timer, mf__client_conn_idle_expired, conn);
     mf_timer_set_ref(loop, &conn->idle_timer, false);
     mf_list_init(&conn->idle_link);
     mf_list_push_back(&t->ep->conns, &conn->link);
@@ -169,13 +170,13 @@ static mf_http_cconn_t *mf__cconn_new(mf_http_ctask_t *t)
     return conn;
 }
 
-void mf__http_release(mf_http_cconn_t *conn, bool reuse)
+void mf__http_release(mf_http_client_conn_t *conn, bool reuse)
 {
     mf_http_endpoint_t *ep = conn->ep;
     mf_http_pool_t *pool = mf__http_pool(conn->loop);
     conn->task = NULL;
     if (!reuse || pool->config.idle_timeout_ms == 0) {
-        mf__cconn_close(conn);
+        mf__client_conn_close(conn);
         return;
     }
     conn->requests++;
@@ -188,45 +189,47 @@ void mf__http_release(mf_http_cconn_t *conn, bool reuse)
 
 /* An idle connection became readable: the server closed it (or sent bytes
  * nobody asked for). Either way it cannot be reused. */
-static void mf__cconn_idle_event(mf_http_cconn_t *conn)
+static void mf__client_conn_idle_event(mf_http_client_conn_t *conn)
 {
     char byte;
     ssize_t n = mf__sock_read(conn->io.fd, conn->ssl, &byte, 1);
     if (n != MF_EAGAIN)
-        mf__cconn_close(conn);
+        mf__client_conn_close(conn);
 }
 
 static void mf__conn_on_io(mf_io_t *io, unsigned events)
 {
-    mf_http_cconn_t *conn = io->data;
+    mf_http_client_conn_t *conn = io->data;
     if (conn->task)
-        mf__ctask_on_io(conn->task, events);
+        mf__client_task_on_io(conn->task, events);
     else if (!conn->closed)
-        mf__cconn_idle_event(conn);
+        mf__client_conn_idle_event(conn);
 }
 
 /* ---- acquiring -------------------------------------------------------------
  */
 
-static void mf__ctask_take_idle(mf_http_ctask_t *t, mf_http_cconn_t *conn)
+static void mf__client_task_take_idle(mf_http_client_task_t *t,
+                                      mf_http_client_conn_t *conn)
 {
     mf_list_remove(&conn->idle_link);
     mf_timer_stop(conn->loop, &conn->idle_timer);
     mf_io_set_ref(conn->loop, &conn->io, true);
     conn->task = t;
     t->conn = conn;
-    mf__ctask_send(t);
+    mf__client_task_send(t);
 }
 
-static void mf__http_open(mf_http_ctask_t *t);
+static void mf__http_open(mf_http_client_task_t *t);
 
-void mf__http_acquire(mf_http_ctask_t *t)
+void mf__http_acquire(mf_http_client_task_t *t)
 {
     mf_http_endpoint_t *ep = t->ep;
     mf_http_pool_t *pool = mf__http_pool(t->base._loop);
     if (!mf_list_empty(&ep->idle)) {
-        mf__ctask_take_idle(
-            t, mf_container_of(ep->idle.next, mf_http_cconn_t, idle_link));
+        mf__client_task_take_idle(
+            t,
+            mf_container_of(ep->idle.next, mf_http_client_conn_t, idle_link));
         return;
     }
     if (ep->nconns < pool->config.max_connections_per_endpoint) {
@@ -242,8 +245,8 @@ static void mf__endpoint_serve_waiter(mf_http_endpoint_t *ep)
     if (mf_list_empty(&ep->waiters))
         return;
     mf_http_pool_t *pool = NULL;
-    mf_http_ctask_t *t =
-        mf_container_of(ep->waiters.next, mf_http_ctask_t, wait_link);
+    mf_http_client_task_t *t =
+        mf_container_of(ep->waiters.next, mf_http_client_task_t, wait_link);
     pool = mf__http_pool(t->base._loop);
     if (mf_list_empty(&ep->idle) &&
         ep->nconns >= pool->config.max_connections_per_endpoint)
@@ -252,36 +255,36 @@ static void mf__endpoint_serve_waiter(mf_http_endpoint_t *ep)
     mf__http_acquire(t);
 }
 
-void mf__http_abandon(mf_http_ctask_t *t)
+void mf__http_abandon(mf_http_client_task_t *t)
 {
     if (t->phase == MF_CT_WAITING && mf_list_linked(&t->wait_link))
         mf_list_remove(&t->wait_link);
     if (t->resolving)
         mf_dns_query_cancel(&t->dns);
     if (t->conn) {
-        mf_http_cconn_t *conn = t->conn;
+        mf_http_client_conn_t *conn = t->conn;
         t->conn = NULL;
         conn->task = NULL;
-        mf__cconn_close(conn);
+        mf__client_conn_close(conn);
     }
 }
 
 /* ---- opening: resolve, connect, TLS ------------------------------------- */
 
-static void mf__conn_fail_open(mf_http_ctask_t *t, int state, int error)
+static void mf__conn_fail_open(mf_http_client_task_t *t, int state, int error)
 {
-    mf_http_cconn_t *conn = t->conn;
+    mf_http_client_conn_t *conn = t->conn;
     t->conn = NULL;
     if (conn) {
         conn->task = NULL;
-        mf__cconn_close(conn);
+        mf__client_conn_close(conn);
     }
-    mf__ctask_open_failed(t, state, error);
+    mf__client_task_open_failed(t, state, error);
 }
 
 static void mf__conn_on_resolved(mf_dns_query_t *q, int status)
 {
-    mf_http_ctask_t *t = q->data;
+    mf_http_client_task_t *t = q->data;
     t->resolving = false;
     if (status == MF_ECANCELED) {
         mf_task_complete(&t->base, MF_STATE_CANCELED, MF_ECANCELED);
@@ -293,30 +296,31 @@ static void mf__conn_on_resolved(mf_dns_query_t *q, int status)
         mf__conn_fail_open(t, state, status);
         return;
     }
-    int rc = mf__opener_start(&t->conn->opener, &t->dns);
+    int rc = mf__client_open_start(&t->conn->opener, &t->dns);
     if (rc < 0)
         mf__conn_fail_open(t, MF_STATE_SYS_ERROR, rc);
 }
 
-static void mf__http_open(mf_http_ctask_t *t)
+static void mf__http_open(mf_http_client_task_t *t)
 {
     mf__http_pool(t->base._loop)->connects++;
-    mf__cconn_new(t);
+    mf__client_conn_new(t);
     t->phase = MF_CT_OPENING;
     t->resolving = true;
     mf_dns_query_start(t->base._loop, &t->dns, t->host, t->port,
                        mf__conn_on_resolved, t);
 }
 
-void mf__http_opening_event(mf_http_ctask_t *t, unsigned events)
+void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
 {
     mf_client_tls_t tls = {t->host, t->opts.tls_verify, t->opts.ca_file};
-    int rc = mf__opener_event(&t->conn->opener, events, t->tls ? &tls : NULL);
+    int rc =
+        mf__client_open_event(&t->conn->opener, events, t->tls ? &tls : NULL);
     if (rc == MF_EAGAIN)
         return;
     if (rc < 0)
         mf__conn_fail_open(
             t, rc == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR, rc);
     else
-        mf__ctask_send(t);
+        mf__client_task_send(t);
 }

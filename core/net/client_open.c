@@ -9,7 +9,8 @@
 #include "moonflow/error.h"
 #include "net.h"
 
-void mf__opener_init(mf_opener_t *o, mf_loop_t *loop, mf_io_t *io, SSL **ssl)
+void mf__client_open_init(mf_client_open_t *o, mf_loop_t *loop, mf_io_t *io,
+                          SSL **ssl)
 {
     o->loop = loop;
     o->io = io;
@@ -21,7 +22,7 @@ void mf__opener_init(mf_opener_t *o, mf_loop_t *loop, mf_io_t *io, SSL **ssl)
 }
 
 /* Tries the addresses from o->next on; the last error when none is left. */
-static int mf__opener_connect_next(mf_opener_t *o)
+static int mf__client_open_connect_next(mf_client_open_t *o)
 {
     int err = MF_ECONNREFUSED;
     while (o->next < o->dns->naddrs) {
@@ -42,23 +43,24 @@ static int mf__opener_connect_next(mf_opener_t *o)
     return err;
 }
 
-int mf__opener_start(mf_opener_t *o, const mf_dns_query_t *dns)
+int mf__client_open_start(mf_client_open_t *o, const mf_dns_query_t *dns)
 {
     o->dns = dns;
     o->next = 0;
-    return mf__opener_connect_next(o);
+    return mf__client_open_connect_next(o);
 }
 
 /* The connect ended: MF_EAGAIN when it failed and the next address is
  * being tried, 0 when connected (and TLS set up), < 0 on a final error. */
-static int mf__opener_connected(mf_opener_t *o, const mf_client_tls_t *tls)
+static int mf__client_open_connected(mf_client_open_t *o,
+                                     const mf_client_tls_t *tls)
 {
     o->connecting = false;
     if (mf__net_socket_error(o->io->fd) < 0) {
         mf_io_stop(o->loop, o->io);
         close(o->io->fd);
         o->io->fd = -1;
-        int rc = mf__opener_connect_next(o);
+        int rc = mf__client_open_connect_next(o);
         return rc == 0 ? MF_EAGAIN : rc;
     }
     if (tls) {
@@ -71,14 +73,14 @@ static int mf__opener_connected(mf_opener_t *o, const mf_client_tls_t *tls)
     return 0;
 }
 
-int mf__opener_event(mf_opener_t *o, unsigned events,
-                     const mf_client_tls_t *tls)
+int mf__client_open_event(mf_client_open_t *o, unsigned events,
+                          const mf_client_tls_t *tls)
 {
     if (o->connecting) {
         /* A non-blocking connect ends with a WRITE edge (or an error). */
         if (!(events & (MF_IO_WRITE | MF_IO_ERROR | MF_IO_HUP)))
             return MF_EAGAIN;
-        int rc = mf__opener_connected(o, tls);
+        int rc = mf__client_open_connected(o, tls);
         if (rc < 0)
             return rc;
     }

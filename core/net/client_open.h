@@ -19,14 +19,14 @@
 #include "moonflow/loop.h"
 #include "tls.h"
 
-/* What the TLS layer needs; tls == NULL in mf__opener_event: plain TCP. */
+/* What the TLS layer needs; tls == NULL in mf__client_open_event: plain TCP. */
 typedef struct mf_client_tls {
     const char *host; /* SNI and the name verified */
     bool verify;
     const char *ca_file; /* NULL: the system bundle */
 } mf_client_tls_t;
 
-typedef struct mf_opener {
+typedef struct mf_client_open {
     mf_loop_t *loop;
     mf_io_t *io; /* fd -1 until a connect starts */
     SSL **ssl;
@@ -34,15 +34,16 @@ typedef struct mf_opener {
     size_t next; /* the next address to try */
     bool connecting;
     bool handshaking;
-} mf_opener_t;
+} mf_client_open_t;
 
-void mf__opener_init(mf_opener_t *o, mf_loop_t *loop, mf_io_t *io, SSL **ssl);
+void mf__client_open_init(mf_client_open_t *o, mf_loop_t *loop, mf_io_t *io,
+                          SSL **ssl);
 /* Connects to the first address of dns that takes a connect. 0: a connect
  * is under way (the watcher runs); < 0: none could start (the last error). */
-int mf__opener_start(mf_opener_t *o, const mf_dns_query_t *dns);
+int mf__client_open_start(mf_client_open_t *o, const mf_dns_query_t *dns);
 /* A watcher event while opening. MF_EAGAIN: not open yet; 0: open (TLS
  * done when tls is given); MF_ETLS: TLS setup or handshake failed; another
  * negative code: no address is left to try (the last connect error). */
-int mf__opener_event(mf_opener_t *o, unsigned events,
-                     const mf_client_tls_t *tls);
+int mf__client_open_event(mf_client_open_t *o, unsigned events,
+                          const mf_client_tls_t *tls);
 #endif /* MF_CLIENT_OPEN_H */

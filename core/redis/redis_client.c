@@ -253,12 +253,12 @@ static void mf__client_serve_waiter(mf_redis_client_t *c)
         return;
     if (mf_list_empty(&c->idle) && c->npooled >= c->opts.max_connections)
         return;
-    mf_redis_rtask_t *t =
-        mf_container_of(mf_list_pop_front(&c->waiters), mf_redis_rtask_t, link);
+    mf_redis_task_t *t =
+        mf_container_of(mf_list_pop_front(&c->waiters), mf_redis_task_t, link);
     mf__redis_client_route(t);
 }
 
-static void mf__client_route_pooled(mf_redis_client_t *c, mf_redis_rtask_t *t)
+static void mf__client_route_pooled(mf_redis_client_t *c, mf_redis_task_t *t)
 {
     if (!mf_list_empty(&c->idle)) {
         mf_redis_conn_t *conn = mf_container_of(mf_list_pop_front(&c->idle),
@@ -277,7 +277,7 @@ static void mf__client_route_pooled(mf_redis_client_t *c, mf_redis_rtask_t *t)
     mf_list_push_back(&c->waiters, &t->link);
 }
 
-void mf__redis_client_route(mf_redis_rtask_t *t)
+void mf__redis_client_route(mf_redis_task_t *t)
 {
     mf_redis_client_t *c = t->client;
     if (t->dedicated || t->forced) {
@@ -324,7 +324,7 @@ void mf__redis_client_forget(mf_redis_conn_t *conn)
     }
 }
 
-void mf__redis_client_unwait(mf_redis_rtask_t *t)
+void mf__redis_client_unwait(mf_redis_task_t *t)
 {
     if (mf_list_linked(&t->link))
         mf_list_remove(&t->link);

@@ -39,8 +39,8 @@ static void mf__rconn_arm(mf_redis_conn_t *conn, uint32_t ms, bool ref)
 static uint32_t mf__rconn_response_ms(const mf_redis_conn_t *conn)
 {
     if (conn->kind == MF_RCONN_POOLED && !mf_list_empty(&conn->queue)) {
-        const mf_redis_rtask_t *t =
-            mf_container_of(conn->queue.next, mf_redis_rtask_t, link);
+        const mf_redis_task_t *t =
+            mf_container_of(conn->queue.next, mf_redis_task_t, link);
         if (t->blocking)
             return 0;
     }
@@ -73,7 +73,7 @@ static void mf__rconn_on_timer(mf_timer_t *timer)
 /* ---- opening -------------------------------------------------------------
  */
 
-static void mf__rconn_put_hello(mf_redis_conn_t *conn)
+static void mf__rconn_put_setup(mf_redis_conn_t *conn)
 {
     mf_redis_client_t *c = conn->client;
     if (c->password) {
@@ -83,14 +83,14 @@ static void mf__rconn_put_hello(mf_redis_conn_t *conn)
         else
             mf__redis_format(conn->loop, &conn->out, 2,
                              (const char *[]){"AUTH", c->password}, NULL);
-        conn->hello_left++;
+        conn->setup_replies_left++;
     }
     if (c->db) {
         char num[24];
         snprintf(num, sizeof num, "%ld", c->db);
         mf__redis_format(conn->loop, &conn->out, 2,
                          (const char *[]){"SELECT", num}, NULL);
-        conn->hello_left++;
+        conn->setup_replies_left++;
     }
 }
 
@@ -105,7 +105,7 @@ mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
     conn->kind = kind;
     conn->state = MF_RCONN_OPENING;
     mf_io_init(&conn->io, -1, mf__rconn_on_io, conn);
-    mf__opener_init(&conn->opener, loop, &conn->io, &conn->ssl);
+    mf__client_open_init(&conn->opener, loop, &conn->io, &conn->ssl);
     mf_timer_init(&conn->timer, mf__rconn_on_timer, conn);
     mf_list_init(&conn->queue);
     mf_list_init(&conn->link);
@@ -117,7 +117,7 @@ mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
     conn->sink.arena = &conn->scratch;
     conn->reader = mf__redis_reader_create(loop, &conn->sink);
     client->connects++;
-    mf__rconn_put_hello(conn);
+    mf__rconn_put_setup(conn);
     mf__rconn_arm(conn, client->opts.connect_timeout_ms, true);
     conn->resolving = true;
     mf_dns_query_start(loop, &conn->dns, client->host, client->port,
@@ -138,7 +138,7 @@ static void mf__rconn_on_resolved(mf_dns_query_t *q, int status)
                              status);
         return;
     }
-    int rc = mf__opener_start(&conn->opener, &conn->dns);
+    int rc = mf__client_open_start(&conn->opener, &conn->dns);
     if (rc < 0)
         mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, rc);
 }
@@ -152,7 +152,7 @@ static void mf__rconn_ready(mf_redis_conn_t *conn)
     mf_list_t *node;
     mf_list_foreach(node, &conn->queue)
     {
-        mf_redis_rtask_t *t = mf_container_of(node, mf_redis_rtask_t, link);
+        mf_redis_task_t *t = mf_container_of(node, mf_redis_task_t, link);
         if (mf__buf_append(conn->loop, &conn->out, t->cmds.data, t->cmds.len) <
             0) {
             mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ENOMEM);
@@ -171,8 +171,8 @@ static void mf__rconn_ready(mf_redis_conn_t *conn)
 /* Connected (and through TLS): write AUTH/SELECT, or be ready. */
 static void mf__rconn_opened(mf_redis_conn_t *conn)
 {
-    if (conn->hello_left) {
-        conn->state = MF_RCONN_HELLO;
+    if (conn->setup_replies_left) {
+        conn->state = MF_RCONN_SETUP;
         mf__rconn_flush(conn);
         return;
     }
@@ -183,7 +183,7 @@ static void mf__rconn_opening_event(mf_redis_conn_t *conn, unsigned events)
 {
     const mf_redis_client_t *c = conn->client;
     mf_client_tls_t tls = {c->host, c->opts.tls_verify, c->opts.ca_file};
-    int rc = mf__opener_event(&conn->opener, events, c->tls ? &tls : NULL);
+    int rc = mf__client_open_event(&conn->opener, events, c->tls ? &tls : NULL);
     if (rc == MF_EAGAIN)
         return;
     if (rc < 0)
@@ -249,7 +249,7 @@ void mf__redis_conn_send(mf_redis_conn_t *conn, const char *data, size_t len)
     mf__rconn_schedule(conn);
 }
 
-void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_rtask_t *t)
+void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_task_t *t)
 {
     bool was_idle = mf_list_empty(&conn->queue);
     t->conn = conn;
@@ -268,37 +268,37 @@ void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_rtask_t *t)
  */
 
 /* Points the reader at the memory of whoever gets the next reply. */
-static mf_redis_rtask_t *mf__rconn_aim(mf_redis_conn_t *conn)
+static mf_redis_task_t *mf__rconn_aim(mf_redis_conn_t *conn)
 {
     conn->sink.overflow = false;
-    if (conn->state == MF_RCONN_HELLO || conn->kind == MF_RCONN_SUB ||
+    if (conn->state == MF_RCONN_SETUP || conn->kind == MF_RCONN_SUB ||
         mf_list_empty(&conn->queue)) {
         conn->sink.arena = &conn->scratch;
         conn->sink.root = &conn->scratch_root;
         return NULL;
     }
-    mf_redis_rtask_t *t =
-        mf_container_of(conn->queue.next, mf_redis_rtask_t, link);
+    mf_redis_task_t *t =
+        mf_container_of(conn->queue.next, mf_redis_task_t, link);
     conn->sink.arena = &t->arena;
     conn->sink.root = mf__redis_task_slot(t);
     return t;
 }
 
-static void mf__rconn_hello_reply(mf_redis_conn_t *conn)
+static void mf__rconn_setup_reply(mf_redis_conn_t *conn)
 {
     if (conn->scratch_root.type == MF_REDIS_ERROR) {
         mf__redis_conn_close(conn, MF_STATE_TASK_ERROR, MF_EACCES);
         return;
     }
-    if (--conn->hello_left == 0)
+    if (--conn->setup_replies_left == 0)
         mf__rconn_ready(conn);
 }
 
 /* One whole top-level reply is in place. */
-static void mf__rconn_deliver(mf_redis_conn_t *conn, mf_redis_rtask_t *t)
+static void mf__rconn_deliver(mf_redis_conn_t *conn, mf_redis_task_t *t)
 {
-    if (conn->state == MF_RCONN_HELLO) {
-        mf__rconn_hello_reply(conn);
+    if (conn->state == MF_RCONN_SETUP) {
+        mf__rconn_setup_reply(conn);
     } else if (conn->kind == MF_RCONN_SUB) {
         mf__redis_sub_on_reply(conn->sub, &conn->scratch_root);
     } else if (!t) {
@@ -316,7 +316,7 @@ static void mf__rconn_deliver(mf_redis_conn_t *conn, mf_redis_rtask_t *t)
 static void mf__rconn_parse(mf_redis_conn_t *conn)
 {
     while (conn->state != MF_RCONN_CLOSED) {
-        mf_redis_rtask_t *t = mf__rconn_aim(conn);
+        mf_redis_task_t *t = mf__rconn_aim(conn);
         void *obj = NULL;
         if (redisReaderGetReply(conn->reader, &obj) != REDIS_OK) {
             mf__redis_conn_close(conn, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
@@ -344,7 +344,7 @@ static void mf__rconn_check_backlog(mf_redis_conn_t *conn)
         return;
     if (!mf_list_empty(&conn->queue))
         mf__redis_task_end(
-            mf_container_of(conn->queue.next, mf_redis_rtask_t, link),
+            mf_container_of(conn->queue.next, mf_redis_task_t, link),
             MF_STATE_TASK_ERROR, MF_EMSGSIZE);
     mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ECONNABORTED);
 }
@@ -429,7 +429,7 @@ void mf__redis_conn_close(mf_redis_conn_t *conn, int state, int error)
     }
     mf_list_t *node;
     while ((node = mf_list_pop_front(&conn->queue)) != NULL) {
-        mf_redis_rtask_t *t = mf_container_of(node, mf_redis_rtask_t, link);
+        mf_redis_task_t *t = mf_container_of(node, mf_redis_task_t, link);
         mf_list_init(&t->link);
         t->conn = NULL;
         mf__redis_task_end(t, state, error);

@@ -23,7 +23,7 @@
 #include "net/tls.h"
 
 typedef struct mf_redis_conn mf_redis_conn_t;
-typedef struct mf_redis_rtask mf_redis_rtask_t;
+typedef struct mf_redis_task mf_redis_task_t;
 
 /* ---- reply memory (redis_reply.c) ---------------------------------------
  * A chain of chunks: small ones from the loop's free lists, big strings from
@@ -84,13 +84,13 @@ struct mf_redis_client {
 };
 
 /* Gives the task a connection (shared or dedicated) or a place in line. */
-void mf__redis_client_route(mf_redis_rtask_t *t);
+void mf__redis_client_route(mf_redis_task_t *t);
 /* A dedicated connection is done with its task: back to idle or closed. */
 void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse);
 /* The connection closed: forget it, and let a waiter have its slot. */
 void mf__redis_client_forget(mf_redis_conn_t *conn);
 /* A task gave up while waiting for a dedicated connection. */
-void mf__redis_client_unwait(mf_redis_rtask_t *t);
+void mf__redis_client_unwait(mf_redis_task_t *t);
 
 /* ---- connection (redis_conn.c) ---------------------------------------- */
 
@@ -102,7 +102,7 @@ typedef enum mf_redis_conn_kind {
 
 typedef enum mf_redis_conn_state {
     MF_RCONN_OPENING, /* resolving, connecting, TLS */
-    MF_RCONN_HELLO,   /* AUTH / SELECT written, replies due */
+    MF_RCONN_SETUP,   /* AUTH / SELECT written, replies due */
     MF_RCONN_READY,
     MF_RCONN_CLOSED
 } mf_redis_conn_state_t;
@@ -119,8 +119,8 @@ struct mf_redis_conn {
     bool dirty; /* pooled: the task changed its state; never reuse */
     SSL *ssl;
     unsigned slot; /* shared: index in client->shared */
-    unsigned hello_left;
-    mf_opener_t opener; /* while opening */
+    unsigned setup_replies_left;
+    mf_client_open_t opener; /* while opening */
     redisReader *reader;
     mf_redis_sink_t sink;
     mf_redis_arena_t scratch; /* AUTH/SELECT and pub/sub replies */
@@ -140,7 +140,7 @@ struct mf_redis_conn {
 mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
                                      mf_redis_conn_kind_t kind);
 /* Queues the task's commands behind those already on the connection. */
-void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_rtask_t *t);
+void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_task_t *t);
 /* Appends raw protocol bytes and schedules a write (pub/sub commands). */
 void mf__redis_conn_send(mf_redis_conn_t *conn, const char *data, size_t len);
 /* Closes the connection; tasks still on it end with (state, error). */
@@ -158,7 +158,7 @@ typedef enum mf_redis_phase {
     MF_RT_DONE
 } mf_redis_phase_t;
 
-struct mf_redis_rtask {
+struct mf_redis_task {
     mf_task_t base;
     mf_redis_client_t *client;
     mf_buf_t cmds; /* the commands in protocol form */
@@ -181,11 +181,11 @@ struct mf_redis_rtask {
 };
 
 /* Where the next reply of the task goes (NULL: discard it). */
-mf_redis_reply_t *mf__redis_task_slot(mf_redis_rtask_t *t);
+mf_redis_reply_t *mf__redis_task_slot(mf_redis_task_t *t);
 /* One reply of the task arrived; it may complete the task. */
-void mf__redis_task_on_reply(mf_redis_rtask_t *t);
+void mf__redis_task_on_reply(mf_redis_task_t *t);
 /* The task leaves its connection with (state, error). */
-void mf__redis_task_end(mf_redis_rtask_t *t, int state, int error);
+void mf__redis_task_end(mf_redis_task_t *t, int state, int error);
 
 /* ---- pub/sub (redis_sub.c) -------------------------------------------- */
 

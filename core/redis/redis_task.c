@@ -120,8 +120,8 @@ static int mf__cmd_kind(const char *name, size_t n)
     return 0;
 }
 
-static void mf__rtask_classify(mf_redis_rtask_t *t, int argc,
-                               const char *const *argv, const size_t *lens)
+static void mf__redis_task_classify(mf_redis_task_t *t, int argc,
+                                    const char *const *argv, const size_t *lens)
 {
 #define MF__LEN(i) (lens ? lens[i] : strlen(argv[i]))
     switch (mf__cmd_kind(argv[0], MF__LEN(0))) {
@@ -157,19 +157,19 @@ static void mf__rtask_classify(mf_redis_rtask_t *t, int argc,
 /* ---- the kind ------------------------------------------------------------
  */
 
-static mf_redis_rtask_t *mf__rtask(const mf_task_t *task)
+static mf_redis_task_t *mf__redis_task_of(const mf_task_t *task)
 {
-    return (mf_redis_rtask_t *)(void *)task;
+    return (mf_redis_task_t *)(void *)task;
 }
 
-mf_redis_reply_t *mf__redis_task_slot(mf_redis_rtask_t *t)
+mf_redis_reply_t *mf__redis_task_slot(mf_redis_task_t *t)
 {
     if (t->abandoned || t->overflow || t->nread >= t->ncmds)
         return NULL;
     return &t->replies[t->nread];
 }
 
-void mf__redis_task_end(mf_redis_rtask_t *t, int state, int error)
+void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
 {
     mf_redis_conn_t *conn = t->conn;
     bool reuse = state == MF_STATE_SUCCESS && !t->dirty;
@@ -187,7 +187,7 @@ void mf__redis_task_end(mf_redis_rtask_t *t, int state, int error)
         mf__redis_conn_set_busy(conn, false);
 }
 
-void mf__redis_task_on_reply(mf_redis_rtask_t *t)
+void mf__redis_task_on_reply(mf_redis_task_t *t)
 {
     if (++t->nread < t->ncmds)
         return;
@@ -197,9 +197,9 @@ void mf__redis_task_on_reply(mf_redis_rtask_t *t)
         mf__redis_task_end(t, MF_STATE_SUCCESS, 0);
 }
 
-static void mf__rtask_dispatch(mf_task_t *task)
+static void mf__redis_task_dispatch(mf_task_t *task)
 {
-    mf_redis_rtask_t *t = mf__rtask(task);
+    mf_redis_task_t *t = mf__redis_task_of(task);
     if (!t->ncmds || t->unformatted) {
         t->phase = MF_RT_DONE;
         mf_task_complete(task, MF_STATE_TASK_ERROR,
@@ -222,9 +222,9 @@ static void mf__rtask_dispatch(mf_task_t *task)
 /* Timeout or cancel: stop waiting. On a shared connection whose commands
  * are out, the replies still come and are dropped; a dedicated connection
  * is closed (a blocking command may never answer). */
-static void mf__rtask_cancel(mf_task_t *task)
+static void mf__redis_task_cancel(mf_task_t *task)
 {
-    mf_redis_rtask_t *t = mf__rtask(task);
+    mf_redis_task_t *t = mf__redis_task_of(task);
     switch (t->phase) {
     case MF_RT_WAITING:
         mf__redis_client_unwait(t);
@@ -244,17 +244,18 @@ static void mf__rtask_cancel(mf_task_t *task)
     }
 }
 
-static void mf__rtask_destroy(mf_task_t *task)
+static void mf__redis_task_destroy(mf_task_t *task)
 {
-    mf_redis_rtask_t *t = mf__rtask(task);
+    mf_redis_task_t *t = mf__redis_task_of(task);
     mf_loop_t *loop = task->_loop;
     mf__buf_release(loop, &t->cmds);
     mf__redis_arena_reset(loop, &t->arena);
     mf_loop_free(loop, t, sizeof(*t));
 }
 
-static const mf_task_ops_t mf__redis_ops = {
-    "redis", mf__rtask_dispatch, mf__rtask_cancel, mf__rtask_destroy};
+static const mf_task_ops_t mf__redis_ops = {"redis", mf__redis_task_dispatch,
+                                            mf__redis_task_cancel,
+                                            mf__redis_task_destroy};
 
 /* ---- public ------------------------------------------------------------
  */
@@ -262,7 +263,7 @@ static const mf_task_ops_t mf__redis_ops = {
 mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
                                 void *user)
 {
-    mf_redis_rtask_t *t = mf_loop_alloc(client->loop, sizeof(*t));
+    mf_redis_task_t *t = mf_loop_alloc(client->loop, sizeof(*t));
     memset(t, 0, sizeof(*t));
     mf_task_init(&t->base, &mf__redis_ops, client->loop, cb, user);
     t->client = client;
@@ -275,7 +276,7 @@ mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
 void mf_task_redis_add_command(mf_task_t *task, int argc,
                                const char *const *argv, const size_t *argvlen)
 {
-    mf_redis_rtask_t *t = mf__rtask(task);
+    mf_redis_task_t *t = mf__redis_task_of(task);
     if (argc <= 0 || !argv)
         return; /* nothing to send; a task left empty fails with EINVAL */
     size_t before = t->cmds.len;
@@ -285,24 +286,24 @@ void mf_task_redis_add_command(mf_task_t *task, int argc,
         return;
     }
     t->ncmds++;
-    mf__rtask_classify(t, argc, argv, argvlen);
+    mf__redis_task_classify(t, argc, argv, argvlen);
 }
 
 void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated)
 {
-    mf_redis_rtask_t *t = mf__rtask(task);
+    mf_redis_task_t *t = mf__redis_task_of(task);
     t->forced = dedicated;
 }
 
 size_t mf_task_redis_nreplies(const mf_task_t *task)
 {
-    const mf_redis_rtask_t *t = (const mf_redis_rtask_t *)(const void *)task;
+    const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
     return mf_task_state(task) == MF_STATE_SUCCESS ? t->nread : 0;
 }
 
 const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task, size_t i)
 {
-    const mf_redis_rtask_t *t = (const mf_redis_rtask_t *)(const void *)task;
+    const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
     if (i >= mf_task_redis_nreplies(task))
         return NULL;
     return &t->replies[i];
