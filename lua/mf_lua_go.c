@@ -17,7 +17,7 @@
 #include <moonflow/pool.h>
 
 #include "mf_lua_flow.h"
-#include "mf_lua_go.h"
+#include <moonflow/lua_go.h>
 
 #define MF_LUA_GO_MAX_FUNCS 64
 

@@ -13,7 +13,7 @@
 
 #include <moonflow/list.h>
 
-#include "mf_lua_host.h"
+#include <moonflow/lua_host.h>
 
 #define MF_LUA_IDLE_THREADS 64
 

@@ -17,7 +17,7 @@
 
 #include <moonflow/moonflow.h>
 
-#include "mf_lua_host.h"
+#include <moonflow/lua_host.h>
 #include "serve.h"
 
 #define MF_LUA_SYSTEM_PATH                                                \

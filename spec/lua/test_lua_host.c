@@ -6,7 +6,7 @@
 
 #include <moonflow/moonflow.h>
 
-#include "mf_lua_host.h"
+#include <moonflow/lua_host.h>
 #include "test.h"
 
 static mf_loop_t *loop;
