@@ -1,7 +1,7 @@
 /*
- * lua/mf_lua_host.c — the host's state: creation, the module loaders,
- * logging, counted registry references, shutdown. Coroutines live in
- * mf_lua_co.c.
+ * lua/mf_lua_host.c — the host's state: creation (with the module loaders
+ * and the registry of task kinds), logging, counted registry references,
+ * shutdown. Coroutines live in mf_lua_co.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include <moonflow/common.h>
 
-#include "mf_lua_int.h"
+#include "mf_lua_leaf.h"
 
 const char mf_lua_host_key;
 
@@ -100,6 +100,7 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
         mf_free(host);
         return NULL;
     }
+    mf_lua_kinds_init(host);
     mf_loop_set_ext(loop, MF_LOOP_EXT_LUA, host, mf_lua__host_ext_dtor);
     return host;
 }
