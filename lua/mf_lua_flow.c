@@ -2,7 +2,8 @@
  * lua/mf_lua_flow.c — flow:wait(): builds the whole C series/parallel tree
  * from a Lua description, starts it and parks the coroutine once; the C
  * scheduler runs every step, and the coroutine resumes when the root series
- * completes, with the results as Lua tables.
+ * completes, with the results as Lua tables. A lone task without a callback
+ * is waited on alone instead (mf_lua_park.c): same result, no flow.
  *
  * Owns: the flow record and its nodes with their kinds' data (loop memory,
  * released and freed when the root series completes, which is after every
@@ -467,13 +468,28 @@ static int mf_lua__cancel(lua_State *L)
     return 0;
 }
 
-/* core.wait(desc) -> results | nil, message */
+/* A lone task without a callback needs no flow: it is waited on alone. */
+static const mf_lua_kind_t *mf_lua__lone_task(lua_State *L, int idx)
+{
+    const mf_lua_kind_t *kind;
+    if (mf_lua_desc_step(L, idx, &kind) != MF_LUA_STEP_TASK)
+        return NULL;
+    lua_getfield(L, idx, "callback");
+    bool has_cb = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    return has_cb ? NULL : kind;
+}
+
+/* flow.wait(desc) -> results | nil, message */
 static int mf_lua__wait(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     mf_lua_co_t *co = mf_lua_co_check(L);
     lua_settop(L, 1);
     mf_lua__check(L, 1, 0);
+    const mf_lua_kind_t *lone = mf_lua__lone_task(L, 1);
+    if (lone)
+        return mf_lua_park_task(L, co, 1, lone);
     mf_lua_host_t *host = mf_lua_co_host(co);
     mf_lua_flow_t *flow = mf_loop_alloc(mf_lua_host_loop(host), sizeof(*flow));
     memset(flow, 0, sizeof(*flow));

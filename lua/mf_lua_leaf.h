@@ -40,6 +40,12 @@ void mf_lua_leaf_result(lua_State *L, const mf_lua_kind_t *kind,
                         mf_task_t *task, void *data);
 void mf_lua_leaf_release(const mf_lua_kind_t *kind, void *data);
 
+/* Parks co on the task of the checked description at idx, alone
+ * (mf_lua_park.c): returns lua_yield's value; the coroutine resumes with
+ * the result table. An abort cancels the task. */
+int mf_lua_park_task(lua_State *L, mf_lua_co_t *co, int idx,
+                     const mf_lua_kind_t *kind);
+
 /* The registry of kinds, made at host creation with the built-in kinds
  * (mf_lua_kinds.h) in it. */
 void mf_lua_kinds_init(mf_lua_host_t *host);

@@ -61,6 +61,7 @@ static void assert_released(void)
     ASSERT_EQ(c.refs, 0);
     ASSERT_EQ(c.timers, 0);
     ASSERT_EQ(c.flows, 0);
+    ASSERT_EQ(c.tasks, 0);
 }
 
 TEST(a_coroutine_that_does_not_wait_ends_inside_spawn)
@@ -157,6 +158,48 @@ TEST(abort_of_a_flow_cancels_its_tasks)
     assert_released(); /* the flow's C side too, once its tasks ended */
     ASSERT_EQ(s.calls, 1);
     teardown();
+}
+
+TEST(a_lone_task_is_waited_on_without_a_flow_or_a_reference)
+{
+    setup();
+    seen_t s = {0};
+    mf_lua_co_t *co = spawn("local r = require('moonflow').task.timer(5)"
+                            ":wait() return r.state",
+                            &s);
+    ASSERT(co != NULL);
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    ASSERT_EQ(c.tasks, 1);
+    ASSERT_EQ(c.flows, 0);
+    ASSERT_EQ(c.refs, 1); /* the coroutine's own */
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_STR_EQ(s.text, "success");
+    assert_released();
+    teardown();
+}
+
+TEST(abort_and_shutdown_cancel_a_lone_task_whose_end_touches_no_lua)
+{
+    setup();
+    seen_t a = {0}, b = {0};
+    const char *code = "require('moonflow').task.timer(60000):wait()";
+    mf_lua_co_t *co = spawn(code, &a);
+    spawn(code, &b);
+    mf_lua_co_abort(co, "client gone");
+    ASSERT_EQ(a.status, MF_LUA_CO_ABORTED);
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    ASSERT_EQ(c.tasks, 1);
+    mf_lua_host_destroy(host); /* the canceled tasks complete after it */
+    host = NULL;
+    ASSERT_EQ(b.status, MF_LUA_CO_ABORTED);
+    uint64_t t0 = mf_loop_now(loop);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(mf_loop_now(loop) - t0 < 1000);
+    ASSERT_EQ(a.calls + b.calls, 2);
+    mf_loop_destroy(loop);
 }
 
 static int abort_me(lua_State *L)

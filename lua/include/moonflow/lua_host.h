@@ -91,7 +91,8 @@ MF_API void mf_lua_host_log(mf_lua_host_t *host, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Leak accounting: live coroutines, registry references held by the host,
- * armed background timers, flows waited on. mf.debug.counts() in Lua. */
+ * armed background timers, flows and single tasks waited on.
+ * mf.debug.counts() in Lua. */
 typedef struct mf_lua_counts {
     size_t coroutines;
     size_t refs;
@@ -100,6 +101,7 @@ typedef struct mf_lua_counts {
     size_t errors;       /* coroutines that ended with an error, ever */
     size_t resumes;      /* lua_resume calls, ever (a flow costs one) */
     size_t idle_threads; /* finished coroutine threads kept for reuse */
+    size_t tasks;        /* single tasks waited on (mf.http.get, mf.go) */
 } mf_lua_counts_t;
 MF_API void mf_lua_host_counts(const mf_lua_host_t *host, mf_lua_counts_t *out);
 
