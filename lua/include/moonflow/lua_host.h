@@ -5,9 +5,10 @@
  * serve) uses nothing else, and a C or C++ program can do the same.
  *
  * Owns: the lua_State (created and closed here), every coroutine record and
- * the registry references anchoring them, background timers. Does not own the
- * loop (the caller's; it must outlive the host) nor the compute pool
- * (mf_loop_set_pool; mf.go needs one).
+ * the registry references anchoring them, background timers, the registry
+ * of task kinds (moonflow/lua_kind.h; the kind structs stay their
+ * registrants'). Does not own the loop (the caller's; it must outlive the
+ * host) nor the compute pool (mf_loop_set_pool; mf.go needs one).
  *
  * A caller (the HTTP server, `moonflow run`, the spec runner, an embedding
  * program) pushes a function and its arguments on mf_lua_host_state(host)
@@ -59,7 +60,10 @@ typedef struct mf_lua_co mf_lua_co_t;
 typedef void (*mf_lua_log_fn)(void *ud, const char *msg);
 
 typedef struct mf_lua_host_opts {
-    /* Prepended to package.path / package.cpath; may be NULL. */
+    /* Prepended to package.path / package.cpath, so installed modules win
+     * over the current directory. NULL: the system's Lua module folders
+     * (those of the LuaJIT moonflow was built with, and /usr/local's);
+     * "": nothing. */
     const char *package_path;
     const char *package_cpath;
     mf_lua_log_fn log;
@@ -67,7 +71,8 @@ typedef struct mf_lua_host_opts {
 } mf_lua_host_opts_t;
 
 /* Creates the state, opens the standard libraries, preloads the embedded
- * moonflow modules (require "moonflow"). opts may be NULL (all defaults). The
+ * moonflow modules (require "moonflow") and registers the built-in task
+ * kinds (timer, http, go, redis). opts may be NULL (all defaults). The
  * host registers itself in the loop's MF_LOOP_EXT_LUA slot (one host per
  * loop; a loop destroyed first destroys its host). Returns NULL if the loop
  * has a host already or LuaJIT cannot allocate a state. */
