@@ -13,7 +13,8 @@
     X(timer)                    \
     X(http)                     \
     X(go)                       \
-    X(redis)
+    X(redis)                    \
+    /* end of the list */
 
 #define MF_LUA_KIND_DECLARE(name) \
     extern const mf_lua_kind_t mf_lua_task_##name##_kind;
