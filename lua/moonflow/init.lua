@@ -1,10 +1,9 @@
 -- moonflow — the Lua API (require "moonflow"). Thin: a flow step is a plain
 -- table {kind = ..., fields} (the kinds are registered in C: timer, http,
 -- go, redis, and any the embedding program adds) checked, built and run by
--- the C side
--- (moonflow.core, moonflow.flow, moonflow.timer, moonflow.redis: r:call
--- and friends are C methods of the client object); this file names things,
--- raises misuse at the caller's line, and turns task results into
+-- the C side (moonflow.core, moonflow.flow, moonflow.timer, moonflow.redis:
+-- r:call and friends are C methods of the client object); this file names
+-- things, raises misuse at the caller's line, and turns task results into
 -- (value) / (nil, err).
 local core = require "moonflow.core"
 local cflow = require "moonflow.flow"
