@@ -7,10 +7,10 @@
  *
  * Owns: the flow record and its nodes with their kinds' data (loop memory,
  * released and freed when the root series completes, which is after every
- * task's callback), the state table
- * {results, callbacks, error} (one registry reference, released when the
- * coroutine resumes or is aborted). After an abort the tasks are canceled
- * and their completions no longer touch Lua.
+ * task's callback), the state table {results, callbacks, error} (one
+ * registry reference, released when the coroutine resumes or is aborted).
+ * After an abort the tasks are canceled and their completions no longer
+ * touch Lua.
  *
  * Result placement is decided when a node is built: a series' tasks append
  * to its array, a parallel's branches fill their index. Per-task callbacks
