@@ -92,7 +92,7 @@ static int mf_lua__counts(lua_State *L)
 {
     mf_lua_counts_t c;
     mf_lua_host_counts(mf_lua_host_from_state(L), &c);
-    lua_createtable(L, 0, 7);
+    lua_createtable(L, 0, 8);
     lua_pushinteger(L, (lua_Integer)c.coroutines);
     lua_setfield(L, -2, "coroutines");
     lua_pushinteger(L, (lua_Integer)c.refs);
@@ -107,6 +107,8 @@ static int mf_lua__counts(lua_State *L)
     lua_setfield(L, -2, "resumes");
     lua_pushinteger(L, (lua_Integer)c.idle_threads);
     lua_setfield(L, -2, "idle_threads");
+    lua_pushinteger(L, (lua_Integer)c.tasks);
+    lua_setfield(L, -2, "tasks");
     return 1;
 }
 

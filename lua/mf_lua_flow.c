@@ -2,19 +2,25 @@
  * lua/mf_lua_flow.c — flow:wait(): builds the whole C series/parallel tree
  * from a Lua description, starts it and parks the coroutine once; the C
  * scheduler runs every step, and the coroutine resumes when the root series
- * completes, with the results as Lua tables.
+ * completes, with the results as Lua tables. A lone task without a callback
+ * is waited on alone instead (mf_lua_park.c): same result, no flow.
  *
- * Owns: the flow record and its nodes (loop memory, freed when the root
- * series completes, which is after every task's callback), the state table
- * {results, callbacks, error} (one registry reference, released when the
- * coroutine resumes or is aborted). After an abort the tasks are canceled
- * and their completions no longer touch Lua.
+ * Owns: the flow record and its nodes with their kinds' data (loop memory,
+ * released and freed when the root series completes, which is after every
+ * task's callback), the state table {results, callbacks, error} (one
+ * registry reference, released when the coroutine resumes or is aborted).
+ * After an abort the tasks are canceled and their completions no longer
+ * touch Lua.
  *
  * Result placement is decided when a node is built: a series' tasks append
  * to its array, a parallel's branches fill their index. Per-task callbacks
  * run as plain Lua calls on the host's main thread (they cannot yield); they
  * may push steps onto their series or cancel the rest of it; one that
  * raises fails the flow: the rest is canceled and wait() raises.
+ *
+ * The flow knows no task kind: a task step is checked, created and turned
+ * into its result table through its kind's ops (mf_lua_leaf.c), its data
+ * allocated with its node.
  *
  * Cancellation goes through mf_task_cancel on leaf tasks only (a canceled
  * leaf still completes and is called back, so no node is left pointing at a
@@ -25,12 +31,35 @@
 #include <lauxlib.h>
 
 #include <moonflow/common.h>
+#include <moonflow/parallel.h>
 
-#include "mf_lua_flow.h"
+#include "mf_lua_leaf.h"
 
 #define MF_LUA_FLOWREF "moonflow.flowref"
 
-enum { ST_RESULTS = 1, ST_CALLBACKS = 2, ST_ERROR = 3 };
+/* The fields of the state table. */
+enum {
+    MF_LUA_FLOW_RESULTS = 1,   /* slot -> result table */
+    MF_LUA_FLOW_CALLBACKS = 2, /* slot -> the node's callback */
+    MF_LUA_FLOW_ERROR = 3      /* the message of a callback that raised */
+};
+
+typedef struct mf_lua_flow mf_lua_flow_t;
+typedef struct mf_lua_node mf_lua_node_t;
+
+/* A series, a parallel or a task of the flow. */
+struct mf_lua_node {
+    mf_list_t link; /* flow->nodes */
+    mf_lua_flow_t *flow;
+    mf_task_t *task;           /* task: until its callback has run */
+    mf_series_t *series;       /* series node: until its callback has run */
+    mf_lua_node_t *owner;      /* the series or parallel node it runs in */
+    const mf_lua_kind_t *kind; /* task: its kind; NULL otherwise */
+    int slot;                  /* its result table: state[1][slot] */
+    bool has_cb;
+    bool canceled;    /* by flow:cancel(): no callback, no more pushes */
+    MF_LUA_LEAF_DATA; /* task: kind->data_size bytes */
+};
 
 struct mf_lua_flow {
     mf_loop_t *loop;
@@ -64,8 +93,8 @@ static void mf_lua__check(lua_State *L, int idx, int depth)
     if (lua_type(L, idx) != LUA_TTABLE)
         luaL_error(L, "flow step %d: expected a task, series or parallel",
                    depth);
-    mf_lua_kind_t kind = mf_lua_desc_kind(L, idx);
-    if (kind != MF_LUA_SERIES && kind != MF_LUA_PARALLEL) {
+    const mf_lua_kind_t *kind;
+    if (mf_lua_desc_step(L, idx, &kind) == MF_LUA_STEP_TASK) {
         mf_lua_leaf_check(L, idx, kind);
         return;
     }
@@ -81,7 +110,7 @@ static void mf_lua__check(lua_State *L, int idx, int depth)
 
 static void mf_lua__push_slot(lua_State *L, int st, int slot)
 {
-    lua_rawgeti(L, st, ST_RESULTS);
+    lua_rawgeti(L, st, MF_LUA_FLOW_RESULTS);
     lua_rawgeti(L, -1, slot);
     lua_remove(L, -2);
 }
@@ -92,7 +121,7 @@ static int mf_lua__slot_new(mf_lua_build_t *b, int parent, int pos)
 {
     lua_State *L = b->L;
     int slot = ++b->flow->nslots;
-    lua_rawgeti(L, b->st, ST_RESULTS);
+    lua_rawgeti(L, b->st, MF_LUA_FLOW_RESULTS);
     lua_newtable(L);
     lua_pushvalue(L, -1);
     lua_rawseti(L, -3, slot);
@@ -106,14 +135,22 @@ static int mf_lua__slot_new(mf_lua_build_t *b, int parent, int pos)
     return slot;
 }
 
-static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b, mf_lua_kind_t kind,
+static size_t mf_lua__node_size(const mf_lua_kind_t *kind)
+{
+    return sizeof(mf_lua_node_t) + (kind ? kind->data_size : 0);
+}
+
+/* A node; kind NULL: a series or parallel. */
+static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b,
+                                       const mf_lua_kind_t *kind,
                                        mf_lua_node_t *owner, int parent,
                                        int pos)
 {
     mf_lua_flow_t *flow = b->flow;
     mf_loop_t *loop = flow->loop;
-    mf_lua_node_t *n = mf_loop_alloc(loop, sizeof(*n));
-    memset(n, 0, sizeof(*n));
+    size_t size = mf_lua__node_size(kind);
+    mf_lua_node_t *n = mf_loop_alloc(loop, size);
+    memset(n, 0, size);
     n->flow = flow;
     n->kind = kind;
     n->owner = owner;
@@ -128,7 +165,7 @@ static void mf_lua__node_callback(mf_lua_build_t *b, int d, mf_lua_node_t *n)
     lua_State *L = b->L;
     lua_getfield(L, d, "callback");
     if (lua_isfunction(L, -1)) {
-        lua_rawgeti(L, b->st, ST_CALLBACKS);
+        lua_rawgeti(L, b->st, MF_LUA_FLOW_CALLBACKS);
         lua_pushvalue(L, -2);
         lua_rawseti(L, -2, n->slot);
         lua_pop(L, 1);
@@ -171,13 +208,13 @@ static void mf_lua__build_branch(mf_lua_build_t *b, int d, mf_parallel_t *par,
                                  mf_lua_node_t *pnode, int pos)
 {
     int parent = pnode->slot;
-    if (mf_lua_desc_kind(b->L, d) == MF_LUA_SERIES) {
-        mf_lua_node_t *n =
-            mf_lua__node_new(b, MF_LUA_SERIES, pnode, parent, pos);
+    const mf_lua_kind_t *kind;
+    if (mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_SERIES) {
+        mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, parent, pos);
         mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
         return;
     }
-    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, pnode, 0, 0);
+    mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, 0, 0);
     mf_series_t *s = mf_lua__series_new(b, n);
     mf_series_push_back(s, mf_lua__build_task(b, d, n, parent, pos));
     mf_parallel_add_series(par, s);
@@ -187,7 +224,7 @@ static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d,
                                          mf_lua_node_t *owner, int parent,
                                          int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_PARALLEL, owner, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos);
     mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     int count = (int)lua_objlen(b->L, d);
     for (int i = 1; i <= count; i++) {
@@ -203,7 +240,7 @@ static mf_task_t *mf_lua__build_nested(mf_lua_build_t *b, int d,
                                        mf_lua_node_t *owner, int parent,
                                        int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, MF_LUA_SERIES, owner, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos);
     mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
     return mf_parallel_task(par);
@@ -213,14 +250,16 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
                                      mf_lua_node_t *owner, int parent, int pos)
 {
     luaL_checkstack(b->L, 8, "flow nested too deeply");
-    mf_lua_kind_t kind = mf_lua_desc_kind(b->L, d);
-    if (kind == MF_LUA_SERIES)
+    const mf_lua_kind_t *kind;
+    mf_lua_step_t step = mf_lua_desc_step(b->L, d, &kind);
+    if (step == MF_LUA_STEP_SERIES)
         return mf_lua__build_nested(b, d, owner, parent, pos);
-    if (kind == MF_LUA_PARALLEL)
+    if (step == MF_LUA_STEP_PARALLEL)
         return mf_lua__build_parallel(b, d, owner, parent, pos);
     mf_lua_node_t *n = mf_lua__node_new(b, kind, owner, parent, pos);
     mf_lua__node_callback(b, d, n);
-    n->task = mf_lua_leaf_create(b->L, d, n, b->flow->loop, mf_lua__leaf_done);
+    n->task = mf_lua_leaf_create(b->L, d, kind, n->data, b->flow->loop,
+                                 mf_lua__leaf_done, n);
     return n->task;
 }
 
@@ -228,9 +267,10 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
 static mf_series_t *mf_lua__build_root(mf_lua_build_t *b, int d)
 {
     mf_lua_flow_t *flow = b->flow;
-    mf_lua_node_t *root = mf_lua__node_new(b, MF_LUA_SERIES, NULL, 0, 0);
+    mf_lua_node_t *root = mf_lua__node_new(b, NULL, NULL, 0, 0);
     flow->root_slot = root->slot;
-    if (mf_lua_desc_kind(b->L, d) == MF_LUA_SERIES)
+    const mf_lua_kind_t *kind;
+    if (mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_SERIES)
         return mf_lua__build_series(b, d, root);
     flow->unwrap = true;
     mf_series_t *s = mf_lua__series_new(b, root);
@@ -276,8 +316,9 @@ static void mf_lua__flow_free(mf_lua_flow_t *flow)
     mf_list_t *pos;
     while ((pos = mf_list_pop_front(&flow->nodes)) != NULL) {
         mf_lua_node_t *n = mf_container_of(pos, mf_lua_node_t, link);
-        mf_free(n->ca_file);
-        mf_loop_free(loop, n, sizeof(*n));
+        if (n->kind)
+            mf_lua_leaf_release(n->kind, n->data);
+        mf_loop_free(loop, n, mf_lua__node_size(n->kind));
     }
     mf_loop_free(loop, flow, sizeof(*flow));
 }
@@ -296,7 +337,7 @@ static void mf_lua__flow_done(mf_lua_flow_t *flow)
     int st = lua_gettop(L);
     if (flow->failed) {
         lua_pushnil(L);
-        lua_rawgeti(L, st, ST_ERROR);
+        lua_rawgeti(L, st, MF_LUA_FLOW_ERROR);
     } else {
         mf_lua__push_slot(L, st, flow->root_slot);
         if (flow->unwrap) {
@@ -334,7 +375,7 @@ static int mf_lua__traceback(lua_State *L)
 static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
 {
     lua_pushcfunction(L, mf_lua__traceback);
-    lua_rawgeti(L, st, ST_CALLBACKS);
+    lua_rawgeti(L, st, MF_LUA_FLOW_CALLBACKS);
     lua_rawgeti(L, -1, n->slot);
     lua_remove(L, -2);
     mf_lua__push_slot(L, st, n->slot);
@@ -368,11 +409,11 @@ static void mf_lua__leaf_done(mf_task_t *task)
     lua_rawgeti(L, LUA_REGISTRYINDEX, flow->ref);
     int st = lua_gettop(L);
     mf_lua__push_slot(L, st, n->slot);
-    mf_lua_leaf_result(L, n, task);
+    mf_lua_leaf_result(L, n->kind, task, n->data);
     lua_pop(L, 1);
     if (n->has_cb && !n->canceled && !mf_lua__call_back(L, st, n)) {
         flow->failed = true;
-        lua_rawseti(L, st, ST_ERROR);
+        lua_rawseti(L, st, MF_LUA_FLOW_ERROR);
         mf_lua__flow_cancel(flow);
     }
     lua_settop(L, st - 1);
@@ -427,13 +468,28 @@ static int mf_lua__cancel(lua_State *L)
     return 0;
 }
 
-/* core.wait(desc) -> results | nil, message */
+/* A lone task without a callback needs no flow: it is waited on alone. */
+static const mf_lua_kind_t *mf_lua__lone_task(lua_State *L, int idx)
+{
+    const mf_lua_kind_t *kind;
+    if (mf_lua_desc_step(L, idx, &kind) != MF_LUA_STEP_TASK)
+        return NULL;
+    lua_getfield(L, idx, "callback");
+    bool has_cb = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    return has_cb ? NULL : kind;
+}
+
+/* flow.wait(desc) -> results | nil, message */
 static int mf_lua__wait(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     mf_lua_co_t *co = mf_lua_co_check(L);
     lua_settop(L, 1);
     mf_lua__check(L, 1, 0);
+    const mf_lua_kind_t *lone = mf_lua__lone_task(L, 1);
+    if (lone)
+        return mf_lua_park_task(L, co, 1, lone);
     mf_lua_host_t *host = mf_lua_co_host(co);
     mf_lua_flow_t *flow = mf_loop_alloc(mf_lua_host_loop(host), sizeof(*flow));
     memset(flow, 0, sizeof(*flow));
@@ -444,9 +500,9 @@ static int mf_lua__wait(lua_State *L)
     host->counts.flows++;
     lua_createtable(L, 3, 0);
     lua_newtable(L);
-    lua_rawseti(L, 2, ST_RESULTS);
+    lua_rawseti(L, 2, MF_LUA_FLOW_RESULTS);
     lua_newtable(L);
-    lua_rawseti(L, 2, ST_CALLBACKS);
+    lua_rawseti(L, 2, MF_LUA_FLOW_CALLBACKS);
     mf_lua_build_t b = {L, flow, 2};
     mf_series_t *root = mf_lua__build_root(&b, 1);
     flow->ref = mf_lua_ref(host, L);
@@ -457,7 +513,8 @@ static int mf_lua__wait(lua_State *L)
 
 int mf_lua_open_flow(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {{"wait", mf_lua__wait}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {
+        {"wait", mf_lua__wait}, {"has_kind", mf_lua_has_kind}, {NULL, NULL}};
     if (luaL_newmetatable(L, MF_LUA_FLOWREF)) {
         lua_newtable(L);
         lua_pushcfunction(L, mf_lua__push);
@@ -469,7 +526,6 @@ int mf_lua_open_flow(lua_State *L)
         lua_setfield(L, -2, "__metatable");
     }
     lua_pop(L, 1);
-    mf_lua_headers_init(L);
     lua_newtable(L);
     luaL_register(L, NULL, funcs);
     return 1;

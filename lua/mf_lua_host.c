@@ -1,7 +1,7 @@
 /*
- * lua/mf_lua_host.c — the host's state: creation, the module loaders,
- * logging, counted registry references, shutdown. Coroutines live in
- * mf_lua_co.c.
+ * lua/mf_lua_host.c — the host's state: creation (with the module loaders
+ * and the registry of task kinds), logging, counted registry references,
+ * shutdown. Coroutines live in mf_lua_co.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,7 +11,8 @@
 
 #include <moonflow/common.h>
 
-#include "mf_lua_int.h"
+#include "mf_lua_leaf.h"
+#include "mf_lua_paths.h" /* generated: the system's module folders */
 
 const char mf_lua_host_key;
 
@@ -91,15 +92,18 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
     lua_pushlightuserdata(L, host);
     lua_rawset(L, LUA_REGISTRYINDEX);
     luaL_openlibs(L);
-    if (opts) {
-        mf_lua__prepend_path(L, "path", opts->package_path);
-        mf_lua__prepend_path(L, "cpath", opts->package_cpath);
-    }
+    mf_lua__prepend_path(L, "path",
+                         opts && opts->package_path ? opts->package_path
+                                                    : MF_LUA_SYSTEM_PATH);
+    mf_lua__prepend_path(L, "cpath",
+                         opts && opts->package_cpath ? opts->package_cpath
+                                                     : MF_LUA_SYSTEM_CPATH);
     if (mf_lua__preload(L) < 0) {
         lua_close(L);
         mf_free(host);
         return NULL;
     }
+    mf_lua_kinds_init(host);
     mf_loop_set_ext(loop, MF_LOOP_EXT_LUA, host, mf_lua__host_ext_dtor);
     return host;
 }

@@ -13,7 +13,8 @@
 
 #include <moonflow/list.h>
 
-#include "mf_lua_host.h"
+#include <moonflow/lua_go.h>
+#include <moonflow/lua_host.h>
 
 #define MF_LUA_IDLE_THREADS 64
 
@@ -73,6 +74,10 @@ typedef struct mf_lua_module {
 } mf_lua_module_t;
 extern const mf_lua_module_t mf_lua_modules[];
 extern const size_t mf_lua_modules_count;
+
+/* The C function mf.go knows by name (built-ins first), or NULL
+ * (mf_lua_go.c). */
+mf_lua_go_fn mf_lua_go_find(const char *name);
 
 /* The stable lowercase error string of a task result ("timeout",
  * "connection refused" ...). */

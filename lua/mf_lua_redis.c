@@ -2,8 +2,9 @@
  * lua/mf_lua_redis.c — moonflow.redis, the C side of mf.redis: client
  * objects, r:call and r:pipeline (a Redis task started straight from C:
  * the coroutine parks on it and its callback resumes it with the converted
- * replies; no flow, no table beyond the result), and the "redis" leaf of
- * flows (mf.task.redis).
+ * replies; no flow, no table beyond the result), and the conversions the
+ * "redis" task kind (mf_lua_task_redis.c) shares: commands from tables,
+ * replies to Lua values.
  *
  * Owns: nothing past a call. A started task belongs to its own series; the
  * parked coroutine is named by task->user, which the coroutine's cleanup
@@ -26,7 +27,7 @@
 
 #include <moonflow/common.h>
 
-#include "mf_lua_flow.h"
+#include "mf_lua_int.h"
 #include "mf_lua_redis.h"
 
 /* ---- argument vectors ----------------------------------------------- */
@@ -153,7 +154,7 @@ static void mf_lua__add_range(lua_State *L, mf_task_t *task, int first,
 }
 
 /* Appends the command held by the array table at idx. */
-static void mf_lua__add_table(lua_State *L, mf_task_t *task, int idx)
+void mf_lua_redis_add_table(lua_State *L, mf_task_t *task, int idx)
 {
     mf_lua_redis_argv_t a;
     mf_lua_redis_argv_init(&a);
@@ -185,8 +186,7 @@ static void mf_lua__check_cmd(lua_State *L, int cmd, int i, const char *what)
     }
 }
 
-/* Raises unless the value at idx is a list of commands. Returns how many. */
-static int mf_lua__check_cmds(lua_State *L, int idx, const char *what)
+int mf_lua_redis_check_cmds(lua_State *L, int idx, const char *what)
 {
     luaL_checkstack(L, 4, "redis command");
     int n = (int)lua_objlen(L, idx);
@@ -200,9 +200,6 @@ static int mf_lua__check_cmds(lua_State *L, int idx, const char *what)
 
 /* ---- replies ----------------------------------------------------------- */
 
-static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r,
-                               unsigned flags);
-
 static void mf_lua__push_array(lua_State *L, const mf_redis_reply_t *r,
                                unsigned flags)
 {
@@ -210,7 +207,7 @@ static void mf_lua__push_array(lua_State *L, const mf_redis_reply_t *r,
     lua_checkstack(L, 4);
     lua_createtable(L, (int)r->len, 0);
     for (size_t i = 0; i < r->len; i++) {
-        mf_lua__push_reply(L, &r->elements[i], flags);
+        mf_lua_redis_push_reply(L, &r->elements[i], flags);
         lua_rawseti(L, -2, (int)i + 1);
     }
 }
@@ -224,8 +221,8 @@ static void mf_lua__push_marked(lua_State *L, const char *key,
     lua_setfield(L, -2, key);
 }
 
-static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r,
-                               unsigned flags)
+void mf_lua_redis_push_reply(lua_State *L, const mf_redis_reply_t *r,
+                             unsigned flags)
 {
     switch (r->type) {
     case MF_REDIS_STATUS:
@@ -256,14 +253,13 @@ static void mf_lua__push_reply(lua_State *L, const mf_redis_reply_t *r,
     lua_pushlightuserdata(L, NULL);
 }
 
-/* The replies of a finished task as an array table. */
-static void mf_lua__push_replies(lua_State *L, const mf_task_t *task,
-                                 unsigned flags)
+void mf_lua_redis_push_replies(lua_State *L, const mf_task_t *task,
+                               unsigned flags)
 {
     size_t n = mf_task_redis_nreplies(task);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
-        mf_lua__push_reply(L, mf_task_redis_reply(task, i), flags);
+        mf_lua_redis_push_reply(L, mf_task_redis_reply(task, i), flags);
         lua_rawseti(L, -2, (int)i + 1);
     }
 }
@@ -321,7 +317,7 @@ static int mf_lua__push_call_reply(lua_State *L, const mf_redis_reply_t *r,
                                    unsigned flags)
 {
     if (r->type != MF_REDIS_ERROR) {
-        mf_lua__push_reply(L, r, flags);
+        mf_lua_redis_push_reply(L, r, flags);
         return 1;
     }
     lua_pushnil(L);
@@ -340,7 +336,7 @@ static void mf_lua__done(mf_task_t *task, unsigned flags)
     lua_State *L = mf_lua_co_thread(co);
     int n = mf_lua__push_failure(L, task);
     if (n == 0 && (flags & MF_LUA_REDIS_LIST)) {
-        mf_lua__push_replies(L, task, flags);
+        mf_lua_redis_push_replies(L, task, flags);
         n = 1;
     } else if (n == 0) {
         n = mf_lua__push_call_reply(L, mf_task_redis_reply(task, 0), flags);
@@ -396,7 +392,7 @@ static int mf_lua__pipeline(lua_State *L)
     mf_lua_redis_t *r = mf_lua_redis_check(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
-    int n = mf_lua__check_cmds(L, 2, "r:pipeline");
+    int n = mf_lua_redis_check_cmds(L, 2, "r:pipeline");
     mf_lua_co_t *co = mf_lua_co_check(L);
     if (n == 0) {
         lua_newtable(L);
@@ -407,66 +403,10 @@ static int mf_lua__pipeline(lua_State *L)
         r->flags ? mf_lua__pipeline_status_done : mf_lua__pipeline_done, NULL);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, 2, i);
-        mf_lua__add_table(L, task, 3);
+        mf_lua_redis_add_table(L, task, 3);
         lua_pop(L, 1);
     }
     return mf_lua__park_on(L, co, task);
-}
-
-/* ---- the flow leaf {kind = "redis", client, cmds, list} --------------- */
-
-void mf_lua_redis_leaf_check(lua_State *L, int idx)
-{
-    lua_getfield(L, idx, "client");
-    if (!luaL_testudata(L, -1, MF_LUA_REDIS))
-        luaL_error(L, "redis task: client must be an mf.redis object");
-    lua_getfield(L, idx, "cmds");
-    if (!lua_istable(L, -1) ||
-        mf_lua__check_cmds(L, lua_gettop(L), "redis task") == 0)
-        luaL_error(L, "redis task: a command expected");
-    lua_pop(L, 2);
-}
-
-mf_task_t *mf_lua_redis_leaf_create(lua_State *L, int idx, mf_task_cb cb,
-                                    void *user)
-{
-    lua_getfield(L, idx, "client");
-    mf_lua_redis_t *r = lua_touserdata(L, -1);
-    mf_task_t *task = mf_task_redis_create(r->client, cb, user);
-    lua_getfield(L, idx, "cmds");
-    int cmds = lua_gettop(L);
-    int n = (int)lua_objlen(L, cmds);
-    for (int i = 1; i <= n; i++) {
-        lua_rawgeti(L, cmds, i);
-        mf_lua__add_table(L, task, cmds + 1);
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 2);
-    return task;
-}
-
-unsigned mf_lua_redis_leaf_flags(lua_State *L, int idx)
-{
-    lua_getfield(L, idx, "list");
-    lua_getfield(L, idx, "client");
-    const mf_lua_redis_t *r = lua_touserdata(L, -1);
-    unsigned flags = (lua_toboolean(L, -2) ? MF_LUA_REDIS_LIST : 0) | r->flags;
-    lua_pop(L, 2);
-    return flags;
-}
-
-/* result.value (one command) or result.values (a list of commands). */
-void mf_lua_redis_leaf_result(lua_State *L, mf_task_t *task, unsigned flags)
-{
-    if (mf_task_redis_nreplies(task) == 0)
-        return;
-    if (flags & MF_LUA_REDIS_LIST) {
-        mf_lua__push_replies(L, task, flags);
-        lua_setfield(L, -2, "values");
-    } else {
-        mf_lua__push_reply(L, mf_task_redis_reply(task, 0), flags);
-        lua_setfield(L, -2, "value");
-    }
 }
 
 /* ---- clients ------------------------------------------------------------ */

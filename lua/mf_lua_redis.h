@@ -1,7 +1,8 @@
 /*
  * lua/mf_lua_redis.h — internals of the Redis binding shared by
- * mf_lua_redis.c (clients, r:call, r:pipeline, the flow leaf) and
- * mf_lua_redis_sub.c (r:subscribe and the subscriber object).
+ * mf_lua_redis.c (clients, r:call, r:pipeline, conversions),
+ * mf_lua_redis_sub.c (r:subscribe and the subscriber object) and
+ * mf_lua_task_redis.c (the "redis" task kind).
  *
  * Owns nothing itself. A client object ("moonflow.redis" userdata) points
  * to the loop's mf_redis_client_t, which belongs to the loop and outlives
@@ -19,6 +20,10 @@
 
 #define MF_LUA_REDIS "moonflow.redis"
 #define MF_LUA_REDIS_SUB "moonflow.redis.sub"
+
+/* How replies reach Lua. */
+#define MF_LUA_REDIS_LIST 1u   /* a list of commands: all replies, a table */
+#define MF_LUA_REDIS_STATUS 2u /* status replies as {ok = "OK"} */
 
 /* The Lua client object. */
 typedef struct mf_lua_redis {
@@ -58,6 +63,18 @@ void mf_lua_redis_check_args(lua_State *L, int first, int last,
                              const char *what);
 /* Appends the (checked) value at idx. */
 void mf_lua_redis_argv_push(lua_State *L, mf_lua_redis_argv_t *a, int idx);
+
+/* Appends the command held by the array table at idx to task. */
+void mf_lua_redis_add_table(lua_State *L, mf_task_t *task, int idx);
+/* Raises unless the table at idx is a list of commands (non-empty arrays
+ * of strings and numbers); what names the caller. Returns how many. */
+int mf_lua_redis_check_cmds(lua_State *L, int idx, const char *what);
+/* Pushes a reply as a Lua value (see mf_lua_redis.c). */
+void mf_lua_redis_push_reply(lua_State *L, const mf_redis_reply_t *r,
+                             unsigned flags);
+/* Pushes the replies of a finished task as an array table. */
+void mf_lua_redis_push_replies(lua_State *L, const mf_task_t *task,
+                               unsigned flags);
 
 /* The client object at idx; raises on anything else. */
 mf_lua_redis_t *mf_lua_redis_check(lua_State *L, int idx);

@@ -1,8 +1,9 @@
 -- moonflow — the Lua API (require "moonflow"). Thin: a flow step is a plain
--- table {kind = ..., fields} checked, built and run by the C side
--- (moonflow.core, moonflow.flow, moonflow.timer, moonflow.redis: r:call
--- and friends are C methods of the client object); this file names things,
--- raises misuse at the caller's line, and turns task results into
+-- table {kind = ..., fields} (the kinds are registered in C: timer, http,
+-- go, redis, and any the embedding program adds) checked, built and run by
+-- the C side (moonflow.core, moonflow.flow, moonflow.timer, moonflow.redis:
+-- r:call and friends are C methods of the client object); this file names
+-- things, raises misuse at the caller's line, and turns task results into
 -- (value) / (nil, err).
 local core = require "moonflow.core"
 local cflow = require "moonflow.flow"
@@ -189,6 +190,21 @@ function mf.task.redis(r, cmd, ...)
     end
     return step("redis", copy_opts(opts, { client = r, cmds = { args } }))
 end
+
+-- mf.task.NAME{fields}: a task of any kind registered from C
+-- (mf_lua_kind_register) that has no constructor of its own above. The C
+-- side checks the fields when the task is waited on or built into a flow.
+setmetatable(mf.task, { __index = function(task, name)
+    if not cflow.has_kind(name) then return nil end
+    local function make(fields)
+        if type(fields) ~= "table" then
+            raise(("mf.task.%s{...}: a table of fields expected"):format(name))
+        end
+        return step(name, copy_opts(fields, {}))
+    end
+    task[name] = make
+    return make
+end })
 
 local ok, cjson = pcall(require, "cjson.safe")
 if ok then

@@ -17,15 +17,8 @@
 
 #include <moonflow/moonflow.h>
 
-#include "mf_lua_host.h"
+#include <moonflow/lua_host.h>
 #include "serve.h"
-
-#define MF_LUA_SYSTEM_PATH                                                \
-    "/usr/local/share/lua/5.1/?.lua;/usr/local/share/lua/5.1/?/init.lua;" \
-    "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua"
-#define MF_LUA_SYSTEM_CPATH                                               \
-    "/usr/local/lib/lua/5.1/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;" \
-    "/usr/lib/lua/5.1/?.so"
 
 static const char usage_main[] =
     "usage: moonflow COMMAND [ARGS]\n"
@@ -79,9 +72,7 @@ static int run_open(run_t *r)
     if (!r->pool)
         return -1;
     mf_loop_set_pool(r->loop, r->pool);
-    mf_lua_host_opts_t opts = {.package_path = MF_LUA_SYSTEM_PATH,
-                               .package_cpath = MF_LUA_SYSTEM_CPATH};
-    r->host = mf_lua_host_create(r->loop, &opts);
+    r->host = mf_lua_host_create(r->loop, NULL); /* system module paths */
     return r->host ? 0 : -1;
 }
 

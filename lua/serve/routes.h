@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mf_lua_host.h"
+#include <moonflow/lua_host.h>
 
 typedef struct mf_serve_routes mf_serve_routes_t;
 

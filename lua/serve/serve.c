@@ -18,12 +18,6 @@
 #include "serve.h"
 
 #define MF_SERVE_DEFAULT_ROOT "scripts/site"
-#define MF_SERVE_SYSTEM_PATH                                              \
-    "/usr/local/share/lua/5.1/?.lua;/usr/local/share/lua/5.1/?/init.lua;" \
-    "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua"
-#define MF_SERVE_SYSTEM_CPATH                                             \
-    "/usr/local/lib/lua/5.1/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;" \
-    "/usr/lib/lua/5.1/?.so"
 
 static const char usage_serve[] =
     "usage: moonflow serve [DIR] [--config FILE] [--listen ADDR]\n"
@@ -78,9 +72,8 @@ static void mf__serve_start_worker(mf_loop_t *loop, void *arg)
     mf_serve_worker_t *w = job->w;
     const mf_serve_config_t *c = w->config;
     w->loop = loop;
-    mf_lua_host_opts_t opts = {.package_path = MF_SERVE_SYSTEM_PATH,
-                               .package_cpath = MF_SERVE_SYSTEM_CPATH,
-                               .log = mf__serve_log};
+    /* package paths: the host's default, the system's module folders */
+    mf_lua_host_opts_t opts = {.log = mf__serve_log};
     w->host = mf_lua_host_create(loop, &opts);
     if (!w->host) {
         w->error = MF_ENOMEM;

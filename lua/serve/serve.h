@@ -20,7 +20,7 @@
 #include <moonflow/fswatch.h>
 #include <moonflow/http_server.h>
 
-#include "mf_lua_host.h"
+#include <moonflow/lua_host.h>
 #include "routes.h"
 
 #define MF_SERVE_MAX_ROUTES 256

@@ -115,6 +115,16 @@ describe("mf.task.timer", function()
         assert.are.equal("success", r.state)
     end)
 
+    it("waits alone, without building a flow", function()
+        local before = mf.debug.counts()
+        local during
+        mf.timer.at(0, function() during = mf.debug.counts() end)
+        assert.are.equal("success", mf.task.timer(10):wait().state)
+        assert.are.equal(before.flows, during.flows)
+        assert.are.equal(before.tasks + 1, during.tasks)
+        assert.are.equal(before.tasks, mf.debug.counts().tasks)
+    end)
+
     it("ends with state 'timeout' when its timeout comes first", function()
         local t0 = mf.now()
         local r = mf.task.timer(1000, { timeout = 20 }):wait()

@@ -53,6 +53,20 @@ describe("the host", function()
         assert.are.same(base, counts())
     end)
 
+    it("releases everything after tasks waited on alone", function()
+        for _ = 1, 5 do
+            mf.task.timer(1):wait()
+            mf.task.timer(500, { timeout = 1 }):wait()
+            mf.go("sha256", "x")
+            mf.go("sha256") -- fails: one argument expected
+            mf.task.go { name = "sleep_ms", args = { 30 }, timeout = 1 }:wait()
+        end
+        mf.sleep(60) -- the go calls run to their end on the pool
+        settle()
+        assert.are.same(base, counts())
+        assert.are.equal(0, mf.debug.counts().tasks)
+    end)
+
     it("releases the coroutines of timers, failed ones too", function()
         for i = 1, 10 do
             mf.timer.at(1, function() mf.sleep(1); if i % 2 == 0 then error("x") end end)

@@ -1,12 +1,13 @@
 /* The host's C API as the server will use it: spawn, exit callbacks for
  * done / error / abort, parking on a timer and on a flow, abort running the
  * cleanup hook (the task is canceled, the loop goes idle at once), host
- * shutdown with live coroutines and timers, and counted references. */
+ * shutdown with live coroutines and timers, counted references, and task
+ * kinds registered from C. */
 #include <lauxlib.h>
 
+#include <moonflow/lua_host.h>
+#include <moonflow/lua_kind.h>
 #include <moonflow/moonflow.h>
-
-#include "mf_lua_host.h"
 #include "test.h"
 
 static mf_loop_t *loop;
@@ -60,6 +61,7 @@ static void assert_released(void)
     ASSERT_EQ(c.refs, 0);
     ASSERT_EQ(c.timers, 0);
     ASSERT_EQ(c.flows, 0);
+    ASSERT_EQ(c.tasks, 0);
 }
 
 TEST(a_coroutine_that_does_not_wait_ends_inside_spawn)
@@ -156,6 +158,48 @@ TEST(abort_of_a_flow_cancels_its_tasks)
     assert_released(); /* the flow's C side too, once its tasks ended */
     ASSERT_EQ(s.calls, 1);
     teardown();
+}
+
+TEST(a_lone_task_is_waited_on_without_a_flow_or_a_reference)
+{
+    setup();
+    seen_t s = {0};
+    mf_lua_co_t *co = spawn("local r = require('moonflow').task.timer(5)"
+                            ":wait() return r.state",
+                            &s);
+    ASSERT(co != NULL);
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    ASSERT_EQ(c.tasks, 1);
+    ASSERT_EQ(c.flows, 0);
+    ASSERT_EQ(c.refs, 1); /* the coroutine's own */
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_STR_EQ(s.text, "success");
+    assert_released();
+    teardown();
+}
+
+TEST(abort_and_shutdown_cancel_a_lone_task_whose_end_touches_no_lua)
+{
+    setup();
+    seen_t a = {0}, b = {0};
+    const char *code = "require('moonflow').task.timer(60000):wait()";
+    mf_lua_co_t *co = spawn(code, &a);
+    spawn(code, &b);
+    mf_lua_co_abort(co, "client gone");
+    ASSERT_EQ(a.status, MF_LUA_CO_ABORTED);
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    ASSERT_EQ(c.tasks, 1);
+    mf_lua_host_destroy(host); /* the canceled tasks complete after it */
+    host = NULL;
+    ASSERT_EQ(b.status, MF_LUA_CO_ABORTED);
+    uint64_t t0 = mf_loop_now(loop);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(mf_loop_now(loop) - t0 < 1000);
+    ASSERT_EQ(a.calls + b.calls, 2);
+    mf_loop_destroy(loop);
 }
 
 static int abort_me(lua_State *L)
@@ -273,4 +317,111 @@ TEST(a_loop_has_one_host_and_destroys_a_forgotten_one)
     mf_lua_host_destroy(host);
     ASSERT(mf_lua_host_of(loop) == NULL);
     mf_loop_destroy(loop);
+}
+
+/* ---- a task kind registered from C ------------------------------------ */
+
+/* {kind = "twice", n = N}: a 1 ms timer whose result is value = 2 * N,
+ * N kept in the task's data; releases are counted. */
+typedef struct twice_data {
+    double n;
+} twice_data_t;
+
+static int twice_releases;
+
+static void twice_check(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "n");
+    if (lua_type(L, -1) != LUA_TNUMBER)
+        luaL_error(L, "twice task: n must be a number");
+    lua_pop(L, 1);
+}
+
+static mf_task_t *twice_create(lua_State *L, int idx, void *data, mf_loop_t *lp,
+                               mf_task_cb cb, void *user)
+{
+    twice_data_t *d = data;
+    ASSERT_EQ(d->n, 0); /* zeroed */
+    lua_getfield(L, idx, "n");
+    d->n = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return mf_task_timer_create(lp, 1, cb, user);
+}
+
+static void twice_result(lua_State *L, mf_task_t *task, void *data)
+{
+    (void)task;
+    lua_pushnumber(L, 2 * ((twice_data_t *)data)->n);
+    lua_setfield(L, -2, "value");
+}
+
+static void twice_release(void *data)
+{
+    (void)data;
+    twice_releases++;
+}
+
+static const mf_lua_kind_t twice_kind = {
+    .name = "twice",
+    .data_size = sizeof(twice_data_t),
+    .check = twice_check,
+    .create = twice_create,
+    .result = twice_result,
+    .release = twice_release,
+};
+
+TEST(a_kind_registered_from_c_runs_alone_and_in_flows_from_lua)
+{
+    setup();
+    twice_releases = 0;
+    ASSERT_EQ(mf_lua_kind_register(host, &twice_kind), 0);
+    seen_t s = {0};
+    spawn("local mf = require 'moonflow'\n"
+          "local r = mf.task.twice{n = 21}:wait()\n"
+          "local p = mf.parallel{ mf.task.twice{n = 1},\n"
+          "  mf.series{ mf.task.timer(1), mf.task.twice{n = 2} } }:wait()\n"
+          "assert(mf.task.not_a_kind == nil)\n"
+          "return ('%d %s %d %d'):format(r.value, r.state, p[1].value,\n"
+          "                              p[2][2].value)",
+          &s);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_EQ(s.calls, 1);
+    ASSERT_STR_EQ(s.text, "42 success 2 4");
+    ASSERT_EQ(twice_releases, 3);
+    assert_released();
+    teardown();
+}
+
+TEST(a_kind_check_raises_before_anything_is_built)
+{
+    setup();
+    twice_releases = 0;
+    ASSERT_EQ(mf_lua_kind_register(host, &twice_kind), 0);
+    seen_t s = {0};
+    spawn("local mf = require 'moonflow'\n"
+          "mf.series{ mf.task.twice{n = 1}, mf.task.twice{n = 'x'} }:wait()",
+          &s);
+    ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
+    ASSERT(strstr(s.text, "twice task: n must be a number"));
+    ASSERT_EQ(twice_releases, 0);
+    assert_released();
+    teardown();
+}
+
+TEST(a_kind_is_refused_for_a_taken_name_or_missing_ops)
+{
+    setup();
+    mf_lua_kind_t k = twice_kind;
+    ASSERT_EQ(mf_lua_kind_register(host, &twice_kind), 0);
+    ASSERT_EQ(mf_lua_kind_register(host, &twice_kind), MF_EEXIST);
+    k.name = "timer";
+    ASSERT_EQ(mf_lua_kind_register(host, &k), MF_EEXIST);
+    k.name = "series";
+    ASSERT_EQ(mf_lua_kind_register(host, &k), MF_EEXIST);
+    k.name = "other";
+    k.create = NULL;
+    ASSERT_EQ(mf_lua_kind_register(host, &k), MF_EINVAL);
+    k.name = NULL;
+    ASSERT_EQ(mf_lua_kind_register(host, &k), MF_EINVAL);
+    teardown();
 }

@@ -1,5 +1,5 @@
 /*
- * lua/mf_lua_go.h — C functions callable from Lua on the compute pool:
+ * moonflow/lua_go.h — C functions callable from Lua on the compute pool:
  * mf.go(name, ...) and mf.task.go(name, ...).
  *
  * A function receives copies of its Lua arguments (strings; numbers are
@@ -8,14 +8,19 @@
  * Lua result string; the host frees it), or a negative MF_E* code (the task
  * ends MF_STATE_TASK_ERROR with that code).
  *
- * The table is process-wide: register before starting hosts. Built in:
- * "sha256" (hex digest of its argument) and "sleep_ms" (blocks the pool
- * thread for N ms, returns N).
+ * The table is process-wide and takes no lock: register before starting
+ * hosts (names and functions are kept as given: string literals). Built
+ * in: "sha256" (hex digest of its argument) and "sleep_ms" (blocks the
+ * pool thread for N ms, returns N).
  */
-#ifndef MF_LUA_GO_H
-#define MF_LUA_GO_H
+#ifndef MOONFLOW_LUA_GO_H
+#define MOONFLOW_LUA_GO_H
 
 #include <stddef.h>
+
+#include <moonflow/common.h>
+
+MF_EXTERN_C_BEGIN
 
 #define MF_LUA_GO_MAX_ARGS 16
 
@@ -29,6 +34,8 @@ typedef int (*mf_lua_go_fn)(const mf_lua_go_args_t *args, char **out,
                             size_t *out_len);
 
 /* Returns 0, MF_EEXIST for a taken name, MF_ENOSPC when the table is full. */
-int mf_lua_go_register(const char *name, mf_lua_go_fn fn);
+MF_API int mf_lua_go_register(const char *name, mf_lua_go_fn fn);
 
-#endif /* MF_LUA_GO_H */
+MF_EXTERN_C_END
+
+#endif /* MOONFLOW_LUA_GO_H */

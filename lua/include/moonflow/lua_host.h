@@ -1,18 +1,23 @@
 /*
- * lua/mf_lua_host.h — the LuaJIT host: one lua_State per loop, Lua code run
- * in coroutines that park on C tasks and are resumed by their completions.
+ * moonflow/lua_host.h — the LuaJIT host: one lua_State per loop, Lua code
+ * run in coroutines that park on C tasks and are resumed by their
+ * completions. This is the embedding API: the moonflow binary (run, test,
+ * serve) uses nothing else, and a C or C++ program can do the same.
  *
  * Owns: the lua_State (created and closed here), every coroutine record and
- * the registry references anchoring them, background timers. Does not own
- * the loop (the caller's; it must outlive the host) nor the compute pool.
+ * the registry references anchoring them, background timers, the registry
+ * of task kinds (moonflow/lua_kind.h; the kind structs stay their
+ * registrants'). Does not own the loop (the caller's; it must outlive the
+ * host) nor the compute pool (mf_loop_set_pool; mf.go needs one).
  *
- * A caller (the HTTP server, `moonflow run`, the spec runner) pushes a
- * function and its arguments on mf_lua_host_state(host) and calls
- * mf_lua_host_spawn: the function runs at once in a new coroutine, until it
- * returns, raises, or parks on I/O. Its exit callback runs exactly once, on
- * the loop thread, whichever way it ends: done, error, or aborted (the
- * server aborts when the client goes away; mf_lua_host_destroy aborts what
- * is left). The mf_lua_co_t handle is valid until that callback returns.
+ * A caller (the HTTP server, `moonflow run`, the spec runner, an embedding
+ * program) pushes a function and its arguments on mf_lua_host_state(host)
+ * and calls mf_lua_host_spawn: the function runs at once in a new
+ * coroutine, until it returns, raises, or parks on I/O. Its exit callback
+ * runs exactly once, on the loop thread, whichever way it ends: done,
+ * error, or aborted (the server aborts when the client goes away;
+ * mf_lua_host_destroy aborts what is left). The mf_lua_co_t handle is valid
+ * until that callback returns.
  *
  * C functions that need I/O follow one pattern (OpenResty's sleep/socket):
  *
@@ -31,15 +36,21 @@
  * Threads: the loop's thread only. Lua never runs on two threads at once:
  * one host per worker loop.
  */
-#ifndef MF_LUA_HOST_H
-#define MF_LUA_HOST_H
+#ifndef MOONFLOW_LUA_HOST_H
+#define MOONFLOW_LUA_HOST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include <lua.h>
-
+#include <moonflow/common.h>
 #include <moonflow/loop.h>
+
+MF_EXTERN_C_BEGIN
+
+/* LuaJIT's headers declare no C linkage of their own (lua.hpp adds it):
+ * included here, inside ours, they get it for C++ programs too. */
+#include <lua.h>
 
 typedef struct mf_lua_host mf_lua_host_t;
 typedef struct mf_lua_co mf_lua_co_t;
@@ -49,38 +60,44 @@ typedef struct mf_lua_co mf_lua_co_t;
 typedef void (*mf_lua_log_fn)(void *ud, const char *msg);
 
 typedef struct mf_lua_host_opts {
-    const char *package_path;  /* prepended to package.path; may be NULL */
-    const char *package_cpath; /* prepended to package.cpath; may be NULL */
+    /* Prepended to package.path / package.cpath, so installed modules win
+     * over the current directory. NULL: the system's Lua module folders
+     * (those of the LuaJIT moonflow was built with, and /usr/local's);
+     * "": nothing. */
+    const char *package_path;
+    const char *package_cpath;
     mf_lua_log_fn log;
     void *log_ud;
 } mf_lua_host_opts_t;
 
-/* Creates the state, opens the standard libraries and preloads the
- * embedded moonflow modules (require "moonflow"). opts may be NULL. The
+/* Creates the state, opens the standard libraries, preloads the embedded
+ * moonflow modules (require "moonflow") and registers the built-in task
+ * kinds (timer, http, go, redis). opts may be NULL (all defaults). The
  * host registers itself in the loop's MF_LOOP_EXT_LUA slot (one host per
  * loop; a loop destroyed first destroys its host). Returns NULL if the loop
  * has a host already or LuaJIT cannot allocate a state. */
-mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
-                                  const mf_lua_host_opts_t *opts);
+MF_API mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
+                                         const mf_lua_host_opts_t *opts);
 /* Aborts every live coroutine (cleanup hooks run, exit callbacks see
  * MF_LUA_CO_ABORTED), cancels background timers, closes the state. Tasks
  * canceled here complete later on the loop without touching Lua: run the
  * loop until idle before destroying it. Call it from the loop, never from
- * inside Lua (a C function called by a coroutine). */
-void mf_lua_host_destroy(mf_lua_host_t *host);
+ * inside Lua (a C function called by a coroutine). NULL: nothing. */
+MF_API void mf_lua_host_destroy(mf_lua_host_t *host);
 
-lua_State *mf_lua_host_state(const mf_lua_host_t *host);
-mf_loop_t *mf_lua_host_loop(const mf_lua_host_t *host);
+MF_API lua_State *mf_lua_host_state(const mf_lua_host_t *host);
+MF_API mf_loop_t *mf_lua_host_loop(const mf_lua_host_t *host);
 /* The host of any thread of its state. */
-mf_lua_host_t *mf_lua_host_from_state(lua_State *L);
+MF_API mf_lua_host_t *mf_lua_host_from_state(lua_State *L);
 /* The loop's host, or NULL (e.g. from an exchange: mf_http_exchange_loop). */
-mf_lua_host_t *mf_lua_host_of(const mf_loop_t *loop);
+MF_API mf_lua_host_t *mf_lua_host_of(const mf_loop_t *loop);
 /* Reports through opts->log (printf-style). */
-void mf_lua_host_log(mf_lua_host_t *host, const char *fmt, ...)
+MF_API void mf_lua_host_log(mf_lua_host_t *host, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Leak accounting: live coroutines, registry references held by the host,
- * armed background timers, flows waited on. mf.debug.counts() in Lua. */
+ * armed background timers, flows and single tasks waited on.
+ * mf.debug.counts() in Lua. */
 typedef struct mf_lua_counts {
     size_t coroutines;
     size_t refs;
@@ -89,8 +106,9 @@ typedef struct mf_lua_counts {
     size_t errors;       /* coroutines that ended with an error, ever */
     size_t resumes;      /* lua_resume calls, ever (a flow costs one) */
     size_t idle_threads; /* finished coroutine threads kept for reuse */
+    size_t tasks;        /* single tasks waited on (mf.http.get, mf.go) */
 } mf_lua_counts_t;
-void mf_lua_host_counts(const mf_lua_host_t *host, mf_lua_counts_t *out);
+MF_API void mf_lua_host_counts(const mf_lua_host_t *host, mf_lua_counts_t *out);
 
 /* ---- coroutines ------------------------------------------------------ */
 
@@ -115,18 +133,18 @@ typedef void (*mf_lua_co_exit_cb)(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
  * and runs the function in a new coroutine now. Returns the live handle if
  * the coroutine parked, NULL if it already ended (cb has run). cb may be
  * NULL (errors are then logged). */
-mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
-                               mf_lua_co_exit_cb cb, void *data);
+MF_API mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
+                                      mf_lua_co_exit_cb cb, void *data);
 /* Spawn in two steps, for an owner that wants the thread first: prepare
  * gives a coroutine whose thread (mf_lua_co_thread) is ready; push the
  * function and nargs arguments on that thread, then start it. start returns
  * true if the coroutine parked (the handle lives on), false if it ended. */
-mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
-                                 void *data);
-bool mf_lua_co_start(mf_lua_co_t *co, int nargs);
+MF_API mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host,
+                                        mf_lua_co_exit_cb cb, void *data);
+MF_API bool mf_lua_co_start(mf_lua_co_t *co, int nargs);
 /* The coroutine being resumed right now (or whose flow callback runs), NULL
  * when the loop runs plain C. */
-mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host);
+MF_API mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host);
 
 /* Values kept with a coroutine's thread: MF_LUA_CO_KEEP registry refs that
  * follow the thread when it is reused for a later spawn (LUA_NOREF until the
@@ -135,7 +153,7 @@ mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host);
  * once per thread. Not counted in mf_lua_counts_t.refs: like idle threads,
  * they are bounded by the thread pool. */
 #define MF_LUA_CO_KEEP 2
-int *mf_lua_co_keep(mf_lua_co_t *co);
+MF_API int *mf_lua_co_keep(mf_lua_co_t *co);
 /* Ends a parked coroutine: its cleanup hook runs (cancels the pending task),
  * then the exit callback with MF_LUA_CO_ABORTED, then the reference is
  * released. Called while the coroutine runs (from a C function it called,
@@ -143,32 +161,35 @@ int *mf_lua_co_keep(mf_lua_co_t *co);
  * instead; from its own exit callback it does nothing. reason must outlive
  * the coroutine (a literal). Never call it on a handle whose exit callback
  * has returned: clear your copy of the handle there. */
-void mf_lua_co_abort(mf_lua_co_t *co, const char *reason);
+MF_API void mf_lua_co_abort(mf_lua_co_t *co, const char *reason);
 
-lua_State *mf_lua_co_thread(const mf_lua_co_t *co);
-mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
+MF_API lua_State *mf_lua_co_thread(const mf_lua_co_t *co);
+MF_API mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
 
 /* ---- for C functions that park (see the pattern above) --------------- */
 
 /* The running host coroutine whose thread is L; raises a Lua error when L
  * is not one (the main chunk of a plain state, a user coroutine). */
-mf_lua_co_t *mf_lua_co_check(lua_State *L);
+MF_API mf_lua_co_t *mf_lua_co_check(lua_State *L);
 /* Cancels a pending operation; it must stop touching the coroutine. */
 typedef void (*mf_lua_cleanup_fn)(void *op);
 /* Records the pending operation's cleanup hook. A hook still set from an
  * earlier, failed park runs first. */
-void mf_lua_co_park(mf_lua_co_t *co, mf_lua_cleanup_fn cleanup, void *op);
+MF_API void mf_lua_co_park(mf_lua_co_t *co, mf_lua_cleanup_fn cleanup,
+                           void *op);
 /* The operation completed: forget its hook (it must not run any more). */
-void mf_lua_co_unpark(mf_lua_co_t *co);
+MF_API void mf_lua_co_unpark(mf_lua_co_t *co);
 /* Resumes a parked coroutine with nargs values pushed on its thread. Runs
  * the exit callback and releases the handle if the coroutine ends. */
-void mf_lua_co_resume(mf_lua_co_t *co, int nargs);
+MF_API void mf_lua_co_resume(mf_lua_co_t *co, int nargs);
 
 /* ---- registry references, counted (leak checks) ---------------------- */
 
 /* luaL_ref/luaL_unref on the registry, counted in mf_lua_counts_t.refs.
  * mf_lua_unref accepts LUA_NOREF/LUA_REFNIL and does nothing then. */
-int mf_lua_ref(mf_lua_host_t *host, lua_State *L);
-void mf_lua_unref(mf_lua_host_t *host, int ref);
+MF_API int mf_lua_ref(mf_lua_host_t *host, lua_State *L);
+MF_API void mf_lua_unref(mf_lua_host_t *host, int ref);
 
-#endif /* MF_LUA_HOST_H */
+MF_EXTERN_C_END
+
+#endif /* MOONFLOW_LUA_HOST_H */

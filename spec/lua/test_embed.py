@@ -1,0 +1,181 @@
+"""examples/embed, run and checked: the default script's output (its own
+mf.go function and task kind, alone, in a parallel, timed out), a script
+file with arguments, and a script whose task description is wrong (exit 1
+with the kind's message).
+
+  MF_EMBED=build/examples/embed python3 spec/lua/test_embed.py
+
+With --installed (ctest's embed.installed), the program is first built the
+way an embedding project builds it: the build tree (MF_BUILD_DIR) is
+installed with `MF_CMAKE --install` into a temporary prefix, and
+examples/embed/main.c, copied out of the source tree, is compiled with
+`MF_CC ... $(pkg-config --cflags --libs moonflow)`, PKG_CONFIG_PATH naming
+the prefix only: once against the shared libraries, once with --static
+against the .a ones. The public headers are also compiled and linked as
+C++. Both programs then pass the same checks.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+DEFAULT_OUTPUT = ("reverse: wolfnoom\n"
+                  "add: 42\n"
+                  "parallel: 3 7\n"
+                  "timeout: timeout\n")
+
+SCRIPT = """local mf = require "moonflow"
+local a, b = ...
+local r = mf.task.add{ a = tonumber(a), b = tonumber(b), ms = 1 }:wait()
+return mf.go("reverse", r.sum .. "!"), select("#", ...)
+"""
+
+BAD_SCRIPT = """local mf = require "moonflow"
+return mf.task.add{ a = "two" }:wait()
+"""
+
+CPP_CHECK = """#include <moonflow/lua_go.h>
+#include <moonflow/lua_host.h>
+#include <moonflow/lua_kind.h>
+#include <moonflow/moonflow.h>
+#include <cstdio>
+
+int main()
+{
+    mf_loop_t *loop = mf_loop_create();
+    mf_lua_host_t *host = mf_lua_host_create(loop, nullptr);
+    lua_State *L = mf_lua_host_state(host);
+    lua_pushstring(L, "from C++"); // lua.h, C linkage through our header
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    bool ok = lua_gettop(L) == 1 && c.coroutines == 0;
+    mf_lua_host_destroy(host);
+    mf_loop_destroy(loop);
+    std::printf("%s\\n", ok ? "c++ ok" : "c++ wrong");
+    return ok ? 0 : 1;
+}
+"""
+
+
+def run(cmd, env=None, timeout=60):
+    return subprocess.run(cmd, env=env, timeout=timeout, capture_output=True,
+                          text=True)
+
+
+def check(cond, what, proc=None):
+    if cond:
+        return
+    detail = ""
+    if proc is not None:
+        detail = "\n--- stdout\n%s--- stderr\n%s" % (proc.stdout, proc.stderr)
+    sys.exit("FAIL %s%s" % (what, detail))
+
+
+def check_program(embed, workdir, env=None):
+    name = os.path.basename(embed)
+    p = run([embed], env)
+    check(p.returncode == 0 and p.stdout == DEFAULT_OUTPUT,
+          "%s: the default script's output" % name, p)
+    script = os.path.join(workdir, "script.lua")
+    with open(script, "w") as f:
+        f.write(SCRIPT)
+    p = run([embed, script, "20", "22"], env)
+    check(p.returncode == 0 and p.stdout == "!24\n2\n",
+          "%s: a script file with arguments" % name, p)
+    bad = os.path.join(workdir, "bad.lua")
+    with open(bad, "w") as f:
+        f.write(BAD_SCRIPT)
+    p = run([embed, bad], env)
+    check(p.returncode == 1 and "add task: a must be a number" in p.stderr,
+          "%s: a bad description ends the script with exit 1" % name, p)
+    print("ok %s" % name)
+
+
+def pkg_config(env, *args):
+    p = run(["pkg-config"] + list(args) + ["moonflow"], env)
+    check(p.returncode == 0, "pkg-config %s moonflow" % " ".join(args), p)
+    return p.stdout.split()
+
+
+def install(work):
+    prefix = os.path.join(work, "prefix")
+    p = run([os.environ["MF_CMAKE"], "--install", os.environ["MF_BUILD_DIR"],
+             "--prefix", prefix], timeout=120)
+    check(p.returncode == 0, "cmake --install into %s" % prefix, p)
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib",
+                                                         "pkgconfig"))
+    env.pop("PKG_CONFIG_LIBDIR", None)
+    return prefix, env
+
+
+def build_installed(work):
+    """Returns the shared and static programs built from the prefix."""
+    prefix, env = install(work)
+    cflags = pkg_config(env, "--cflags")
+    libs = pkg_config(env, "--libs")
+    flags = " ".join(cflags + libs)
+    for tree in (SOURCE, os.environ["MF_BUILD_DIR"]):
+        check(tree not in flags, "pkg-config names %s: %s" % (tree, flags))
+    src = os.path.join(work, "main.c")
+    shutil.copy(os.path.join(SOURCE, "examples", "embed", "main.c"), src)
+    cc = [os.environ.get("MF_CC", "cc"), "-std=c11", "-Wall", "-Wextra",
+          "-Werror"]
+    shared = os.path.join(work, "embed_shared")
+    p = run(cc + [src, "-o", shared] + cflags + libs, env, timeout=120)
+    check(p.returncode == 0, "cc embed against the shared libraries", p)
+    # The same flags, the two moonflow libraries taken as archives.
+    archives = {"-lmoonflow_lua": "-l:libmoonflow_lua.a",
+                "-lmoonflow": "-l:libmoonflow.a"}
+    static_libs = [archives.get(f, f) for f in pkg_config(env, "--static",
+                                                           "--libs")]
+    static = os.path.join(work, "embed_static")
+    p = run(cc + [src, "-o", static] + cflags + static_libs, env, timeout=120)
+    check(p.returncode == 0, "cc embed against the static libraries", p)
+    run_env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(prefix, "lib"))
+    p = run(["ldd", shared], run_env)
+    check(os.path.join(prefix, "lib", "libmoonflow_lua.so") in p.stdout,
+          "embed_shared loads the installed libmoonflow_lua.so", p)
+    p = run(["ldd", static], run_env)
+    check("libmoonflow" not in p.stdout,
+          "embed_static needs no moonflow shared library", p)
+    check_cpp(work, env, run_env, cflags, libs)
+    return [(shared, run_env), (static, None)]
+
+
+def check_cpp(work, env, run_env, cflags, libs):
+    cxx = shutil.which("c++")
+    if not cxx:
+        print("skip c++: no C++ compiler")
+        return
+    src = os.path.join(work, "check.cpp")
+    with open(src, "w") as f:
+        f.write(CPP_CHECK)
+    exe = os.path.join(work, "check_cpp")
+    p = run([cxx, "-Wall", "-Wextra", "-Werror", src, "-o", exe] + cflags +
+            libs, env, timeout=120)
+    check(p.returncode == 0, "c++ with the public headers", p)
+    p = run([exe], run_env)
+    check(p.returncode == 0 and p.stdout == "c++ ok\n",
+          "a C++ program runs the host", p)
+    print("ok c++")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="mf_embed_")
+    try:
+        if "--installed" in sys.argv[1:]:
+            programs = build_installed(work)
+        else:
+            programs = [(os.environ["MF_EMBED"], None)]
+        for exe, env in programs:
+            check_program(exe, work, env)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
