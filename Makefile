@@ -21,16 +21,17 @@ FUZZ_SECONDS ?= 60
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
-           libhiredis-dev redis-server redis-tools
+           libhiredis-dev redis-server redis-tools strace
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
-# redis_cli example is checked against) and build the fuzzers with clang;
-# make bench adds strace for syscall counts, the nginx Lua module (a peer;
+# redis_cli example is checked against), count a server's stat() calls with
+# strace, and build the fuzzers with clang; make bench uses strace for
+# syscall counts too, and adds the nginx Lua module (a peer;
 # our nginx.conf loads it, the system nginx is never started) and
 # lua-resty-redis for that peer's Redis handler (lua-nginx-redis);
 # redis-benchmark comes with redis-tools (bench/redis/ starts its own
 # redis-server the same way).
-BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis
+BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis
 
 .PHONY: all deps bench-deps build binary run test bench fuzz clean format
 
