@@ -1,7 +1,9 @@
 # moonflow — the two commands of the README, plus bench.
 #
-#   make run    install what is missing, build, serve scripts/site on :8080
-#   make test   install, build (plain + sanitizer twin), run every test (ctest)
+#   make run    install what is missing, build the moonflow binary (only it),
+#               serve scripts/site on :8080
+#   make build  install, build everything (tests, sanitizer twins, fuzzers)
+#   make test   install, build everything, run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
 #               (engine, HTTP servers side by side, Redis; about 14 minutes)
 #   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
@@ -19,18 +21,19 @@ FUZZ_SECONDS ?= 60
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
-           libhiredis-dev redis-server redis-tools
+           libhiredis-dev redis-server redis-tools strace
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
-# redis_cli example is checked against) and build the fuzzers with clang;
-# make bench adds strace for syscall counts, the nginx Lua module (a peer;
+# redis_cli example is checked against), count a server's stat() calls with
+# strace, and build the fuzzers with clang; make bench uses strace for
+# syscall counts too, and adds the nginx Lua module (a peer;
 # our nginx.conf loads it, the system nginx is never started) and
 # lua-resty-redis for that peer's Redis handler (lua-nginx-redis);
 # redis-benchmark comes with redis-tools (bench/redis/ starts its own
 # redis-server the same way).
-BENCH_PACKAGES = strace libnginx-mod-http-lua lua-nginx-redis
+BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis
 
-.PHONY: all deps bench-deps build run test bench fuzz clean format
+.PHONY: all deps bench-deps build binary run test bench fuzz clean format
 
 all: build
 
@@ -61,9 +64,15 @@ $(BUILD)/build.ninja: CMakeLists.txt | deps
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The moonflow binary and what it links, nothing else: the first request of
+# make run does not wait for the tests, their sanitizer twins and the
+# fuzzers.
+binary: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target moonflow
+
 # Serves the bundled site (scripts/site) on http://127.0.0.1:8080 with an
 # access log on stdout; Ctrl-C stops it gracefully.
-run: build
+run: binary
 	./$(BUILD)/moonflow serve scripts/site --listen 127.0.0.1:8080 \
 	  --access-log -
 

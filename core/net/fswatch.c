@@ -112,8 +112,17 @@ static void mf__fswatch_event(mf_fswatch_t *w, const struct inotify_event *ev)
     char rel[PATH_MAX];
     if (!mf__fswatch_join(rel, sizeof rel, dir, ev->name))
         return;
+    /* A directory that arrives is watched first and reported after, so
+     * files written into it before its watch existed are on disk by the
+     * time the callback looks; one that goes (moved away) takes its files
+     * without an event for each. */
     if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR)) {
         mf__fswatch_add_tree(w, rel);
+        w->cb(w, rel, MF_FSWATCH_WRITTEN, w->arg);
+        return;
+    }
+    if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && (ev->mask & IN_ISDIR)) {
+        w->cb(w, rel, MF_FSWATCH_REMOVED, w->arg);
         return;
     }
     if (ev->mask & IN_ISDIR)
@@ -122,6 +131,8 @@ static void mf__fswatch_event(mf_fswatch_t *w, const struct inotify_event *ev)
         w->cb(w, rel, MF_FSWATCH_WRITTEN, w->arg);
     else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
         w->cb(w, rel, MF_FSWATCH_REMOVED, w->arg);
+    else if (ev->mask & IN_CREATE)
+        w->cb(w, rel, MF_FSWATCH_CREATED, w->arg);
 }
 
 static void mf__fswatch_readable(mf_io_t *io, unsigned events)

@@ -22,35 +22,55 @@
 #include <libgen.h>
 #include <limits.h>
 #include <lualib.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve.h"
 
+/* A string the config owns: a list, freed with the config. */
+struct mf_serve_config_string {
+    struct mf_serve_config_string *next;
+    char text[];
+};
+
+/* Room for a string of len bytes (and its NUL), owned by the config. */
+static char *mf__config_string(mf_serve_config_t *c, size_t len)
+{
+    struct mf_serve_config_string *s = mf_xmalloc(sizeof(*s) + len + 1);
+    s->next = c->strings;
+    c->strings = s;
+    return s->text;
+}
+
 char *mf_serve_config_strdup(mf_serve_config_t *c, const char *s)
 {
-    if (c->nstrings == MF_ARRAY_SIZE(c->strings))
-        return NULL;
-    return c->strings[c->nstrings++] = strdup(s);
+    size_t len = strlen(s);
+    return memcpy(mf__config_string(c, len), s, len + 1);
 }
 
 void mf_serve_config_free(mf_serve_config_t *c)
 {
-    for (size_t i = 0; i < c->nstrings; i++)
-        free(c->strings[i]);
-    c->nstrings = 0;
+    while (c->strings) {
+        struct mf_serve_config_string *s = c->strings;
+        c->strings = s->next;
+        mf_free(s);
+    }
 }
 
 /* A path from the config, relative to the config's folder. */
 static char *mf__config_path(mf_serve_config_t *c, const char *dir,
                              const char *p)
 {
-    char buf[PATH_MAX];
     if (p[0] == '/' || !strcmp(p, "-") || !strcmp(p, "off"))
         return mf_serve_config_strdup(c, p);
-    snprintf(buf, sizeof buf, "%s/%s", dir, p);
-    return mf_serve_config_strdup(c, buf);
+    size_t dlen = strlen(dir), plen = strlen(p);
+    char *path = mf__config_string(c, dlen + 1 + plen);
+    memcpy(path, dir, dlen);
+    path[dlen] = '/';
+    memcpy(path + dlen + 1, p, plen + 1);
+    return path;
 }
 
 static const char *mf__field_string(lua_State *L, int t, const char *key)
@@ -134,6 +154,147 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
     lua_pop(L, 1);
 }
 
+/* ---- checks: a key the server does not know, or a value of the wrong
+ * type, is an error that names it (a typo must not pass for a default). */
+
+typedef struct mf_config_key {
+    const char *name;
+    int type; /* LUA_TSTRING, LUA_TNUMBER (>= 0) or LUA_TTABLE */
+} mf_config_key_t;
+
+static const mf_config_key_t mf__top_keys[] = {{"listen", LUA_TSTRING},
+                                               {"root", LUA_TSTRING},
+                                               {"access_log", LUA_TSTRING},
+                                               {"workers", LUA_TNUMBER},
+                                               {"limits", LUA_TTABLE},
+                                               {"timeouts", LUA_TTABLE},
+                                               {"tls", LUA_TTABLE},
+                                               {"routes", LUA_TTABLE},
+                                               {NULL, 0}};
+static const mf_config_key_t mf__limits_keys[] = {
+    {"max_body", LUA_TNUMBER},        {"max_head", LUA_TNUMBER},
+    {"max_line", LUA_TNUMBER},        {"max_headers", LUA_TNUMBER},
+    {"max_connections", LUA_TNUMBER}, {NULL, 0}};
+static const mf_config_key_t mf__timeouts_keys[] = {
+    {"header", LUA_TNUMBER},    {"body", LUA_TNUMBER},
+    {"keepalive", LUA_TNUMBER}, {"write", LUA_TNUMBER},
+    {"handler", LUA_TNUMBER},   {NULL, 0}};
+static const mf_config_key_t mf__tls_keys[] = {{"cert", LUA_TSTRING},
+                                               {"key", LUA_TSTRING},
+                                               {"sni", LUA_TTABLE},
+                                               {NULL, 0}};
+static const mf_config_key_t mf__cert_keys[] = {
+    {"cert", LUA_TSTRING}, {"key", LUA_TSTRING}, {NULL, 0}};
+static const mf_config_key_t mf__route_keys[] = {
+    {"file", LUA_TSTRING}, {"timeout", LUA_TNUMBER}, {NULL, 0}};
+
+static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
+                                             const char *name)
+{
+    while (keys->name && strcmp(keys->name, name) != 0)
+        keys++;
+    return keys->name ? keys : NULL;
+}
+
+/* The key and value on top of L (as lua_next leaves them) are one of keys.
+ * where names the table ("" or "limits." ...). */
+static int mf__config_check_pair(lua_State *L, const char *where,
+                                 const mf_config_key_t *keys, char *err,
+                                 size_t errlen)
+{
+    const char *name =
+        lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const mf_config_key_t *k = name ? mf__config_key(keys, name) : NULL;
+    if (!k) {
+        snprintf(err, errlen, "%s%s: unknown key", where,
+                 name ? name : "(a key that is not a string)");
+        return -1;
+    }
+    if (lua_type(L, -1) != k->type ||
+        (k->type == LUA_TNUMBER && lua_tonumber(L, -1) < 0)) {
+        snprintf(err, errlen, "%s%s: %s expected, got %s", where, name,
+                 k->type == LUA_TNUMBER ? "a number >= 0"
+                                        : lua_typename(L, k->type),
+                 luaL_typename(L, -1));
+        return -1;
+    }
+    return 0;
+}
+
+/* Every key of the table at t is one of keys. */
+static int mf__config_check(lua_State *L, int t, const char *where,
+                            const mf_config_key_t *keys, char *err,
+                            size_t errlen)
+{
+    int top = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        if (mf__config_check_pair(L, where, keys, err, errlen) < 0) {
+            lua_settop(L, top);
+            return -1;
+        }
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
+/* A table with a certificate: cert and key, both or neither. */
+static int mf__config_check_cert(lua_State *L, int t, const char *where,
+                                 char *err, size_t errlen)
+{
+    if (!mf__field_string(L, t, "cert") == !mf__field_string(L, t, "key"))
+        return 0;
+    snprintf(err, errlen, "%s: cert and key go together", where);
+    return -1;
+}
+
+/* tls.sni[name] = { cert = ..., key = ... }, the entry on top of L. */
+static int mf__config_check_sni_entry(lua_State *L, char *err, size_t errlen)
+{
+    char where[128];
+    bool named = lua_type(L, -2) == LUA_TSTRING;
+    snprintf(where, sizeof where, "tls.sni[%.100s].",
+             named ? lua_tostring(L, -2) : "?");
+    if (!named || !lua_istable(L, -1)) {
+        snprintf(err, errlen,
+                 "tls.sni: each entry is [\"name\"] = { cert = ..., "
+                 "key = ... }");
+        return -1;
+    }
+    int e = lua_gettop(L);
+    if (mf__config_check(L, e, where, mf__cert_keys, err, errlen) < 0)
+        return -1;
+    if (mf__field_string(L, e, "cert") && mf__field_string(L, e, "key"))
+        return 0;
+    snprintf(err, errlen, "%s: needs cert and key", where);
+    return -1;
+}
+
+/* tls = { cert, key, sni = { [name] = { cert, key } } }: checked whole
+ * before it is read, so no entry is dropped silently. */
+static int mf__config_check_tls(lua_State *L, int t, char *err, size_t errlen)
+{
+    if (mf__config_check(L, t, "tls.", mf__tls_keys, err, errlen) < 0 ||
+        mf__config_check_cert(L, t, "tls", err, errlen) < 0)
+        return -1;
+    lua_getfield(L, t, "sni");
+    int sni = lua_gettop(L), n = 0, rc = 0;
+    if (lua_istable(L, sni)) {
+        lua_pushnil(L);
+        while (rc == 0 && lua_next(L, sni)) {
+            rc = mf__config_check_sni_entry(L, err, errlen);
+            if (rc == 0 && ++n > MF_SERVE_MAX_SNI) {
+                snprintf(err, errlen, "tls.sni: more than %d names",
+                         MF_SERVE_MAX_SNI);
+                rc = -1;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, sni - 1);
+    return rc;
+}
+
 static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                              char *err, size_t errlen)
 {
@@ -146,8 +307,14 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                                ? mf__field_string(L, -1, "file")
                                : NULL;
         double timeout = 0;
-        if (lua_istable(L, -1))
+        if (lua_istable(L, -1)) {
+            char where[128];
+            snprintf(where, sizeof where, "routes[%.100s].", path ? path : "?");
+            if (mf__config_check(L, lua_gettop(L), where, mf__route_keys, err,
+                                 errlen) < 0)
+                return -1;
             mf__field_number(L, lua_gettop(L), "timeout", &timeout);
+        }
         if (!path || path[0] != '/' || !file) {
             snprintf(err, errlen,
                      "routes: each entry is [\"/path\"] = "
@@ -168,37 +335,92 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
     return 0;
 }
 
+/* The sections (subtables): each is checked, then read. */
+typedef int (*mf_config_section_fn)(lua_State *L, int t, mf_serve_config_t *c,
+                                    const char *dir, char *err, size_t errlen);
+
+static int mf__config_section_limits(lua_State *L, int t, mf_serve_config_t *c,
+                                     const char *dir, char *err, size_t errlen)
+{
+    (void)dir;
+    if (mf__config_check(L, t, "limits.", mf__limits_keys, err, errlen) < 0)
+        return -1;
+    mf__config_limits(L, t, c);
+    return 0;
+}
+
+static int mf__config_section_timeouts(lua_State *L, int t,
+                                       mf_serve_config_t *c, const char *dir,
+                                       char *err, size_t errlen)
+{
+    (void)dir;
+    if (mf__config_check(L, t, "timeouts.", mf__timeouts_keys, err, errlen) < 0)
+        return -1;
+    mf__config_timeouts(L, t, c);
+    return 0;
+}
+
+static int mf__config_section_tls(lua_State *L, int t, mf_serve_config_t *c,
+                                  const char *dir, char *err, size_t errlen)
+{
+    if (mf__config_check_tls(L, t, err, errlen) < 0)
+        return -1;
+    mf__config_tls(L, t, c, dir);
+    return 0;
+}
+
+static int mf__config_section_routes(lua_State *L, int t, mf_serve_config_t *c,
+                                     const char *dir, char *err, size_t errlen)
+{
+    (void)dir;
+    return mf__config_routes(L, t, c, err, errlen);
+}
+
+static const struct {
+    const char *name;
+    mf_config_section_fn read;
+} mf__config_section_table[] = {{"limits", mf__config_section_limits},
+                                {"timeouts", mf__config_section_timeouts},
+                                {"tls", mf__config_section_tls},
+                                {"routes", mf__config_section_routes}};
+
+static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
+                               const char *dir, char *err, size_t errlen)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < MF_ARRAY_SIZE(mf__config_section_table);
+         i++) {
+        lua_getfield(L, t, mf__config_section_table[i].name);
+        if (lua_istable(L, -1))
+            rc = mf__config_section_table[i].read(L, lua_gettop(L), c, dir, err,
+                                                  errlen);
+        lua_settop(L, t);
+    }
+    return rc;
+}
+
 static int mf__config_read(lua_State *L, mf_serve_config_t *c, const char *dir,
                            char *err, size_t errlen)
 {
     int t = lua_gettop(L);
     const char *s;
     double v;
+    if (mf__config_check(L, t, "", mf__top_keys, err, errlen) < 0)
+        return -1;
     if ((s = mf__field_string(L, t, "listen")))
         c->http.listen = mf_serve_config_strdup(c, s);
     if ((s = mf__field_string(L, t, "root")))
         c->root = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "access_log")))
         c->access_log = mf__config_path(c, dir, s);
-    if (mf__field_number(L, t, "workers", &v) && v >= 0)
-        c->workers = (unsigned)v;
-    const char *sections[] = {"limits", "timeouts", "tls", "routes"};
-    for (int i = 0; i < 4; i++) {
-        lua_getfield(L, t, sections[i]);
-        int st = lua_gettop(L);
-        if (lua_istable(L, st)) {
-            if (i == 0)
-                mf__config_limits(L, st, c);
-            else if (i == 1)
-                mf__config_timeouts(L, st, c);
-            else if (i == 2)
-                mf__config_tls(L, st, c, dir);
-            else if (mf__config_routes(L, st, c, err, errlen) < 0)
-                return -1;
+    if (mf__field_number(L, t, "workers", &v)) {
+        if (v > MF_SERVE_MAX_WORKERS) {
+            snprintf(err, errlen, "workers: at most %d", MF_SERVE_MAX_WORKERS);
+            return -1;
         }
-        lua_settop(L, t);
+        c->workers = (unsigned)v;
     }
-    return 0;
+    return mf__config_sections(L, t, c, dir, err, errlen);
 }
 
 int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
@@ -216,9 +438,11 @@ int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
     } else if (!lua_istable(L, -1)) {
         snprintf(err, errlen, "%s: the config must return a table", file);
     } else {
-        char copy[PATH_MAX];
-        snprintf(copy, sizeof copy, "%s", file);
-        rc = mf__config_read(L, c, dirname(copy), err, errlen);
+        char msg[400];
+        rc = mf__config_read(L, c, dirname(mf_serve_config_strdup(c, file)),
+                             msg, sizeof msg);
+        if (rc < 0)
+            snprintf(err, errlen, "%s: %s", file, msg);
     }
     lua_close(L);
     return rc;

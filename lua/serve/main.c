@@ -1,6 +1,7 @@
 /*
- * lua/serve/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow test
- * [DIR]`, and `moonflow serve` (lua/serve/serve.c).
+ * lua/serve/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow
+ * test [DIR]`, `moonflow serve` (lua/serve/serve.c), `moonflow help
+ * [COMMAND]` and `moonflow --version`.
  *
  * Owns the process: one loop, a small compute pool for mf.go, one Lua host.
  * The script's main chunk (or busted's runner) runs in a host coroutine; the
@@ -26,8 +27,10 @@ static const char usage_main[] =
     "  run FILE.lua [ARGS...]   run a Lua workflow script once\n"
     "  test [DIR] [BUSTED...]   run the busted specs (*_spec.lua) in DIR\n"
     "  serve [DIR] [OPTIONS]    serve the Lua handlers in DIR over HTTP\n"
+    "  help [COMMAND]           show this help, or a command's\n"
     "\n"
-    "moonflow COMMAND --help shows a command's help.\n";
+    "moonflow COMMAND --help shows a command's help too;\n"
+    "moonflow --version prints the version.\n";
 
 static const char usage_run[] =
     "usage: moonflow run FILE.lua [ARGS...]\n"
@@ -54,7 +57,7 @@ typedef struct run {
     bool looping;   /* inside mf_loop_run */
     int failed;     /* the main coroutine raised or was aborted */
     int test_fails; /* moonflow test: failures + errors */
-} run_t;
+} host_run_t;
 
 static int wants_help(int argc, char **argv)
 {
@@ -64,7 +67,7 @@ static int wants_help(int argc, char **argv)
     return 0;
 }
 
-static int run_open(run_t *r)
+static int run_open(host_run_t *r)
 {
     signal(SIGPIPE, SIG_IGN);
     r->loop = mf_loop_create();
@@ -77,7 +80,7 @@ static int run_open(run_t *r)
 }
 
 /* Closes the host, lets canceled tasks finish, frees everything. */
-static void run_close(run_t *r)
+static void run_close(host_run_t *r)
 {
     mf_lua_counts_t c;
     mf_lua_host_counts(r->host, &c);
@@ -89,7 +92,7 @@ static void run_close(run_t *r)
     mf_loop_destroy(r->loop);
 }
 
-static void run_loop(run_t *r)
+static void run_loop(host_run_t *r)
 {
     if (r->failed)
         return;
@@ -101,7 +104,7 @@ static void run_loop(run_t *r)
 static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
                          void *data)
 {
-    run_t *r = data;
+    host_run_t *r = data;
     (void)co;
     if (ex->status == MF_LUA_CO_DONE) {
         if (r->test && ex->nret >= 1 && lua_isnumber(ex->L, -1))
@@ -151,7 +154,7 @@ static int cmd_run(int argc, char **argv)
         fputs(usage_run, argc < 1 ? stderr : stdout);
         return argc < 1 ? 2 : 0;
     }
-    run_t r = {0};
+    host_run_t r = {0};
     if (run_open(&r) < 0) {
         fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
         return 1;
@@ -177,7 +180,7 @@ static int cmd_test(int argc, char **argv)
         fputs(usage_test, stdout);
         return 0;
     }
-    run_t r = {.test = true};
+    host_run_t r = {.test = true};
     if (run_open(&r) < 0) {
         fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
         return 1;
@@ -205,19 +208,60 @@ static int cmd_serve(int argc, char **argv)
     return mf_serve_main(argc, argv);
 }
 
+/* The commands; each takes the arguments after its name. */
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} command_t;
+
+static const command_t commands[] = {
+    {"run", cmd_run}, {"test", cmd_test}, {"serve", cmd_serve}};
+
+static const command_t *find_command(const char *name)
+{
+    for (size_t i = 0; i < MF_ARRAY_SIZE(commands); i++)
+        if (!strcmp(commands[i].name, name))
+            return &commands[i];
+    return NULL;
+}
+
+static int unknown_command(const char *name)
+{
+    fprintf(stderr, "moonflow: unknown %s '%s'\n\n%s",
+            name[0] == '-' ? "option" : "command", name, usage_main);
+    return 2;
+}
+
+/* moonflow help [COMMAND]: the same as --help and COMMAND --help. */
+static int cmd_help(int argc, char **argv)
+{
+    if (argc < 1) {
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    const command_t *cmd = find_command(argv[0]);
+    if (!cmd)
+        return unknown_command(argv[0]);
+    char help[] = "--help";
+    char *args[] = {help, NULL};
+    return cmd->run(1, args);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(usage_main, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return 2;
     }
-    if (!strcmp(argv[1], "run"))
-        return cmd_run(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "test"))
-        return cmd_test(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "serve"))
-        return cmd_serve(argc - 2, argv + 2);
-    fprintf(stderr, "moonflow: unknown command '%s'\n\n%s", argv[1],
-            usage_main);
-    return 2;
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h"))
+        return cmd_help(0, NULL);
+    if (!strcmp(name, "--version")) {
+        printf("moonflow %s\n", MOONFLOW_VERSION);
+        return 0;
+    }
+    if (!strcmp(name, "help"))
+        return cmd_help(argc - 2, argv + 2);
+    const command_t *cmd = find_command(name);
+    return cmd ? cmd->run(argc - 2, argv + 2) : unknown_command(name);
 }

@@ -1,10 +1,18 @@
 /*
  * lua/serve/routes.c — the route cache: a small open hash of URL paths to
  * entries holding the compiled handler (a registry reference), the script
- * file, and whether it must be compiled again.
+ * file, and whether it must be compiled again; beside it a fixed-size
+ * cache of paths known to have no script, and the last good source of each
+ * script, shared by the workers.
+ *
+ * May call: the Lua host (compile, registry references, log) and the file
+ * system (stat, read). Called by handler.c (lookups) and serve.c (changes
+ * reported by the watcher, SIGHUP).
  */
 #include "routes.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <lauxlib.h>
 #include <limits.h>
 #include <pthread.h>
@@ -14,30 +22,52 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <moonflow/common.h>
+#include <moonflow/error.h>
 
-typedef struct mf_route {
-    struct mf_route *next; /* hash chain */
-    char *path;            /* URL path, the key */
-    char *file;            /* absolute or root-relative script file */
-    char *rel;             /* file relative to the root ("" if outside) */
-    bool fixed;            /* an explicit route from the config */
-    bool stale;            /* compile again before the next use */
-    int ref;               /* the handler, LUA_NOREF if none yet */
-    uint32_t source_hash;  /* of the source the handler came from */
-    uint32_t timeout_ms;   /* from the config; 0 for file routes */
-} mf_route_t;
+typedef struct mf_serve_route {
+    struct mf_serve_route *next; /* hash chain */
+    uint32_t hash;               /* of path */
+    size_t path_len;
+    const char *path;     /* URL path, the key; the three strings live */
+    const char *file;     /* absolute or root-relative script file */
+    const char *rel_file; /* file relative to the root ("" if outside) */
+    bool fixed;           /* an explicit route from the config */
+    bool stale;           /* compile again before the next use */
+    int ref;              /* the handler, LUA_NOREF if none yet */
+    uint32_t source_hash; /* of the source the handler came from */
+    uint32_t timeout_ms;  /* from the config; 0 for file routes */
+    char strings[];       /* path, file and rel_file, each NUL-terminated */
+} mf_serve_route_t;
 
 #define MF_ROUTES_BUCKETS 256
 
+/* A path with no script. Slots are indexed by the path's hash
+ * (direct-mapped): a new miss replaces whatever had its slot, so a scanner
+ * sending random paths only churns the cache. 512 slots of 128 bytes: 64
+ * KiB per worker, allocated with the routes. Longer paths are not
+ * remembered (looked up on the disk each time). */
+#define MF_ROUTES_MISSES 512
+#define MF_ROUTES_MISS_PATH 120
+
+typedef struct mf_serve_route_miss {
+    uint32_t hash;
+    uint32_t len; /* 0: a free slot (a URL path has at least "/") */
+    char path[MF_ROUTES_MISS_PATH];
+} mf_serve_route_miss_t;
+
 struct mf_serve_routes {
     mf_lua_host_t *host;
-    char *root;
-    mf_route_t *buckets[MF_ROUTES_BUCKETS];
+    bool cache_misses;
+    size_t nmisses; /* slots in use: forgetting an empty cache is free */
+    mf_serve_route_t *buckets[MF_ROUTES_BUCKETS];
+    mf_serve_route_miss_t misses[MF_ROUTES_MISSES];
+    char root[]; /* the scripts folder */
 };
 
-static uint32_t mf__fnv(const char *s, size_t n)
+static uint32_t mf__fnv1a(const char *s, size_t n)
 {
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < n; i++)
@@ -45,32 +75,57 @@ static uint32_t mf__fnv(const char *s, size_t n)
     return h;
 }
 
-static unsigned mf__route_hash(const char *s, size_t n)
+static mf_serve_route_t *mf__route_find(mf_serve_routes_t *r, const char *path,
+                                        size_t len, uint32_t hash)
 {
-    return mf__fnv(s, n) & (MF_ROUTES_BUCKETS - 1);
-}
-
-static mf_route_t *mf__route_find(mf_serve_routes_t *r, const char *path,
-                                  size_t len)
-{
-    mf_route_t *e = r->buckets[mf__route_hash(path, len)];
-    while (e && !(strlen(e->path) == len && memcmp(e->path, path, len) == 0))
+    mf_serve_route_t *e = r->buckets[hash & (MF_ROUTES_BUCKETS - 1)];
+    while (e && !(e->hash == hash && e->path_len == len &&
+                  memcmp(e->path, path, len) == 0))
         e = e->next;
     return e;
 }
 
-static mf_route_t *mf__route_add(mf_serve_routes_t *r, const char *path,
-                                 size_t len, const char *file, const char *rel)
+/* Copies s (n bytes) and a NUL to *p; returns the copy. */
+static const char *mf__route_copy(char **p, const char *s, size_t n)
 {
-    mf_route_t *e = mf_xcalloc(1, sizeof(*e));
-    e->path = strndup(path, len);
-    e->file = strdup(file);
-    e->rel = strdup(rel);
+    char *copy = *p;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    *p += n + 1;
+    return copy;
+}
+
+/* A new entry for the URL path; its script is ROOT/file when relative,
+ * file itself otherwise. Small and made once per path: one allocation
+ * (mf_xmalloc, as every engine-sized object) holds the entry and its
+ * strings. */
+static mf_serve_route_t *mf__route_add(mf_serve_routes_t *r, const char *path,
+                                       size_t len, const char *file,
+                                       bool relative)
+{
+    size_t root_len = relative ? strlen(r->root) + 1 : 0;
+    size_t file_len = strlen(file);
+    size_t size =
+        len + 1 + root_len + file_len + 1 + (relative ? file_len : 0) + 1;
+    mf_serve_route_t *e = mf_xmalloc(sizeof(*e) + size);
+    memset(e, 0, sizeof(*e));
+    char *p = e->strings;
+    e->path = mf__route_copy(&p, path, len);
+    e->path_len = len;
+    e->hash = mf__fnv1a(path, len);
+    e->file = p;
+    if (relative) {
+        memcpy(p, r->root, root_len - 1);
+        p[root_len - 1] = '/';
+        p += root_len;
+    }
+    mf__route_copy(&p, file, file_len);
+    e->rel_file = mf__route_copy(&p, file, relative ? file_len : 0);
     e->ref = LUA_NOREF;
     e->stale = true;
-    unsigned h = mf__route_hash(path, len);
-    e->next = r->buckets[h];
-    r->buckets[h] = e;
+    unsigned b = e->hash & (MF_ROUTES_BUCKETS - 1);
+    e->next = r->buckets[b];
+    r->buckets[b] = e;
     return e;
 }
 
@@ -94,30 +149,72 @@ static bool mf__route_path_ok(const char *p, size_t len)
     return true;
 }
 
-/* ROOT/rel is a regular file; abs gets the path. */
-static bool mf__route_try(const mf_serve_routes_t *r, const char *rel,
-                          char *abs, size_t size)
+/* ROOT/rel is a regular file. */
+static bool mf__route_try(const mf_serve_routes_t *r, const char *rel)
 {
+    char abs[PATH_MAX];
     struct stat st;
-    int n = snprintf(abs, size, "%s/%s", r->root, rel);
-    return n > 0 && (size_t)n < size && stat(abs, &st) == 0 &&
+    int n = snprintf(abs, sizeof abs, "%s/%s", r->root, rel);
+    return n > 0 && (size_t)n < sizeof abs && stat(abs, &st) == 0 &&
            S_ISREG(st.st_mode);
 }
 
-/* Finds ROOT/path.lua or ROOT/path/index.lua; fills abs and rel. */
+/* Finds ROOT/path.lua or ROOT/path/index.lua; rel gets the one found. */
 static bool mf__route_file(mf_serve_routes_t *r, const char *path, size_t len,
-                           char *abs, size_t size, char *rel, size_t rsize)
+                           char *rel, size_t rsize)
 {
     size_t plen = path[len - 1] == '/' ? len - 1 : len; /* "/a/" → "/a" */
     int n;
     if (path[len - 1] != '/') {
         n = snprintf(rel, rsize, "%.*s.lua", (int)plen - 1, path + 1);
-        if (n > 0 && (size_t)n < rsize && mf__route_try(r, rel, abs, size))
+        if (n > 0 && (size_t)n < rsize && mf__route_try(r, rel))
             return true;
     }
     n = snprintf(rel, rsize, "%.*s%sindex.lua", (int)(plen ? plen - 1 : 0),
                  path + 1, plen > 1 ? "/" : "");
-    return n > 0 && (size_t)n < rsize && mf__route_try(r, rel, abs, size);
+    return n > 0 && (size_t)n < rsize && mf__route_try(r, rel);
+}
+
+/* ---- paths known to have no script ------------------------------------ */
+
+static mf_serve_route_miss_t *mf__miss_slot(mf_serve_routes_t *r, uint32_t hash)
+{
+    return &r->misses[hash & (MF_ROUTES_MISSES - 1)];
+}
+
+static bool mf__miss_known(mf_serve_routes_t *r, const char *path, size_t len,
+                           uint32_t hash)
+{
+    const mf_serve_route_miss_t *m = mf__miss_slot(r, hash);
+    return m->len == len && m->hash == hash && memcmp(m->path, path, len) == 0;
+}
+
+static void mf__miss_remember(mf_serve_routes_t *r, const char *path,
+                              size_t len, uint32_t hash)
+{
+    if (!r->cache_misses || len > MF_ROUTES_MISS_PATH)
+        return;
+    mf_serve_route_miss_t *m = mf__miss_slot(r, hash);
+    if (!m->len)
+        r->nmisses++;
+    m->hash = hash;
+    m->len = (uint32_t)len;
+    memcpy(m->path, path, len);
+}
+
+static void mf__misses_forget(mf_serve_routes_t *r)
+{
+    if (!r->nmisses)
+        return;
+    memset(r->misses, 0, sizeof r->misses);
+    r->nmisses = 0;
+}
+
+void mf_serve_routes_cache_misses(mf_serve_routes_t *r, bool on)
+{
+    r->cache_misses = on;
+    if (!on)
+        mf__misses_forget(r);
 }
 
 /* ---- the last good source of each script, shared by the workers --------
@@ -127,84 +224,147 @@ static bool mf__route_file(mf_serve_routes_t *r, const char *path, size_t len,
  * script when a broken version was saved would have nothing to fall back
  * on. So every successful load publishes its source here, and a failed load
  * on a worker with no version of its own takes the last good one. The lock
- * is taken on loads only, never per request. */
+ * is taken on loads only, never per request. Sources are user-sized: their
+ * copies use the checked allocator, and a refused one is reported. */
 
-typedef struct mf_good_source {
-    struct mf_good_source *next;
-    char *file;
+typedef struct mf_last_good {
+    struct mf_last_good *next;
     char *text;
     size_t len;
-} mf_good_source_t;
+    char file[];
+} mf_last_good_t;
 
-static pthread_mutex_t mf__good_lock = PTHREAD_MUTEX_INITIALIZER;
-static mf_good_source_t *mf__good;
+static pthread_mutex_t mf__last_good_lock = PTHREAD_MUTEX_INITIALIZER;
+static mf_last_good_t *mf__last_good;
 
-static void mf__good_publish(const char *file, const char *text, size_t len)
+static mf_last_good_t *mf__last_good_find(const char *file)
 {
-    pthread_mutex_lock(&mf__good_lock);
-    mf_good_source_t *g = mf__good;
+    mf_last_good_t *g = mf__last_good;
     while (g && strcmp(g->file, file) != 0)
         g = g->next;
-    if (!g) {
-        g = mf_xcalloc(1, sizeof(*g));
-        g->file = strdup(file);
-        g->next = mf__good;
-        mf__good = g;
-    }
-    if (g->len != len || memcmp(g->text, text, len) != 0) {
-        free(g->text);
-        g->text = malloc(len ? len : 1);
-        memcpy(g->text, text, len);
-        g->len = len;
-    }
-    pthread_mutex_unlock(&mf__good_lock);
+    return g;
 }
 
-/* A copy of the last good source (caller frees), or NULL. */
-static char *mf__good_copy(const char *file, size_t *len)
+/* Copies text in as the last good source of file. Returns 0, or MF_ENOMEM
+ * (the previous copy, if any, stays). */
+static int mf__last_good_publish_locked(const char *file, const char *text,
+                                        size_t len)
 {
-    char *copy = NULL;
-    pthread_mutex_lock(&mf__good_lock);
-    for (mf_good_source_t *g = mf__good; g; g = g->next)
-        if (strcmp(g->file, file) == 0) {
-            copy = malloc(g->len ? g->len : 1);
-            memcpy(copy, g->text, g->len);
-            *len = g->len;
-            break;
+    mf_last_good_t *g = mf__last_good_find(file);
+    if (g && g->len == len && memcmp(g->text, text, len) == 0)
+        return 0;
+    char *copy = mf_try_malloc(len);
+    if (!copy)
+        return MF_ENOMEM;
+    memcpy(copy, text, len);
+    if (!g) {
+        size_t flen = strlen(file) + 1;
+        g = mf_try_malloc(sizeof(*g) + flen);
+        if (!g) {
+            mf_free(copy);
+            return MF_ENOMEM;
         }
-    pthread_mutex_unlock(&mf__good_lock);
-    return copy;
+        memcpy(g->file, file, flen);
+        g->text = NULL;
+        g->next = mf__last_good;
+        mf__last_good = g;
+    }
+    mf_free(g->text);
+    g->text = copy;
+    g->len = len;
+    return 0;
+}
+
+static int mf__last_good_publish(const char *file, const char *text, size_t len)
+{
+    pthread_mutex_lock(&mf__last_good_lock);
+    int rc = mf__last_good_publish_locked(file, text, len);
+    pthread_mutex_unlock(&mf__last_good_lock);
+    return rc;
+}
+
+/* *copy gets a copy of the last good source (caller frees with mf_free).
+ * Returns 0, MF_ENOENT (none yet) or MF_ENOMEM. */
+static int mf__last_good_copy(const char *file, char **copy, size_t *len)
+{
+    int rc = MF_ENOENT;
+    *copy = NULL;
+    pthread_mutex_lock(&mf__last_good_lock);
+    const mf_last_good_t *g = mf__last_good_find(file);
+    if (g) {
+        *copy = mf_try_malloc(g->len);
+        rc = *copy ? 0 : MF_ENOMEM;
+        if (*copy) {
+            memcpy(*copy, g->text, g->len);
+            *len = g->len;
+        }
+    }
+    pthread_mutex_unlock(&mf__last_good_lock);
+    return rc;
 }
 
 void mf_serve_routes_forget_sources(void)
 {
-    pthread_mutex_lock(&mf__good_lock);
-    while (mf__good) {
-        mf_good_source_t *g = mf__good;
-        mf__good = g->next;
-        free(g->file);
-        free(g->text);
+    pthread_mutex_lock(&mf__last_good_lock);
+    while (mf__last_good) {
+        mf_last_good_t *g = mf__last_good;
+        mf__last_good = g->next;
+        mf_free(g->text);
         mf_free(g);
     }
-    pthread_mutex_unlock(&mf__good_lock);
+    pthread_mutex_unlock(&mf__last_good_lock);
 }
 
-static char *mf__read_file(const char *path, size_t *len)
+/* ---- loading scripts ----------------------------------------------------- */
+
+/* Doubles the buffer (checked: a script is user-sized). */
+static char *mf__grow(char *buf, size_t len, size_t *cap)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap)
-            buf = realloc(buf, cap *= 2);
+    char *bigger = *cap <= SIZE_MAX / 2 ? mf_try_malloc(*cap * 2) : NULL;
+    if (bigger) {
+        memcpy(bigger, buf, len);
+        *cap *= 2;
     }
-    fclose(f);
+    mf_free(buf);
+    return bigger;
+}
+
+/* Reads the whole file into *text (caller frees with mf_free). Returns 0 or
+ * a negative MF_E* code (*text is then NULL). */
+static int mf__read_file(const char *path, char **text, size_t *len)
+{
+    *text = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return mf_err_from_errno(errno);
+    struct stat st;
+    size_t cap =
+        fstat(fd, &st) == 0 && st.st_size > 0 ? (size_t)st.st_size + 1 : 4096;
+    size_t n = 0;
+    int rc = 0;
+    char *buf = mf_try_malloc(cap);
+    while (buf) {
+        if (n == cap && !(buf = mf__grow(buf, n, &cap)))
+            break;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            rc = got < 0 ? mf_err_from_errno(errno) : 0;
+            break;
+        }
+        n += (size_t)got;
+    }
+    close(fd);
+    if (!buf)
+        return MF_ENOMEM;
+    if (rc < 0) {
+        mf_free(buf);
+        return rc;
+    }
+    *text = buf;
     *len = n;
-    return buf;
+    return 0;
 }
 
 /* Compiles and runs a chunk; leaves the function it returned on L. */
@@ -220,100 +380,156 @@ static const char *mf__route_compile(lua_State *L, const char *file,
     return NULL;
 }
 
-static void mf__route_set(mf_serve_routes_t *r, mf_route_t *e, lua_State *L,
-                          const char *text, size_t len)
+static void mf__route_set(mf_serve_routes_t *r, mf_serve_route_t *e,
+                          lua_State *L, const char *text, size_t len)
 {
     mf_lua_unref(r->host, e->ref);
     e->ref = mf_lua_ref(r->host, L); /* pops the function */
-    e->source_hash = mf__fnv(text, len);
+    e->source_hash = mf__fnv1a(text, len);
 }
 
-/* Loads the script; on success the function replaces the entry's handler
- * and its source is published. On failure the worker runs the last good
- * source (the newest that compiled, whichever worker saw it), or keeps its
- * own version when that is the one. */
-static void mf__route_load(mf_serve_routes_t *r, mf_route_t *e, lua_State *L)
+static void mf__route_publish(mf_serve_routes_t *r, const char *file,
+                              const char *text, size_t len)
 {
+    if (mf__last_good_publish(file, text, len) < 0)
+        mf_lua_host_log(r->host,
+                        "moonflow: %s: out of memory keeping its source: "
+                        "workers that never ran it cannot fall back to it",
+                        file);
+}
+
+/* The script failed (err): the worker runs the last good source (the
+ * newest that compiled, whichever worker saw it), or keeps its own version
+ * when that is the one. */
+static void mf__route_fall_back(mf_serve_routes_t *r, mf_serve_route_t *e,
+                                lua_State *L, const char *err)
+{
+    char *good;
     size_t len = 0;
-    e->stale = false;
-    char *text = mf__read_file(e->file, &len);
-    const char *err = text ? mf__route_compile(L, e->file, text, len)
-                           : "cannot read the file";
-    if (!err) {
-        mf__good_publish(e->file, text, len);
-        mf__route_set(r, e, L, text, len);
-        free(text);
-        return;
-    }
-    free(text);
-    char *good = mf__good_copy(e->file, &len);
-    mf_lua_host_log(r->host, "moonflow: %s: %s%s", e->file, err,
+    int rc = mf__last_good_copy(e->file, &good, &len);
+    mf_lua_host_log(r->host, "moonflow: %s: %s%s%s", e->file, err,
+                    rc == MF_ENOMEM ? " (out of memory copying the last good "
+                                      "version)"
+                                    : "",
                     good || e->ref != LUA_NOREF
                         ? " (the previous version keeps serving)"
                         : "");
     lua_settop(L, 0);
-    if (good && mf__fnv(good, len) != e->source_hash &&
+    if (good && mf__fnv1a(good, len) != e->source_hash &&
         !mf__route_compile(L, e->file, good, len))
         mf__route_set(r, e, L, good, len);
     lua_settop(L, 0);
-    free(good);
+    mf_free(good);
+}
+
+/* Loads the script; on success the function replaces the entry's handler
+ * and its source is published; on failure, see mf__route_fall_back. */
+static void mf__route_load(mf_serve_routes_t *r, mf_serve_route_t *e,
+                           lua_State *L)
+{
+    char *text, why[128];
+    size_t len = 0;
+    e->stale = false;
+    int rc = mf__read_file(e->file, &text, &len);
+    const char *err = why;
+    if (rc < 0)
+        snprintf(why, sizeof why, "cannot read the script (%s)",
+                 mf_strerror(rc));
+    else
+        err = mf__route_compile(L, e->file, text, len);
+    if (!err) {
+        mf__route_publish(r, e->file, text, len);
+        mf__route_set(r, e, L, text, len);
+    }
+    mf_free(text);
+    if (err)
+        mf__route_fall_back(r, e, L, err);
 }
 
 /* A saved file that compiles becomes the last good source at once, so a
  * broken save that follows falls back to it even on a worker that never
- * ran it. Compiling (not running) is cheap and has no side effects. */
+ * ran it. Compiling (not running) is cheap and has no side effects. A file
+ * that cannot be read is reported by the load that needs it. */
 static void mf__route_publish_if_good(mf_serve_routes_t *r, const char *abs)
 {
+    char *text;
     size_t len;
-    char *text = mf__read_file(abs, &len);
+    if (mf__read_file(abs, &text, &len) < 0)
+        return;
     lua_State *L = mf_lua_host_state(r->host);
     char name[PATH_MAX + 1];
     snprintf(name, sizeof name, "@%s", abs);
-    if (text && luaL_loadbuffer(L, text, len, name) == 0)
-        mf__good_publish(abs, text, len);
+    if (luaL_loadbuffer(L, text, len, name) == 0)
+        mf__route_publish(r, abs, text, len);
     lua_settop(L, 0);
-    free(text);
+    mf_free(text);
 }
 
-int mf_serve_routes_push(mf_serve_routes_t *r, lua_State *L, const char *path,
-                         size_t len, uint32_t *timeout_ms)
+/* ---- lookups --------------------------------------------------------------
+ */
+
+/* The entry for a path not seen yet, or NULL: no script (remembered). */
+static mf_serve_route_t *mf__route_discover(mf_serve_routes_t *r,
+                                            const char *path, size_t len,
+                                            uint32_t hash)
+{
+    char rel[PATH_MAX];
+    if (!mf__route_path_ok(path, len) || mf__miss_known(r, path, len, hash))
+        return NULL;
+    if (!mf__route_file(r, path, len, rel, sizeof rel)) {
+        mf__miss_remember(r, path, len, hash);
+        return NULL;
+    }
+    return mf__route_add(r, path, len, rel, true);
+}
+
+mf_serve_route_result_t
+mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
+                             const char *path, size_t len, uint32_t *timeout_ms)
 {
     *timeout_ms = 0;
-    mf_route_t *e = mf__route_find(r, path, len);
-    if (!e) {
-        char abs[PATH_MAX], rel[PATH_MAX];
-        if (!mf__route_path_ok(path, len) ||
-            !mf__route_file(r, path, len, abs, sizeof abs, rel, sizeof rel))
-            return MF_SERVE_NOT_FOUND; /* not cached: files may appear */
-        e = mf__route_add(r, path, len, abs, rel);
-    }
+    uint32_t hash = mf__fnv1a(path, len);
+    mf_serve_route_t *e = mf__route_find(r, path, len, hash);
+    if (!e && !(e = mf__route_discover(r, path, len, hash)))
+        return MF_SERVE_ROUTE_MISSING;
     if (e->stale) {
         /* The main state compiles: the script's top level cannot yield. */
         mf__route_load(r, e, mf_lua_host_state(r->host));
     }
     if (e->ref == LUA_NOREF)
-        return MF_SERVE_BROKEN;
+        return MF_SERVE_ROUTE_BROKEN;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
     *timeout_ms = e->timeout_ms;
-    return MF_SERVE_FOUND;
+    return MF_SERVE_ROUTE_FOUND;
 }
 
-static void mf__route_drop(mf_serve_routes_t *r, mf_route_t **slot)
+/* ---- changes --------------------------------------------------------------
+ */
+
+static void mf__route_drop(mf_serve_routes_t *r, mf_serve_route_t **slot)
 {
-    mf_route_t *e = *slot;
+    mf_serve_route_t *e = *slot;
     *slot = e->next;
     mf_lua_unref(r->host, e->ref);
-    free(e->path);
-    free(e->file);
-    free(e->rel);
     mf_free(e);
 }
 
-/* A changed or removed file. A route whose file is gone is dropped (a 404
- * from now on, unless another file takes the path at the next lookup); one
- * whose file changed is compiled again at its next request. */
+/* The route's script is file, or inside the folder file. */
+static bool mf__route_under(const mf_serve_route_t *e, const char *file,
+                            size_t flen)
+{
+    return strncmp(e->rel_file, file, flen) == 0 &&
+           (e->rel_file[flen] == '\0' || e->rel_file[flen] == '/');
+}
+
+/* A changed or removed file, or a folder that came or went. A route whose
+ * file is gone is dropped (a 404 from now on, unless another file takes the
+ * path at the next lookup); one whose file changed is compiled again at its
+ * next request. Any change may give a remembered miss its script (a new
+ * file, a new folder): every miss is forgotten. */
 void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
 {
+    mf__misses_forget(r);
     size_t flen = strlen(file);
     if (flen > 4 && strcmp(file + flen - 4, ".lua") == 0) {
         char abs[PATH_MAX];
@@ -322,11 +538,11 @@ void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
             mf__route_publish_if_good(r, abs);
     }
     for (int b = 0; b < MF_ROUTES_BUCKETS; b++) {
-        mf_route_t **slot = &r->buckets[b];
+        mf_serve_route_t **slot = &r->buckets[b];
         while (*slot) {
-            mf_route_t *e = *slot;
+            mf_serve_route_t *e = *slot;
             struct stat st;
-            if (strcmp(e->rel, file) != 0) {
+            if (!mf__route_under(e, file, flen)) {
                 slot = &e->next;
                 continue;
             }
@@ -340,10 +556,17 @@ void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
     }
 }
 
+void mf_serve_routes_appeared(mf_serve_routes_t *r, const char *file)
+{
+    (void)file;
+    mf__misses_forget(r);
+}
+
 void mf_serve_routes_invalidate_all(mf_serve_routes_t *r)
 {
+    mf__misses_forget(r);
     for (int b = 0; b < MF_ROUTES_BUCKETS; b++)
-        for (mf_route_t *e = r->buckets[b]; e; e = e->next)
+        for (mf_serve_route_t *e = r->buckets[b]; e; e = e->next)
             e->stale = true;
 }
 
@@ -351,18 +574,14 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
                                           const mf_serve_route_spec_t *routes,
                                           size_t nroutes)
 {
-    mf_serve_routes_t *r = mf_xcalloc(1, sizeof(*r));
+    size_t root_len = strlen(root) + 1;
+    mf_serve_routes_t *r = mf_xcalloc(1, sizeof(*r) + root_len);
     r->host = host;
-    r->root = strdup(root);
+    memcpy(r->root, root, root_len);
     for (size_t i = 0; i < nroutes; i++) {
-        char abs[PATH_MAX];
         const char *f = routes[i].file;
-        if (f[0] == '/')
-            snprintf(abs, sizeof abs, "%s", f);
-        else
-            snprintf(abs, sizeof abs, "%s/%s", root, f);
-        mf_route_t *e = mf__route_add(r, routes[i].path, strlen(routes[i].path),
-                                      abs, f[0] == '/' ? "" : f);
+        mf_serve_route_t *e = mf__route_add(
+            r, routes[i].path, strlen(routes[i].path), f, f[0] != '/');
         e->fixed = true;
         e->timeout_ms = routes[i].timeout_ms;
     }
@@ -376,6 +595,5 @@ void mf_serve_routes_destroy(mf_serve_routes_t *r)
     for (int b = 0; b < MF_ROUTES_BUCKETS; b++)
         while (r->buckets[b])
             mf__route_drop(r, &r->buckets[b]);
-    free(r->root);
     mf_free(r);
 }

@@ -18,6 +18,12 @@
  * each script is shared, so a worker that never ran the old version still
  * gets it rather than an error.
  *
+ * Misses are remembered (when mf_serve_routes_cache_misses is on): a path
+ * with no script costs two stat() calls once, then a hash lookup, until the
+ * watcher reports any change under the root (or invalidate_all runs); then
+ * every path is looked up on the disk again. The miss cache has a fixed
+ * size: random paths evict each other, memory never grows.
+ *
  * Ownership: the routes object belongs to its worker and owns its entries,
  * their strings and the registry references to the handlers (released with
  * mf_lua_unref). Threads: the worker's loop thread only.
@@ -25,6 +31,7 @@
 #ifndef MF_SERVE_ROUTES_H
 #define MF_SERVE_ROUTES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,20 +52,32 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
                                           size_t nroutes);
 void mf_serve_routes_destroy(mf_serve_routes_t *routes);
 
+/* Remember paths that have no script. Only while a watcher feeds
+ * mf_serve_routes_changed: without one, a file created later would stay
+ * unknown. Off at creation. */
+void mf_serve_routes_cache_misses(mf_serve_routes_t *routes, bool on);
+
 /* Result of a lookup. */
-enum {
-    MF_SERVE_FOUND = 0,     /* the handler is pushed on L */
-    MF_SERVE_NOT_FOUND = 1, /* no script for this path: 404 */
-    MF_SERVE_BROKEN = 2     /* the script never loaded: 500 (logged) */
-};
+typedef enum mf_serve_route_result {
+    MF_SERVE_ROUTE_FOUND = 0,   /* the handler is pushed on L */
+    MF_SERVE_ROUTE_MISSING = 1, /* no script for this path: 404 */
+    MF_SERVE_ROUTE_BROKEN = 2   /* the script never loaded: 500 (logged) */
+} mf_serve_route_result_t;
 
 /* Pushes the handler for the URL path (without query) onto L, and sets
  * *timeout_ms to the route's handler timeout (0: none of its own). */
-int mf_serve_routes_push(mf_serve_routes_t *routes, lua_State *L,
-                         const char *path, size_t len, uint32_t *timeout_ms);
+mf_serve_route_result_t mf_serve_routes_push_handler(mf_serve_routes_t *routes,
+                                                     lua_State *L,
+                                                     const char *path,
+                                                     size_t len,
+                                                     uint32_t *timeout_ms);
 
 /* A file under the root changed (relative path as fswatch reports it). */
 void mf_serve_routes_changed(mf_serve_routes_t *routes, const char *file);
+/* A file appeared that may still be being written (a link is complete at
+ * once): only the remembered misses are forgotten; its write, if any, comes
+ * as a change. */
+void mf_serve_routes_appeared(mf_serve_routes_t *routes, const char *file);
 void mf_serve_routes_invalidate_all(mf_serve_routes_t *routes);
 
 /* Frees the last good sources shared by the workers (at exit). */

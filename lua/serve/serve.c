@@ -4,6 +4,7 @@
  * log), signals (SIGINT/SIGTERM: graceful stop; SIGHUP: reload every
  * script), and the exit code.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,29 +35,33 @@ static const char usage_serve[] =
 /* ---- one worker ------------------------------------------------------------
  */
 
-static void mf__serve_log(void *ud, const char *msg)
+static void mf__serve_log_to_stderr(void *ud, const char *msg)
 {
     (void)ud;
     fprintf(stderr, "%s\n", msg);
 }
 
-static void mf__serve_changed(mf_fswatch_t *watch, const char *path,
-                              unsigned what, void *arg)
+static void mf__serve_on_file_change(mf_fswatch_t *watch, const char *path,
+                                     unsigned what, void *arg)
 {
     mf_serve_worker_t *w = arg;
     (void)watch;
     if (what & MF_FSWATCH_OVERFLOW)
         mf_serve_routes_invalidate_all(w->routes);
+    else if (what & MF_FSWATCH_CREATED)
+        mf_serve_routes_appeared(w->routes, path);
     else
         mf_serve_routes_changed(w->routes, path);
 }
 
-typedef struct mf_serve_job {
+/* A function run on every worker's loop thread (mf__serve_run_on_workers),
+ * with the worker it runs for. */
+typedef struct mf_serve_worker_job {
     mf_serve_worker_t *w;
     mf_waitgroup_t *wg;
-} mf_serve_job_t;
+} mf_serve_worker_job_t;
 
-static void mf__serve_add_paths(lua_State *L, const char *root)
+static void mf__serve_add_root_to_path(lua_State *L, const char *root)
 {
     lua_getglobal(L, "package");
     lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", root, root);
@@ -66,33 +71,63 @@ static void mf__serve_add_paths(lua_State *L, const char *root)
     lua_pop(L, 1);
 }
 
-static void mf__serve_start_worker(mf_loop_t *loop, void *arg)
+/* Hot reload. Misses are remembered only while the watcher runs: without
+ * it a new file would stay unknown. One that cannot start (the inotify
+ * limits) is reported, and scripts then reload on SIGHUP only. */
+static void mf__serve_watch(mf_serve_worker_t *w)
 {
-    mf_serve_job_t *job = arg;
-    mf_serve_worker_t *w = job->w;
-    const mf_serve_config_t *c = w->config;
-    w->loop = loop;
-    /* package paths: the host's default, the system's module folders */
-    mf_lua_host_opts_t opts = {.log = mf__serve_log};
-    w->host = mf_lua_host_create(loop, &opts);
-    if (!w->host) {
-        w->error = MF_ENOMEM;
-        mf_waitgroup_done(job->wg);
+    const char *root = w->config->root;
+    int err = 0;
+    w->watch =
+        mf_fswatch_start(w->loop, root, mf__serve_on_file_change, w, &err);
+    if (w->watch) {
+        mf_serve_routes_cache_misses(w->routes, true);
         return;
     }
-    mf__serve_add_paths(mf_lua_host_state(w->host), c->root);
-    mf_serve_http_open(w);
+    fprintf(stderr,
+            "moonflow serve: %s: cannot watch for changes (%s): scripts "
+            "reload on SIGHUP only\n",
+            root, mf_strerror(err));
+}
+
+/* Opens the worker's objects; a failure leaves w->error and w->error_what
+ * (mf__serve_started reports it) and no server. */
+static void mf__serve_open_worker(mf_serve_worker_t *w)
+{
+    const mf_serve_config_t *c = w->config;
+    /* package paths: the host's default, the system's module folders */
+    mf_lua_host_opts_t opts = {.log = mf__serve_log_to_stderr};
+    w->host = mf_lua_host_create(w->loop, &opts);
+    if (!w->host) {
+        w->error = MF_ENOMEM;
+        w->error_what = "the Lua state";
+        return;
+    }
+    mf__serve_add_root_to_path(mf_lua_host_state(w->host), c->root);
+    mf_serve_handler_open(w);
     w->routes = mf_serve_routes_create(w->host, c->root, c->routes, c->nroutes);
-    w->watch = mf_fswatch_start(loop, c->root, mf__serve_changed, w, NULL);
-    mf_serve_log_open(w);
-    w->server =
-        mf_http_server_start(loop, &c->http, mf_serve_handle, w, &w->error);
+    if ((w->error = mf_serve_log_open(w)) < 0) {
+        w->error_what = c->access_log;
+        return;
+    }
+    mf__serve_watch(w);
+    w->server = mf_http_server_start(w->loop, &c->http,
+                                     mf_serve_handler_on_request, w, &w->error);
+    if (!w->server)
+        w->error_what = c->http.listen;
+}
+
+static void mf__serve_start_worker(mf_loop_t *loop, void *arg)
+{
+    mf_serve_worker_job_t *job = arg;
+    job->w->loop = loop;
+    mf__serve_open_worker(job->w);
     mf_waitgroup_done(job->wg);
 }
 
 static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
 {
-    mf_serve_job_t *job = arg;
+    mf_serve_worker_job_t *job = arg;
     mf_serve_worker_t *w = job->w;
     (void)srv;
     w->server = NULL;
@@ -107,7 +142,7 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
 
 static void mf__serve_stop_worker(mf_loop_t *loop, void *arg)
 {
-    mf_serve_job_t *job = arg;
+    mf_serve_worker_job_t *job = arg;
     (void)loop;
     if (job->w->server)
         mf_http_server_stop(job->w->server, mf__serve_worker_stopped, job);
@@ -117,15 +152,16 @@ static void mf__serve_stop_worker(mf_loop_t *loop, void *arg)
 
 static void mf__serve_reload_worker(mf_loop_t *loop, void *arg)
 {
-    mf_serve_job_t *job = arg;
+    mf_serve_worker_job_t *job = arg;
     (void)loop;
     mf_serve_routes_invalidate_all(job->w->routes);
     mf_waitgroup_done(job->wg);
 }
 
 /* Runs fn on every worker and waits for all of them. */
-static void mf__serve_on_all(mf_workers_t *workers, mf_serve_job_t *jobs,
-                             mf_worker_fn fn)
+static void mf__serve_run_on_workers(mf_workers_t *workers,
+                                     mf_serve_worker_job_t *jobs,
+                                     mf_worker_fn fn)
 {
     unsigned n = mf_workers_count(workers);
     mf_waitgroup_t wg;
@@ -141,52 +177,88 @@ static void mf__serve_on_all(mf_workers_t *workers, mf_serve_job_t *jobs,
 /* ---- options ----------------------------------------------------------------
  */
 
-static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
+/* The command line as given; applied on top of the config file. */
+typedef struct mf_serve_args {
+    const char *root, *config, *listen, *workers, *access_log;
+} mf_serve_args_t;
+
+/* Reads argv into args. Returns 0, 1 (--help: printed) or -1 (printed). */
+static int mf__serve_parse_args(int argc, char **argv, mf_serve_args_t *args)
 {
-    const char *config = NULL, *listen = NULL, *workers = NULL, *log = NULL;
-    const char *root = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **slot = !strcmp(a, "--config")       ? &args->config
+                            : !strcmp(a, "--listen")     ? &args->listen
+                            : !strcmp(a, "--workers")    ? &args->workers
+                            : !strcmp(a, "--access-log") ? &args->access_log
+                                                         : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_serve, stdout);
             return 1;
         }
-        if (a[0] != '-') {
-            root = a;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "moonflow serve: %s needs a value\n", a);
+        if (a[0] != '-' && args->root) {
+            fprintf(stderr,
+                    "moonflow serve: one scripts folder expected, "
+                    "got %s and %s\n",
+                    args->root, a);
             return -1;
         }
-        i++;
-        if (!strcmp(a, "--config"))
-            config = v;
-        else if (!strcmp(a, "--listen"))
-            listen = v;
-        else if (!strcmp(a, "--workers"))
-            workers = v;
-        else if (!strcmp(a, "--access-log"))
-            log = v;
-        else {
+        if (a[0] != '-') {
+            args->root = a;
+        } else if (!slot) {
             fprintf(stderr, "moonflow serve: unknown option %s\n\n%s", a,
                     usage_serve);
             return -1;
+        } else if (!v) {
+            fprintf(stderr, "moonflow serve: %s needs a value\n", a);
+            return -1;
+        } else {
+            *slot = v;
+            i++;
         }
     }
+    return 0;
+}
+
+/* --workers N: 0 (one per core) up to MF_SERVE_MAX_WORKERS. */
+static int mf__serve_parse_workers(const char *v, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno || n > MF_SERVE_MAX_WORKERS) {
+        fprintf(stderr,
+                "moonflow serve: --workers: expected a number from 0 (one "
+                "per core) to %d, got '%s'\n",
+                MF_SERVE_MAX_WORKERS, v);
+        return -1;
+    }
+    *out = (unsigned)n;
+    return 0;
+}
+
+/* The config file, then the command line over it. Returns 0, 1 (--help) or
+ * -1 (the reason printed). */
+static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
+{
+    mf_serve_args_t args = {0};
+    int rc = mf__serve_parse_args(argc, argv, &args);
+    if (rc != 0)
+        return rc;
     char err[512];
-    if (config && mf_serve_config_load(c, config, err, sizeof err) < 0) {
+    if (args.config &&
+        mf_serve_config_load(c, args.config, err, sizeof err) < 0) {
         fprintf(stderr, "moonflow serve: %s\n", err);
         return -1;
     }
-    if (root)
-        c->root = mf_serve_config_strdup(c, root);
-    if (listen)
-        c->http.listen = mf_serve_config_strdup(c, listen);
-    if (workers)
-        c->workers = (unsigned)strtoul(workers, NULL, 10);
-    if (log)
-        c->access_log = mf_serve_config_strdup(c, log);
+    if (args.workers && mf__serve_parse_workers(args.workers, &c->workers) < 0)
+        return -1;
+    if (args.root)
+        c->root = mf_serve_config_strdup(c, args.root);
+    if (args.listen)
+        c->http.listen = mf_serve_config_strdup(c, args.listen);
+    if (args.access_log)
+        c->access_log = mf_serve_config_strdup(c, args.access_log);
     if (!c->root)
         c->root = mf_serve_config_strdup(c, MF_SERVE_DEFAULT_ROOT);
     struct stat st;
@@ -208,12 +280,11 @@ static void mf__serve_defaults(mf_serve_config_t *c)
 /* ---- the command ------------------------------------------------------------
  */
 
-static bool mf__serve_started(mf_serve_worker_t *ws, unsigned n,
-                              const mf_serve_config_t *c)
+static bool mf__serve_started(const mf_serve_worker_t *ws, unsigned n)
 {
     for (unsigned i = 0; i < n; i++)
         if (!ws[i].server) {
-            fprintf(stderr, "moonflow serve: %s: %s\n", c->http.listen,
+            fprintf(stderr, "moonflow serve: %s: %s\n", ws[i].error_what,
                     mf_strerror(ws[i].error));
             return false;
         }
@@ -221,7 +292,7 @@ static bool mf__serve_started(mf_serve_worker_t *ws, unsigned n,
 }
 
 /* Waits for signals: HUP reloads, INT/TERM return. */
-static void mf__serve_wait(mf_workers_t *workers, mf_serve_job_t *jobs,
+static void mf__serve_wait(mf_workers_t *workers, mf_serve_worker_job_t *jobs,
                            const sigset_t *sigs)
 {
     for (;;) {
@@ -230,19 +301,13 @@ static void mf__serve_wait(mf_workers_t *workers, mf_serve_job_t *jobs,
         if (sig != SIGHUP)
             return;
         fprintf(stderr, "moonflow serve: SIGHUP: reloading every script\n");
-        mf__serve_on_all(workers, jobs, mf__serve_reload_worker);
+        mf__serve_run_on_workers(workers, jobs, mf__serve_reload_worker);
     }
 }
 
-int mf_serve_main(int argc, char **argv)
+/* Runs the workers until SIGINT/SIGTERM; the exit status. */
+static int mf__serve_run(mf_serve_config_t *c)
 {
-    mf_serve_config_t c;
-    mf__serve_defaults(&c);
-    int rc = mf__serve_options(argc, argv, &c);
-    if (rc != 0) {
-        mf_serve_config_free(&c);
-        return rc > 0 ? 0 : 2;
-    }
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -251,30 +316,44 @@ int mf_serve_main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* workers inherit the mask */
     signal(SIGPIPE, SIG_IGN);
 
-    mf_workers_opts_t wo = {.nloops = c.workers, .npool = 0};
+    mf_workers_opts_t wo = {.nloops = c->workers, .npool = 0};
     mf_workers_t *workers = mf_workers_create(&wo);
+    if (!workers) {
+        fprintf(stderr, "moonflow serve: cannot start the worker threads\n");
+        return 1;
+    }
     unsigned n = mf_workers_count(workers);
-    mf_serve_worker_t *ws = calloc(n, sizeof(*ws));
-    mf_serve_job_t *jobs = calloc(n, sizeof(*jobs));
+    mf_serve_worker_t *ws = mf_xcalloc(n, sizeof(*ws));
+    mf_serve_worker_job_t *jobs = mf_xcalloc(n, sizeof(*jobs));
     for (unsigned i = 0; i < n; i++) {
-        ws[i].config = &c;
+        ws[i].config = c;
+        ws[i].log_fd = -1; /* none until mf_serve_log_open */
         jobs[i].w = &ws[i];
     }
-    mf__serve_on_all(workers, jobs, mf__serve_start_worker);
+    mf__serve_run_on_workers(workers, jobs, mf__serve_start_worker);
     int status = 0;
-    if (mf__serve_started(ws, n, &c)) {
+    if (mf__serve_started(ws, n)) {
         fprintf(stderr, "moonflow serve: %s on http%s://%s (%u workers)\n",
-                c.root, c.http.tls_cert_file ? "s" : "", c.http.listen, n);
+                c->root, c->http.tls_cert_file ? "s" : "", c->http.listen, n);
         mf__serve_wait(workers, jobs, &sigs);
         fprintf(stderr, "moonflow serve: stopping\n");
     } else {
         status = 1;
     }
-    mf__serve_on_all(workers, jobs, mf__serve_stop_worker);
+    mf__serve_run_on_workers(workers, jobs, mf__serve_stop_worker);
     mf_workers_destroy(workers);
     mf_serve_routes_forget_sources();
-    free(ws);
-    free(jobs);
+    mf_free(ws);
+    mf_free(jobs);
+    return status;
+}
+
+int mf_serve_main(int argc, char **argv)
+{
+    mf_serve_config_t c;
+    mf__serve_defaults(&c);
+    int rc = mf__serve_options(argc, argv, &c);
+    int status = rc > 0 ? 0 : rc < 0 ? 2 : mf__serve_run(&c);
     mf_serve_config_free(&c);
     return status;
 }

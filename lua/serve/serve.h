@@ -5,7 +5,13 @@
  * listener), the route cache (routes.h), an inotify watcher on the
  * scripts folder and an access log buffer. A request runs the route's
  * handler `function(req, resp)` in a new coroutine of that worker's host
- * (handler.c); nothing is shared between workers.
+ * (handler.c); nothing is shared between workers but the last good source
+ * of each script (routes.c).
+ *
+ * Modules: serve.c (the command: options, workers, signals), config.c (the
+ * config file), handler.c (a request served by a Lua handler), routes.c
+ * (URL path → handler), log.c (the access log). They call the Lua host
+ * (lua/mf_lua_host.h) and the engine's public headers, never the other way.
  *
  * Ownership: mf_serve_main owns the process (workers, signals, exit code);
  * a worker's objects are created and destroyed on its own loop thread.
@@ -25,6 +31,7 @@
 
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
+#define MF_SERVE_MAX_WORKERS 1024
 
 typedef struct mf_serve_config {
     char *root;                  /* the scripts folder */
@@ -35,8 +42,7 @@ typedef struct mf_serve_config {
     struct mf_http_sni sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;
-    char *strings[4 * MF_SERVE_MAX_ROUTES + 64]; /* owned copies */
-    size_t nstrings;
+    struct mf_serve_config_string *strings; /* owned copies, a list */
 } mf_serve_config_t;
 
 /* Reads a Lua config file (a chunk returning a table) into config, on top
@@ -44,7 +50,9 @@ typedef struct mf_serve_config {
  * folder. Returns 0, or -1 with a message in err. */
 int mf_serve_config_load(mf_serve_config_t *config, const char *file, char *err,
                          size_t errlen);
-/* Keeps a copy of s for the config's lifetime. */
+/* Keeps a copy of s for the config's lifetime (never NULL: a config
+ * string is small, the allocation aborts on out-of-memory as every
+ * engine-sized one). */
 char *mf_serve_config_strdup(mf_serve_config_t *config, const char *s);
 void mf_serve_config_free(mf_serve_config_t *config);
 
@@ -55,28 +63,31 @@ typedef struct mf_serve_worker {
     mf_http_server_t *server;
     mf_serve_routes_t *routes;
     mf_fswatch_t *watch;
-    int error; /* start failure (negative MF_E*) */
+    int error;              /* start failure (negative MF_E*) */
+    const char *error_what; /* and what failed: the listen address ... */
     /* access log: lines buffered, written when full or every second */
     int log_fd;
     char *log_buf;
     size_t log_len;
+    size_t log_lost; /* lines a write could not store, not reported yet */
+    int log_errno;   /* why */
     mf_timer_t log_timer;
     long log_sec;
     char log_time[40];
-    uint64_t requests;
     /* registry references of the request/response metatables: a rawgeti
      * per request instead of a lookup by name */
     int req_mt_ref;
     int resp_mt_ref;
 } mf_serve_worker_t;
 
-/* handler.c: the server's handler for a worker. */
-void mf_serve_handle(mf_http_exchange_t *ex, void *worker);
+/* handler.c: the HTTP server's handler for a worker (mf_http_handler). */
+void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker);
 /* Registers the request/response metatables in the worker's host. */
-void mf_serve_http_open(mf_serve_worker_t *w);
+void mf_serve_handler_open(mf_serve_worker_t *w);
 
-/* log.c */
-void mf_serve_log_open(mf_serve_worker_t *w);
+/* log.c: opens the access log (none when config->access_log is NULL or
+ * "off"). Returns 0, or a negative MF_E* code after printing why. */
+int mf_serve_log_open(mf_serve_worker_t *w);
 void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
                           const mf_sockaddr_t *peer, int status, size_t bytes,
                           double seconds);

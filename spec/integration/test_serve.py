@@ -4,6 +4,7 @@ graceful stop. $MF_MOONFLOW is the binary (the ASan twin in asan.*)."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -148,6 +149,95 @@ class HotReload(ServeTest):
         self.wait_body(srv, "/s", "new")
 
 
+class RouteMisses(ServeTest):
+    """A path with no script is looked up on the disk once, then remembered
+    until the watcher reports a change under the root."""
+
+    def wait_status(self, srv, path, status, limit=2.0):
+        deadline = time.time() + limit
+        while self.get(srv, path).status != status:
+            self.assertLess(time.time(), deadline,
+                            "%s never answered %d" % (path, status))
+            time.sleep(0.01)
+
+    def children(self, pid):
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(p) for p in f.read().split()]
+
+    @unittest.skipUnless(shutil.which("strace"), "strace is not installed")
+    def test_a_missing_path_costs_no_stat_once_known_to_be_absent(self):
+        root = self.site({"ok.lua": handler("ok")})
+        log = os.path.join(root, "..", os.path.basename(root) + ".strace")
+        self.addCleanup(lambda: os.path.exists(log) and os.unlink(log))
+        port = free_port()
+        # LeakSanitizer cannot run under ptrace: the twin skips it here.
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        srv = Server(["strace", "-f", "-qq", "-o", log, "-e",
+                      "trace=stat,lstat,newfstatat,statx,access,open,openat",
+                      MOONFLOW, "serve", root, "--listen",
+                      "127.0.0.1:%d" % port, "--workers", "1"], port, env=env)
+        self.addCleanup(srv.stop)
+        requests = 200
+        for _ in range(requests):
+            self.assertEqual(self.get(srv, "/absent").status, 404)
+        self.assertEqual(self.get(srv, "/ok").status, 200)
+        for pid in self.children(srv.proc.pid):  # moonflow, not strace
+            os.kill(pid, signal.SIGTERM)
+        code, _, err = srv.stop(sig=signal.SIGCONT, timeout=20)
+        self.assertEqual(code, 0, err.decode(errors="replace")[-3000:])
+        with open(log) as f:
+            probes = [l for l in f if "absent" in l]
+        # absent.lua and absent/index.lua, once; not twice per request.
+        self.assertGreaterEqual(len(probes), 1)
+        self.assertLessEqual(len(probes), 2, "".join(probes[:6]))
+        print("\n  %d requests for a missing path: %d file-system probes"
+              % (requests, len(probes)))
+
+    def test_a_script_created_after_a_404_is_served_once_the_watcher_saw_it(
+            self):
+        root = self.site({"index.lua": handler("home")})
+        srv = self.serve(root=root)
+        for _ in range(3):  # remembered as missing
+            self.assertEqual(self.get(srv, "/later").status, 404)
+        write_atomically(os.path.join(root, "later.lua"), handler("now"))
+        self.wait_status(srv, "/later", 200)
+        self.assertEqual(self.get(srv, "/later").body, b"now")
+        os.unlink(os.path.join(root, "later.lua"))
+        self.wait_status(srv, "/later", 404)
+        for _ in range(3):
+            self.assertEqual(self.get(srv, "/later").status, 404)
+        with open(os.path.join(root, "later.lua"), "w") as f:
+            f.write(handler("again"))  # written in place, not renamed
+        self.wait_status(srv, "/later", 200)
+
+    def test_a_folder_moved_in_serves_its_scripts_and_moved_out_stops(self):
+        root = self.site({"index.lua": handler("home")})
+        outside = self.site({"page.lua": handler("moved in"),
+                             "index.lua": handler("folder index")})
+        srv = self.serve(root=root)
+        self.assertEqual(self.get(srv, "/blog/page").status, 404)
+        self.assertEqual(self.get(srv, "/blog/").status, 404)
+        moved = os.path.join(root, "blog")
+        os.rename(outside, moved)
+        self.addCleanup(lambda: os.path.exists(moved) and
+                        shutil.rmtree(moved, True))
+        self.wait_status(srv, "/blog/page", 200)
+        self.assertEqual(self.get(srv, "/blog/page").body, b"moved in")
+        self.assertEqual(self.get(srv, "/blog/").body, b"folder index")
+        os.rename(moved, outside)
+        self.wait_status(srv, "/blog/page", 404)
+        self.assertEqual(self.get(srv, "/blog/").status, 404)
+
+    def test_a_link_made_after_a_404_is_served(self):
+        root = self.site({"index.lua": handler("home")})
+        target = os.path.join(self.site({"t.lua": handler("linked")}), "t.lua")
+        srv = self.serve(root=root)
+        self.assertEqual(self.get(srv, "/linked").status, 404)
+        os.symlink(target, os.path.join(root, "linked.lua"))
+        self.wait_status(srv, "/linked", 200)
+        self.assertEqual(self.get(srv, "/linked").body, b"linked")
+
+
 class Config(ServeTest):
     def test_a_config_file_sets_routes_limits_timeouts_and_the_log(self):
         root = self.site({
@@ -191,6 +281,41 @@ class Config(ServeTest):
                              capture_output=True, text=True, timeout=10)
         self.assertEqual(out.returncode, 2)
         self.assertIn("bad.lua", out.stderr)
+
+    def serve_fails(self, *args):
+        return subprocess.run([MOONFLOW, "serve"] + list(args),
+                              capture_output=True, text=True, timeout=10)
+
+    def test_unknown_keys_and_wrong_types_in_the_config_are_named(self):
+        root = self.site({})
+        cases = [
+            ('return { root = ".", acces_log = "x" }', "acces_log"),
+            ('return { root = ".", workers = "two" }', "workers"),
+            ('return { root = ".", limits = { max_bdy = 1 } }',
+             "limits.max_bdy"),
+            ('return { root = ".", timeouts = { handler = -1 } }',
+             "timeouts.handler"),
+            ('return { root = ".", tls = { cert = "c.pem" } }', "tls"),
+            ('return { root = ".", tls = { sni = { a = { cert = "c" } } } }',
+             "tls.sni[a]"),
+            ('return { root = ".", routes = { ["/"] = { file = "a.lua", '
+             'timeout = "1s" } } }', "routes[/].timeout"),
+        ]
+        for text, key in cases:
+            conf = os.path.join(root, "c.lua")
+            with open(conf, "w") as f:
+                f.write(text)
+            out = self.serve_fails("--config", conf)
+            self.assertEqual(out.returncode, 2, text)
+            self.assertIn(key, out.stderr, text)
+
+    def test_an_access_log_that_cannot_be_opened_stops_the_start(self):
+        root = self.site({"index.lua": handler("home")})
+        log = os.path.join(root, "no-such-dir", "access.log")
+        out = self.serve_fails(root, "--listen", "127.0.0.1:%d" % free_port(),
+                               "--workers", "1", "--access-log", log)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(log, out.stderr)
 
 
 class Lifecycle(ServeTest):

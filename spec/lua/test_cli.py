@@ -1,8 +1,10 @@
 """The moonflow binary's command line: run (exit codes, arguments, timers
 keeping it alive, tracebacks), test (the summary line and exit code), serve
-(the placeholder), and --help. Runs from a temporary directory: the Lua
-modules are embedded, nothing is read from the current directory."""
+(the placeholder), --help, help [COMMAND], --version, and bad commands and
+flags. Runs from a temporary directory: the Lua modules are embedded,
+nothing is read from the current directory."""
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -114,6 +116,44 @@ def main():
               p.returncode == 0 and "usage: moonflow" in p.stdout, p)
     p = moonflow(["frobnicate"], d)
     check("an unknown command exits 2", p.returncode == 2, p)
+
+    header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                          "..", "core", "include", "moonflow", "moonflow.h")
+    with open(header) as f:
+        version = re.search(r'#define MOONFLOW_VERSION "([0-9.]+)"',
+                            f.read()).group(1)
+    p = moonflow(["--version"], d)
+    check("--version prints the version and exits 0",
+          p.returncode == 0 and p.stdout == "moonflow %s\n" % version, p)
+
+    top = moonflow(["--help"], d)
+    p = moonflow(["help"], d)
+    check("help prints the same as --help",
+          p.returncode == 0 and p.stdout == top.stdout
+          and "help [COMMAND]" in p.stdout, p)
+    for cmd in ("run", "test", "serve"):
+        own = moonflow([cmd, "--help"], d)
+        p = moonflow(["help", cmd], d)
+        check("help %s prints the same as %s --help" % (cmd, cmd),
+              p.returncode == 0 and p.stdout == own.stdout
+              and p.stdout.startswith("usage: moonflow " + cmd), p)
+    p = moonflow(["help", "frobnicate"], d)
+    check("help of an unknown command exits 2 naming it",
+          p.returncode == 2 and "'frobnicate'" in p.stderr, p)
+    p = moonflow(["--frobnicate"], d)
+    check("an unknown option exits 2 naming it",
+          p.returncode == 2 and "unknown option '--frobnicate'" in p.stderr,
+          p)
+
+    os.mkdir(os.path.join(d, "site"))
+    for args, flag in ((["--workers", "two"], "--workers"),
+                       (["--workers", "-1"], "--workers"),
+                       (["--listen"], "--listen"),
+                       (["--listn", "x"], "--listn"),
+                       (["other-dir"], "other-dir")):
+        p = moonflow(["serve", "site"] + args, d)
+        check("serve %s exits 2 naming %s" % (" ".join(args), flag),
+              p.returncode == 2 and flag in p.stderr, p)
 
     print("%d passed, %d failed" % (len(passed), len(failures)))
     return 1 if failures else 0

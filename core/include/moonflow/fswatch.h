@@ -6,7 +6,10 @@
  * are added as they appear. Each change calls the callback on the loop's
  * thread with the path relative to the root ("api/user.lua") and what
  * happened. Editors that save by writing a temporary file and renaming it
- * show up as MF_FSWATCH_WRITTEN for the final name.
+ * show up as MF_FSWATCH_WRITTEN for the final name. A directory that
+ * appears (created or moved in) is reported as MF_FSWATCH_WRITTEN once it
+ * is watched, and one that goes as MF_FSWATCH_REMOVED, with its own path:
+ * the files inside it are not reported one by one.
  *
  * Threads: the loop's thread. Ownership: the watcher belongs to its creator
  * and is freed by mf_fswatch_stop (safe from inside its own callback: the
@@ -23,9 +26,12 @@ MF_EXTERN_C_BEGIN
 typedef struct mf_fswatch mf_fswatch_t;
 
 enum {
-    MF_FSWATCH_WRITTEN = 1, /* created, written and closed, or renamed in */
-    MF_FSWATCH_REMOVED = 2, /* deleted or renamed away */
-    MF_FSWATCH_OVERFLOW = 4 /* the kernel dropped events: rescan everything */
+    MF_FSWATCH_WRITTEN = 1,  /* created, written and closed, or renamed in */
+    MF_FSWATCH_REMOVED = 2,  /* deleted or renamed away */
+    MF_FSWATCH_OVERFLOW = 4, /* the kernel dropped events: rescan everything */
+    /* A new name: a symbolic or hard link, complete at once, or a file
+     * whose writer may still be writing (WRITTEN follows at its close). */
+    MF_FSWATCH_CREATED = 8
 };
 
 typedef void (*mf_fswatch_cb)(mf_fswatch_t *w, const char *path, unsigned what,

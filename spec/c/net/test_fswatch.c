@@ -97,3 +97,39 @@ TEST(a_missing_root_fails_with_enoent)
     ASSERT_EQ(err, MF_ENOENT);
     mf_loop_destroy(loop);
 }
+
+/* Files inside a folder moved in or out are not reported one by one: the
+ * folder is, after it is watched (a file written into it later is reported
+ * as usual). A new link is reported as created. */
+TEST(folders_moved_in_and_out_and_new_links_are_reported)
+{
+    char outside[64], path[256];
+    strcpy(root, "/tmp/mf-watch-XXXXXX");
+    ASSERT(mkdtemp(root) != NULL);
+    strcpy(outside, "/tmp/mf-watch-out-XXXXXX");
+    ASSERT(mkdtemp(outside) != NULL);
+    mf_loop_t *loop = mf_loop_create();
+    mf_fswatch_t *w = mf_fswatch_start(loop, root, on_change, NULL, NULL);
+    ASSERT(w != NULL);
+    mf_loop_ref(loop);
+    nseen = 0;
+    snprintf(path, sizeof path, "%s/site", root);
+    ASSERT_EQ(rename(outside, path), 0);
+    expect(loop, "site", MF_FSWATCH_WRITTEN);
+    write_file("site/page.lua", "return 1");
+    expect(loop, "site/page.lua", MF_FSWATCH_WRITTEN);
+    ASSERT_EQ(rename(path, outside), 0);
+    expect(loop, "site", MF_FSWATCH_REMOVED);
+    /* A link is complete when it appears: no write, no close. */
+    snprintf(path, sizeof path, "%s/link.lua", root);
+    ASSERT_EQ(symlink("/dev/null", path), 0);
+    expect(loop, "link.lua", MF_FSWATCH_CREATED);
+
+    mf_fswatch_stop(w);
+    mf_loop_unref(loop);
+    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
+    mf_loop_destroy(loop);
+    char cmd[192];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", root, outside);
+    ASSERT_EQ(system(cmd), 0);
+}
