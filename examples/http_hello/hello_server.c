@@ -6,7 +6,6 @@
 #include "hello_server.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +17,7 @@
 static char *hello_body;
 static size_t hello_len;
 
-/* ---- options -------------------------------------------------------------
- */
+/* ---- options ------------------------------------------------------------- */
 
 int hello_server_number(const char *flag, const char *value, uint64_t max,
                         uint64_t *out)
@@ -88,8 +86,7 @@ int hello_server_options(hello_options_t *o, int argc, char **argv,
     return 0;
 }
 
-/* ---- the "/" body ----------------------------------------------------------
- */
+/* ---- the "/" body -------------------------------------------------------- */
 
 void hello_server_answer(mf_http_exchange_t *ex)
 {
@@ -107,8 +104,7 @@ static int hello_body_create(size_t len)
     return 0;
 }
 
-/* ---- a server on every worker --------------------------------------------
- */
+/* ---- a server on every worker -------------------------------------------- */
 
 typedef struct worker_server {
     const hello_options_t *opts;
