@@ -93,7 +93,9 @@ bench: bench-deps
 
 format:
 	clang-format -i core/*/*.c core/*/*.h core/include/moonflow/*.h \
-	  spec/c/*/*.c spec/c/*.h lua/*.c lua/*.h lua/serve/*.c lua/serve/*.h bench/*.c bench/http/*.c examples/*/*.c
+	  spec/c/*/*.c spec/c/*/*.h spec/c/*.h spec/fixture/*.c lua/*.c lua/*.h \
+	  lua/serve/*.c lua/serve/*.h bench/*.c bench/http/*.c examples/*/*.c \
+	  examples/*/*.h
 
 clean:
 	rm -rf $(BUILD) $(BENCH_BUILD)

@@ -1,7 +1,9 @@
 """The HTTP/1.1 server against real sockets: curl, wrk and raw bytes.
 
-Runs examples/http_hello (path in $MF_HTTP_HELLO; the ctest twin runs the
-ASan+UBSan build of it) on a free loopback port."""
+Runs the test fixture, spec/fixture/http_fixture.c (path in
+$MF_HTTP_FIXTURE), and for /fanout examples/http_hello (path in
+$MF_HTTP_HELLO), on free loopback ports; the ctest twin runs the ASan+UBSan
+builds of both."""
 import os
 import signal
 import socket
@@ -13,6 +15,7 @@ import unittest
 from harness import (Server, body_pattern, connect, free_port, read_response,
                      read_until_closed, request, self_signed, temp_dir)
 
+FIXTURE = os.environ.get("MF_HTTP_FIXTURE", "build/spec/fixture/http_fixture")
 HELLO = os.environ.get("MF_HTTP_HELLO", "build/examples/http_hello")
 
 
@@ -26,9 +29,9 @@ def stop_cleanly(test, srv):
     test.assertNotIn(b"runtime error", err)
 
 
-def start(test, *args, workers=1):
+def start(test, *args, workers=1, binary=FIXTURE):
     port = free_port()
-    srv = Server([HELLO, "--listen", "127.0.0.1:%d" % port,
+    srv = Server([binary, "--listen", "127.0.0.1:%d" % port,
                   "--workers", str(workers)] + list(args), port)
     test.addCleanup(stop_cleanly, test, srv)
     return srv
@@ -127,8 +130,9 @@ class Basics(unittest.TestCase):
 
 class FanOut(unittest.TestCase):
     def test_a_parallel_of_two_backend_calls_answers_with_both(self):
-        backend = start(self, "--body-size", "20")
-        front = start(self, "--upstream", "127.0.0.1:%d" % backend.port)
+        backend = start(self, "--body-size", "20", binary=HELLO)
+        front = start(self, "--upstream", "127.0.0.1:%d" % backend.port,
+                      binary=HELLO)
         with connect(front.port) as s:
             buf = b""
             for _ in range(20):
@@ -138,7 +142,8 @@ class FanOut(unittest.TestCase):
                 self.assertEqual(r.body, body_pattern(20) * 2)
 
     def test_a_dead_backend_gives_502(self):
-        front = start(self, "--upstream", "127.0.0.1:%d" % free_port())
+        front = start(self, "--upstream", "127.0.0.1:%d" % free_port(),
+                      binary=HELLO)
         r = request(front.port, b"GET /fanout HTTP/1.1\r\nHost: h\r\n\r\n")
         self.assertEqual(r.status, 502)
 

@@ -1,5 +1,5 @@
--- mf.http.* and mf.task.http against examples/http_hello, started by
--- spec/lua/run_specs.py on the port in MF_HTTP_PORT.
+-- mf.http.* and mf.task.http against the test fixture (spec/fixture),
+-- started by spec/lua/run_specs.py on the port in MF_HTTP_PORT.
 local mf = require "moonflow"
 
 local port = os.getenv("MF_HTTP_PORT")

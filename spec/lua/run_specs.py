@@ -1,17 +1,17 @@
-"""Runs `moonflow test spec/lua` with examples/http_hello listening on free
-loopback ports, plain (MF_HTTP_PORT) and TLS with a self-signed certificate
-(MF_HTTPS_PORT, MF_CA_FILE), a small Python server for what http_hello
-does not do (redirects, a malformed answer: MF_ODD_PORT), a port where
-nothing listens (MF_DEAD_PORT), and `moonflow serve spec/lua/site` with one
-worker (MF_SERVE_PORT; stopped with SIGTERM, and its exit status must be 0:
-under the ASan build that includes the leak check), and four redis-servers:
-a plain one (MF_REDIS_URL, also given to `moonflow serve`), one with
-requirepass (MF_REDIS_AUTH_PORT, password MF_REDIS_PASSWORD) and one the
-specs may kill -9 and restart (MF_REDIS_FLAKY_URL; GET /redis-kill and
-/redis-start on MF_ODD_PORT), and one over TLS only with the self-signed
+"""Runs `moonflow test spec/lua` with the test fixture (spec/fixture) listening
+on free loopback ports, plain (MF_HTTP_PORT) and TLS with a self-signed
+certificate (MF_HTTPS_PORT, MF_CA_FILE), a small Python server for what the
+fixture does not do (redirects, a malformed answer: MF_ODD_PORT), a port
+where nothing listens (MF_DEAD_PORT), and `moonflow serve spec/lua/site`
+with one worker (MF_SERVE_PORT; stopped with SIGTERM, and its exit status
+must be 0: under the ASan build that includes the leak check), and four
+redis-servers: a plain one (MF_REDIS_URL, also given to `moonflow serve`),
+one with requirepass (MF_REDIS_AUTH_PORT, password MF_REDIS_PASSWORD) and
+one the specs may kill -9 and restart (MF_REDIS_FLAKY_URL; GET /redis-kill
+and /redis-start on MF_ODD_PORT), and one over TLS only with the self-signed
 certificate (MF_REDIS_TLS_URL, rediss://). ctest's lua.specs and asan.lua.specs.
 
-  MF_MOONFLOW=build/moonflow MF_HTTP_HELLO=build/examples/http_hello \\
+  MF_MOONFLOW=build/moonflow MF_HTTP_FIXTURE=build/spec/fixture/http_fixture \\
       python3 spec/lua/run_specs.py [busted options...]
 """
 import http.server
@@ -32,7 +32,7 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
     """/redirect?to=URL answers 302 to URL; /garbage answers no HTTP;
     /redis-kill and /redis-start stop (kill -9) and start the flaky
     redis-server and answer 204 when done."""
-    hello_port = None
+    fixture_port = None
     flaky = None
 
     def do_GET(self):
@@ -46,7 +46,7 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
         elif self.path.startswith("/redirect"):
             self.send_response(302)
             self.send_header("Location",
-                             "http://127.0.0.1:%d/" % self.hello_port)
+                             "http://127.0.0.1:%d/" % self.fixture_port)
             self.send_header("Content-Length", "0")
             self.end_headers()
         else:
@@ -57,23 +57,23 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def start_odd(hello_port, flaky):
-    OddHandler.hello_port = hello_port
+def start_odd(fixture_port, flaky):
+    OddHandler.fixture_port = fixture_port
     OddHandler.flaky = flaky
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OddHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
-def start(hello, *extra):
+def start(fixture, *extra):
     port = harness.free_port()
-    argv = [hello, "--listen", "127.0.0.1:%d" % port] + list(extra)
+    argv = [fixture, "--listen", "127.0.0.1:%d" % port] + list(extra)
     return harness.Server(argv, port)
 
 
 def main():
     moonflow = os.environ["MF_MOONFLOW"]
-    hello = os.environ["MF_HTTP_HELLO"]
+    fixture = os.environ["MF_HTTP_FIXTURE"]
     tmp = tempfile.mkdtemp(prefix="mf-lua-specs-")
     cert, key = harness.self_signed(tmp)
     redis = []
@@ -83,9 +83,9 @@ def main():
         for password in (None, "s3cret", None):
             redis.append(harness.Redis(tmp, password=password))
         redis.append(harness.Redis(tmp, tls=(cert, key)))
-        servers.append(start(hello))
+        servers.append(start(fixture))
         odd = start_odd(servers[0].port, redis[2])
-        servers.append(start(hello, "--tls-cert", cert, "--tls-key", key))
+        servers.append(start(fixture, "--tls-cert", cert, "--tls-key", key))
         serve_port = harness.free_port()
         redis_env = dict(MF_REDIS_URL=redis[0].url(),
                          MF_REDIS_AUTH_PORT=str(redis[1].port),

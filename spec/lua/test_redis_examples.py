@@ -1,15 +1,15 @@
 """examples/redis against a redis-server on a free loopback port:
-wget_to_redis.lua under `moonflow serve` (a miss fetches from
-examples/http_hello and stores the body with a TTL; a hit is answered from
-Redis even once http_hello is gone; with Redis down it fetches again and
-says "bypass"), and
+wget_to_redis.lua under `moonflow serve` (a miss fetches from the test
+fixture, spec/fixture, and stores the body with a TTL; a hit is answered
+from Redis even once the fixture is gone; with Redis down it fetches again
+and says "bypass"), and
 redis_cli.lua under `moonflow run`, whose output must equal
 `redis-cli --no-raw` for the same commands, as arguments and on stdin.
 Also: `moonflow run` whose main chunk raises while other coroutines wait in
 r:call, sub:next and a redis flow, with a subscriber left open, exits 1
 at once (and clean under ASan).
 
-  MF_MOONFLOW=build/moonflow MF_HTTP_HELLO=build/examples/http_hello \\
+  MF_MOONFLOW=build/moonflow MF_HTTP_FIXTURE=build/spec/fixture/http_fixture \\
       python3 spec/lua/test_redis_examples.py
 """
 import os
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
 
 MOONFLOW = os.path.abspath(os.environ["MF_MOONFLOW"])
-HELLO = os.path.abspath(os.environ["MF_HTTP_HELLO"])
+FIXTURE = os.path.abspath(os.environ["MF_HTTP_FIXTURE"])
 CLI = os.path.join(ROOT, "examples", "redis", "redis_cli.lua")
 failures = []
 
@@ -55,9 +55,9 @@ def our_cli(url, args, stdin=None):
 
 
 def test_wget_to_redis(tmp, redis):
-    hello_port = harness.free_port()
-    hello = harness.Server([HELLO, "--listen", "127.0.0.1:%d" % hello_port],
-                           hello_port)
+    origin_port = harness.free_port()
+    origin = harness.Server([FIXTURE, "--listen",
+                             "127.0.0.1:%d" % origin_port], origin_port)
     port = harness.free_port()
     env = dict(os.environ, REDIS_URL=redis.url(), CACHE_TTL="100")
     serve = harness.Server([MOONFLOW, "serve",
@@ -65,7 +65,7 @@ def test_wget_to_redis(tmp, redis):
                             "--workers", "1", "--listen",
                             "127.0.0.1:%d" % port], port, env=env)
     try:
-        target = "http://127.0.0.1:%d/" % hello_port
+        target = "http://127.0.0.1:%d/" % origin_port
         path = "/wget_to_redis?url=" + urllib.parse.quote(target, safe="")
         first = get(port, path)
         check("wget_to_redis: the first request is a miss",
@@ -78,7 +78,7 @@ def test_wget_to_redis(tmp, redis):
         check("wget_to_redis: with the TTL",
               ttl.startswith(b"(integer) ") and 0 < int(ttl.split()[1]) <= 100,
               ttl)
-        hello.stop()
+        origin.stop()
         second = get(port, path)
         check("wget_to_redis: a later request is a hit served from Redis",
               second.status == 200 and second.header("x-cache") == "hit"
@@ -91,8 +91,8 @@ def test_wget_to_redis(tmp, redis):
                      urllib.parse.quote(target + "info", safe=""))
         check("wget_to_redis: a failed fetch gets 502", failed.status == 502,
               failed.raw_head)
-        hello = harness.Server([HELLO, "--listen",
-                                "127.0.0.1:%d" % hello_port], hello_port)
+        origin = harness.Server([FIXTURE, "--listen",
+                                 "127.0.0.1:%d" % origin_port], origin_port)
         redis.kill()
         down = get(port, path)
         check("wget_to_redis: with Redis down the URL is fetched (bypass)",
@@ -101,7 +101,7 @@ def test_wget_to_redis(tmp, redis):
         redis.start()
     finally:
         serve.stop()
-        hello.stop()
+        origin.stop()
 
 
 CLI_CASES = [

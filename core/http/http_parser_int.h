@@ -1,0 +1,182 @@
+/*
+ * http_parser_int.h — what the HTTP parser's files share, and nothing else
+ * includes: the byte classes, ASCII helpers, the word-at-a-time skip, and
+ * the pieces of a head common to requests and responses (finding its end,
+ * the version, the field lines and the framing fields noted from them).
+ *
+ * Owned here: the class bits and the inline helpers. The class table lives
+ * in http_parser_util.c, the head functions in http_head_parser.c. Callers:
+ * http_head_parser.c, http_request_parser.c, http_response_parser.c,
+ * http_chunked.c and http_parser_util.c only; everything else uses
+ * moonflow/http_parser.h. The helpers are inline so that the per-byte loops
+ * cost what they did in one file.
+ */
+#ifndef MF_HTTP_PARSER_INT_H
+#define MF_HTTP_PARSER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "moonflow/http_parser.h"
+
+/* ---- byte classes ------------------------------------------------------ */
+
+enum {
+    MF__C_TOKEN = 0x01,  /* tchar (RFC 9110 §5.6.2): methods, names, codings */
+    MF__C_VALUE = 0x02,  /* field-content: VCHAR, obs-text, SP, HTAB */
+    MF__C_TARGET = 0x04, /* request-target: VCHAR and obs-text, no CTL or SP */
+    MF__C_HOST = 0x08,   /* Host and authority: reg-name, IP literal, port */
+    MF__C_HEX = 0x10,    /* HEXDIG */
+    MF__C_SCHEME = 0x20, /* URI scheme: ALPHA, DIGIT, "+", "-", "." */
+};
+
+/* Which classes each byte belongs to (http_parser_util.c). */
+extern const uint8_t mf__http_class[256];
+
+static inline bool mf__is(char c, unsigned cls)
+{
+    return (mf__http_class[(unsigned char)c] & cls) != 0;
+}
+
+static inline bool mf__is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static inline bool mf__is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+static inline char mf__lower(char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (char)(c + ('a' - 'A')) : c;
+}
+
+/* Value of a byte already known to be a HEXDIG. */
+static inline unsigned mf__hex_value(char c)
+{
+    return c <= '9' ? (unsigned)(c - '0') : (unsigned)((c | 0x20) - 'a' + 10);
+}
+
+/* ASCII case-insensitive equality of a[0..n) and b[0..n). */
+static inline bool mf__iequal(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (mf__lower(a[i]) != mf__lower(b[i]))
+            return false;
+    return true;
+}
+
+/* s[0..n) equals the literal lit, ignoring ASCII case. */
+#define MF__IS(s, n, lit) \
+    ((n) == sizeof(lit) - 1 && mf__iequal((s), (lit), sizeof(lit) - 1))
+
+/* ---- word-at-a-time skipping ------------------------------------------- */
+
+#define MF__ONES 0x0101010101010101ull
+
+static inline uint64_t mf__load64(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, sizeof w); /* unaligned-safe; one load on x86/arm64 */
+    return w;
+}
+
+/* Nonzero iff some byte of w is below n (n <= 128): "hasless" of the Bit
+ * Twiddling Hacks, exact as a yes/no answer. */
+static inline uint64_t mf__has_less(uint64_t w, uint64_t n)
+{
+    return (w - MF__ONES * n) & ~w & (MF__ONES * 0x80);
+}
+
+static inline uint64_t mf__has_del(uint64_t w)
+{
+    return mf__has_less(w ^ (MF__ONES * 0x7f), 1);
+}
+
+/*
+ * Returns the first byte in [p, end) outside class cls (or end). Both
+ * classes skipped this way (MF__C_VALUE, MF__C_TARGET) hold every byte from
+ * `below` up except DEL, so a word with no byte under `below` and no DEL is
+ * skipped whole; a word that has one is walked byte by byte (it may only hold
+ * an HTAB, which MF__C_VALUE accepts).
+ */
+static inline const char *mf__skip_class(const char *p, const char *end,
+                                         unsigned cls, uint64_t below)
+{
+    for (;;) {
+        while (end - p >= 8) {
+            uint64_t w = mf__load64(p);
+            if (mf__has_less(w, below) | mf__has_del(w))
+                break;
+            p += 8;
+        }
+        const char *stop = end - p >= 8 ? p + 8 : end;
+        for (; p < stop; p++)
+            if (!mf__is(*p, cls))
+                return p;
+        if (p == end)
+            return p;
+    }
+}
+
+static inline bool mf__all_of(const char *s, size_t n, unsigned cls)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!mf__is(s[i], cls))
+            return false;
+    return true;
+}
+
+/* ---- heads: what requests and responses share (http_head_parser.c) --- */
+
+extern const mf_http_limits_t mf__http_default_limits;
+
+enum { MF__HEAD_MORE, MF__HEAD_DONE, MF__HEAD_BARE_LF };
+
+/*
+ * Looks for the CRLF CRLF that ends a head starting at buf[start], among the
+ * LFs in buf[from..to). The terminator ends in an LF, so LFs before `from`
+ * (searched by an earlier call) need no second look; memchr finds each LF at
+ * vector speed. Every LF must follow a CR: a bare LF fails here, at once,
+ * rather than when a blank line that an LF-only client never sends arrives.
+ */
+int mf__http_find_head_end(const char *buf, size_t start, size_t from,
+                           size_t to, size_t *end);
+
+/* What the framing decisions need from the field lines. */
+typedef struct mf__fields {
+    uint64_t content_length;
+    const char *host; /* the Host field's value */
+    size_t host_len;
+    unsigned n_host, n_cl, n_te;
+    bool cl_bad;          /* a Content-Length that is not one number */
+    bool te_chunked;      /* the last transfer coding so far is chunked */
+    bool te_misplaced;    /* chunked followed by another coding */
+    bool te_unknown;      /* a coding we could not undo */
+    bool te_bad;          /* an element that is not a bare token */
+    bool close;           /* Connection: close */
+    bool keep_alive;      /* Connection: keep-alive */
+    bool conn_upgrade;    /* Connection: upgrade */
+    bool has_upgrade;     /* an Upgrade field */
+    bool expect_continue; /* Expect: 100-continue */
+} mf__fields_t;
+
+/*
+ * Parses the field lines in [p, end), the head's final CRLF included, into
+ * h[0..*count). More than `cap` fields (the smaller of the caller's array and
+ * the limit) is `over`, the status a head too large fails with. Returns 0 or
+ * an HTTP status.
+ */
+int mf__http_parse_fields(const char *p, const char *end, mf_http_header_t *h,
+                          size_t cap, size_t *count, mf__fields_t *f, int over);
+
+/* HTTP-version = "HTTP/" DIGIT "." DIGIT (RFC 9112 §2.3), at p with at least
+ * 8 bytes before end. 0 for 1.0 and 1.1 (minor set); 505 for any other
+ * well-formed version; 400 when this is not a version at all. */
+int mf__http_parse_version(const char *p, int *minor);
+
+#endif /* MF_HTTP_PARSER_INT_H */

@@ -1,0 +1,134 @@
+/*
+ * http_parser_util.c — the HTTP parser's small shared pieces: the byte
+ * class table every parser file reads (through http_parser_int.h), and the
+ * public helpers of moonflow/http_parser.h that belong to no one message:
+ * header lookup, reason phrases and URL decoding.
+ */
+#include "http/http_parser_int.h"
+
+/* The classes (MF__C_*) of every byte value. */
+/* clang-format off */
+const uint8_t mf__http_class[256] = {
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 00 */
+    0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 08 HTAB */
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 10 */
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 18 */
+    0x02, 0x0f, 0x06, 0x07, 0x0f, 0x0f, 0x0f, 0x0f, /* 20  !"#$%&' */
+    0x0e, 0x0e, 0x0f, 0x2f, 0x0e, 0x2f, 0x2f, 0x06, /* 28 ()*+,-./ */
+    0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, /* 30 01234567 */
+    0x3f, 0x3f, 0x0e, 0x0e, 0x06, 0x0e, 0x06, 0x06, /* 38 89:;<=>? */
+    0x06, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x2f, /* 40 @ABCDEFG */
+    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 48 HIJKLMNO */
+    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 50 PQRSTUVW */
+    0x2f, 0x2f, 0x2f, 0x0e, 0x06, 0x0e, 0x07, 0x0f, /* 58 XYZ[\]^_ */
+    0x07, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x2f, /* 60 `abcdefg */
+    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 68 hijklmno */
+    0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 70 pqrstuvw */
+    0x2f, 0x2f, 0x2f, 0x06, 0x07, 0x06, 0x0f, 0x00, /* 78 xyz{|}~ DEL */
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, /* 80-ff obs-text */
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+    0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06, 0x06,
+};
+/* clang-format on */
+
+/* ---- helpers ----------------------------------------------------------- */
+
+const mf_http_header_t *mf_http_find_header(const mf_http_header_t *headers,
+                                            size_t n, const char *name)
+{
+    size_t len = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if (headers[i].name_len == len &&
+            mf__iequal(headers[i].name, name, len))
+            return &headers[i];
+    return NULL;
+}
+
+const char *mf_http_reason(int status)
+{
+    /* clang-format off */
+    switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 103: return "Early Hints";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 203: return "Non-Authoritative Information";
+    case 204: return "No Content";
+    case 205: return "Reset Content";
+    case 206: return "Partial Content";
+    case 300: return "Multiple Choices";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 407: return "Proxy Authentication Required";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
+    case 421: return "Misdirected Request";
+    case 422: return "Unprocessable Content";
+    case 425: return "Too Early";
+    case 426: return "Upgrade Required";
+    case 428: return "Precondition Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 451: return "Unavailable For Legal Reasons";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "";
+    }
+    /* clang-format on */
+}
+
+ssize_t mf_http_url_decode(char *s, size_t len, bool plus_is_space)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '%') {
+            if (len - i < 3 || !mf__is(s[i + 1], MF__C_HEX) ||
+                !mf__is(s[i + 2], MF__C_HEX))
+                return -1;
+            c = (char)(mf__hex_value(s[i + 1]) << 4 | mf__hex_value(s[i + 2]));
+            i += 2;
+        } else if (c == '+' && plus_is_space) {
+            c = ' ';
+        }
+        s[out++] = c;
+    }
+    return (ssize_t)out;
+}
