@@ -11,7 +11,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "engine/flow_int.h"
 #include "http_server_int.h"
 
 /* ---- small formatters -------------------------------------------------- */
@@ -215,7 +214,7 @@ void mf__exchange_connection_lost(mf_http_exchange_t *ex)
 
 static void mf__exchange_series_done(mf_series_t *series)
 {
-    mf_http_exchange_t *ex = series->owner;
+    mf_http_exchange_t *ex = mf_series_callback_arg(series);
     ex->series = NULL; /* the series is freed after this callback */
     if (ex->state != MF_EX_DONE && !ex->held)
         mf_http_exchange_send(ex);
@@ -335,7 +334,7 @@ mf_series_t *mf_http_exchange_series(mf_http_exchange_t *ex)
 {
     if (!ex->series) {
         ex->series = mf_series_create(ex->conn->loop, mf__exchange_series_done);
-        ex->series->owner = ex;
+        mf_series_set_callback_arg(ex->series, ex);
     }
     return ex->series;
 }
