@@ -147,8 +147,8 @@ mf_http_server_t *mf_http_server_start(mf_loop_t *loop,
         srv->server_line_len = (size_t)snprintf(
             srv->server_line, sizeof srv->server_line, "Server: %s\r\n", name);
     int rc = 0;
-    if (config->tls_cert_file && config->tls_key_file)
-        rc = mf__tls_server_create(config, &srv->tls);
+    if (config->tls.cert_file && config->tls.key_file)
+        rc = mf__tls_server_create(&config->tls, &srv->tls);
     if (rc == 0)
         rc = mf__server_listen(srv);
     if (rc < 0) {

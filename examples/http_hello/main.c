@@ -34,7 +34,7 @@
 
 typedef struct options {
     mf_http_server_config_t config;
-    struct mf_http_sni sni[MAX_SNI];
+    mf_tls_sni_t sni[MAX_SNI];
     unsigned workers;
     size_t body_size;
 } options_t;
@@ -264,13 +264,13 @@ static void add_sni(options_t *o, char *spec)
 {
     char *cert = strchr(spec, ':');
     char *key = cert ? strchr(cert + 1, ':') : NULL;
-    if (!key || o->config.tls_sni_count == MAX_SNI)
+    if (!key || o->config.tls.sni_count == MAX_SNI)
         usage();
     *cert++ = 0;
     *key++ = 0;
-    o->sni[o->config.tls_sni_count++] = (struct mf_http_sni){
+    o->sni[o->config.tls.sni_count++] = (mf_tls_sni_t){
         .server_name = spec, .cert_file = cert, .key_file = key};
-    o->config.tls_sni = o->sni;
+    o->config.tls.sni = o->sni;
 }
 
 static void parse_options(int argc, char **argv, options_t *o)
@@ -291,9 +291,9 @@ static void parse_options(int argc, char **argv, options_t *o)
         else if (!strcmp(a, "--body-size"))
             o->body_size = strtoul(v, NULL, 10);
         else if (!strcmp(a, "--tls-cert"))
-            o->config.tls_cert_file = v;
+            o->config.tls.cert_file = v;
         else if (!strcmp(a, "--tls-key"))
-            o->config.tls_key_file = v;
+            o->config.tls.key_file = v;
         else if (!strcmp(a, "--sni"))
             add_sni(o, argv[i]);
         else if (!strcmp(a, "--max-body"))

@@ -38,6 +38,7 @@
 #include "dns.h"
 #include "http_parser.h"
 #include "series.h"
+#include "tls.h"
 
 MF_EXTERN_C_BEGIN
 
@@ -57,15 +58,9 @@ typedef struct mf_http_server_config {
     uint32_t keepalive_timeout_ms; /* idle between requests; default 60000 */
     uint32_t write_timeout_ms;     /* a stalled response; default 10000 */
     uint32_t max_keepalive_requests; /* per connection; 0 = unlimited */
-    /* TLS: both set → HTTPS. SNI: extra certificates by server name. */
-    const char *tls_cert_file;
-    const char *tls_key_file;
-    const struct mf_http_sni {
-        const char *server_name;
-        const char *cert_file;
-        const char *key_file;
-    } * tls_sni;
-    size_t tls_sni_count;
+    /* HTTPS when tls.cert_file and tls.key_file are set; SNI: extra
+     * certificates by server name (tls.h). */
+    mf_tls_server_config_t tls;
     const char *server_header; /* default "moonflow"; "" to omit */
 } mf_http_server_config_t;
 

@@ -23,6 +23,7 @@
 #include "series.h"
 #include "task.h"
 #include "tasks.h"
+#include "tls.h"
 #include "workers.h"
 
 /* The release; CMake reads its project version from this line. */

@@ -143,8 +143,8 @@ static void start_server(const char *cert, const char *key)
     mf_http_server_config_t c;
     mf_http_server_config_init(&c);
     c.listen = "127.0.0.1:0";
-    c.tls_cert_file = cert;
-    c.tls_key_file = key;
+    c.tls.cert_file = cert;
+    c.tls.key_file = key;
     int err = 0;
     server = mf_http_server_start(loop, &c, handle, NULL, &err);
     if (!server)
