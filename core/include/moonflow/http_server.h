@@ -86,6 +86,10 @@ MF_API uint16_t mf_http_server_port(const mf_http_server_t *srv);
 /* Open connections on this loop. */
 MF_API size_t mf_http_server_connections(const mf_http_server_t *srv);
 MF_API mf_loop_t *mf_http_server_loop(const mf_http_server_t *srv);
+/* Responses that could not be built for lack of memory since the start:
+ * each was answered 500 (with Connection: close) or, when its head was
+ * already out, cut by closing the connection. Never a silent short answer. */
+MF_API uint64_t mf_http_server_failed_responses(const mf_http_server_t *srv);
 
 /* ---- the exchange: request side --------------------------------------- */
 
