@@ -58,14 +58,26 @@ static int mf__client_task_parse_url(mf_http_client_task_t *t)
     return 0;
 }
 
+/* Appends to one of the task's buffers. A refused allocation is not
+ * ignored: the task fails with MF_ENOMEM at its next step (never a cut
+ * request on the wire). */
+static void mf__client_task_keep(mf_http_client_task_t *t, mf_buf_t *buf,
+                                 const void *data, size_t len)
+{
+    if (t->out_of_memory)
+        return;
+    if (mf__buf_append(t->base._loop, buf, data, len) < 0)
+        t->out_of_memory = true;
+}
+
 static void mf__client_task_set_url(mf_http_client_task_t *t, const char *url,
                                     size_t len)
 {
-    mf_loop_t *loop = t->base._loop;
     t->url.len = 0;
-    mf__buf_append(loop, &t->url, url, len);
-    mf__buf_append(loop, &t->url, "", 1);
-    t->url.len--; /* keep the NUL outside len */
+    mf__client_task_keep(t, &t->url, url, len);
+    mf__client_task_keep(t, &t->url, "", 1);
+    if (!t->out_of_memory)
+        t->url.len--; /* keep the NUL outside len */
 }
 
 /* ---- request ------------------------------------------------------------- */
@@ -73,7 +85,7 @@ static void mf__client_task_set_url(mf_http_client_task_t *t, const char *url,
 static void mf__client_task_put(mf_http_client_task_t *t, const char *s,
                                 size_t n)
 {
-    mf__buf_append(t->base._loop, &t->out, s, n);
+    mf__client_task_keep(t, &t->out, s, n);
 }
 
 static void mf__client_task_puts(mf_http_client_task_t *t, const char *s)
@@ -174,6 +186,10 @@ void mf__client_task_send(mf_http_client_task_t *t)
     t->scanned = 0;
     t->got_bytes = false;
     mf__client_task_build_request(t);
+    if (t->out_of_memory) {
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
     mf__client_task_arm(t, t->opts.response_timeout_ms);
     mf__client_task_write(t);
     if (t->phase == MF_CT_HEAD)
@@ -400,12 +416,12 @@ static bool mf__client_task_follow_redirect(mf_http_client_task_t *t)
         return false;
     const mf_http_header_t *loc = mf__client_task_find(t, "location");
     if (!loc || !mf__client_task_redirect_to(t, loc->value, loc->value_len))
-        return false;
+        return t->out_of_memory; /* then the next attempt fails */
     t->redirects++;
     if (s == 303 ||
         ((s == 301 || s == 302) && mf__client_task_method_is(t, "POST"))) {
         t->method.len = 0; /* as browsers and curl do */
-        mf__buf_append(t->base._loop, &t->method, "GET", 3);
+        mf__client_task_keep(t, &t->method, "GET", 3);
         t->body.len = 0;
     }
     return true;
@@ -431,6 +447,16 @@ static void mf__client_task_drop_conn(mf_http_client_task_t *t, bool reuse)
     mf__http_release(conn, reuse);
 }
 
+/* The task's end: settles a forward, then completes. */
+static void mf__client_task_complete(mf_http_client_task_t *t, int state,
+                                     int error)
+{
+    t->phase = MF_CT_DONE;
+    mf_timer_stop(t->base._loop, &t->timer);
+    mf__http_forward_settle(t, state);
+    mf_task_complete(&t->base, state, error);
+}
+
 void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
@@ -450,10 +476,7 @@ void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
         mf__client_task_attempt(t);
         return;
     }
-    t->phase = MF_CT_DONE;
-    mf_timer_stop(t->base._loop, &t->timer);
-    mf__http_forward_settle(t, state);
-    mf_task_complete(&t->base, state, error);
+    mf__client_task_complete(t, state, error);
 }
 
 void mf__client_task_open_failed(mf_http_client_task_t *t, int state, int error)
@@ -475,6 +498,10 @@ static void mf__client_task_timed_out(mf_timer_t *timer)
 
 static void mf__client_task_attempt(mf_http_client_task_t *t)
 {
+    if (t->out_of_memory) { /* building the request or its URL failed */
+        mf__client_task_complete(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
     mf_http_pool_t *pool = mf__http_pool(t->base._loop);
     t->ep = mf__http_endpoint(pool, t->host, t->port, t->tls,
                               t->opts.tls_verify, t->opts.ca_file);
@@ -489,6 +516,10 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
 static void mf__client_task_dispatch(mf_task_t *task)
 {
     mf_http_client_task_t *t = (mf_http_client_task_t *)task;
+    if (t->out_of_memory) {
+        mf_task_complete(task, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
     if (mf__client_task_parse_url(t) < 0) {
         mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
         return;
@@ -545,7 +576,7 @@ mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
     mf_timer_init(&t->timer, mf__client_task_timed_out, t);
     mf_list_init(&t->wait_link);
     const char *m = method && *method ? method : "GET";
-    mf__buf_append(loop, &t->method, m, strlen(m));
+    mf__client_task_keep(t, &t->method, m, strlen(m));
     mf__client_task_set_url(t, url ? url : "", url ? strlen(url) : 0);
     return &t->base;
 }
@@ -573,11 +604,10 @@ void mf__client_task_add_header(mf_http_client_task_t *t, const char *name,
     if (!mf__client_header_text_ok(name, name_len, true) ||
         !mf__client_header_text_ok(value, value_len, false))
         return; /* no header injection */
-    mf_loop_t *loop = t->base._loop;
-    mf__buf_append(loop, &t->headers, name, name_len);
-    mf__buf_append(loop, &t->headers, ": ", 2);
-    mf__buf_append(loop, &t->headers, value, value_len);
-    mf__buf_append(loop, &t->headers, "\r\n", 2);
+    mf__client_task_keep(t, &t->headers, name, name_len);
+    mf__client_task_keep(t, &t->headers, ": ", 2);
+    mf__client_task_keep(t, &t->headers, value, value_len);
+    mf__client_task_keep(t, &t->headers, "\r\n", 2);
 }
 
 void mf_task_http_add_header(mf_task_t *task, const char *name,
@@ -594,7 +624,7 @@ void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
     if (!t)
         return;
     t->body.len = 0;
-    mf__buf_append(task->_loop, &t->body, data, len);
+    mf__client_task_keep(t, &t->body, data, len);
 }
 
 int mf_task_http_status(const mf_task_t *task)

@@ -99,6 +99,7 @@ struct mf_http_client_task {
     mf_http_response_t resp;
     int retries;
     int redirects;
+    bool out_of_memory; /* a request buffer could not grow: fail the task */
     mf_http_exchange_t *forward; /* relay the body to this exchange */
     size_t relayed;              /* 0: nothing relayed yet */
     bool paused;        /* the client is slow: stop reading the upstream */

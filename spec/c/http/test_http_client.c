@@ -472,6 +472,30 @@ TEST(a_name_that_does_not_resolve_is_a_dns_error)
     teardown();
 }
 
+TEST(a_request_that_cannot_be_built_fails_with_enomem)
+{
+    setup();
+    result_t r = {0};
+    size_t big = 100 * 1000; /* above the free lists: a checked malloc */
+    char *body = calloc(1, big);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/echo", port);
+    mf_task_t *t = mf_task_http_create(loop, "POST", url, on_done, &r);
+    mf_alloc_fail_next(1);
+    mf_task_http_set_body(t, body, big);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SYS_ERROR);
+    ASSERT_EQ(r.error, MF_ENOMEM);
+    /* Memory is back: the same request goes through whole. */
+    t = mf_task_http_create(loop, "POST", url, on_done, &r);
+    mf_task_http_set_body(t, body, big);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(r.body_len, big);
+    free(body);
+    teardown();
+}
+
 /* ---- forwarding --------------------------------------------------------- */
 
 static uint16_t backend_port;
