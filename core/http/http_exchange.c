@@ -90,21 +90,23 @@ static void mf__exchange_keep(mf_http_exchange_t *ex, mf_buf_t *buf,
 static void mf__exchange_fail(mf_http_exchange_t *ex)
 {
     ex->state = MF_EX_FAILED;
-    mf__http_server_response_failed(ex->srv, false);
-    if (ex->closed_early)
-        return;
-    mf_http_head_t h;
-    mf__http_head_error(&h, ex->srv, 500);
-    mf__http_conn_close_when_done(ex->conn);
-    if (mf__http_conn_queue_copy(ex->conn, h.fixed, h.len) < 0)
-        mf__http_conn_abort(ex->conn);
+    bool answered = false;
+    if (!ex->closed_early) {
+        mf_http_head_t h;
+        mf__http_head_error(&h, ex->srv, 500);
+        mf__http_conn_close_when_done(ex->conn);
+        answered = mf__http_conn_queue_copy(ex->conn, h.fixed, h.len) == 0;
+    }
+    mf__http_server_response_failed(ex->srv, answered);
+    if (!answered && !ex->closed_early)
+        mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
 }
 
 /* The head is queued: the rest cannot follow, so cut the connection. */
 static void mf__exchange_cut(mf_http_exchange_t *ex)
 {
     ex->state = MF_EX_FAILED;
-    mf__http_server_response_failed(ex->srv, true);
+    mf__http_server_response_failed(ex->srv, false);
     if (!ex->closed_early)
         mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
 }

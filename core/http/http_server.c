@@ -288,9 +288,9 @@ void mf__http_server_handle(mf_http_server_t *srv, mf_http_exchange_t *ex)
     srv->handler(ex, srv->user);
 }
 
-void mf__http_server_response_failed(mf_http_server_t *srv, bool cut)
+void mf__http_server_response_failed(mf_http_server_t *srv, bool answered)
 {
     srv->failed_responses++;
     fprintf(stderr, "moonflow: http: out of memory building a response: %s\n",
-            cut ? "connection closed after the head" : "answered 500");
+            answered ? "answered 500" : "connection closed");
 }

@@ -38,8 +38,8 @@ const char *mf__http_server_date(mf_http_server_t *srv, size_t *len);
 void mf__http_server_handle(mf_http_server_t *srv, mf_http_exchange_t *ex);
 
 /* A response could not be built for lack of memory: it was answered 500
- * (cut false) or its connection closed after the head (cut true). Counts
- * it (mf_http_server_failed_responses) and says so on stderr. */
-void mf__http_server_response_failed(mf_http_server_t *srv, bool cut);
+ * (answered) or its connection closed instead. Counts it
+ * (mf_http_server_failed_responses) and says so on stderr. */
+void mf__http_server_response_failed(mf_http_server_t *srv, bool answered);
 
 #endif /* MF_HTTP_SERVER_INT_H */
