@@ -304,4 +304,118 @@ static inline void peer_run(mf_loop_t *loop, void (*fn)(void *), void *arg)
     peer_finish(loop, &t);
 }
 
+/* ---- handler helpers ------------------------------------------------------
+ */
+
+static inline bool peer_path_is(const mf_http_request_t *req, const char *p)
+{
+    return req->path_len == strlen(p) &&
+           memcmp(req->path, p, req->path_len) == 0;
+}
+
+/* The number after "key=" when the query starts with it, else 0. */
+static inline long peer_query_num(const mf_http_request_t *req, const char *key)
+{
+    size_t k = strlen(key);
+    if (req->query && req->query_len > k && memcmp(req->query, key, k) == 0 &&
+        req->query[k] == '=')
+        return strtol(req->query + k + 1, NULL, 10);
+    return 0;
+}
+
+typedef struct peer_hold {
+    mf_timer_t timer;
+    mf_http_exchange_t *ex;
+    const char *body;
+    atomic_int *lost;
+} peer_hold_t;
+
+static inline void peer_hold_fire(mf_timer_t *timer)
+{
+    peer_hold_t *h = timer->data;
+    mf_http_exchange_append(h->ex, h->body, strlen(h->body));
+    mf_http_exchange_send(h->ex);
+    free(h);
+}
+
+static inline void peer_hold_lost(mf_http_exchange_t *ex, void *arg)
+{
+    peer_hold_t *h = arg;
+    mf_timer_stop(mf_http_exchange_loop(ex), &h->timer);
+    if (h->lost)
+        atomic_fetch_add(h->lost, 1);
+    free(h);
+}
+
+/* Holds the exchange and answers body after ms; if the client leaves
+ * first, the on_close callback counts it in *lost (when not NULL). */
+static inline void peer_hold(mf_http_exchange_t *ex, uint64_t ms,
+                             const char *body, atomic_int *lost)
+{
+    peer_hold_t *h = malloc(sizeof(*h));
+    h->ex = ex;
+    h->body = body;
+    h->lost = lost;
+    mf_timer_init(&h->timer, peer_hold_fire, h);
+    mf_timer_start(mf_http_exchange_loop(ex), &h->timer, ms);
+    mf_http_exchange_on_close(ex, peer_hold_lost, h);
+    mf_http_exchange_hold(ex);
+}
+
+/* ---- one server for the test file ---------------------------------------- */
+
+static mf_loop_t *peer_loop;
+static mf_http_server_t *peer_server;
+static uint16_t peer_port;
+static atomic_int peer_stops; /* stop callbacks of any server of the file */
+
+static inline void peer_on_stopped(mf_http_server_t *server, void *arg)
+{
+    (void)server;
+    (void)arg;
+    atomic_fetch_add(&peer_stops, 1);
+}
+
+static inline bool peer_stops_reached(void *arg)
+{
+    return atomic_load(&peer_stops) >= *(const int *)arg;
+}
+
+/* Another server on the file's loop, on a free loopback port. */
+static inline mf_http_server_t *peer_start_server(mf_http_handler handler,
+                                                  uint64_t max_body)
+{
+    mf_http_server_config_t c;
+    mf_http_server_config_init(&c);
+    c.listen = "127.0.0.1:0";
+    if (max_body)
+        c.max_body = max_body;
+    int err = 0;
+    mf_http_server_t *s =
+        mf_http_server_start(peer_loop, &c, handler, NULL, &err);
+    if (!s)
+        MF_TEST_FAIL("server: %s", mf_strerror(err));
+    return s;
+}
+
+static inline void peer_stop_at_exit(void)
+{
+    int want = atomic_load(&peer_stops) + 1;
+    mf_http_server_stop(peer_server, peer_on_stopped, NULL);
+    if (!peer_run_until(peer_loop, peer_stops_reached, &want, 5000))
+        fprintf(stderr, "the server did not stop\n");
+    mf_loop_destroy(peer_loop);
+}
+
+/* Starts the file's loop and server on first use; they end at exit. */
+static inline void peer_serve_once(mf_http_handler handler, uint64_t max_body)
+{
+    if (peer_server)
+        return;
+    peer_loop = mf_loop_create();
+    peer_server = peer_start_server(handler, max_body);
+    peer_port = mf_http_server_port(peer_server);
+    atexit(peer_stop_at_exit);
+}
+
 #endif /* MF_HTTP_PEER_H */

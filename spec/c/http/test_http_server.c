@@ -7,58 +7,18 @@
  * thread of their own (http_peer.h). */
 #include "http_peer.h"
 
-static mf_loop_t *loop;
-static mf_http_server_t *srv;
-static uint16_t port;
-
 static atomic_int handled;     /* handler calls */
 static atomic_int held;        /* /hold exchanges started */
 static atomic_int hold_closed; /* their on_close calls */
 static atomic_int parked;      /* /park exchanges started */
 static atomic_int park_closed; /* their on_close calls */
-static atomic_int stopped;     /* stop callbacks */
 
 /* ---- the handler ----------------------------------------------------------
  */
 
-static bool path_is(const mf_http_request_t *req, const char *p)
-{
-    return req->path_len == strlen(p) &&
-           memcmp(req->path, p, req->path_len) == 0;
-}
-
-static long query_num(const mf_http_request_t *req, const char *key)
-{
-    size_t k = strlen(key);
-    if (req->query && req->query_len > k && memcmp(req->query, key, k) == 0 &&
-        req->query[k] == '=')
-        return strtol(req->query + k + 1, NULL, 10);
-    return 0;
-}
-
-static void hold_fire(mf_timer_t *timer)
-{
-    mf_http_exchange_t *ex = timer->data;
-    mf_http_exchange_append(ex, "held", 4);
-    mf_http_exchange_send(ex);
-    free(timer);
-}
-
-static void hold_lost(mf_http_exchange_t *ex, void *arg)
-{
-    mf_timer_stop(mf_http_exchange_loop(ex), arg);
-    free(arg);
-    atomic_fetch_add(&hold_closed, 1);
-}
-
 static void serve_hold(mf_http_exchange_t *ex, const mf_http_request_t *req)
 {
-    mf_timer_t *timer = malloc(sizeof(*timer));
-    mf_timer_init(timer, hold_fire, ex);
-    mf_timer_start(mf_http_exchange_loop(ex), timer,
-                   (uint64_t)query_num(req, "ms"));
-    mf_http_exchange_on_close(ex, hold_lost, timer);
-    mf_http_exchange_hold(ex);
+    peer_hold(ex, (uint64_t)peer_query_num(req, "ms"), "held", &hold_closed);
     atomic_fetch_add(&held, 1);
 }
 
@@ -71,7 +31,7 @@ static void park_lost(mf_http_exchange_t *ex, void *arg)
 
 static void serve_stream(mf_http_exchange_t *ex, const mf_http_request_t *req)
 {
-    long n = query_num(req, "n");
+    long n = peer_query_num(req, "n");
     for (long i = 0; i < n; i++) {
         char line[32];
         int len = snprintf(line, sizeof line, "chunk %ld\n", i);
@@ -86,25 +46,25 @@ static void handle(mf_http_exchange_t *ex, void *user)
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     (void)user;
     atomic_fetch_add(&handled, 1);
-    if (path_is(req, "/q")) {
+    if (peer_path_is(req, "/q")) {
         mf_http_exchange_append(ex, req->query ? req->query : "-",
                                 req->query ? req->query_len : 1);
-    } else if (path_is(req, "/peer")) {
+    } else if (peer_path_is(req, "/peer")) {
         char text[16];
         int n = snprintf(text, sizeof text, "%u",
                          ntohs(mf_http_exchange_peer(ex)->in4.sin_port));
         mf_http_exchange_append(ex, text, (size_t)n);
-    } else if (path_is(req, "/echo")) {
+    } else if (peer_path_is(req, "/echo")) {
         size_t len;
         const char *body = mf_http_exchange_body(ex, &len);
         mf_http_exchange_append(ex, body, len);
-    } else if (path_is(req, "/hold")) {
+    } else if (peer_path_is(req, "/hold")) {
         serve_hold(ex, req);
-    } else if (path_is(req, "/park")) { /* answered never: only a close */
+    } else if (peer_path_is(req, "/park")) { /* answered never: only a close */
         mf_http_exchange_on_close(ex, park_lost, NULL);
         mf_http_exchange_hold(ex);
         atomic_fetch_add(&parked, 1);
-    } else if (path_is(req, "/stream")) {
+    } else if (peer_path_is(req, "/stream")) {
         serve_stream(ex, req);
     } else {
         mf_http_exchange_set_status(ex, 404);
@@ -113,59 +73,25 @@ static void handle(mf_http_exchange_t *ex, void *user)
 
 /* ---- one server for the file ------------------------------------------- */
 
-static void on_stopped(mf_http_server_t *server, void *arg)
+static void serve_once(void)
 {
-    (void)server;
-    (void)arg;
-    atomic_fetch_add(&stopped, 1);
-}
-
-static mf_http_server_t *start_server(void)
-{
-    mf_http_server_config_t c;
-    mf_http_server_config_init(&c);
-    c.listen = "127.0.0.1:0";
-    c.max_body = 64 * 1024;
-    int err = 0;
-    mf_http_server_t *s = mf_http_server_start(loop, &c, handle, NULL, &err);
-    if (!s)
-        MF_TEST_FAIL("server: %s", mf_strerror(err));
-    return s;
+    peer_serve_once(handle, 64 * 1024);
 }
 
 static bool count_reached(void *arg)
 {
     const int *want = arg; /* {target, index into counters} */
     atomic_int *counters[] = {&handled, &held,        &hold_closed,
-                              &parked,  &park_closed, &stopped};
+                              &parked,  &park_closed, &peer_stops};
     return atomic_load(counters[want[1]]) >= want[0];
 }
 
-enum { C_HANDLED, C_HELD, C_HOLD_CLOSED, C_PARKED, C_PARK_CLOSED, C_STOPPED };
+enum { C_HANDLED, C_HELD, C_HOLD_CLOSED, C_PARKED, C_PARK_CLOSED, C_STOPS };
 
 static bool run_until_count(int counter, int target, uint64_t ms)
 {
     int want[2] = {target, counter};
-    return peer_run_until(loop, count_reached, want, ms);
-}
-
-static void stop_at_exit(void)
-{
-    int before = atomic_load(&stopped);
-    mf_http_server_stop(srv, on_stopped, NULL);
-    if (!run_until_count(C_STOPPED, before + 1, 5000))
-        fprintf(stderr, "the server did not stop\n");
-    mf_loop_destroy(loop);
-}
-
-static void serve_once(void)
-{
-    if (srv)
-        return;
-    loop = mf_loop_create();
-    srv = start_server();
-    port = mf_http_server_port(srv);
-    atexit(stop_at_exit);
+    return peer_run_until(peer_loop, count_reached, want, ms);
 }
 
 static bool no_connections(void *arg)
@@ -190,7 +116,7 @@ typedef struct many {
 static void client_many(void *arg)
 {
     many_t *m = arg;
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     for (int i = 0; i < 20; i++) {
         peer_response_t r;
         peer_send_str(c, "GET /peer HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -206,10 +132,10 @@ TEST(keep_alive_serves_many_requests_on_one_connection)
 {
     serve_once();
     many_t m = {0};
-    peer_run(loop, client_many, &m);
+    peer_run(peer_loop, client_many, &m);
     for (int i = 0; i < 20; i++) {
         ASSERT_EQ(m.statuses[i], 200);
-        ASSERT_STR_EQ(m.peers[i], m.peers[0]); /* the same client port */
+        ASSERT_STR_EQ(m.peers[i], m.peers[0]); /* the same client peer_port */
     }
     ASSERT(atoi(m.peers[0]) > 0);
     ASSERT(!m.closed_header);
@@ -225,7 +151,7 @@ typedef struct answers {
 static void client_pipelined(void *arg)
 {
     answers_t *a = arg;
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c, "GET /q?one HTTP/1.1\r\nHost: h\r\n\r\n"
                      "GET /hold?ms=30 HTTP/1.1\r\nHost: h\r\n\r\n"
                      "POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 5"
@@ -241,7 +167,7 @@ TEST(pipelined_requests_are_answered_in_order_around_a_held_one)
     serve_once();
     answers_t *a = calloc(1, sizeof(*a));
     int before = atomic_load(&hold_closed);
-    peer_run(loop, client_pipelined, a);
+    peer_run(peer_loop, client_pipelined, a);
     const char *want[] = {"one", "held", "three", "four"};
     for (int i = 0; i < 4; i++) {
         ASSERT_EQ(a->rc[i], 0);
@@ -257,20 +183,20 @@ TEST(pipelined_requests_are_answered_in_order_around_a_held_one)
 static void client_closing(void *arg)
 {
     answers_t *a = arg;
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c,
                   "GET /q?a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
     a->rc[0] = peer_read_response(c, &a->r[0]);
     a->closed = peer_sees_close(c);
     peer_close(c);
 
-    c = peer_connect(port);
+    c = peer_connect(peer_port);
     peer_send_str(c, "GET /q?b HTTP/1.0\r\n\r\n");
     a->rc[1] = peer_read_response(c, &a->r[1]);
     a->closed = a->closed && peer_sees_close(c);
     peer_close(c);
 
-    c = peer_connect(port); /* HTTP/1.0 asking for keep-alive: kept */
+    c = peer_connect(peer_port); /* HTTP/1.0 asking for keep-alive: kept */
     for (int i = 2; i < 4; i++) {
         peer_send_str(c, "GET /q?c HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
         a->rc[i] = peer_read_response(c, &a->r[i]);
@@ -282,7 +208,7 @@ TEST(connection_close_and_http10_end_the_connection_after_the_answer)
 {
     serve_once();
     answers_t *a = calloc(1, sizeof(*a));
-    peer_run(loop, client_closing, a);
+    peer_run(peer_loop, client_closing, a);
     ASSERT_EQ(a->rc[0], 0);
     ASSERT_STR_EQ(a->r[0].body, "a");
     ASSERT(a->r[0].conn_close);
@@ -301,7 +227,7 @@ TEST(connection_close_and_http10_end_the_connection_after_the_answer)
 static void client_half_close(void *arg)
 {
     answers_t *a = arg;
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c, "GET /q?1 HTTP/1.1\r\nHost: h\r\n\r\n"
                      "GET /q?2 HTTP/1.1\r\nHost: h\r\n\r\n"
                      "GET /q?3 HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -316,21 +242,21 @@ TEST(a_half_closed_client_still_gets_its_answers_then_the_close)
 {
     serve_once();
     answers_t *a = calloc(1, sizeof(*a));
-    peer_run(loop, client_half_close, a);
+    peer_run(peer_loop, client_half_close, a);
     const char *want[] = {"1", "2", "3"};
     for (int i = 0; i < 3; i++) {
         ASSERT_EQ(a->rc[i], 0);
         ASSERT_STR_EQ(a->r[i].body, want[i]);
     }
     ASSERT(a->closed);
-    ASSERT(peer_run_until(loop, no_connections, srv, 2000));
+    ASSERT(peer_run_until(peer_loop, no_connections, peer_server, 2000));
     free(a);
 }
 
 static void client_park_and_leave(void *arg)
 {
     int *target = arg;
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c, "GET /park HTTP/1.1\r\nHost: h\r\n\r\n");
     peer_wait_count(&parked, *target); /* the exchange is held now */
     peer_close(c);
@@ -341,21 +267,21 @@ TEST(a_client_leaving_a_held_exchange_gets_on_close_exactly_once)
     serve_once();
     int closed_before = atomic_load(&park_closed);
     int target = atomic_load(&parked) + 1;
-    peer_run(loop, client_park_and_leave, &target);
+    peer_run(peer_loop, client_park_and_leave, &target);
     ASSERT(run_until_count(C_PARK_CLOSED, closed_before + 1, 5000));
-    peer_run_until(loop, never, NULL, 50); /* no second call comes */
+    peer_run_until(peer_loop, never, NULL, 50); /* no second call comes */
     ASSERT_EQ(atomic_load(&park_closed), closed_before + 1);
-    ASSERT(peer_run_until(loop, no_connections, srv, 2000));
+    ASSERT(peer_run_until(peer_loop, no_connections, peer_server, 2000));
 }
 
 static void client_leave_mid_request(void *arg)
 {
     (void)arg;
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c, "GET /q HTTP/1.1\r\nHost:");
     usleep(20000);
     peer_close(c);
-    c = peer_connect(port);
+    c = peer_connect(peer_port);
     peer_send_str(c, "POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 100"
                      "\r\n\r\nonly ten..");
     usleep(20000);
@@ -366,8 +292,8 @@ TEST(a_client_leaving_mid_request_is_closed_without_reaching_the_handler)
 {
     serve_once();
     int before = atomic_load(&handled);
-    peer_run(loop, client_leave_mid_request, NULL);
-    ASSERT(peer_run_until(loop, no_connections, srv, 2000));
+    peer_run(peer_loop, client_leave_mid_request, NULL);
+    ASSERT(peer_run_until(peer_loop, no_connections, peer_server, 2000));
     ASSERT_EQ(atomic_load(&handled), before);
 }
 
@@ -377,7 +303,7 @@ static void client_limits(void *arg)
 {
     answers_t *a = arg;
     /* 413: a declared length over max_body, refused before any byte. */
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c, "POST /echo HTTP/1.1\r\nHost: h\r\n"
                      "Content-Length: 10000000\r\n\r\n");
     a->rc[0] = peer_read_response(c, &a->r[0]);
@@ -385,7 +311,7 @@ static void client_limits(void *arg)
     peer_close(c);
 
     /* 413: a chunked body that grows past max_body (64 KiB) as it comes. */
-    c = peer_connect(port);
+    c = peer_connect(peer_port);
     peer_send_str(c, "POST /echo HTTP/1.1\r\nHost: h\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n");
     static char chunk[8192 + 16];
@@ -399,7 +325,7 @@ static void client_limits(void *arg)
     peer_close(c);
 
     /* 431: a head over max_head_bytes (8 KiB). */
-    c = peer_connect(port);
+    c = peer_connect(peer_port);
     static char big[20000];
     memset(big, 'a', sizeof big - 1);
     peer_send_str(c, "GET /q HTTP/1.1\r\nHost: h\r\nX-Big: ");
@@ -410,7 +336,7 @@ static void client_limits(void *arg)
     peer_close(c);
 
     /* Within the limit, a chunked body arrives whole. */
-    c = peer_connect(port);
+    c = peer_connect(peer_port);
     peer_send_str(c, "POST /echo HTTP/1.1\r\nHost: h\r\n"
                      "Transfer-Encoding: chunked\r\n\r\n"
                      "3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n");
@@ -423,7 +349,7 @@ TEST(over_limit_bodies_get_413_and_huge_heads_431_then_a_close)
     serve_once();
     answers_t *a = calloc(1, sizeof(*a));
     int before = atomic_load(&handled);
-    peer_run(loop, client_limits, a);
+    peer_run(peer_loop, client_limits, a);
     ASSERT_EQ(a->r[0].status, 413);
     ASSERT(a->r[0].conn_close);
     ASSERT_EQ(a->r[1].status, 413);
@@ -443,7 +369,7 @@ TEST(over_limit_bodies_get_413_and_huge_heads_431_then_a_close)
 static void client_stream(void *arg)
 {
     answers_t *a = arg;
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c, "GET /stream?n=200 HTTP/1.1\r\nHost: h\r\n\r\n"
                      "GET /q?after HTTP/1.1\r\nHost: h\r\n\r\n");
     a->rc[0] = peer_read_response(c, &a->r[0]);
@@ -455,7 +381,7 @@ TEST(a_streamed_answer_arrives_chunked_and_whole_and_the_connection_goes_on)
 {
     serve_once();
     answers_t *a = calloc(1, sizeof(*a));
-    peer_run(loop, client_stream, a);
+    peer_run(peer_loop, client_stream, a);
     ASSERT_EQ(a->rc[0], 0);
     ASSERT(a->r[0].chunked);
     size_t want = 0;
@@ -509,34 +435,34 @@ static bool both_held(void *arg)
 TEST(stop_lets_held_exchanges_finish_and_on_close_runs_once_for_a_leaver)
 {
     serve_once();
-    mf_http_server_t *second = start_server();
+    mf_http_server_t *second = peer_start_server(handle, 64 * 1024);
     stop_case_t *s = calloc(1, sizeof(*s));
     s->port = mf_http_server_port(second);
     s->park_target = atomic_load(&parked) + 1;
     int targets[2] = {atomic_load(&held) + 1, s->park_target};
     int hold_closed_before = atomic_load(&hold_closed);
     int park_closed_before = atomic_load(&park_closed);
-    int stopped_before = atomic_load(&stopped);
+    int stopped_before = atomic_load(&peer_stops);
     peer_thread_t a, b;
     peer_start(&a, client_held_during_stop, s);
     peer_start(&b, client_parked_during_stop, s);
-    ASSERT(peer_run_until(loop, both_held, targets, 5000));
+    ASSERT(peer_run_until(peer_loop, both_held, targets, 5000));
 
-    mf_http_server_stop(second, on_stopped, NULL);
-    peer_finish(loop, &a); /* its answer came, then the close */
+    mf_http_server_stop(second, peer_on_stopped, NULL);
+    peer_finish(peer_loop, &a); /* its answer came, then the close */
     ASSERT_EQ(s->held_rc, 0);
     ASSERT_STR_EQ(s->held_answer.body, "held");
     ASSERT(s->held_answer.conn_close);
     ASSERT(s->held_closed);
-    ASSERT_EQ(atomic_load(&stopped), stopped_before); /* one still held */
+    ASSERT_EQ(atomic_load(&peer_stops), stopped_before); /* one still held */
 
     atomic_store(&s->leave, true);
-    peer_finish(loop, &b);
-    ASSERT(run_until_count(C_STOPPED, stopped_before + 1, 5000));
-    peer_run_until(loop, never, NULL, 50);
+    peer_finish(peer_loop, &b);
+    ASSERT(run_until_count(C_STOPS, stopped_before + 1, 5000));
+    peer_run_until(peer_loop, never, NULL, 50);
     ASSERT_EQ(atomic_load(&park_closed), park_closed_before + 1);
     ASSERT_EQ(atomic_load(&hold_closed), hold_closed_before);
-    ASSERT_EQ(atomic_load(&stopped), stopped_before + 1);
+    ASSERT_EQ(atomic_load(&peer_stops), stopped_before + 1);
     /* The listener is gone: new connections are refused. */
     peer_conn_t *c = peer_connect(s->port);
     ASSERT_EQ(c->fd, -1);

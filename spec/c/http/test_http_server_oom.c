@@ -9,18 +9,8 @@
  * thread (http_peer.h). */
 #include "http_peer.h"
 
-static mf_loop_t *loop;
-static mf_http_server_t *srv;
-static uint16_t port;
-
 static int write_rc;       /* what the failing write returned */
 static int first_write_rc; /* the write before it */
-
-static bool path_is(const mf_http_request_t *req, const char *p)
-{
-    return req->path_len == strlen(p) &&
-           memcmp(req->path, p, req->path_len) == 0;
-}
 
 static void serve_stream_cut(mf_http_exchange_t *ex)
 {
@@ -36,68 +26,34 @@ static void handle(mf_http_exchange_t *ex, void *user)
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     (void)user;
-    if (path_is(req, "/oom/header")) {
+    if (peer_path_is(req, "/oom/header")) {
         mf_alloc_fail_next(1);
         mf_http_exchange_add_header(ex, "X-Test", 6, "1", 1);
         mf_http_exchange_append(ex, "never sent\n", 11);
-    } else if (path_is(req, "/oom/body")) {
+    } else if (peer_path_is(req, "/oom/body")) {
         mf_http_exchange_add_header(ex, "X-Test", 6, "1", 1);
         mf_alloc_fail_next(1);
         mf_http_exchange_append(ex, "never sent\n", 11);
-    } else if (path_is(req, "/oom/head")) {
+    } else if (peer_path_is(req, "/oom/head")) {
         mf_http_exchange_body_ref(ex, "never sent\n", 11);
         mf_alloc_fail_next(1); /* the head's queueing, after the return */
-    } else if (path_is(req, "/oom/head-and-500")) {
+    } else if (peer_path_is(req, "/oom/head-and-500")) {
         mf_http_exchange_body_ref(ex, "never sent\n", 11);
         mf_alloc_fail_next(2); /* the head, then the 500 instead */
-    } else if (path_is(req, "/oom/stream-head")) {
+    } else if (peer_path_is(req, "/oom/stream-head")) {
         mf_alloc_fail_next(1);
         write_rc = mf_http_exchange_write(ex, "never sent\n", 11);
         mf_http_exchange_send(ex);
-    } else if (path_is(req, "/oom/stream")) {
+    } else if (peer_path_is(req, "/oom/stream")) {
         serve_stream_cut(ex);
     } else {
         mf_http_exchange_body_ref(ex, "hello\n", 6);
     }
 }
 
-static bool stopped;
-
-static void on_stopped(mf_http_server_t *server, void *arg)
-{
-    (void)server;
-    (void)arg;
-    stopped = true;
-}
-
-static bool is_stopped(void *arg)
-{
-    (void)arg;
-    return stopped;
-}
-
-static void stop_at_exit(void)
-{
-    mf_http_server_stop(srv, on_stopped, NULL);
-    if (!peer_run_until(loop, is_stopped, NULL, 5000))
-        fprintf(stderr, "the server did not stop\n");
-    mf_loop_destroy(loop);
-}
-
 static void serve_once(void)
 {
-    if (srv)
-        return;
-    loop = mf_loop_create();
-    mf_http_server_config_t c;
-    mf_http_server_config_init(&c);
-    c.listen = "127.0.0.1:0";
-    int err = 0;
-    srv = mf_http_server_start(loop, &c, handle, NULL, &err);
-    if (!srv)
-        MF_TEST_FAIL("server: %s", mf_strerror(err));
-    port = mf_http_server_port(srv);
-    atexit(stop_at_exit);
+    peer_serve_once(handle, 0);
 }
 
 /* ---- one failing request, then a good one ------------------------------- */
@@ -116,13 +72,13 @@ static void client_fail_then_hello(void *arg)
     outcome_t *o = arg;
     char req[128];
     snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", o->path);
-    peer_conn_t *c = peer_connect(port);
+    peer_conn_t *c = peer_connect(peer_port);
     peer_send_str(c, req);
     o->failed_rc = peer_read_response(c, &o->failed);
     o->closed = peer_sees_close(c);
     peer_close(c);
-    o->next_rc =
-        peer_request(port, "GET /hello HTTP/1.1\r\nHost: h\r\n\r\n", &o->next);
+    o->next_rc = peer_request(
+        peer_port, "GET /hello HTTP/1.1\r\nHost: h\r\n\r\n", &o->next);
 }
 
 /* Runs one failing request; checks the failure was counted once and the
@@ -132,10 +88,10 @@ static outcome_t *run_failing(const char *path)
     serve_once();
     outcome_t *o = calloc(1, sizeof(*o));
     o->path = path;
-    uint64_t before = mf_http_server_failed_responses(srv);
-    peer_run(loop, client_fail_then_hello, o);
+    uint64_t before = mf_http_server_failed_responses(peer_server);
+    peer_run(peer_loop, client_fail_then_hello, o);
     mf_alloc_fail_next(0); /* disarm whatever was not consumed */
-    ASSERT_EQ(mf_http_server_failed_responses(srv), before + 1);
+    ASSERT_EQ(mf_http_server_failed_responses(peer_server), before + 1);
     ASSERT_EQ(o->next_rc, 0);
     ASSERT_EQ(o->next.status, 200);
     ASSERT_STR_EQ(o->next.body, "hello\n");
