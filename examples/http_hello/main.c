@@ -268,8 +268,8 @@ static void add_sni(options_t *o, char *spec)
         usage();
     *cert++ = 0;
     *key++ = 0;
-    o->sni[o->config.tls.sni_count++] = (mf_tls_sni_t){
-        .server_name = spec, .cert_file = cert, .key_file = key};
+    o->sni[o->config.tls.sni_count++] =
+        (mf_tls_sni_t){.server_name = spec, .cert_file = cert, .key_file = key};
     o->config.tls.sni = o->sni;
 }
 

@@ -122,11 +122,11 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
             const char *ek =
                 lua_istable(L, e) ? mf__field_string(L, e, "key") : NULL;
             if (lua_type(L, -2) == LUA_TSTRING && ec && ek)
-                c->sni[c->http.tls.sni_count++] = (mf_tls_sni_t){
-                    .server_name =
-                        mf_serve_config_strdup(c, lua_tostring(L, -2)),
-                    .cert_file = mf__config_path(c, dir, ec),
-                    .key_file = mf__config_path(c, dir, ek)};
+                c->sni[c->http.tls.sni_count++] =
+                    (mf_tls_sni_t){.server_name = mf_serve_config_strdup(
+                                       c, lua_tostring(L, -2)),
+                                   .cert_file = mf__config_path(c, dir, ec),
+                                   .key_file = mf__config_path(c, dir, ek)};
             lua_pop(L, 1);
         }
         c->http.tls.sni = c->sni;
