@@ -1,15 +1,17 @@
 /*
- * alloc.c — the allocator wrappers, the engine-wide allocation counter, and
- * the CPU count that sizes worker and pool defaults.
+ * alloc.c — the allocator wrappers, the engine-wide allocation counter, the
+ * failure injection of the checked paths (for tests), and the CPU count
+ * that sizes worker and pool defaults.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "moonflow/common.h"
+#include "alloc.h"
 
 static atomic_uint_fast64_t mf__allocs;
+atomic_uint mf__alloc_failures_armed;
 
 static void mf__out_of_memory(size_t size)
 {
@@ -24,8 +26,27 @@ static void *mf__counted(void *p)
     return p;
 }
 
+void mf_alloc_fail_next(unsigned n)
+{
+    atomic_store_explicit(&mf__alloc_failures_armed, n, memory_order_relaxed);
+}
+
+bool mf__alloc_take_failure(void)
+{
+    unsigned n =
+        atomic_load_explicit(&mf__alloc_failures_armed, memory_order_relaxed);
+    while (n)
+        if (atomic_compare_exchange_weak_explicit(&mf__alloc_failures_armed, &n,
+                                                  n - 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return true;
+    return false;
+}
+
 void *mf_try_malloc(size_t size)
 {
+    if (MF_UNLIKELY(mf__alloc_should_fail()))
+        return NULL;
     return mf__counted(malloc(size ? size : 1));
 }
 

@@ -3,12 +3,15 @@
  */
 #include "buf.h"
 
-#include "moonflow/common.h"
+#include "alloc.h"
 
+/* A checked allocation either way: small buffers come from the loop's free
+ * lists (which never fail), so the failure injection is honoured here too,
+ * or an out-of-memory path behind a buffer could never be tested. */
 static void *mf__buf_alloc(mf_loop_t *loop, size_t cap)
 {
     if (cap <= MF_LOOP_ALLOC_MAX)
-        return mf_loop_alloc(loop, cap);
+        return mf__alloc_should_fail() ? NULL : mf_loop_alloc(loop, cap);
     return mf_try_malloc(cap); /* user-sized: fail the request, not abort */
 }
 

@@ -28,6 +28,7 @@ struct mf_series {
     mf_list_t queue; /* tasks not yet started */
     mf_task_t *current;
     mf_series_cb cb;
+    void *cb_arg; /* the callback's own argument (its closure) */
     void *context;
     mf_parallel_t *parallel;
     size_t finished;
@@ -35,7 +36,6 @@ struct mf_series {
     int error;
     bool canceled;
     mf_post_t start_post;
-    void *owner; /* engine-internal owner (an HTTP exchange); not context */
 };
 
 /* task.c */

@@ -13,13 +13,13 @@ mf_series_t *mf_series_create(mf_loop_t *loop, mf_series_cb cb)
     mf_list_init(&series->queue);
     series->current = NULL;
     series->cb = cb;
+    series->cb_arg = NULL;
     series->context = NULL;
     series->parallel = NULL;
     series->finished = 0;
     series->state = MF_STATE_SUCCESS;
     series->error = 0;
     series->canceled = false;
-    series->owner = NULL;
     mf_post_init(&series->start_post, mf__series_started, series);
     return series;
 }
@@ -100,6 +100,16 @@ void mf__series_destroy(mf_series_t *series)
 {
     mf__series_drop_pending(series);
     mf_loop_free(series->loop, series, sizeof(*series));
+}
+
+void mf_series_set_callback_arg(mf_series_t *series, void *arg)
+{
+    series->cb_arg = arg;
+}
+
+void *mf_series_callback_arg(const mf_series_t *series)
+{
+    return series->cb_arg;
 }
 
 void mf_series_set_context(mf_series_t *series, void *context)

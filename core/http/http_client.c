@@ -1,7 +1,8 @@
 /*
  * http_client.c — the http task: URL, request serialisation, response
- * reading (Content-Length, chunked, until close), timeouts, redirects,
- * retries, and relaying to a server exchange (proxying).
+ * reading (Content-Length, chunked, until close), timeouts, redirects and
+ * retries. Relaying a response to a server exchange (proxying) is in
+ * http_forward.c, which this file calls when the task has t->forward.
  *
  * One attempt = acquire a connection (http_pool.c) → write the request →
  * read the head → read the body → release the connection (reusable when the
@@ -15,13 +16,9 @@
 #include <strings.h>
 
 #include "http_client_int.h"
-#include "http_server_int.h"
 #include "net/net.h"
 
 static void mf__client_task_attempt(mf_http_client_task_t *t);
-static void mf__client_task_finish(mf_http_client_task_t *t, int state,
-                                   int error);
-static void mf__client_task_settle_forward(mf_http_client_task_t *t, int state);
 
 void mf_http_client_opts_init(mf_http_client_opts_t *o)
 {
@@ -61,14 +58,26 @@ static int mf__client_task_parse_url(mf_http_client_task_t *t)
     return 0;
 }
 
+/* Appends to one of the task's buffers. A refused allocation is not
+ * ignored: the task fails with MF_ENOMEM at its next step (never a cut
+ * request on the wire). */
+static void mf__client_task_keep(mf_http_client_task_t *t, mf_buf_t *buf,
+                                 const void *data, size_t len)
+{
+    if (t->out_of_memory)
+        return;
+    if (mf__buf_append(t->base._loop, buf, data, len) < 0)
+        t->out_of_memory = true;
+}
+
 static void mf__client_task_set_url(mf_http_client_task_t *t, const char *url,
                                     size_t len)
 {
-    mf_loop_t *loop = t->base._loop;
     t->url.len = 0;
-    mf__buf_append(loop, &t->url, url, len);
-    mf__buf_append(loop, &t->url, "", 1);
-    t->url.len--; /* keep the NUL outside len */
+    mf__client_task_keep(t, &t->url, url, len);
+    mf__client_task_keep(t, &t->url, "", 1);
+    if (!t->out_of_memory)
+        t->url.len--; /* keep the NUL outside len */
 }
 
 /* ---- request ------------------------------------------------------------- */
@@ -76,7 +85,7 @@ static void mf__client_task_set_url(mf_http_client_task_t *t, const char *url,
 static void mf__client_task_put(mf_http_client_task_t *t, const char *s,
                                 size_t n)
 {
-    mf__buf_append(t->base._loop, &t->out, s, n);
+    mf__client_task_keep(t, &t->out, s, n);
 }
 
 static void mf__client_task_puts(mf_http_client_task_t *t, const char *s)
@@ -177,6 +186,10 @@ void mf__client_task_send(mf_http_client_task_t *t)
     t->scanned = 0;
     t->got_bytes = false;
     mf__client_task_build_request(t);
+    if (t->out_of_memory) {
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
     mf__client_task_arm(t, t->opts.response_timeout_ms);
     mf__client_task_write(t);
     if (t->phase == MF_CT_HEAD)
@@ -200,8 +213,6 @@ static int mf__client_task_parse_head(mf_http_client_task_t *t)
                                   mf__client_task_is_head(t), &limits,
                                   &t->scanned);
 }
-
-static void mf__client_task_relay(mf_http_client_task_t *t, bool complete);
 
 /* Body bytes after the head: returns true when the body is complete. */
 static bool mf__client_task_body_progress(mf_http_client_task_t *t, bool eof)
@@ -274,7 +285,7 @@ static void mf__client_task_process(mf_http_client_task_t *t, bool eof)
     if (t->phase != MF_CT_BODY)
         return; /* failed inside */
     if (t->forward)
-        mf__client_task_relay(t, complete);
+        mf__http_forward_relay(t, complete);
     if (t->phase != MF_CT_BODY)
         return;
     if (complete)
@@ -293,7 +304,7 @@ static void mf__client_task_head_moved(mf_http_client_task_t *t)
     t->scanned = 0;
 }
 
-static void mf__client_task_read(mf_http_client_task_t *t)
+void mf__client_task_read(mf_http_client_task_t *t)
 {
     while ((t->phase == MF_CT_HEAD || t->phase == MF_CT_BODY) && !t->paused) {
         const char *before = t->in.data;
@@ -405,12 +416,12 @@ static bool mf__client_task_follow_redirect(mf_http_client_task_t *t)
         return false;
     const mf_http_header_t *loc = mf__client_task_find(t, "location");
     if (!loc || !mf__client_task_redirect_to(t, loc->value, loc->value_len))
-        return false;
+        return t->out_of_memory; /* then the next attempt fails */
     t->redirects++;
     if (s == 303 ||
         ((s == 301 || s == 302) && mf__client_task_method_is(t, "POST"))) {
         t->method.len = 0; /* as browsers and curl do */
-        mf__buf_append(t->base._loop, &t->method, "GET", 3);
+        mf__client_task_keep(t, &t->method, "GET", 3);
         t->body.len = 0;
     }
     return true;
@@ -436,8 +447,17 @@ static void mf__client_task_drop_conn(mf_http_client_task_t *t, bool reuse)
     mf__http_release(conn, reuse);
 }
 
-static void mf__client_task_finish(mf_http_client_task_t *t, int state,
-                                   int error)
+/* The task's end: settles a forward, then completes. */
+static void mf__client_task_complete(mf_http_client_task_t *t, int state,
+                                     int error)
+{
+    t->phase = MF_CT_DONE;
+    mf_timer_stop(t->base._loop, &t->timer);
+    mf__http_forward_settle(t, state);
+    mf_task_complete(&t->base, state, error);
+}
+
+void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
     bool reuse =
@@ -456,10 +476,7 @@ static void mf__client_task_finish(mf_http_client_task_t *t, int state,
         mf__client_task_attempt(t);
         return;
     }
-    t->phase = MF_CT_DONE;
-    mf_timer_stop(t->base._loop, &t->timer);
-    mf__client_task_settle_forward(t, state);
-    mf_task_complete(&t->base, state, error);
+    mf__client_task_complete(t, state, error);
 }
 
 void mf__client_task_open_failed(mf_http_client_task_t *t, int state, int error)
@@ -472,7 +489,7 @@ static void mf__client_task_timed_out(mf_timer_t *timer)
 {
     mf_http_client_task_t *t = timer->data;
     mf__http_abandon(t);
-    mf__client_task_settle_forward(t, MF_STATE_TIMEOUT);
+    mf__http_forward_settle(t, MF_STATE_TIMEOUT);
     if (t->resolving)
         return; /* the canceled query completes the task */
     t->phase = MF_CT_DONE;
@@ -481,6 +498,10 @@ static void mf__client_task_timed_out(mf_timer_t *timer)
 
 static void mf__client_task_attempt(mf_http_client_task_t *t)
 {
+    if (t->out_of_memory) { /* building the request or its URL failed */
+        mf__client_task_complete(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
     mf_http_pool_t *pool = mf__http_pool(t->base._loop);
     t->ep = mf__http_endpoint(pool, t->host, t->port, t->tls,
                               t->opts.tls_verify, t->opts.ca_file);
@@ -489,108 +510,16 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
     mf__http_acquire(t);
 }
 
-/* ---- relaying to a server exchange ------------------------------------ */
-
-static bool mf__hop_by_hop(const mf_http_header_t *h)
-{
-    static const char *const hop[] = {"connection",
-                                      "keep-alive",
-                                      "proxy-connection",
-                                      "te",
-                                      "trailer",
-                                      "transfer-encoding",
-                                      "upgrade",
-                                      "content-length",
-                                      "proxy-authenticate",
-                                      "proxy-authorization",
-                                      "date",
-                                      "server"};
-    for (size_t i = 0; i < MF_ARRAY_SIZE(hop); i++)
-        if (strlen(hop[i]) == h->name_len &&
-            strncasecmp(hop[i], h->name, h->name_len) == 0)
-            return true;
-    return false;
-}
-
-static void mf__client_task_relay_head(mf_http_client_task_t *t)
-{
-    mf_http_exchange_t *ex = t->forward;
-    mf_http_exchange_set_status(ex, t->resp.status);
-    for (size_t i = 0; i < t->resp.num_headers; i++)
-        if (!mf__hop_by_hop(&t->resp.headers[i]))
-            mf_http_exchange_add_header(
-                ex, t->resp.headers[i].name, t->resp.headers[i].name_len,
-                t->resp.headers[i].value, t->resp.headers[i].value_len);
-}
-
-/* The client caught up: read what the upstream sent meanwhile (its edge
- * has already fired, so read now rather than wait for the next one). */
-static void mf__client_task_resume(mf_http_exchange_t *ex, void *arg)
-{
-    mf_http_client_task_t *t = arg;
-    t->paused = false;
-    if (t->phase != MF_CT_BODY)
-        return;
-    if (ex->closed_early) {
-        mf__client_task_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
-        return;
-    }
-    mf__client_task_read(t);
-}
-
-/* A body that is complete at once goes out with a Content-Length; else the
- * pieces are streamed (chunked) as they arrive and dropped from memory. */
-static void mf__client_task_relay(mf_http_client_task_t *t, bool complete)
-{
-    mf_http_exchange_t *ex = t->forward;
-    const char *body = t->in.data + t->head_len;
-    if (t->relayed == 0 && complete) {
-        mf__client_task_relay_head(t);
-        mf_http_exchange_append(ex, body, t->body_len);
-        t->relayed = t->body_len + 1;
-        return;
-    }
-    if (t->relayed == 0) {
-        mf__client_task_relay_head(t);
-        t->relayed = 1;
-    }
-    int rc = t->body_len ? mf_http_exchange_write(ex, body, t->body_len) : 0;
-    if (rc < 0) {
-        mf__client_task_finish(t, MF_STATE_CANCELED, MF_ECLOSED);
-        return;
-    }
-    if (rc == 1 && !complete) { /* the client is slower than the upstream */
-        t->paused = true;
-        mf_http_exchange_on_drain(ex, mf__client_task_resume, t);
-    }
-    /* Keep only what is not decoded yet (a partial chunk header). */
-    size_t used = t->head_len + t->body_len;
-    memmove(t->in.data + t->head_len, t->in.data + used, t->in.len - used);
-    t->in.len -= t->body_len;
-    t->body_seen += t->body_len;
-    t->body_len = 0;
-}
-
-/* A forward that ends without relaying anything answers the client with
- * 502 (504 on timeout); a streamed answer is ended by the exchange's series
- * when this task's callback has run. */
-static void mf__client_task_settle_forward(mf_http_client_task_t *t, int state)
-{
-    mf_http_exchange_t *ex = t->forward;
-    if (!ex || ex->closed_early || t->relayed)
-        return;
-    bool timeout = state == MF_STATE_TIMEOUT;
-    const char *text = timeout ? "upstream timed out\n" : "bad gateway\n";
-    mf_http_exchange_set_status(ex, timeout ? 504 : 502);
-    mf_http_exchange_append(ex, text, strlen(text));
-}
-
 /* ---- the task kind ---------------------------------------------------------
  */
 
 static void mf__client_task_dispatch(mf_task_t *task)
 {
     mf_http_client_task_t *t = (mf_http_client_task_t *)task;
+    if (t->out_of_memory) {
+        mf_task_complete(task, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
     if (mf__client_task_parse_url(t) < 0) {
         mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
         return;
@@ -606,7 +535,7 @@ static void mf__client_task_cancel(mf_task_t *task)
     mf_timer_stop(task->_loop, &t->timer);
     mf__http_abandon(t);
     /* A per-task timeout lands here too: the engine decided the state. */
-    mf__client_task_settle_forward(t, task->_state);
+    mf__http_forward_settle(t, task->_state);
     if (t->resolving)
         return; /* completes from the DNS callback */
     t->phase = MF_CT_DONE;
@@ -647,7 +576,7 @@ mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
     mf_timer_init(&t->timer, mf__client_task_timed_out, t);
     mf_list_init(&t->wait_link);
     const char *m = method && *method ? method : "GET";
-    mf__buf_append(loop, &t->method, m, strlen(m));
+    mf__client_task_keep(t, &t->method, m, strlen(m));
     mf__client_task_set_url(t, url ? url : "", url ? strlen(url) : 0);
     return &t->base;
 }
@@ -659,17 +588,34 @@ void mf_task_http_set_opts(mf_task_t *task, const mf_http_client_opts_t *opts)
         t->opts = *opts;
 }
 
+static bool mf__client_header_text_ok(const char *s, size_t len, bool is_name)
+{
+    for (size_t i = 0; i < len; i++)
+        if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0' ||
+            (is_name && s[i] == ':'))
+            return false;
+    return true;
+}
+
+void mf__client_task_add_header(mf_http_client_task_t *t, const char *name,
+                                size_t name_len, const char *value,
+                                size_t value_len)
+{
+    if (!mf__client_header_text_ok(name, name_len, true) ||
+        !mf__client_header_text_ok(value, value_len, false))
+        return; /* no header injection */
+    mf__client_task_keep(t, &t->headers, name, name_len);
+    mf__client_task_keep(t, &t->headers, ": ", 2);
+    mf__client_task_keep(t, &t->headers, value, value_len);
+    mf__client_task_keep(t, &t->headers, "\r\n", 2);
+}
+
 void mf_task_http_add_header(mf_task_t *task, const char *name,
                              const char *value)
 {
     mf_http_client_task_t *t = mf__ctask(task);
-    if (!t || strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
-        return; /* no header injection */
-    mf_loop_t *loop = task->_loop;
-    mf__buf_append(loop, &t->headers, name, strlen(name));
-    mf__buf_append(loop, &t->headers, ": ", 2);
-    mf__buf_append(loop, &t->headers, value, strlen(value));
-    mf__buf_append(loop, &t->headers, "\r\n", 2);
+    if (t)
+        mf__client_task_add_header(t, name, strlen(name), value, strlen(value));
 }
 
 void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
@@ -678,7 +624,7 @@ void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
     if (!t)
         return;
     t->body.len = 0;
-    mf__buf_append(task->_loop, &t->body, data, len);
+    mf__client_task_keep(t, &t->body, data, len);
 }
 
 int mf_task_http_status(const mf_task_t *task)
@@ -727,50 +673,4 @@ int mf_task_http_redirects(const mf_task_t *task)
 {
     mf_http_client_task_t *t = mf__ctask(task);
     return t ? t->redirects : 0;
-}
-
-/* ---- forward --------------------------------------------------------------
- */
-
-static void mf__client_task_copy_request(mf_http_client_task_t *t,
-                                         const mf_http_exchange_t *ex)
-{
-    const mf_http_request_t *req = &ex->req;
-    char peer[64];
-    for (size_t i = 0; i < req->num_headers; i++) {
-        const mf_http_header_t *h = &req->headers[i];
-        if (mf__hop_by_hop(h))
-            continue;
-        mf_loop_t *loop = t->base._loop;
-        mf__buf_append(loop, &t->headers, h->name, h->name_len);
-        mf__buf_append(loop, &t->headers, ": ", 2);
-        mf__buf_append(loop, &t->headers, h->value, h->value_len);
-        mf__buf_append(loop, &t->headers, "\r\n", 2);
-    }
-    mf_task_http_add_header(
-        &t->base, "X-Forwarded-For",
-        mf_sockaddr_format_ip(&ex->conn->peer, peer, sizeof peer));
-    if (ex->body_len)
-        mf_task_http_set_body(&t->base, ex->body, ex->body_len);
-}
-
-mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex, const char *upstream,
-                                mf_task_cb cb, void *user)
-{
-    const mf_http_request_t *req = &ex->req;
-    char url[4096];
-    size_t ulen = strlen(upstream);
-    while (ulen && upstream[ulen - 1] == '/')
-        ulen--;
-    snprintf(url, sizeof url, "%.*s%.*s", (int)ulen, upstream,
-             (int)req->target_len, req->target);
-    char method[32];
-    snprintf(method, sizeof method, "%.*s", (int)req->method_len, req->method);
-    mf_task_t *task =
-        mf_task_http_create(ex->conn->loop, method, url, cb, user);
-    mf_http_client_task_t *t = (mf_http_client_task_t *)task;
-    t->forward = ex;
-    t->opts.max_retries = 0;
-    mf__client_task_copy_request(t, ex);
-    return task;
 }

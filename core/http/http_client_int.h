@@ -1,7 +1,9 @@
 /*
  * http_client_int.h — the client's task, connection and endpoint structs,
- * shared by http_pool.c (endpoints, connections, connect + TLS) and
- * http_client.c (the task: request, response, redirects, retries). Internal.
+ * shared by http_pool.c (endpoints, connections, connect + TLS),
+ * http_client.c (the task: request, response, redirects, retries) and
+ * http_forward.c (proxying: relays to a server exchange through its public
+ * API only). Internal.
  *
  * Ownership: the loop's pool (MF_LOOP_EXT_HTTP_CLIENT slot) owns endpoints;
  * an endpoint owns its connections; a connection serves at most one task at
@@ -14,6 +16,7 @@
 #include "net/client_open.h"
 #include "moonflow/dns.h"
 #include "moonflow/http_client.h"
+#include "moonflow/http_server.h"
 #include "net/tls.h"
 
 #define MF_HTTP_CLIENT_MAX_HEADERS 64
@@ -96,6 +99,7 @@ struct mf_http_client_task {
     mf_http_response_t resp;
     int retries;
     int redirects;
+    bool out_of_memory; /* a request buffer could not grow: fail the task */
     mf_http_exchange_t *forward; /* relay the body to this exchange */
     size_t relayed;              /* 0: nothing relayed yet */
     bool paused;        /* the client is slow: stop reading the upstream */
@@ -124,9 +128,23 @@ void mf__http_opening_event(mf_http_client_task_t *t, unsigned events);
 
 /* http_client.c */
 void mf__client_task_send(mf_http_client_task_t *t);
+/* Reads and processes what the connection has (relaying when forwarding). */
+void mf__client_task_read(mf_http_client_task_t *t);
+/* Ends the attempt: reuse, redirect, retry, or complete the task. */
+void mf__client_task_finish(mf_http_client_task_t *t, int state, int error);
+/* Adds "name: value" to the request (copied; checked for injection). */
+void mf__client_task_add_header(mf_http_client_task_t *t, const char *name,
+                                size_t name_len, const char *value,
+                                size_t value_len);
 void mf__client_task_on_io(mf_http_client_task_t *t, unsigned events);
 /* The connection could not be opened (state + error as for the task). */
 void mf__client_task_open_failed(mf_http_client_task_t *t, int state,
                                  int error);
+
+/* http_forward.c */
+/* New response bytes (the whole body when complete) for t->forward. */
+void mf__http_forward_relay(mf_http_client_task_t *t, bool complete);
+/* The task ends with state: a forward that relayed nothing answers 502/504. */
+void mf__http_forward_settle(mf_http_client_task_t *t, int state);
 
 #endif /* MF_HTTP_CLIENT_INT_H */

@@ -1,6 +1,10 @@
 /*
  * http_conn.c — one server connection: reading, parsing, body framing,
- * timeouts, output queue and closing.
+ * timeouts, the output queue and closing. Owns mf_http_conn_t, whose body
+ * is private to this file; the server and the exchange reach it through
+ * http_conn.h. May call: the server's interface (http_server_int.h), the
+ * exchange's (http_exchange_int.h), response heads for error answers
+ * (http_head.h), the parser, the net and engine layers.
  *
  * The hot path of a keep-alive request is: one read (a short read proves the
  * socket drained, so no second read to see EAGAIN: edge-triggered epoll
@@ -11,14 +15,97 @@
  * The connection is registered for READ|WRITE once, edge-triggered, so no
  * epoll_ctl happens per request. Every event runs the same steps: finish a
  * TLS handshake, flush pending output, read and process input.
+ *
+ * Lifetime: the connection's memory is released when it is closed AND its
+ * exchange has released it, so a handler's late send after a disconnect
+ * still touches live memory. The free is deferred to a post, never done
+ * inside the callback that closed it.
  */
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http_server_int.h"
 #include "engine/loop_int.h"
+#include "http_exchange_int.h"
+#include "http_head.h"
+#include "http_server_int.h"
+
+/* Output segments: copies coalesce into conn->out; only big bodies get a
+ * segment of their own. A full table pauses pipelined parsing. */
+#define MF_CONN_MAX_SEGS 4
+#define MF_CONN_IN_INITIAL 4096
+#define MF_CONN_LINGER_MS 2000
+
+/* What the connection is waiting for; picks the timeout that applies. */
+typedef enum mf_conn_phase {
+    MF_CONN_IDLE,      /* keep-alive: waiting for the next request */
+    MF_CONN_HEAD,      /* some bytes of a head have arrived */
+    MF_CONN_BODY,      /* head parsed, body bytes pending */
+    MF_CONN_HANDLING,  /* the exchange holds the connection */
+    MF_CONN_LINGERING, /* answered an error; draining before close */
+    MF_CONN_CLOSED
+} mf_conn_phase_t;
+
+/* A request body being received: kept out of the connection so that an
+ * idle keep-alive connection stays small (it fits a 512-byte slot). */
+typedef struct mf_conn_body {
+    size_t head_len;         /* the parsed head's length */
+    size_t body_have;        /* decoded body bytes after the head */
+    uint64_t content_length; /* when not chunked */
+    mf_http_chunked_t chunked;
+    bool chunked_body;
+    bool sent_continue;
+} mf_conn_body_t;
+
+/* A piece of output: bytes in conn->out at [off, off+len), or memory that
+ * is referenced (owned or not) until written. */
+typedef struct mf_out_seg {
+    const char *ptr; /* NULL: lives in conn->out at `off` */
+    size_t off;
+    size_t len;
+    mf_buf_t owned; /* released once written (a moved response body) */
+} mf_out_seg_t;
+
+struct mf_http_conn {
+    mf_io_t io;
+    mf_timer_t timer;
+    mf_http_server_t *srv;
+    const mf_http_server_config_t *config; /* the server's, for its life */
+    mf_loop_t *loop;
+    mf_list_t link; /* the server's list of connections */
+    SSL *ssl;
+    uint64_t deadline; /* loop ms; the timer may fire early (lazy) */
+    mf_buf_t in;
+    size_t in_off;        /* start of the current (unparsed) request */
+    size_t scanned;       /* head bytes already searched for the end */
+    size_t req_len;       /* head + body bytes of the request being served */
+    mf_conn_body_t *body; /* BODY phase only, from the free lists */
+    mf_buf_t out;
+    mf_out_seg_t segs[MF_CONN_MAX_SEGS];
+    size_t seg_done; /* bytes of segs[0] already written */
+    mf_sockaddr_t peer;
+    mf_conn_phase_t phase;
+    int nsegs;
+    unsigned requests; /* served on this connection */
+    bool handshaking;
+    bool keep_alive;  /* the current request allows reuse */
+    bool close_after; /* close once the output is flushed */
+    bool peer_closed; /* read returned EOF */
+    bool rdhup;       /* the peer half-closed: read to EOF */
+    /* The one re-entrancy guard of the request path: set while the
+     * exchange runs the handler (mf__conn_dispatch). A response may be
+     * queued and the connection released from inside the handler; then
+     * mf__http_conn_release only records it, and the dispatch destroys the
+     * exchange after the handler has returned and goes on with the next
+     * pipelined request, flushing once at the end: no recursion into the
+     * parser, and no exchange freed under its own handler. */
+    bool dispatching;
+    bool ex_held; /* the exchange has not released the connection */
+    bool free_posted;
+    mf_http_exchange_t *ex; /* created per request, until destroyed */
+    mf_post_t free_post;
+};
 
 /* An idle keep-alive connection costs one slab slot: keep it at 512 bytes
  * (nginx's idle connection costs about as much). */
@@ -28,7 +115,9 @@ _Static_assert(sizeof(mf_http_conn_t) <= 512,
 static void mf__conn_on_io(mf_io_t *io, unsigned events);
 static void mf__conn_on_timer(mf_timer_t *timer);
 static void mf__conn_read(mf_http_conn_t *conn);
-static void mf__conn_released(mf_post_t *post);
+static void mf__conn_process(mf_http_conn_t *conn);
+static void mf__conn_close(mf_http_conn_t *conn);
+static void mf__conn_freed(mf_post_t *post);
 
 /* ---- timers: one per connection, lazily pushed later -------------------- */
 
@@ -51,7 +140,7 @@ static void mf__conn_disarm(mf_http_conn_t *conn)
 
 static uint32_t mf__conn_phase_timeout(const mf_http_conn_t *conn)
 {
-    const mf_http_server_config_t *c = &conn->srv->config;
+    const mf_http_server_config_t *c = conn->config;
     if (conn->nsegs)
         return c->write_timeout_ms;
     switch (conn->phase) {
@@ -85,32 +174,40 @@ static void mf__conn_on_timer(mf_timer_t *timer)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-void mf__conn_accepted(mf_http_server_t *srv, int fd, const mf_sockaddr_t *peer)
+void mf__http_conn_accept(mf_http_server_t *srv, int fd,
+                          const mf_sockaddr_t *peer)
 {
-    mf_http_conn_t *conn = mf_loop_alloc(srv->loop, sizeof(*conn));
+    mf_loop_t *loop = mf_http_server_loop(srv);
+    mf_http_conn_t *conn = mf_loop_alloc(loop, sizeof(*conn));
     memset(conn, 0, sizeof(*conn));
     conn->srv = srv;
-    conn->loop = srv->loop;
+    conn->config = mf__http_server_config(srv);
+    conn->loop = loop;
     conn->peer = *peer;
     conn->phase = MF_CONN_IDLE;
     mf_io_init(&conn->io, fd, mf__conn_on_io, conn);
     mf_timer_init(&conn->timer, mf__conn_on_timer, conn);
-    mf_post_init(&conn->release_post, mf__conn_released, conn);
+    mf_post_init(&conn->free_post, mf__conn_freed, conn);
     mf__buf_init(&conn->in);
     mf__buf_init(&conn->out);
-    mf_list_push_back(&srv->conns, &conn->link);
-    srv->nconns++;
-    if (srv->tls) {
-        conn->ssl = mf__tls_server_ssl(srv->tls, fd);
+    mf__http_server_conn_opened(srv, &conn->link);
+    mf_tls_server_t *tls = mf__http_server_tls(srv);
+    if (tls) {
+        conn->ssl = mf__tls_server_ssl(tls, fd);
         conn->handshaking = true;
     }
-    if ((srv->tls && !conn->ssl) ||
-        mf_io_start(conn->loop, &conn->io, MF_IO_READ | MF_IO_WRITE) < 0) {
+    if ((tls && !conn->ssl) ||
+        mf_io_start(loop, &conn->io, MF_IO_READ | MF_IO_WRITE) < 0) {
         mf__conn_close(conn);
         return;
     }
     /* The first request must arrive within the header timeout. */
-    mf__conn_arm(conn, srv->config.header_timeout_ms);
+    mf__conn_arm(conn, conn->config->header_timeout_ms);
+}
+
+mf_http_conn_t *mf__http_conn_from_link(mf_list_t *link)
+{
+    return mf_container_of(link, mf_http_conn_t, link);
 }
 
 static void mf__conn_drop_body(mf_http_conn_t *conn)
@@ -120,17 +217,36 @@ static void mf__conn_drop_body(mf_http_conn_t *conn)
     conn->body = NULL;
 }
 
-static void mf__conn_release_buffers(mf_http_conn_t *conn)
+/* The input stays until the free: a held exchange's request points in. */
+static void mf__conn_release_output(mf_http_conn_t *conn)
 {
     mf__conn_drop_body(conn);
     for (int i = 0; i < conn->nsegs; i++)
         mf__buf_release(conn->loop, &conn->segs[i].owned);
     conn->nsegs = 0;
-    mf__buf_release(conn->loop, &conn->in);
     mf__buf_release(conn->loop, &conn->out);
 }
 
-void mf__conn_close(mf_http_conn_t *conn)
+/* Frees the connection once closed and released by its exchange. The free
+ * itself is deferred: callers up the stack may still look at conn. */
+static void mf__conn_maybe_free(mf_http_conn_t *conn)
+{
+    if (conn->phase != MF_CONN_CLOSED || conn->ex_held || conn->free_posted)
+        return;
+    conn->free_posted = true;
+    mf_loop_defer(conn->loop, &conn->free_post);
+}
+
+static void mf__conn_freed(mf_post_t *post)
+{
+    mf_http_conn_t *conn = post->data;
+    if (conn->ex)
+        mf__http_exchange_destroy(conn->ex);
+    mf__buf_release(conn->loop, &conn->in);
+    mf_loop_free(conn->loop, conn, sizeof(*conn));
+}
+
+static void mf__conn_close(mf_http_conn_t *conn)
 {
     if (conn->phase == MF_CONN_CLOSED)
         return;
@@ -140,32 +256,27 @@ void mf__conn_close(mf_http_conn_t *conn)
     mf__tls_close(conn->ssl);
     conn->ssl = NULL;
     close(conn->io.fd);
-    mf_list_remove(&conn->link);
-    mf__conn_release_buffers(conn);
-    if (conn->ex && conn->ex->state != MF_EX_DONE)
-        mf__exchange_connection_lost(conn->ex);
-    mf__server_conn_gone(conn->srv);
-    mf__conn_maybe_release(conn);
+    mf__conn_release_output(conn);
+    if (conn->ex_held)
+        mf__http_exchange_lost(conn->ex); /* may release the connection */
+    mf__http_server_conn_closed(conn->srv, &conn->link);
+    mf__conn_maybe_free(conn);
 }
 
-/* Frees the connection once closed and no handler holds its exchange. The
- * free itself is deferred: callers up the stack may still look at conn. */
-void mf__conn_maybe_release(mf_http_conn_t *conn)
+void mf__http_conn_abort(mf_http_conn_t *conn)
 {
-    if (conn->phase != MF_CONN_CLOSED || conn->release_posted)
-        return;
-    if (conn->ex && conn->ex->state != MF_EX_DONE)
-        return;
-    conn->release_posted = true;
-    mf_loop_defer(conn->loop, &conn->release_post);
+    mf__conn_close(conn);
 }
 
-static void mf__conn_released(mf_post_t *post)
+void mf__http_conn_stop(mf_http_conn_t *conn)
 {
-    mf_http_conn_t *conn = post->data;
-    if (conn->ex)
-        mf__exchange_free(conn->ex);
-    mf_loop_free(conn->loop, conn, sizeof(*conn));
+    conn->keep_alive = false;
+    if (conn->phase != MF_CONN_IDLE || conn->in.len)
+        return; /* busy: its answer says Connection: close */
+    if (conn->nsegs)
+        conn->close_after = true; /* after its last answer is out */
+    else
+        mf__conn_close(conn);
 }
 
 static void mf__conn_drain_lingering(mf_http_conn_t *conn);
@@ -180,6 +291,43 @@ static void mf__conn_linger(mf_http_conn_t *conn)
     mf__conn_drain_lingering(conn);
 }
 
+/* ---- queries for the exchange ------------------------------------------- */
+
+mf_http_server_t *mf__http_conn_server(const mf_http_conn_t *conn)
+{
+    return conn->srv;
+}
+
+mf_loop_t *mf__http_conn_loop(const mf_http_conn_t *conn)
+{
+    return conn->loop;
+}
+
+const mf_sockaddr_t *mf__http_conn_peer(const mf_http_conn_t *conn)
+{
+    return &conn->peer;
+}
+
+size_t mf__http_conn_pending(const mf_http_conn_t *conn)
+{
+    size_t total = 0;
+    for (int i = 0; i < conn->nsegs; i++)
+        total += conn->segs[i].len;
+    return total - conn->seg_done;
+}
+
+bool mf__http_conn_keep_alive(mf_http_conn_t *conn)
+{
+    if (conn->peer_closed || mf__http_server_stopping(conn->srv))
+        conn->keep_alive = false;
+    return conn->keep_alive;
+}
+
+void mf__http_conn_close_when_done(mf_http_conn_t *conn)
+{
+    conn->keep_alive = false;
+}
+
 /* ---- output ------------------------------------------------------------- */
 
 static mf_out_seg_t *mf__conn_last_seg(mf_http_conn_t *conn)
@@ -187,14 +335,17 @@ static mf_out_seg_t *mf__conn_last_seg(mf_http_conn_t *conn)
     return conn->nsegs ? &conn->segs[conn->nsegs - 1] : NULL;
 }
 
-int mf__conn_queue_pieces(mf_http_conn_t *conn, const mf_piece_t *pieces,
-                          size_t n)
+int mf__http_conn_queue_pieces(mf_http_conn_t *conn, const mf_piece_t *pieces,
+                               size_t n)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += pieces[i].len;
     mf_out_seg_t *last = mf__conn_last_seg(conn);
     size_t off = conn->out.len;
+    bool extend = last && !last->ptr && last->off + last->len == off;
+    if (!extend && conn->nsegs == MF_CONN_MAX_SEGS)
+        return MF_ENOMEM; /* no room: parsing pauses before this happens */
     if (conn->out.cap - off < total &&
         mf__buf_reserve(conn->loop, &conn->out, total) < 0)
         return MF_ENOMEM;
@@ -204,12 +355,10 @@ int mf__conn_queue_pieces(mf_http_conn_t *conn, const mf_piece_t *pieces,
                    pieces[i].len);
         conn->out.len += pieces[i].len;
     }
-    if (last && !last->ptr && last->off + last->len == off) {
+    if (extend) {
         last->len += total;
         return 0;
     }
-    if (conn->nsegs == MF_CONN_MAX_SEGS)
-        return MF_ENOMEM; /* callers check room before queueing */
     mf_out_seg_t *seg = &conn->segs[conn->nsegs++];
     seg->ptr = NULL;
     seg->off = off;
@@ -218,14 +367,8 @@ int mf__conn_queue_pieces(mf_http_conn_t *conn, const mf_piece_t *pieces,
     return 0;
 }
 
-int mf__conn_queue_copy(mf_http_conn_t *conn, const void *data, size_t len)
-{
-    mf_piece_t piece = {data, len};
-    return mf__conn_queue_pieces(conn, &piece, 1);
-}
-
-int mf__conn_queue_ref(mf_http_conn_t *conn, const char *ptr, size_t len,
-                       mf_buf_t *owned)
+int mf__http_conn_queue_ref(mf_http_conn_t *conn, const char *ptr, size_t len,
+                            mf_buf_t *owned)
 {
     if (conn->nsegs == MF_CONN_MAX_SEGS)
         return MF_ENOMEM;
@@ -276,24 +419,14 @@ static void mf__conn_advance(mf_http_conn_t *conn, size_t written)
     }
 }
 
-size_t mf__conn_pending(const mf_http_conn_t *conn)
-{
-    size_t total = 0;
-    for (int i = 0; i < conn->nsegs; i++)
-        total += conn->segs[i].len;
-    return total - conn->seg_done;
-}
-
-/* A streaming writer waits for room: tell it once the queue is low. */
+/* A streaming writer waits for room: tell its exchange once the queue is
+ * low. */
 static void mf__conn_maybe_drained(mf_http_conn_t *conn)
 {
-    mf_http_exchange_t *ex = conn->ex;
-    if (!ex || !ex->on_drain || conn->phase == MF_CONN_CLOSED ||
-        mf__conn_pending(conn) >= MF_HTTP_WRITE_LOW_WATER)
+    if (!conn->ex_held || conn->phase == MF_CONN_CLOSED ||
+        mf__http_conn_pending(conn) >= MF_HTTP_WRITE_LOW_WATER)
         return;
-    mf_http_exchange_drain_cb cb = ex->on_drain;
-    ex->on_drain = NULL;
-    cb(ex, ex->on_drain_arg);
+    mf__http_exchange_drained(conn->ex);
 }
 
 static void mf__conn_output_done(mf_http_conn_t *conn)
@@ -312,9 +445,7 @@ static void mf__conn_output_done(mf_http_conn_t *conn)
         mf__conn_arm(conn, ms);
 }
 
-/* Writes what is queued. 0 when all is written or the socket is full (the
- * WRITE edge resumes it), a negative code after closing on error. */
-int mf__conn_flush(mf_http_conn_t *conn)
+int mf__http_conn_flush(mf_http_conn_t *conn)
 {
     struct iovec iov[MF_CONN_MAX_SEGS];
     /* Only a flush that empties the queue (or a pending close) moves the
@@ -326,7 +457,7 @@ int mf__conn_flush(mf_http_conn_t *conn)
         int n = mf__conn_gather(conn, iov);
         ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, iov, n);
         if (w == MF_EAGAIN) {
-            mf__conn_arm(conn, conn->srv->config.write_timeout_ms);
+            mf__conn_arm(conn, conn->config->write_timeout_ms);
             mf__conn_maybe_drained(conn);
             return 0;
         }
@@ -339,9 +470,23 @@ int mf__conn_flush(mf_http_conn_t *conn)
     mf__conn_maybe_drained(conn);
     if (conn->phase == MF_CONN_CLOSED)
         return MF_ECLOSED;
-    if (!conn->nsegs && conn->phase != MF_CONN_CLOSED)
+    if (!conn->nsegs)
         mf__conn_output_done(conn);
     return 0;
+}
+
+/* ---- error answers ------------------------------------------------------- */
+
+/* Bad input (or no memory to take it): answer with the status, then close
+ * after lingering; when even the answer cannot be queued, close now. */
+static void mf__conn_fail(mf_http_conn_t *conn, int status)
+{
+    mf_http_head_t h;
+    mf__http_head_error(&h, conn->srv, status);
+    conn->close_after = true;
+    conn->phase = MF_CONN_LINGERING;
+    if (mf__http_conn_queue_copy(conn, h.fixed, h.len) < 0)
+        mf__conn_close(conn);
 }
 
 /* ---- input ----------------------------------------------------------------
@@ -355,75 +500,69 @@ static int mf__conn_parse_head(mf_http_conn_t *conn, mf_http_request_t *req,
     req->num_headers = nheaders;
     return mf_http_parse_request(conn->in.data + conn->in_off,
                                  conn->in.len - conn->in_off, req,
-                                 &conn->srv->config.limits, scanned);
+                                 &conn->config->limits, scanned);
 }
 
-/* Bad input: answer with the status, then close (after lingering). */
-static void mf__conn_fail(mf_http_conn_t *conn, int status)
-{
-    mf__send_error(conn, status);
-    conn->close_after = true;
-    conn->phase = MF_CONN_LINGERING;
-}
-
-static void mf__conn_send_continue(mf_http_conn_t *conn)
+/* 100 Continue, once, when the client waits for it before its body.
+ * Returns false after failing the request (no memory to queue it). */
+static bool mf__conn_send_continue(mf_http_conn_t *conn)
 {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     if (conn->body->sent_continue || conn->nsegs == MF_CONN_MAX_SEGS)
-        return;
+        return true;
     conn->body->sent_continue = true;
-    mf__conn_queue_copy(conn, cont, sizeof cont - 1);
+    if (mf__http_conn_queue_copy(conn, cont, sizeof cont - 1) == 0)
+        return true;
+    mf__conn_fail(conn, 500);
+    return false;
 }
 
-/* The whole request is in conn->in: build the exchange and run the
- * handler. The head is parsed again here because the buffer may have moved
- * while the body arrived; heads are small and the parser is fast. */
-/* The request as the exchange keeps it: the head parsed by the caller is
- * copied when its bytes have not moved (no body); after a body arrived the
- * buffer may have grown and moved, so the head is parsed again. Heads are
- * small and the parser is fast, but the common case parses once. */
-static void mf__conn_set_request(mf_http_conn_t *conn, mf_http_exchange_t *ex,
-                                 const mf_http_request_t *parsed)
+/* The whole request is in conn->in: create its exchange and run the
+ * handler. The exchange points into conn->in until it is destroyed. */
+static void mf__conn_dispatch(mf_http_conn_t *conn,
+                              const mf_http_request_t *req, size_t body_len,
+                              size_t raw_len)
 {
-    if (parsed) {
-        ex->req = *parsed;
-        memcpy(ex->headers, parsed->headers,
-               parsed->num_headers * sizeof(ex->headers[0]));
-        ex->req.headers = ex->headers;
-        return;
-    }
-    size_t nh = conn->srv->config.limits.max_headers;
-    if (nh == 0 || nh > MF_HTTP_MAX_HEADERS)
-        nh = MF_HTTP_MAX_HEADERS;
-    mf__conn_parse_head(conn, &ex->req, ex->headers, nh, NULL);
-}
-
-static void mf__conn_dispatch(mf_http_conn_t *conn, size_t body_len,
-                              size_t raw_len, const mf_http_request_t *parsed)
-{
-    mf_http_exchange_t *ex = mf_loop_alloc(conn->loop, sizeof(*ex));
-    /* Everything but the header array, which the parser fills. */
-    memset(ex, 0, offsetof(mf_http_exchange_t, headers));
-    mf_list_init(&ex->drain_post._link); /* no drain call pending */
-    ex->conn = conn;
-    ex->raw_len = raw_len;
-    mf__conn_set_request(conn, ex, parsed);
     size_t head_len = raw_len - body_len;
-    ex->body = body_len ? conn->in.data + conn->in_off + head_len : NULL;
-    ex->body_len = body_len;
-    ex->state = MF_EX_ACTIVE;
-    ex->status = 200;
+    const char *body =
+        body_len ? conn->in.data + conn->in_off + head_len : NULL;
     mf__conn_drop_body(conn); /* the body stays in conn->in */
-    mf__buf_init(&ex->resp_headers);
-    mf__buf_init(&ex->resp_body);
-    conn->ex = ex;
+    conn->req_len = raw_len;
     conn->requests++;
-    unsigned max = conn->srv->config.max_keepalive_requests;
-    conn->keep_alive = ex->req.keep_alive && !conn->srv->stopping &&
+    unsigned max = conn->config->max_keepalive_requests;
+    conn->keep_alive = req->keep_alive &&
+                       !mf__http_server_stopping(conn->srv) &&
                        (max == 0 || conn->requests < max);
     conn->phase = MF_CONN_HANDLING;
     mf__conn_disarm(conn);
-    mf__exchange_run_handler(ex);
+    mf_http_exchange_t *ex =
+        mf__http_exchange_create(conn, req, body, body_len);
+    conn->ex = ex;
+    conn->ex_held = true;
+    conn->dispatching = true;
+    mf__http_exchange_run(ex);
+    conn->dispatching = false;
+    /* Released inside the handler: the exchange is no longer on the
+     * stack. A closed connection destroys it with itself. */
+    if (!conn->ex_held && conn->phase != MF_CONN_CLOSED) {
+        mf__http_exchange_destroy(ex);
+        conn->ex = NULL;
+    }
+}
+
+/* A request with a body is complete. Its head is parsed again: the buffer
+ * may have grown and moved while the body arrived (heads are small and the
+ * parser is fast; a request without a body is parsed once). */
+static void mf__conn_dispatch_with_body(mf_http_conn_t *conn, size_t body_len,
+                                        size_t raw_len)
+{
+    mf_http_header_t headers[MF_HTTP_MAX_HEADERS];
+    mf_http_request_t req;
+    size_t nh = conn->config->limits.max_headers;
+    if (nh == 0 || nh > MF_HTTP_MAX_HEADERS)
+        nh = MF_HTTP_MAX_HEADERS;
+    mf__conn_parse_head(conn, &req, headers, nh, NULL);
+    mf__conn_dispatch(conn, &req, body_len, raw_len);
 }
 
 /* Content-Length body: complete when all bytes are in the buffer. */
@@ -432,7 +571,7 @@ static bool mf__conn_length_body(mf_http_conn_t *conn, uint64_t length)
     size_t need = conn->body->head_len + (size_t)length;
     size_t have = conn->in.len - conn->in_off;
     if (have >= need) {
-        mf__conn_dispatch(conn, (size_t)length, need, NULL);
+        mf__conn_dispatch_with_body(conn, (size_t)length, need);
         return true;
     }
     if (mf__buf_reserve(conn->loop, &conn->in, need - have) < 0) {
@@ -461,7 +600,7 @@ static bool mf__conn_chunked_body(mf_http_conn_t *conn)
         return false;
     }
     conn->in.len = body_end + (size_t)rest; /* the next request follows */
-    mf__conn_dispatch(conn, b->body_have, b->head_len + b->body_have, NULL);
+    mf__conn_dispatch_with_body(conn, b->body_have, b->head_len + b->body_have);
     return true;
 }
 
@@ -477,7 +616,7 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
                                int head_len)
 {
     if (req->body == MF_HTTP_BODY_NONE) {
-        mf__conn_dispatch(conn, 0, (size_t)head_len, req);
+        mf__conn_dispatch(conn, req, 0, (size_t)head_len);
         return true;
     }
     if (!conn->body)
@@ -487,7 +626,7 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
     conn->body->sent_continue = false;
     conn->body->chunked_body = req->body == MF_HTTP_BODY_CHUNKED;
     conn->body->content_length = req->content_length;
-    uint64_t max = conn->srv->config.max_body;
+    uint64_t max = conn->config->max_body;
     if (req->body == MF_HTTP_BODY_LENGTH && max && req->content_length > max) {
         mf__conn_fail(conn, 413);
         return false;
@@ -496,19 +635,20 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
         mf_http_chunked_init(&conn->body->chunked, max);
     conn->phase = MF_CONN_BODY;
     conn->keep_alive = req->keep_alive;
-    if (req->expect_continue && conn->in.len - conn->in_off == (size_t)head_len)
-        mf__conn_send_continue(conn);
-    mf__conn_arm(conn, conn->srv->config.body_timeout_ms);
+    if (req->expect_continue &&
+        conn->in.len - conn->in_off == (size_t)head_len &&
+        !mf__conn_send_continue(conn))
+        return false;
+    mf__conn_arm(conn, conn->config->body_timeout_ms);
     return mf__conn_body(conn);
 }
 
 /* Parses and serves as many complete requests as the buffer holds, in
- * order. Returns when it needs more bytes, a handler holds the exchange,
- * the output table is full, or the connection is closing. */
+ * order. Returns when it needs more bytes, an exchange holds the
+ * connection, the output table is full, or the connection is closing. */
 static void mf__conn_process(mf_http_conn_t *conn)
 {
     mf_http_header_t headers[MF_HTTP_MAX_HEADERS];
-    conn->in_process = true;
     while (conn->phase <= MF_CONN_BODY && !conn->close_after &&
            conn->nsegs < MF_CONN_MAX_SEGS - 1 && conn->in.len > conn->in_off) {
         if (conn->phase == MF_CONN_BODY) { /* its head is parsed already */
@@ -522,7 +662,7 @@ static void mf__conn_process(mf_http_conn_t *conn)
         if (rc == MF_HTTP_INCOMPLETE) {
             if (conn->phase == MF_CONN_IDLE) {
                 conn->phase = MF_CONN_HEAD; /* slowloris clock starts */
-                mf__conn_arm(conn, conn->srv->config.header_timeout_ms);
+                mf__conn_arm(conn, conn->config->header_timeout_ms);
             }
             break;
         }
@@ -533,41 +673,41 @@ static void mf__conn_process(mf_http_conn_t *conn)
         if (!mf__conn_head_done(conn, &req, rc))
             break;
     }
-    conn->in_process = false;
 }
 
-/* After a response is queued: drop the request's bytes, and keep the
+/* The exchange is done: drop the request's bytes, and keep the
  * connection's memory small while it waits. */
 static void mf__conn_request_finished(mf_http_conn_t *conn)
 {
-    mf_http_exchange_t *ex = conn->ex;
-    conn->in_off += ex->raw_len;
+    conn->in_off += conn->req_len;
+    conn->req_len = 0;
     conn->scanned = 0;
     if (conn->in_off == conn->in.len) {
         conn->in_off = 0;
         conn->in.len = 0;
-    }
-    if (ex->state == MF_EX_DONE) {
-        mf__exchange_free(ex);
-        conn->ex = NULL;
     }
     if (!conn->keep_alive)
         conn->close_after = true;
     conn->phase = MF_CONN_IDLE;
 }
 
-void mf__conn_response_queued(mf_http_conn_t *conn)
+void mf__http_conn_release(mf_http_conn_t *conn)
 {
-    if (conn->phase == MF_CONN_CLOSED)
+    conn->ex_held = false;
+    if (conn->phase == MF_CONN_CLOSED) {
+        mf__conn_maybe_free(conn);
         return;
+    }
     mf__conn_request_finished(conn);
-    if (conn->in_process)
-        return; /* mf__conn_process goes on; its caller flushes */
+    if (conn->dispatching)
+        return; /* see `dispatching`: the dispatch goes on from here */
     /* A held exchange finished later: serve what was pipelined behind it
      * and read what arrived meanwhile, then flush everything at once. */
+    mf__http_exchange_destroy(conn->ex);
+    conn->ex = NULL;
     mf__conn_process(conn);
     mf__conn_read(conn);
-    mf__conn_flush(conn);
+    mf__http_conn_flush(conn);
 }
 
 static void mf__conn_drain_lingering(mf_http_conn_t *conn)
@@ -585,15 +725,16 @@ static void mf__conn_drain_lingering(mf_http_conn_t *conn)
     }
 }
 
-/* Gets room to read into. While a handler holds the exchange the buffer
- * must not move (the request points into it): read only into spare room. */
+/* Gets room to read into. While an exchange holds the connection the
+ * buffer must not move (the request points into it): read only into spare
+ * room. */
 static int mf__conn_input_room(mf_http_conn_t *conn)
 {
     if (conn->in.cap - conn->in.len > 0)
         return 0;
     if (conn->phase == MF_CONN_HANDLING)
         return MF_EAGAIN;
-    size_t limit = conn->srv->config.limits.max_head_bytes;
+    size_t limit = conn->config->limits.max_head_bytes;
     if (conn->phase != MF_CONN_BODY && conn->in.len - conn->in_off > limit)
         return MF_EAGAIN; /* the parser answers 431 */
     if (conn->in_off) {   /* slide the unparsed tail to the front */
@@ -609,7 +750,7 @@ static int mf__conn_input_room(mf_http_conn_t *conn)
 }
 
 /* EOF from the client. Answers already queued still go out (a client may
- * send pipelined requests and half-close); a handler still at work is
+ * send pipelined requests and half-close); an exchange still at work is
  * aborted: the client is gone (its on_close callback runs). */
 static void mf__conn_peer_closed(mf_http_conn_t *conn)
 {
@@ -619,7 +760,7 @@ static void mf__conn_peer_closed(mf_http_conn_t *conn)
         return;
     }
     conn->close_after = true;
-    mf__conn_flush(conn);
+    mf__http_conn_flush(conn);
 }
 
 static void mf__conn_read(mf_http_conn_t *conn)
@@ -651,7 +792,7 @@ static void mf__conn_read(mf_http_conn_t *conn)
         }
         conn->in.len += (size_t)n;
         if (conn->phase == MF_CONN_BODY)
-            mf__conn_arm(conn, conn->srv->config.body_timeout_ms);
+            mf__conn_arm(conn, conn->config->body_timeout_ms);
         mf__conn_process(conn);
         /* A short plain read emptied the socket (the next arrival raises a
          * new edge), unless the peer also closed: then read on to the EOF,
@@ -679,11 +820,11 @@ static void mf__conn_on_io(mf_io_t *io, unsigned events)
         conn->handshaking = false;
     }
     if ((events & MF_IO_WRITE) && conn->nsegs)
-        mf__conn_flush(conn);
+        mf__http_conn_flush(conn);
     if (conn->phase == MF_CONN_CLOSED)
         return;
     if (events & (MF_IO_READ | MF_IO_HUP | MF_IO_ERROR))
         mf__conn_read(conn);
     if (conn->phase != MF_CONN_CLOSED)
-        mf__conn_flush(conn);
+        mf__http_conn_flush(conn);
 }

@@ -1,89 +1,117 @@
 /*
- * http_exchange.c — the handler's view of a request (mf_http_exchange_*)
- * and the serialisation of responses into the connection's output.
+ * http_exchange.c — one request as the handler sees it (mf_http_exchange_*):
+ * running the handler, its series or hold, and serialising the response
+ * into the connection's output. Owns mf_http_exchange_t, whose body is
+ * private to this file; the connection reaches it through
+ * http_exchange_int.h. May call: the connection's interface (http_conn.h:
+ * queue, flush, release, abort and a few queries), the server's
+ * (http_server_int.h: the handler, the failure count), response heads
+ * (http_head.h), the engine.
  *
- * Response heads are written straight into conn->out, coalescing with
- * what is already queued, so pipelined answers leave in one write. Bodies
- * up to MF_HTTP_COPY_BODY_MAX are copied behind their head; bigger ones are
- * written from their own memory (zero copy for _ref bodies).
+ * Response heads are written straight into the connection's output,
+ * coalescing with what is already queued, so pipelined answers leave in one
+ * write. Bodies up to MF_HTTP_COPY_BODY_MAX are copied behind their head;
+ * bigger ones are written from their own memory (zero copy for _ref
+ * bodies).
+ *
+ * Never a silently short answer: when memory runs out while the response
+ * is built (an added header, an appended body, the queued head), the answer
+ * becomes a 500 with Connection: close; once the head is out, the
+ * connection is closed instead, so the client sees a cut body (no last
+ * chunk, or fewer bytes than Content-Length said). Either way the server
+ * counts it (mf_http_server_failed_responses).
  */
-#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-#include "engine/flow_int.h"
+#include "http_exchange_int.h"
+#include "http_head.h"
 #include "http_server_int.h"
 
-/* ---- small formatters -------------------------------------------------- */
+/* Bodies up to this size are copied into the output (one write for head
+ * and body); bigger ones are written from their own memory. */
+#define MF_HTTP_COPY_BODY_MAX (16 * 1024)
+/* Constant header lines kept by reference (add_header_static). */
+#define MF_EX_STATIC_LINES 2
 
-static size_t mf__fmt_u64(char *out, uint64_t v)
+typedef enum mf_ex_state {
+    MF_EX_ACTIVE, /* the handler, its series or holder builds the answer */
+    MF_EX_STREAM, /* streamed response: head queued, chunks flowing */
+    MF_EX_FAILED, /* out of memory: a 500 was queued or the connection cut;
+                     further output is dropped until the send */
+    MF_EX_DONE    /* sent: the connection is released */
+} mf_ex_state_t;
+
+struct mf_http_exchange {
+    mf_http_conn_t *conn;
+    mf_http_server_t *srv;
+    mf_loop_t *loop;
+    const mf_sockaddr_t *peer;
+    mf_http_request_t req;
+    const char *body;
+    size_t body_len;
+    mf_ex_state_t state;
+    bool held;
+    bool closed_early;  /* the connection went away before the response */
+    bool out_of_memory; /* an append failed: the answer becomes a 500 */
+    int status;
+    mf_buf_t resp_headers; /* "Name: value\r\n" lines as added */
+    mf_buf_t resp_body;    /* appended body */
+    const char *body_ref;  /* zero-copy body */
+    size_t body_ref_len;
+    const char *static_lines[MF_EX_STATIC_LINES];
+    uint16_t static_lens[MF_EX_STATIC_LINES];
+    unsigned nstatic;
+    mf_series_t *series; /* from its creation until its callback */
+    mf_http_exchange_close_cb on_close;
+    void *on_close_arg;
+    mf_http_exchange_drain_cb on_drain;
+    void *on_drain_arg;
+    mf_post_t drain_post;
+    mf_http_header_t headers[MF_HTTP_MAX_HEADERS]; /* last: not zeroed */
+};
+
+/* ---- out of memory --------------------------------------------------------
+ */
+
+/* Appends to one of the exchange's buffers; a refused allocation marks the
+ * answer as failed (it becomes a 500 at the send) and drops the rest. */
+static void mf__exchange_keep(mf_http_exchange_t *ex, mf_buf_t *buf,
+                              const void *data, size_t len)
 {
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
+    if (ex->out_of_memory)
+        return;
+    if (mf__buf_append(ex->loop, buf, data, len) < 0)
+        ex->out_of_memory = true;
 }
 
-static size_t mf__fmt_hex(char *out, uint64_t v)
+/* Nothing of the response is queued yet: answer 500 with Connection:
+ * close instead; if even that cannot be queued, close the connection. */
+static void mf__exchange_fail(mf_http_exchange_t *ex)
 {
-    static const char digits[] = "0123456789abcdef";
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = digits[v & 15];
-        v >>= 4;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
+    ex->state = MF_EX_FAILED;
+    bool answered = false;
+    if (!ex->closed_early) {
+        mf_http_head_t h;
+        mf__http_head_error(&h, ex->srv, 500);
+        mf__http_conn_close_when_done(ex->conn);
+        answered = mf__http_conn_queue_copy(ex->conn, h.fixed, h.len) == 0;
+    }
+    mf__http_server_response_failed(ex->srv, answered);
+    if (!answered && !ex->closed_early)
+        mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
 }
 
-/* "HTTP/1.1 200 OK\r\n" */
-static size_t mf__fmt_status_line(char *out, int status)
+/* The head is queued: the rest cannot follow, so cut the connection. */
+static void mf__exchange_cut(mf_http_exchange_t *ex)
 {
-    const char *reason = mf_http_reason(status);
-    size_t rlen = strlen(reason);
-    if (status < 100 || status > 999)
-        status = 500;
-    memcpy(out, "HTTP/1.1 ", 9);
-    out[9] = (char)('0' + status / 100);
-    out[10] = (char)('0' + status / 10 % 10);
-    out[11] = (char)('0' + status % 10);
-    out[12] = ' ';
-    memcpy(out + 13, reason, rlen);
-    memcpy(out + 13 + rlen, "\r\n", 2);
-    return 15 + rlen;
+    ex->state = MF_EX_FAILED;
+    mf__http_server_response_failed(ex->srv, false);
+    if (!ex->closed_early)
+        mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
 }
 
-/* ---- response heads -------------------------------------------------- */
-
-typedef struct mf_head_builder {
-    char fixed[384];
-    size_t len;
-} mf_head_builder_t;
-
-static void mf__head_put(mf_head_builder_t *h, const char *s, size_t n)
-{
-    memcpy(h->fixed + h->len, s, n);
-    h->len += n;
-}
-
-/* Status line, Server, Date: the part every response shares. Fits in
- * h->fixed (reason phrases are short, the server line is capped). */
-static void mf__head_common(mf_head_builder_t *h, mf_http_server_t *srv,
-                            int status)
-{
-    size_t date_len;
-    const char *date = mf__server_date(srv, &date_len);
-    h->len = mf__fmt_status_line(h->fixed, status);
-    mf__head_put(h, srv->server_line, srv->server_line_len);
-    mf__head_put(h, date, date_len);
-}
+/* ---- response heads ---------------------------------------------------- */
 
 static bool mf__status_has_body(int status)
 {
@@ -91,34 +119,31 @@ static bool mf__status_has_body(int status)
 }
 
 /* Whether this response closes the connection, and its Connection line. */
-static void mf__head_connection(mf_head_builder_t *h, mf_http_conn_t *conn,
-                                const mf_http_request_t *req)
+static void mf__head_connection(mf_http_head_t *h, mf_http_exchange_t *ex)
 {
-    if (conn->srv->stopping || conn->peer_closed)
-        conn->keep_alive = false;
-    if (!conn->keep_alive)
-        mf__head_put(h, "Connection: close\r\n", 19);
-    else if (req->minor_version == 0)
-        mf__head_put(h, "Connection: keep-alive\r\n", 24);
+    if (!mf__http_conn_keep_alive(ex->conn))
+        mf__http_head_put(h, "Connection: close\r\n", 19);
+    else if (ex->req.minor_version == 0)
+        mf__http_head_put(h, "Connection: keep-alive\r\n", 24);
 }
 
 /* Status line, common and managed headers, the handler's headers, and a
- * body small enough to copy: queued as one copy. */
-static void mf__exchange_queue_head(mf_http_exchange_t *ex, bool chunked,
-                                    uint64_t length, bool has_length,
-                                    const char *body, size_t body_len)
+ * body small enough to copy: queued as one copy. 0 or MF_ENOMEM (nothing
+ * queued). */
+static int mf__exchange_queue_head(mf_http_exchange_t *ex, bool chunked,
+                                   uint64_t length, bool has_length,
+                                   const char *body, size_t body_len)
 {
-    mf_http_conn_t *conn = ex->conn;
-    mf_head_builder_t h;
-    mf__head_common(&h, conn->srv, ex->status);
+    mf_http_head_t h;
+    mf__http_head_common(&h, ex->srv, ex->status);
     if (chunked) {
-        mf__head_put(&h, "Transfer-Encoding: chunked\r\n", 28);
+        mf__http_head_put(&h, "Transfer-Encoding: chunked\r\n", 28);
     } else if (has_length) {
-        mf__head_put(&h, "Content-Length: ", 16);
-        h.len += mf__fmt_u64(h.fixed + h.len, length);
-        mf__head_put(&h, "\r\n", 2);
+        mf__http_head_put(&h, "Content-Length: ", 16);
+        h.len += mf__http_fmt_u64(h.fixed + h.len, length);
+        mf__http_head_put(&h, "\r\n", 2);
     }
-    mf__head_connection(&h, conn, &ex->req);
+    mf__head_connection(&h, ex);
     mf_piece_t pieces[4 + MF_EX_STATIC_LINES];
     size_t n = 0;
     pieces[n++] = (mf_piece_t){h.fixed, h.len};
@@ -127,74 +152,85 @@ static void mf__exchange_queue_head(mf_http_exchange_t *ex, bool chunked,
         pieces[n++] = (mf_piece_t){ex->static_lines[i], ex->static_lens[i]};
     pieces[n++] = (mf_piece_t){"\r\n", 2};
     pieces[n++] = (mf_piece_t){body, body_len};
-    mf__conn_queue_pieces(conn, pieces, n);
+    return mf__http_conn_queue_pieces(ex->conn, pieces, n);
 }
 
+/* The whole response of a send: head, then the body copied behind it or
+ * referenced from its own memory. */
 static void mf__exchange_queue_full(mf_http_exchange_t *ex)
 {
-    mf_http_conn_t *conn = ex->conn;
+    if (ex->out_of_memory) {
+        mf__exchange_fail(ex);
+        return;
+    }
     const char *body = ex->body_ref ? ex->body_ref : ex->resp_body.data;
     size_t len = ex->body_ref ? ex->body_ref_len : ex->resp_body.len;
     bool has_body = mf__status_has_body(ex->status);
     bool head_only =
         ex->req.method_len == 4 && memcmp(ex->req.method, "HEAD", 4) == 0;
     bool copy = has_body && !head_only && len <= MF_HTTP_COPY_BODY_MAX;
-    mf__exchange_queue_head(ex, false, len, has_body, copy ? body : NULL,
-                            copy ? len : 0);
+    if (mf__exchange_queue_head(ex, false, len, has_body, copy ? body : NULL,
+                                copy ? len : 0) < 0) {
+        mf__exchange_fail(ex);
+        return;
+    }
     if (!has_body || head_only || !len || copy)
         return;
-    if (ex->body_ref)
-        mf__conn_queue_ref(conn, body, len, NULL);
-    else
-        mf__conn_queue_ref(conn, body, len, &ex->resp_body);
+    mf_buf_t *owned = ex->body_ref ? NULL : &ex->resp_body;
+    if (mf__http_conn_queue_ref(ex->conn, body, len, owned) < 0)
+        mf__exchange_cut(ex);
 }
 
-/* ---- the exchange lifecycle --------------------------------------------- */
-
-void mf__exchange_free(mf_http_exchange_t *ex)
+/* The last chunk of a streamed body (HTTP/1.0: the close ends it). */
+static void mf__exchange_end_stream(mf_http_exchange_t *ex)
 {
-    mf_loop_t *loop = ex->conn->loop;
-    if (mf_list_linked(&ex->drain_post._link))
-        mf_list_remove(&ex->drain_post._link); /* a drain call not run yet */
-    mf__buf_release(loop, &ex->resp_headers);
-    mf__buf_release(loop, &ex->resp_body);
-    mf_loop_free(loop, ex, sizeof(*ex));
+    if (ex->req.minor_version >= 1 &&
+        mf__http_conn_queue_copy(ex->conn, "0\r\n\r\n", 5) < 0)
+        mf__exchange_cut(ex);
 }
 
-/* The response is fully queued: hand the connection back. */
-static void mf__exchange_finish(mf_http_exchange_t *ex)
+/* ---- the exchange's lifecycle, for the connection ------------------------ */
+
+mf_http_exchange_t *mf__http_exchange_create(mf_http_conn_t *conn,
+                                             const mf_http_request_t *req,
+                                             const char *body, size_t body_len)
 {
-    mf_http_conn_t *conn = ex->conn;
-    ex->state = MF_EX_DONE;
-    if (ex->in_handler)
-        return; /* mf__exchange_run_handler completes it */
-    if (ex->closed_early) {
-        mf__conn_maybe_release(conn);
-        return;
-    }
-    mf__conn_response_queued(conn); /* may free ex */
+    mf_loop_t *loop = mf__http_conn_loop(conn);
+    mf_http_exchange_t *ex = mf_loop_alloc(loop, sizeof(*ex));
+    /* Everything but the header array, which is copied below. Zero is
+     * also an empty buffer and no callback. */
+    memset(ex, 0, offsetof(mf_http_exchange_t, headers));
+    mf_list_init(&ex->drain_post._link); /* no drain call pending */
+    ex->conn = conn;
+    ex->srv = mf__http_conn_server(conn);
+    ex->loop = loop;
+    ex->peer = mf__http_conn_peer(conn);
+    ex->req = *req;
+    memcpy(ex->headers, req->headers,
+           req->num_headers * sizeof(ex->headers[0]));
+    ex->req.headers = ex->headers;
+    ex->body = body;
+    ex->body_len = body_len;
+    ex->state = MF_EX_ACTIVE;
+    ex->status = 200;
+    return ex;
 }
 
-void mf__exchange_run_handler(mf_http_exchange_t *ex)
+void mf__http_exchange_run(mf_http_exchange_t *ex)
 {
-    mf_http_server_t *srv = ex->conn->srv;
-    ex->in_handler = true;
-    srv->handler(ex, srv->user);
-    ex->in_handler = false;
-    if (ex->state == MF_EX_DONE) {
-        mf__exchange_finish(ex);
-        return;
-    }
+    mf__http_server_handle(ex->srv, ex);
+    /* A send inside the handler only queued the response: the connection
+     * keeps the exchange alive until this call returns (`dispatching`). */
     if (ex->series) {
         mf_series_start(ex->series);
         return;
     }
-    if (ex->held || ex->state == MF_EX_STREAM)
-        return;
+    if (ex->state != MF_EX_ACTIVE || ex->held)
+        return; /* sent, streaming, failed (the writer sends), or held */
     mf_http_exchange_send(ex);
 }
 
-void mf__exchange_connection_lost(mf_http_exchange_t *ex)
+void mf__http_exchange_lost(mf_http_exchange_t *ex)
 {
     ex->closed_early = true;
     if (ex->on_drain) { /* wake a paused writer: its next write fails */
@@ -206,24 +242,45 @@ void mf__exchange_connection_lost(mf_http_exchange_t *ex)
         mf_http_exchange_close_cb cb = ex->on_close;
         ex->on_close = NULL;
         cb(ex, ex->on_close_arg);
-        /* After on_close the handler holds no reference, unless a series
-         * still runs: its end releases the exchange. */
-        if (!ex->series)
+        /* After on_close the handler holds no reference (nor a hold); a
+         * series still running releases the connection when it ends. */
+        ex->held = false;
+        if (!ex->series && ex->state != MF_EX_DONE) {
             ex->state = MF_EX_DONE;
+            mf__http_conn_release(ex->conn);
+        }
     }
+}
+
+void mf__http_exchange_drained(mf_http_exchange_t *ex)
+{
+    if (!ex->on_drain)
+        return;
+    mf_http_exchange_drain_cb cb = ex->on_drain;
+    ex->on_drain = NULL;
+    cb(ex, ex->on_drain_arg);
+}
+
+void mf__http_exchange_destroy(mf_http_exchange_t *ex)
+{
+    if (mf_list_linked(&ex->drain_post._link))
+        mf_list_remove(&ex->drain_post._link); /* a drain call not run yet */
+    mf__buf_release(ex->loop, &ex->resp_headers);
+    mf__buf_release(ex->loop, &ex->resp_body);
+    mf_loop_free(ex->loop, ex, sizeof(*ex));
 }
 
 static void mf__exchange_series_done(mf_series_t *series)
 {
-    mf_http_exchange_t *ex = series->owner;
+    mf_http_exchange_t *ex = mf_series_callback_arg(series);
     ex->series = NULL; /* the series is freed after this callback */
-    if (ex->state != MF_EX_DONE && !ex->held)
+    if (ex->state == MF_EX_DONE)
+        mf__http_conn_release(ex->conn); /* sent (or lost) meanwhile */
+    else if (!ex->held)
         mf_http_exchange_send(ex);
-    else if (ex->closed_early && ex->state == MF_EX_DONE)
-        mf__conn_maybe_release(ex->conn);
 }
 
-/* ---- public API ------------------------------------------------------------
+/* ---- public API: the request ----------------------------------------------
  */
 
 const mf_http_request_t *mf_http_exchange_request(const mf_http_exchange_t *ex)
@@ -240,18 +297,20 @@ const char *mf_http_exchange_body(const mf_http_exchange_t *ex, size_t *len)
 
 const mf_sockaddr_t *mf_http_exchange_peer(const mf_http_exchange_t *ex)
 {
-    return &ex->conn->peer;
+    return ex->peer;
 }
 
 mf_loop_t *mf_http_exchange_loop(const mf_http_exchange_t *ex)
 {
-    return ex->conn->loop;
+    return ex->loop;
 }
 
 mf_http_server_t *mf_http_exchange_server(const mf_http_exchange_t *ex)
 {
-    return ex->conn->srv;
+    return ex->srv;
 }
+
+/* ---- public API: the response ------------------------------------------ */
 
 void mf_http_exchange_set_status(mf_http_exchange_t *ex, int status)
 {
@@ -283,21 +342,20 @@ void mf_http_exchange_add_header(mf_http_exchange_t *ex, const char *name,
                                  size_t name_len, const char *value,
                                  size_t value_len)
 {
-    mf_loop_t *loop = ex->conn->loop;
     if (!name_len || mf__header_is_managed(name, name_len) ||
         !mf__header_text_ok(name, name_len) ||
         !mf__header_text_ok(value, value_len))
         return;
-    mf__buf_append(loop, &ex->resp_headers, name, name_len);
-    mf__buf_append(loop, &ex->resp_headers, ": ", 2);
-    mf__buf_append(loop, &ex->resp_headers, value, value_len);
-    mf__buf_append(loop, &ex->resp_headers, "\r\n", 2);
+    mf__exchange_keep(ex, &ex->resp_headers, name, name_len);
+    mf__exchange_keep(ex, &ex->resp_headers, ": ", 2);
+    mf__exchange_keep(ex, &ex->resp_headers, value, value_len);
+    mf__exchange_keep(ex, &ex->resp_headers, "\r\n", 2);
 }
 
 void mf_http_exchange_add_header_line(mf_http_exchange_t *ex, const char *line,
                                       size_t len)
 {
-    mf__buf_append(ex->conn->loop, &ex->resp_headers, line, len);
+    mf__exchange_keep(ex, &ex->resp_headers, line, len);
 }
 
 void mf_http_exchange_add_header_static(mf_http_exchange_t *ex,
@@ -318,9 +376,9 @@ void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
     if (ex->body_ref) { /* switch from a reference to an owned copy */
         const char *ref = ex->body_ref;
         ex->body_ref = NULL;
-        mf__buf_append(ex->conn->loop, &ex->resp_body, ref, ex->body_ref_len);
+        mf__exchange_keep(ex, &ex->resp_body, ref, ex->body_ref_len);
     }
-    mf__buf_append(ex->conn->loop, &ex->resp_body, data, len);
+    mf__exchange_keep(ex, &ex->resp_body, data, len);
 }
 
 void mf_http_exchange_body_ref(mf_http_exchange_t *ex, const void *data,
@@ -334,8 +392,8 @@ void mf_http_exchange_body_ref(mf_http_exchange_t *ex, const void *data,
 mf_series_t *mf_http_exchange_series(mf_http_exchange_t *ex)
 {
     if (!ex->series) {
-        ex->series = mf_series_create(ex->conn->loop, mf__exchange_series_done);
-        ex->series->owner = ex;
+        ex->series = mf_series_create(ex->loop, mf__exchange_series_done);
+        mf_series_set_callback_arg(ex->series, ex);
     }
     return ex->series;
 }
@@ -368,43 +426,69 @@ void mf_http_exchange_send(mf_http_exchange_t *ex)
 {
     if (ex->state == MF_EX_DONE)
         return;
-    if (!ex->closed_early) {
-        if (ex->state == MF_EX_STREAM) {
-            if (ex->req.minor_version >= 1)
-                mf__conn_queue_copy(ex->conn, "0\r\n\r\n", 5);
-        } else {
-            mf__exchange_queue_full(ex);
-        }
-    }
+    /* The handler lets go here: no callback of its may run after. */
+    ex->on_close = NULL;
+    ex->on_drain = NULL;
     ex->held = false;
-    mf__exchange_finish(ex);
+    if (!ex->closed_early) {
+        if (ex->state == MF_EX_STREAM)
+            mf__exchange_end_stream(ex);
+        else if (ex->state == MF_EX_ACTIVE)
+            mf__exchange_queue_full(ex);
+    }
+    ex->state = MF_EX_DONE;
+    if (ex->series) { /* sent from inside its series: its end releases */
+        mf__http_conn_flush(ex->conn);
+        return;
+    }
+    mf__http_conn_release(ex->conn); /* may destroy ex */
+}
+
+/* The head of a streamed response, on its first write. */
+static int mf__exchange_start_stream(mf_http_exchange_t *ex, bool chunked)
+{
+    ex->state = MF_EX_STREAM;
+    if (!chunked) /* HTTP/1.0: the close ends the body */
+        mf__http_conn_close_when_done(ex->conn);
+    if (ex->out_of_memory)
+        return MF_ENOMEM;
+    return mf__exchange_queue_head(ex, chunked, 0, false, NULL, 0);
+}
+
+/* One piece of a streamed body, framed as a chunk, queued as one copy. */
+static int mf__exchange_queue_chunk(mf_http_exchange_t *ex, bool chunked,
+                                    const void *data, size_t len)
+{
+    char size[20];
+    size_t n = mf__http_fmt_hex(size, len);
+    memcpy(size + n, "\r\n", 2);
+    mf_piece_t pieces[3] = {{size, n + 2}, {data, len}, {"\r\n", 2}};
+    if (!chunked)
+        return mf__http_conn_queue_copy(ex->conn, data, len);
+    return mf__http_conn_queue_pieces(ex->conn, pieces, 3);
 }
 
 int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
 {
-    mf_http_conn_t *conn = ex->conn;
-    if (ex->closed_early || conn->phase == MF_CONN_CLOSED)
+    if (ex->closed_early || ex->state == MF_EX_DONE)
         return MF_ECLOSED;
+    if (ex->state == MF_EX_FAILED)
+        return MF_ENOMEM;
     bool chunked = ex->req.minor_version >= 1;
-    if (ex->state != MF_EX_STREAM) {
-        ex->state = MF_EX_STREAM;
-        if (!chunked)
-            conn->keep_alive = false; /* HTTP/1.0: the close ends the body */
-        mf__exchange_queue_head(ex, chunked, 0, false, NULL, 0);
+    int rc = 0;
+    if (ex->state == MF_EX_ACTIVE &&
+        mf__exchange_start_stream(ex, chunked) < 0) {
+        mf__exchange_fail(ex); /* nothing queued yet: a 500 */
+        rc = MF_ENOMEM;
+    } else if (len && mf__exchange_queue_chunk(ex, chunked, data, len) < 0) {
+        mf__exchange_cut(ex);
+        return MF_ENOMEM;
     }
-    if (len) {
-        char size[20];
-        size_t n = mf__fmt_hex(size, len);
-        memcpy(size + n, "\r\n", 2);
-        if (chunked)
-            mf__conn_queue_copy(conn, size, n + 2);
-        mf__conn_queue_copy(conn, data, len);
-        if (chunked)
-            mf__conn_queue_copy(conn, "\r\n", 2);
-    }
-    if (mf__conn_flush(conn) < 0 || ex->closed_early)
-        return MF_ECLOSED;
-    return mf__conn_pending(conn) > MF_HTTP_WRITE_HIGH_WATER ? 1 : 0;
+    if (mf__http_conn_flush(ex->conn) < 0 || ex->closed_early)
+        return rc ? rc : MF_ECLOSED;
+    if (rc)
+        return rc;
+    return mf__http_conn_pending(ex->conn) > MF_HTTP_WRITE_HIGH_WATER ? 1 : 0;
 }
 
 static void mf__exchange_drain_now(mf_post_t *post)
@@ -424,25 +508,9 @@ void mf_http_exchange_on_drain(mf_http_exchange_t *ex,
     ex->on_drain_arg = arg;
     /* Room already: call back on the next phase (never inside this call),
      * with one post at most in flight. */
-    if (cb && mf__conn_pending(ex->conn) < MF_HTTP_WRITE_LOW_WATER &&
+    if (cb && mf__http_conn_pending(ex->conn) < MF_HTTP_WRITE_LOW_WATER &&
         !mf_list_linked(&ex->drain_post._link)) {
         mf_post_init(&ex->drain_post, mf__exchange_drain_now, ex);
-        mf_loop_defer(ex->conn->loop, &ex->drain_post);
+        mf_loop_defer(ex->loop, &ex->drain_post);
     }
-}
-
-/* ---- error answers ----------------------------------------------------- */
-
-void mf__send_error(mf_http_conn_t *conn, int status)
-{
-    char body[64];
-    int blen =
-        snprintf(body, sizeof body, "%d %s\n", status, mf_http_reason(status));
-    mf_head_builder_t h;
-    mf__head_common(&h, conn->srv, status);
-    mf__head_put(&h, "Content-Type: text/plain\r\nContent-Length: ", 42);
-    h.len += mf__fmt_u64(h.fixed + h.len, (uint64_t)blen);
-    mf__head_put(&h, "\r\nConnection: close\r\n\r\n", 23);
-    mf__conn_queue_copy(conn, h.fixed, h.len);
-    mf__conn_queue_copy(conn, body, (size_t)blen);
 }

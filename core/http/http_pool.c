@@ -13,7 +13,7 @@
 #include "http_client_int.h"
 #include "net/net.h"
 
-static void mf__conn_on_io(mf_io_t *io, unsigned events);
+static void mf__client_conn_on_io(mf_io_t *io, unsigned events);
 
 /* ---- the pool --------------------------------------------------------------
  */
@@ -158,7 +158,7 @@ static mf_http_client_conn_t *mf__client_conn_new(mf_http_client_task_t *t)
     memset(conn, 0, sizeof(*conn));
     conn->loop = loop;
     conn->ep = t->ep;
-    mf_io_init(&conn->io, -1, mf__conn_on_io, conn);
+    mf_io_init(&conn->io, -1, mf__client_conn_on_io, conn);
     mf__client_open_init(&conn->opener, loop, &conn->io, &conn->ssl);
     mf_timer_init(&conn->idle_timer, mf__client_conn_idle_expired, conn);
     mf_timer_set_ref(loop, &conn->idle_timer, false);
@@ -197,7 +197,7 @@ static void mf__client_conn_idle_event(mf_http_client_conn_t *conn)
         mf__client_conn_close(conn);
 }
 
-static void mf__conn_on_io(mf_io_t *io, unsigned events)
+static void mf__client_conn_on_io(mf_io_t *io, unsigned events)
 {
     mf_http_client_conn_t *conn = io->data;
     if (conn->task)
@@ -271,7 +271,8 @@ void mf__http_abandon(mf_http_client_task_t *t)
 
 /* ---- opening: resolve, connect, TLS ------------------------------------- */
 
-static void mf__conn_fail_open(mf_http_client_task_t *t, int state, int error)
+static void mf__client_conn_fail_open(mf_http_client_task_t *t, int state,
+                                      int error)
 {
     mf_http_client_conn_t *conn = t->conn;
     t->conn = NULL;
@@ -282,7 +283,7 @@ static void mf__conn_fail_open(mf_http_client_task_t *t, int state, int error)
     mf__client_task_open_failed(t, state, error);
 }
 
-static void mf__conn_on_resolved(mf_dns_query_t *q, int status)
+static void mf__client_conn_on_resolved(mf_dns_query_t *q, int status)
 {
     mf_http_client_task_t *t = q->data;
     t->resolving = false;
@@ -293,12 +294,12 @@ static void mf__conn_on_resolved(mf_dns_query_t *q, int status)
     if (status < 0) {
         int state =
             status == MF_ETIMEDOUT ? MF_STATE_TIMEOUT : MF_STATE_DNS_ERROR;
-        mf__conn_fail_open(t, state, status);
+        mf__client_conn_fail_open(t, state, status);
         return;
     }
     int rc = mf__client_open_start(&t->conn->opener, &t->dns);
     if (rc < 0)
-        mf__conn_fail_open(t, MF_STATE_SYS_ERROR, rc);
+        mf__client_conn_fail_open(t, MF_STATE_SYS_ERROR, rc);
 }
 
 static void mf__http_open(mf_http_client_task_t *t)
@@ -308,7 +309,7 @@ static void mf__http_open(mf_http_client_task_t *t)
     t->phase = MF_CT_OPENING;
     t->resolving = true;
     mf_dns_query_start(t->base._loop, &t->dns, t->host, t->port,
-                       mf__conn_on_resolved, t);
+                       mf__client_conn_on_resolved, t);
 }
 
 void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
@@ -319,7 +320,7 @@ void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
     if (rc == MF_EAGAIN)
         return;
     if (rc < 0)
-        mf__conn_fail_open(
+        mf__client_conn_fail_open(
             t, rc == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR, rc);
     else
         mf__client_task_send(t);

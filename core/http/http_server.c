@@ -1,5 +1,8 @@
 /*
- * http_server.c — the listener, accepting, the Date cache and graceful stop.
+ * http_server.c — the listener, accepting, the Date cache, graceful stop,
+ * and the server's side of http_server_int.h. Owns mf_http_server_t, whose
+ * body is private to this file. May call: the connection's interface for
+ * the server (http_conn.h: accept, stop), the net and engine layers.
  * Connections are in http_conn.c, the handler API in http_exchange.c.
  */
 #include <errno.h>
@@ -11,8 +14,34 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "http_conn.h"
 #include "http_server_int.h"
 #include "net/net.h"
+
+struct mf_http_server {
+    mf_loop_t *loop;
+    mf_http_server_config_t config;
+    mf_http_handler handler;
+    void *user;
+    int listen_fd;
+    mf_io_t listen_io;
+    bool accepting;
+    uint16_t port;
+    mf_tls_server_t *tls;
+    mf_list_t conns; /* open connections (their list links) */
+    size_t nconns;
+    bool stopping;
+    mf_http_server_stopped_cb stopped_cb;
+    void *stopped_arg;
+    mf_post_t stopped_post;
+    uint64_t failed_responses; /* answered 500 or cut for lack of memory */
+    long date_sec;
+    uint64_t date_checked; /* loop time of the last clock read */
+    char date[40];         /* "Date: Tue, 01 Dec 2026 10:00:00 GMT\r\n" */
+    size_t date_len;
+    char server_line[80];
+    size_t server_line_len;
+};
 
 void mf_http_server_config_init(mf_http_server_config_t *c)
 {
@@ -34,7 +63,7 @@ void mf_http_server_config_init(mf_http_server_config_t *c)
 /* The wall clock is read at most once per loop tick (the loop's cached
  * time, refreshed every iteration), as nginx reads it once per event loop
  * turn: the responses of one iteration share their Date. */
-const char *mf__server_date(mf_http_server_t *srv, size_t *len)
+const char *mf__http_server_date(mf_http_server_t *srv, size_t *len)
 {
     uint64_t tick = mf_loop_now(srv->loop);
     if (tick == srv->date_checked && srv->date_len) {
@@ -95,7 +124,7 @@ static void mf__server_on_accept(mf_io_t *io, unsigned events)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        mf__conn_accepted(srv, fd, &peer);
+        mf__http_conn_accept(srv, fd, &peer);
     }
 }
 
@@ -147,8 +176,8 @@ mf_http_server_t *mf_http_server_start(mf_loop_t *loop,
         srv->server_line_len = (size_t)snprintf(
             srv->server_line, sizeof srv->server_line, "Server: %s\r\n", name);
     int rc = 0;
-    if (config->tls_cert_file && config->tls_key_file)
-        rc = mf__tls_server_create(config, &srv->tls);
+    if (config->tls.cert_file && config->tls.key_file)
+        rc = mf__tls_server_create(&config->tls, &srv->tls);
     if (rc == 0)
         rc = mf__server_listen(srv);
     if (rc < 0) {
@@ -176,8 +205,15 @@ static void mf__server_maybe_stopped(mf_http_server_t *srv)
     }
 }
 
-void mf__server_conn_gone(mf_http_server_t *srv)
+void mf__http_server_conn_opened(mf_http_server_t *srv, mf_list_t *link)
 {
+    mf_list_push_back(&srv->conns, link);
+    srv->nconns++;
+}
+
+void mf__http_server_conn_closed(mf_http_server_t *srv, mf_list_t *link)
+{
+    mf_list_remove(link);
     srv->nconns--;
     mf__server_resume_accept(srv);
     mf__server_maybe_stopped(srv);
@@ -196,15 +232,9 @@ void mf_http_server_stop(mf_http_server_t *srv, mf_http_server_stopped_cb done,
      * (their responses say Connection: close). */
     mf_list_t *node = srv->conns.next;
     while (node != &srv->conns) {
-        mf_http_conn_t *conn = mf_container_of(node, mf_http_conn_t, link);
-        node = node->next;
-        conn->keep_alive = false;
-        if (conn->phase != MF_CONN_IDLE || conn->in.len)
-            continue;
-        if (conn->nsegs)
-            conn->close_after = true; /* after its last answer is out */
-        else
-            mf__conn_close(conn);
+        mf_http_conn_t *conn = mf__http_conn_from_link(node);
+        node = node->next; /* the connection may close and unlink */
+        mf__http_conn_stop(conn);
     }
     mf__server_maybe_stopped(srv);
 }
@@ -222,4 +252,45 @@ size_t mf_http_server_connections(const mf_http_server_t *srv)
 mf_loop_t *mf_http_server_loop(const mf_http_server_t *srv)
 {
     return srv->loop;
+}
+
+uint64_t mf_http_server_failed_responses(const mf_http_server_t *srv)
+{
+    return srv->failed_responses;
+}
+
+/* ---- for connections and exchanges (http_server_int.h) ------------------ */
+
+const mf_http_server_config_t *
+mf__http_server_config(const mf_http_server_t *srv)
+{
+    return &srv->config;
+}
+
+mf_tls_server_t *mf__http_server_tls(const mf_http_server_t *srv)
+{
+    return srv->tls;
+}
+
+bool mf__http_server_stopping(const mf_http_server_t *srv)
+{
+    return srv->stopping;
+}
+
+const char *mf__http_server_line(const mf_http_server_t *srv, size_t *len)
+{
+    *len = srv->server_line_len;
+    return srv->server_line;
+}
+
+void mf__http_server_handle(mf_http_server_t *srv, mf_http_exchange_t *ex)
+{
+    srv->handler(ex, srv->user);
+}
+
+void mf__http_server_response_failed(mf_http_server_t *srv, bool answered)
+{
+    srv->failed_responses++;
+    fprintf(stderr, "moonflow: http: out of memory building a response: %s\n",
+            answered ? "answered 500" : "connection closed");
 }

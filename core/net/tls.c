@@ -69,20 +69,20 @@ static int mf__tls_servername(SSL *ssl, int *alert, void *arg)
     return SSL_TLSEXT_ERR_OK; /* default certificate */
 }
 
-int mf__tls_server_create(const mf_http_server_config_t *config,
+int mf__tls_server_create(const mf_tls_server_config_t *config,
                           mf_tls_server_t **out)
 {
     mf_tls_server_t *tls = mf_xcalloc(1, sizeof(*tls));
     *out = NULL;
-    tls->ctx = mf__tls_server_ctx(config->tls_cert_file, config->tls_key_file);
+    tls->ctx = mf__tls_server_ctx(config->cert_file, config->key_file);
     if (!tls->ctx) {
         mf__tls_server_free(tls);
         return MF_ETLS;
     }
-    if (config->tls_sni_count) {
-        tls->sni = mf_xcalloc(config->tls_sni_count, sizeof(*tls->sni));
-        for (size_t i = 0; i < config->tls_sni_count; i++) {
-            const struct mf_http_sni *sni = &config->tls_sni[i];
+    if (config->sni_count) {
+        tls->sni = mf_xcalloc(config->sni_count, sizeof(*tls->sni));
+        for (size_t i = 0; i < config->sni_count; i++) {
+            const mf_tls_sni_t *sni = &config->sni[i];
             tls->sni[i].ctx = mf__tls_server_ctx(sni->cert_file, sni->key_file);
             tls->sni[i].name = strdup(sni->server_name);
             tls->nsni++;

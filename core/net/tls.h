@@ -1,7 +1,8 @@
 /*
- * tls.h — OpenSSL 3 glue for the HTTP server and client, and the socket
+ * tls.h — OpenSSL 3 glue for servers (certificates and SNI from an
+ * mf_tls_server_config_t) and clients (verification), and the socket
  * read/write calls that go through TLS when a connection has an SSL.
- * Internal.
+ * Internal; knows no protocol above TCP.
  *
  * Ownership: mf__tls_server_create returns a context the server owns and
  * frees with mf__tls_server_free. The client context is one per loop and per
@@ -16,13 +17,14 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "moonflow/http_server.h"
+#include "moonflow/loop.h"
+#include "moonflow/tls.h"
 
 typedef struct mf_tls_server mf_tls_server_t;
 
 /* Loads the default certificate/key and the SNI ones. 0, or MF_ETLS after
  * writing OpenSSL's reason to stderr. */
-int mf__tls_server_create(const mf_http_server_config_t *config,
+int mf__tls_server_create(const mf_tls_server_config_t *config,
                           mf_tls_server_t **out);
 void mf__tls_server_free(mf_tls_server_t *tls);
 SSL *mf__tls_server_ssl(mf_tls_server_t *tls, int fd);

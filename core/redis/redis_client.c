@@ -333,7 +333,7 @@ void mf__redis_client_unwait(mf_redis_task_t *t)
 /* ---- teardown (the loop is being destroyed) ------------------------------
  */
 
-static void mf__conn_drop(mf_redis_conn_t *conn)
+static void mf__redis_client_drop_conn(mf_redis_conn_t *conn)
 {
     if (conn->state != MF_RCONN_CLOSED) {
         mf_list_init(&conn->queue); /* tasks go with the loop */
@@ -349,10 +349,11 @@ static void mf__client_free(mf_redis_client_t *c)
     if (c->shared)
         for (unsigned i = 0; i < c->opts.pipeline_connections; i++)
             if (c->shared[i])
-                mf__conn_drop(c->shared[i]);
+                mf__redis_client_drop_conn(c->shared[i]);
     mf_list_t *node;
     while ((node = mf_list_pop_front(&c->pooled)) != NULL)
-        mf__conn_drop(mf_container_of(node, mf_redis_conn_t, link));
+        mf__redis_client_drop_conn(
+            mf_container_of(node, mf_redis_conn_t, link));
     while ((node = mf_list_pop_front(&c->subs)) != NULL)
         mf__redis_sub_free(mf_container_of(node, mf_redis_subscriber_t, link));
     mf_free(c->shared);

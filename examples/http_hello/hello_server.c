@@ -44,9 +44,9 @@ static int hello_server_option(hello_options_t *o, const char *flag,
     if (!strcmp(flag, "--listen"))
         c->listen = value;
     else if (!strcmp(flag, "--tls-cert"))
-        c->tls_cert_file = value;
+        c->tls.cert_file = value;
     else if (!strcmp(flag, "--tls-key"))
-        c->tls_key_file = value;
+        c->tls.key_file = value;
     else if (!strcmp(flag, "--workers")) {
         if (hello_server_number(flag, value, 1024, &n) < 0)
             return -1;

@@ -128,28 +128,28 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
     const char *cert = mf__field_string(L, t, "cert");
     const char *key = mf__field_string(L, t, "key");
     if (cert && key) {
-        c->http.tls_cert_file = mf__config_path(c, dir, cert);
-        c->http.tls_key_file = mf__config_path(c, dir, key);
+        c->http.tls.cert_file = mf__config_path(c, dir, cert);
+        c->http.tls.key_file = mf__config_path(c, dir, key);
     }
     lua_getfield(L, t, "sni");
     int sni = lua_gettop(L);
     if (lua_istable(L, sni)) {
         lua_pushnil(L);
-        while (lua_next(L, sni) && c->http.tls_sni_count < MF_SERVE_MAX_SNI) {
+        while (lua_next(L, sni) && c->http.tls.sni_count < MF_SERVE_MAX_SNI) {
             int e = lua_gettop(L);
             const char *ec =
                 lua_istable(L, e) ? mf__field_string(L, e, "cert") : NULL;
             const char *ek =
                 lua_istable(L, e) ? mf__field_string(L, e, "key") : NULL;
             if (lua_type(L, -2) == LUA_TSTRING && ec && ek)
-                c->sni[c->http.tls_sni_count++] = (struct mf_http_sni){
-                    .server_name =
-                        mf_serve_config_strdup(c, lua_tostring(L, -2)),
-                    .cert_file = mf__config_path(c, dir, ec),
-                    .key_file = mf__config_path(c, dir, ek)};
+                c->sni[c->http.tls.sni_count++] =
+                    (mf_tls_sni_t){.server_name = mf_serve_config_strdup(
+                                       c, lua_tostring(L, -2)),
+                                   .cert_file = mf__config_path(c, dir, ec),
+                                   .key_file = mf__config_path(c, dir, ek)};
             lua_pop(L, 1);
         }
-        c->http.tls_sni = c->sni;
+        c->http.tls.sni = c->sni;
     }
     lua_pop(L, 1);
 }

@@ -334,7 +334,7 @@ static int mf__serve_run(mf_serve_config_t *c)
     int status = 0;
     if (mf__serve_started(ws, n)) {
         fprintf(stderr, "moonflow serve: %s on http%s://%s (%u workers)\n",
-                c->root, c->http.tls_cert_file ? "s" : "", c->http.listen, n);
+                c->root, c->http.tls.cert_file ? "s" : "", c->http.listen, n);
         mf__serve_wait(workers, jobs, &sigs);
         fprintf(stderr, "moonflow serve: stopping\n");
     } else {

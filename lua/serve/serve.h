@@ -39,7 +39,7 @@ typedef struct mf_serve_config {
     char *access_log;            /* NULL/"off", "-" (stdout) or a file */
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
     mf_http_server_config_t http;
-    struct mf_http_sni sni[MF_SERVE_MAX_SNI];
+    mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;
     struct mf_serve_config_string *strings; /* owned copies, a list */

@@ -50,6 +50,13 @@ MF_API void *mf_xrealloc(void *p, size_t size);
 MF_API void *mf_try_malloc(size_t size);
 MF_API void mf_free(void *p);
 
+/* Test-only: makes the next n checked allocations fail, on any thread
+ * (mf_try_malloc and the growth of the engine's byte buffers: request and
+ * response buffers, connection output), so that tests can drive every
+ * out-of-memory path; 0 disarms it. The aborting mf_x* allocators are not
+ * affected. Never call it outside a test. */
+MF_API void mf_alloc_fail_next(unsigned n);
+
 /* Number of successful allocations made through the wrappers since start
  * (all threads). Reads are relaxed: exact once the threads are quiet. */
 MF_API uint64_t mf_alloc_count(void);

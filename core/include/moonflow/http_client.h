@@ -36,7 +36,6 @@
 #define MOONFLOW_HTTP_CLIENT_H
 
 #include "http_parser.h"
-#include "http_server.h"
 #include "task.h"
 
 MF_EXTERN_C_BEGIN
@@ -84,14 +83,7 @@ MF_API const char *mf_task_http_header(const mf_task_t *task, const char *name,
 MF_API const char *mf_task_http_url(const mf_task_t *task);
 MF_API int mf_task_http_redirects(const mf_task_t *task);
 
-/* Proxying: a task that sends the exchange's request (method, target,
- * end-to-end headers, body) to upstream (e.g. "http://127.0.0.1:9000") and
- * streams the answer back to the exchange as it arrives. Push it onto
- * mf_http_exchange_series(ex); the exchange is answered when it ends (a
- * failure before any byte was relayed becomes a 502, or 504 on timeout). */
-MF_API mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex,
-                                       const char *upstream, mf_task_cb cb,
-                                       void *user);
+/* Proxying (mf_task_http_forward) is in http_forward.h. */
 
 MF_EXTERN_C_END
 

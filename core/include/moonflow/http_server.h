@@ -25,6 +25,13 @@
  * oversize heads 431, long request lines 414, big bodies 413, unsupported
  * versions 505, and the connection is closed after the answer.
  *
+ * Never a silently short answer: if memory runs out while a response is
+ * built (an added header, an appended body, the queued head), the client
+ * gets a 500 with Connection: close instead; once the head is out, the
+ * connection is closed, so the client sees a cut body (no last chunk, or
+ * fewer bytes than Content-Length). Each case is counted
+ * (mf_http_server_failed_responses) and reported on stderr.
+ *
  * Threads: the loop's thread only. Ownership: the server owns connections
  * and exchanges; an exchange pointer is valid from the handler call until
  * the response is sent (or the on_close callback ran). Strings and bodies
@@ -38,6 +45,7 @@
 #include "dns.h"
 #include "http_parser.h"
 #include "series.h"
+#include "tls.h"
 
 MF_EXTERN_C_BEGIN
 
@@ -57,15 +65,9 @@ typedef struct mf_http_server_config {
     uint32_t keepalive_timeout_ms; /* idle between requests; default 60000 */
     uint32_t write_timeout_ms;     /* a stalled response; default 10000 */
     uint32_t max_keepalive_requests; /* per connection; 0 = unlimited */
-    /* TLS: both set → HTTPS. SNI: extra certificates by server name. */
-    const char *tls_cert_file;
-    const char *tls_key_file;
-    const struct mf_http_sni {
-        const char *server_name;
-        const char *cert_file;
-        const char *key_file;
-    } * tls_sni;
-    size_t tls_sni_count;
+    /* HTTPS when tls.cert_file and tls.key_file are set; SNI: extra
+     * certificates by server name (tls.h). */
+    mf_tls_server_config_t tls;
     const char *server_header; /* default "moonflow"; "" to omit */
 } mf_http_server_config_t;
 
@@ -91,6 +93,10 @@ MF_API uint16_t mf_http_server_port(const mf_http_server_t *srv);
 /* Open connections on this loop. */
 MF_API size_t mf_http_server_connections(const mf_http_server_t *srv);
 MF_API mf_loop_t *mf_http_server_loop(const mf_http_server_t *srv);
+/* Responses that could not be built for lack of memory since the start:
+ * each was answered 500 (with Connection: close) or, when its head was
+ * already out, cut by closing the connection. Never a silent short answer. */
+MF_API uint64_t mf_http_server_failed_responses(const mf_http_server_t *srv);
 
 /* ---- the exchange: request side --------------------------------------- */
 
@@ -131,11 +137,13 @@ MF_API void mf_http_exchange_body_ref(mf_http_exchange_t *ex, const void *data,
                                       size_t len);
 
 /* The exchange's series: tasks pushed here run after the handler returns;
- * the response is sent when the series is done. */
+ * the response is sent when the series is done (a task's callback may also
+ * send it earlier: the connection moves on once the series is done). */
 MF_API mf_series_t *mf_http_exchange_series(mf_http_exchange_t *ex);
 /* Keeps the exchange open after the handler returns, until _send. */
 MF_API void mf_http_exchange_hold(mf_http_exchange_t *ex);
-/* Sends the response (or ends a streamed one). Once. */
+/* Sends the response (or ends a streamed one). Once. From here on no
+ * on_close or on_drain callback of the exchange runs. */
 MF_API void mf_http_exchange_send(mf_http_exchange_t *ex);
 /* Appends data to the body and sends, in one step: data need only be valid
  * during the call, and a small body is copied once, straight to the
@@ -147,7 +155,10 @@ MF_API void mf_http_exchange_send_body(mf_http_exchange_t *ex, const void *data,
  * the output not yet written to the socket is above
  * MF_HTTP_WRITE_HIGH_WATER — the writer should wait for the drain callback
  * before writing more (a slow client must not make the server buffer a
- * whole upstream body); or MF_ECLOSED if the client is gone. */
+ * whole upstream body); MF_ECLOSED if the client is gone; MF_ENOMEM if the
+ * piece could not be queued (the answer became a 500, or the connection
+ * was cut). After an error, stop writing and still call
+ * mf_http_exchange_send: it ends the exchange. */
 #define MF_HTTP_WRITE_HIGH_WATER (256 * 1024)
 #define MF_HTTP_WRITE_LOW_WATER (64 * 1024)
 MF_API int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data,

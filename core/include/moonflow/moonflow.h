@@ -1,8 +1,9 @@
 /*
  * moonflow/moonflow.h — the whole public C API of the engine: the loop and
  * the flow primitives, the basic and go tasks, the compute pool and the
- * workers, DNS, the file watcher, and the HTTP and Redis clients and the
- * HTTP server. Each header says what it owns; this one only gathers them.
+ * workers, DNS, the file watcher, TLS settings, the HTTP and Redis
+ * clients, the HTTP server and proxying. Each header says what it owns; this
+ * one only gathers them.
  */
 #ifndef MOONFLOW_H
 #define MOONFLOW_H
@@ -13,6 +14,7 @@
 #include "fswatch.h"
 #include "go.h"
 #include "http_client.h"
+#include "http_forward.h"
 #include "http_parser.h"
 #include "http_server.h"
 #include "list.h"
@@ -23,6 +25,7 @@
 #include "series.h"
 #include "task.h"
 #include "tasks.h"
+#include "tls.h"
 #include "workers.h"
 
 /* The release; CMake reads its project version from this line. */

@@ -42,6 +42,13 @@ MF_API void mf_series_start(mf_series_t *series);
 MF_API void mf_series_cancel(mf_series_t *series);
 MF_API bool mf_series_canceled(const mf_series_t *series);
 
+/* The series callback's own argument, as a closure carries its data: the
+ * code that created the series finds its state here in the callback,
+ * while the context stays free for the tasks and their callbacks to share.
+ * NULL unless set. */
+MF_API void mf_series_set_callback_arg(mf_series_t *series, void *arg);
+MF_API void *mf_series_callback_arg(const mf_series_t *series);
+
 MF_API void mf_series_set_context(mf_series_t *series, void *context);
 MF_API void *mf_series_context(const mf_series_t *series);
 MF_API int mf_series_state(const mf_series_t *series);

@@ -73,3 +73,18 @@ TEST(steady_state_go_tasks_make_no_malloc)
     mf_pool_destroy(pool);
     mf_loop_destroy(loop);
 }
+
+TEST(injected_failures_fail_the_checked_allocations_then_stop)
+{
+    mf_alloc_fail_next(2);
+    ASSERT(mf_try_malloc(64) == NULL);
+    ASSERT(mf_try_malloc(1 << 20) == NULL);
+    void *p = mf_try_malloc(64); /* the third one succeeds again */
+    ASSERT(p != NULL);
+    mf_free(p);
+    mf_alloc_fail_next(5);
+    mf_alloc_fail_next(0); /* disarmed */
+    p = mf_try_malloc(64);
+    ASSERT(p != NULL);
+    mf_free(p);
+}

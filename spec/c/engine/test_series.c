@@ -131,6 +131,31 @@ TEST(series_context_is_shared_by_its_callbacks)
     mf_loop_destroy(loop);
 }
 
+static void *seen_cb_arg;
+
+static void on_read_cb_arg(mf_series_t *series)
+{
+    seen_cb_arg = mf_series_callback_arg(series);
+    seen_context = mf_series_context(series);
+}
+
+TEST(series_callback_arg_is_kept_apart_from_the_context)
+{
+    mf_loop_t *loop = mf_loop_create();
+    static int owner = 7, payload = 42;
+    mf_series_t *s = mf_series_create(loop, on_read_cb_arg);
+    ASSERT(mf_series_callback_arg(s) == NULL);
+    mf_series_set_callback_arg(s, &owner);
+    /* A task's callback sets the context; the callback's argument stays. */
+    mf_series_push_back(s,
+                        mf_task_empty_create(loop, on_set_context, &payload));
+    mf_series_start(s);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(seen_cb_arg == &owner);
+    ASSERT(seen_context == &payload);
+    mf_loop_destroy(loop);
+}
+
 static int failing_cb_state;
 
 static void on_first_failure(mf_series_t *series)

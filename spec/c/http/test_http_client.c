@@ -15,6 +15,7 @@
 #include <moonflow/moonflow.h>
 
 #include "dns_stub.h"
+#include "http_peer.h"
 #include "test.h"
 #include "test_port.h"
 
@@ -26,38 +27,9 @@ static uint16_t port;
 
 /* ---- the test server --------------------------------------------------- */
 
-static long query_num(const mf_http_request_t *req, const char *key)
-{
-    size_t k = strlen(key);
-    if (req->query && req->query_len > k && memcmp(req->query, key, k) == 0 &&
-        req->query[k] == '=')
-        return strtol(req->query + k + 1, NULL, 10);
-    return 0;
-}
-
-static int path_is(const mf_http_request_t *req, const char *p)
-{
-    return req->path_len == strlen(p) &&
-           memcmp(req->path, p, req->path_len) == 0;
-}
-
-static void held_fire(mf_timer_t *timer)
-{
-    mf_http_exchange_t *ex = timer->data;
-    mf_http_exchange_append(ex, "late\n", 5);
-    mf_http_exchange_send(ex);
-    free(timer);
-}
-
-static void held_closed(mf_http_exchange_t *ex, void *arg)
-{
-    mf_timer_stop(mf_http_exchange_loop(ex), arg);
-    free(arg);
-}
-
 static void serve_redirect(mf_http_exchange_t *ex, const mf_http_request_t *req)
 {
-    long n = query_num(req, "n");
+    long n = peer_query_num(req, "n");
     if (n <= 0) {
         mf_http_exchange_append(ex, "landed\n", 7);
         return;
@@ -91,7 +63,7 @@ static void serve_static(mf_http_exchange_t *ex, const mf_http_request_t *req)
     mf_http_exchange_add_header(ex, "X-D", 3, "4", 1);
     mf_http_exchange_add_header_static(ex, b, sizeof b - 1);
     mf_http_exchange_add_header_static(ex, c, sizeof c - 1);
-    size_t n = (size_t)query_num(req, "n");
+    size_t n = (size_t)peer_query_num(req, "n");
     char *body = malloc(n + 1);
     for (size_t i = 0; i < n; i++)
         body[i] = (char)('a' + i % 26);
@@ -104,32 +76,27 @@ static void handle(mf_http_exchange_t *ex, void *user)
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     (void)user;
-    if (path_is(req, "/drain-then-send")) {
+    if (peer_path_is(req, "/drain-then-send")) {
         /* A drain call is due on the next phase, but the exchange ends
          * first: the call must be dropped with it (ASan twin checks). */
         mf_http_exchange_on_drain(ex, on_drain_count, NULL);
         mf_http_exchange_append(ex, "sent\n", 5);
         mf_http_exchange_send(ex);
-    } else if (path_is(req, "/big")) {
+    } else if (peer_path_is(req, "/big")) {
         mf_http_exchange_body_ref(ex, big_body, big_len);
-    } else if (path_is(req, "/hello")) {
+    } else if (peer_path_is(req, "/hello")) {
         mf_http_exchange_body_ref(ex, "hello client\n", 13);
-    } else if (path_is(req, "/redirect")) {
+    } else if (peer_path_is(req, "/redirect")) {
         serve_redirect(ex, req);
-    } else if (path_is(req, "/held")) {
-        mf_timer_t *t = malloc(sizeof(*t));
-        mf_timer_init(t, held_fire, ex);
-        mf_timer_start(mf_http_exchange_loop(ex), t,
-                       (uint64_t)query_num(req, "ms"));
-        mf_http_exchange_on_close(ex, held_closed, t);
-        mf_http_exchange_hold(ex);
-    } else if (path_is(req, "/stream")) {
-        for (long i = 0; i < query_num(req, "n"); i++)
+    } else if (peer_path_is(req, "/held")) {
+        peer_hold(ex, (uint64_t)peer_query_num(req, "ms"), "late\n", NULL);
+    } else if (peer_path_is(req, "/stream")) {
+        for (long i = 0; i < peer_query_num(req, "n"); i++)
             mf_http_exchange_write(ex, "0123456789", 10);
         mf_http_exchange_send(ex);
-    } else if (path_is(req, "/static")) {
+    } else if (peer_path_is(req, "/static")) {
         serve_static(ex, req);
-    } else if (path_is(req, "/echo")) {
+    } else if (peer_path_is(req, "/echo")) {
         size_t len;
         const char *body = mf_http_exchange_body(ex, &len);
         mf_http_exchange_append(ex, body, len);
@@ -143,8 +110,8 @@ static void start_server(const char *cert, const char *key)
     mf_http_server_config_t c;
     mf_http_server_config_init(&c);
     c.listen = "127.0.0.1:0";
-    c.tls_cert_file = cert;
-    c.tls_key_file = key;
+    c.tls.cert_file = cert;
+    c.tls.key_file = key;
     int err = 0;
     server = mf_http_server_start(loop, &c, handle, NULL, &err);
     if (!server)
@@ -469,6 +436,30 @@ TEST(a_name_that_does_not_resolve_is_a_dns_error)
     if (r.state != MF_STATE_DNS_ERROR || r.error != MF_EDNS)
         MF_TEST_FAIL("state %s error %s", mf_state_name(r.state),
                      mf_err_name(r.error));
+    teardown();
+}
+
+TEST(a_request_that_cannot_be_built_fails_with_enomem)
+{
+    setup();
+    result_t r = {0};
+    size_t big = 100 * 1000; /* above the free lists: a checked malloc */
+    char *body = calloc(1, big);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/echo", port);
+    mf_task_t *t = mf_task_http_create(loop, "POST", url, on_done, &r);
+    mf_alloc_fail_next(1);
+    mf_task_http_set_body(t, body, big);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SYS_ERROR);
+    ASSERT_EQ(r.error, MF_ENOMEM);
+    /* Memory is back: the same request goes through whole. */
+    t = mf_task_http_create(loop, "POST", url, on_done, &r);
+    mf_task_http_set_body(t, body, big);
+    run_one(t);
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(r.body_len, big);
+    free(body);
     teardown();
 }
 

@@ -1,0 +1,45 @@
+/*
+ * http_head.h — serialising response heads for the server: the status
+ * line, the Server and Date lines every answer shares, numbers, and the
+ * complete error answer (4xx/5xx, text body, Connection: close). Used by
+ * the exchange (responses) and the connection (errors on input). Internal.
+ *
+ * A head is built in a fixed buffer on the caller's stack (no allocation),
+ * then queued on the connection in one copy.
+ */
+#ifndef MF_HTTP_HEAD_H
+#define MF_HTTP_HEAD_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "moonflow/http_server.h"
+
+/* Room for the fixed part of any head: status line (short reasons), the
+ * capped Server line, Date, framing and Connection lines. */
+#define MF_HTTP_HEAD_FIXED 384
+
+typedef struct mf_http_head {
+    char fixed[MF_HTTP_HEAD_FIXED];
+    size_t len;
+} mf_http_head_t;
+
+static inline void mf__http_head_put(mf_http_head_t *h, const char *s, size_t n)
+{
+    memcpy(h->fixed + h->len, s, n);
+    h->len += n;
+}
+
+/* Decimal / lowercase hex digits of v at out; returns their count (at most
+ * 20 / 16). */
+size_t mf__http_fmt_u64(char *out, uint64_t v);
+size_t mf__http_fmt_hex(char *out, uint64_t v);
+
+/* Starts h with the status line, Server and Date. */
+void mf__http_head_common(mf_http_head_t *h, mf_http_server_t *srv, int status);
+
+/* Fills h with a whole error answer: head and a one-line text body, with
+ * Connection: close. */
+void mf__http_head_error(mf_http_head_t *h, mf_http_server_t *srv, int status);
+
+#endif /* MF_HTTP_HEAD_H */
