@@ -3,8 +3,12 @@
  * "moonflow": sleep (the model of a parking call), now, debug counters,
  * and the stable error strings every result uses.
  */
+#include <stddef.h>
+#include <string.h>
+
 #include <lauxlib.h>
 
+#include <moonflow/common.h>
 #include <moonflow/error.h>
 #include <moonflow/loop.h>
 
@@ -88,27 +92,33 @@ static int mf_lua__now(lua_State *L)
     return 1;
 }
 
+/* The fields of mf_lua_counts_t by name, for mf.debug.counts(). */
+static const struct mf_lua_count_field {
+    const char *name;
+    size_t offset;
+} mf_lua__count_fields[] = {
+    {"coroutines", offsetof(mf_lua_counts_t, coroutines)},
+    {"refs", offsetof(mf_lua_counts_t, refs)},
+    {"timers", offsetof(mf_lua_counts_t, timers)},
+    {"flows", offsetof(mf_lua_counts_t, flows)},
+    {"errors", offsetof(mf_lua_counts_t, errors)},
+    {"resumes", offsetof(mf_lua_counts_t, resumes)},
+    {"idle_threads", offsetof(mf_lua_counts_t, idle_threads)},
+    {"tasks", offsetof(mf_lua_counts_t, tasks)},
+};
+
 static int mf_lua__counts(lua_State *L)
 {
     mf_lua_counts_t c;
     mf_lua_host_counts(mf_lua_host_from_state(L), &c);
-    lua_createtable(L, 0, 8);
-    lua_pushinteger(L, (lua_Integer)c.coroutines);
-    lua_setfield(L, -2, "coroutines");
-    lua_pushinteger(L, (lua_Integer)c.refs);
-    lua_setfield(L, -2, "refs");
-    lua_pushinteger(L, (lua_Integer)c.timers);
-    lua_setfield(L, -2, "timers");
-    lua_pushinteger(L, (lua_Integer)c.flows);
-    lua_setfield(L, -2, "flows");
-    lua_pushinteger(L, (lua_Integer)c.errors);
-    lua_setfield(L, -2, "errors");
-    lua_pushinteger(L, (lua_Integer)c.resumes);
-    lua_setfield(L, -2, "resumes");
-    lua_pushinteger(L, (lua_Integer)c.idle_threads);
-    lua_setfield(L, -2, "idle_threads");
-    lua_pushinteger(L, (lua_Integer)c.tasks);
-    lua_setfield(L, -2, "tasks");
+    lua_createtable(L, 0, (int)MF_ARRAY_SIZE(mf_lua__count_fields));
+    for (size_t i = 0; i < MF_ARRAY_SIZE(mf_lua__count_fields); i++) {
+        const struct mf_lua_count_field *f = &mf_lua__count_fields[i];
+        size_t value;
+        memcpy(&value, (const char *)&c + f->offset, sizeof value);
+        lua_pushinteger(L, (lua_Integer)value);
+        lua_setfield(L, -2, f->name);
+    }
     return 1;
 }
 
