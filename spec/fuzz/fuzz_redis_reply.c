@@ -1,6 +1,6 @@
 /*
  * fuzz_redis_reply.c — libFuzzer target for the Redis reply adapter
- * (core/redis_reply.c): hiredis's redisReader building mf_redis_reply_t
+ * (core/redis/redis_reply.c): hiredis's redisReader building mf_redis_reply_t
  * trees in arena memory.
  *
  * Input: byte 0 picks the arena limit (bit 0: 64 bytes, else 1 MiB: over
