@@ -9,33 +9,6 @@
 
 #include "http_server_int.h"
 
-size_t mf__http_fmt_u64(char *out, uint64_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
-}
-
-size_t mf__http_fmt_hex(char *out, uint64_t v)
-{
-    static const char digits[] = "0123456789abcdef";
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = digits[v & 15];
-        v >>= 4;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
-}
-
 /* "HTTP/1.1 200 OK\r\n" */
 static size_t mf__http_fmt_status_line(char *out, int status)
 {

@@ -31,9 +31,33 @@ static inline void mf__http_head_put(mf_http_head_t *h, const char *s, size_t n)
 }
 
 /* Decimal / lowercase hex digits of v at out; returns their count (at most
- * 20 / 16). */
-size_t mf__http_fmt_u64(char *out, uint64_t v);
-size_t mf__http_fmt_hex(char *out, uint64_t v);
+ * 20 / 16). Inline: every response head formats its Content-Length. */
+static inline size_t mf__http_fmt_u64(char *out, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+static inline size_t mf__http_fmt_hex(char *out, uint64_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = digits[v & 15];
+        v >>= 4;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
 
 /* Starts h with the status line, Server and Date. */
 void mf__http_head_common(mf_http_head_t *h, mf_http_server_t *srv, int status);
