@@ -1,6 +1,14 @@
 -- Background timers: mf.timer.at and mf.timer.every.
 local mf = require "moonflow"
 
+-- Waits (up to 2 s) until cond() holds: a loaded machine may run a timer
+-- late, never early, so the specs wait for the event, not a fixed time.
+local function eventually(cond)
+    local deadline = mf.now() + 2000
+    while not cond() and mf.now() < deadline do mf.sleep(5) end
+    return cond()
+end
+
 describe("mf.timer.at", function()
     it("runs fn(...) once after the delay, in its own coroutine", function()
         local got
@@ -9,7 +17,7 @@ describe("mf.timer.at", function()
             mf.sleep(1) -- a fresh coroutine: it may wait
             got = { a, b, mf.now() - t0 }
         end, "x", 7)
-        mf.sleep(60)
+        assert.is_true(eventually(function() return got ~= nil end))
         assert.are.equal("x", got[1])
         assert.are.equal(7, got[2])
         assert.is_true(got[3] >= 20)
@@ -18,7 +26,7 @@ describe("mf.timer.at", function()
     it("passes nil arguments through", function()
         local n
         mf.timer.at(1, function(...) n = select("#", ...) end, nil, 2, nil)
-        mf.sleep(20)
+        assert.is_true(eventually(function() return n ~= nil end))
         assert.are.equal(3, n)
     end)
 
@@ -34,15 +42,18 @@ describe("mf.timer.at", function()
     end)
 
     it("is not pending once it has fired", function()
-        local h = mf.timer.at(1, function() end)
-        mf.sleep(20)
+        local fired = false
+        local h = mf.timer.at(1, function() fired = true end)
+        assert.is_true(eventually(function() return fired end))
         assert.is_false(h:pending())
     end)
 
     it("counts an error in fn and keeps the host running", function()
         local before = mf.debug.counts().errors
         mf.timer.at(1, function() error("timer failure (expected by the spec)") end)
-        mf.sleep(20)
+        assert.is_true(eventually(function()
+            return mf.debug.counts().errors > before
+        end))
         assert.are.equal(before + 1, mf.debug.counts().errors)
     end)
 
@@ -55,11 +66,13 @@ end)
 describe("mf.timer.every", function()
     it("runs fn every interval until canceled", function()
         local n = 0
+        local t0 = mf.now()
         local h = mf.timer.every(10, function() n = n + 1 end)
-        mf.sleep(75)
+        assert.is_true(eventually(function() return n >= 4 end), "ticks " .. n)
         h:cancel()
         local seen = n
-        assert.is_true(seen >= 4 and seen <= 8, "ticks " .. seen)
+        -- never early: at most one tick per 10 ms that passed
+        assert.is_true(seen <= (mf.now() - t0) / 10 + 1, "ticks " .. seen)
         mf.sleep(30)
         assert.are.equal(seen, n)
     end)
@@ -67,7 +80,8 @@ describe("mf.timer.every", function()
     it("may be canceled from its own function", function()
         local n, h = 0, nil
         h = mf.timer.every(5, function() n = n + 1; if n == 3 then h:cancel() end end)
-        mf.sleep(60)
+        assert.is_true(eventually(function() return not h:pending() end))
+        mf.sleep(20)
         assert.are.equal(3, n)
     end)
 
