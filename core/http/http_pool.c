@@ -308,15 +308,15 @@ static void mf__http_open(mf_http_client_task_t *t)
     mf__client_conn_new(t);
     t->phase = MF_CT_OPENING;
     t->resolving = true;
-    mf_dns_query_start(t->base._loop, &t->dns, t->host, t->port,
+    mf_dns_query_start(t->base._loop, &t->dns, t->origin.host, t->origin.port,
                        mf__client_conn_on_resolved, t);
 }
 
 void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
 {
-    mf_client_tls_t tls = {t->host, t->opts.tls_verify, t->opts.ca_file};
-    int rc =
-        mf__client_open_event(&t->conn->opener, events, t->tls ? &tls : NULL);
+    mf_client_tls_t tls = {t->origin.host, t->opts.tls_verify, t->opts.ca_file};
+    int rc = mf__client_open_event(&t->conn->opener, events,
+                                   t->origin.tls ? &tls : NULL);
     if (rc == MF_EAGAIN)
         return;
     if (rc < 0)
