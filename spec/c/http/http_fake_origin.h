@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_port.h"
 
 enum { FAKE_A, FAKE_B, FAKE_T, FAKE_ORIGINS };
 
@@ -276,15 +277,8 @@ static void *fake_accept_main(void *arg)
 
 static void fake_listen(int origin)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ASSERT_EQ(listen(fd, 64), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    fake.listen_fd[origin] = fd;
-    fake.port[origin] = ntohs(a.sin_port);
+    fake.listen_fd[origin] = mf_test_bind_loopback(&fake.port[origin], 64);
+    ASSERT(fake.listen_fd[origin] >= 0);
     ASSERT_EQ(pthread_create(&fake.acceptor[origin], NULL, fake_accept_main,
                              (void *)(intptr_t)origin),
               0);

@@ -14,7 +14,9 @@
 
 #include "http_fake_origin.h"
 #include "http_peer.h"
+#include "http_result.h"
 #include "test.h"
+#include "test_cert.h"
 
 #define EVIL "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nEVIL"
 #define OK2 "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -86,32 +88,14 @@ static const fake_answer_t answers[] = {
 /* ---- the file's loop, origins and certificate ---------------------------- */
 
 static mf_loop_t *loop;
-static char tmpdir[64], cert[128], key[128];
-
-static void make_cert(void)
-{
-    char cmd[512];
-    strcpy(tmpdir, "/tmp/mf-conformance-XXXXXX");
-    ASSERT(mkdtemp(tmpdir) != NULL);
-    snprintf(cmd, sizeof cmd,
-             "openssl req -x509 -newkey rsa:2048 -nodes -keyout %s/k.pem "
-             "-out %s/c.pem -days 2 -subj /CN=localhost "
-             "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
-             ">/dev/null 2>&1",
-             tmpdir, tmpdir);
-    ASSERT_EQ(system(cmd), 0);
-    snprintf(cert, sizeof cert, "%s/c.pem", tmpdir);
-    snprintf(key, sizeof key, "%s/k.pem", tmpdir);
-}
+static mf_test_cert_t tc; /* origin T's, trusted by the requests */
 
 static void stop_all(void)
 {
     mf_loop_destroy(loop);
     fake_origins_stop();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    if (!mf_test_cert_remove(&tc))
+        fprintf(stderr, "could not remove %s\n", tc.dir);
 }
 
 /* The loop and the origins, once for the file; they end at exit. */
@@ -119,39 +103,17 @@ static void start_once(void)
 {
     if (loop)
         return;
-    make_cert();
-    fake_origins_start(answers, MF_ARRAY_SIZE(answers), cert, key);
+    mf_test_cert_make(&tc);
+    fake_origins_start(answers, MF_ARRAY_SIZE(answers), tc.cert, tc.key);
     loop = mf_loop_create();
     atexit(stop_all);
 }
 
 /* ---- running one request ------------------------------------------------ */
 
-typedef struct result {
-    bool done;
-    int state, error, status, redirects;
-    char body[256];
-} result_t;
-
-static void on_done(mf_task_t *task)
-{
-    result_t *r = task->user;
-    size_t len;
-    const char *body = mf_task_http_body(task, &len);
-    r->done = true;
-    r->state = mf_task_state(task);
-    r->error = mf_task_error(task);
-    r->status = mf_task_http_status(task);
-    r->redirects = mf_task_http_redirects(task);
-    if (len >= sizeof r->body)
-        len = sizeof r->body - 1;
-    memcpy(r->body, body ? body : "", len);
-    r->body[len] = 0;
-}
-
 static bool result_done(void *arg)
 {
-    return ((result_t *)arg)->done;
+    return ((result_t *)arg)->done > 0;
 }
 
 static void url_of(char *url, size_t cap, int origin, const char *target)
@@ -176,6 +138,23 @@ static void run(mf_task_t *task)
     mf_task_start(task);
     if (!peer_run_until(loop, result_done, r, 10000))
         MF_TEST_FAIL("the request did not end in time");
+}
+
+#define DEFAULT_MAX_BODY (64u << 20)
+
+/* Options on t: redirects to follow, the body limit, https -> http. TLS
+ * requests trust origin T's certificate. */
+static mf_task_t *with_opts(mf_task_t *t, int redirects, uint64_t max_body,
+                            bool insecure)
+{
+    mf_http_client_opts_t o;
+    mf_http_client_opts_init(&o);
+    o.max_redirects = redirects;
+    o.max_response_body = max_body;
+    o.allow_insecure_redirects = insecure;
+    o.ca_file = tc.cert;
+    mf_task_http_set_opts(t, &o);
+    return t;
 }
 
 static void expect(const result_t *r, int state, int error, int status,
@@ -269,12 +248,8 @@ static bool flag_set(void *arg)
 TEST(a_forward_never_hands_one_clients_answer_to_the_next)
 {
     start_once();
-    mf_http_server_config_t c;
-    mf_http_server_config_init(&c);
-    c.listen = "127.0.0.1:0";
-    mf_http_server_t *proxy =
-        mf_http_server_start(loop, &c, forward_to_a, NULL, NULL);
-    ASSERT(proxy != NULL);
+    peer_loop = loop; /* peer_start_server's loop */
+    mf_http_server_t *proxy = peer_start_server(forward_to_a, 0);
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%u/surplus-length",
              mf_http_server_port(proxy));
@@ -298,12 +273,7 @@ TEST(a_forward_never_hands_one_clients_answer_to_the_next)
 
 static mf_task_t *with_credentials(mf_task_t *t, int redirects, bool insecure)
 {
-    mf_http_client_opts_t o;
-    mf_http_client_opts_init(&o);
-    o.max_redirects = redirects;
-    o.ca_file = cert;
-    o.allow_insecure_redirects = insecure;
-    mf_task_http_set_opts(t, &o);
+    with_opts(t, redirects, DEFAULT_MAX_BODY, insecure);
     mf_task_http_add_header(t, "authorization", "Bearer secret");
     mf_task_http_add_header(t, "COOKIE", "session=1");
     mf_task_http_add_header(t, "Proxy-Authorization", "Basic cHJveHk=");
@@ -373,21 +343,13 @@ TEST(an_https_to_http_redirect_fails_unless_allowed)
     expect_landed(FAKE_A, false); /* another scheme: another origin */
 }
 
-static mf_task_t *with_redirects(mf_task_t *t, int redirects)
-{
-    mf_http_client_opts_t o;
-    mf_http_client_opts_init(&o);
-    o.max_redirects = redirects;
-    mf_task_http_set_opts(t, &o);
-    return t;
-}
-
 TEST(running_out_of_redirects_is_an_error_and_zero_follows_none)
 {
     start_once();
     result_t r;
     fake_log_clear();
-    run(with_redirects(request("GET", FAKE_A, "/loop", &r), 3));
+    run(with_opts(request("GET", FAKE_A, "/loop", &r), 3, DEFAULT_MAX_BODY,
+                  false));
     expect(&r, MF_STATE_TASK_ERROR, MF_ETOOMANYREDIRECTS, 302, "");
     ASSERT_EQ(r.redirects, 3);
     ASSERT_EQ(fake_count("/loop"), 4);
@@ -441,8 +403,8 @@ TEST(a_redirect_that_turns_into_get_drops_the_body_and_its_headers)
         const method_case_t *c = &method_cases[i];
         result_t r;
         fake_log_clear();
-        mf_task_t *t =
-            with_redirects(request(c->method, FAKE_A, c->target, &r), 2);
+        mf_task_t *t = with_opts(request(c->method, FAKE_A, c->target, &r), 2,
+                                 DEFAULT_MAX_BODY, false);
         if (strcmp(c->method, "HEAD") != 0)
             mf_task_http_set_body(t, "payload", 7);
         mf_task_http_add_header(t, "Content-Type", "text/plain");
@@ -457,30 +419,21 @@ TEST(a_redirect_that_turns_into_get_drops_the_body_and_its_headers)
 
 /* ---- sizes, cuts and interim answers ------------------------------------- */
 
-static mf_task_t *with_max_body(mf_task_t *t, uint64_t max)
-{
-    mf_http_client_opts_t o;
-    mf_http_client_opts_init(&o);
-    o.max_response_body = max;
-    mf_task_http_set_opts(t, &o);
-    return t;
-}
-
 TEST(a_response_over_max_response_body_is_message_too_long)
 {
     start_once();
     const char *over[] = {"/five", "/five-chunked", "/five-until-close"};
     result_t r;
     for (size_t i = 0; i < MF_ARRAY_SIZE(over); i++) {
-        run(with_max_body(request("GET", FAKE_A, over[i], &r), 4));
+        run(with_opts(request("GET", FAKE_A, over[i], &r), 0, 4, false));
         if (r.state != MF_STATE_TASK_ERROR || r.error != MF_EMSGSIZE)
             MF_TEST_FAIL("%s: %s/%s", over[i], mf_state_name(r.state),
                          mf_err_name(r.error));
     }
-    run(with_max_body(request("GET", FAKE_A, "/four", &r), 4));
+    run(with_opts(request("GET", FAKE_A, "/four", &r), 0, 4, false));
     expect(&r, MF_STATE_SUCCESS, 0, 200, "four");
     /* 0 accepts no body at all, whatever the framing. */
-    run(with_max_body(request("GET", FAKE_A, "/five-chunked", &r), 0));
+    run(with_opts(request("GET", FAKE_A, "/five-chunked", &r), 0, 0, false));
     ASSERT_EQ(r.error, MF_EMSGSIZE);
 }
 
