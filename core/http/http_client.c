@@ -373,7 +373,8 @@ void mf__client_task_read(mf_http_client_task_t *t)
         }
         if (t->in.data != before && t->phase == MF_CT_BODY)
             mf__client_task_head_moved(t);
-        if (t->in.len > t->opts.max_response_body + 65536) {
+        if (t->in.len > 65536 && /* a head, then more than the body */
+            t->in.len - 65536 > t->opts.max_response_body) {
             mf__client_task_too_long(t);
             return;
         }
