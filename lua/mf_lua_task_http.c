@@ -1,15 +1,18 @@
 /*
  * lua/mf_lua_task_http.c — the "http" task kind (mf.task.http, and
  * mf.http.get/post/request waiting on one): {url =, method =, headers =,
- * body =, redirects =, retries =, verify =, ca_file =}; the result has
- * status, headers (lowercased names, looked up in any case), body, and url
- * (the final one, after redirects).
+ * body =, redirects =, retries =, verify =, ca_file =, max_body =,
+ * insecure_redirects =} plus the fields every task has (timeout,
+ * callback); any other field is an error. The result has status, headers
+ * (lowercased names, looked up in any case), body, and url (the final one,
+ * after redirects).
  *
  * Owns: a copy of ca_file in the task's data (the client reads it when it
  * connects, which may be after the description is gone), released after
  * the task's callback.
  */
 #include <ctype.h>
+#include <math.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -25,19 +28,60 @@ typedef struct mf_lua_http_data {
     char *ca_file;
 } mf_lua_http_data_t;
 
+/* The fields of an http task and their types; "kind", "timeout" and
+ * "callback" are every task's (checked by the leaf). */
+static const struct {
+    const char *name;
+    int type;
+} mf_lua__http_fields[] = {{"kind", LUA_TSTRING},
+                           {"timeout", LUA_TNUMBER},
+                           {"callback", LUA_TFUNCTION},
+                           {"url", LUA_TSTRING},
+                           {"method", LUA_TSTRING},
+                           {"headers", LUA_TTABLE},
+                           {"body", LUA_TSTRING},
+                           {"redirects", LUA_TNUMBER},
+                           {"retries", LUA_TNUMBER},
+                           {"verify", LUA_TBOOLEAN},
+                           {"ca_file", LUA_TSTRING},
+                           {"max_body", LUA_TNUMBER},
+                           {"insecure_redirects", LUA_TBOOLEAN}};
+
+/* A misspelt option (max_body_size, redirect) would be ignored: raise. */
+static void mf_lua__http_known_fields(lua_State *L, int idx)
+{
+    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        const char *key =
+            lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        size_t i = 0;
+        while (key && i < MF_ARRAY_SIZE(mf_lua__http_fields) &&
+               strcmp(key, mf_lua__http_fields[i].name) != 0)
+            i++;
+        if (!key)
+            luaL_error(L, "http task: fields are named, not %s keys",
+                       luaL_typename(L, -1));
+        if (i == MF_ARRAY_SIZE(mf_lua__http_fields))
+            luaL_error(L, "http task: unknown field '%s'", key);
+    }
+}
+
 static void mf_lua__http_check(lua_State *L, int idx)
 {
     lua_getfield(L, idx, "url");
     if (lua_type(L, -1) != LUA_TSTRING)
         luaL_error(L, "http task: url must be a string");
     lua_pop(L, 1);
-    mf_lua_desc_opt_field(L, idx, "method", LUA_TSTRING);
-    mf_lua_desc_opt_field(L, idx, "headers", LUA_TTABLE);
-    mf_lua_desc_opt_field(L, idx, "body", LUA_TSTRING);
-    mf_lua_desc_opt_field(L, idx, "redirects", LUA_TNUMBER);
-    mf_lua_desc_opt_field(L, idx, "retries", LUA_TNUMBER);
-    mf_lua_desc_opt_field(L, idx, "verify", LUA_TBOOLEAN);
-    mf_lua_desc_opt_field(L, idx, "ca_file", LUA_TSTRING);
+    mf_lua__http_known_fields(L, idx);
+    for (size_t i = 0; i < MF_ARRAY_SIZE(mf_lua__http_fields); i++)
+        mf_lua_desc_opt_field(L, idx, mf_lua__http_fields[i].name,
+                              mf_lua__http_fields[i].type);
+    lua_Number max = mf_lua_desc_number(L, idx, "max_body", 0);
+    if (max < 0 || max != floor(max) || max > 9007199254740992.0)
+        luaL_error(L, "http task: max_body must be a whole number of bytes "
+                      ">= 0");
 }
 
 /* ---- the task from a description ---------------------------------------- */
@@ -83,6 +127,11 @@ static void mf_lua__http_opts(lua_State *L, int idx, mf_task_t *task,
         (int)mf_lua_desc_number(L, idx, "redirects", opts.max_redirects);
     opts.max_retries =
         (int)mf_lua_desc_number(L, idx, "retries", opts.max_retries);
+    opts.max_response_body = (uint64_t)mf_lua_desc_number(
+        L, idx, "max_body", (lua_Number)opts.max_response_body);
+    lua_getfield(L, idx, "insecure_redirects");
+    opts.allow_insecure_redirects = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, idx, "verify");
     if (lua_isboolean(L, -1))
         opts.tls_verify = lua_toboolean(L, -1);

@@ -34,28 +34,36 @@ void mf_http_client_opts_init(mf_http_client_opts_t *o)
 /* ---- URL ------------------------------------------------------------------
  */
 
-/* "http[s]://host[:port][/path][?query]"; host may be "[v6]". */
-static int mf__client_task_parse_url(mf_http_client_task_t *t)
+/* "http[s]://host[:port][/path][?query]"; host may be "[v6]". Fills *o
+ * and the offset of the path; *o is garbage on failure. */
+static int mf__client_url_parse(const char *url, mf_http_origin_t *o,
+                                size_t *path_off)
 {
-    const char *url = t->url.data;
     size_t skip;
     if (strncasecmp(url, "http://", 7) == 0) {
-        t->tls = false;
+        o->tls = false;
         skip = 7;
     } else if (strncasecmp(url, "https://", 8) == 0) {
-        t->tls = true;
+        o->tls = true;
         skip = 8;
     } else {
         return MF_EINVAL;
     }
     const char *auth = url + skip;
     size_t alen = strcspn(auth, "/?#");
-    t->port = t->tls ? 443 : 80;
-    if (mf__net_parse_hostport(auth, alen, t->host, &t->port) < 0 ||
-        strchr(t->host, '@')) /* userinfo is not taken */
+    o->port = o->tls ? 443 : 80;
+    if (mf__net_parse_hostport(auth, alen, o->host, &o->port) < 0 ||
+        strchr(o->host, '@')) /* userinfo is not taken */
         return MF_EINVAL;
-    t->path_off = skip + alen;
+    *path_off = skip + alen;
     return 0;
+}
+
+static bool mf__same_origin(const mf_http_origin_t *a,
+                            const mf_http_origin_t *b)
+{
+    return a->tls == b->tls && a->port == b->port &&
+           strcasecmp(a->host, b->host) == 0;
 }
 
 /* Appends to one of the task's buffers. A refused allocation is not
@@ -100,20 +108,52 @@ static bool mf__client_task_method_is(const mf_http_client_task_t *t,
     return t->method.len == n && memcmp(t->method.data, name, n) == 0;
 }
 
+/* Whether the request header line at p (len bytes with its CRLF) is name. */
+static bool mf__header_line_is(const char *p, size_t len, const char *name,
+                               size_t name_len)
+{
+    return len > name_len && strncasecmp(p, name, name_len) == 0 &&
+           p[name_len] == ':';
+}
+
+/* The length of the header line at p, its LF included. */
+static size_t mf__header_line_len(const char *p, const char *end)
+{
+    const char *lf = memchr(p, '\n', (size_t)(end - p));
+    return lf ? (size_t)(lf + 1 - p) : (size_t)(end - p);
+}
+
 static bool mf__client_task_has_header(const mf_http_client_task_t *t,
                                        const char *name)
 {
+    if (!t->headers.len)
+        return false;
     size_t n = strlen(name);
     const char *p = t->headers.data, *end = p + t->headers.len;
-    while (p && p < end) {
-        if ((size_t)(end - p) > n && strncasecmp(p, name, n) == 0 &&
-            p[n] == ':')
+    for (size_t len; p < end; p += len) {
+        len = mf__header_line_len(p, end);
+        if (mf__header_line_is(p, len, name, n))
             return true;
-        p = memchr(p, '\n', (size_t)(end - p));
-        if (p)
-            p++;
     }
     return false;
+}
+
+/* Removes every request header line named name (any case). */
+static void mf__client_task_drop_header(mf_http_client_task_t *t,
+                                        const char *name)
+{
+    if (!t->headers.len)
+        return;
+    size_t n = strlen(name);
+    char *p = t->headers.data, *end = p + t->headers.len, *kept = p;
+    for (size_t len; p < end; p += len) {
+        len = mf__header_line_len(p, end);
+        if (!mf__header_line_is(p, len, name, n)) {
+            memmove(kept, p, len);
+            kept += len;
+        }
+    }
+    t->headers.len = (size_t)(kept - t->headers.data);
 }
 
 static void mf__client_task_build_request(mf_http_client_task_t *t)
@@ -130,13 +170,13 @@ static void mf__client_task_build_request(mf_http_client_task_t *t)
     mf__client_task_put(t, path, plen);
     mf__client_task_puts(t, " HTTP/1.1\r\n");
     if (!mf__client_task_has_header(t, "host")) {
-        bool v6 = strchr(t->host, ':') != NULL;
+        bool v6 = strchr(t->origin.host, ':') != NULL;
         mf__client_task_puts(t, v6 ? "Host: [" : "Host: ");
-        mf__client_task_puts(t, t->host);
+        mf__client_task_puts(t, t->origin.host);
         if (v6)
             mf__client_task_puts(t, "]");
-        if (t->port != (t->tls ? 443 : 80)) {
-            snprintf(num, sizeof num, ":%u", t->port);
+        if (t->origin.port != (t->origin.tls ? 443 : 80)) {
+            snprintf(num, sizeof num, ":%u", t->origin.port);
             mf__client_task_puts(t, num);
         }
         mf__client_task_puts(t, "\r\n");
@@ -214,37 +254,56 @@ static int mf__client_task_parse_head(mf_http_client_task_t *t)
                                   &t->scanned);
 }
 
-/* Body bytes after the head: returns true when the body is complete. */
-static bool mf__client_task_body_progress(mf_http_client_task_t *t, bool eof)
+/* The response is larger than the task accepts. */
+static void mf__client_task_too_long(mf_http_client_task_t *t)
+{
+    mf__client_task_finish(t, MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+}
+
+/* Decodes the chunked body in place; true when it is complete. Bytes after
+ * its end stay in t->in, past head_len + body_len. */
+static bool mf__client_task_chunked_progress(mf_http_client_task_t *t)
 {
     size_t start = t->head_len + t->body_len;
+    size_t len = t->in.len - start;
+    ssize_t rest =
+        mf_http_chunked_decode(&t->chunked, t->in.data + start, &len);
+    t->body_len += len;
+    t->in.len = t->head_len + t->body_len + (rest > 0 ? (size_t)rest : 0);
+    if (rest == MF_HTTP_ERROR && t->chunked.error_status == 413)
+        mf__client_task_too_long(t);
+    else if (rest == MF_HTTP_ERROR)
+        mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
+    return rest >= 0;
+}
+
+/* Body bytes after the head: returns true when the body is complete. Bytes
+ * after the body stay in t->in, past head_len + body_len: they are not this
+ * response's, and their presence forbids reusing the connection. */
+static bool mf__client_task_body_progress(mf_http_client_task_t *t, bool eof)
+{
+    bool complete;
     if (t->resp.body == MF_HTTP_BODY_NONE)
         return true;
     if (t->resp.body == MF_HTTP_BODY_CHUNKED) {
-        size_t len = t->in.len - start;
-        ssize_t rest =
-            mf_http_chunked_decode(&t->chunked, t->in.data + start, &len);
-        t->body_len += len;
-        t->in.len = t->head_len + t->body_len + (rest > 0 ? (size_t)rest : 0);
-        if (rest == MF_HTTP_ERROR) {
-            mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR,
-                                   t->chunked.error_status == 413 ? MF_EMSGSIZE
-                                                                  : MF_EPROTO);
-            return false;
-        }
-        return rest >= 0;
+        complete = mf__client_task_chunked_progress(t);
+    } else if (t->resp.body == MF_HTTP_BODY_UNTIL_CLOSE) {
+        t->body_len = t->in.len - t->head_len;
+        complete = eof;
+    } else {
+        /* body_seen: bytes already relayed to an exchange and dropped. */
+        uint64_t want = t->resp.content_length - t->body_seen;
+        t->body_len = t->in.len - t->head_len;
+        complete = t->body_len >= want;
+        if (complete)
+            t->body_len = (size_t)want;
     }
-    t->body_len = t->in.len - t->head_len;
-    if (t->resp.body == MF_HTTP_BODY_UNTIL_CLOSE)
-        return eof;
-    /* body_seen: bytes already relayed to an exchange and dropped. */
-    uint64_t want = t->resp.content_length - t->body_seen;
-    if (t->body_len >= want) {
-        t->in.len = t->head_len + (size_t)want;
-        t->body_len = (size_t)want;
-        return true;
+    if (t->phase == MF_CT_BODY &&
+        t->body_seen + t->body_len > t->opts.max_response_body) {
+        mf__client_task_too_long(t);
+        return false;
     }
-    return false;
+    return complete;
 }
 
 /* Parses what has arrived; finishes the attempt when complete. */
@@ -253,9 +312,8 @@ static void mf__client_task_process(mf_http_client_task_t *t, bool eof)
     if (t->phase == MF_CT_HEAD) {
         int rc = mf__client_task_parse_head(t);
         if (rc == MF_HTTP_INCOMPLETE) {
-            if (eof)
-                mf__client_task_finish(t, MF_STATE_SYS_ERROR,
-                                       t->got_bytes ? MF_EPROTO : MF_ECLOSED);
+            if (eof) /* a cut head: t->got_bytes forbids a retry */
+                mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ECLOSED);
             return;
         }
         if (rc == MF_HTTP_ERROR) {
@@ -277,7 +335,7 @@ static void mf__client_task_process(mf_http_client_task_t *t, bool eof)
             mf_http_chunked_init(&t->chunked, t->opts.max_response_body);
         if (t->resp.body == MF_HTTP_BODY_LENGTH &&
             t->resp.content_length > t->opts.max_response_body) {
-            mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
+            mf__client_task_too_long(t);
             return;
         }
     }
@@ -315,8 +373,9 @@ void mf__client_task_read(mf_http_client_task_t *t)
         }
         if (t->in.data != before && t->phase == MF_CT_BODY)
             mf__client_task_head_moved(t);
-        if (t->in.len > t->opts.max_response_body + 65536) {
-            mf__client_task_finish(t, MF_STATE_PROTOCOL_ERROR, MF_EMSGSIZE);
+        if (t->in.len > 65536 && /* a head, then more than the body */
+            t->in.len - 65536 > t->opts.max_response_body) {
+            mf__client_task_too_long(t);
             return;
         }
         mf_http_client_conn_t *conn = t->conn;
@@ -379,52 +438,107 @@ mf__client_task_find(const mf_http_client_task_t *t, const char *name)
     return mf_http_find_header(t->resp.headers, t->resp.num_headers, name);
 }
 
-/* Resolves a Location against the current URL into t->url. */
-static bool mf__client_task_redirect_to(mf_http_client_task_t *t,
-                                        const char *loc, size_t len)
+/* Resolves a Location against the current URL into buf: its length, or -1
+ * when it does not fit. */
+static int mf__client_task_resolve(const mf_http_client_task_t *t,
+                                   const char *loc, size_t len, char *buf,
+                                   size_t size)
 {
-    char buf[4096];
     int n;
     if (len >= 7 && (strncasecmp(loc, "http://", 7) == 0 ||
                      (len >= 8 && strncasecmp(loc, "https://", 8) == 0)))
-        n = snprintf(buf, sizeof buf, "%.*s", (int)len, loc);
+        n = snprintf(buf, size, "%.*s", (int)len, loc);
     else if (len >= 2 && loc[0] == '/' && loc[1] == '/')
-        n = snprintf(buf, sizeof buf, "%s:%.*s", t->tls ? "https" : "http",
+        n = snprintf(buf, size, "%s:%.*s", t->origin.tls ? "https" : "http",
                      (int)len, loc);
     else if (len >= 1 && loc[0] == '/')
-        n = snprintf(buf, sizeof buf, "%.*s%.*s", (int)t->path_off, t->url.data,
+        n = snprintf(buf, size, "%.*s%.*s", (int)t->path_off, t->url.data,
                      (int)len, loc);
     else {
         const char *path = t->url.data + t->path_off;
         size_t dir = strcspn(path, "?#");
         while (dir > 0 && path[dir - 1] != '/')
             dir--;
-        n = snprintf(buf, sizeof buf, "%.*s%s%.*s", (int)(t->path_off + dir),
+        n = snprintf(buf, size, "%.*s%s%.*s", (int)(t->path_off + dir),
                      t->url.data, dir ? "" : "/", (int)len, loc);
     }
-    if (n <= 0 || (size_t)n >= sizeof buf)
-        return false;
-    mf__client_task_set_url(t, buf, (size_t)n);
-    return mf__client_task_parse_url(t) == 0;
+    return n > 0 && (size_t)n < size ? n : -1;
 }
 
-static bool mf__client_task_follow_redirect(mf_http_client_task_t *t)
+/* The request's credentials, and its Host, belong to the origin they were
+ * given for: never sent to another (curl does the same since
+ * CVE-2018-1000007). */
+static void mf__client_task_drop_credentials(mf_http_client_task_t *t)
 {
-    int s = t->resp.status;
-    if (t->forward || t->redirects >= t->opts.max_redirects ||
-        !(s == 301 || s == 302 || s == 303 || s == 307 || s == 308))
-        return false;
+    static const char *const names[] = {"authorization", "cookie",
+                                        "proxy-authorization", "host"};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(names); i++)
+        mf__client_task_drop_header(t, names[i]);
+}
+
+/* 301/302 after POST and 303 after anything but HEAD go on as GET (as
+ * browsers and curl do); a 303 after HEAD stays HEAD. */
+static bool mf__redirect_makes_get(const mf_http_client_task_t *t, int status)
+{
+    if (status == 303)
+        return !mf__client_task_is_head(t);
+    return (status == 301 || status == 302) &&
+           mf__client_task_method_is(t, "POST");
+}
+
+/* A GET carries no body, nor the headers that described it (the Fetch
+ * standard's request-body-header names, and the framing). */
+static void mf__client_task_become_get(mf_http_client_task_t *t)
+{
+    static const char *const names[] = {
+        "content-type",     "content-length",   "transfer-encoding",
+        "content-encoding", "content-language", "content-location"};
+    t->method.len = 0;
+    mf__client_task_keep(t, &t->method, "GET", 3);
+    t->body.len = 0;
+    for (size_t i = 0; i < MF_ARRAY_SIZE(names); i++)
+        mf__client_task_drop_header(t, names[i]);
+}
+
+static bool mf__is_redirect(int status)
+{
+    return status == 301 || status == 302 || status == 303 || status == 307 ||
+           status == 308;
+}
+
+/* What a successful answer means: 0 it is the task's result, 1 the task
+ * goes on to its Location (t now holds the next request), or a negative
+ * MF_E* code the task fails with. With max_redirects 0 nothing is
+ * followed; a Location that cannot be used leaves the 3xx as the result. */
+static int mf__client_task_redirect(mf_http_client_task_t *t)
+{
+    int status = t->resp.status;
+    if (t->forward || t->opts.max_redirects <= 0 || !mf__is_redirect(status))
+        return 0;
     const mf_http_header_t *loc = mf__client_task_find(t, "location");
-    if (!loc || !mf__client_task_redirect_to(t, loc->value, loc->value_len))
-        return t->out_of_memory; /* then the next attempt fails */
+    if (!loc)
+        return 0;
+    if (t->redirects >= t->opts.max_redirects)
+        return MF_ETOOMANYREDIRECTS;
+    char url[4096];
+    mf_http_origin_t to;
+    size_t path_off;
+    int n =
+        mf__client_task_resolve(t, loc->value, loc->value_len, url, sizeof url);
+    if (n < 0 || mf__client_url_parse(url, &to, &path_off) < 0)
+        return 0;
+    if (t->origin.tls && !to.tls && !t->opts.allow_insecure_redirects)
+        return MF_EINSECUREREDIRECT;
+    if (!mf__same_origin(&t->origin, &to))
+        mf__client_task_drop_credentials(t);
+    if (mf__redirect_makes_get(t, status))
+        mf__client_task_become_get(t);
+    t->origin = to;
+    t->path_off = path_off;
+    mf__client_task_set_url(t, url, (size_t)n); /* out of memory: the next
+                                                   attempt fails with it */
     t->redirects++;
-    if (s == 303 ||
-        ((s == 301 || s == 302) && mf__client_task_method_is(t, "POST"))) {
-        t->method.len = 0; /* as browsers and curl do */
-        mf__client_task_keep(t, &t->method, "GET", 3);
-        t->body.len = 0;
-    }
-    return true;
+    return 1;
 }
 
 /* Whether a failed attempt may go again: only if the request cannot have
@@ -457,16 +571,27 @@ static void mf__client_task_complete(mf_http_client_task_t *t, int state,
     mf_task_complete(&t->base, state, error);
 }
 
+/* Whether bytes followed the response in t->in: they belong to no request,
+ * so the connection that carried them must not serve another. */
+static bool mf__client_task_surplus(const mf_http_client_task_t *t)
+{
+    return t->in.len != t->head_len + t->body_len;
+}
+
 void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
-    bool reuse =
-        ok && t->resp.keep_alive && t->in.len == t->head_len + t->body_len;
+    bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t);
     mf_http_client_conn_t *conn = t->conn;
     bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
                  mf__method_idempotent(t);
     mf__client_task_drop_conn(t, reuse);
-    if (ok && mf__client_task_follow_redirect(t)) {
+    int redirect = ok ? mf__client_task_redirect(t) : 0;
+    if (redirect < 0) {
+        mf__client_task_complete(t, MF_STATE_TASK_ERROR, redirect);
+        return;
+    }
+    if (redirect > 0) {
         mf__client_task_attempt(t);
         return;
     }
@@ -503,8 +628,9 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
         return;
     }
     mf_http_pool_t *pool = mf__http_pool(t->base._loop);
-    t->ep = mf__http_endpoint(pool, t->host, t->port, t->tls,
-                              t->opts.tls_verify, t->opts.ca_file);
+    t->ep =
+        mf__http_endpoint(pool, t->origin.host, t->origin.port, t->origin.tls,
+                          t->opts.tls_verify, t->opts.ca_file);
     t->phase = MF_CT_IDLE;
     mf__client_task_arm(t, t->opts.connect_timeout_ms);
     mf__http_acquire(t);
@@ -520,7 +646,7 @@ static void mf__client_task_dispatch(mf_task_t *task)
         mf_task_complete(task, MF_STATE_SYS_ERROR, MF_ENOMEM);
         return;
     }
-    if (mf__client_task_parse_url(t) < 0) {
+    if (mf__client_url_parse(t->url.data, &t->origin, &t->path_off) < 0) {
         mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
         return;
     }

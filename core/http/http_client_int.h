@@ -21,6 +21,13 @@
 
 #define MF_HTTP_CLIENT_MAX_HEADERS 64
 
+/* Where a URL points: what a redirect compares to tell another origin. */
+typedef struct mf_http_origin {
+    bool tls; /* https */
+    uint16_t port;
+    char host[MF_DNS_MAX_HOST + 1];
+} mf_http_origin_t;
+
 typedef struct mf_http_endpoint mf_http_endpoint_t;
 typedef struct mf_http_client_conn mf_http_client_conn_t;
 typedef struct mf_http_client_task mf_http_client_task_t;
@@ -78,10 +85,8 @@ struct mf_http_client_task {
     mf_buf_t url;     /* current URL, NUL-terminated */
     mf_buf_t headers; /* "Name: value\r\n" lines */
     mf_buf_t body;
-    bool tls;
-    char host[MF_DNS_MAX_HOST + 1];
-    uint16_t port;
-    size_t path_off; /* path+query inside url */
+    mf_http_origin_t origin; /* of url */
+    size_t path_off;         /* path+query inside url */
     mf_http_endpoint_t *ep;
     mf_http_client_conn_t *conn;
     mf_list_t wait_link;

@@ -187,13 +187,21 @@ void mf__http_release(mf_http_client_conn_t *conn, bool reuse)
     mf__endpoint_serve_waiter(ep);
 }
 
+/* Whether an idle connection still has nothing to read. A byte (sent after
+ * the last response: it belongs to no request) or the server's close makes
+ * it unusable. Through TLS, records that carry no data (session tickets)
+ * are consumed and read as nothing. */
+static bool mf__client_conn_quiet(mf_http_client_conn_t *conn)
+{
+    char byte;
+    return mf__sock_read(conn->io.fd, conn->ssl, &byte, 1) == MF_EAGAIN;
+}
+
 /* An idle connection became readable: the server closed it (or sent bytes
  * nobody asked for). Either way it cannot be reused. */
 static void mf__client_conn_idle_event(mf_http_client_conn_t *conn)
 {
-    char byte;
-    ssize_t n = mf__sock_read(conn->io.fd, conn->ssl, &byte, 1);
-    if (n != MF_EAGAIN)
+    if (!mf__client_conn_quiet(conn))
         mf__client_conn_close(conn);
 }
 
@@ -222,14 +230,28 @@ static void mf__client_task_take_idle(mf_http_client_task_t *t,
 
 static void mf__http_open(mf_http_client_task_t *t);
 
+/* The most recent idle connection that is still quiet, closing the others
+ * on the way: what arrived on them since their last response (the loop may
+ * not have polled since) is checked here, before a request can be sent. */
+static mf_http_client_conn_t *mf__endpoint_quiet_idle(mf_http_endpoint_t *ep)
+{
+    while (!mf_list_empty(&ep->idle)) {
+        mf_http_client_conn_t *conn =
+            mf_container_of(ep->idle.next, mf_http_client_conn_t, idle_link);
+        if (mf__client_conn_quiet(conn))
+            return conn;
+        mf__client_conn_close(conn);
+    }
+    return NULL;
+}
+
 void mf__http_acquire(mf_http_client_task_t *t)
 {
     mf_http_endpoint_t *ep = t->ep;
     mf_http_pool_t *pool = mf__http_pool(t->base._loop);
-    if (!mf_list_empty(&ep->idle)) {
-        mf__client_task_take_idle(
-            t,
-            mf_container_of(ep->idle.next, mf_http_client_conn_t, idle_link));
+    mf_http_client_conn_t *idle = mf__endpoint_quiet_idle(ep);
+    if (idle) {
+        mf__client_task_take_idle(t, idle);
         return;
     }
     if (ep->nconns < pool->config.max_connections_per_endpoint) {
@@ -308,15 +330,15 @@ static void mf__http_open(mf_http_client_task_t *t)
     mf__client_conn_new(t);
     t->phase = MF_CT_OPENING;
     t->resolving = true;
-    mf_dns_query_start(t->base._loop, &t->dns, t->host, t->port,
+    mf_dns_query_start(t->base._loop, &t->dns, t->origin.host, t->origin.port,
                        mf__client_conn_on_resolved, t);
 }
 
 void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
 {
-    mf_client_tls_t tls = {t->host, t->opts.tls_verify, t->opts.ca_file};
-    int rc =
-        mf__client_open_event(&t->conn->opener, events, t->tls ? &tls : NULL);
+    mf_client_tls_t tls = {t->origin.host, t->opts.tls_verify, t->opts.ca_file};
+    int rc = mf__client_open_event(&t->conn->opener, events,
+                                   t->origin.tls ? &tls : NULL);
     if (rc == MF_EAGAIN)
         return;
     if (rc < 0)

@@ -3,7 +3,10 @@
  * line and the response body's framing (RFC 9112 §6.3). The contract is
  * mf_http_parse_response in moonflow/http_parser.h; the field lines and the
  * end of the head come from http_head_parser.c. A response is parsed with
- * the same strictness as a request and fails with 502.
+ * the same strictness as a request and fails with 502, with one leniency:
+ * empty lines (whole CRLFs) before the status line are skipped, as a server
+ * skips them before a request line (RFC 9112 §2.2): some servers send one
+ * after an interim 1xx answer. They count toward the head's size.
  */
 #include <limits.h>
 
@@ -84,13 +87,15 @@ int mf_http_parse_response(const char *buf, size_t len,
 {
     const mf_http_limits_t *lim = limits ? limits : &mf__http_default_limits;
     size_t window = len < lim->max_head_bytes ? len : lim->max_head_bytes;
-    size_t end = 0, count, cap = resp->num_headers;
+    size_t start = 0, end = 0, count, cap = resp->num_headers;
     mf__fields_t f;
     if (cap > lim->max_headers)
         cap = lim->max_headers;
+    while (window - start >= 2 && buf[start] == '\r' && buf[start + 1] == '\n')
+        start += 2;
 
-    switch (
-        mf__http_find_head_end(buf, 0, scanned ? *scanned : 0, window, &end)) {
+    switch (mf__http_find_head_end(buf, start, scanned ? *scanned : 0, window,
+                                   &end)) {
     case MF__HEAD_BARE_LF:
         return mf__response_error(resp, scanned);
     case MF__HEAD_MORE:
@@ -100,7 +105,7 @@ int mf_http_parse_response(const char *buf, size_t len,
             *scanned = window;
         return MF_HTTP_INCOMPLETE;
     }
-    const char *p = mf__parse_status_line(buf, buf + end, resp);
+    const char *p = mf__parse_status_line(buf + start, buf + end, resp);
     if (!p || end > INT_MAX ||
         mf__http_parse_fields(p, buf + end, resp->headers, cap, &count, &f,
                               502))

@@ -13,17 +13,33 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* A port the kernel just handed out on 127.0.0.1 (free again after). */
-static inline uint16_t mf_test_free_port(void)
+/* A socket bound to a port the kernel picks on 127.0.0.1 (in *port), or -1
+ * (listening, with that backlog, unless backlog is 0). */
+static inline int mf_test_bind_loopback(uint16_t *port, int backlog)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        (backlog && listen(fd, backlog) != 0) ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* A port the kernel just handed out on 127.0.0.1 (free again after). */
+static inline uint16_t mf_test_free_port(void)
+{
+    uint16_t port = 0;
+    int fd = mf_test_bind_loopback(&port, 0);
+    if (fd >= 0)
+        close(fd);
+    return port;
 }
 
 /* Whether a connect to 127.0.0.1:port succeeds. */

@@ -96,6 +96,56 @@ describe("mf.http", function()
         assert.are.equal("0123456789abcdef", r.body)
     end)
 
+    it("returns nil, 'too many redirects' when following runs out", function()
+        local odd = "http://127.0.0.1:" .. os.getenv("MF_ODD_PORT")
+        local r, err = mf.http.get(odd .. "/redirect-loop", { redirects = 3 })
+        assert.is_nil(r)
+        assert.are.equal("too many redirects", err)
+        r = assert(mf.http.get(odd .. "/redirect-loop")) -- none followed
+        assert.are.equal(302, r.status)
+    end)
+
+    it("drops credentials when a redirect goes to another origin", function()
+        local odd = "http://127.0.0.1:" .. os.getenv("MF_ODD_PORT")
+        local creds = { Authorization = "Bearer secret", cookie = "s=1",
+                        ["X-Keep"] = "1" }
+        local direct = assert(mf.http.get(base .. "/info", { headers = creds }))
+        local moved = assert(mf.http.get(odd .. "/redirect?to=" .. base .. "/info",
+            { redirects = 1, headers = creds }))
+        assert.are.equal(base .. "/info", moved.url)
+        local function count(r) return tonumber(r.body:match("headers=(%d+)")) end
+        assert.are.equal(count(direct) - 2, count(moved))
+    end)
+
+    it("returns nil, 'message too long' for a body over max_body", function()
+        local r, err = mf.http.get(base .. "/", { max_body = 15 })
+        assert.is_nil(r)
+        assert.are.equal("message too long", err)
+        r = assert(mf.http.get(base .. "/", { max_body = 16 }))
+        assert.are.equal("0123456789abcdef", r.body)
+    end)
+
+    it("returns nil, 'connection closed' for a head cut by the close", function()
+        local odd = "http://127.0.0.1:" .. os.getenv("MF_ODD_PORT")
+        local r, err = mf.http.get(odd .. "/cut")
+        assert.is_nil(r)
+        assert.are.equal("connection closed", err)
+    end)
+
+    it("raises on a bad max_body and on a field it does not know", function()
+        for _, bad in ipairs({ -1, 1.5, "10" }) do
+            assert.has_error(function()
+                mf.http.get(base .. "/", { max_body = bad })
+            end)
+        end
+        assert.has_error(function()
+            mf.http.get(base .. "/", { max_response_body = 10 })
+        end, "http task: unknown field 'max_response_body'")
+        assert.has_error(function()
+            mf.http.get(base .. "/", { insecure_redirects = "yes" })
+        end)
+    end)
+
     it("returns nil, 'protocol error' for an answer that is not HTTP", function()
         local odd = "http://127.0.0.1:" .. os.getenv("MF_ODD_PORT")
         local r, err = mf.http.get(odd .. "/garbage", { retries = 0 })
@@ -135,6 +185,19 @@ describe("mf.http over TLS", function()
     it("skips verification with verify = false", function()
         local r = assert(mf.http.get(url, { verify = false }))
         assert.are.equal(200, r.status)
+    end)
+
+    it("refuses an https to http redirect unless insecure_redirects", function()
+        local odd = "https://127.0.0.1:" .. os.getenv("MF_ODD_TLS_PORT")
+        local opts = { redirects = 2, ca_file = ca_file }
+        local r, err = mf.http.get(odd .. "/redirect", opts)
+        assert.is_nil(r)
+        assert.are.equal("insecure redirect", err)
+        opts.insecure_redirects = true
+        r = assert(mf.http.get(odd .. "/redirect", opts))
+        assert.are.equal(200, r.status)
+        assert.are.equal("http://127.0.0.1:" .. os.getenv("MF_HTTP_PORT") .. "/",
+                         r.url)
     end)
 end)
 

@@ -1,7 +1,8 @@
 """Runs `moonflow test spec/lua` with the test fixture (spec/fixture) listening
 on free loopback ports, plain (MF_HTTP_PORT) and TLS with a self-signed
 certificate (MF_HTTPS_PORT, MF_CA_FILE), a small Python server for what the
-fixture does not do (redirects, a malformed answer: MF_ODD_PORT), a port
+fixture does not do (redirects, a malformed answer, a cut one: MF_ODD_PORT,
+and the same over TLS with that certificate: MF_ODD_TLS_PORT), a port
 where nothing listens (MF_DEAD_PORT), and `moonflow serve spec/lua/site`
 with one worker (MF_SERVE_PORT; stopped with SIGTERM, and its exit status
 must be 0: under the ASan build that includes the leak check), and four
@@ -18,10 +19,12 @@ import http.server
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -29,9 +32,10 @@ import harness  # noqa: E402
 
 
 class OddHandler(http.server.BaseHTTPRequestHandler):
-    """/redirect?to=URL answers 302 to URL; /garbage answers no HTTP;
-    /redis-kill and /redis-start stop (kill -9) and start the flaky
-    redis-server and answer 204 when done."""
+    """/redirect?to=URL answers 302 to URL (the fixture's / without to=);
+    /redirect-loop answers 302 to itself; /cut sends part of a head and
+    closes; /garbage answers no HTTP; /redis-kill and /redis-start stop
+    (kill -9) and start the flaky redis-server and answer 204 when done."""
     fixture_port = None
     flaky = None
 
@@ -44,11 +48,18 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
             self.send_response(204)
             self.end_headers()
         elif self.path.startswith("/redirect"):
+            to = "http://127.0.0.1:%d/" % self.fixture_port
+            if self.path.startswith("/redirect-loop"):
+                to = "/redirect-loop"
+            elif self.path.startswith("/redirect?to="):
+                to = urllib.parse.unquote(self.path[len("/redirect?to="):])
             self.send_response(302)
-            self.send_header("Location",
-                             "http://127.0.0.1:%d/" % self.fixture_port)
+            self.send_header("Location", to)
             self.send_header("Content-Length", "0")
             self.end_headers()
+        elif self.path == "/cut":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Le")
+            self.close_connection = True
         else:
             self.wfile.write(b"NOT HTTP AT ALL\r\n\r\n")
             self.close_connection = True
@@ -57,10 +68,15 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def start_odd(fixture_port, flaky):
+def start_odd(fixture_port, flaky, tls=None):
+    """The odd server; over TLS with tls = (cert, key)."""
     OddHandler.fixture_port = fixture_port
     OddHandler.flaky = flaky
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OddHandler)
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -78,13 +94,14 @@ def main():
     cert, key = harness.self_signed(tmp)
     redis = []
     servers = []
-    odd = serve = None
+    odd = odd_tls = serve = None
     try:
         for password in (None, "s3cret", None):
             redis.append(harness.Redis(tmp, password=password))
         redis.append(harness.Redis(tmp, tls=(cert, key)))
         servers.append(start(fixture))
         odd = start_odd(servers[0].port, redis[2])
+        odd_tls = start_odd(servers[0].port, redis[2], tls=(cert, key))
         servers.append(start(fixture, "--tls-cert", cert, "--tls-key", key))
         serve_port = harness.free_port()
         redis_env = dict(MF_REDIS_URL=redis[0].url(),
@@ -99,6 +116,7 @@ def main():
         env = dict(os.environ, MF_HTTP_PORT=str(servers[0].port),
                    MF_HTTPS_PORT=str(servers[1].port), MF_CA_FILE=cert,
                    MF_ODD_PORT=str(odd.server_address[1]),
+                   MF_ODD_TLS_PORT=str(odd_tls.server_address[1]),
                    MF_DEAD_PORT=str(harness.free_port()),
                    MF_SERVE_PORT=str(serve_port), **redis_env)
         root = os.path.dirname(os.path.dirname(HERE))
@@ -114,8 +132,9 @@ def main():
     finally:
         if serve:
             serve.stop()
-        if odd:
-            odd.shutdown()
+        for server in (odd, odd_tls):
+            if server:
+                server.shutdown()
         for server in servers:
             server.stop()
         for r in redis:

@@ -52,7 +52,9 @@
     XX(ENOPOOL, -4092, "no compute pool attached to the loop") \
     XX(ESTOPPED, -4091, "loop is stopping")                    \
     XX(EDNS, -4090, "name resolution failed")                  \
-    XX(ETLS, -4089, "tls failure")
+    XX(ETLS, -4089, "tls failure")                             \
+    XX(ETOOMANYREDIRECTS, -4088, "too many redirects")         \
+    XX(EINSECUREREDIRECT, -4087, "insecure redirect")
 
 typedef enum mf_errno {
 #define MF_ERR_ENUM(name, value, msg) MF_##name = (value),

@@ -18,12 +18,29 @@
  *   name does not resolve   MF_STATE_DNS_ERROR     / MF_EDNS
  *   connect/reset/refused   MF_STATE_SYS_ERROR     / MF_ECONNREFUSED ...
  *   TLS handshake/verify    MF_STATE_TLS_ERROR     / MF_ETLS
+ *   closed before the end   MF_STATE_SYS_ERROR     / MF_ECLOSED
  *   connect or response
  *   timeout, task timeout   MF_STATE_TIMEOUT       / MF_ETIMEDOUT
  *   malformed response      MF_STATE_PROTOCOL_ERROR/ MF_EPROTO
+ *   body over the limit     MF_STATE_TASK_ERROR    / MF_EMSGSIZE
+ *   redirects exhausted     MF_STATE_TASK_ERROR    / MF_ETOOMANYREDIRECTS
+ *   https → http redirect   MF_STATE_TASK_ERROR    / MF_EINSECUREREDIRECT
  * Any HTTP status (404, 500 ...) is a success at this level: read it.
  *
- * Redirects (301/302/303/307/308) are followed up to max_redirects.
+ * A connection is reused only when the response ended exactly where its
+ * framing says: a byte after it (in the same read, or arriving while the
+ * connection is idle) or a close closes it, so that no request is ever
+ * answered with bytes meant for another.
+ *
+ * Redirects (301/302/303/307/308 with a Location) are followed only when
+ * max_redirects > 0 (with 0 the 3xx is the answer); one more than allowed
+ * fails the task. A redirect to another origin (scheme, host or port) drops
+ * the Authorization, Cookie, Proxy-Authorization and Host headers the
+ * request had; from https to http it fails unless allow_insecure_redirects.
+ * 301/302 after POST and 303 after anything but HEAD continue as GET,
+ * without the body and its headers (Content-Type, Content-Length,
+ * Transfer-Encoding, Content-Encoding, Content-Language, Content-Location).
+ *
  * Retries (max_retries) happen only where safe: when the request never
  * reached a server (connect failure, or a reused connection that the server
  * had closed before any answer byte), and for idempotent methods.
@@ -41,14 +58,15 @@
 MF_EXTERN_C_BEGIN
 
 typedef struct mf_http_client_opts {
-    int max_redirects;            /* default 0 */
-    int max_retries;              /* default 1 */
-    uint32_t connect_timeout_ms;  /* TCP + TLS; default 10000 */
-    uint32_t response_timeout_ms; /* request sent → response complete;
-                                     default 60000 */
-    uint64_t max_response_body;   /* default 64 MiB; over: MF_EMSGSIZE */
-    bool tls_verify;              /* default true */
-    const char *ca_file;          /* NULL: the system bundle */
+    int max_redirects;             /* default 0 */
+    int max_retries;               /* default 1 */
+    uint32_t connect_timeout_ms;   /* TCP + TLS; default 10000 */
+    uint32_t response_timeout_ms;  /* request sent → response complete;
+                                      default 60000 */
+    uint64_t max_response_body;    /* default 64 MiB; over: MF_EMSGSIZE */
+    bool tls_verify;               /* default true */
+    bool allow_insecure_redirects; /* follow https → http; default false */
+    const char *ca_file;           /* NULL: the system bundle */
 } mf_http_client_opts_t;
 
 MF_API void mf_http_client_opts_init(mf_http_client_opts_t *opts);

@@ -529,6 +529,12 @@ static const resp_case_t resp_cases[] = {
      RAW("HTTP/1.1 200 OK\r\nContent-Length: x\r\n"
          "Transfer-Encoding: chunked\r\n\r\n"),
      true},
+    {"empty lines before the status line are skipped",
+     RAW("\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+     .head_len = 42, .status = V(200), .reason = "OK",
+     .body = V(MF_HTTP_BODY_LENGTH), .content_length = V(2)},
+    {"a bare LF before the status line", RAW("\r\n\nHTTP/1.1 200 OK\r\n\r\n"),
+     true},
     {"bare LF in a response", RAW("HTTP/1.1 200 OK\nServer: x\r\n\r\n"), true},
     {"obs-fold in a response",
      RAW("HTTP/1.1 200 OK\r\nServer: x\r\n y\r\n\r\n"), true},
