@@ -353,14 +353,19 @@ void mf_http_exchange_set_status(mf_http_exchange_t *ex, int status)
  * token). */
 static bool mf__header_is_managed(const char *name, size_t len)
 {
-    static const char *const managed[] = {"content-length", "connection",
-                                          "transfer-encoding", "keep-alive",
-                                          "date"};
-    for (size_t i = 0; i < MF_ARRAY_SIZE(managed); i++)
-        if (strlen(managed[i]) == len &&
-            strncasecmp(managed[i], name, len) == 0)
-            return true;
-    return false;
+    switch (len) { /* most names have none of these lengths */
+    case 4:
+        return strncasecmp(name, "date", 4) == 0;
+    case 10:
+        return strncasecmp(name, "connection", 10) == 0 ||
+               strncasecmp(name, "keep-alive", 10) == 0;
+    case 14:
+        return strncasecmp(name, "content-length", 14) == 0;
+    case 17:
+        return strncasecmp(name, "transfer-encoding", 17) == 0;
+    default:
+        return false;
+    }
 }
 
 /* Why a header cannot be added, or NULL when it can. */
@@ -405,12 +410,21 @@ int mf_http_exchange_add_header(mf_http_exchange_t *ex, const char *name,
     const char *fault = mf__header_fault(ex, name, name_len, value, value_len);
     if (fault)
         return mf__exchange_refuse_header(ex, name, name_len, fault);
-    mf_piece_t line[4] = {
-        {name, name_len}, {": ", 2}, {value, value_len}, {"\r\n", 2}};
-    for (size_t i = 0; i < 4; i++)
-        if (mf__exchange_keep(ex, &ex->resp_headers, line[i].data,
-                              line[i].len) < 0)
-            return MF_ENOMEM;
+    mf_buf_t *buf = &ex->resp_headers; /* "name: value\r\n", one reserve */
+    size_t need = name_len + value_len + 4;
+    if (ex->out_of_memory || (buf->cap - buf->len < need &&
+                              mf__buf_reserve(ex->loop, buf, need) < 0)) {
+        ex->out_of_memory = true;
+        return MF_ENOMEM;
+    }
+    char *p = buf->data + buf->len;
+    memcpy(p, name, name_len);
+    p += name_len;
+    memcpy(p, ": ", 2);
+    if (value_len)
+        memcpy(p + 2, value, value_len);
+    memcpy(p + 2 + value_len, "\r\n", 2);
+    buf->len += need;
     return 0;
 }
 
