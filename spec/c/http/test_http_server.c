@@ -501,12 +501,14 @@ TEST(over_limit_bodies_get_413_and_huge_heads_431_then_a_close)
 
 /* ---- streaming ---------------------------------------------------------- */
 
-static void client_stream(void *arg)
+static const char *two_requests; /* what client_two_pipelined sends */
+
+/* Sends two_requests (two pipelined requests) and reads both answers. */
+static void client_two_pipelined(void *arg)
 {
     answers_t *a = arg;
     peer_conn_t *c = peer_connect(peer_port);
-    peer_send_str(c, "GET /stream?n=200 HTTP/1.1\r\nHost: h\r\n\r\n"
-                     "GET /q?after HTTP/1.1\r\nHost: h\r\n\r\n");
+    peer_send_str(c, two_requests);
     a->rc[0] = peer_read_response(c, &a->r[0]);
     a->rc[1] = peer_read_response(c, &a->r[1]);
     peer_close(c);
@@ -516,7 +518,9 @@ TEST(a_streamed_answer_arrives_chunked_and_whole_and_the_connection_goes_on)
 {
     serve_once();
     answers_t *a = calloc(1, sizeof(*a));
-    peer_run(peer_loop, client_stream, a);
+    two_requests = "GET /stream?n=200 HTTP/1.1\r\nHost: h\r\n\r\n"
+                   "GET /q?after HTTP/1.1\r\nHost: h\r\n\r\n";
+    peer_run(peer_loop, client_two_pipelined, a);
     ASSERT_EQ(a->rc[0], 0);
     ASSERT(a->r[0].chunked);
     size_t want = 0;
@@ -684,23 +688,14 @@ TEST(an_invalid_or_managed_response_header_turns_the_answer_into_a_500)
     free(a);
 }
 
-static void client_late_header(void *arg)
-{
-    answers_t *a = arg;
-    peer_conn_t *c = peer_connect(peer_port);
-    peer_send_str(c, "GET /late-header HTTP/1.1\r\nHost: h\r\n\r\n"
-                     "GET /q?next HTTP/1.1\r\nHost: h\r\n\r\n");
-    a->rc[0] = peer_read_response(c, &a->r[0]);
-    a->rc[1] = peer_read_response(c, &a->r[1]);
-    peer_close(c);
-}
-
 TEST(a_header_added_after_a_streamed_head_is_refused_and_the_stream_ends_whole)
 {
     serve_once();
     answers_t *a = calloc(1, sizeof(*a));
     uint64_t refused = mf_http_server_invalid_headers(peer_server);
-    peer_run(peer_loop, client_late_header, a);
+    two_requests = "GET /late-header HTTP/1.1\r\nHost: h\r\n\r\n"
+                   "GET /q?next HTTP/1.1\r\nHost: h\r\n\r\n";
+    peer_run(peer_loop, client_two_pipelined, a);
     ASSERT_EQ(late_header_rc, MF_EINVAL);
     ASSERT_EQ(mf_http_server_invalid_headers(peer_server), refused + 1);
     ASSERT_EQ(a->rc[0], 0);
