@@ -347,10 +347,12 @@ void mf__http_server_header_refused(mf_http_server_t *srv,
             head_sent ? "refused" : "the answer is a 500");
 }
 
-/* Whether v is "HTTP/1.0" or "HTTP/1.1" (8 bytes at least): its minor. */
+/* The minor version when v[0..len) is "HTTP/1.0" or "HTTP/1.1" (with the
+ * line's CR after it, if any), else -1. */
 static int mf__rejected_version(const char *v, size_t len)
 {
-    if (len < 8 || memcmp(v, "HTTP/1.", 7) != 0 || (v[7] != '0' && v[7] != '1'))
+    if (len < 8 || memcmp(v, "HTTP/1.", 7) != 0 ||
+        (v[7] != '0' && v[7] != '1') || (len > 8 && v[8] != '\r'))
         return -1;
     return v[7] - '0';
 }
