@@ -379,8 +379,10 @@ static const char *mf__header_fault(const mf_http_exchange_t *ex,
         return "has a control byte in its value";
     if (mf__header_is_managed(name, name_len))
         return "is set by the server";
-    if (ex->state != MF_EX_ACTIVE)
+    if (ex->state == MF_EX_STREAM)
         return "comes after the head was sent";
+    if (ex->state != MF_EX_ACTIVE)
+        return "comes after the answer ended";
     return NULL;
 }
 
