@@ -168,7 +168,11 @@ static void mf__conn_on_timer(mf_timer_t *timer)
         return;
     }
     /* Slowloris, idle keep-alive, stalled body or write: just close. A
-     * request that never completed gets no answer (nginx does the same). */
+     * request that never completed gets no answer (nginx does the same),
+     * but is reported as a 408, as nginx logs it. */
+    if (conn->phase == MF_CONN_HEAD || conn->phase == MF_CONN_BODY)
+        mf__http_server_rejected(conn->srv, 408, &conn->in, conn->in_off,
+                                 &conn->peer);
     mf__conn_close(conn);
 }
 
@@ -482,6 +486,8 @@ int mf__http_conn_flush(mf_http_conn_t *conn)
 static void mf__conn_fail(mf_http_conn_t *conn, int status)
 {
     mf_http_head_t h;
+    mf__http_server_rejected(conn->srv, status, &conn->in, conn->in_off,
+                             &conn->peer); /* for the access log */
     mf__http_head_error(&h, conn->srv, status);
     conn->close_after = true;
     conn->phase = MF_CONN_LINGERING;

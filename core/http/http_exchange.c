@@ -19,7 +19,9 @@
  * becomes a 500 with Connection: close; once the head is out, the
  * connection is closed instead, so the client sees a cut body (no last
  * chunk, or fewer bytes than Content-Length said). Either way the server
- * counts it (mf_http_server_failed_responses).
+ * counts it (mf_http_server_failed_responses). A header the handler should
+ * not have given (mf__header_fault) turns the answer into the same 500, and
+ * an abort ends it the same way: a 500 before the head, a cut after.
  */
 #include <string.h>
 #include <strings.h>
@@ -37,8 +39,9 @@
 typedef enum mf_ex_state {
     MF_EX_ACTIVE, /* the handler, its series or holder builds the answer */
     MF_EX_STREAM, /* streamed response: head queued, chunks flowing */
-    MF_EX_FAILED, /* out of memory: a 500 was queued or the connection cut;
-                     further output is dropped until the send */
+    MF_EX_FAILED, /* a 500 was queued or the connection cut (out of memory,
+                     an invalid header, an abort); further output is
+                     dropped until the send */
     MF_EX_DONE    /* sent: the connection is released */
 } mf_ex_state_t;
 
@@ -54,6 +57,7 @@ struct mf_http_exchange {
     bool held;
     bool closed_early;  /* the connection went away before the response */
     bool out_of_memory; /* an append failed: the answer becomes a 500 */
+    bool bad_header;    /* a header was refused: the answer becomes a 500 */
     int status;
     mf_buf_t resp_headers; /* "Name: value\r\n" lines as added */
     mf_buf_t resp_body;    /* appended body */
@@ -71,44 +75,70 @@ struct mf_http_exchange {
     mf_http_header_t headers[MF_HTTP_MAX_HEADERS]; /* last: not zeroed */
 };
 
-/* ---- out of memory --------------------------------------------------------
+/* ---- answers that cannot be completed ------------------------------------
  */
 
 /* Appends to one of the exchange's buffers; a refused allocation marks the
- * answer as failed (it becomes a 500 at the send) and drops the rest. */
-static void mf__exchange_keep(mf_http_exchange_t *ex, mf_buf_t *buf,
-                              const void *data, size_t len)
+ * answer as failed (it becomes a 500 at the send) and drops the rest.
+ * 0 or MF_ENOMEM. */
+static int mf__exchange_keep(mf_http_exchange_t *ex, mf_buf_t *buf,
+                             const void *data, size_t len)
 {
     if (ex->out_of_memory)
-        return;
-    if (mf__buf_append(ex->loop, buf, data, len) < 0)
-        ex->out_of_memory = true;
+        return MF_ENOMEM;
+    if (mf__buf_append(ex->loop, buf, data, len) == 0)
+        return 0;
+    ex->out_of_memory = true;
+    return MF_ENOMEM;
 }
 
 /* Nothing of the response is queued yet: answer 500 with Connection:
- * close instead; if even that cannot be queued, close the connection. */
-static void mf__exchange_fail(mf_http_exchange_t *ex)
+ * close instead; if even that cannot be queued, close the connection.
+ * Returns whether the 500 was queued. */
+static bool mf__exchange_answer_500(mf_http_exchange_t *ex)
 {
     ex->state = MF_EX_FAILED;
-    bool answered = false;
-    if (!ex->closed_early) {
-        mf_http_head_t h;
-        mf__http_head_error(&h, ex->srv, 500);
-        mf__http_conn_close_when_done(ex->conn);
-        answered = mf__http_conn_queue_copy(ex->conn, h.fixed, h.len) == 0;
-    }
-    mf__http_server_response_failed(ex->srv, answered);
-    if (!answered && !ex->closed_early)
+    if (ex->closed_early)
+        return false;
+    mf_http_head_t h;
+    mf__http_head_error(&h, ex->srv, 500);
+    mf__http_conn_close_when_done(ex->conn);
+    if (mf__http_conn_queue_copy(ex->conn, h.fixed, h.len) == 0)
+        return true;
+    mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
+    return false;
+}
+
+/* The head is queued: the rest cannot follow, so close the connection
+ * without the end of the body (no last chunk). */
+static void mf__exchange_close(mf_http_exchange_t *ex)
+{
+    ex->state = MF_EX_FAILED;
+    if (!ex->closed_early)
         mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
 }
 
-/* The head is queued: the rest cannot follow, so cut the connection. */
+/* Out of memory before the head: a 500 instead, counted and reported. */
+static void mf__exchange_fail(mf_http_exchange_t *ex)
+{
+    mf__http_server_response_failed(ex->srv, mf__exchange_answer_500(ex));
+}
+
+/* Out of memory after the head: cut, counted and reported. */
 static void mf__exchange_cut(mf_http_exchange_t *ex)
 {
-    ex->state = MF_EX_FAILED;
     mf__http_server_response_failed(ex->srv, false);
-    if (!ex->closed_early)
-        mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
+    mf__exchange_close(ex);
+}
+
+/* The answer as built cannot go out: a 500 (counted as out of memory when
+ * that is why; a refused header was counted and reported when it came). */
+static void mf__exchange_refuse_answer(mf_http_exchange_t *ex)
+{
+    if (ex->out_of_memory)
+        mf__exchange_fail(ex);
+    else
+        mf__exchange_answer_500(ex);
 }
 
 /* ---- response heads ---------------------------------------------------- */
@@ -159,8 +189,8 @@ static int mf__exchange_queue_head(mf_http_exchange_t *ex, bool chunked,
  * referenced from its own memory. */
 static void mf__exchange_queue_full(mf_http_exchange_t *ex)
 {
-    if (ex->out_of_memory) {
-        mf__exchange_fail(ex);
+    if (ex->out_of_memory || ex->bad_header) {
+        mf__exchange_refuse_answer(ex);
         return;
     }
     const char *body = ex->body_ref ? ex->body_ref : ex->resp_body.data;
@@ -317,39 +347,87 @@ void mf_http_exchange_set_status(mf_http_exchange_t *ex, int status)
     ex->status = status >= 100 && status <= 999 ? status : 500;
 }
 
-/* Headers the server computes itself; a handler's copy would contradict. */
+/* Headers the server computes itself: a handler's copy would contradict
+ * the framing or the connection's fate. name is a valid token already, so
+ * a whole-token comparison cannot be fooled ("Content-Length " is not a
+ * token). */
 static bool mf__header_is_managed(const char *name, size_t len)
 {
-    static const char *const managed[] = {"content-length", "connection",
-                                          "transfer-encoding", "date"};
-    for (size_t i = 0; i < MF_ARRAY_SIZE(managed); i++)
-        if (strlen(managed[i]) == len &&
-            strncasecmp(managed[i], name, len) == 0)
-            return true;
-    return false;
+    switch (len) { /* most names have none of these lengths */
+    case 4:
+        return strncasecmp(name, "date", 4) == 0;
+    case 10:
+        return strncasecmp(name, "connection", 10) == 0 ||
+               strncasecmp(name, "keep-alive", 10) == 0;
+    case 14:
+        return strncasecmp(name, "content-length", 14) == 0;
+    case 17:
+        return strncasecmp(name, "transfer-encoding", 17) == 0;
+    default:
+        return false;
+    }
 }
 
-/* No CR/LF may reach the wire from a header (response splitting). */
-static bool mf__header_text_ok(const char *s, size_t len)
+/* Why a header cannot be added, or NULL when it can. */
+static const char *mf__header_fault(const mf_http_exchange_t *ex,
+                                    const char *name, size_t name_len,
+                                    const char *value, size_t value_len)
 {
-    for (size_t i = 0; i < len; i++)
-        if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0')
-            return false;
-    return true;
+    if (!mf_http_field_name_valid(name, name_len))
+        return "is not a valid field name";
+    if (!mf_http_field_value_valid(value, value_len))
+        return "has a control byte in its value";
+    if (mf__header_is_managed(name, name_len))
+        return "is set by the server";
+    if (ex->state == MF_EX_STREAM)
+        return "comes after the head was sent";
+    if (ex->state != MF_EX_ACTIVE)
+        return "comes after the answer ended";
+    return NULL;
 }
 
-void mf_http_exchange_add_header(mf_http_exchange_t *ex, const char *name,
-                                 size_t name_len, const char *value,
-                                 size_t value_len)
+/* A handler error, never a silent drop: counted and reported with the
+ * request (once per exchange), and an answer not yet sent becomes a 500. */
+static int mf__exchange_refuse_header(mf_http_exchange_t *ex, const char *name,
+                                      size_t name_len, const char *fault)
 {
-    if (!name_len || mf__header_is_managed(name, name_len) ||
-        !mf__header_text_ok(name, name_len) ||
-        !mf__header_text_ok(value, value_len))
-        return;
-    mf__exchange_keep(ex, &ex->resp_headers, name, name_len);
-    mf__exchange_keep(ex, &ex->resp_headers, ": ", 2);
-    mf__exchange_keep(ex, &ex->resp_headers, value, value_len);
-    mf__exchange_keep(ex, &ex->resp_headers, "\r\n", 2);
+    bool first = !ex->bad_header;
+    ex->bad_header = true; /* only a head not yet sent looks at it */
+    mf__http_server_header_refused(ex->srv, &ex->req, name, name_len, fault,
+                                   first, ex->state != MF_EX_ACTIVE);
+    return MF_EINVAL;
+}
+
+int mf_http_exchange_add_header(mf_http_exchange_t *ex, const char *name,
+                                size_t name_len, const char *value,
+                                size_t value_len)
+{
+    while (value_len && (value[0] == ' ' || value[0] == '\t')) {
+        value++;
+        value_len--;
+    }
+    while (value_len &&
+           (value[value_len - 1] == ' ' || value[value_len - 1] == '\t'))
+        value_len--;
+    const char *fault = mf__header_fault(ex, name, name_len, value, value_len);
+    if (fault)
+        return mf__exchange_refuse_header(ex, name, name_len, fault);
+    mf_buf_t *buf = &ex->resp_headers; /* "name: value\r\n", one reserve */
+    size_t need = name_len + value_len + 4;
+    if (ex->out_of_memory || (buf->cap - buf->len < need &&
+                              mf__buf_reserve(ex->loop, buf, need) < 0)) {
+        ex->out_of_memory = true;
+        return MF_ENOMEM;
+    }
+    char *p = buf->data + buf->len;
+    memcpy(p, name, name_len);
+    p += name_len;
+    memcpy(p, ": ", 2);
+    if (value_len)
+        memcpy(p + 2, value, value_len);
+    memcpy(p + 2 + value_len, "\r\n", 2);
+    buf->len += need;
+    return 0;
 }
 
 void mf_http_exchange_add_header_line(mf_http_exchange_t *ex, const char *line,
@@ -444,15 +522,37 @@ void mf_http_exchange_send(mf_http_exchange_t *ex)
     mf__http_conn_release(ex->conn); /* may destroy ex */
 }
 
-/* The head of a streamed response, on its first write. */
+void mf_http_exchange_abort(mf_http_exchange_t *ex)
+{
+    if (ex->state == MF_EX_DONE)
+        return;
+    /* The handler lets go now: closing the connection below must not call
+     * it back. */
+    ex->on_close = NULL;
+    ex->on_drain = NULL;
+    if (ex->state == MF_EX_ACTIVE)
+        mf__exchange_answer_500(ex);
+    else if (ex->state == MF_EX_STREAM)
+        mf__exchange_close(ex);
+    mf_http_exchange_send(ex); /* failed: ends the exchange, adds nothing */
+}
+
+/* The head of a streamed response, on its first write; an answer that
+ * cannot go out becomes a 500 instead. 0, MF_ENOMEM or MF_EINVAL. */
 static int mf__exchange_start_stream(mf_http_exchange_t *ex, bool chunked)
 {
+    if (ex->out_of_memory || ex->bad_header) {
+        int rc = ex->out_of_memory ? MF_ENOMEM : MF_EINVAL;
+        mf__exchange_refuse_answer(ex);
+        return rc;
+    }
     ex->state = MF_EX_STREAM;
     if (!chunked) /* HTTP/1.0: the close ends the body */
         mf__http_conn_close_when_done(ex->conn);
-    if (ex->out_of_memory)
-        return MF_ENOMEM;
-    return mf__exchange_queue_head(ex, chunked, 0, false, NULL, 0);
+    if (mf__exchange_queue_head(ex, chunked, 0, false, NULL, 0) == 0)
+        return 0;
+    mf__exchange_fail(ex); /* nothing queued yet: a 500 */
+    return MF_ENOMEM;
 }
 
 /* One piece of a streamed body, framed as a chunk, queued as one copy. */
@@ -476,11 +576,10 @@ int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
         return MF_ENOMEM;
     bool chunked = ex->req.minor_version >= 1;
     int rc = 0;
-    if (ex->state == MF_EX_ACTIVE &&
-        mf__exchange_start_stream(ex, chunked) < 0) {
-        mf__exchange_fail(ex); /* nothing queued yet: a 500 */
-        rc = MF_ENOMEM;
-    } else if (len && mf__exchange_queue_chunk(ex, chunked, data, len) < 0) {
+    if (ex->state == MF_EX_ACTIVE) /* on failure a 500 is queued instead */
+        rc = mf__exchange_start_stream(ex, chunked);
+    if (rc == 0 && len &&
+        mf__exchange_queue_chunk(ex, chunked, data, len) < 0) {
         mf__exchange_cut(ex);
         return MF_ENOMEM;
     }

@@ -44,11 +44,16 @@ static void mf__forward_relay_head(mf_http_client_task_t *t)
 {
     mf_http_exchange_t *ex = t->forward;
     mf_http_exchange_set_status(ex, t->resp.status);
-    for (size_t i = 0; i < t->resp.num_headers; i++)
-        if (!mf__hop_by_hop(&t->resp.headers[i]))
-            mf_http_exchange_add_header(
-                ex, t->resp.headers[i].name, t->resp.headers[i].name_len,
-                t->resp.headers[i].value, t->resp.headers[i].value_len);
+    for (size_t i = 0; i < t->resp.num_headers; i++) {
+        const mf_http_header_t *h = &t->resp.headers[i];
+        /* A refused header (no memory: the parser let only valid ones
+         * through) has made the answer a 500, which the server reported:
+         * the rest need not be copied. */
+        if (!mf__hop_by_hop(h) &&
+            mf_http_exchange_add_header(ex, h->name, h->name_len, h->value,
+                                        h->value_len) < 0)
+            return;
+    }
 }
 
 /* The client caught up, or left (a drain call comes then too): an empty

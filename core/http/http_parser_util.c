@@ -2,7 +2,8 @@
  * http_parser_util.c — the HTTP parser's small shared pieces: the byte
  * class table every parser file reads (through http_parser_int.h), and the
  * public helpers of moonflow/http_parser.h that belong to no one message:
- * header lookup, reason phrases and URL decoding.
+ * header lookup, reason phrases, URL decoding and the field checks a
+ * writer of heads makes.
  */
 #include "http/http_parser_int.h"
 
@@ -131,4 +132,16 @@ ssize_t mf_http_url_decode(char *s, size_t len, bool plus_is_space)
         s[out++] = c;
     }
     return (ssize_t)out;
+}
+
+bool mf_http_field_name_valid(const char *name, size_t len)
+{
+    return len > 0 && mf__all_of(name, len, MF__C_TOKEN);
+}
+
+bool mf_http_field_value_valid(const char *value, size_t len)
+{
+    if (len == 0)
+        return true; /* an empty value; value may be NULL then */
+    return mf__skip_class(value, value + len, MF__C_VALUE, 0x20) == value + len;
 }

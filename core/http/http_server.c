@@ -1,8 +1,10 @@
 /*
  * http_server.c — the listener, accepting, the Date cache, graceful stop,
- * and the server's side of http_server_int.h. Owns mf_http_server_t, whose
- * body is private to this file. May call: the connection's interface for
- * the server (http_conn.h: accept, stop), the net and engine layers.
+ * the reports of what went wrong (answers that failed, headers refused,
+ * requests refused: the on_reject hook), and the server's side of
+ * http_server_int.h. Owns mf_http_server_t, whose body is private to this
+ * file. May call: the connection's interface for the server (http_conn.h:
+ * accept, stop), the parser's public API, the net and engine layers.
  * Connections are in http_conn.c, the handler API in http_exchange.c.
  */
 #include <errno.h>
@@ -35,6 +37,7 @@ struct mf_http_server {
     void *stopped_arg;
     mf_post_t stopped_post;
     uint64_t failed_responses; /* answered 500 or cut for lack of memory */
+    uint64_t invalid_headers;  /* refused by mf_http_exchange_add_header */
     long date_sec;
     uint64_t date_checked; /* loop time of the last clock read */
     char date[40];         /* "Date: Tue, 01 Dec 2026 10:00:00 GMT\r\n" */
@@ -259,6 +262,11 @@ uint64_t mf_http_server_failed_responses(const mf_http_server_t *srv)
     return srv->failed_responses;
 }
 
+uint64_t mf_http_server_invalid_headers(const mf_http_server_t *srv)
+{
+    return srv->invalid_headers;
+}
+
 /* ---- for connections and exchanges (http_server_int.h) ------------------ */
 
 const mf_http_server_config_t *
@@ -293,4 +301,117 @@ void mf__http_server_response_failed(mf_http_server_t *srv, bool answered)
     srv->failed_responses++;
     fprintf(stderr, "moonflow: http: out of memory building a response: %s\n",
             answered ? "answered 500" : "connection closed");
+}
+
+/* ---- reports ------------------------------------------------------------ */
+
+size_t mf_http_log_escape(char *out, size_t cap, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+        size_t need = plain ? 1 : 4;
+        if (n + need >= cap)
+            break;
+        if (plain) {
+            out[n++] = (char)c;
+            continue;
+        }
+        out[n++] = '\\';
+        out[n++] = 'x';
+        out[n++] = hex[c >> 4];
+        out[n++] = hex[c & 15];
+    }
+    out[n] = 0;
+    return n;
+}
+
+void mf__http_server_header_refused(mf_http_server_t *srv,
+                                    const mf_http_request_t *req,
+                                    const char *name, size_t name_len,
+                                    const char *fault, bool report,
+                                    bool head_sent)
+{
+    char shown[4 * 64 + 1]; /* the first 64 bytes, each escaped at worst */
+    srv->invalid_headers++;
+    if (!report)
+        return;
+    size_t cut = name_len > 64 ? 64 : name_len;
+    mf_http_log_escape(shown, sizeof shown, name, cut);
+    fprintf(stderr,
+            "moonflow: http: %.*s %.*s: response header \"%s%s\" %s: %s\n",
+            (int)req->method_len, req->method, (int)req->path_len, req->path,
+            shown, cut < name_len ? "..." : "", fault,
+            head_sent ? "refused" : "the answer is a 500");
+}
+
+/* The minor version when v[0..len) is "HTTP/1.0" or "HTTP/1.1" (with the
+ * line's CR after it, if any), else -1. */
+static int mf__rejected_version(const char *v, size_t len)
+{
+    if (len < 8 || memcmp(v, "HTTP/1.", 7) != 0 ||
+        (v[7] != '0' && v[7] != '1') || (len > 8 && v[8] != '\r'))
+        return -1;
+    return v[7] - '0';
+}
+
+/* The parts of a refused request's line that arrived whole: the method
+ * (a token followed by SP), then the target (up to the next SP), then the
+ * version. False when not even the method is known. */
+static bool mf__rejected_line(const char *p, size_t len, mf_http_request_t *req)
+{
+    const char *end = p + len;
+    while (end - p >= 2 && p[0] == '\r' && p[1] == '\n')
+        p += 2; /* empty lines before a request line are allowed */
+    const char *lf = memchr(p, '\n', (size_t)(end - p));
+    const char *stop = lf ? lf : end;
+    const char *sp = memchr(p, ' ', (size_t)(stop - p));
+    if (!sp || !mf_http_field_name_valid(p, (size_t)(sp - p)))
+        return false;
+    req->method = p;
+    req->method_len = (size_t)(sp - p);
+    const char *target = sp + 1;
+    sp = memchr(target, ' ', (size_t)(stop - target));
+    if (!sp)
+        return true;
+    req->target = req->path = target;
+    req->target_len = req->path_len = (size_t)(sp - target);
+    req->minor_version = mf__rejected_version(sp + 1, (size_t)(stop - sp - 1));
+    return true;
+}
+
+/* What is known of a refused request (see mf_http_reject_cb), or NULL. */
+static const mf_http_request_t *
+mf__rejected_request(const mf_http_server_t *srv, const char *p, size_t len,
+                     mf_http_request_t *req, mf_http_header_t *headers,
+                     size_t nheaders)
+{
+    memset(req, 0, sizeof(*req));
+    req->headers = headers;
+    req->num_headers = nheaders;
+    if (len &&
+        mf_http_parse_request(p, len, req, &srv->config.limits, NULL) > 0)
+        return req; /* a whole head: the body was refused */
+    memset(req, 0, sizeof(*req));
+    req->headers = headers;
+    req->minor_version = -1;
+    return len && mf__rejected_line(p, len, req) ? req : NULL;
+}
+
+void mf__http_server_rejected(mf_http_server_t *srv, int status,
+                              const mf_buf_t *in, size_t off,
+                              const mf_sockaddr_t *peer)
+{
+    enum { MAX_HEADERS = 100 }; /* as many as any request may have */
+    mf_http_header_t headers[MAX_HEADERS];
+    mf_http_request_t req;
+    if (!srv->config.on_reject)
+        return;
+    size_t have = in->len > off ? in->len - off : 0;
+    const char *p = have ? in->data + off : NULL;
+    const mf_http_request_t *known =
+        mf__rejected_request(srv, p, have, &req, headers, MAX_HEADERS);
+    srv->config.on_reject(srv, status, known, peer, srv->user);
 }

@@ -15,11 +15,16 @@
  * memory). The exchange is held for the coroutine: its answer is sent by
  * resp:send/json/redirect, or when the handler returns (status and headers
  * set, empty body), or as a 500 when it raised, a 504 when it ran past its
- * timeout. A send while the handler still runs is safe: the HTTP server
- * finishes the exchange only after its handler call has returned. A client
- * that goes away aborts the coroutine (its pending task is canceled) and
- * the exchange is forgotten. A path without a script (404) or whose script
- * never loaded (500) is answered at once, without a record.
+ * timeout; once resp:write has begun a stream, either cuts the stream (no
+ * last chunk, the connection closed, a line on the error log) so that it
+ * never looks complete. A header in resp.headers that cannot be sent makes
+ * the answer a 500, reported with the route; resp:set_header raises on a
+ * bad name or value at once. A send while the handler still runs is safe:
+ * the HTTP server finishes the exchange only after its handler call has
+ * returned. A client that goes away aborts the coroutine (its pending task
+ * is canceled), is logged 499 (nginx's code), and the exchange is
+ * forgotten. A path without a script (404) or whose script never loaded
+ * (500) is answered at once, without a record.
  *
  * May call: the Lua host (coroutines, registry references), the HTTP
  * exchange API, routes.h and the access log (log.c).
@@ -85,6 +90,18 @@ static double mf__seconds_since(const mf_serve_worker_t *w,
            (double)(now.tv_nsec - start->tv_nsec) / 1e9;
 }
 
+/* The access log line of an exchange about to end; from here on the
+ * handler's side wants no on_close call. */
+static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                             int status, size_t bytes,
+                             const struct timespec *start)
+{
+    mf_http_exchange_on_close(ex, NULL, NULL);
+    mf_serve_log_request(w, mf_http_exchange_request(ex),
+                         mf_http_exchange_peer(ex), status, bytes,
+                         mf__seconds_since(w, start));
+}
+
 /* The last step of every answer: the access log line, then the send (after
  * which the exchange and its request are gone). */
 static void mf__exchange_send_logged(mf_serve_worker_t *w,
@@ -92,10 +109,7 @@ static void mf__exchange_send_logged(mf_serve_worker_t *w,
                                      size_t bytes, const struct timespec *start,
                                      const char *body, size_t len)
 {
-    mf_http_exchange_on_close(ex, NULL, NULL);
-    mf_serve_log_request(w, mf_http_exchange_request(ex),
-                         mf_http_exchange_peer(ex), status, bytes,
-                         mf__seconds_since(w, start));
+    mf__exchange_log(w, ex, status, bytes, start);
     mf_http_exchange_send_body(ex, body, len);
 }
 
@@ -105,55 +119,116 @@ static void mf__exchange_send_plain(mf_serve_worker_t *w,
                                     const char *text,
                                     const struct timespec *start)
 {
+    static const char type[] = "Content-Type: text/plain\r\n";
     size_t len = strlen(text);
     mf_http_exchange_set_status(ex, status);
-    mf_http_exchange_add_header(ex, "Content-Type", 12, "text/plain", 10);
+    mf_http_exchange_add_header_static(ex, type, sizeof type - 1);
     mf__exchange_send_logged(w, ex, status, len, start, text, len);
 }
 
-/* Copies resp.headers into the exchange; values may be strings, numbers
- * or lists of them. Returns whether a Content-Type was among them. */
-static bool mf__request_copy_headers(lua_State *L, mf_serve_request_t *request)
+/* "moonflow: GET /route: message" on the error log (stderr). */
+static void mf__log_handler_error(mf_serve_request_t *request,
+                                  const char *message)
 {
-    bool has_type = false;
+    const mf_http_request_t *head =
+        request->ex ? mf_http_exchange_request(request->ex) : NULL;
+    mf_lua_host_log(request->w->host, "moonflow: %.*s %.*s: %s",
+                    head ? (int)head->method_len : 1, head ? head->method : "-",
+                    head ? (int)head->path_len : 1, head ? head->path : "-",
+                    message);
+}
+
+/* A header of resp.headers that is not a string name with a string or
+ * number value: the exchange never sees it, so it is reported here (the
+ * server reports the ones it refuses). */
+static void mf__report_header_type(lua_State *L, mf_serve_request_t *request,
+                                   int key, int value)
+{
+    char text[400];
+    char name[4 * 64 + 1];
+    if (lua_type(L, key) != LUA_TSTRING) {
+        snprintf(text, sizeof text,
+                 "resp.headers has a %s key (a header name expected): the "
+                 "answer is a 500",
+                 luaL_typename(L, key));
+    } else {
+        size_t len;
+        const char *s = lua_tolstring(L, key, &len);
+        mf_http_log_escape(name, sizeof name, s, len > 64 ? 64 : len);
+        snprintf(text, sizeof text,
+                 "response header \"%s\" has a %s value (a string or a "
+                 "number expected): the answer is a 500",
+                 name, luaL_typename(L, value));
+    }
+    mf__log_handler_error(request, text);
+}
+
+/* Adds the header named by the key at index key, with the value on top
+ * (a string or a number). 0, or -1 after a report. */
+static int mf__request_add_header(lua_State *L, mf_serve_request_t *request,
+                                  int key)
+{
+    int t = lua_type(L, -1);
+    if (lua_type(L, key) != LUA_TSTRING ||
+        (t != LUA_TSTRING && t != LUA_TNUMBER)) {
+        mf__report_header_type(L, request, key, lua_gettop(L));
+        return -1;
+    }
+    size_t nlen, vlen;
+    const char *name = lua_tolstring(L, key, &nlen);
+    const char *v = lua_tolstring(L, -1, &vlen);
+    /* an invalid one is reported by the server */
+    return mf_http_exchange_add_header(request->ex, name, nlen, v, vlen) < 0
+               ? -1
+               : 0;
+}
+
+/* Copies resp.headers into the exchange; values may be strings, numbers
+ * or lists of them. Notes whether a Content-Type was among them. 0, or -1
+ * when one could not be added (reported): the answer must be a 500. */
+static int mf__request_copy_headers(lua_State *L, mf_serve_request_t *request,
+                                    bool *has_type)
+{
+    int rc = 0;
     if (request->headers_ref == LUA_NOREF)
-        return false;
+        return 0;
     lua_rawgeti(L, LUA_REGISTRYINDEX, request->headers_ref);
     lua_pushnil(L);
-    while (lua_next(L, -2)) {
-        size_t nlen;
+    while (rc == 0 && lua_next(L, -2)) {
+        int key = lua_gettop(L) - 1;
+        size_t nlen = 0;
         const char *name =
-            lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &nlen) : NULL;
-        if (name && nlen) {
-            if (nlen == 12 && !strncasecmp(name, "content-type", 12))
-                has_type = true;
-            int n = lua_istable(L, -1) ? (int)lua_objlen(L, -1) : 1;
-            for (int i = 1; i <= n; i++) {
-                if (lua_istable(L, -1))
-                    lua_rawgeti(L, -1, i);
-                else
-                    lua_pushvalue(L, -1);
-                size_t vlen;
-                const char *v = lua_tolstring(L, -1, &vlen);
-                if (v)
-                    mf_http_exchange_add_header(request->ex, name, nlen, v,
-                                                vlen);
-                lua_pop(L, 1);
-            }
+            lua_type(L, key) == LUA_TSTRING ? lua_tolstring(L, key, &nlen) : "";
+        if (nlen == 12 && !strncasecmp(name, "content-type", 12))
+            *has_type = true;
+        bool list = lua_istable(L, -1);
+        int n = list ? (int)lua_objlen(L, -1) : 1;
+        for (int i = 1; rc == 0 && i <= n; i++) {
+            if (list)
+                lua_rawgeti(L, -1, i);
+            else
+                lua_pushvalue(L, -1);
+            rc = mf__request_add_header(L, request, key);
+            lua_pop(L, 1);
         }
         lua_pop(L, 1);
     }
-    lua_pop(L, 1);
-    return has_type;
+    lua_settop(L, lua_gettop(L) - (rc == 0 ? 1 : 2)); /* the table (and key) */
+    return rc;
 }
 
-/* Status, headers and the default Content-Type, before the first byte. */
-static void mf__request_set_head(lua_State *L, mf_serve_request_t *request)
+/* Status, headers and the default Content-Type, before the first byte.
+ * 0, or -1 when the headers cannot be sent (reported). */
+static int mf__request_set_head(lua_State *L, mf_serve_request_t *request)
 {
     static const char line[] = "Content-Type: text/plain; charset=utf-8\r\n";
-    if (!mf__request_copy_headers(L, request)) /* a constant: no copy */
+    bool has_type = false;
+    if (mf__request_copy_headers(L, request, &has_type) < 0)
+        return -1;
+    if (!has_type) /* a constant: no copy */
         mf_http_exchange_add_header_static(request->ex, line, sizeof line - 1);
     mf_http_exchange_set_status(request->ex, request->status);
+    return 0;
 }
 
 /* Sends the answer (or ends a streamed one) with body as its last bytes. */
@@ -177,6 +252,35 @@ static void mf__request_fail(mf_serve_request_t *request, int status,
     mf__exchange_send_plain(request->w, ex, status, text, &request->start);
 }
 
+/* Ends an answer that cannot be completed (mf_http_exchange_abort): with
+ * nothing sent yet it becomes the server's 500, logged as a 500; a stream
+ * is cut and logged with the status it had sent (as nginx logs it). */
+static void mf__request_abort(mf_serve_request_t *request)
+{
+    mf_http_exchange_t *ex = request->ex;
+    request->ex = NULL;
+    request->sent = true;
+    if (!request->streaming) {
+        request->status = 500;
+        request->bytes = 0;
+    }
+    mf__exchange_log(request->w, ex, request->status, request->bytes,
+                     &request->start);
+    mf_http_exchange_abort(ex);
+}
+
+/* A streamed answer the handler could not finish: the client must see it
+ * cut (no last chunk), and the error log says so. */
+static void mf__request_cut(mf_serve_request_t *request, const char *why)
+{
+    char text[256];
+    snprintf(text, sizeof text,
+             "the streamed response is cut after %zu body bytes: %s",
+             request->bytes, why);
+    mf__log_handler_error(request, text);
+    mf__request_abort(request);
+}
+
 /* ---- the coroutine's end ------------------------------------------------- */
 
 static void mf__request_free(mf_serve_request_t *request)
@@ -192,35 +296,31 @@ static void mf__request_free(mf_serve_request_t *request)
     mf_loop_free(loop, request, sizeof(*request));
 }
 
-/* Answers what the handler's end calls for, if nothing was sent yet: a
- * 500 when it raised, a 504 when it timed out, else what it set (status,
- * headers, empty body) or the end of its chunked body. */
+/* Answers what the handler's end calls for, if nothing was sent yet: when
+ * it returned, what it set (status, headers, empty body) or the end of its
+ * chunked body; when it raised or was aborted, a 504 (timed out) or 500,
+ * or, once a stream had begun, the cut of that stream: an answer the
+ * handler did not finish must never look complete. */
 static void mf__request_answer_at_exit(mf_serve_request_t *request,
                                        const mf_lua_co_exit_t *ex)
 {
     if (!request->ex || request->sent)
         return;
-    if (ex->status == MF_LUA_CO_ERROR && !request->streaming)
-        mf__request_fail(request, 500, "500 Internal Server Error\n");
-    else if (ex->status == MF_LUA_CO_ABORTED && request->timed_out &&
-             !request->streaming)
+    if (ex->status == MF_LUA_CO_DONE) {
+        lua_State *L = mf_lua_host_state(request->w->host);
+        if (!request->streaming && mf__request_set_head(L, request) < 0)
+            mf__request_abort(request);
+        else
+            mf__request_send(request, NULL, 0);
+    } else if (request->streaming) {
+        mf__request_cut(request, ex->status == MF_LUA_CO_ERROR
+                                     ? "the handler raised an error"
+                                     : ex->message);
+    } else if (request->timed_out) {
         mf__request_fail(request, 504, "504 Gateway Timeout\n");
-    else {
-        if (!request->streaming)
-            mf__request_set_head(mf_lua_host_state(request->w->host), request);
-        mf__request_send(request, NULL, 0);
+    } else {
+        mf__request_fail(request, 500, "500 Internal Server Error\n");
     }
-}
-
-static void mf__log_handler_error(mf_serve_request_t *request,
-                                  const char *message)
-{
-    const mf_http_request_t *head =
-        request->ex ? mf_http_exchange_request(request->ex) : NULL;
-    mf_lua_host_log(request->w->host, "moonflow: %.*s %.*s: %s",
-                    head ? (int)head->method_len : 1, head ? head->method : "-",
-                    head ? (int)head->path_len : 1, head ? head->path : "-",
-                    message);
 }
 
 /* The coroutine ended (returned, raised or was aborted): the one place a
@@ -237,10 +337,16 @@ static void mf__on_handler_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     mf__request_free(request);
 }
 
+/* The client left before the answer was complete: logged as nginx does,
+ * 499 when nothing was sent, else the status its stream had sent. */
 static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
 {
     mf_serve_request_t *request = arg;
-    (void)ex;
+    mf_serve_worker_t *w = request->w;
+    mf_serve_log_request(w, mf_http_exchange_request(ex),
+                         mf_http_exchange_peer(ex),
+                         request->streaming ? request->status : 499,
+                         request->bytes, mf__seconds_since(w, &request->start));
     request->ex = NULL; /* dead after this callback */
     if (request->co)
         mf_lua_co_abort(request->co, "client closed the connection");
@@ -554,7 +660,10 @@ static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
     size_t len = 0;
     const char *data =
         lua_isnoneornil(L, body) ? "" : luaL_checklstring(L, body, &len);
-    mf__request_set_head(L, request);
+    if (mf__request_set_head(L, request) < 0) {
+        mf__request_abort(request); /* a 500, reported */
+        return 0;
+    }
     request->bytes = len;
     mf__request_send(request, data, len);
     return 0;
@@ -572,9 +681,14 @@ static int mf__resp_redirect(lua_State *L)
     size_t len;
     const char *url = luaL_checklstring(L, 2, &len);
     int status = (int)luaL_optinteger(L, 3, 302);
+    if (!mf_http_field_value_valid(url, len))
+        return luaL_argerror(L, 2, "a URL without control bytes expected");
     if (status < 300 || status > 399)
         return luaL_argerror(L, 3, "a 3xx status expected");
-    mf_http_exchange_add_header(request->ex, "Location", 8, url, len);
+    if (mf_http_exchange_add_header(request->ex, "Location", 8, url, len) < 0) {
+        mf__request_abort(request); /* no memory: a 500, reported */
+        return 0;
+    }
     request->status = status;
     lua_settop(L, 1);
     return mf__resp_send_body(L, request, 2);
@@ -592,10 +706,45 @@ static void mf__push_resp_headers(lua_State *L, mf_serve_request_t *request)
     lua_rawgeti(L, LUA_REGISTRYINDEX, request->headers_ref);
 }
 
+/* Raises unless the value at idx can be sent as a header value: nil (which
+ * removes the header), a string or a number without control bytes, or a
+ * list of such. */
+static void mf__check_header_value(lua_State *L, int idx)
+{
+    bool list = lua_istable(L, idx);
+    int n = list ? (int)lua_objlen(L, idx) : lua_isnil(L, idx) ? 0 : 1;
+    for (int i = 1; i <= n; i++) {
+        if (list)
+            lua_rawgeti(L, idx, i);
+        else
+            lua_pushvalue(L, idx);
+        int t = lua_type(L, -1);
+        size_t len;
+        const char *v = lua_tolstring(L, -1, &len);
+        if ((t != LUA_TSTRING && t != LUA_TNUMBER) ||
+            !mf_http_field_value_valid(v, len))
+            luaL_argerror(L, idx,
+                          "a header value expected (a string or a number "
+                          "without control bytes, or a list of them)");
+        lua_pop(L, 1);
+    }
+}
+
+/* resp:set_header(name, value): misuse raises at once (a name that is not
+ * a token, a value with control bytes, a head already sent); names the
+ * server manages are refused when the head is built (a 500). */
 static int mf__resp_set_header(lua_State *L)
 {
     mf_serve_request_t *request = mf__check_request(L, 1, 1);
-    luaL_checkstring(L, 2);
+    size_t nlen;
+    const char *name = luaL_checklstring(L, 2, &nlen);
+    if (!mf_http_field_name_valid(name, nlen))
+        return luaL_argerror(L, 2,
+                             "a header name expected (a token: "
+                             "letters, digits, !#$%&'*+-.^_`|~)");
+    mf__check_header_value(L, 3);
+    if (request->streaming)
+        return luaL_error(L, "the headers were already sent");
     mf__push_resp_headers(L, request);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
@@ -629,13 +778,23 @@ static int mf__resp_write(lua_State *L)
     const char *data = luaL_checklstring(L, 2, &len);
     if (request->sent)
         return luaL_error(L, "the response was already sent");
+    int rc = 0;
     if (!request->streaming) {
-        mf__request_set_head(L, request);
-        request->streaming = true;
+        rc = mf__request_set_head(L, request);
+        request->streaming = rc == 0;
     }
-    request->bytes += len;
-    int rc = mf_http_exchange_write(request->ex, data, len);
+    if (rc == 0) {
+        request->bytes += len;
+        rc = mf_http_exchange_write(request->ex, data, len);
+    }
     if (rc < 0) {
+        /* Still here: the answer became a 500 (a header that cannot be
+         * sent, no memory for the head): end it. Gone: the client left or
+         * the stream was cut (logged by mf__on_client_gone). */
+        if (request->ex) {
+            request->streaming = false; /* its head never went out */
+            mf__request_abort(request);
+        }
         lua_pushnil(L);
         lua_pushliteral(L, "closed");
         return 2;

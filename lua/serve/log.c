@@ -1,13 +1,17 @@
 /*
  * lua/serve/log.c — the access log of a worker: one line per request in
  * nginx's "combined" shape plus the request time, buffered and written when
- * the buffer fills or once a second. Workers share the file (O_APPEND;
- * whole lines per write), each with its own buffer: no lock. Lines a write
- * could not store (a full disk) are dropped, never the requests, and
- * counted: the count goes to stderr once a second.
+ * the buffer fills or once a second. Requests the server refused before any
+ * handler (400, 408, 413, 414, 431, 501, 505) get a line too, with what is
+ * known of their request line ("-" when nothing is), as nginx logs them;
+ * a client's bytes are escaped as nginx escapes them (\xNN). Workers share the
+ * file (O_APPEND; whole lines per write), each with its own buffer: no lock.
+ * Lines a write could not store (a full disk) are dropped, never the requests,
+ * and counted: the count goes to stderr once a second.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,13 +104,76 @@ static const char *mf__log_time(mf_serve_worker_t *w)
     return w->log_time;
 }
 
-static void mf__log_header(const mf_http_request_t *req, const char *name,
-                           const char **value, int *len)
+/* A line being written into the buffer: [p, end) is free, end is the
+ * line's bound (MF_LOG_LINE), with room for a NUL. */
+typedef struct mf_log_line {
+    char *p;
+    char *end;
+} mf_log_line_t;
+
+static void mf__log_put(mf_log_line_t *line, const char *s, size_t n)
+{
+    size_t room = (size_t)(line->end - line->p) - 1;
+    n = n < room ? n : room;
+    memcpy(line->p, s, n);
+    line->p += n;
+}
+
+/* A client's bytes: escaped, at most max of them. */
+static void mf__log_put_escaped(mf_log_line_t *line, const char *s, size_t n,
+                                size_t max)
+{
+    line->p += mf_http_log_escape(line->p, (size_t)(line->end - line->p), s,
+                                  n < max ? n : max);
+}
+
+static void mf__log_printf(mf_log_line_t *line, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void mf__log_printf(mf_log_line_t *line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line->p, (size_t)(line->end - line->p), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        line->p += (size_t)n < (size_t)(line->end - line->p)
+                       ? (size_t)n
+                       : (size_t)(line->end - line->p) - 1;
+}
+
+/* "GET /path HTTP/1.1"; of a refused request the parts that are known,
+ * "-" when none is. */
+static void mf__log_request_line(mf_log_line_t *line,
+                                 const mf_http_request_t *req)
+{
+    mf__log_put(line, "\"", 1);
+    if (!req) {
+        mf__log_put(line, "-\"", 2);
+        return;
+    }
+    mf__log_put_escaped(line, req->method, req->method_len, 64);
+    if (req->target_len) {
+        mf__log_put(line, " ", 1);
+        mf__log_put_escaped(line, req->target, req->target_len, 1024);
+    }
+    if (req->minor_version >= 0)
+        mf__log_printf(line, " HTTP/1.%d", req->minor_version);
+    mf__log_put(line, "\"", 1);
+}
+
+/* A request header's value, quoted and escaped; "-" when absent. */
+static void mf__log_header(mf_log_line_t *line, const mf_http_request_t *req,
+                           const char *name)
 {
     const mf_http_header_t *h =
-        mf_http_find_header(req->headers, req->num_headers, name);
-    *value = h ? h->value : "-";
-    *len = h ? (int)h->value_len : 1;
+        req ? mf_http_find_header(req->headers, req->num_headers, name) : NULL;
+    mf__log_put(line, " \"", 2);
+    if (h)
+        mf__log_put_escaped(line, h->value, h->value_len, 256);
+    else
+        mf__log_put(line, "-", 1);
+    mf__log_put(line, "\"", 1);
 }
 
 void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
@@ -117,21 +184,27 @@ void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
         return;
     if (w->log_len + MF_LOG_LINE > MF_LOG_BUF)
         mf__log_flush(w);
-    const char *ref, *ua;
-    int reflen, ualen;
     char host[64];
     mf_sockaddr_format_ip(peer, host, sizeof host);
-    mf__log_header(req, "referer", &ref, &reflen);
-    mf__log_header(req, "user-agent", &ua, &ualen);
-    int n = snprintf(w->log_buf + w->log_len, MF_LOG_LINE,
-                     "%s - - [%s] \"%.*s %.*s HTTP/1.%d\" %d %zu \"%.*s\" "
-                     "\"%.*s\" %.3f\n",
-                     host, mf__log_time(w), (int)req->method_len, req->method,
-                     req->target_len > 1024 ? 1024 : (int)req->target_len,
-                     req->target, req->minor_version, status, bytes, reflen,
-                     ref, ualen > 256 ? 256 : ualen, ua, seconds);
-    if (n > 0)
-        w->log_len += (size_t)n < MF_LOG_LINE ? (size_t)n : MF_LOG_LINE - 1;
+    mf_log_line_t line = {w->log_buf + w->log_len,
+                          w->log_buf + w->log_len + MF_LOG_LINE};
+    mf__log_printf(&line, "%s - - [%s] ", host, mf__log_time(w));
+    mf__log_request_line(&line, req);
+    mf__log_printf(&line, " %d %zu", status, bytes);
+    mf__log_header(&line, req, "referer");
+    mf__log_header(&line, req, "user-agent");
+    mf__log_printf(&line, " %.3f\n", seconds);
+    if (line.p[-1] != '\n') /* cut: the line still ends */
+        line.p[-1] = '\n';
+    w->log_len = (size_t)(line.p - w->log_buf);
+}
+
+void mf_serve_log_reject(mf_http_server_t *srv, int status,
+                         const mf_http_request_t *req,
+                         const mf_sockaddr_t *peer, void *worker)
+{
+    (void)srv;
+    mf_serve_log_request(worker, req, peer, status, 0, 0);
 }
 
 void mf_serve_log_close(mf_serve_worker_t *w)

@@ -111,7 +111,10 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
         return;
     }
     mf__serve_watch(w);
-    w->server = mf_http_server_start(w->loop, &c->http,
+    mf_http_server_config_t http = c->http; /* copied by the server */
+    if (w->log_fd >= 0) /* refused requests get an access line too */
+        http.on_reject = mf_serve_log_reject;
+    w->server = mf_http_server_start(w->loop, &http,
                                      mf_serve_handler_on_request, w, &w->error);
     if (!w->server)
         w->error_what = c->http.listen;

@@ -88,9 +88,16 @@ void mf_serve_handler_open(mf_serve_worker_t *w);
 /* log.c: opens the access log (none when config->access_log is NULL or
  * "off"). Returns 0, or a negative MF_E* code after printing why. */
 int mf_serve_log_open(mf_serve_worker_t *w);
+/* One access line. req may be NULL or partial (a refused request: see
+ * mf_http_reject_cb): what is unknown shows as "-". */
 void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
                           const mf_sockaddr_t *peer, int status, size_t bytes,
                           double seconds);
+/* The HTTP server's on_reject hook (user: the worker): the access line of
+ * a request refused before any handler ran. */
+void mf_serve_log_reject(mf_http_server_t *srv, int status,
+                         const mf_http_request_t *req,
+                         const mf_sockaddr_t *peer, void *worker);
 void mf_serve_log_close(mf_serve_worker_t *w);
 
 /* serve.c: the `moonflow serve` command. */

@@ -7,12 +7,14 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
 
-from harness import (Server, connect, free_port, read_response, request,
-                     self_signed, temp_dir)
+from harness import (Server, connect, free_port, read_response,
+                     read_until_closed, request, self_signed, temp_dir,
+                     wait_port)
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 
@@ -382,6 +384,183 @@ class Lifecycle(ServeTest):
         self.assertEqual(f["hello"]["status"], 200)
         self.assertEqual(f["json"]["status"], 200)
         self.assertTrue(self.get(srv, "/sleep?ms=50").body.startswith(b"slept"))
+
+
+class ErrorsInTheLogs(unittest.TestCase):
+    """What the client and the logs see of answers that fail: requests the
+    server refuses before any handler, a client that leaves, a stream the
+    handler cannot finish, a response header that cannot be sent. One
+    `moonflow serve` for the class, with an access log and its stderr in
+    files (the error log); each test waits, bounded, for its lines."""
+
+    SITE = {
+        "slow.lua": 'local mf = require "moonflow"\n'
+                    'return function(req, resp) mf.sleep(3000)\n'
+                    '  resp:send("late") end\n',
+        "echo.lua": 'return function(req, resp) resp:send(req.body) end\n',
+        "stream-error.lua": 'return function(req, resp)\n'
+                            '  assert(resp:write("part 1\\n"))\n'
+                            '  error("failed after the head")\n'
+                            'end\n',
+        "stream-timeout.lua": 'local mf = require "moonflow"\n'
+                              'return function(req, resp)\n'
+                              '  assert(resp:write("part\\n"))\n'
+                              '  mf.sleep(5000)\n'
+                              'end\n',
+        "bad-header.lua": 'return function(req, resp)\n'
+                          '  resp.headers["Content-Length "] = "5"\n'
+                          '  resp:send("never sent")\n'
+                          'end\n',
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="moonflow-test-")
+        for name, text in cls.SITE.items():
+            with open(os.path.join(cls.root, name), "w") as f:
+                f.write(text)
+        conf = os.path.join(cls.root, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", access_log = "access.log",\n'
+                    '  limits = { max_body = 1000 },\n'
+                    '  timeouts = { header = 300 },\n'
+                    '  routes = { ["/stream-timeout"] = { file = '
+                    '"stream-timeout.lua", timeout = 300 } } }\n')
+        cls.log = os.path.join(cls.root, "access.log")
+        cls.errors = os.path.join(cls.root, "stderr.log")
+        cls.port = free_port()
+        with open(cls.errors, "wb") as err:
+            cls.proc = subprocess.Popen(
+                [MOONFLOW, "serve", "--config", conf, "--listen",
+                 "127.0.0.1:%d" % cls.port, "--workers", "1"],
+                stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_port(cls.port, cls.proc)
+        except Exception:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            if cls.proc.poll() is None:
+                cls.proc.send_signal(signal.SIGTERM)
+            try:
+                code = cls.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                cls.proc.kill()
+                code = cls.proc.wait()
+            if code != 0:
+                with open(cls.errors, errors="replace") as f:
+                    raise AssertionError("moonflow serve exited %d:\n%s"
+                                         % (code, f.read()[-3000:]))
+        finally:
+            shutil.rmtree(cls.root, True)
+
+    def lines(self, path):
+        try:
+            with open(path, errors="replace") as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def wait_line(self, path, needle, count=1, limit=5.0):
+        """The lines of path holding needle, once there are count of them
+        (the access log is written once a second)."""
+        deadline = time.time() + limit
+        while True:
+            found = [l for l in self.lines(path) if needle in l]
+            if len(found) >= count:
+                return found
+            if time.time() > deadline:
+                self.fail("no %d lines with %r in %s:\n%s" % (
+                    count, needle, os.path.basename(path),
+                    "\n".join(self.lines(path)[-20:])))
+            time.sleep(0.05)
+
+    def raw(self, data, timeout=5.0):
+        """Sends data, returns all the server sends until it closes."""
+        with connect(self.port) as s:
+            s.sendall(data)
+            return read_until_closed(s, timeout)
+
+    def test_a_malformed_request_is_answered_400_and_logged(self):
+        out = self.raw(b"GET /malformed HTTP/1.1\r\nHost: h\r\n"
+                       b"Bad Header: x\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:80])
+        line = self.wait_line(self.log, '"GET /malformed HTTP/1.1" 400 ')[0]
+        self.assertRegex(line, r'^127\.0\.0\.1 - - \[[^]]+\] "GET /malformed '
+                               r'HTTP/1\.1" 400 0 "-" "-" \d+\.\d{3}$')
+        # Not HTTP at all: nothing of a request line is known.
+        before = len([l for l in self.lines(self.log) if '"-" 400 ' in l])
+        out = self.raw(b"\x16\x03\x01\x02\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:80])
+        self.wait_line(self.log, '"-" 400 ', count=before + 1)
+
+    def test_an_oversize_head_is_answered_431_and_logged(self):
+        out = self.raw(b"GET /big-head HTTP/1.1\r\nHost: h\r\nX-Big: " +
+                       b"a" * 20000 + b"\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 431 "), out[:80])
+        self.wait_line(self.log, '"GET /big-head HTTP/1.1" 431 ')
+
+    def test_a_body_over_the_limit_is_answered_413_and_logged(self):
+        out = self.raw(b"POST /echo?big HTTP/1.1\r\nHost: h\r\n"
+                       b"User-Agent: spec-413\r\nContent-Length: 2000\r\n"
+                       b"\r\n" + b"x" * 2000)
+        self.assertTrue(out.startswith(b"HTTP/1.1 413 "), out[:80])
+        line = self.wait_line(self.log, '"POST /echo?big HTTP/1.1" 413 ')[0]
+        self.assertIn('"spec-413"', line)  # the head was whole
+
+    def test_a_head_that_stalls_is_closed_and_logged_408(self):
+        t0 = time.time()
+        out = self.raw(b"GET /stall HTTP/1.1\r\nHost: h\r\n")
+        self.assertEqual(out, b"")  # closed unanswered, as nginx does
+        self.assertLess(time.time() - t0, 3.0)
+        self.wait_line(self.log, '"GET /stall HTTP/1.1" 408 ')
+
+    def test_a_client_leaving_mid_handler_is_logged_499(self):
+        with connect(self.port) as s:
+            s.sendall(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n")
+            time.sleep(0.2)  # the handler is waiting now
+        line = self.wait_line(self.log, '"GET /slow HTTP/1.1" 499 ')[0]
+        self.assertRegex(line, r'" 499 0 "-" "-" 0\.[0-9]{3}$')
+
+    def assert_cut(self, out, body):
+        """A chunked answer that stops without its last chunk."""
+        head, _, rest = out.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200 "), out[:80])
+        self.assertIn(b"transfer-encoding: chunked", head.lower())
+        self.assertEqual(rest, b"%x\r\n%s\r\n" % (len(body), body))
+        self.assertFalse(rest.endswith(b"0\r\n\r\n"))
+
+    def test_an_error_after_streaming_began_cuts_the_stream(self):
+        # A request pipelined behind it is never answered: the connection
+        # closes right after the part that was written.
+        out = self.raw(b"GET /stream-error HTTP/1.1\r\nHost: h\r\n\r\n"
+                       b"GET /echo HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assert_cut(out, b"part 1\n")
+        self.wait_line(self.log, '"GET /stream-error HTTP/1.1" 200 7 ')
+        self.wait_line(self.errors, "GET /stream-error: the streamed response "
+                       "is cut after 7 body bytes: the handler raised an "
+                       "error")
+
+    def test_a_handler_timeout_after_streaming_began_cuts_the_stream(self):
+        t0 = time.time()
+        out = self.raw(b"GET /stream-timeout HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertLess(time.time() - t0, 3.0)
+        self.assert_cut(out, b"part\n")
+        self.wait_line(self.errors, "GET /stream-timeout: the streamed "
+                       "response is cut after 5 body bytes: handler timeout")
+
+    def test_an_invalid_response_header_is_a_500_logged_with_route_and_name(
+            self):
+        r = request(self.port, b"GET /bad-header HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(r.status, 500)
+        self.assertNotIn(b"never sent", r.body)
+        self.assertEqual(r.header("connection"), "close")
+        self.wait_line(self.log, '"GET /bad-header HTTP/1.1" 500 ')
+        self.wait_line(self.errors, 'GET /bad-header: response header '
+                       '"Content-Length " is not a valid field name')
 
 
 if __name__ == "__main__":

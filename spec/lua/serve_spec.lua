@@ -90,6 +90,40 @@ describe("moonflow serve", function()
         end
     end)
 
+    it("raises when set_header or redirect gets a bad name or value", function()
+        local r = assert(get("/headers?case=raises"))
+        assert.are.equal(200, r.status)
+        assert.are.equal(("false "):rep(7) .. "false", r.body)
+        assert.are.equal("a, 2", r.headers["x-list"]) -- two lines, joined
+    end)
+
+    it("answers 500 when resp.headers holds a header that cannot be sent", function()
+        local before = counts()
+        for _, case in ipairs { "managed", "ctl", "type", "name", "ret", "write" } do
+            local r = assert(get("/headers?case=" .. case))
+            assert.are.equal(500, r.status, case)
+            assert.are.equal("close", r.headers["connection"], case)
+            assert.is_nil(r.body:match("never sent"), case)
+            assert.is_nil(r.headers["x-bad"], case)
+        end
+        local after = counts()
+        assert.are.equal(before.errors, after.errors) -- answered, not raised
+        assert.are.equal(before.coroutines, after.coroutines)
+        assert.are.equal(before.refs, after.refs)
+        assert.are.equal(200, assert(get("/ok")).status)
+    end)
+
+    it("trims the spaces around a header value", function()
+        local r = assert(get("/headers?case=trim"))
+        assert.are.equal("padded", r.headers["x-trim"])
+    end)
+
+    it("raises when a header is set after the head was streamed", function()
+        local r = assert(get("/headers?case=late"))
+        assert.are.equal("streamed", r.body)
+        assert.is_nil(r.headers["x-late"])
+    end)
+
     it("turns a Lua error into a 500 and serves the next request", function()
         local before = counts()
         local r = assert(get("/error"))

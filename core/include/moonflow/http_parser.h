@@ -162,6 +162,17 @@ MF_API const char *mf_http_reason(int status);
  * -1 on a bad escape. */
 MF_API ssize_t mf_http_url_decode(char *s, size_t len, bool plus_is_space);
 
+/* Whether name[0..len) can be a field name: a non-empty token (RFC 9110
+ * §5.6.2: letters, digits and !#$%&'*+-.^_`|~; no space, colon or control
+ * byte). */
+MF_API bool mf_http_field_name_valid(const char *name, size_t len);
+
+/* Whether value[0..len) can be a field value: VCHAR, obs-text, SP and HTAB
+ * only (RFC 9110 §5.5), so no CR, LF, NUL or other control byte. Leading
+ * and trailing whitespace is not checked here: it is not part of a value,
+ * and a writer trims it. */
+MF_API bool mf_http_field_value_valid(const char *value, size_t len);
+
 MF_EXTERN_C_END
 
 #endif /* MOONFLOW_HTTP_PARSER_H */

@@ -23,14 +23,20 @@
  *
  * Errors on input never reach the handler: malformed requests get 400,
  * oversize heads 431, long request lines 414, big bodies 413, unsupported
- * versions 505, and the connection is closed after the answer.
+ * versions 505, and the connection is closed after the answer. A head or
+ * body that stalls past its timeout is closed unanswered (408 to the
+ * hook). Each of these is reported to the config's on_reject hook (an
+ * access log writes its line there).
  *
  * Never a silently short answer: if memory runs out while a response is
  * built (an added header, an appended body, the queued head), the client
  * gets a 500 with Connection: close instead; once the head is out, the
  * connection is closed, so the client sees a cut body (no last chunk, or
  * fewer bytes than Content-Length). Each case is counted
- * (mf_http_server_failed_responses) and reported on stderr.
+ * (mf_http_server_failed_responses) and reported on stderr. The same 500
+ * answers a response with an invalid header (mf_http_exchange_add_header),
+ * and the same cut ends a stream the handler cannot finish
+ * (mf_http_exchange_abort): a complete-looking answer is always complete.
  *
  * Threads: the loop's thread only. Ownership: the server owns connections
  * and exchanges; an exchange pointer is valid from the handler call until
@@ -54,6 +60,20 @@ typedef struct mf_http_exchange mf_http_exchange_t;
 
 typedef void (*mf_http_handler)(mf_http_exchange_t *ex, void *user);
 
+/* The connection refused a request without calling the handler: status is
+ * what it answered (400, 413, 414, 431, 501, 505; 500 when it had no memory
+ * to take the request) or 408 for a head or body that stalled past its
+ * timeout (closed unanswered). req is what is known of the request: the
+ * whole head when it was complete (a body too big or stalled), else only
+ * the parts of the request line that arrived whole — method, then target
+ * (target_len 0 when not known), then minor_version (-1 when not known) —
+ * with no headers; NULL when not even the method is known. req and its
+ * strings are valid during the call only. user is the handler's. Runs on
+ * the loop's thread, before the answer is written; must not block. */
+typedef void (*mf_http_reject_cb)(mf_http_server_t *srv, int status,
+                                  const mf_http_request_t *req,
+                                  const mf_sockaddr_t *peer, void *user);
+
 typedef struct mf_http_server_config {
     const char *listen;            /* "127.0.0.1:8080", "[::1]:8443", ":8080" */
     int backlog;                   /* default 1024 */
@@ -68,7 +88,8 @@ typedef struct mf_http_server_config {
     /* HTTPS when tls.cert_file and tls.key_file are set; SNI: extra
      * certificates by server name (tls.h). */
     mf_tls_server_config_t tls;
-    const char *server_header; /* default "moonflow"; "" to omit */
+    const char *server_header;   /* default "moonflow"; "" to omit */
+    mf_http_reject_cb on_reject; /* default NULL: refused requests unseen */
 } mf_http_server_config_t;
 
 /* Fills every field with its default. */
@@ -97,6 +118,17 @@ MF_API mf_loop_t *mf_http_server_loop(const mf_http_server_t *srv);
  * each was answered 500 (with Connection: close) or, when its head was
  * already out, cut by closing the connection. Never a silent short answer. */
 MF_API uint64_t mf_http_server_failed_responses(const mf_http_server_t *srv);
+/* Headers refused by mf_http_exchange_add_header since the start (invalid,
+ * managed by the server, or added after the head was sent). */
+MF_API uint64_t mf_http_server_invalid_headers(const mf_http_server_t *srv);
+
+/* Writes s[0..len) into out as a log line shows a client's bytes: '"', '\\'
+ * and every byte outside printable ASCII become \xNN (nginx's escaping),
+ * so they can neither end a quoted field nor start a new line. At most
+ * cap - 1 bytes, cut at a whole escape, then a NUL (cap > 0). Returns the
+ * bytes written. */
+MF_API size_t mf_http_log_escape(char *out, size_t cap, const char *s,
+                                 size_t len);
 
 /* ---- the exchange: request side --------------------------------------- */
 
@@ -112,15 +144,27 @@ MF_API mf_http_server_t *mf_http_exchange_server(const mf_http_exchange_t *ex);
 /* ---- the exchange: response side -------------------------------------- */
 
 MF_API void mf_http_exchange_set_status(mf_http_exchange_t *ex, int status);
-/* Adds a response header (copied). Content-Length, Transfer-Encoding and
- * Connection are computed by the server and ignored here. */
-MF_API void mf_http_exchange_add_header(mf_http_exchange_t *ex,
-                                        const char *name, size_t name_len,
-                                        const char *value, size_t value_len);
+/* Adds a response header (copied); leading and trailing SP/HTAB of the
+ * value are trimmed. Returns 0, or:
+ *   MF_EINVAL  the name is not a token, the value holds a control byte (CR,
+ *              LF, NUL ...; mf_http_field_*_valid in http_parser.h), the
+ *              name is one the server manages (Content-Length,
+ *              Transfer-Encoding, Connection, Keep-Alive, Date: compared
+ *              as whole tokens, any case), or the head was already sent;
+ *   MF_ENOMEM  the header could not be stored.
+ * Either is a handler error, never a silently dropped header: the server
+ * counts it (mf_http_server_invalid_headers, or _failed_responses for
+ * memory), says on stderr which request and header, and the answer becomes
+ * a 500 with Connection: close (once a stream's head is out, the header
+ * is only refused). */
+MF_API int mf_http_exchange_add_header(mf_http_exchange_t *ex, const char *name,
+                                       size_t name_len, const char *value,
+                                       size_t value_len);
 /* Adds a complete, already valid header line ("Name: value\r\n"), copied
- * as is: for constant headers on the hot path, skipping the checks above.
- * The caller guarantees the syntax and that the name is not one the server
- * manages. */
+ * as is: for constant headers on the hot path. Trusted: none of the checks
+ * above is made, the caller guarantees the syntax and that the name is not
+ * one the server manages (use it for literals, never for a client's or a
+ * script's strings). */
 MF_API void mf_http_exchange_add_header_line(mf_http_exchange_t *ex,
                                              const char *line, size_t len);
 /* Adds a constant header line ("Name: value\r\n", same rules as above) by
@@ -145,6 +189,12 @@ MF_API void mf_http_exchange_hold(mf_http_exchange_t *ex);
 /* Sends the response (or ends a streamed one). Once. From here on no
  * on_close or on_drain callback of the exchange runs. */
 MF_API void mf_http_exchange_send(mf_http_exchange_t *ex);
+/* Ends an answer the handler cannot complete (it failed, or ran out of
+ * time), instead of _send: before anything was sent the client gets a 500
+ * with Connection: close; once a streamed head is out the connection is
+ * closed without the last chunk, so the client sees a cut body, never a
+ * complete-looking one. Like _send: once, and no callback runs after. */
+MF_API void mf_http_exchange_abort(mf_http_exchange_t *ex);
 /* Appends data to the body and sends, in one step: data need only be valid
  * during the call, and a small body is copied once, straight to the
  * output. */
@@ -157,8 +207,9 @@ MF_API void mf_http_exchange_send_body(mf_http_exchange_t *ex, const void *data,
  * before writing more (a slow client must not make the server buffer a
  * whole upstream body); MF_ECLOSED if the client is gone; MF_ENOMEM if the
  * piece could not be queued (the answer became a 500, or the connection
- * was cut). After an error, stop writing and still call
- * mf_http_exchange_send: it ends the exchange. */
+ * was cut); MF_EINVAL on the first write after an invalid header (the
+ * answer became a 500). After an error, stop writing and still call
+ * mf_http_exchange_send (or _abort): it ends the exchange. */
 #define MF_HTTP_WRITE_HIGH_WATER (256 * 1024)
 #define MF_HTTP_WRITE_LOW_WATER (64 * 1024)
 MF_API int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data,

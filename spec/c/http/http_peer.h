@@ -381,6 +381,10 @@ static inline bool peer_stops_reached(void *arg)
     return atomic_load(&peer_stops) >= *(const int *)arg;
 }
 
+/* The refused-request hook of the servers started from here (set it
+ * before the first one starts), or NULL. */
+static mf_http_reject_cb peer_on_reject;
+
 /* Another server on the file's loop, on a free loopback port. */
 static inline mf_http_server_t *peer_start_server(mf_http_handler handler,
                                                   uint64_t max_body)
@@ -388,6 +392,7 @@ static inline mf_http_server_t *peer_start_server(mf_http_handler handler,
     mf_http_server_config_t c;
     mf_http_server_config_init(&c);
     c.listen = "127.0.0.1:0";
+    c.on_reject = peer_on_reject;
     if (max_body)
         c.max_body = max_body;
     int err = 0;
