@@ -116,7 +116,7 @@ static void *mf__handover_thread(void *arg)
     }
 }
 
-int mf_serve_handover_serving(mf_serve_handover_t *h, const char *address)
+void mf_serve_handover_serving(mf_serve_handover_t *h, const char *address)
 {
     pid_t from = mf_listen_taken_from(h->listen);
     int rc = mf_listen_confirm(h->listen);
@@ -134,10 +134,9 @@ int mf_serve_handover_serving(mf_serve_handover_t *h, const char *address)
                 "moonflow serve: cannot start the takeover thread (%s): "
                 "this process cannot be taken over\n",
                 strerror(err));
-        return -1;
+        return;
     }
     h->thread_started = true;
-    return 0;
 }
 
 bool mf_serve_handover_done(const mf_serve_handover_t *h)

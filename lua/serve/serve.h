@@ -126,9 +126,10 @@ int *mf_serve_handover_fds(const mf_serve_handover_t *h, unsigned worker,
                            unsigned nworkers, unsigned *n);
 void mf_serve_handover_close_fds(int *fds, unsigned n);
 /* Every worker serves: confirms a takeover (the old process stops) and
- * starts the thread that answers the next one. 0, or -1 (printed: this
- * process serves but cannot be taken over). */
-int mf_serve_handover_serving(mf_serve_handover_t *h, const char *address);
+ * starts the thread that answers the next one. Either failure is printed
+ * and leaves the process serving (the old one gone, or this one not to be
+ * taken over). */
+void mf_serve_handover_serving(mf_serve_handover_t *h, const char *address);
 /* Another process has taken over (then SIGUSR2 woke the main thread). */
 bool mf_serve_handover_done(const mf_serve_handover_t *h);
 /* Ends the thread and closes the originals (the workers' dups stay open
