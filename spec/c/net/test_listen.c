@@ -93,23 +93,56 @@ static int giver_join(giver_t *g)
     return g->rc;
 }
 
+/* Asks for the listeners of `from` (on port), served by a thread. */
+static mf_listen_t *take_over(mf_listen_t *from, giver_t *g, uint16_t port,
+                              unsigned count)
+{
+    int err;
+    giver_start(g, from);
+    mf_listen_t *l = open_listen(port, count, true, &err);
+    if (!l)
+        MF_TEST_FAIL("takeover: %s", mf_strerror(err));
+    return l;
+}
+
+/* The taker serves: it confirms, the giver learns it, the old set goes. */
+static void complete(mf_listen_t *old, mf_listen_t *taker, giver_t *g)
+{
+    ASSERT_EQ(mf_listen_confirm(taker), 0);
+    ASSERT_EQ(giver_join(g), 1);
+    ASSERT_EQ(g->to, getpid());
+    mf_listen_close(old);
+}
+
+/* Somebody holds port: a plain open is address in use. */
+static void assert_held(uint16_t port)
+{
+    int err;
+    ASSERT(!open_listen(port, 1, false, &err));
+    ASSERT_EQ(err, MF_EADDRINUSE);
+}
+
+static mf_listen_t *open_ok(uint16_t port, unsigned count)
+{
+    int err;
+    mf_listen_t *l = open_listen(port, count, false, &err);
+    if (!l)
+        MF_TEST_FAIL("listen: %s", mf_strerror(err));
+    return l;
+}
+
 TEST(a_second_open_of_an_address_is_refused_while_the_first_holds_it)
 {
     uint16_t port = mf_test_free_port();
-    int err;
-    mf_listen_t *l1 = open_listen(port, 2, false, &err);
-    ASSERT(l1);
+    mf_listen_t *l1 = open_ok(port, 2);
     ASSERT_EQ(mf_listen_count(l1), 2);
     ASSERT_EQ(mf_listen_port(l1), port);
     ASSERT_EQ(mf_listen_taken_from(l1), 0);
     ASSERT(!same_socket(mf_listen_fd(l1, 0), mf_listen_fd(l1, 1)));
-    ASSERT(!open_listen(port, 1, false, &err));
-    ASSERT_EQ(err, MF_EADDRINUSE);
+    assert_held(port);
     ASSERT(accepts(l1, port));
     mf_listen_close(l1);
-    l1 = open_listen(port, 1, false, &err); /* the lock went with it */
-    ASSERT(l1);
-    mf_listen_close(l1);
+    mf_listen_close(open_ok(port, 1)); /* the lock went with it */
 }
 
 TEST(anything_else_listening_on_the_port_is_address_in_use_even_reuseport)
@@ -124,8 +157,7 @@ TEST(anything_else_listening_on_the_port_is_address_in_use_even_reuseport)
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
         ASSERT_EQ(listen(fd, 4), 0);
-        ASSERT(!open_listen(port, 2, false, &err));
-        ASSERT_EQ(err, MF_EADDRINUSE);
+        assert_held(port);
         ASSERT(!open_listen(port, 2, true, &err)); /* nothing to take */
         ASSERT_EQ(err, MF_EADDRINUSE);
         close(fd);
@@ -134,15 +166,12 @@ TEST(anything_else_listening_on_the_port_is_address_in_use_even_reuseport)
 
 TEST(port_zero_gets_one_fresh_port_for_every_listener_and_locks_it)
 {
-    int err;
-    mf_listen_t *l = open_listen(0, 3, false, &err);
-    ASSERT(l);
+    mf_listen_t *l = open_ok(0, 3);
     uint16_t port = mf_listen_port(l);
     ASSERT(port != 0);
     for (unsigned i = 0; i < 3; i++)
         ASSERT_EQ(bound_port(mf_listen_fd(l, i)), port);
-    ASSERT(!open_listen(port, 1, false, &err));
-    ASSERT_EQ(err, MF_EADDRINUSE);
+    assert_held(port);
     mf_listen_close(l);
 }
 
@@ -161,31 +190,18 @@ TEST(bad_addresses_and_no_listeners_are_einval)
 TEST(a_takeover_gets_the_same_sockets_and_the_lock_and_the_holder_learns_it)
 {
     uint16_t port = mf_test_free_port();
-    int err;
-    mf_listen_t *old = open_listen(port, 2, false, &err);
-    ASSERT(old);
+    mf_listen_t *old = open_ok(port, 2);
     giver_t g;
-    giver_start(&g, old);
-    mf_listen_t *new = open_listen(port, 2, true, &err);
-    ASSERT(new);
-    ASSERT_EQ(mf_listen_taken_from(new), getpid());
-    ASSERT_EQ(mf_listen_count(new), 2);
+    mf_listen_t *taker = take_over(old, &g, port, 2);
+    ASSERT_EQ(mf_listen_taken_from(taker), getpid());
+    ASSERT_EQ(mf_listen_count(taker), 2);
     for (unsigned i = 0; i < 2; i++)
-        ASSERT(same_socket(mf_listen_fd(new, i), mf_listen_fd(old, i)));
-    ASSERT_EQ(mf_listen_confirm(new), 0);
-    ASSERT_EQ(giver_join(&g), 1);
-    ASSERT_EQ(g.to, getpid());
-    mf_listen_close(old); /* the sockets and the lock live on in `new` */
-    ASSERT(accepts(new, port));
-    ASSERT(!open_listen(port, 1, false, &err));
-    ASSERT_EQ(err, MF_EADDRINUSE);
-    /* and `new` can hand them on in turn */
-    giver_start(&g, new);
-    mf_listen_t *third = open_listen(port, 2, true, &err);
-    ASSERT(third);
-    ASSERT_EQ(mf_listen_confirm(third), 0);
-    ASSERT_EQ(giver_join(&g), 1);
-    mf_listen_close(new);
+        ASSERT(same_socket(mf_listen_fd(taker, i), mf_listen_fd(old, i)));
+    complete(old, taker, &g); /* the sockets and the lock live on */
+    ASSERT(accepts(taker, port));
+    assert_held(port);
+    mf_listen_t *third = take_over(taker, &g, port, 2); /* and on again */
+    complete(taker, third, &g);
     ASSERT(accepts(third, port));
     mf_listen_close(third);
 }
@@ -193,44 +209,28 @@ TEST(a_takeover_gets_the_same_sockets_and_the_lock_and_the_holder_learns_it)
 TEST(a_taker_that_exits_before_confirming_leaves_the_holder_serving)
 {
     uint16_t port = mf_test_free_port();
-    int err;
-    mf_listen_t *old = open_listen(port, 2, false, &err);
-    ASSERT(old);
+    mf_listen_t *old = open_ok(port, 2);
     giver_t g;
-    giver_start(&g, old);
-    mf_listen_t *new = open_listen(port, 2, true, &err);
-    ASSERT(new);
-    mf_listen_close(new); /* it failed to start */
+    mf_listen_close(take_over(old, &g, port, 2)); /* it failed to start */
     ASSERT_EQ(giver_join(&g), MF_ECANCELED);
     ASSERT(accepts(old, port));
-    ASSERT(!open_listen(port, 1, false, &err));
-    ASSERT_EQ(err, MF_EADDRINUSE);
+    assert_held(port);
     mf_listen_close(old);
 }
 
 TEST(a_taker_with_more_or_fewer_workers_keeps_every_listener)
 {
     uint16_t port = mf_test_free_port();
-    int err;
-    mf_listen_t *old = open_listen(port, 3, false, &err);
-    ASSERT(old);
+    mf_listen_t *old = open_ok(port, 3);
     giver_t g;
-    giver_start(&g, old);
-    mf_listen_t *fewer = open_listen(port, 1, true, &err);
-    ASSERT(fewer);
+    mf_listen_t *fewer = take_over(old, &g, port, 1);
     ASSERT_EQ(mf_listen_count(fewer), 3); /* none dropped */
-    ASSERT_EQ(mf_listen_confirm(fewer), 0);
-    ASSERT_EQ(giver_join(&g), 1);
-    mf_listen_close(old);
-    giver_start(&g, fewer);
-    mf_listen_t *more = open_listen(port, 5, true, &err);
-    ASSERT(more);
+    complete(old, fewer, &g);
+    mf_listen_t *more = take_over(fewer, &g, port, 5);
     ASSERT_EQ(mf_listen_count(more), 5);
     for (unsigned i = 0; i < 5; i++)
         ASSERT_EQ(bound_port(mf_listen_fd(more, i)), port);
-    ASSERT_EQ(mf_listen_confirm(more), 0);
-    ASSERT_EQ(giver_join(&g), 1);
-    mf_listen_close(fewer);
+    complete(fewer, more, &g);
     ASSERT(accepts(more, port));
     mf_listen_close(more);
 }
@@ -249,9 +249,7 @@ TEST(a_takeover_with_nothing_to_take_opens_afresh)
 
 TEST(waiting_for_a_handover_ends_with_0_when_canceled)
 {
-    int err;
-    mf_listen_t *l = open_listen(0, 1, false, &err);
-    ASSERT(l);
+    mf_listen_t *l = open_ok(0, 1);
     giver_t g;
     giver_start(&g, l);
     uint64_t one = 1;
