@@ -7,6 +7,10 @@
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
 #               (engine, HTTP servers side by side, Redis; about 14 minutes)
 #   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
+#   make soak   SOAK_SECONDS (default 600) of mixed traffic against moonflow
+#               serve with its RSS and fds sampled every second; asserts
+#               bounds on both and no error beyond the injected ones
+#               (spec/soak/soak.py; not part of make test)
 #
 # Dependencies are Debian packages, installed with apt-get when missing.
 
@@ -15,6 +19,7 @@ BENCH_BUILD ?= build-release
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
+SOAK_SECONDS ?= 600
 
 # Build tools and the libraries the engine links (see DESIGN.md for the list
 # that grows with each capability).
@@ -33,7 +38,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # redis-server the same way).
 BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis
 
-.PHONY: all deps bench-deps build binary run test bench fuzz clean format
+.PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
+        format
 
 all: build
 
@@ -82,6 +88,12 @@ test: build
 fuzz: build
 	cd $(BUILD) && MF_FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	  ctest -R '^fuzz\.' --output-on-failure -j $(JOBS)
+
+# The normal build's binary (the soak measures leaks, not speed), wrk and
+# redis-server from PACKAGES.
+soak: binary
+	python3 spec/soak/soak.py --moonflow $(BUILD)/moonflow \
+	  --seconds $(SOAK_SECONDS)
 
 # Examples too: the HTTP benchmark runs examples/http_hello. ON is spelled
 # out because a build dir configured earlier keeps OFF in its cache.

@@ -1,5 +1,5 @@
 /*
- * http_server.c — the listener, accepting, the Date cache, graceful stop,
+ * http_server.c — the listeners, accepting, the Date cache, graceful stop,
  * the reports of what went wrong (answers that failed, headers refused,
  * requests refused: the on_reject hook), and the server's side of
  * http_server_int.h. Owns mf_http_server_t, whose body is private to this
@@ -20,19 +20,25 @@
 #include "http_server_int.h"
 #include "net/net.h"
 
+/* One listening socket: its watcher's fd is the socket, data the server. */
+typedef struct mf_http_listener {
+    mf_io_t io;
+} mf_http_listener_t;
+
 struct mf_http_server {
     mf_loop_t *loop;
     mf_http_server_config_t config;
     mf_http_handler handler;
     void *user;
-    int listen_fd;
-    mf_io_t listen_io;
+    mf_http_listener_t *listeners; /* one, or the sockets given at start */
+    unsigned nlisteners;
     bool accepting;
     uint16_t port;
     mf_tls_server_t *tls;
     mf_list_t conns; /* open connections (their list links) */
     size_t nconns;
     bool stopping;
+    mf_timer_t drain_timer; /* a drain: when idle connections close */
     mf_http_server_stopped_cb stopped_cb;
     void *stopped_arg;
     mf_post_t stopped_post;
@@ -50,6 +56,7 @@ void mf_http_server_config_init(mf_http_server_config_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->listen = "127.0.0.1:8080";
+    c->listen_fds = NULL;
     c->backlog = 1024;
     c->max_connections = 10000;
     c->limits = (mf_http_limits_t)MF_HTTP_LIMITS_DEFAULT;
@@ -92,17 +99,21 @@ const char *mf__http_server_date(mf_http_server_t *srv, size_t *len)
 
 static void mf__server_pause_accept(mf_http_server_t *srv)
 {
-    if (srv->accepting) {
-        mf_io_stop(srv->loop, &srv->listen_io);
-        srv->accepting = false;
-    }
+    if (!srv->accepting)
+        return;
+    for (unsigned i = 0; i < srv->nlisteners; i++)
+        mf_io_stop(srv->loop, &srv->listeners[i].io);
+    srv->accepting = false;
 }
 
 static void mf__server_resume_accept(mf_http_server_t *srv)
 {
-    if (!srv->accepting && !srv->stopping && srv->listen_fd >= 0 &&
-        mf_io_start(srv->loop, &srv->listen_io, MF_IO_READ) == 0)
-        srv->accepting = true;
+    if (srv->accepting || srv->stopping || !srv->nlisteners)
+        return;
+    for (unsigned i = 0; i < srv->nlisteners; i++)
+        if (mf_io_start(srv->loop, &srv->listeners[i].io, MF_IO_READ) < 0)
+            return; /* the start fails; a resume leaves it paused */
+    srv->accepting = true;
 }
 
 static void mf__server_on_accept(mf_io_t *io, unsigned events)
@@ -116,8 +127,7 @@ static void mf__server_on_accept(mf_io_t *io, unsigned events)
         }
         mf_sockaddr_t peer;
         socklen_t plen = sizeof peer;
-        int fd = accept4(srv->listen_fd, &peer.sa, &plen,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(io->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
@@ -134,6 +144,25 @@ static void mf__server_on_accept(mf_io_t *io, unsigned events)
 /* ---- lifecycle
  * --------------------------------------------------------------- */
 
+/* Takes the sockets: from now on the server closes them. */
+static void mf__server_adopt(mf_http_server_t *srv, const int *fds, unsigned n)
+{
+    srv->listeners = mf_xcalloc(n, sizeof(*srv->listeners));
+    srv->nlisteners = n;
+    for (unsigned i = 0; i < n; i++)
+        mf_io_init(&srv->listeners[i].io, fds[i], mf__server_on_accept, srv);
+}
+
+static void mf__server_close_listeners(mf_http_server_t *srv)
+{
+    mf__server_pause_accept(srv); /* out of epoll before the close */
+    for (unsigned i = 0; i < srv->nlisteners; i++)
+        close(srv->listeners[i].io.fd);
+    mf_free(srv->listeners);
+    srv->listeners = NULL;
+    srv->nlisteners = 0;
+}
+
 static int mf__server_listen(mf_http_server_t *srv)
 {
     mf_sockaddr_t addr;
@@ -143,21 +172,27 @@ static int mf__server_listen(mf_http_server_t *srv)
     int fd = mf__net_listen(&addr, srv->config.backlog);
     if (fd < 0)
         return fd;
+    mf__server_adopt(srv, &fd, 1);
+    return 0;
+}
+
+static int mf__server_start_accepting(mf_http_server_t *srv)
+{
     mf_sockaddr_t bound;
     socklen_t blen = sizeof bound;
-    getsockname(fd, &bound.sa, &blen);
+    if (getsockname(srv->listeners[0].io.fd, &bound.sa, &blen) < 0)
+        return mf_err_from_errno(errno);
     srv->port = mf__net_port(&bound);
-    srv->listen_fd = fd;
-    mf_io_init(&srv->listen_io, fd, mf__server_on_accept, srv);
-    srv->accepting = false;
     mf__server_resume_accept(srv);
     return srv->accepting ? 0 : MF_EBADF;
 }
 
+static void mf__server_drain_idle(mf_timer_t *timer);
+
 static void mf__server_free(mf_http_server_t *srv)
 {
-    if (srv->listen_fd >= 0)
-        close(srv->listen_fd);
+    mf__server_close_listeners(srv);
+    mf_timer_stop(srv->loop, &srv->drain_timer);
     mf__tls_server_free(srv->tls);
     mf_free(srv);
 }
@@ -172,8 +207,11 @@ mf_http_server_t *mf_http_server_start(mf_loop_t *loop,
     srv->config = *config;
     srv->handler = handler;
     srv->user = user;
-    srv->listen_fd = -1;
+    srv->config.listen_fds = NULL; /* read during this call only */
     mf_list_init(&srv->conns);
+    mf_timer_init(&srv->drain_timer, mf__server_drain_idle, srv);
+    if (config->nlisten_fds)
+        mf__server_adopt(srv, config->listen_fds, config->nlisten_fds);
     const char *name = config->server_header ? config->server_header : "";
     if (*name && strlen(name) < sizeof srv->server_line - 12)
         srv->server_line_len = (size_t)snprintf(
@@ -181,8 +219,10 @@ mf_http_server_t *mf_http_server_start(mf_loop_t *loop,
     int rc = 0;
     if (config->tls.cert_file && config->tls.key_file)
         rc = mf__tls_server_create(&config->tls, &srv->tls);
-    if (rc == 0)
+    if (rc == 0 && !srv->nlisteners)
         rc = mf__server_listen(srv);
+    if (rc == 0)
+        rc = mf__server_start_accepting(srv);
     if (rc < 0) {
         if (err)
             *err = rc;
@@ -222,17 +262,10 @@ void mf__http_server_conn_closed(mf_http_server_t *srv, mf_list_t *link)
     mf__server_maybe_stopped(srv);
 }
 
-void mf_http_server_stop(mf_http_server_t *srv, mf_http_server_stopped_cb done,
-                         void *arg)
+/* Idle connections go now; busy ones finish their request and close
+ * (their responses say Connection: close). */
+static void mf__server_stop_connections(mf_http_server_t *srv)
 {
-    srv->stopping = true;
-    srv->stopped_cb = done;
-    srv->stopped_arg = arg;
-    mf__server_pause_accept(srv);
-    close(srv->listen_fd);
-    srv->listen_fd = -1;
-    /* Idle connections go now; busy ones finish their request and close
-     * (their responses say Connection: close). */
     mf_list_t *node = srv->conns.next;
     while (node != &srv->conns) {
         mf_http_conn_t *conn = mf__http_conn_from_link(node);
@@ -240,6 +273,33 @@ void mf_http_server_stop(mf_http_server_t *srv, mf_http_server_stopped_cb done,
         mf__http_conn_stop(conn);
     }
     mf__server_maybe_stopped(srv);
+}
+
+/* The end of a drain's grace. Every connection that sent a request since
+ * the drain began has been answered with Connection: close and is gone or
+ * going: those left idle now were idle all along. */
+static void mf__server_drain_idle(mf_timer_t *timer)
+{
+    mf__server_stop_connections(timer->data);
+}
+
+void mf_http_server_drain(mf_http_server_t *srv, uint32_t idle_ms,
+                          mf_http_server_stopped_cb done, void *arg)
+{
+    srv->stopping = true; /* from here every answer says Connection: close */
+    srv->stopped_cb = done;
+    srv->stopped_arg = arg;
+    mf__server_close_listeners(srv);
+    if (idle_ms && srv->nconns)
+        mf_timer_start(srv->loop, &srv->drain_timer, idle_ms);
+    else
+        mf__server_stop_connections(srv);
+}
+
+void mf_http_server_stop(mf_http_server_t *srv, mf_http_server_stopped_cb done,
+                         void *arg)
+{
+    mf_http_server_drain(srv, 0, done, arg);
 }
 
 uint16_t mf_http_server_port(const mf_http_server_t *srv)

@@ -110,6 +110,29 @@ int mf__net_listen(const mf_sockaddr_t *addr, int backlog)
     return fd;
 }
 
+int mf__net_check_free(const mf_sockaddr_t *addr)
+{
+    int fd = mf__net_socket(addr, SOL_SOCKET, SO_REUSEADDR);
+    if (fd < 0)
+        return fd;
+    if (bind(fd, &addr->sa, mf__net_addr_len(addr)) < 0)
+        return mf__net_fail(fd);
+    close(fd);
+    return 0;
+}
+
+void mf__net_addr_text(const mf_sockaddr_t *addr, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN];
+    bool v6 = addr->sa.sa_family == AF_INET6;
+    inet_ntop(addr->sa.sa_family,
+              v6 ? (const void *)&addr->in6.sin6_addr
+                 : (const void *)&addr->in4.sin_addr,
+              host, sizeof host);
+    snprintf(buf, len, v6 ? "[%s]:%u" : "%s:%u", host,
+             (unsigned)mf__net_port(addr));
+}
+
 int mf__net_connect(const mf_sockaddr_t *addr)
 {
     int fd = mf__net_socket(addr, IPPROTO_TCP, TCP_NODELAY);

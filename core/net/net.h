@@ -18,6 +18,12 @@ socklen_t mf__net_addr_len(const mf_sockaddr_t *addr);
 /* socket + SO_REUSEADDR + SO_REUSEPORT + bind + listen, non-blocking.
  * Returns the fd or a negative MF_E* code. */
 int mf__net_listen(const mf_sockaddr_t *addr, int backlog);
+/* 0 when nothing is bound to addr but sockets in TIME_WAIT: a bind without
+ * SO_REUSEPORT, closed at once, which fails with MF_EADDRINUSE even against
+ * SO_REUSEPORT listeners of the same user. */
+int mf__net_check_free(const mf_sockaddr_t *addr);
+/* "127.0.0.1:8080" or "[::1]:8080", numeric. */
+void mf__net_addr_text(const mf_sockaddr_t *addr, char *buf, size_t len);
 /* Non-blocking connect; returns the fd (connection may be in progress) or a
  * negative MF_E* code. */
 int mf__net_connect(const mf_sockaddr_t *addr);

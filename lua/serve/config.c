@@ -10,7 +10,8 @@
  *     limits = { max_body = 1048576, max_head = 8192, max_line = 8192,
  *                max_headers = 100, max_connections = 10000 },
  *     timeouts = { header = 10000, body = 10000, keepalive = 60000,
- *                  write = 10000, handler = 0 },          -- milliseconds
+ *                  write = 10000, handler = 0,            -- milliseconds
+ *                  drain = 5000 },  -- taken over: idle keep-alive grace
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *   }
@@ -120,6 +121,7 @@ static void mf__config_timeouts(lua_State *L, int t, mf_serve_config_t *c)
     mf__config_u32(L, t, "keepalive", &c->http.keepalive_timeout_ms);
     mf__config_u32(L, t, "write", &c->http.write_timeout_ms);
     mf__config_u32(L, t, "handler", &c->handler_timeout_ms);
+    mf__config_u32(L, t, "drain", &c->drain_timeout_ms);
 }
 
 static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
@@ -175,10 +177,13 @@ static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER},        {"max_head", LUA_TNUMBER},
     {"max_line", LUA_TNUMBER},        {"max_headers", LUA_TNUMBER},
     {"max_connections", LUA_TNUMBER}, {NULL, 0}};
-static const mf_config_key_t mf__timeouts_keys[] = {
-    {"header", LUA_TNUMBER},    {"body", LUA_TNUMBER},
-    {"keepalive", LUA_TNUMBER}, {"write", LUA_TNUMBER},
-    {"handler", LUA_TNUMBER},   {NULL, 0}};
+static const mf_config_key_t mf__timeouts_keys[] = {{"header", LUA_TNUMBER},
+                                                    {"body", LUA_TNUMBER},
+                                                    {"keepalive", LUA_TNUMBER},
+                                                    {"write", LUA_TNUMBER},
+                                                    {"handler", LUA_TNUMBER},
+                                                    {"drain", LUA_TNUMBER},
+                                                    {NULL, 0}};
 static const mf_config_key_t mf__tls_keys[] = {{"cert", LUA_TSTRING},
                                                {"key", LUA_TSTRING},
                                                {"sni", LUA_TTABLE},

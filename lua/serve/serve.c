@@ -2,7 +2,8 @@
  * lua/serve/serve.c — the `moonflow serve` command: options and config file,
  * worker loops (each with its Lua host, server, routes, watcher and access
  * log), signals (SIGINT/SIGTERM: graceful stop; SIGHUP: reload every
- * script), and the exit code.
+ * script; SIGUSR2 from the takeover thread: another process serves now,
+ * drain and exit), and the exit code.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@
 static const char usage_serve[] =
     "usage: moonflow serve [DIR] [--config FILE] [--listen ADDR]\n"
     "                      [--workers N] [--access-log FILE|-|off]\n"
+    "                      [--takeover]\n"
     "\n"
     "Serves the Lua handlers under DIR (default: scripts/site): DIR/a/b.lua\n"
     "answers /a/b, DIR/a/index.lua answers /a/. A handler script returns\n"
@@ -30,6 +32,10 @@ static const char usage_serve[] =
     "SIGHUP; SIGINT/SIGTERM stop gracefully. --config FILE reads a Lua\n"
     "table (listen, workers, root, access_log, tls, limits, timeouts,\n"
     "routes); options given on the command line win.\n"
+    "One server per address: another one there is an error. A graceful\n"
+    "restart: start the new server with the same address and --takeover;\n"
+    "it takes the listening sockets over from the running one, which\n"
+    "finishes its requests in flight and exits 0 (no connection refused).\n"
     "Defaults: --listen 127.0.0.1:8080, one worker per core, no access log.\n";
 
 /* ---- one worker ------------------------------------------------------------
@@ -114,6 +120,9 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     mf_http_server_config_t http = c->http; /* copied by the server */
     if (w->log_fd >= 0) /* refused requests get an access line too */
         http.on_reject = mf_serve_log_reject;
+    http.listen_fds = w->listen_fds;
+    http.nlisten_fds = w->nlisten_fds;
+    w->nlisten_fds = 0; /* the server's now, started or not */
     w->server = mf_http_server_start(w->loop, &http,
                                      mf_serve_handler_on_request, w, &w->error);
     if (!w->server)
@@ -123,8 +132,16 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
 static void mf__serve_start_worker(mf_loop_t *loop, void *arg)
 {
     mf_serve_worker_job_t *job = arg;
-    job->w->loop = loop;
-    mf__serve_open_worker(job->w);
+    mf_serve_worker_t *w = job->w;
+    w->loop = loop;
+    if (w->listen_fds) {
+        mf__serve_open_worker(w);
+    } else {
+        w->error = MF_EMFILE;
+        w->error_what = "the listener's dup";
+    }
+    mf_serve_handover_close_fds(w->listen_fds, w->nlisten_fds);
+    w->listen_fds = NULL;
     mf_waitgroup_done(job->wg);
 }
 
@@ -148,7 +165,8 @@ static void mf__serve_stop_worker(mf_loop_t *loop, void *arg)
     mf_serve_worker_job_t *job = arg;
     (void)loop;
     if (job->w->server)
-        mf_http_server_stop(job->w->server, mf__serve_worker_stopped, job);
+        mf_http_server_drain(job->w->server, job->w->drain_ms,
+                             mf__serve_worker_stopped, job);
     else
         mf__serve_worker_stopped(NULL, job);
 }
@@ -183,6 +201,7 @@ static void mf__serve_run_on_workers(mf_workers_t *workers,
 /* The command line as given; applied on top of the config file. */
 typedef struct mf_serve_args {
     const char *root, *config, *listen, *workers, *access_log;
+    bool take_over;
 } mf_serve_args_t;
 
 /* Reads argv into args. Returns 0, 1 (--help: printed) or -1 (printed). */
@@ -198,6 +217,10 @@ static int mf__serve_parse_args(int argc, char **argv, mf_serve_args_t *args)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_serve, stdout);
             return 1;
+        }
+        if (!strcmp(a, "--takeover")) {
+            args->take_over = true;
+            continue;
         }
         if (a[0] != '-' && args->root) {
             fprintf(stderr,
@@ -262,6 +285,7 @@ static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
         c->http.listen = mf_serve_config_strdup(c, args.listen);
     if (args.access_log)
         c->access_log = mf_serve_config_strdup(c, args.access_log);
+    c->take_over = args.take_over;
     if (!c->root)
         c->root = mf_serve_config_strdup(c, MF_SERVE_DEFAULT_ROOT);
     struct stat st;
@@ -278,6 +302,7 @@ static void mf__serve_defaults(mf_serve_config_t *c)
     memset(c, 0, sizeof(*c));
     mf_http_server_config_init(&c->http);
     c->http.listen = "127.0.0.1:8080";
+    c->drain_timeout_ms = 5000;
 }
 
 /* ---- the command ------------------------------------------------------------
@@ -294,18 +319,61 @@ static bool mf__serve_started(const mf_serve_worker_t *ws, unsigned n)
     return true;
 }
 
-/* Waits for signals: HUP reloads, INT/TERM return. */
+/* Waits for signals: HUP reloads, INT/TERM return, and so does USR2 once
+ * another process has taken over (the takeover thread sends it). */
 static void mf__serve_wait(mf_workers_t *workers, mf_serve_worker_job_t *jobs,
-                           const sigset_t *sigs)
+                           const sigset_t *sigs,
+                           const mf_serve_handover_t *handover)
 {
     for (;;) {
         int sig = 0;
         sigwait(sigs, &sig);
+        if (sig == SIGUSR2 && mf_serve_handover_done(handover))
+            return;
+        if (sig == SIGUSR2) {
+            fprintf(stderr, "moonflow serve: SIGUSR2 ignored (a graceful "
+                            "restart: start the new server with "
+                            "--takeover)\n");
+            continue;
+        }
         if (sig != SIGHUP)
             return;
         fprintf(stderr, "moonflow serve: SIGHUP: reloading every script\n");
         mf__serve_run_on_workers(workers, jobs, mf__serve_reload_worker);
     }
+}
+
+/* Deals the listeners' dups to the workers. */
+static void mf__serve_deal_listeners(mf_serve_worker_t *ws, unsigned n,
+                                     const mf_serve_handover_t *handover)
+{
+    for (unsigned i = 0; i < n; i++)
+        ws[i].listen_fds =
+            mf_serve_handover_fds(handover, i, n, &ws[i].nlisten_fds);
+}
+
+/* Serves until a signal says stop (or another process took over); then
+ * how long the stop keeps idle connections for one more request. */
+static uint32_t mf__serve_until_stopped(mf_serve_config_t *c,
+                                        mf_workers_t *workers,
+                                        mf_serve_worker_job_t *jobs,
+                                        const sigset_t *sigs,
+                                        mf_serve_handover_t *handover)
+{
+    unsigned n = mf_workers_count(workers);
+    mf_serve_handover_serving(handover, c->http.listen);
+    fprintf(stderr, "moonflow serve: %s on http%s://%s (%u workers)\n", c->root,
+            c->http.tls.cert_file ? "s" : "", c->http.listen, n);
+    mf__serve_wait(workers, jobs, sigs, handover);
+    if (!mf_serve_handover_done(handover)) {
+        fprintf(stderr, "moonflow serve: stopping\n");
+        return 0;
+    }
+    fprintf(stderr,
+            "moonflow serve: pid %d took %s over: finishing the requests "
+            "in flight, then exiting\n",
+            (int)handover->to, c->http.listen);
+    return c->drain_timeout_ms;
 }
 
 /* Runs the workers until SIGINT/SIGTERM; the exit status. */
@@ -316,6 +384,7 @@ static int mf__serve_run(mf_serve_config_t *c)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* workers inherit the mask */
     signal(SIGPIPE, SIG_IGN);
 
@@ -326,6 +395,11 @@ static int mf__serve_run(mf_serve_config_t *c)
         return 1;
     }
     unsigned n = mf_workers_count(workers);
+    mf_serve_handover_t handover;
+    if (mf_serve_handover_open(&handover, c, n) < 0) {
+        mf_workers_destroy(workers);
+        return 1;
+    }
     mf_serve_worker_t *ws = mf_xcalloc(n, sizeof(*ws));
     mf_serve_worker_job_t *jobs = mf_xcalloc(n, sizeof(*jobs));
     for (unsigned i = 0; i < n; i++) {
@@ -333,16 +407,19 @@ static int mf__serve_run(mf_serve_config_t *c)
         ws[i].log_fd = -1; /* none until mf_serve_log_open */
         jobs[i].w = &ws[i];
     }
+    mf__serve_deal_listeners(ws, n, &handover);
     mf__serve_run_on_workers(workers, jobs, mf__serve_start_worker);
     int status = 0;
-    if (mf__serve_started(ws, n)) {
-        fprintf(stderr, "moonflow serve: %s on http%s://%s (%u workers)\n",
-                c->root, c->http.tls.cert_file ? "s" : "", c->http.listen, n);
-        mf__serve_wait(workers, jobs, &sigs);
-        fprintf(stderr, "moonflow serve: stopping\n");
-    } else {
+    uint32_t drain_ms = 0;
+    if (mf__serve_started(ws, n))
+        drain_ms = mf__serve_until_stopped(c, workers, jobs, &sigs, &handover);
+    else
         status = 1;
-    }
+    /* The originals close first: a stop then closes each listener with its
+     * worker's dup, and a taken-over one lives on in the new process. */
+    mf_serve_handover_close(&handover);
+    for (unsigned i = 0; i < n; i++)
+        ws[i].drain_ms = drain_ms;
     mf__serve_run_on_workers(workers, jobs, mf__serve_stop_worker);
     mf_workers_destroy(workers);
     mf_serve_routes_forget_sources();

@@ -2,7 +2,8 @@
  * lua/serve/serve.h — `moonflow serve`: HTTP handlers in Lua.
  *
  * Each worker loop owns a Lua host, an HTTP server (its own SO_REUSEPORT
- * listener), the route cache (routes.h), an inotify watcher on the
+ * listener, opened by the main thread under the address lock: handover.c),
+ * the route cache (routes.h), an inotify watcher on the
  * scripts folder and an access log buffer. A request runs the route's
  * handler `function(req, resp)` in a new coroutine of that worker's host
  * (handler.c); nothing is shared between workers but the last good source
@@ -10,7 +11,8 @@
  *
  * Modules: serve.c (the command: options, workers, signals), config.c (the
  * config file), handler.c (a request served by a Lua handler), routes.c
- * (URL path → handler), log.c (the access log). They call the Lua host
+ * (URL path → handler), log.c (the access log), handover.c (the listeners,
+ * and a graceful restart by another process). They call the Lua host
  * (lua/mf_lua_host.h) and the engine's public headers, never the other way.
  *
  * Ownership: mf_serve_main owns the process (workers, signals, exit code);
@@ -19,12 +21,15 @@
 #ifndef MF_SERVE_H
 #define MF_SERVE_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include <moonflow/fswatch.h>
 #include <moonflow/http_server.h>
+#include <moonflow/listen.h>
 
 #include <moonflow/lua_host.h>
 #include "routes.h"
@@ -38,6 +43,10 @@ typedef struct mf_serve_config {
     unsigned workers;            /* 0: one per core */
     char *access_log;            /* NULL/"off", "-" (stdout) or a file */
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
+    /* When taken over: how long an idle keep-alive connection may still
+     * bring one more request (mf_http_server_drain). */
+    uint32_t drain_timeout_ms;
+    bool take_over; /* --takeover: the running server's listeners */
     mf_http_server_config_t http;
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
@@ -63,6 +72,9 @@ typedef struct mf_serve_worker {
     mf_http_server_t *server;
     mf_serve_routes_t *routes;
     mf_fswatch_t *watch;
+    int *listen_fds; /* dups for this worker's server, until it starts */
+    unsigned nlisten_fds;
+    uint32_t drain_ms;      /* the stop: mf_http_server_drain's idle_ms */
     int error;              /* start failure (negative MF_E*) */
     const char *error_what; /* and what failed: the listen address ... */
     /* access log: lines buffered, written when full or every second */
@@ -99,6 +111,37 @@ void mf_serve_log_reject(mf_http_server_t *srv, int status,
                          const mf_http_request_t *req,
                          const mf_sockaddr_t *peer, void *worker);
 void mf_serve_log_close(mf_serve_worker_t *w);
+
+/* handover.c: the process's listeners and the takeover thread. */
+typedef struct mf_serve_handover {
+    mf_listen_t *listen; /* the originals; workers get dups */
+    pthread_t thread;
+    bool thread_started;
+    int cancel_fd;  /* eventfd: ends the thread */
+    pthread_t main; /* woken with SIGUSR2 once handed over */
+    atomic_bool handed_over;
+    pid_t to; /* the process that took over */
+} mf_serve_handover_t;
+
+/* Opens (or, with c->take_over, takes over) the listeners for nworkers.
+ * 0, or -1 after printing why ("127.0.0.1:8080: address already in use"). */
+int mf_serve_handover_open(mf_serve_handover_t *h, const mf_serve_config_t *c,
+                           unsigned nworkers);
+/* Dups of the listeners of one worker (j % nworkers == worker), *n of
+ * them; NULL when out of fds. Free with mf_serve_handover_close_fds. */
+int *mf_serve_handover_fds(const mf_serve_handover_t *h, unsigned worker,
+                           unsigned nworkers, unsigned *n);
+void mf_serve_handover_close_fds(int *fds, unsigned n);
+/* Every worker serves: confirms a takeover (the old process stops) and
+ * starts the thread that answers the next one. Either failure is printed
+ * and leaves the process serving (the old one gone, or this one not to be
+ * taken over). */
+void mf_serve_handover_serving(mf_serve_handover_t *h, const char *address);
+/* Another process has taken over (then SIGUSR2 woke the main thread). */
+bool mf_serve_handover_done(const mf_serve_handover_t *h);
+/* Ends the thread and closes the originals (the workers' dups stay open
+ * until their servers stop). */
+void mf_serve_handover_close(mf_serve_handover_t *h);
 
 /* serve.c: the `moonflow serve` command. */
 int mf_serve_main(int argc, char **argv);

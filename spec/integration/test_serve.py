@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -561,6 +562,193 @@ class ErrorsInTheLogs(unittest.TestCase):
         self.wait_line(self.log, '"GET /bad-header HTTP/1.1" 500 ')
         self.wait_line(self.errors, 'GET /bad-header: response header '
                        '"Content-Length " is not a valid field name')
+class OnePerAddress(ServeTest):
+    """Only the workers of one process share a listen address: another
+    moonflow there is refused unless it takes the address over."""
+
+    def run_serve(self, root, port, *args, timeout=20):
+        return subprocess.run([MOONFLOW, "serve", root, "--listen",
+                               "127.0.0.1:%d" % port, "--workers", "2"] +
+                              list(args), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def assert_in_use(self, out, port):
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("127.0.0.1:%d: address already in use" % port,
+                      out.stderr)
+
+    def test_a_second_server_on_the_address_is_refused_and_shares_nothing(
+            self):
+        first = self.site({"v.lua": handler("first")})
+        second = self.site({"v.lua": handler("second")})
+        srv = self.serve(root=first, workers=2)
+        self.assert_in_use(self.run_serve(second, srv.port), srv.port)
+        bodies = {self.get(srv, "/v").body for _ in range(50)}
+        self.assertEqual(bodies, {b"first"})
+
+    def test_another_program_listening_on_the_port_is_address_in_use(self):
+        root = self.site({"v.lua": handler("v")})
+        for reuseport in (False, True):
+            with socket.socket() as other:
+                other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if reuseport:
+                    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                other.bind(("127.0.0.1", 0))
+                other.listen(4)
+                port = other.getsockname()[1]
+                self.assert_in_use(self.run_serve(root, port), port)
+                self.assert_in_use(self.run_serve(root, port, "--takeover"),
+                                   port)
+
+    def test_of_servers_started_at_the_same_moment_exactly_one_serves(self):
+        root = self.site({"v.lua": handler("v")})
+        for _ in range(3):
+            port = free_port()
+            argv = [MOONFLOW, "serve", root, "--listen",
+                    "127.0.0.1:%d" % port, "--workers", "2"]
+            procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True)
+                     for _ in range(3)]
+            try:
+                refused = []
+                deadline = time.time() + 20
+                while len(refused) < 2 and time.time() < deadline:
+                    refused = [p for p in procs if p.poll() is not None]
+                    time.sleep(0.02)
+                self.assertEqual(len(refused), 2)
+                for p in refused:
+                    self.assertEqual(p.returncode, 1)
+                    self.assertIn("address already in use", p.stderr.read())
+                r = request(port, b"GET /v HTTP/1.1\r\nHost: h\r\n\r\n")
+                self.assertEqual(r.body, b"v")
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGTERM)
+                        self.assertEqual(p.wait(timeout=10), 0)
+                    p.stderr.close()
+
+
+class Takeover(ServeTest):
+    """moonflow serve --takeover: a graceful restart. The new process takes
+    the listening sockets over; the old one drains and exits 0."""
+
+    def start(self, root, port, *args, workers=2):
+        """A server whose stderr goes to a file (read while it runs)."""
+        log = os.path.join(temp_dir(self), "stderr")
+        with open(log, "w") as err:
+            proc = subprocess.Popen(
+                [MOONFLOW, "serve", root, "--listen", "127.0.0.1:%d" % port,
+                 "--workers", str(workers)] + list(args),
+                stdout=subprocess.DEVNULL, stderr=err)
+        self.addCleanup(self.reap, proc)
+        return proc, log
+
+    def reap(self, proc):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=20), 0)
+
+    def wait_log(self, log, text, proc=None, limit=20.0):
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            with open(log) as f:
+                if text in f.read():
+                    return
+            if proc is not None and proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        with open(log) as f:
+            self.fail("%r not in the log: %s" % (text, f.read()))
+
+    def wait_exit(self, proc, limit=20.0):
+        deadline = time.time() + limit
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        self.assertIsNotNone(proc.poll(), "the old server did not exit")
+        return proc.returncode
+
+    def test_a_graceful_restart_under_wrk_load_fails_no_request(self):
+        old_root = self.site({"v.lua": handler("old")})
+        new_root = self.site({"v.lua": handler("new")})
+        port = free_port()
+        old, old_log = self.start(old_root, port)
+        self.wait_log(old_log, "workers)", old)
+        wrk = subprocess.Popen(["wrk", "-t1", "-c32", "-d6s",
+                                "http://127.0.0.1:%d/v" % port],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        try:
+            time.sleep(2)
+            new, new_log = self.start(new_root, port, "--takeover")
+            self.wait_log(new_log, "took 127.0.0.1:%d over from pid %d"
+                          % (port, old.pid), new)
+            self.assertEqual(self.wait_exit(old), 0)
+            out, err = wrk.communicate(timeout=60)
+        finally:
+            if wrk.poll() is None:
+                wrk.kill()
+                wrk.wait()
+        self.assertEqual(wrk.returncode, 0, err)
+        self.assertNotIn("Socket errors", out)
+        self.assertNotIn("Non-2xx", out)
+        requests = int(re.search(r"(\d+) requests in", out).group(1))
+        self.assertGreater(requests, 1000)
+        with open(old_log) as f:
+            self.assertIn("pid %d took 127.0.0.1:%d over" % (new.pid, port),
+                          f.read())
+        bodies = {request(port, b"GET /v HTTP/1.1\r\nHost: h\r\n\r\n").body
+                  for _ in range(20)}
+        self.assertEqual(bodies, {b"new"})
+        print("\n  graceful restart under wrk -c32 -d6s: %d requests, 0 "
+              "socket errors, 0 non-2xx" % requests)
+
+    def test_a_taker_that_fails_to_start_leaves_the_old_server_serving(self):
+        root = self.site({"v.lua": handler("old")})
+        port = free_port()
+        old, old_log = self.start(root, port)
+        self.wait_log(old_log, "workers)", old)
+        bad_log = os.path.join(root, "no-such-dir", "access.log")
+        new, new_log = self.start(root, port, "--takeover", "--access-log",
+                                  bad_log)
+        self.assertEqual(new.wait(timeout=20), 1)
+        self.wait_log(old_log, "pid %d exited before taking over: still "
+                      "serving" % new.pid, old)
+        self.assertIsNone(old.poll())
+        self.assertEqual(request(port, b"GET /v HTTP/1.1\r\nHost: h\r\n"
+                                 b"\r\n").body, b"old")
+        # and a later takeover still works
+        new, new_log = self.start(root, port, "--takeover", workers=3)
+        self.assertEqual(self.wait_exit(old), 0)
+        self.assertEqual(request(port, b"GET /v HTTP/1.1\r\nHost: h\r\n"
+                                 b"\r\n").body, b"old")
+
+    def test_a_request_in_flight_finishes_on_the_old_server(self):
+        root = self.site({"s.lua": 'local mf = require "moonflow"\n'
+                                   'return function(req, resp)\n'
+                                   '  mf.sleep(500); resp:send("slow") end\n'})
+        port = free_port()
+        old, old_log = self.start(root, port)
+        self.wait_log(old_log, "workers)", old)
+        with connect(port) as s:
+            s.sendall(b"GET /s HTTP/1.1\r\nHost: h\r\n\r\n")
+            time.sleep(0.1)
+            new, new_log = self.start(root, port, "--takeover")
+            self.wait_log(old_log, "took 127.0.0.1:%d over" % port, old)
+            r, _ = read_response(s)
+            self.assertEqual(r.body, b"slow")
+            self.assertEqual(r.header("connection"), "close")
+        self.assertEqual(self.wait_exit(old), 0)
+
+    def test_a_takeover_with_no_server_there_starts_afresh(self):
+        root = self.site({"v.lua": handler("v")})
+        port = free_port()
+        proc, log = self.start(root, port, "--takeover")
+        self.wait_log(log, "no server on 127.0.0.1:%d, starting afresh"
+                      % port, proc)
+        self.wait_log(log, "workers)", proc)
+        self.assertEqual(request(port, b"GET /v HTTP/1.1\r\nHost: h\r\n"
+                                 b"\r\n").body, b"v")
 
 
 if __name__ == "__main__":

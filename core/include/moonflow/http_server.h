@@ -3,7 +3,11 @@
  *
  * Each worker loop runs its own server with its own SO_REUSEPORT listener
  * (the kernel spreads connections across workers); a connection and its
- * requests live on that loop for their whole life, with no locks.
+ * requests live on that loop for their whole life, with no locks. A server
+ * opens its listener from `listen` (shared with any listener of the same
+ * user on that port), or accepts on sockets opened for it (`listen_fds`,
+ * from mf_listen_open: one process per address, handed over on a graceful
+ * restart; moonflow/listen.h).
  *
  * A request is an *exchange*: the server parses the head (and the body),
  * calls the handler with the exchange, and sends the response when the
@@ -90,6 +94,13 @@ typedef struct mf_http_server_config {
     mf_tls_server_config_t tls;
     const char *server_header;   /* default "moonflow"; "" to omit */
     mf_http_reject_cb on_reject; /* default NULL: refused requests unseen */
+    /* Listening, non-blocking sockets to accept on instead of opening
+     * `listen` (nlisten_fds > 0). The server owns them from the start call
+     * on, failed or not, and closes them when it stops: pass dups of
+     * sockets kept elsewhere. The array itself is only read during the
+     * call. */
+    const int *listen_fds;
+    unsigned nlisten_fds;
 } mf_http_server_config_t;
 
 /* Fills every field with its default. */
@@ -104,10 +115,19 @@ mf_http_server_start(mf_loop_t *loop, const mf_http_server_config_t *config,
 
 /* Graceful stop: closes the listener and idle connections at once, lets
  * requests in flight finish (their responses carry Connection: close), then
- * calls done(server, arg) on the loop and frees the server. Call once. */
+ * calls done(server, arg) on the loop and frees the server. Call once
+ * (this or mf_http_server_drain). */
 typedef void (*mf_http_server_stopped_cb)(mf_http_server_t *srv, void *arg);
 MF_API void mf_http_server_stop(mf_http_server_t *srv,
                                 mf_http_server_stopped_cb done, void *arg);
+/* The stop of a server whose listeners another process accepts on now (a
+ * graceful restart): as mf_http_server_stop, except that an idle
+ * keep-alive connection is not closed at once, where a request the client
+ * has just sent would cross the close and fail: it gets idle_ms to send
+ * one more request, answered with Connection: close, and only one still
+ * idle then is closed. idle_ms 0 is mf_http_server_stop. */
+MF_API void mf_http_server_drain(mf_http_server_t *srv, uint32_t idle_ms,
+                                 mf_http_server_stopped_cb done, void *arg);
 
 /* The bound port (useful with port 0). */
 MF_API uint16_t mf_http_server_port(const mf_http_server_t *srv);

@@ -2,8 +2,9 @@
  * moonflow/moonflow.h — the whole public C API of the engine: the loop and
  * the flow primitives, the basic and go tasks, the compute pool and the
  * workers, DNS, the file watcher, TLS settings, the HTTP and Redis
- * clients, the HTTP server and proxying. Each header says what it owns; this
- * one only gathers them.
+ * clients, the HTTP server and proxying, and the listening sockets of
+ * one process per address. Each header says what it owns; this one only
+ * gathers them.
  */
 #ifndef MOONFLOW_H
 #define MOONFLOW_H
@@ -18,6 +19,7 @@
 #include "http_parser.h"
 #include "http_server.h"
 #include "list.h"
+#include "listen.h"
 #include "loop.h"
 #include "parallel.h"
 #include "pool.h"
