@@ -14,12 +14,14 @@
  * (a script that keeps `resp` and uses it later gets an error, never freed
  * memory). The exchange is held for the coroutine: its answer is sent by
  * resp:send/json/redirect, or when the handler returns (status and headers
- * set, empty body), or as a 500 when it raised, a 504 when it ran past its
- * timeout. A send while the handler still runs is safe: the HTTP server
- * finishes the exchange only after its handler call has returned. A client
- * that goes away aborts the coroutine (its pending task is canceled) and
- * the exchange is forgotten. A path without a script (404) or whose script
- * never loaded (500) is answered at once, without a record.
+ * set, empty body), or as a 500 when it raised (its CPU budget and the Lua
+ * memory cap end it so too), a 504 when it ran past its timeout (parked:
+ * the timer aborts it; running: the host's watchdog stops it), a 503 when
+ * the server stopped it at shutdown. A send while the handler still runs is
+ * safe: the HTTP server finishes the exchange only after its handler call has
+ * returned. A client that goes away aborts the coroutine (its pending task is
+ * canceled) and the exchange is forgotten. A path without a script (404) or
+ * whose script never loaded (500) is answered at once, without a record.
  *
  * May call: the Lua host (coroutines, registry references), the HTTP
  * exchange API, routes.h and the access log (log.c).
@@ -192,16 +194,31 @@ static void mf__request_free(mf_serve_request_t *request)
     mf_loop_free(loop, request, sizeof(*request));
 }
 
+/* A handler that raised, or that the host stopped: 504 at its timeout,
+ * 503 at the server's stop, 500 otherwise (its CPU budget, the memory cap,
+ * its own error). */
+static void mf__request_fail_raised(mf_serve_request_t *request,
+                                    mf_lua_co_cause_t cause)
+{
+    if (cause == MF_LUA_CAUSE_DEADLINE)
+        mf__request_fail(request, 504, "504 Gateway Timeout\n");
+    else if (cause == MF_LUA_CAUSE_STOP)
+        mf__request_fail(request, 503, "503 Service Unavailable\n");
+    else
+        mf__request_fail(request, 500, "500 Internal Server Error\n");
+}
+
 /* Answers what the handler's end calls for, if nothing was sent yet: a
- * 500 when it raised, a 504 when it timed out, else what it set (status,
- * headers, empty body) or the end of its chunked body. */
+ * 500/503/504 when it raised or was stopped, a 504 when it timed out
+ * parked, else what it set (status, headers, empty body) or the end of its
+ * chunked body. */
 static void mf__request_answer_at_exit(mf_serve_request_t *request,
                                        const mf_lua_co_exit_t *ex)
 {
     if (!request->ex || request->sent)
         return;
     if (ex->status == MF_LUA_CO_ERROR && !request->streaming)
-        mf__request_fail(request, 500, "500 Internal Server Error\n");
+        mf__request_fail_raised(request, ex->cause);
     else if (ex->status == MF_LUA_CO_ABORTED && request->timed_out &&
              !request->streaming)
         mf__request_fail(request, 504, "504 Gateway Timeout\n");
@@ -304,6 +321,8 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
+    if (timeout) /* for Lua code still running then (the timer cannot fire) */
+        mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
     lua_State *T = mf_lua_co_thread(request->co);
     lua_xmove(mf_lua_host_state(w->host), T, 1); /* the handler */
     int *keep = mf_lua_co_keep(request->co);

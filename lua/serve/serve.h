@@ -38,6 +38,10 @@ typedef struct mf_serve_config {
     unsigned workers;            /* 0: one per core */
     char *access_log;            /* NULL/"off", "-" (stdout) or a file */
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
+    uint32_t cpu_budget_ms;      /* limits.cpu; 0: none; over it: 500 */
+    uint32_t lua_memory_mib;     /* limits.lua_memory; 0: no cap */
+    uint32_t stop_timeout_ms;    /* timeouts.stop: the grace at SIGTERM */
+    bool jit;                    /* jit = true: keep LuaJIT's compiler on */
     mf_http_server_config_t http;
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
