@@ -4,7 +4,9 @@
 a handler that allocates without bound gets a 500 at the Lua memory cap
 (limits.lua_memory) and the next request on that worker a 200; SIGTERM ends
 the process within 2 s even when a worker is stuck (graceful stop first;
-past timeouts.stop the stuck workers are given up, exit status 3).
+past timeouts.stop the stuck workers are given up, exit status 3), also
+with `jit = true`, whose compiled loops escape the budget; the new config
+keys are checked.
 
 One worker, so every request reaches the worker that spins. Budgets are CPU
 time: on a loaded machine a 200 ms budget takes longer than 200 ms of wall
@@ -262,6 +264,16 @@ class Stop(unittest.TestCase):
                 self.assertEqual(len(answers), 1)
                 self.assertNotIsInstance(answers[0], int)  # no answer
 
+    def test_with_the_jit_on_a_compiled_loop_escapes_but_sigterm_ends_it(self):
+        # what `jit = true` gives up: LuaJIT's traces never check hooks
+        srv = self.serve("jit = true, limits = { cpu = 100 }")
+        answers = self.start(srv, "/spin")
+        time.sleep(0.5)  # five budgets
+        self.assertEqual(answers, [])
+        code, seconds = srv.stop()
+        self.assertEqual(code, 3)
+        self.assertLess(seconds, 2.0)
+
     def test_sigint_stops_like_sigterm(self):
         srv = self.serve("timeouts = { stop = 600 }")
         self.start(srv, "/cstuck")
@@ -269,6 +281,23 @@ class Stop(unittest.TestCase):
         self.assertEqual(code, 3)
         self.assertLess(seconds, 1.2)  # timeouts.stop, not the default
         self.assertIn("(600 ms;", srv.stderr())
+
+
+class Config(unittest.TestCase):
+    def test_the_new_keys_are_checked_and_named(self):
+        root = temp_dir(self)
+        cases = [('limits = { cpu = "1s" }', "limits.cpu"),
+                 ("limits = { lua_memory = -1 }", "limits.lua_memory"),
+                 ("timeouts = { stop = {} }", "timeouts.stop"),
+                 ('jit = "yes"', "jit: boolean expected")]
+        for text, key in cases:
+            conf = os.path.join(root, "c.lua")
+            with open(conf, "w") as f:
+                f.write("return { root = '.', %s }\n" % text)
+            out = subprocess.run([MOONFLOW, "serve", "--config", conf],
+                                 capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, 2, text)
+            self.assertIn(key, out.stderr, text)
 
 
 if __name__ == "__main__":
