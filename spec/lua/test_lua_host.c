@@ -488,6 +488,26 @@ static uint64_t spawn_timed(const char *code, seen_t *s)
     return now_ms() - t0;
 }
 
+/* Spawns code, which must park, and runs the loop until it is done. */
+static void spawn_and_run(const char *code, seen_t *s)
+{
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT_EQ(luaL_loadstring(L, code), 0);
+    last_cause = MF_LUA_CAUSE_NONE;
+    ASSERT(mf_lua_host_spawn(host, 0, on_exit_cause, s) != NULL);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+}
+
+/* The coroutine ended with an error of this cause, its message saying so. */
+static void assert_stopped(const seen_t *s, mf_lua_co_cause_t cause,
+                           const char *text)
+{
+    ASSERT_EQ(s->calls, 1);
+    ASSERT_EQ(s->status, MF_LUA_CO_ERROR);
+    ASSERT_EQ(last_cause, cause);
+    ASSERT(strstr(s->text, text));
+}
+
 static size_t interrupted(void)
 {
     mf_lua_counts_t c;
@@ -504,10 +524,7 @@ TEST(a_loop_that_never_yields_is_stopped_by_the_cpu_budget)
     for (size_t i = 0; i < MF_ARRAY_SIZE(loops); i++) {
         seen_t s = {0};
         uint64_t ms = spawn_timed(loops[i], &s);
-        ASSERT_EQ(s.calls, 1);
-        ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
-        ASSERT_EQ(last_cause, MF_LUA_CAUSE_CPU);
-        ASSERT(strstr(s.text, "cpu budget exceeded: ran 100 ms"));
+        assert_stopped(&s, MF_LUA_CAUSE_CPU, "cpu budget exceeded: ran 100 ms");
         ASSERT(strstr(s.text, "stack traceback")); /* where it spun */
         ASSERT(ms >= 100 && ms < 2000);
         ASSERT_EQ(interrupted(), i + 1);
@@ -521,17 +538,14 @@ TEST(the_budget_counts_each_run_without_yielding_not_the_whole_coroutine)
     setup_watched(100, 0);
     seen_t s = {0};
     /* 250 ms of work in 25 ms pieces, each followed by a yield */
-    lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, "local mf = require 'moonflow'\n"
-                                 "for i = 1, 10 do\n"
-                                 "  local t0 = os.clock()\n"
-                                 "  while os.clock() - t0 < 0.025 do end\n"
-                                 "  mf.sleep(0)\n"
-                                 "end\n"
-                                 "return 'finished'"),
-              0);
-    ASSERT(mf_lua_host_spawn(host, 0, on_exit_cb, &s) != NULL);
-    mf_loop_run(loop, MF_RUN_DEFAULT);
+    spawn_and_run("local mf = require 'moonflow'\n"
+                  "for i = 1, 10 do\n"
+                  "  local t0 = os.clock()\n"
+                  "  while os.clock() - t0 < 0.025 do end\n"
+                  "  mf.sleep(0)\n"
+                  "end\n"
+                  "return 'finished'",
+                  &s);
     ASSERT_EQ(s.status, MF_LUA_CO_DONE);
     ASSERT_STR_EQ(s.text, "finished");
     ASSERT_EQ(interrupted(), 0);
@@ -550,8 +564,7 @@ TEST(a_pcall_or_a_plain_coroutine_cannot_keep_a_stopped_slice_alive)
     for (size_t i = 0; i < MF_ARRAY_SIZE(loops); i++) {
         seen_t s = {0};
         uint64_t ms = spawn_timed(loops[i], &s);
-        ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
-        ASSERT_EQ(last_cause, MF_LUA_CAUSE_CPU);
+        assert_stopped(&s, MF_LUA_CAUSE_CPU, "cpu budget exceeded");
         ASSERT(ms < 2000);
     }
     teardown_watched();
@@ -587,9 +600,7 @@ TEST(a_deadline_stops_code_that_never_yields)
     uint64_t t0 = now_ms();
     ASSERT(!mf_lua_co_start(co, 0));
     uint64_t ms = now_ms() - t0;
-    ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
-    ASSERT_EQ(last_cause, MF_LUA_CAUSE_DEADLINE);
-    ASSERT(strstr(s.text, "deadline exceeded"));
+    assert_stopped(&s, MF_LUA_CAUSE_DEADLINE, "deadline exceeded");
     ASSERT(ms >= 140 && ms < 2000);
     assert_released();
     teardown_watched();
@@ -599,19 +610,12 @@ TEST(a_runaway_flow_callback_ends_the_coroutine_that_waits_on_it)
 {
     setup_watched(100, 0);
     seen_t s = {0};
-    lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, "local mf = require 'moonflow'\n"
-                                 "local r, err = mf.series{ mf.task.timer(1, "
-                                 "{callback = function() while true do end "
-                                 "end}) }:wait()\n"
-                                 "return 'resumed after the stop'"),
-              0);
-    ASSERT(mf_lua_host_spawn(host, 0, on_exit_cause, &s) != NULL);
-    mf_loop_run(loop, MF_RUN_DEFAULT);
-    ASSERT_EQ(s.calls, 1);
-    ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
-    ASSERT_EQ(last_cause, MF_LUA_CAUSE_CPU);
-    ASSERT(strstr(s.text, "cpu budget exceeded"));
+    spawn_and_run("local mf = require 'moonflow'\n"
+                  "local r, err = mf.series{ mf.task.timer(1, "
+                  "{callback = function() while true do end end}) }:wait()\n"
+                  "return 'resumed after the stop'",
+                  &s);
+    assert_stopped(&s, MF_LUA_CAUSE_CPU, "cpu budget exceeded");
     ASSERT_EQ(interrupted(), 1);
     assert_released();
     teardown_watched();
@@ -652,8 +656,7 @@ TEST(interrupt_all_stops_what_runs_and_can_be_turned_off)
     seen_t s = {0};
     uint64_t ms = spawn_timed("while true do end", &s);
     mf_lua_host_interrupt_all(false);
-    ASSERT_EQ(last_cause, MF_LUA_CAUSE_STOP);
-    ASSERT(strstr(s.text, "interrupted"));
+    assert_stopped(&s, MF_LUA_CAUSE_STOP, "interrupted");
     ASSERT(ms < 2000);
     seen_t next = {0};
     spawn_timed("local t0 = os.clock() while os.clock() - t0 < 0.1 do end "
@@ -691,9 +694,7 @@ TEST(past_the_memory_cap_the_coroutine_fails_and_the_host_serves_on)
                     "while true do t[#t + 1] = string.rep('x', 4000) .. #t "
                     "end",
                     &s);
-        ASSERT_EQ(s.status, MF_LUA_CO_ERROR);
-        ASSERT_EQ(last_cause, MF_LUA_CAUSE_MEMORY);
-        ASSERT(strstr(s.text, "not enough memory"));
+        assert_stopped(&s, MF_LUA_CAUSE_MEMORY, "not enough memory");
         /* collected when it ended: the next one starts under the cap */
         ASSERT(mf_lua_host_memory(host) < before + (1u << 20));
         seen_t ok = {0};
