@@ -13,7 +13,7 @@
  *                lua_memory = 1024 },   -- MiB per worker's Lua state
  *     timeouts = { header = 10000, body = 10000, keepalive = 60000,
  *                  write = 10000, handler = 0,          -- milliseconds
- *                  stop = 1500 },       -- grace of a graceful stop
+ *                  stop = 1000 },       -- grace of a graceful stop
  *     jit = false,      -- true: compiled loops escape the limits above
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },

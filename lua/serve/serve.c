@@ -27,7 +27,7 @@
  * or runs on the compute pool (mf.go). */
 #define MF_SERVE_DEFAULT_CPU_MS 1000
 #define MF_SERVE_DEFAULT_LUA_MEMORY_MIB 1024
-#define MF_SERVE_DEFAULT_STOP_MS 1500
+#define MF_SERVE_DEFAULT_STOP_MS 1000
 /* The exit status when workers were given up at a stop. */
 #define MF_SERVE_EXIT_STUCK 3
 
@@ -39,7 +39,7 @@ static const char usage_serve[] =
     "answers /a/b, DIR/a/index.lua answers /a/. A handler script returns\n"
     "function(req, resp). Scripts reload when they change (inotify) and on\n"
     "SIGHUP; SIGINT/SIGTERM stop gracefully (a worker still busy after\n"
-    "timeouts.stop, 1500 ms, is given up: exit status 3). --config FILE\n"
+    "timeouts.stop, 1000 ms, is given up: exit status 3). --config FILE\n"
     "reads a Lua table (listen, workers, root, access_log, tls, limits,\n"
     "timeouts, routes, jit); options given on the command line win.\n"
     "Defaults: --listen 127.0.0.1:8080, one worker per core, no access log.\n";

@@ -177,7 +177,7 @@ class Limits(unittest.TestCase):
                 self.assertLess(cpu, 2 * BUDGET_MS / 1000)
                 # /hello waited for the loop only: answered right after it
                 self.assertLess(hello_wall, wall + 0.1)
-                self.assertLess(wall, 4 * BUDGET_MS / 1000 + 1.0)
+                self.assertLess(wall, 10.0)  # wall time: load-dependent
                 print("\n  %s: 500 after %.0f ms (%.0f ms of server CPU); "
                       "/hello sent during it answered after %.0f ms"
                       % (path, wall * 1000, cpu * 1000, hello_wall * 1000))
@@ -240,7 +240,7 @@ class Stop(unittest.TestCase):
         return answers
 
     def test_a_runaway_is_interrupted_and_the_stop_is_clean(self):
-        # the default config: limits.cpu 1000 ms, timeouts.stop 1500 ms
+        # the default config: limits.cpu 1000 ms, timeouts.stop 1000 ms
         srv = self.serve()
         answers = self.start(srv, "/spin")
         code, seconds = srv.stop()
@@ -274,13 +274,14 @@ class Stop(unittest.TestCase):
         self.assertEqual(code, 3)
         self.assertLess(seconds, 2.0)
 
-    def test_sigint_stops_like_sigterm(self):
-        srv = self.serve("timeouts = { stop = 600 }")
+    def test_sigint_stops_like_sigterm_within_timeouts_stop(self):
+        srv = self.serve("timeouts = { stop = 300 }")
         self.start(srv, "/cstuck")
         code, seconds = srv.stop(sig=signal.SIGINT)
         self.assertEqual(code, 3)
-        self.assertLess(seconds, 1.2)  # timeouts.stop, not the default
-        self.assertIn("(600 ms;", srv.stderr())
+        self.assertGreaterEqual(seconds, 0.3)
+        self.assertLess(seconds, 2.0)
+        self.assertIn("timeouts.stop (300 ms;", srv.stderr())
 
 
 class Config(unittest.TestCase):
