@@ -67,10 +67,25 @@ static void mf_lua__thread_acquire(mf_lua_host_t *host, mf_lua_co_t *co)
         co->keep[i] = LUA_NOREF;
 }
 
+/* Why an erroring coroutine ended: the watchdog stopped it, or one of its
+ * allocations was refused (even if it caught that error and raised
+ * another: the refusal is what a reader of the log needs). */
+static mf_lua_co_cause_t mf_lua__co_cause(const mf_lua_co_t *co,
+                                          mf_lua_co_status_t status)
+{
+    if (status != MF_LUA_CO_ERROR)
+        return MF_LUA_CAUSE_NONE;
+    if (co->cause != MF_LUA_CAUSE_NONE)
+        return co->cause;
+    return co->memory_refused ? MF_LUA_CAUSE_MEMORY : MF_LUA_CAUSE_NONE;
+}
+
 /* The one exit path of every coroutine: done, error, abort, shutdown. It
  * runs the pending cleanup, calls the owner back, releases the reference
  * and frees the record. Idempotent while it runs: an abort from inside the
- * exit callback finds the coroutine exiting and does nothing. */
+ * exit callback finds the coroutine exiting and does nothing. A coroutine
+ * that ran out of memory leaves garbage behind: collected at once, so the
+ * next one starts under the cap. */
 static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
                             const char *message, int nret)
 {
@@ -82,7 +97,8 @@ static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
     mf_list_remove(&co->link);
     if (status == MF_LUA_CO_ERROR)
         host->counts.errors++;
-    mf_lua_co_exit_t ex = {status, co->L, nret, message};
+    mf_lua_co_exit_t ex = {status, co->L, nret, message,
+                           mf_lua__co_cause(co, status)};
     if (co->cb)
         co->cb(co, &ex, co->data);
     else if (status == MF_LUA_CO_ERROR)
@@ -91,6 +107,8 @@ static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
     mf_lua__thread_release(host, co, status);
     host->counts.coroutines--;
     mf_loop_free(host->loop, co, sizeof(*co));
+    if (ex.cause == MF_LUA_CAUSE_MEMORY)
+        lua_gc(host->L, LUA_GCCOLLECT, 0);
 }
 
 /* The error on top of the dead coroutine, with its traceback. */
@@ -106,20 +124,38 @@ static void mf_lua__co_error(mf_lua_co_t *co)
     lua_pop(L, 1);
 }
 
+/* A coroutine the watchdog stopped outside its own resume (in a flow
+ * callback), or that parked after catching the stop: it ends now. */
+static void mf_lua__co_stopped(mf_lua_co_t *co)
+{
+    char buf[96];
+    mf_lua__co_exit(co, MF_LUA_CO_ERROR,
+                    mf_lua_cause_message(co->host, co->cause, buf, sizeof buf),
+                    0);
+}
+
 /* Resumes; true while the coroutine is parked, false once it has ended. */
 static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
 {
     mf_lua_host_t *host = co->host;
+    if (co->cause != MF_LUA_CAUSE_NONE) {
+        mf_lua__co_stopped(co);
+        return false;
+    }
     mf_lua_co_t *prev = host->current;
     host->current = co;
     host->counts.resumes++;
     co->running = true;
+    mf_lua_slice_t outer = mf_lua_slice_enter(host, co);
     int rc = lua_resume(co->L, nargs);
+    mf_lua_slice_leave(host, outer);
     co->running = false;
     host->current = prev;
     if (rc == LUA_YIELD) {
         if (co->abort_reason)
             mf_lua__co_exit(co, MF_LUA_CO_ABORTED, co->abort_reason, 0);
+        else if (co->cause != MF_LUA_CAUSE_NONE)
+            mf_lua__co_stopped(co);
         else if (co->cleanup)
             return true;
         else
@@ -146,6 +182,9 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->running = false;
     co->exiting = false;
     co->abort_reason = NULL;
+    co->deadline = 0;
+    co->cause = MF_LUA_CAUSE_NONE;
+    co->memory_refused = false;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
     return co;
@@ -183,6 +222,11 @@ void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)
         return;
     }
     mf_lua__co_exit(co, MF_LUA_CO_ABORTED, reason, 0);
+}
+
+void mf_lua_co_set_deadline(mf_lua_co_t *co, uint64_t at)
+{
+    co->deadline = at;
 }
 
 lua_State *mf_lua_co_thread(const mf_lua_co_t *co)

@@ -107,6 +107,7 @@ static const struct mf_lua_count_field {
     {"resumes", offsetof(mf_lua_counts_t, resumes)},
     {"idle_threads", offsetof(mf_lua_counts_t, idle_threads)},
     {"tasks", offsetof(mf_lua_counts_t, tasks)},
+    {"interrupted", offsetof(mf_lua_counts_t, interrupted)},
 };
 
 static int mf_lua__counts(lua_State *L)

@@ -390,7 +390,11 @@ static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
     mf_lua_host_t *host = n->flow->host;
     mf_lua_co_t *prev = host->current;
     host->current = n->flow->co;
+    /* A slice of the waiting coroutine: its budget and deadline apply, and
+     * stopped here, the coroutine ends when the flow resumes it. */
+    mf_lua_slice_t outer = mf_lua_slice_enter(host, n->flow->co);
     int rc = lua_pcall(L, 2, 0, st + 2);
+    mf_lua_slice_leave(host, outer);
     host->current = prev;
     *ref = NULL; /* the flow object is valid during the callback only */
     lua_remove(L, st + 1);

@@ -1,12 +1,14 @@
 /*
- * lua/mf_lua_host.c — the host's state: creation (with the module loaders
- * and the registry of task kinds), logging, counted registry references,
- * shutdown. Coroutines live in mf_lua_co.c.
+ * lua/mf_lua_host.c — the host's state: creation (with the module loaders,
+ * the registry of task kinds, the JIT mode, the memory cap and the
+ * watchdog's slot), logging, counted registry references, shutdown.
+ * Coroutines live in mf_lua_co.c, the watchdog in mf_lua_watchdog.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <luajit.h>
 #include <lualib.h>
 
 #include <moonflow/common.h>
@@ -67,6 +69,84 @@ static int mf_lua__preload(lua_State *L)
     return 0;
 }
 
+/* ---- the memory cap ------------------------------------------------------
+ *
+ * LuaJIT's own allocator (fast, one arena per state), wrapped to count
+ * bytes: a growth past the cap is refused while a slice runs, so that the
+ * error lands in Lua code that can take it; the host's own calls between
+ * slices (a new coroutine thread, a registry reference) are C code that a
+ * Lua error would unwind, and always get their bytes. */
+
+static void *mf_lua__alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    mf_lua_host_t *host = ud;
+    size_t old = ptr ? osize : 0;
+    if (nsize > old && host->depth &&
+        host->mem_used - old + nsize > host->mem_limit) {
+        if (host->current)
+            host->current->memory_refused = true;
+        return NULL;
+    }
+    void *p = host->mem_allocf(host->mem_ud, ptr, osize, nsize);
+    if (p || nsize == 0)
+        host->mem_used = host->mem_used - old + nsize;
+    return p;
+}
+
+static void mf_lua__cap_memory(mf_lua_host_t *host, size_t limit)
+{
+    lua_State *L = host->L;
+    host->mem_limit = limit;
+    host->mem_allocf = lua_getallocf(L, &host->mem_ud);
+    host->mem_used = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 +
+                     (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
+    lua_setallocf(L, mf_lua__alloc, host);
+}
+
+/* The state goes back to the allocator it was made with before it closes
+ * (LuaJIT frees its arena whole only then). */
+static void mf_lua__uncap_memory(mf_lua_host_t *host)
+{
+    if (host->mem_allocf)
+        lua_setallocf(host->L, host->mem_allocf, host->mem_ud);
+}
+
+size_t mf_lua_host_memory(const mf_lua_host_t *host)
+{
+    return (size_t)lua_gc(host->L, LUA_GCCOUNT, 0) * 1024 +
+           (size_t)lua_gc(host->L, LUA_GCCOUNTB, 0);
+}
+
+/* ---- runaway code -------------------------------------------------------- */
+
+/* The JIT off for an interruptible host (unless asked), and its slot in
+ * the watchdog; a host that asked for one and got none is told why. */
+static void mf_lua__host_watch(mf_lua_host_t *host,
+                               const mf_lua_host_opts_t *opts)
+{
+    bool watched = opts && (opts->interruptible || opts->cpu_budget_ms);
+    mf_lua_jit_t jit = opts ? opts->jit : MF_LUA_JIT_AUTO;
+    if (jit == MF_LUA_JIT_OFF || (jit == MF_LUA_JIT_AUTO && watched))
+        luaJIT_setmode(host->L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+    if (!watched)
+        return;
+    host->watch = mf_lua_watch_register(host, host->L, opts->cpu_budget_ms);
+    if (!host->watch)
+        mf_lua_host_log(host, "moonflow: no watchdog for this Lua state "
+                              "(every slot taken, or no thread): runaway "
+                              "code will not be stopped");
+}
+
+int mf_lua_host_pcall(mf_lua_host_t *host, int nargs, int nresults, int errfunc)
+{
+    mf_lua_slice_t prev = mf_lua_slice_enter(host, NULL);
+    int rc = lua_pcall(host->L, nargs, nresults, errfunc);
+    mf_lua_slice_leave(host, prev);
+    return rc;
+}
+
+/* ---- the host ------------------------------------------------------------ */
+
 static void mf_lua__host_ext_dtor(mf_loop_t *loop, void *ext)
 {
     (void)loop;
@@ -88,10 +168,13 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
     host->log_ud = opts ? opts->log_ud : NULL;
     mf_list_init(&host->coroutines);
     mf_list_init(&host->timers);
+    if (opts && opts->memory_limit)
+        mf_lua__cap_memory(host, opts->memory_limit);
     lua_pushlightuserdata(L, (void *)&mf_lua_host_key);
     lua_pushlightuserdata(L, host);
     lua_rawset(L, LUA_REGISTRYINDEX);
     luaL_openlibs(L);
+    mf_lua__host_watch(host, opts);
     mf_lua__prepend_path(L, "path",
                          opts && opts->package_path ? opts->package_path
                                                     : MF_LUA_SYSTEM_PATH);
@@ -99,6 +182,8 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
                          opts && opts->package_cpath ? opts->package_cpath
                                                      : MF_LUA_SYSTEM_CPATH);
     if (mf_lua__preload(L) < 0) {
+        mf_lua_watch_unregister(host->watch);
+        mf_lua__uncap_memory(host);
         lua_close(L);
         mf_free(host);
         return NULL;
@@ -118,6 +203,8 @@ void mf_lua_host_destroy(mf_lua_host_t *host)
             "host shutdown");
     mf_lua_timers_shutdown(host);
     mf_loop_set_ext(host->loop, MF_LOOP_EXT_LUA, NULL, NULL);
+    mf_lua_watch_unregister(host->watch);
+    mf_lua__uncap_memory(host);
     lua_close(host->L);
     mf_free(host);
 }

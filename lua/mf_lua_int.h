@@ -6,7 +6,10 @@
 #ifndef MF_LUA_INT_H
 #define MF_LUA_INT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -18,6 +21,31 @@
 
 #define MF_LUA_IDLE_THREADS 64
 
+/* A host's place in the watchdog (mf_lua_watchdog.c): written by the loop
+ * thread at every slice, read by the watchdog thread, the signal handler
+ * and the hook. One cache line of its own per host. */
+typedef struct mf_lua_watch {
+    /* the loop thread's: the slice running now (0: none; numbers never
+     * repeat for a slot), and its coroutine's deadline (loop ms, 0: none) */
+    _Atomic uint64_t slice;
+    _Atomic uint64_t deadline;
+    uint64_t next;
+    /* the watchdog's verdict: the slice to stop and why */
+    _Atomic uint64_t condemned;
+    _Atomic int cause; /* mf_lua_co_cause_t */
+    uint64_t counted;  /* the last condemned slice counted as interrupted */
+    /* the watchdog thread's own */
+    uint64_t seen;        /* the slice of its last pass */
+    uint64_t seen_cpu;    /* the thread's CPU time then (ns) */
+    uint64_t signaled_at; /* ms, the last signal for condemned */
+    /* set at registration */
+    struct mf_lua_host *host; /* NULL: a free slot */
+    lua_State *L;
+    pthread_t thread;
+    clockid_t cpu_clock;
+    uint32_t budget_ms;
+} __attribute__((aligned(64))) mf_lua_watch_t;
+
 struct mf_lua_host {
     lua_State *L;
     mf_loop_t *loop;
@@ -27,6 +55,12 @@ struct mf_lua_host {
     mf_list_t coroutines; /* live mf_lua_co_t */
     mf_list_t timers;     /* armed background timers */
     mf_lua_counts_t counts;
+    mf_lua_watch_t *watch; /* NULL: not interruptible */
+    unsigned depth;        /* slices running (nested ones count) */
+    /* memory cap (memory_limit > 0): LuaJIT's allocator, wrapped */
+    lua_Alloc mem_allocf;
+    void *mem_ud;
+    size_t mem_used, mem_limit;
     /* Threads of coroutines that returned normally, kept for the next
      * spawn: a handler per request then costs no new thread, no registry
      * reference and no garbage. Their references are not in counts.refs
@@ -52,7 +86,65 @@ struct mf_lua_co {
     bool running;             /* inside lua_resume */
     bool exiting;             /* in the exit path: abort is a no-op */
     const char *abort_reason; /* an abort asked for while running */
+    uint64_t deadline;        /* loop ms, 0: none (mf_lua_co_set_deadline) */
+    mf_lua_co_cause_t cause;  /* set when the watchdog stopped it */
+    bool memory_refused;      /* an allocation of its slice was refused */
 };
+
+/* ---- the watchdog (mf_lua_watchdog.c) -------------------------------- */
+
+/* A slot for host (on its loop thread), or NULL when every slot is taken.
+ * Starts the watchdog thread with the first one. */
+mf_lua_watch_t *mf_lua_watch_register(mf_lua_host_t *host, lua_State *L,
+                                      uint32_t budget_ms);
+/* Frees the slot (before the state closes); the last one stops the
+ * watchdog thread. */
+void mf_lua_watch_unregister(mf_lua_watch_t *w);
+/* Removes the stopping hook once its slice has ended. */
+void mf_lua_watch_disarm(mf_lua_host_t *host);
+/* The error message of a cause (a literal, or the budget's in buf). */
+const char *mf_lua_cause_message(const mf_lua_host_t *host,
+                                 mf_lua_co_cause_t cause, char *buf,
+                                 size_t len);
+
+/* ---- slices (see lua_host.h, "runaway code") ----------------------- */
+
+typedef struct mf_lua_slice {
+    uint64_t slice, deadline; /* the enclosing slice's, restored at leave */
+} mf_lua_slice_t;
+
+/* Lua code starts running for co (NULL: for nobody in particular). Two
+ * relaxed stores; the release orders the deadline before the slice. */
+static inline mf_lua_slice_t mf_lua_slice_enter(mf_lua_host_t *host,
+                                                const mf_lua_co_t *co)
+{
+    mf_lua_slice_t prev = {0, 0};
+    mf_lua_watch_t *w = host->watch;
+    host->depth++;
+    if (!w)
+        return prev;
+    prev.slice = atomic_load_explicit(&w->slice, memory_order_relaxed);
+    prev.deadline = atomic_load_explicit(&w->deadline, memory_order_relaxed);
+    atomic_store_explicit(&w->deadline, co ? co->deadline : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->slice, ++w->next, memory_order_release);
+    return prev;
+}
+
+/* The slice's end: the enclosing one (if any) runs on. A stopped slice
+ * takes its hook away with it (mf_lua_watch_disarm). */
+static inline void mf_lua_slice_leave(mf_lua_host_t *host, mf_lua_slice_t prev)
+{
+    mf_lua_watch_t *w = host->watch;
+    host->depth--;
+    if (!w)
+        return;
+    uint64_t s = atomic_load_explicit(&w->slice, memory_order_relaxed);
+    atomic_store_explicit(&w->deadline, prev.deadline, memory_order_relaxed);
+    atomic_store_explicit(&w->slice, prev.slice, memory_order_release);
+    if (atomic_load_explicit(&w->condemned, memory_order_relaxed) == s)
+        mf_lua_watch_disarm(host);
+}
 
 /* The registry key of the host pointer (a light userdata). */
 extern const char mf_lua_host_key;

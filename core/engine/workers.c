@@ -2,6 +2,7 @@
  * workers.c — N loop threads sharing one compute pool; the wait group.
  */
 #include <pthread.h>
+#include <time.h>
 
 #include "moonflow/workers.h"
 
@@ -119,8 +120,12 @@ void mf_workers_call(mf_workers_t *w, unsigned index, mf_worker_fn fn,
 
 void mf_waitgroup_init(mf_waitgroup_t *wg, long count)
 {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* timed waits */
     pthread_mutex_init(&wg->_mutex, NULL);
-    pthread_cond_init(&wg->_cond, NULL);
+    pthread_cond_init(&wg->_cond, &attr);
+    pthread_condattr_destroy(&attr);
     wg->_count = count;
 }
 
@@ -144,6 +149,25 @@ void mf_waitgroup_wait(mf_waitgroup_t *wg)
     while (wg->_count > 0)
         pthread_cond_wait(&wg->_cond, &wg->_mutex);
     pthread_mutex_unlock(&wg->_mutex);
+}
+
+long mf_waitgroup_wait_for(mf_waitgroup_t *wg, uint32_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&wg->_mutex);
+    while (wg->_count > 0 &&
+           pthread_cond_timedwait(&wg->_cond, &wg->_mutex, &until) == 0)
+        ;
+    long left = wg->_count > 0 ? wg->_count : 0;
+    pthread_mutex_unlock(&wg->_mutex);
+    return left;
 }
 
 void mf_waitgroup_close(mf_waitgroup_t *wg)

@@ -8,10 +8,14 @@
  *     tls = { cert = "c.pem", key = "k.pem",
  *             sni = { ["api.test"] = { cert = "a.pem", key = "a.key" } } },
  *     limits = { max_body = 1048576, max_head = 8192, max_line = 8192,
- *                max_headers = 100, max_connections = 10000 },
+ *                max_headers = 100, max_connections = 10000,
+ *                cpu = 1000,            -- ms a handler runs unyielding
+ *                lua_memory = 1024 },   -- MiB per worker's Lua state
  *     timeouts = { header = 10000, body = 10000, keepalive = 60000,
- *                  write = 10000, handler = 0,            -- milliseconds
- *                  drain = 5000 },  -- taken over: idle keep-alive grace
+ *                  write = 10000, handler = 0,          -- milliseconds
+ *                  stop = 1000,         -- grace of a graceful stop
+ *                  drain = 5000 },      -- taken over: idle keep-alive grace
+ *     jit = false,      -- true: compiled loops escape the limits above
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *   }
@@ -112,6 +116,8 @@ static void mf__config_limits(lua_State *L, int t, mf_serve_config_t *c)
         c->http.limits.max_headers = (size_t)v;
     if (mf__field_number(L, t, "max_connections", &v))
         c->http.max_connections = (size_t)v;
+    mf__config_u32(L, t, "cpu", &c->cpu_budget_ms);
+    mf__config_u32(L, t, "lua_memory", &c->lua_memory_mib);
 }
 
 static void mf__config_timeouts(lua_State *L, int t, mf_serve_config_t *c)
@@ -122,6 +128,7 @@ static void mf__config_timeouts(lua_State *L, int t, mf_serve_config_t *c)
     mf__config_u32(L, t, "write", &c->http.write_timeout_ms);
     mf__config_u32(L, t, "handler", &c->handler_timeout_ms);
     mf__config_u32(L, t, "drain", &c->drain_timeout_ms);
+    mf__config_u32(L, t, "stop", &c->stop_timeout_ms);
 }
 
 static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
@@ -161,29 +168,25 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
 
 typedef struct mf_config_key {
     const char *name;
-    int type; /* LUA_TSTRING, LUA_TNUMBER (>= 0) or LUA_TTABLE */
+    int type; /* LUA_TSTRING, LUA_TNUMBER (>= 0), LUA_TBOOLEAN, LUA_TTABLE */
 } mf_config_key_t;
 
-static const mf_config_key_t mf__top_keys[] = {{"listen", LUA_TSTRING},
-                                               {"root", LUA_TSTRING},
-                                               {"access_log", LUA_TSTRING},
-                                               {"workers", LUA_TNUMBER},
-                                               {"limits", LUA_TTABLE},
-                                               {"timeouts", LUA_TTABLE},
-                                               {"tls", LUA_TTABLE},
-                                               {"routes", LUA_TTABLE},
-                                               {NULL, 0}};
+static const mf_config_key_t mf__top_keys[] = {
+    {"listen", LUA_TSTRING},     {"root", LUA_TSTRING},
+    {"access_log", LUA_TSTRING}, {"workers", LUA_TNUMBER},
+    {"limits", LUA_TTABLE},      {"timeouts", LUA_TTABLE},
+    {"tls", LUA_TTABLE},         {"routes", LUA_TTABLE},
+    {"jit", LUA_TBOOLEAN},       {NULL, 0}};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER},        {"max_head", LUA_TNUMBER},
     {"max_line", LUA_TNUMBER},        {"max_headers", LUA_TNUMBER},
-    {"max_connections", LUA_TNUMBER}, {NULL, 0}};
-static const mf_config_key_t mf__timeouts_keys[] = {{"header", LUA_TNUMBER},
-                                                    {"body", LUA_TNUMBER},
-                                                    {"keepalive", LUA_TNUMBER},
-                                                    {"write", LUA_TNUMBER},
-                                                    {"handler", LUA_TNUMBER},
-                                                    {"drain", LUA_TNUMBER},
-                                                    {NULL, 0}};
+    {"max_connections", LUA_TNUMBER}, {"cpu", LUA_TNUMBER},
+    {"lua_memory", LUA_TNUMBER},      {NULL, 0}};
+static const mf_config_key_t mf__timeouts_keys[] = {
+    {"header", LUA_TNUMBER},    {"body", LUA_TNUMBER},
+    {"keepalive", LUA_TNUMBER}, {"write", LUA_TNUMBER},
+    {"handler", LUA_TNUMBER},   {"drain", LUA_TNUMBER},
+    {"stop", LUA_TNUMBER},      {NULL, 0}};
 static const mf_config_key_t mf__tls_keys[] = {{"cert", LUA_TSTRING},
                                                {"key", LUA_TSTRING},
                                                {"sni", LUA_TTABLE},
@@ -418,6 +421,10 @@ static int mf__config_read(lua_State *L, mf_serve_config_t *c, const char *dir,
         c->root = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "access_log")))
         c->access_log = mf__config_path(c, dir, s);
+    lua_getfield(L, t, "jit");
+    if (lua_isboolean(L, -1))
+        c->jit = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     if (mf__field_number(L, t, "workers", &v)) {
         if (v > MF_SERVE_MAX_WORKERS) {
             snprintf(err, errlen, "workers: at most %d", MF_SERVE_MAX_WORKERS);

@@ -14,17 +14,20 @@
  * (a script that keeps `resp` and uses it later gets an error, never freed
  * memory). The exchange is held for the coroutine: its answer is sent by
  * resp:send/json/redirect, or when the handler returns (status and headers
- * set, empty body), or as a 500 when it raised, a 504 when it ran past its
- * timeout; once resp:write has begun a stream, either cuts the stream (no
- * last chunk, the connection closed, a line on the error log) so that it
- * never looks complete. A header in resp.headers that cannot be sent makes
- * the answer a 500, reported with the route; resp:set_header raises on a
- * bad name or value at once. A send while the handler still runs is safe:
- * the HTTP server finishes the exchange only after its handler call has
- * returned. A client that goes away aborts the coroutine (its pending task
- * is canceled), is logged 499 (nginx's code), and the exchange is
- * forgotten. A path without a script (404) or whose script never loaded
- * (500) is answered at once, without a record.
+ * set, empty body), or as a 500 when it raised (its CPU budget and the Lua
+ * memory cap end it so too), a 504 when it ran past its timeout (parked:
+ * the timer aborts it; running: the host's watchdog stops it), a 503 when
+ * the server stopped it at shutdown; once resp:write has begun a stream,
+ * any of these cuts the stream instead (no last chunk, the connection
+ * closed, a line on the error log) so that it never looks complete. A
+ * header in resp.headers that cannot be sent makes the answer a 500,
+ * reported with the route; resp:set_header raises on a bad name or value at
+ * once. A send while the handler still runs is safe: the HTTP server
+ * finishes the exchange only after its handler call has returned. A client
+ * that goes away aborts the coroutine (its pending task is canceled), is
+ * logged 499 (nginx's code), and the exchange is forgotten. A path without
+ * a script (404) or whose script never loaded (500) is answered at once,
+ * without a record.
  *
  * May call: the Lua host (coroutines, registry references), the HTTP
  * exchange API, routes.h and the access log (log.c).
@@ -296,11 +299,45 @@ static void mf__request_free(mf_serve_request_t *request)
     mf_loop_free(loop, request, sizeof(*request));
 }
 
+/* A handler that raised, or that the host stopped: 504 at its timeout,
+ * 503 at the server's stop, 500 otherwise (its CPU budget, the memory cap,
+ * its own error). */
+static void mf__request_fail_raised(mf_serve_request_t *request,
+                                    mf_lua_co_cause_t cause)
+{
+    if (cause == MF_LUA_CAUSE_DEADLINE)
+        mf__request_fail(request, 504, "504 Gateway Timeout\n");
+    else if (cause == MF_LUA_CAUSE_STOP)
+        mf__request_fail(request, 503, "503 Service Unavailable\n");
+    else
+        mf__request_fail(request, 500, "500 Internal Server Error\n");
+}
+
+/* Why a stream is cut: what the error log says after "cut after N body
+ * bytes: ". */
+static const char *mf__cut_reason(const mf_lua_co_exit_t *ex)
+{
+    if (ex->status != MF_LUA_CO_ERROR)
+        return ex->message; /* aborted: "handler timeout", a client gone */
+    switch (ex->cause) {
+    case MF_LUA_CAUSE_DEADLINE:
+        return "handler timeout";
+    case MF_LUA_CAUSE_CPU:
+        return "the handler exceeded its cpu budget";
+    case MF_LUA_CAUSE_STOP:
+        return "the server is stopping";
+    case MF_LUA_CAUSE_MEMORY:
+        return "the handler ran out of memory";
+    default:
+        return "the handler raised an error";
+    }
+}
+
 /* Answers what the handler's end calls for, if nothing was sent yet: when
  * it returned, what it set (status, headers, empty body) or the end of its
- * chunked body; when it raised or was aborted, a 504 (timed out) or 500,
- * or, once a stream had begun, the cut of that stream: an answer the
- * handler did not finish must never look complete. */
+ * chunked body; when it raised or was stopped, a 500/503/504; when it timed
+ * out parked, a 504; once a stream had begun, the cut of that stream: an
+ * answer the handler did not finish must never look complete. */
 static void mf__request_answer_at_exit(mf_serve_request_t *request,
                                        const mf_lua_co_exit_t *ex)
 {
@@ -313,9 +350,9 @@ static void mf__request_answer_at_exit(mf_serve_request_t *request,
         else
             mf__request_send(request, NULL, 0);
     } else if (request->streaming) {
-        mf__request_cut(request, ex->status == MF_LUA_CO_ERROR
-                                     ? "the handler raised an error"
-                                     : ex->message);
+        mf__request_cut(request, mf__cut_reason(ex));
+    } else if (ex->status == MF_LUA_CO_ERROR) {
+        mf__request_fail_raised(request, ex->cause);
     } else if (request->timed_out) {
         mf__request_fail(request, 504, "504 Gateway Timeout\n");
     } else {
@@ -410,6 +447,8 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
+    if (timeout) /* for Lua code still running then (the timer cannot fire) */
+        mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
     lua_State *T = mf_lua_co_thread(request->co);
     lua_xmove(mf_lua_host_state(w->host), T, 1); /* the handler */
     int *keep = mf_lua_co_keep(request->co);

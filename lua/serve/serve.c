@@ -1,17 +1,20 @@
 /*
  * lua/serve/serve.c — the `moonflow serve` command: options and config file,
  * worker loops (each with its Lua host, server, routes, watcher and access
- * log), signals (SIGINT/SIGTERM: graceful stop; SIGHUP: reload every
- * script; SIGUSR2 from the takeover thread: another process serves now,
- * drain and exit), and the exit code.
+ * log), signals (SIGINT/SIGTERM: graceful stop, bounded by timeouts.stop;
+ * SIGHUP: reload every script; SIGUSR2 from the takeover thread: another
+ * process serves now, drain and exit), and the exit code.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 
@@ -20,6 +23,14 @@
 #include "serve.h"
 
 #define MF_SERVE_DEFAULT_ROOT "scripts/site"
+/* A handler holding its worker for a second of CPU stalls every other
+ * connection of that worker for as long: longer work yields (mf.sleep(0))
+ * or runs on the compute pool (mf.go). */
+#define MF_SERVE_DEFAULT_CPU_MS 1000
+#define MF_SERVE_DEFAULT_LUA_MEMORY_MIB 1024
+#define MF_SERVE_DEFAULT_STOP_MS 1000
+/* The exit status when workers were given up at a stop. */
+#define MF_SERVE_EXIT_STUCK 3
 
 static const char usage_serve[] =
     "usage: moonflow serve [DIR] [--config FILE] [--listen ADDR]\n"
@@ -29,9 +40,10 @@ static const char usage_serve[] =
     "Serves the Lua handlers under DIR (default: scripts/site): DIR/a/b.lua\n"
     "answers /a/b, DIR/a/index.lua answers /a/. A handler script returns\n"
     "function(req, resp). Scripts reload when they change (inotify) and on\n"
-    "SIGHUP; SIGINT/SIGTERM stop gracefully. --config FILE reads a Lua\n"
-    "table (listen, workers, root, access_log, tls, limits, timeouts,\n"
-    "routes); options given on the command line win.\n"
+    "SIGHUP; SIGINT/SIGTERM stop gracefully (a worker still busy after\n"
+    "timeouts.stop, 1000 ms, is given up: exit status 3). --config FILE\n"
+    "reads a Lua table (listen, workers, root, access_log, tls, limits,\n"
+    "timeouts, routes, jit); options given on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -65,6 +77,7 @@ static void mf__serve_on_file_change(mf_fswatch_t *watch, const char *path,
 typedef struct mf_serve_worker_job {
     mf_serve_worker_t *w;
     mf_waitgroup_t *wg;
+    atomic_bool stopped; /* its objects are closed (read by main) */
 } mf_serve_worker_job_t;
 
 static void mf__serve_add_root_to_path(lua_State *L, const char *root)
@@ -101,8 +114,14 @@ static void mf__serve_watch(mf_serve_worker_t *w)
 static void mf__serve_open_worker(mf_serve_worker_t *w)
 {
     const mf_serve_config_t *c = w->config;
-    /* package paths: the host's default, the system's module folders */
-    mf_lua_host_opts_t opts = {.log = mf__serve_log_to_stderr};
+    /* package paths: the host's default, the system's module folders.
+     * Interruptible: a handler that never yields is stopped at its budget
+     * or its timeout, and at a stop. */
+    mf_lua_host_opts_t opts = {.log = mf__serve_log_to_stderr,
+                               .cpu_budget_ms = c->cpu_budget_ms,
+                               .interruptible = true,
+                               .jit = c->jit ? MF_LUA_JIT_ON : MF_LUA_JIT_AUTO,
+                               .memory_limit = (size_t)c->lua_memory_mib << 20};
     w->host = mf_lua_host_create(w->loop, &opts);
     if (!w->host) {
         w->error = MF_ENOMEM;
@@ -157,6 +176,7 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
     if (w->host)
         mf_lua_host_destroy(w->host); /* aborts background timers */
     w->host = NULL;
+    atomic_store(&job->stopped, true);
     mf_waitgroup_done(job->wg);
 }
 
@@ -303,6 +323,9 @@ static void mf__serve_defaults(mf_serve_config_t *c)
     mf_http_server_config_init(&c->http);
     c->http.listen = "127.0.0.1:8080";
     c->drain_timeout_ms = 5000;
+    c->cpu_budget_ms = MF_SERVE_DEFAULT_CPU_MS;
+    c->lua_memory_mib = MF_SERVE_DEFAULT_LUA_MEMORY_MIB;
+    c->stop_timeout_ms = MF_SERVE_DEFAULT_STOP_MS;
 }
 
 /* ---- the command ------------------------------------------------------------
@@ -376,6 +399,73 @@ static uint32_t mf__serve_until_stopped(mf_serve_config_t *c,
     return c->drain_timeout_ms;
 }
 
+/* ---- the stop ---------------------------------------------------------------
+ */
+
+static uint64_t mf__serve_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Waits for the workers of wg to stop: first for drain_ms (after a
+ * takeover: requests in flight and idle keep-alive connections finish on
+ * their own), then within grace_ms: true once they all did. Halfway through
+ * the grace, Lua code still running is interrupted (its request answered
+ * 503), which frees a worker held by a handler that never yields; what is
+ * stuck in a C call stays stuck. Signals that arrive meanwhile wait
+ * (pending, blocked): the grace bounds the stop already. */
+static bool mf__serve_wait_stopped(mf_waitgroup_t *wg, uint32_t drain_ms,
+                                   uint32_t grace_ms)
+{
+    if (drain_ms && mf_waitgroup_wait_for(wg, drain_ms) == 0)
+        return true;
+    uint64_t start = mf__serve_now_ms();
+    if (mf_waitgroup_wait_for(wg, grace_ms / 2) == 0)
+        return true;
+    mf_lua_host_interrupt_all(true);
+    uint64_t spent = mf__serve_now_ms() - start;
+    return mf_waitgroup_wait_for(
+               wg, spent < grace_ms ? (uint32_t)(grace_ms - spent) : 0) == 0;
+}
+
+/* Stops every worker gracefully; those that have not stopped within the
+ * grace are given up: the process exits with MF_SERVE_EXIT_STUCK and a
+ * line naming them, without waiting for them (their buffered access log
+ * lines are lost). */
+static void mf__serve_stop(mf_workers_t *workers, uint32_t drain_ms,
+                           uint32_t grace_ms, mf_serve_worker_job_t *jobs)
+{
+    /* static: a worker given up may still count down after the exit began */
+    static mf_waitgroup_t wg;
+    unsigned n = mf_workers_count(workers);
+    mf_waitgroup_init(&wg, n);
+    for (unsigned i = 0; i < n; i++) {
+        jobs[i].wg = &wg;
+        mf_workers_call(workers, i, mf__serve_stop_worker, &jobs[i]);
+    }
+    bool stopped = mf__serve_wait_stopped(&wg, drain_ms, grace_ms);
+    mf_lua_host_interrupt_all(false);
+    if (stopped) {
+        mf_waitgroup_close(&wg);
+        return;
+    }
+    char busy[256] = "";
+    size_t len = 0;
+    for (unsigned i = 0; i < n && len < sizeof busy - 16; i++)
+        if (!atomic_load(&jobs[i].stopped))
+            len += (size_t)snprintf(busy + len, sizeof busy - len, " %u", i);
+    fprintf(stderr,
+            "moonflow serve: worker(s)%s did not stop within timeouts.stop "
+            "(%u ms; stuck in a C call, or in Lua code that cannot be "
+            "interrupted?): exiting without them, status %d\n",
+            busy, grace_ms, MF_SERVE_EXIT_STUCK);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(MF_SERVE_EXIT_STUCK);
+}
+
 /* Runs the workers until SIGINT/SIGTERM; the exit status. */
 static int mf__serve_run(mf_serve_config_t *c)
 {
@@ -420,7 +510,7 @@ static int mf__serve_run(mf_serve_config_t *c)
     mf_serve_handover_close(&handover);
     for (unsigned i = 0; i < n; i++)
         ws[i].drain_ms = drain_ms;
-    mf__serve_run_on_workers(workers, jobs, mf__serve_stop_worker);
+    mf__serve_stop(workers, drain_ms, c->stop_timeout_ms, jobs);
     mf_workers_destroy(workers);
     mf_serve_routes_forget_sources();
     mf_free(ws);

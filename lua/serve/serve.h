@@ -46,7 +46,11 @@ typedef struct mf_serve_config {
     /* When taken over: how long an idle keep-alive connection may still
      * bring one more request (mf_http_server_drain). */
     uint32_t drain_timeout_ms;
-    bool take_over; /* --takeover: the running server's listeners */
+    bool take_over;           /* --takeover: the running server's listeners */
+    uint32_t cpu_budget_ms;   /* limits.cpu; 0: none; over it: 500 */
+    uint32_t lua_memory_mib;  /* limits.lua_memory; 0: no cap */
+    uint32_t stop_timeout_ms; /* timeouts.stop: the grace at SIGTERM */
+    bool jit;                 /* jit = true: keep LuaJIT's compiler on */
     mf_http_server_config_t http;
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */

@@ -4,6 +4,8 @@
  * shutdown with live coroutines and timers, counted references, and task
  * kinds registered from C. */
 #include <lauxlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <moonflow/lua_host.h>
 #include <moonflow/lua_kind.h>
@@ -424,4 +426,296 @@ TEST(a_kind_is_refused_for_a_taken_name_or_missing_ops)
     k.name = NULL;
     ASSERT_EQ(mf_lua_kind_register(host, &k), MF_EINVAL);
     teardown();
+}
+
+/* ---- runaway code: the CPU budget, deadlines, the memory cap ---------- */
+
+/* A watchdog that failed would leave a test spinning: SIGALRM ends the
+ * process instead, long before ctest's timeout. */
+#define RUNAWAY_GUARD_S 30
+
+static char logged[4096];
+
+static void log_cb(void *ud, const char *msg)
+{
+    (void)ud;
+    snprintf(logged, sizeof logged, "%s", msg);
+}
+
+static void setup_watched(uint32_t budget_ms, size_t memory_limit)
+{
+    mf_lua_host_opts_t opts = {.log = log_cb,
+                               .cpu_budget_ms = budget_ms,
+                               .interruptible = true,
+                               .memory_limit = memory_limit};
+    loop = mf_loop_create();
+    host = mf_lua_host_create(loop, &opts);
+    ASSERT(host);
+    logged[0] = '\0';
+    alarm(RUNAWAY_GUARD_S);
+}
+
+static void teardown_watched(void)
+{
+    alarm(0);
+    teardown();
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static mf_lua_co_cause_t last_cause;
+
+static void on_exit_cause(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
+                          void *data)
+{
+    last_cause = ex->cause;
+    on_exit_cb(co, ex, data);
+}
+
+/* Spawns code and returns the milliseconds it took to end. */
+static uint64_t spawn_timed(const char *code, seen_t *s)
+{
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT_EQ(luaL_loadstring(L, code), 0);
+    last_cause = MF_LUA_CAUSE_NONE;
+    uint64_t t0 = now_ms();
+    ASSERT(mf_lua_host_spawn(host, 0, on_exit_cause, s) == NULL);
+    return now_ms() - t0;
+}
+
+/* Spawns code, which must park, and runs the loop until it is done. */
+static void spawn_and_run(const char *code, seen_t *s)
+{
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT_EQ(luaL_loadstring(L, code), 0);
+    last_cause = MF_LUA_CAUSE_NONE;
+    ASSERT(mf_lua_host_spawn(host, 0, on_exit_cause, s) != NULL);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+}
+
+/* The coroutine ended with an error of this cause, its message saying so. */
+static void assert_stopped(const seen_t *s, mf_lua_co_cause_t cause,
+                           const char *text)
+{
+    ASSERT_EQ(s->calls, 1);
+    ASSERT_EQ(s->status, MF_LUA_CO_ERROR);
+    ASSERT_EQ(last_cause, cause);
+    ASSERT(strstr(s->text, text));
+}
+
+static size_t interrupted(void)
+{
+    mf_lua_counts_t c;
+    mf_lua_host_counts(host, &c);
+    return c.interrupted;
+}
+
+TEST(a_loop_that_never_yields_is_stopped_by_the_cpu_budget)
+{
+    setup_watched(100, 0);
+    const char *loops[] = {"while true do end",
+                           "local x = 0 while true do x = (x + 3) % 7 end",
+                           "local t = {} while true do t[1] = #t end"};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(loops); i++) {
+        seen_t s = {0};
+        uint64_t ms = spawn_timed(loops[i], &s);
+        assert_stopped(&s, MF_LUA_CAUSE_CPU, "cpu budget exceeded: ran 100 ms");
+        ASSERT(strstr(s.text, "stack traceback")); /* where it spun */
+        ASSERT(ms >= 100 && ms < 2000);
+        ASSERT_EQ(interrupted(), i + 1);
+    }
+    assert_released();
+    teardown_watched();
+}
+
+TEST(the_budget_counts_each_run_without_yielding_not_the_whole_coroutine)
+{
+    setup_watched(100, 0);
+    seen_t s = {0};
+    /* 250 ms of work in 25 ms pieces, each followed by a yield */
+    spawn_and_run("local mf = require 'moonflow'\n"
+                  "for i = 1, 10 do\n"
+                  "  local t0 = os.clock()\n"
+                  "  while os.clock() - t0 < 0.025 do end\n"
+                  "  mf.sleep(0)\n"
+                  "end\n"
+                  "return 'finished'",
+                  &s);
+    ASSERT_EQ(s.status, MF_LUA_CO_DONE);
+    ASSERT_STR_EQ(s.text, "finished");
+    ASSERT_EQ(interrupted(), 0);
+    teardown_watched();
+}
+
+TEST(a_pcall_or_a_plain_coroutine_cannot_keep_a_stopped_slice_alive)
+{
+    setup_watched(50, 0);
+    const char *loops[] = {
+        "while true do pcall(function() while true do end end) end",
+        "local c = coroutine.wrap(function() while true do end end)\n"
+        "while true do pcall(c) end",
+        "local n = 0 while true do\n"
+        "  local ok = pcall(error, 'x') n = n + 1 end"};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(loops); i++) {
+        seen_t s = {0};
+        uint64_t ms = spawn_timed(loops[i], &s);
+        assert_stopped(&s, MF_LUA_CAUSE_CPU, "cpu budget exceeded");
+        ASSERT(ms < 2000);
+    }
+    teardown_watched();
+}
+
+TEST(the_hook_is_gone_once_the_stopped_coroutine_has_ended)
+{
+    setup_watched(100, 0);
+    seen_t s = {0};
+    spawn_timed("while true do end", &s);
+    ASSERT_EQ(last_cause, MF_LUA_CAUSE_CPU);
+    ASSERT(lua_gethook(mf_lua_host_state(host)) == NULL);
+    /* the next coroutine runs its 50 ms of work to the end */
+    seen_t next = {0};
+    spawn_timed("local t0 = os.clock() while os.clock() - t0 < 0.05 do end "
+                "return 'whole'",
+                &next);
+    ASSERT_EQ(next.status, MF_LUA_CO_DONE);
+    ASSERT_STR_EQ(next.text, "whole");
+    ASSERT_EQ(interrupted(), 1);
+    teardown_watched();
+}
+
+TEST(a_deadline_stops_code_that_never_yields)
+{
+    setup_watched(0, 0); /* no budget: the deadline alone */
+    seen_t s = {0};
+    mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cause, &s);
+    lua_State *T = mf_lua_co_thread(co);
+    ASSERT_EQ(luaL_loadstring(T, "while true do end"), 0);
+    mf_loop_update_time(loop);
+    mf_lua_co_set_deadline(co, mf_loop_now(loop) + 150);
+    uint64_t t0 = now_ms();
+    ASSERT(!mf_lua_co_start(co, 0));
+    uint64_t ms = now_ms() - t0;
+    assert_stopped(&s, MF_LUA_CAUSE_DEADLINE, "deadline exceeded");
+    ASSERT(ms >= 140 && ms < 2000);
+    assert_released();
+    teardown_watched();
+}
+
+TEST(a_runaway_flow_callback_ends_the_coroutine_that_waits_on_it)
+{
+    setup_watched(100, 0);
+    seen_t s = {0};
+    spawn_and_run("local mf = require 'moonflow'\n"
+                  "local r, err = mf.series{ mf.task.timer(1, "
+                  "{callback = function() while true do end end}) }:wait()\n"
+                  "return 'resumed after the stop'",
+                  &s);
+    assert_stopped(&s, MF_LUA_CAUSE_CPU, "cpu budget exceeded");
+    ASSERT_EQ(interrupted(), 1);
+    assert_released();
+    teardown_watched();
+}
+
+TEST(a_runaway_background_timer_is_stopped_and_logged)
+{
+    setup_watched(100, 0);
+    seen_t s = {0};
+    spawn("local mf = require 'moonflow'\n"
+          "mf.timer.at(1, function() while true do end end)",
+          &s);
+    uint64_t t0 = now_ms();
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT(now_ms() - t0 < 2000);
+    ASSERT(strstr(logged, "cpu budget exceeded"));
+    ASSERT(strstr(logged, "stack traceback"));
+    ASSERT_EQ(interrupted(), 1);
+    assert_released();
+    teardown_watched();
+}
+
+TEST(a_chunk_run_by_host_pcall_is_stopped_too)
+{
+    setup_watched(100, 0);
+    lua_State *L = mf_lua_host_state(host);
+    ASSERT_EQ(luaL_loadstring(L, "while true do end"), 0);
+    ASSERT(mf_lua_host_pcall(host, 0, 0, 0) != 0);
+    ASSERT(strstr(lua_tostring(L, -1), "cpu budget exceeded"));
+    lua_pop(L, 1);
+    teardown_watched();
+}
+
+TEST(interrupt_all_stops_what_runs_and_can_be_turned_off)
+{
+    setup_watched(0, 0); /* neither budget nor deadline */
+    mf_lua_host_interrupt_all(true);
+    seen_t s = {0};
+    uint64_t ms = spawn_timed("while true do end", &s);
+    mf_lua_host_interrupt_all(false);
+    assert_stopped(&s, MF_LUA_CAUSE_STOP, "interrupted");
+    ASSERT(ms < 2000);
+    seen_t next = {0};
+    spawn_timed("local t0 = os.clock() while os.clock() - t0 < 0.1 do end "
+                "return 'whole'",
+                &next);
+    ASSERT_EQ(next.status, MF_LUA_CO_DONE);
+    teardown_watched();
+}
+
+TEST(the_jit_is_off_for_an_interruptible_host_unless_asked)
+{
+    mf_lua_host_opts_t watched = {.interruptible = true};
+    mf_lua_host_opts_t asked = {.interruptible = true, .jit = MF_LUA_JIT_ON};
+    const mf_lua_host_opts_t *cases[] = {&watched, NULL, &asked};
+    const int jit_on[] = {0, 1, 1};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(cases); i++) {
+        loop = mf_loop_create();
+        host = mf_lua_host_create(loop, cases[i]);
+        lua_State *L = mf_lua_host_state(host);
+        ASSERT_EQ(luaL_dostring(L, "return (jit.status())"), 0);
+        ASSERT_EQ(lua_toboolean(L, -1), jit_on[i]);
+        lua_pop(L, 1);
+        teardown();
+    }
+}
+
+TEST(past_the_memory_cap_the_coroutine_fails_and_the_host_serves_on)
+{
+    setup_watched(0, 16u << 20);
+    size_t before = mf_lua_host_memory(host);
+    ASSERT(before < (4u << 20));
+    for (int round = 0; round < 3; round++) {
+        seen_t s = {0};
+        spawn_timed("local t = {}\n"
+                    "while true do t[#t + 1] = string.rep('x', 4000) .. #t "
+                    "end",
+                    &s);
+        assert_stopped(&s, MF_LUA_CAUSE_MEMORY, "not enough memory");
+        /* collected when it ended: the next one starts under the cap */
+        ASSERT(mf_lua_host_memory(host) < before + (1u << 20));
+        seen_t ok = {0};
+        spawn_timed("return ('ok'):rep(2)", &ok);
+        ASSERT_EQ(ok.status, MF_LUA_CO_DONE);
+        ASSERT_STR_EQ(ok.text, "okok");
+    }
+    assert_released();
+    teardown_watched();
+}
+
+TEST(a_caught_memory_error_lets_the_coroutine_finish)
+{
+    setup_watched(0, 16u << 20);
+    seen_t s = {0};
+    spawn_timed("local ok, err = pcall(function()\n"
+                "  local t = {} while true do t[#t + 1] = {} end end)\n"
+                "t = nil collectgarbage()\n"
+                "return tostring(ok) .. ' ' .. err",
+                &s);
+    ASSERT_EQ(s.status, MF_LUA_CO_DONE);
+    ASSERT_STR_EQ(s.text, "false not enough memory");
+    teardown_watched();
 }

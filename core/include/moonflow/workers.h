@@ -50,6 +50,9 @@ MF_API void mf_waitgroup_init(mf_waitgroup_t *wg, long count);
 MF_API void mf_waitgroup_add(mf_waitgroup_t *wg, long n);
 MF_API void mf_waitgroup_done(mf_waitgroup_t *wg);
 MF_API void mf_waitgroup_wait(mf_waitgroup_t *wg);
+/* Waits at most ms for the count to reach zero; returns the count left
+ * (0: done). */
+MF_API long mf_waitgroup_wait_for(mf_waitgroup_t *wg, uint32_t ms);
 MF_API void mf_waitgroup_close(mf_waitgroup_t *wg);
 
 MF_EXTERN_C_END

@@ -39,6 +39,7 @@
 #ifndef MOONFLOW_LUA_HOST_H
 #define MOONFLOW_LUA_HOST_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,13 @@ typedef struct mf_lua_co mf_lua_co_t;
  * with their traceback. NULL: written to stderr. */
 typedef void (*mf_lua_log_fn)(void *ud, const char *msg);
 
+/* LuaJIT's trace compiler for a host (mf_lua_host_opts_t.jit). */
+typedef enum mf_lua_jit {
+    MF_LUA_JIT_AUTO, /* off for an interruptible host, on otherwise */
+    MF_LUA_JIT_ON,   /* on: compiled loops cannot be interrupted */
+    MF_LUA_JIT_OFF
+} mf_lua_jit_t;
+
 typedef struct mf_lua_host_opts {
     /* Prepended to package.path / package.cpath, so installed modules win
      * over the current directory. NULL: the system's Lua module folders
@@ -68,6 +76,21 @@ typedef struct mf_lua_host_opts {
     const char *package_cpath;
     mf_lua_log_fn log;
     void *log_ud;
+    /* Runaway code (see "runaway code" below). cpu_budget_ms: the CPU time
+     * Lua code may run without yielding before it is stopped; 0: no
+     * budget. interruptible: watched even without a budget, so that
+     * coroutine deadlines and mf_lua_host_interrupt_all apply; a budget
+     * implies it. */
+    uint32_t cpu_budget_ms;
+    bool interruptible;
+    mf_lua_jit_t jit;
+    /* Bytes the state may hold; 0: no cap. Past it, an allocation made
+     * while Lua code runs for a coroutine (a slice, below) fails: that code
+     * gets the error "not enough memory", its coroutine ends
+     * MF_LUA_CO_ERROR with cause MF_LUA_CAUSE_MEMORY unless it catches it,
+     * and a full collection runs when it ends. The host's own bookkeeping
+     * between slices is never refused (it may pass the cap by a little). */
+    size_t memory_limit;
 } mf_lua_host_opts_t;
 
 /* Creates the state, opens the standard libraries, preloads the embedded
@@ -107,8 +130,11 @@ typedef struct mf_lua_counts {
     size_t resumes;      /* lua_resume calls, ever (a flow costs one) */
     size_t idle_threads; /* finished coroutine threads kept for reuse */
     size_t tasks;        /* single tasks waited on (mf.http.get, mf.go) */
+    size_t interrupted;  /* slices stopped by the watchdog, ever */
 } mf_lua_counts_t;
 MF_API void mf_lua_host_counts(const mf_lua_host_t *host, mf_lua_counts_t *out);
+/* Bytes the state holds now (LuaJIT's own count). */
+MF_API size_t mf_lua_host_memory(const mf_lua_host_t *host);
 
 /* ---- coroutines ------------------------------------------------------ */
 
@@ -118,11 +144,21 @@ typedef enum mf_lua_co_status {
     MF_LUA_CO_ABORTED /* mf_lua_co_abort or host shutdown */
 } mf_lua_co_status_t;
 
+/* Why a coroutine ended MF_LUA_CO_ERROR, beyond the error itself. */
+typedef enum mf_lua_co_cause {
+    MF_LUA_CAUSE_NONE,     /* the code raised (or returned, or was aborted) */
+    MF_LUA_CAUSE_CPU,      /* stopped: ran past the CPU budget unyielding */
+    MF_LUA_CAUSE_DEADLINE, /* stopped: still running at its deadline */
+    MF_LUA_CAUSE_STOP,     /* stopped: mf_lua_host_interrupt_all */
+    MF_LUA_CAUSE_MEMORY    /* an allocation past memory_limit was refused */
+} mf_lua_co_cause_t;
+
 typedef struct mf_lua_co_exit {
     mf_lua_co_status_t status;
     lua_State *L; /* the coroutine's thread */
     int nret;
-    const char *message; /* ERROR and ABORTED; valid during the callback */
+    const char *message;     /* ERROR and ABORTED; valid during the callback */
+    mf_lua_co_cause_t cause; /* ERROR only; NONE otherwise */
 } mf_lua_co_exit_t;
 
 /* Runs once per coroutine, on the loop thread; the handle dies after it. */
@@ -182,6 +218,50 @@ MF_API void mf_lua_co_unpark(mf_lua_co_t *co);
 /* Resumes a parked coroutine with nargs values pushed on its thread. Runs
  * the exit callback and releases the handle if the coroutine ends. */
 MF_API void mf_lua_co_resume(mf_lua_co_t *co, int nargs);
+
+/* ---- runaway code ------------------------------------------------------
+ *
+ * A slice is one run of Lua code for a coroutine: a resume, one of its
+ * flow callbacks, or mf_lua_host_pcall. An interruptible host is watched by
+ * the process's watchdog thread (one for every host): the loop thread marks
+ * a slice's start and end with two relaxed stores (no syscall, no lock),
+ * and the watchdog, waking every few milliseconds, stops a slice that is
+ * still running past the host's CPU budget (the loop thread's CPU time),
+ * past its coroutine's deadline, or after mf_lua_host_interrupt_all. To
+ * stop it, the watchdog sends the loop thread the signal
+ * MF_LUA_WATCHDOG_SIGNAL (SIGRTMIN + 5: keep it unblocked and unused on
+ * loop threads); its handler sets an instruction-count hook (lua_sethook
+ * may be called from a signal handler), and the hook raises
+ * "cpu budget exceeded ..." / "deadline exceeded ..." / "interrupted ..."
+ * — and raises again at every instruction until the slice ends, so a
+ * pcall cannot keep it alive. The coroutine ends MF_LUA_CO_ERROR with the
+ * cause and a traceback, and is never resumed again (a coroutine stopped
+ * in a flow callback ends when its flow completes); the loop serves on.
+ *
+ * What cannot be stopped, by design of LuaJIT: code inside a C function (a
+ * pathological string.find, a blocking call) until it returns; the error
+ * handler of an xpcall and __gc finalizers (hooks do not run there); loops
+ * compiled by the JIT, which never check hooks (LuaJIT checks them only
+ * when built with LUAJIT_ENABLE_CHECKHOOK): the JIT is off for an
+ * interruptible host unless opts.jit is MF_LUA_JIT_ON, and jit.on() in Lua
+ * turns it back on. A process that must end anyway ends its loop threads'
+ * work some other way (the server exits after a grace period).
+ */
+#define MF_LUA_WATCHDOG_SIGNAL (SIGRTMIN + 5)
+
+/* The coroutine's deadline in loop time (mf_loop_now), 0: none. Lua code
+ * it runs at that time is stopped (MF_LUA_CAUSE_DEADLINE); a parked
+ * coroutine is not touched (the owner's own timer aborts it). Needs an
+ * interruptible host; ignored otherwise. */
+MF_API void mf_lua_co_set_deadline(mf_lua_co_t *co, uint64_t at);
+/* lua_pcall on the host's state as a slice: the budget and the memory cap
+ * apply to the code it runs (a script's main chunk, say). */
+MF_API int mf_lua_host_pcall(mf_lua_host_t *host, int nargs, int nresults,
+                             int errfunc);
+/* Any thread, for the process's shutdown: while on, every slice of every
+ * interruptible host is stopped at the watchdog's next tick
+ * (MF_LUA_CAUSE_STOP), those running now and those to come. */
+MF_API void mf_lua_host_interrupt_all(bool on);
 
 /* ---- registry references, counted (leak checks) ---------------------- */
 
