@@ -3,6 +3,7 @@ keeping it alive, tracebacks), test (the summary line and exit code), serve
 (the placeholder), --help, help [COMMAND], --version, and bad commands and
 flags. Runs from a temporary directory: the Lua modules are embedded,
 nothing is read from the current directory."""
+import json
 import os
 import re
 import subprocess
@@ -34,6 +35,15 @@ def check(name, cond, proc=None):
 def write(d, name, text):
     with open(os.path.join(d, name), "w") as f:
         f.write(text)
+
+
+def json_failures(text):
+    """How many failures busted's json output lists; None if it is not one
+    JSON document."""
+    try:
+        return len(json.loads(text)["failures"])
+    except ValueError:
+        return None
 
 
 def main():
@@ -102,6 +112,37 @@ def main():
           p.stdout.rstrip().splitlines()[-1] == "1 passed, 1 failed", p)
     p = moonflow(["test", "specs", "--filter=waits"], d)
     check("test passes options to busted",
+          p.returncode == 0 and
+          p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
+
+    for handler, shape in (("TAP", "not ok 2 - a fails"),
+                           ("json", '"failures"'), ("junit", "<testsuites"),
+                           ("plainTerminal", "a fails")):
+        p = moonflow(["test", "specs", "-o", handler], d)
+        check("test -o %s counts the failure and exits 1" % handler,
+              p.returncode == 1 and shape in p.stdout and
+              p.stderr.rstrip().splitlines()[-1:] == ["1 passed, 1 failed"],
+              p)
+    p = moonflow(["test", "specs", "--output=json"], d)
+    check("test --output=json keeps stdout one JSON document",
+          p.returncode == 1 and json_failures(p.stdout) == 1, p)
+    p = moonflow(["test", "specs", "-o", "nosuch"], d)
+    check("test -o with an unknown handler exits 1 naming it",
+          p.returncode == 1 and "-o nosuch: no such output handler"
+          in p.stderr, p)
+
+    os.mkdir(os.path.join(d, "modspecs"))
+    write(d, "modspecs/util.lua", 'return { twice = function(x) '
+          'return 2 * x end }\n')
+    os.mkdir(os.path.join(d, "modspecs", "pkg"))
+    write(d, "modspecs/pkg/init.lua", 'return { name = "pkg" }\n')
+    write(d, "modspecs/m_spec.lua", 'describe("m", function()\n'
+          '  it("requires", function()\n'
+          '    assert.are.equal(4, require("util").twice(2))\n'
+          '    assert.are.equal("pkg", require("pkg").name)\n'
+          '  end)\nend)\n')
+    p = moonflow(["test", os.path.join(d, "modspecs")], "/")
+    check("test DIR puts DIR and DIR/?/init.lua on the module path",
           p.returncode == 0 and
           p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
 
