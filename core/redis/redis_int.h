@@ -178,6 +178,7 @@ struct mf_redis_task {
     size_t nread;   /* replies received */
     mf_redis_reply_t *replies;
     mf_redis_arena_t arena;
+    const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */
 };
 
 /* Where the next reply of the task goes (NULL: discard it). */
@@ -186,6 +187,10 @@ mf_redis_reply_t *mf__redis_task_slot(mf_redis_task_t *t);
 void mf__redis_task_on_reply(mf_redis_task_t *t);
 /* The task leaves its connection with (state, error). */
 void mf__redis_task_end(mf_redis_task_t *t, int state, int error);
+/* Keeps (a bounded copy of) the error reply that refused the connection's
+ * AUTH or SELECT, for mf_task_redis_error_message. */
+void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                 const mf_redis_reply_t *reply);
 
 /* ---- pub/sub (redis_sub.c) -------------------------------------------- */
 

@@ -254,6 +254,9 @@ static inline void on_done(mf_task_t *task)
             put(r, " | ", 3);
         render(r, mf_task_redis_reply(task, i));
     }
+    const char *refusal = mf_task_redis_error_message(task);
+    if (refusal) /* a failed task has no replies: the text is Redis's */
+        put(r, refusal, strlen(refusal));
 }
 
 /* "SET a 1; GET a": commands split on ';', arguments on spaces. */
