@@ -15,13 +15,18 @@
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *   }
  *
- * Relative paths are taken from the config file's folder. Ownership: every
- * string is copied into the config (freed by mf_serve_config_free).
+ * Relative paths are taken from the config file's folder (route scripts:
+ * from the root). Every key is checked as it is read: an unknown key, a
+ * wrong type or a number that is not an integer in its range is an error
+ * naming the file and the key (the files it names are checked at start by
+ * config_check.c). Ownership: every string is copied into the config
+ * (freed by mf_serve_config_free).
  */
 #include <lauxlib.h>
 #include <libgen.h>
 #include <limits.h>
 #include <lualib.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,38 +160,59 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
 }
 
 /* ---- checks: a key the server does not know, or a value of the wrong
- * type, is an error that names it (a typo must not pass for a default). */
+ * type or out of range, is an error that names it (a typo must not pass
+ * for a default, nor 1e12 ms wrap around to a short timeout). */
 
 typedef struct mf_config_key {
     const char *name;
-    int type; /* LUA_TSTRING, LUA_TNUMBER (>= 0) or LUA_TTABLE */
+    int type;         /* LUA_TSTRING, LUA_TNUMBER or LUA_TTABLE */
+    double min, max;  /* numbers: integers from min to max */
+    const char *unit; /* numbers: what they count, for the message */
 } mf_config_key_t;
 
-static const mf_config_key_t mf__top_keys[] = {{"listen", LUA_TSTRING},
-                                               {"root", LUA_TSTRING},
-                                               {"access_log", LUA_TSTRING},
-                                               {"workers", LUA_TNUMBER},
-                                               {"limits", LUA_TTABLE},
-                                               {"timeouts", LUA_TTABLE},
-                                               {"tls", LUA_TTABLE},
-                                               {"routes", LUA_TTABLE},
-                                               {NULL, 0}};
+#define MF_CONFIG_MS(name)                                 \
+    {                                                      \
+        name, LUA_TNUMBER, 0, UINT32_MAX, " (ms; 0: none)" \
+    }
+#define MF_CONFIG_END       \
+    {                       \
+        NULL, 0, 0, 0, NULL \
+    }
+
+/* The server's header array holds 100 (MF_HTTP_MAX_HEADERS): more would be
+ * cut to it silently. Heads and lines up to 16 MiB, 2^53 body bytes (what
+ * a Lua number holds exactly). */
+static const mf_config_key_t mf__top_keys[] = {
+    {"listen", LUA_TSTRING, 0, 0, NULL},
+    {"root", LUA_TSTRING, 0, 0, NULL},
+    {"access_log", LUA_TSTRING, 0, 0, NULL},
+    {"workers", LUA_TNUMBER, 0, MF_SERVE_MAX_WORKERS, " (0: one per core)"},
+    {"limits", LUA_TTABLE, 0, 0, NULL},
+    {"timeouts", LUA_TTABLE, 0, 0, NULL},
+    {"tls", LUA_TTABLE, 0, 0, NULL},
+    {"routes", LUA_TTABLE, 0, 0, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
-    {"max_body", LUA_TNUMBER},        {"max_head", LUA_TNUMBER},
-    {"max_line", LUA_TNUMBER},        {"max_headers", LUA_TNUMBER},
-    {"max_connections", LUA_TNUMBER}, {NULL, 0}};
+    {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
+    {"max_head", LUA_TNUMBER, 1, 16 << 20, " (bytes)"},
+    {"max_line", LUA_TNUMBER, 1, 16 << 20, " (bytes)"},
+    {"max_headers", LUA_TNUMBER, 1, 100, NULL},
+    {"max_connections", LUA_TNUMBER, 1, 1 << 20, " (per worker)"},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__timeouts_keys[] = {
-    {"header", LUA_TNUMBER},    {"body", LUA_TNUMBER},
-    {"keepalive", LUA_TNUMBER}, {"write", LUA_TNUMBER},
-    {"handler", LUA_TNUMBER},   {NULL, 0}};
-static const mf_config_key_t mf__tls_keys[] = {{"cert", LUA_TSTRING},
-                                               {"key", LUA_TSTRING},
-                                               {"sni", LUA_TTABLE},
-                                               {NULL, 0}};
+    MF_CONFIG_MS("header"), MF_CONFIG_MS("body"),    MF_CONFIG_MS("keepalive"),
+    MF_CONFIG_MS("write"),  MF_CONFIG_MS("handler"), MF_CONFIG_END};
+static const mf_config_key_t mf__tls_keys[] = {
+    {"cert", LUA_TSTRING, 0, 0, NULL},
+    {"key", LUA_TSTRING, 0, 0, NULL},
+    {"sni", LUA_TTABLE, 0, 0, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__cert_keys[] = {
-    {"cert", LUA_TSTRING}, {"key", LUA_TSTRING}, {NULL, 0}};
+    {"cert", LUA_TSTRING, 0, 0, NULL},
+    {"key", LUA_TSTRING, 0, 0, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
-    {"file", LUA_TSTRING}, {"timeout", LUA_TNUMBER}, {NULL, 0}};
+    {"file", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_MS("timeout"), MF_CONFIG_END};
 
 static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
                                              const char *name)
@@ -194,6 +220,38 @@ static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
     while (keys->name && strcmp(keys->name, name) != 0)
         keys++;
     return keys->name ? keys : NULL;
+}
+
+/* The value on top of L fits k (type, and for numbers: an integer in
+ * range). */
+static bool mf__config_value_fits(lua_State *L, const mf_config_key_t *k)
+{
+    if (lua_type(L, -1) != k->type)
+        return false;
+    if (k->type != LUA_TNUMBER)
+        return true;
+    double v = lua_tonumber(L, -1);
+    return v >= k->min && v <= k->max && v == floor(v); /* NaN fails */
+}
+
+/* "an integer from 0 to 4294967295 (ms; 0: none) expected, got -1" */
+static void mf__config_type_error(lua_State *L, const char *where,
+                                  const char *name, const mf_config_key_t *k,
+                                  char *err, size_t errlen)
+{
+    char got[64];
+    if (lua_type(L, -1) == LUA_TNUMBER)
+        snprintf(got, sizeof got, "%.14g", lua_tonumber(L, -1));
+    else
+        snprintf(got, sizeof got, "a %s", luaL_typename(L, -1));
+    if (k->type == LUA_TNUMBER)
+        snprintf(err, errlen,
+                 "%s%s: an integer from %.0f to %.0f%s expected, "
+                 "got %s",
+                 where, name, k->min, k->max, k->unit ? k->unit : "", got);
+    else
+        snprintf(err, errlen, "%s%s: a %s expected, got %s", where, name,
+                 lua_typename(L, k->type), got);
 }
 
 /* The key and value on top of L (as lua_next leaves them) are one of keys.
@@ -210,12 +268,8 @@ static int mf__config_check_pair(lua_State *L, const char *where,
                  name ? name : "(a key that is not a string)");
         return -1;
     }
-    if (lua_type(L, -1) != k->type ||
-        (k->type == LUA_TNUMBER && lua_tonumber(L, -1) < 0)) {
-        snprintf(err, errlen, "%s%s: %s expected, got %s", where, name,
-                 k->type == LUA_TNUMBER ? "a number >= 0"
-                                        : lua_typename(L, k->type),
-                 luaL_typename(L, -1));
+    if (!mf__config_value_fits(L, k)) {
+        mf__config_type_error(L, where, name, k, err, errlen);
         return -1;
     }
     return 0;
@@ -407,19 +461,20 @@ static int mf__config_read(lua_State *L, mf_serve_config_t *c, const char *dir,
     double v;
     if (mf__config_check(L, t, "", mf__top_keys, err, errlen) < 0)
         return -1;
-    if ((s = mf__field_string(L, t, "listen")))
+    if ((s = mf__field_string(L, t, "listen"))) {
+        char why[200];
+        if (mf_serve_check_listen(s, why, sizeof why) < 0) {
+            snprintf(err, errlen, "listen: %s", why);
+            return -1;
+        }
         c->http.listen = mf_serve_config_strdup(c, s);
+    }
     if ((s = mf__field_string(L, t, "root")))
         c->root = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "access_log")))
         c->access_log = mf__config_path(c, dir, s);
-    if (mf__field_number(L, t, "workers", &v)) {
-        if (v > MF_SERVE_MAX_WORKERS) {
-            snprintf(err, errlen, "workers: at most %d", MF_SERVE_MAX_WORKERS);
-            return -1;
-        }
-        c->workers = (unsigned)v;
-    }
+    if (mf__field_number(L, t, "workers", &v))
+        c->workers = (unsigned)v; /* checked: 0 to MF_SERVE_MAX_WORKERS */
     return mf__config_sections(L, t, c, dir, err, errlen);
 }
 
@@ -439,6 +494,7 @@ int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
         snprintf(err, errlen, "%s: the config must return a table", file);
     } else {
         char msg[400];
+        c->file = mf_serve_config_strdup(c, file);
         rc = mf__config_read(L, c, dirname(mf_serve_config_strdup(c, file)),
                              msg, sizeof msg);
         if (rc < 0)

@@ -209,7 +209,8 @@ static int mf__serve_parse_args(int argc, char **argv, mf_serve_args_t *args)
             fprintf(stderr, "moonflow serve: unknown option %s\n\n%s", a,
                     usage_serve);
             return -1;
-        } else if (!v) {
+        } else if (!v || (v[0] == '-' && v[1] == '-')) {
+            /* "--listen --workers 2": the next option is not a value */
             fprintf(stderr, "moonflow serve: %s needs a value\n", a);
             return -1;
         } else {
@@ -253,6 +254,11 @@ static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
     }
     if (args.workers && mf__serve_parse_workers(args.workers, &c->workers) < 0)
         return -1;
+    if (args.listen &&
+        mf_serve_check_listen(args.listen, err, sizeof err) < 0) {
+        fprintf(stderr, "moonflow serve: --listen: %s\n", err);
+        return -1;
+    }
     if (args.root)
         c->root = mf_serve_config_strdup(c, args.root);
     if (args.listen)
@@ -265,6 +271,10 @@ static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
     if (stat(c->root, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "moonflow serve: %s: no such scripts folder\n",
                 c->root);
+        return -1;
+    }
+    if (mf_serve_config_check(c, err, sizeof err) < 0) {
+        fprintf(stderr, "moonflow serve: %s\n", err);
         return -1;
     }
     return 0;

@@ -42,6 +42,7 @@ typedef struct mf_serve_config {
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;
+    const char *file; /* the config file read (messages); NULL: none */
     struct mf_serve_config_string *strings; /* owned copies, a list */
 } mf_serve_config_t;
 
@@ -55,6 +56,17 @@ int mf_serve_config_load(mf_serve_config_t *config, const char *file, char *err,
  * engine-sized one). */
 char *mf_serve_config_strdup(mf_serve_config_t *config, const char *s);
 void mf_serve_config_free(mf_serve_config_t *config);
+
+/* config_check.c: what the settings (the config file and the command line
+ * merged) must pass before a worker starts. A listen address the server
+ * can use: 0, or -1 with "expected ..., got ..." in why (the caller names
+ * the flag or key). */
+int mf_serve_check_listen(const char *listen, char *why, size_t whylen);
+/* The TLS certificates and keys and the explicit routes' scripts are
+ * readable files. Returns 0, or -1 with a message in err naming the config
+ * file, the key and the reason. */
+int mf_serve_config_check(const mf_serve_config_t *config, char *err,
+                          size_t errlen);
 
 typedef struct mf_serve_worker {
     const mf_serve_config_t *config;

@@ -300,6 +300,27 @@ class Config(ServeTest):
              "tls.sni[a]"),
             ('return { root = ".", routes = { ["/"] = { file = "a.lua", '
              'timeout = "1s" } } }', "routes[/].timeout"),
+            # numbers are integers in range: no wrap-around, no silent cap
+            ('return { root = ".", timeouts = { handler = 1e12 } }',
+             "timeouts.handler: an integer from 0 to 4294967295 (ms; 0: "
+             "none) expected, got 1000000000000"),
+            ('return { root = ".", workers = 1.5 }',
+             "workers: an integer from 0 to 1024"),
+            ('return { root = ".", workers = 5000 }',
+             "workers: an integer from 0 to 1024"),
+            ('return { root = ".", limits = { max_headers = 1000 } }',
+             "limits.max_headers: an integer from 1 to 100"),
+            ('return { root = ".", limits = { max_connections = 0 } }',
+             "limits.max_connections"),
+            ('return { root = ".", limits = { max_body = 0/0 } }',
+             "limits.max_body"),
+            ('return { root = ".", timeouts = { header = "10s" } }',
+             "timeouts.header: an integer from 0 to 4294967295 (ms; 0: "
+             "none) expected, got a string"),
+            ('return { root = ".", listen = "localhost:99999" }',
+             "listen: HOST:PORT expected"),
+            ('return { root = ".", listen = "example.com:80" }',
+             "listen: HOST:PORT expected"),
         ]
         for text, key in cases:
             conf = os.path.join(root, "c.lua")
@@ -308,6 +329,47 @@ class Config(ServeTest):
             out = self.serve_fails("--config", conf)
             self.assertEqual(out.returncode, 2, text)
             self.assertIn(key, out.stderr, text)
+
+    def config_fails(self, root, text):
+        conf = os.path.join(root, "c.lua")
+        with open(conf, "w") as f:
+            f.write(text)
+        out = self.serve_fails("--config", conf, "--listen",
+                               "127.0.0.1:%d" % free_port())
+        self.assertEqual(out.returncode, 2, text)
+        self.assertIn(conf + ": ", out.stderr, text)  # the file, then the key
+        return out.stderr
+
+    def test_a_route_file_that_does_not_exist_stops_the_start(self):
+        root = self.site({"home.lua": handler("home")})
+        err = self.config_fails(root, 'return { root = ".", routes = {\n'
+                                '  ["/"] = "home.lua", ["/gone"] = "gone.lua" } }')
+        self.assertIn("routes[/gone]: ", err)
+        self.assertIn("gone.lua: no such file or directory", err)
+        os.mkdir(os.path.join(root, "dir.lua"))
+        err = self.config_fails(root, 'return { root = ".", routes = {\n'
+                                '  ["/d"] = { file = "dir.lua" } } }')
+        self.assertIn("routes[/d]: ", err)
+        self.assertIn("dir.lua: not a regular file", err)
+
+    def test_missing_tls_files_are_named_with_the_reason(self):
+        root = self.site({"index.lua": handler("home")})
+        cert, key = self_signed(root, "localhost")
+        err = self.config_fails(root, 'return { root = ".", tls = {\n'
+                                '  cert = "nope.crt", key = %r } }' % key)
+        self.assertIn("tls.cert: ", err)
+        self.assertIn("nope.crt: no such file or directory", err)
+        self.assertNotIn("system lib", err)
+        err = self.config_fails(root, 'return { root = ".", tls = {\n'
+                                '  cert = %r, key = "." } }' % cert)
+        self.assertIn("tls.key: ", err)
+        self.assertIn(": not a regular file", err)
+        err = self.config_fails(root, 'return { root = ".", tls = {\n'
+                                '  cert = %r, key = %r, sni = {\n'
+                                '  ["api.test"] = { cert = %r, key = "k" } } } }'
+                                % (cert, key, cert))
+        self.assertIn("tls.sni[api.test].key: ", err)
+        self.assertIn("no such file or directory", err)
 
     def test_an_access_log_that_cannot_be_opened_stops_the_start(self):
         root = self.site({"index.lua": handler("home")})

@@ -191,6 +191,11 @@ def main():
                        (["--workers", "-1"], "--workers"),
                        (["--listen"], "--listen"),
                        (["--listn", "x"], "--listn"),
+                       (["--bogus"], "unknown option --bogus"),
+                       (["--listen", "--workers", "2"],
+                        "--listen needs a value"),
+                       (["--listen", "foo:80"], "--listen: HOST:PORT"),
+                       (["--listen", "127.0.0.1:65536"], "--listen: HOST:PORT"),
                        (["other-dir"], "other-dir")):
         p = moonflow(["serve", "site"] + args, d)
         check("serve %s exits 2 naming %s" % (" ".join(args), flag),
