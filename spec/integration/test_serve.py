@@ -149,6 +149,134 @@ class HotReload(ServeTest):
         self.wait_body(srv, "/s", "new")
 
 
+class SiteModules(ServeTest):
+    """Modules a route requires from the site reload with it: a change to
+    one starts a new generation of the site's code on every worker, pinned
+    per request like routes; lib/ and _files hold modules, never routes."""
+
+    UTIL = 'return { v = %r }\n'
+    USER = ('local util = require "util"\n'
+            'return function(req, resp) resp:send(util.v) end\n')
+
+    def bodies(self, srv, path, n):
+        """path on n fresh connections: SO_REUSEPORT spreads them over the
+        workers (all on one of two workers: a chance of 2^-(n-1))."""
+        return {self.get(srv, path).body for _ in range(n)}
+
+    def wait_all(self, srv, path, body, limit=3.0):
+        deadline = time.time() + limit
+        while self.bodies(srv, path, 40) != {body}:
+            self.assertLess(time.time(), deadline,
+                            "%s never answered only %r" % (path, body))
+            time.sleep(0.02)
+
+    def test_a_changed_module_reloads_its_routes_on_every_worker(self):
+        root = self.site({"lib/util.lua": self.UTIL % "A",
+                          "a.lua": self.USER,
+                          "b.lua": 'local util = require "util"\n'
+                                   'return function(req, resp)\n'
+                                   '  resp:send("b" .. util.v) end\n'})
+        srv = self.serve(root=root, workers=2)
+        self.assertEqual(self.bodies(srv, "/a", 40), {b"A"})
+        self.assertEqual(self.bodies(srv, "/b", 40), {b"bA"})
+        write_atomically(os.path.join(root, "lib", "util.lua"),
+                         self.UTIL % "B")
+        self.wait_all(srv, "/a", b"B")
+        self.assertEqual(self.bodies(srv, "/b", 40), {b"bB"})
+
+    def test_a_request_in_flight_finishes_on_the_modules_it_started_with(
+            self):
+        root = self.site({
+            "lib/util.lua": self.UTIL % "old",
+            "s.lua": 'local mf = require "moonflow"\n'
+                     'local util = require "util"\n'
+                     'return function(req, resp)\n'
+                     '  mf.sleep(400)\n'
+                     '  -- required again after the change: still its own\n'
+                     '  resp:send(util.v .. "/" .. require("util").v) end\n'})
+        srv = self.serve(root=root)
+        results = []
+        t = threading.Thread(target=lambda: results.append(
+            self.get(srv, "/s").body))
+        t.start()
+        time.sleep(0.1)
+        write_atomically(os.path.join(root, "lib", "util.lua"),
+                         self.UTIL % "new")
+        t.join()
+        self.assertEqual(results, [b"old/old"])
+        self.wait_all(srv, "/s", b"new/new")
+
+    def test_sighup_brings_every_worker_to_the_same_modules(self):
+        # The module is a link to a file outside the site: its edits raise
+        # no event under the root, so only SIGHUP can reload it.
+        outside = self.site({"util.lua": self.UTIL % "A"})
+        root = self.site({"a.lua": self.USER})
+        os.makedirs(os.path.join(root, "lib"))
+        os.symlink(os.path.join(outside, "util.lua"),
+                   os.path.join(root, "lib", "util.lua"))
+        srv = self.serve(root=root, workers=2)
+        self.assertEqual(self.bodies(srv, "/a", 40), {b"A"})  # both loaded
+        write_atomically(os.path.join(outside, "util.lua"), self.UTIL % "B")
+        time.sleep(0.2)
+        self.assertEqual(self.bodies(srv, "/a", 20), {b"A"})  # no event
+        srv.proc.send_signal(signal.SIGHUP)
+        self.wait_all(srv, "/a", b"B")
+
+    def test_a_broken_module_keeps_its_last_good_version(self):
+        root = self.site({"lib/util.lua": self.UTIL % "good",
+                          "a.lua": self.USER})
+        srv = self.serve(root=root, workers=2)
+        self.assertEqual(self.bodies(srv, "/a", 10), {b"good"})
+        write_atomically(os.path.join(root, "lib", "util.lua"),
+                         "return { v = \n")
+        time.sleep(0.2)
+        self.assertEqual(self.bodies(srv, "/a", 40), {b"good"})
+        write_atomically(os.path.join(root, "lib", "util.lua"),
+                         self.UTIL % "fixed")
+        self.wait_all(srv, "/a", b"fixed")
+        code, _, log = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0)
+        self.assertIn(b"util.lua:2: unexpected symbol", log)
+        self.assertIn(b"(the previous version runs instead)", log)
+
+    def test_lib_and_underscore_files_are_modules_never_routes(self):
+        root = self.site({
+            "lib/helper.lua": 'return { hi = "from lib" }\n',
+            "lib/pkg/init.lua": 'return { hi = "from lib/pkg" }\n',
+            "api/_shared.lua": 'return { hi = "beside the routes" }\n',
+            "_private.lua": handler("never"),
+            "page.lua": 'return function(req, resp)\n'
+                        '  resp:send(require("helper").hi .. ", " ..\n'
+                        '    require("pkg").hi .. ", " ..\n'
+                        '    require("api._shared").hi) end\n'})
+        srv = self.serve(root=root)
+        self.assertEqual(self.get(srv, "/page").body,
+                         b"from lib, from lib/pkg, beside the routes")
+        for path in ("/lib/helper", "/lib/pkg", "/lib/pkg/", "/lib/",
+                     "/lib", "/api/_shared", "/_private"):
+            self.assertEqual(self.get(srv, path).status, 404, path)
+
+    def test_globals_of_site_code_stay_in_its_generation(self):
+        root = self.site({"lib/util.lua": self.UTIL % "1",
+                          "set.lua": 'counter = (counter or 0) + 1\n'
+                                     'local util = require "util"\n'
+                                     'return function(req, resp)\n'
+                                     '  resp:send(tostring(counter) .. " " ..'
+                                     ' tostring(rawget(_G, "counter"))) end\n',
+                          "get.lua": 'return function(req, resp)\n'
+                                     '  resp:send(tostring(counter)) end\n'})
+        srv = self.serve(root=root)
+        self.assertEqual(self.get(srv, "/set").body, b"1 nil")  # not in _G
+        self.assertEqual(self.get(srv, "/get").body, b"1")  # shared by routes
+        write_atomically(os.path.join(root, "lib", "util.lua"),
+                         self.UTIL % "2")
+        deadline = time.time() + 2
+        while self.get(srv, "/get").body != b"nil":  # a fresh generation
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        self.assertEqual(self.get(srv, "/set").body, b"1 nil")
+
+
 class RouteMisses(ServeTest):
     """A path with no script is looked up on the disk once, then remembered
     until the watcher reports a change under the root."""
@@ -444,6 +572,7 @@ class Lifecycle(ServeTest):
         self.assertEqual(f["hello"]["status"], 200)
         self.assertEqual(f["json"]["status"], 200)
         self.assertTrue(self.get(srv, "/sleep?ms=50").body.startswith(b"slept"))
+        self.assertEqual(self.get(srv, "/lib/query").status, 404)  # a module
 
 
 if __name__ == "__main__":
