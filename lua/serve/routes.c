@@ -5,7 +5,7 @@
  * again; beside it a fixed-size cache of paths known to have no script.
  * Which change reloads what is decided here (mf_serve_routes_changed).
  *
- * May call: the Lua host (registry references, log), site.h
+ * May call: the Lua host (registry references, log, the JIT flush), site.h
  * (generations: compiling in one), sources.h (reading scripts, last good
  * sources) and the file system (stat). Called by handler.c (lookups) and
  * serve.c (changes reported by the watcher, SIGHUP).
@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <luajit.h>
 
 #include <moonflow/common.h>
 #include <moonflow/error.h>
@@ -389,6 +391,17 @@ static bool mf__route_under(const mf_serve_route_t *e, const char *file,
            (e->rel_file[flen] == '\0' || e->rel_file[flen] == '/');
 }
 
+/* Replaced code leaves its compiled traces behind: LuaJIT's machine code
+ * is handed out from areas that are freed only all at once, by a flush
+ * (OpenResty's LuaJIT lets them grow to 40 MiB per state first), so each
+ * reload would keep the traces of the version it replaced. Flushing at the
+ * reload frees them; hot code is traced again within a few requests. */
+static void mf__routes_flush_traces(mf_serve_routes_t *r)
+{
+    luaJIT_setmode(mf_lua_host_state(r->host), 0,
+                   LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+}
+
 /* The routes whose script is file or under the folder file: dropped when
  * the file is gone (a 404 from now on, unless another file takes the path
  * at the next lookup), compiled again at their next request otherwise.
@@ -456,6 +469,8 @@ void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
     bool renew = mf__routes_needs_renew(r, abs, lua, routes);
     if (renew)
         mf_serve_site_renew(r->site);
+    if (renew || routes)
+        mf__routes_flush_traces(r);
 }
 
 void mf_serve_routes_appeared(mf_serve_routes_t *r, const char *file)
@@ -470,6 +485,7 @@ void mf_serve_routes_invalidate_all(mf_serve_routes_t *r)
 {
     mf__misses_forget(r);
     mf_serve_site_renew(r->site);
+    mf__routes_flush_traces(r);
 }
 
 mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,

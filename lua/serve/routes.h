@@ -25,6 +25,9 @@
  *   modules, so a route and its modules are always one version.
  * - SIGHUP (mf_serve_routes_invalidate_all, on every worker): a new
  *   generation too, so every worker reads every file from the disk again.
+ * Each reload also flushes the worker's JIT traces: the machine code of the
+ * replaced version is freed with them (it would otherwise stay until
+ * LuaJIT's 40 MiB code limit).
  * A script or module that fails to compile or load is logged and the
  * previous version keeps serving — on every worker: the last good source of
  * each file is shared (sources.h), so a worker that never ran the old
