@@ -26,10 +26,12 @@ static const char usage_serve[] =
     "\n"
     "Serves the Lua handlers under DIR (default: scripts/site): DIR/a/b.lua\n"
     "answers /a/b, DIR/a/index.lua answers /a/. A handler script returns\n"
-    "function(req, resp). Scripts reload when they change (inotify) and on\n"
-    "SIGHUP; SIGINT/SIGTERM stop gracefully. --config FILE reads a Lua\n"
-    "table (listen, workers, root, access_log, tls, limits, timeouts,\n"
-    "routes); options given on the command line win.\n"
+    "function(req, resp). Modules go in DIR/lib/ (require \"name\") or in\n"
+    "files named _*.lua: never routes. Scripts and the modules they require\n"
+    "reload when they change (inotify) and on SIGHUP; SIGINT/SIGTERM stop\n"
+    "gracefully. --config FILE reads a Lua table (listen, workers, root,\n"
+    "access_log, tls, limits, timeouts, routes); options given on the\n"
+    "command line win.\n"
     "Defaults: --listen 127.0.0.1:8080, one worker per core, no access log.\n";
 
 /* ---- one worker ------------------------------------------------------------
