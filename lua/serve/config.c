@@ -78,9 +78,20 @@ static char *mf__config_path(mf_serve_config_t *c, const char *dir,
     return path;
 }
 
+/* Pushes t[key] without metamethods: the config is data, and reading it
+ * must run no code of its own (an __index could raise outside any pcall,
+ * or never return). */
+static void mf__rawfield(lua_State *L, int t, const char *key)
+{
+    if (t < 0)
+        t = lua_gettop(L) + t + 1;
+    lua_pushstring(L, key);
+    lua_rawget(L, t);
+}
+
 static const char *mf__field_string(lua_State *L, int t, const char *key)
 {
-    lua_getfield(L, t, key);
+    mf__rawfield(L, t, key);
     const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     lua_pop(L, 1); /* the table still anchors the string */
     return s;
@@ -88,7 +99,7 @@ static const char *mf__field_string(lua_State *L, int t, const char *key)
 
 static bool mf__field_number(lua_State *L, int t, const char *key, double *out)
 {
-    lua_getfield(L, t, key);
+    mf__rawfield(L, t, key);
     bool ok = lua_type(L, -1) == LUA_TNUMBER;
     if (ok)
         *out = lua_tonumber(L, -1);
@@ -136,7 +147,7 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
         c->http.tls.cert_file = mf__config_path(c, dir, cert);
         c->http.tls.key_file = mf__config_path(c, dir, key);
     }
-    lua_getfield(L, t, "sni");
+    mf__rawfield(L, t, "sni");
     int sni = lua_gettop(L);
     if (lua_istable(L, sni)) {
         lua_pushnil(L);
@@ -331,7 +342,7 @@ static int mf__config_check_tls(lua_State *L, int t, char *err, size_t errlen)
     if (mf__config_check(L, t, "tls.", mf__tls_keys, err, errlen) < 0 ||
         mf__config_check_cert(L, t, "tls", err, errlen) < 0)
         return -1;
-    lua_getfield(L, t, "sni");
+    mf__rawfield(L, t, "sni");
     int sni = lua_gettop(L), n = 0, rc = 0;
     if (lua_istable(L, sni)) {
         lua_pushnil(L);
@@ -444,7 +455,7 @@ static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < MF_ARRAY_SIZE(mf__config_section_table);
          i++) {
-        lua_getfield(L, t, mf__config_section_table[i].name);
+        mf__rawfield(L, t, mf__config_section_table[i].name);
         if (lua_istable(L, -1))
             rc = mf__config_section_table[i].read(L, lua_gettop(L), c, dir, err,
                                                   errlen);
@@ -453,10 +464,10 @@ static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
     return rc;
 }
 
-static int mf__config_read(lua_State *L, mf_serve_config_t *c, const char *dir,
-                           char *err, size_t errlen)
+/* The top-level keys, then the sections; the table at t. */
+static int mf__config_read_table(lua_State *L, int t, mf_serve_config_t *c,
+                                 const char *dir, char *err, size_t errlen)
 {
-    int t = lua_gettop(L);
     const char *s;
     double v;
     if (mf__config_check(L, t, "", mf__top_keys, err, errlen) < 0)
@@ -478,6 +489,19 @@ static int mf__config_read(lua_State *L, mf_serve_config_t *c, const char *dir,
     return mf__config_sections(L, t, c, dir, err, errlen);
 }
 
+int mf_serve_config_read(mf_serve_config_t *c, lua_State *L, const char *dir,
+                         char *err, size_t errlen)
+{
+    int t = lua_gettop(L);
+    if (!lua_istable(L, t)) {
+        snprintf(err, errlen, "the config must return a table");
+        return -1;
+    }
+    int rc = mf__config_read_table(L, t, c, dir, err, errlen);
+    lua_settop(L, t); /* a failed check may leave its keys */
+    return rc;
+}
+
 int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
                          size_t errlen)
 {
@@ -489,14 +513,14 @@ int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
     luaL_openlibs(L);
     int rc = -1;
     if (luaL_loadfile(L, file) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
-        snprintf(err, errlen, "%s", lua_tostring(L, -1));
-    } else if (!lua_istable(L, -1)) {
-        snprintf(err, errlen, "%s: the config must return a table", file);
+        const char *why = lua_tostring(L, -1);
+        snprintf(err, errlen, "%s%s%s", why ? "" : file,
+                 why ? "" : ": raised ", why ? why : luaL_typename(L, -1));
     } else {
         char msg[400];
         c->file = mf_serve_config_strdup(c, file);
-        rc = mf__config_read(L, c, dirname(mf_serve_config_strdup(c, file)),
-                             msg, sizeof msg);
+        rc = mf_serve_config_read(
+            c, L, dirname(mf_serve_config_strdup(c, file)), msg, sizeof msg);
         if (rc < 0)
             snprintf(err, errlen, "%s: %s", file, msg);
     }

@@ -51,6 +51,13 @@ typedef struct mf_serve_config {
  * folder. Returns 0, or -1 with a message in err. */
 int mf_serve_config_load(mf_serve_config_t *config, const char *file, char *err,
                          size_t errlen);
+/* Reads the config table on top of L (what a config chunk returned) into
+ * config: every key checked (known, of its type, numbers integers in
+ * range) as it is read, raw (no metamethod runs). Relative paths are taken
+ * from dir. Returns 0, or -1 with a message naming the key in err. The
+ * table stays on L; the config keeps copies of its strings. */
+int mf_serve_config_read(mf_serve_config_t *config, lua_State *L,
+                         const char *dir, char *err, size_t errlen);
 /* Keeps a copy of s for the config's lifetime (never NULL: a config
  * string is small, the allocation aborts on out-of-memory as every
  * engine-sized one). */

@@ -571,6 +571,22 @@ class Config(ServeTest):
         self.assertIn("tls.sni[api.test].key: ", err)
         self.assertIn("no such file or directory", err)
 
+    def test_a_config_is_read_as_data_whatever_its_metatables_do(self):
+        root = self.site({"index.lua": handler("home")})
+        # An __index that raises used to escape every pcall: a PANIC abort.
+        err = self.config_fails(root, 'return setmetatable({ root = ".",\n'
+                                '  limits = setmetatable({ max_bdy = 1 },\n'
+                                '    { __index = function() error("no") end })'
+                                ' }, { __index = function() error("no") end })')
+        self.assertIn("limits.max_bdy: unknown key", err)
+        self.assertNotIn("PANIC", err)
+        conf = os.path.join(root, "c.lua")
+        with open(conf, "w") as f:
+            f.write("error({})")
+        out = self.serve_fails("--config", conf)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn(conf + ": raised table", out.stderr)
+
     def test_an_access_log_that_cannot_be_opened_stops_the_start(self):
         root = self.site({"index.lua": handler("home")})
         log = os.path.join(root, "no-such-dir", "access.log")
