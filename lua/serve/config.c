@@ -514,8 +514,8 @@ int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
     int rc = -1;
     if (luaL_loadfile(L, file) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
         const char *why = lua_tostring(L, -1);
-        snprintf(err, errlen, "%s%s%s", why ? "" : file,
-                 why ? "" : ": raised ", why ? why : luaL_typename(L, -1));
+        snprintf(err, errlen, "%s%s%s", why ? "" : file, why ? "" : ": raised ",
+                 why ? why : luaL_typename(L, -1));
     } else {
         char msg[400];
         c->file = mf_serve_config_strdup(c, file);
