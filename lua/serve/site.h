@@ -19,8 +19,10 @@
  * the new one, so a route and its modules are always one version. Requests
  * in flight keep the function they started with, and through it their
  * generation's environment, require and modules: they finish on the old
- * code. Nothing else holds an old generation, so it is garbage once its
- * last request has ended.
+ * code (a module such a request requires for the first time after the
+ * change is read as the file is now, into its old generation). Nothing
+ * else holds an old generation, so it is garbage once its last request has
+ * ended.
  *
  * A module file that does not compile is logged and its last good source
  * (sources.h) runs instead, as for routes.
