@@ -26,16 +26,8 @@
 
 #include <moonflow/dns.h>
 
+#include "fuzz_assert.h"
 #include "serve.h"
-
-#define FUZZ_CHECK(cond)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
-                    __LINE__);                                                 \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

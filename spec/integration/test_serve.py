@@ -48,6 +48,19 @@ class ServeTest(unittest.TestCase):
         return request(srv.port, b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" %
                        path.encode())
 
+    def get_in_flight(self, srv, path):
+        """Starts GET path in a thread; returns a function that waits for it
+        and gives its body."""
+        results = []
+        t = threading.Thread(target=lambda: results.append(
+            self.get(srv, path).body))
+        t.start()
+
+        def body():
+            t.join()
+            return results[0] if results else None
+        return body
+
     def site(self, files):
         root = temp_dir(self)
         for name, text in files.items():
@@ -138,14 +151,10 @@ class HotReload(ServeTest):
                                    'return function(req, resp)\n'
                                    '  mf.sleep(300); resp:send("old") end\n'})
         srv = self.serve(root=root)
-        results = []
-        t = threading.Thread(target=lambda: results.append(
-            self.get(srv, "/s").body))
-        t.start()
+        body = self.get_in_flight(srv, "/s")
         time.sleep(0.1)
         write_atomically(os.path.join(root, "s.lua"), handler("new"))
-        t.join()
-        self.assertEqual(results, [b"old"])
+        self.assertEqual(body(), b"old")
         self.wait_body(srv, "/s", "new")
 
 
@@ -195,15 +204,11 @@ class SiteModules(ServeTest):
                      '  -- required again after the change: still its own\n'
                      '  resp:send(util.v .. "/" .. require("util").v) end\n'})
         srv = self.serve(root=root)
-        results = []
-        t = threading.Thread(target=lambda: results.append(
-            self.get(srv, "/s").body))
-        t.start()
+        body = self.get_in_flight(srv, "/s")
         time.sleep(0.1)
         write_atomically(os.path.join(root, "lib", "util.lua"),
                          self.UTIL % "new")
-        t.join()
-        self.assertEqual(results, [b"old/old"])
+        self.assertEqual(body(), b"old/old")
         self.wait_all(srv, "/s", b"new/new")
 
     def test_sighup_brings_every_worker_to_the_same_modules(self):
