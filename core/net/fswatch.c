@@ -58,6 +58,19 @@ static void mf__fswatch_remember(mf_fswatch_t *w, int wd, const char *rel)
     w->ndirs++;
 }
 
+/* A watch the kernel dropped (its folder was deleted or moved away; the
+ * tree below it reports the same): its entry goes too, so folders that
+ * come and go do not pile up entries. */
+static void mf__fswatch_forget(mf_fswatch_t *w, int wd)
+{
+    for (size_t i = 0; i < w->ndirs; i++)
+        if (w->dirs[i].wd == wd) {
+            free(w->dirs[i].rel);
+            w->dirs[i] = w->dirs[--w->ndirs];
+            return;
+        }
+}
+
 static const char *mf__fswatch_dir_of(const mf_fswatch_t *w, int wd)
 {
     for (size_t i = 0; i < w->ndirs; i++)
@@ -104,6 +117,10 @@ static void mf__fswatch_event(mf_fswatch_t *w, const struct inotify_event *ev)
 {
     if (ev->mask & IN_Q_OVERFLOW) {
         w->cb(w, "", MF_FSWATCH_OVERFLOW, w->arg);
+        return;
+    }
+    if (ev->mask & IN_IGNORED) {
+        mf__fswatch_forget(w, ev->wd);
         return;
     }
     const char *dir = mf__fswatch_dir_of(w, ev->wd);
@@ -187,6 +204,11 @@ mf_fswatch_t *mf_fswatch_start(mf_loop_t *loop, const char *root,
     mf_io_start(loop, &w->io, MF_IO_READ);
     mf__fswatch_add_tree(w, "");
     return w;
+}
+
+size_t mf_fswatch_folders(const mf_fswatch_t *w)
+{
+    return w->ndirs;
 }
 
 void mf_fswatch_stop(mf_fswatch_t *w)

@@ -88,6 +88,45 @@ TEST(writes_renames_new_directories_and_deletes_are_reported)
     ASSERT_EQ(system(cmd), 0);
 }
 
+/* Runs the loop until the watcher watches `want` folders (or 2 s). */
+static void expect_folders(mf_loop_t *loop, mf_fswatch_t *w, size_t want)
+{
+    for (int i = 0; i < 200 && mf_fswatch_folders(w) != want; i++) {
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+        usleep(10000);
+    }
+    ASSERT_EQ(mf_fswatch_folders(w), want);
+}
+
+TEST(folders_that_come_and_go_leave_no_watch_behind)
+{
+    strcpy(root, "/tmp/mf-watch-XXXXXX");
+    ASSERT(mkdtemp(root) != NULL);
+    mf_loop_t *loop = mf_loop_create();
+    int err = 0;
+    mf_fswatch_t *w = mf_fswatch_start(loop, root, on_change, NULL, &err);
+    ASSERT(w != NULL);
+    mf_loop_ref(loop); /* the watcher alone does not keep the loop running */
+    ASSERT_EQ(mf_fswatch_folders(w), 1);
+    char path[256], sub[300];
+    for (int round = 0; round < 20; round++) {
+        snprintf(path, sizeof path, "%s/d%d", root, round);
+        snprintf(sub, sizeof sub, "%s/inner", path);
+        ASSERT_EQ(mkdir(path, 0755), 0);
+        expect_folders(loop, w, 2);
+        ASSERT_EQ(mkdir(sub, 0755), 0);
+        expect_folders(loop, w, 3);
+        ASSERT_EQ(rmdir(sub), 0);
+        ASSERT_EQ(rmdir(path), 0);
+        expect_folders(loop, w, 1);
+    }
+    mf_fswatch_stop(w);
+    mf_loop_unref(loop);
+    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
+    mf_loop_destroy(loop);
+    ASSERT_EQ(rmdir(root), 0);
+}
+
 TEST(a_missing_root_fails_with_enoent)
 {
     mf_loop_t *loop = mf_loop_create();
