@@ -58,9 +58,9 @@ static void mf__fswatch_remember(mf_fswatch_t *w, int wd, const char *rel)
     w->ndirs++;
 }
 
-/* A watch the kernel dropped (its folder was deleted or moved away; the
- * tree below it reports the same): its entry goes too, so folders that
- * come and go do not pile up entries. */
+/* A watch the kernel dropped (its folder was deleted, or we removed the
+ * watch): its entry goes too, so folders that come and go do not pile up
+ * entries. */
 static void mf__fswatch_forget(mf_fswatch_t *w, int wd)
 {
     for (size_t i = 0; i < w->ndirs; i++)
@@ -69,6 +69,20 @@ static void mf__fswatch_forget(mf_fswatch_t *w, int wd)
             w->dirs[i] = w->dirs[--w->ndirs];
             return;
         }
+}
+
+/* A folder moved away keeps its watches (they follow the inode wherever
+ * it went, and would report its later changes under its old name): they
+ * are removed, the folder's and those below it; the kernel's IN_IGNORED
+ * for each then forgets its entry. */
+static void mf__fswatch_unwatch_tree(mf_fswatch_t *w, const char *rel)
+{
+    size_t n = strlen(rel);
+    for (size_t i = 0; i < w->ndirs; i++) {
+        const char *r = w->dirs[i].rel;
+        if (strncmp(r, rel, n) == 0 && (r[n] == '\0' || r[n] == '/'))
+            inotify_rm_watch(w->io.fd, w->dirs[i].wd);
+    }
 }
 
 static const char *mf__fswatch_dir_of(const mf_fswatch_t *w, int wd)
@@ -139,6 +153,8 @@ static void mf__fswatch_event(mf_fswatch_t *w, const struct inotify_event *ev)
         return;
     }
     if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && (ev->mask & IN_ISDIR)) {
+        if (ev->mask & IN_MOVED_FROM)
+            mf__fswatch_unwatch_tree(w, rel);
         w->cb(w, rel, MF_FSWATCH_REMOVED, w->arg);
         return;
     }

@@ -98,7 +98,7 @@ static void expect_folders(mf_loop_t *loop, mf_fswatch_t *w, size_t want)
     ASSERT_EQ(mf_fswatch_folders(w), want);
 }
 
-TEST(folders_that_come_and_go_leave_no_watch_behind)
+TEST(folders_deleted_renamed_or_moved_away_leave_no_watch_behind)
 {
     strcpy(root, "/tmp/mf-watch-XXXXXX");
     ASSERT(mkdtemp(root) != NULL);
@@ -108,7 +108,7 @@ TEST(folders_that_come_and_go_leave_no_watch_behind)
     ASSERT(w != NULL);
     mf_loop_ref(loop); /* the watcher alone does not keep the loop running */
     ASSERT_EQ(mf_fswatch_folders(w), 1);
-    char path[256], sub[300];
+    char path[256], sub[300], cmd[400];
     for (int round = 0; round < 20; round++) {
         snprintf(path, sizeof path, "%s/d%d", root, round);
         snprintf(sub, sizeof sub, "%s/inner", path);
@@ -116,15 +116,36 @@ TEST(folders_that_come_and_go_leave_no_watch_behind)
         expect_folders(loop, w, 2);
         ASSERT_EQ(mkdir(sub, 0755), 0);
         expect_folders(loop, w, 3);
-        ASSERT_EQ(rmdir(sub), 0);
-        ASSERT_EQ(rmdir(path), 0);
+        if (round % 2) { /* deleted */
+            ASSERT_EQ(rmdir(sub), 0);
+            ASSERT_EQ(rmdir(path), 0);
+            expect_folders(loop, w, 1);
+            continue;
+        }
+        /* renamed inside the root: watched under its new name only */
+        char moved[300], away[300];
+        snprintf(moved, sizeof moved, "%s/m%d", root, round);
+        nseen = 0;
+        ASSERT_EQ(rename(path, moved), 0);
+        snprintf(sub, sizeof sub, "m%d", round);
+        expect(loop, sub, MF_FSWATCH_WRITTEN);
+        expect_folders(loop, w, 3);
+        snprintf(sub, sizeof sub, "m%d/inner/x.lua", round);
+        write_file(sub, "return 1");
+        expect(loop, sub, MF_FSWATCH_WRITTEN);
+        /* moved out of the root: no watch left behind */
+        snprintf(away, sizeof away, "%s-away%d", root, round);
+        ASSERT_EQ(rename(moved, away), 0);
         expect_folders(loop, w, 1);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", away);
+        ASSERT_EQ(system(cmd), 0);
     }
     mf_fswatch_stop(w);
     mf_loop_unref(loop);
     ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
     mf_loop_destroy(loop);
-    ASSERT_EQ(rmdir(root), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    ASSERT_EQ(system(cmd), 0);
 }
 
 TEST(a_missing_root_fails_with_enoent)
