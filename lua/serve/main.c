@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <lauxlib.h>
 
@@ -45,9 +46,10 @@ static const char usage_run[] =
 static const char usage_test[] =
     "usage: moonflow test [DIR] [BUSTED OPTIONS...]\n"
     "\n"
-    "Runs the busted specs (*_spec.lua) under DIR (default: spec) inside\n"
-    "the host, so specs may wait on moonflow calls and require modules in\n"
-    "DIR. Options after DIR go to busted (e.g. --filter=PATTERN, -o TAP).\n"
+    "Runs the busted specs (*_spec.lua) under DIR (default: spec; or one\n"
+    "spec file) inside the host, so specs may wait on moonflow calls and\n"
+    "require modules in DIR. Options after DIR go to busted (e.g.\n"
+    "--filter=PATTERN, -o TAP).\n"
     "The last line reads \"N passed, N failed\" (on stderr when -o names an\n"
     "output handler); the exit code is 1 if any failed.\n";
 
@@ -140,13 +142,21 @@ static void add_script_dir(lua_State *L, const char *script)
                    slash ? (size_t)(slash - script) : 1);
 }
 
-/* The specs' folder is on the module path, as a script's is for `run`:
- * by its absolute path, which busted's --directory cannot change. */
+/* The specs' folder (a spec file's own, when one is given) is on the
+ * module path, as a script's is for `run`: by its absolute path, which
+ * busted's --directory cannot change. */
 static void add_spec_dir(lua_State *L, const char *dir)
 {
     char abs[PATH_MAX];
-    const char *d = realpath(dir, abs) ? abs : dir;
-    add_module_dir(L, d, strlen(d));
+    struct stat st;
+    if (!realpath(dir, abs)) {
+        add_module_dir(L, dir, strlen(dir));
+        return;
+    }
+    char *slash = strrchr(abs, '/');
+    if (stat(abs, &st) == 0 && !S_ISDIR(st.st_mode) && slash)
+        *slash = '\0'; /* a spec file: its folder */
+    add_module_dir(L, abs, strlen(abs));
 }
 
 /* The global `arg`: arg[0] = argv[0], arg[i] = argv[i]; pushes argv[1..]. */

@@ -145,6 +145,10 @@ def main():
     check("test DIR puts DIR and DIR/?/init.lua on the module path",
           p.returncode == 0 and
           p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
+    p = moonflow(["test", os.path.join(d, "modspecs", "m_spec.lua")], "/")
+    check("test FILE puts the spec file's folder on the module path",
+          p.returncode == 0 and
+          p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
 
     p = moonflow(["serve", "no-such-dir"], d)
     check("serve refuses a missing scripts folder with exit 2",
