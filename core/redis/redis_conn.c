@@ -296,6 +296,8 @@ static void mf__rconn_setup_refused(mf_redis_conn_t *conn)
         mf__redis_task_keep_refusal(
             mf_container_of(node, mf_redis_task_t, link), &conn->scratch_root);
     }
+    if (conn->sub)
+        mf__redis_sub_keep_refusal(conn->sub, &conn->scratch_root);
     mf__redis_conn_close(conn, MF_STATE_TASK_ERROR, MF_EACCES);
 }
 

@@ -187,14 +187,11 @@ void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
         mf__redis_conn_set_busy(conn, false);
 }
 
-/* Redis's refusals are one short line ("WRONGPASS invalid username-password
- * pair or user is disabled."); a longer one is cut, never dropped. */
-#define MF__REFUSAL_MAX 256
-
 void mf__redis_task_keep_refusal(mf_redis_task_t *t,
                                  const mf_redis_reply_t *reply)
 {
-    size_t len = reply->len < MF__REFUSAL_MAX ? reply->len : MF__REFUSAL_MAX;
+    size_t len =
+        reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
     char *copy = mf__redis_arena_alloc(t->base._loop, &t->arena, len + 1);
     if (!copy)
         return; /* over the task's max_reply: "permission denied" alone */

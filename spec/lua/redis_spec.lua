@@ -209,6 +209,9 @@ describe("r:call", function()
         -- "permission denied" first (what callers matched before), then
         -- Redis's own reason.
         assert.truthy(err:match("^permission denied: WRONGPASS "), err)
+        local sub, serr = mf.redis(base:format(":wrong@")):subscribe("auth:ch")
+        assert.is_nil(sub)
+        assert.truthy(serr:match("^permission denied: WRONGPASS "), serr)
         v, err = mf.redis(base:format("")):call("PING")
         assert.is_nil(v)
         assert.truthy(err:match("^NOAUTH"))

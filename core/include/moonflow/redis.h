@@ -168,6 +168,11 @@ MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,
                                        bool subscribe, int nchannels,
                                        const char *const *channels,
                                        const size_t *lens, bool pattern);
+/* In the final callback (msg NULL): Redis's error reply that ended the
+ * subscriber — a refused AUTH or SELECT ("WRONGPASS ...", error MF_EACCES)
+ * or SUBSCRIBE ("NOPERM ...") — at most 256 bytes; NULL otherwise. */
+MF_API const char *
+mf_redis_subscriber_error_message(const mf_redis_subscriber_t *sub);
 /* Stops reading, delivers no more messages except the final NULL one. */
 MF_API void mf_redis_subscriber_close(mf_redis_subscriber_t *sub);
 

@@ -333,6 +333,7 @@ typedef struct subres {
     int error;
     char text[2048];
     char confirmed[512];
+    char refusal[300]; /* mf_redis_subscriber_error_message at the end */
 } subres_t;
 
 /* A (p)(un)subscribe confirmation: ("subscribe", channel, count). */
@@ -347,8 +348,10 @@ static inline void on_message(mf_redis_subscriber_t *sub,
 {
     subres_t *s = user;
     if (!msg) {
+        const char *why = mf_redis_subscriber_error_message(sub);
         s->ended++;
         s->error = error;
+        snprintf(s->refusal, sizeof s->refusal, "%s", why ? why : "");
         return;
     }
     result_t r = {0};
