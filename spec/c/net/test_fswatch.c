@@ -46,15 +46,35 @@ static void expect(mf_loop_t *loop, const char *path, unsigned what)
     MF_TEST_FAIL("no change reported for %s", path);
 }
 
-TEST(writes_renames_new_directories_and_deletes_are_reported)
+/* A watcher on a new temporary root, on a new loop kept running. */
+static mf_fswatch_t *watch_new_root(mf_loop_t **loop)
 {
     strcpy(root, "/tmp/mf-watch-XXXXXX");
     ASSERT(mkdtemp(root) != NULL);
-    mf_loop_t *loop = mf_loop_create();
+    *loop = mf_loop_create();
     int err = 0;
-    mf_fswatch_t *w = mf_fswatch_start(loop, root, on_change, NULL, &err);
+    mf_fswatch_t *w = mf_fswatch_start(*loop, root, on_change, NULL, &err);
     ASSERT(w != NULL);
-    mf_loop_ref(loop); /* the watcher alone does not keep the loop running */
+    mf_loop_ref(*loop); /* the watcher alone does not keep the loop running */
+    return w;
+}
+
+/* Stops the watcher, lets the loop end, removes the root. */
+static void watch_end(mf_loop_t *loop, mf_fswatch_t *w)
+{
+    mf_fswatch_stop(w);
+    mf_loop_unref(loop);
+    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
+    mf_loop_destroy(loop);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+TEST(writes_renames_new_directories_and_deletes_are_reported)
+{
+    mf_loop_t *loop;
+    mf_fswatch_t *w = watch_new_root(&loop);
     write_file("index.lua", "return 1");
     expect(loop, "index.lua", MF_FSWATCH_WRITTEN);
 
@@ -78,14 +98,7 @@ TEST(writes_renames_new_directories_and_deletes_are_reported)
     expect(loop, "api/user.lua", MF_FSWATCH_REMOVED);
     for (int k = 0; k < nseen; k++)
         ASSERT(seen[k][0] != '.' && !strstr(seen[k], "/.")); /* hidden */
-
-    mf_fswatch_stop(w);
-    mf_loop_unref(loop);
-    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
-    mf_loop_destroy(loop);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    ASSERT_EQ(system(cmd), 0);
+    watch_end(loop, w);
 }
 
 /* Runs the loop until the watcher watches `want` folders (or 2 s). */
@@ -100,13 +113,8 @@ static void expect_folders(mf_loop_t *loop, mf_fswatch_t *w, size_t want)
 
 TEST(folders_deleted_renamed_or_moved_away_leave_no_watch_behind)
 {
-    strcpy(root, "/tmp/mf-watch-XXXXXX");
-    ASSERT(mkdtemp(root) != NULL);
-    mf_loop_t *loop = mf_loop_create();
-    int err = 0;
-    mf_fswatch_t *w = mf_fswatch_start(loop, root, on_change, NULL, &err);
-    ASSERT(w != NULL);
-    mf_loop_ref(loop); /* the watcher alone does not keep the loop running */
+    mf_loop_t *loop;
+    mf_fswatch_t *w = watch_new_root(&loop);
     ASSERT_EQ(mf_fswatch_folders(w), 1);
     char path[256], sub[300], cmd[400];
     for (int round = 0; round < 20; round++) {
@@ -140,12 +148,7 @@ TEST(folders_deleted_renamed_or_moved_away_leave_no_watch_behind)
         snprintf(cmd, sizeof cmd, "rm -rf %s", away);
         ASSERT_EQ(system(cmd), 0);
     }
-    mf_fswatch_stop(w);
-    mf_loop_unref(loop);
-    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
-    mf_loop_destroy(loop);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    ASSERT_EQ(system(cmd), 0);
+    watch_end(loop, w);
 }
 
 TEST(a_missing_root_fails_with_enoent)
