@@ -255,16 +255,6 @@ static void mf__route_set(mf_serve_routes_t *r, mf_serve_route_t *e,
     e->source_hash = mf__fnv1a(text, len);
 }
 
-static void mf__route_publish(mf_serve_routes_t *r, const char *file,
-                              const char *text, size_t len)
-{
-    if (mf_serve_source_publish(file, text, len) < 0)
-        mf_lua_host_log(r->host,
-                        "moonflow: %s: out of memory keeping its source: "
-                        "workers that never ran it cannot fall back to it",
-                        file);
-}
-
 /* The script failed (err): the worker runs the last good source (the
  * newest that compiled, whichever worker saw it), or keeps its own version
  * when that is the one. */
@@ -307,7 +297,7 @@ static void mf__route_load(mf_serve_routes_t *r, mf_serve_route_t *e,
     else
         err = mf__route_compile(r, L, e->file, text, len);
     if (!err) {
-        mf__route_publish(r, e->file, text, len);
+        mf_serve_source_keep(r->host, e->file, text, len);
         mf__route_set(r, e, L, text, len);
     }
     mf_free(text);
@@ -329,7 +319,7 @@ static void mf__route_publish_if_good(mf_serve_routes_t *r, const char *abs)
     char name[PATH_MAX + 1];
     snprintf(name, sizeof name, "@%s", abs);
     if (luaL_loadbuffer(L, text, len, name) == 0)
-        mf__route_publish(r, abs, text, len);
+        mf_serve_source_keep(r->host, abs, text, len);
     lua_settop(L, 0);
     mf_free(text);
 }

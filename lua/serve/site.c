@@ -120,11 +120,8 @@ static void mf__module_load(lua_State *L, int env, const char *path)
     if (rc < 0)
         luaL_error(L, "%s: cannot read the module (%s)", path, mf_strerror(rc));
     bool ok = !mf__chunk_load(L, env, path, text, len);
-    if (ok && mf_serve_source_publish(path, text, len) < 0)
-        mf_lua_host_log(mf_lua_host_from_state(L),
-                        "moonflow: %s: out of memory keeping its source: "
-                        "workers that never ran it cannot fall back to it",
-                        path);
+    if (ok)
+        mf_serve_source_keep(mf_lua_host_from_state(L), path, text, len);
     mf_free(text);
     if (!ok && !mf__module_fall_back(L, env, path))
         lua_error(L);

@@ -2,6 +2,8 @@
  * lua/serve/sources.c — reading scripts, and the last good source of each
  * file shared by the workers (sources.h): a list under one lock, touched
  * when a script loads or changes, never per request.
+ *
+ * May call: the file system and the Lua host's log.
  */
 #include "sources.h"
 
@@ -123,6 +125,16 @@ int mf_serve_source_publish(const char *file, const char *text, size_t len)
     int rc = mf__last_good_publish_locked(file, text, len);
     pthread_mutex_unlock(&mf__last_good_lock);
     return rc;
+}
+
+void mf_serve_source_keep(mf_lua_host_t *host, const char *file,
+                          const char *text, size_t len)
+{
+    if (mf_serve_source_publish(file, text, len) < 0)
+        mf_lua_host_log(host,
+                        "moonflow: %s: out of memory keeping its source: "
+                        "workers that never ran it cannot fall back to it",
+                        file);
 }
 
 int mf_serve_source_last_good(const char *file, char **copy, size_t *len)

@@ -22,6 +22,8 @@
 
 #include <stddef.h>
 
+#include <moonflow/lua_host.h>
+
 /* Reads the whole file into *text (caller frees with mf_free). Returns 0
  * or a negative MF_E* code (*text is then NULL). */
 int mf_serve_source_read(const char *path, char **text, size_t *len);
@@ -29,6 +31,10 @@ int mf_serve_source_read(const char *path, char **text, size_t *len);
 /* Copies text in as the last good source of file. Returns 0, or MF_ENOMEM
  * (the previous copy, if any, stays). */
 int mf_serve_source_publish(const char *file, const char *text, size_t len);
+/* mf_serve_source_publish, and a copy refused for lack of memory is logged
+ * on host (workers that never ran the file then cannot fall back to it). */
+void mf_serve_source_keep(mf_lua_host_t *host, const char *file,
+                          const char *text, size_t len);
 /* *copy gets a copy of the last good source (caller frees with mf_free).
  * Returns 0, MF_ENOENT (none yet) or MF_ENOMEM. */
 int mf_serve_source_last_good(const char *file, char **copy, size_t *len);
