@@ -2,15 +2,15 @@
  * fuzz_config.c — the config reader of `moonflow serve`
  * (mf_serve_config_read: lua/serve/config.c, with config_check.c's listen
  * check) over configs made from the input. An input whose first byte is
- * even is a Lua chunk as given (libFuzzer mutates the seed configs); an odd one is decoded into a table constructor —
- * known and unknown keys at every level, numbers at and past each range's
- * ends (NaN, infinities, fractions), odd strings, functions, tables with
- * metamethods that raise — written out as Lua source. Either way the chunk
- * runs in a fresh state: base, string, table and math libraries without
- * what touches files or prints, the JIT off so an instruction-count hook
- * bounds it, and its memory from a hand-poisoned arena (1 MiB for the
- * chunk). What it returns goes to the reader, which must give 0 and a
- * config within its ranges, or -1 and a message, leave the stack as it
+ * even is a Lua chunk as given (libFuzzer mutates the seed configs); an odd one
+ * is decoded into a table constructor — known and unknown keys at every level,
+ * numbers at and past each range's ends (NaN, infinities, fractions), odd
+ * strings, functions, tables with metamethods that raise — written out as Lua
+ * source. Either way the chunk runs in a fresh state: base, string, table and
+ * math libraries without what touches files or prints, the JIT off so an
+ * instruction-count hook bounds it, and its memory from a hand-poisoned arena
+ * (1 MiB for the chunk). What it returns goes to the reader, which must give 0
+ * and a config within its ranges, or -1 and a message, leave the stack as it
  * was, and free everything it kept (LeakSanitizer) — never crash.
  */
 #include <math.h>
