@@ -6,7 +6,8 @@
 #   make test   install, build everything, run every test (ctest)
 #   make bench  release build, run the benchmarks in bench/, write bench/results/
 #               (engine, HTTP servers side by side, Redis; about 14 minutes)
-#   make fuzz   run the HTTP parser fuzz targets for FUZZ_SECONDS each
+#   make fuzz   run the fuzz targets (HTTP parser, Redis replies, serve config)
+#               for FUZZ_SECONDS each
 #   make soak   SOAK_SECONDS (default 600) of mixed traffic against moonflow
 #               serve with its RSS and fds sampled every second; asserts
 #               bounds on both and no error beyond the injected ones

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include <lauxlib.h>
 
@@ -264,16 +265,22 @@ void mf_lua_redis_push_replies(lua_State *L, const mf_task_t *task,
     }
 }
 
-/* Pushes nil, err for a failed task; returns 2, or 0 on success. */
+/* Pushes nil, err for a failed task; returns 2, or 0 on success. A refused
+ * AUTH/SELECT reads "permission denied: " and Redis's own reason. */
 static int mf_lua__push_failure(lua_State *L, const mf_task_t *task)
 {
     int state = mf_task_state(task);
     if (state == MF_STATE_SUCCESS && mf_task_redis_nreplies(task) > 0)
         return 0;
     lua_pushnil(L);
-    lua_pushstring(L, state == MF_STATE_SUCCESS
+    const char *err = state == MF_STATE_SUCCESS
                           ? "protocol error" /* no reply: never expected */
-                          : mf_lua_errstr(state, mf_task_error(task)));
+                          : mf_lua_errstr(state, mf_task_error(task));
+    const char *why = mf_task_redis_error_message(task);
+    if (why)
+        lua_pushfstring(L, "%s: %s", err, why);
+    else
+        lua_pushstring(L, err);
     return 2;
 }
 
@@ -372,12 +379,38 @@ static int mf_lua__park_on(lua_State *L, mf_lua_co_t *co, mf_task_t *task)
     return lua_yield(L, 0);
 }
 
+/* A transaction cannot span r:call calls: each call is a task of its own,
+ * on the shared pipelined connection (other coroutines' commands in between)
+ * or on a dedicated one closed after it (MULTI and WATCH leave state), so
+ * the EXEC of a later call would find no MULTI. Raises, naming the forms
+ * that keep MULTI ... EXEC in one task. */
+static void mf_lua__check_not_transaction(lua_State *L, int idx)
+{
+    static const char *const words[] = {"MULTI", "EXEC", "DISCARD", "WATCH",
+                                        "UNWATCH"};
+    size_t len = 0;
+    const char *cmd = lua_type(L, idx) == LUA_TSTRING
+                          ? lua_tolstring(L, idx, &len)
+                          : NULL; /* a number: no conversion in place */
+    if (len < 4 || len > 7)       /* most commands: this length check only */
+        return;
+    for (size_t i = 0; i < MF_ARRAY_SIZE(words); i++)
+        if (strlen(words[i]) == len && strncasecmp(cmd, words[i], len) == 0)
+            luaL_error(L,
+                       "r:call(\"%s\"): a transaction cannot span calls (each "
+                       "call is a task of its own); send it in one: "
+                       "r:pipeline{{\"MULTI\"}, ..., {\"EXEC\"}} or "
+                       "mf.task.redis(r, {{\"MULTI\"}, ..., {\"EXEC\"}})",
+                       words[i]);
+}
+
 /* r:call(cmd, ...) -> reply | nil, err */
 static int mf_lua__call(lua_State *L)
 {
     mf_lua_redis_t *r = mf_lua_redis_check(L, 1);
     int top = lua_gettop(L);
     mf_lua_redis_check_args(L, 2, top, "r:call");
+    mf_lua__check_not_transaction(L, 2);
     mf_lua_co_t *co = mf_lua_co_check(L);
     mf_task_t *task = mf_task_redis_create(
         r->client, r->flags ? mf_lua__call_status_done : mf_lua__call_done,

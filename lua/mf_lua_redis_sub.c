@@ -22,6 +22,8 @@
  * (client gone, handler timeout, shutdown) closes the subscription: it was
  * the one reading it.
  */
+#include <stdio.h>
+
 #include <lauxlib.h>
 
 #include <moonflow/common.h>
@@ -39,6 +41,8 @@ typedef struct mf_lua_sub {
     int head, tail;      /* queued messages: queue[head .. tail - 1] */
     unsigned max_queued;
     int error; /* why the subscription ended */
+    /* and in words, when Redis said why: "permission denied: NOPERM ..." */
+    char why[sizeof "permission denied: " + 256];
     bool ended;
     bool closed;   /* by close(), an abort or __gc: no more messages */
     bool overflow; /* the queue was full: ended after what is queued */
@@ -89,7 +93,7 @@ static const char *mf_lua__sub_errstr(const mf_lua_sub_t *s)
 {
     if (s->overflow)
         return "queue overflow";
-    return mf_lua_redis_errstr(s->error);
+    return s->why[0] ? s->why : mf_lua_redis_errstr(s->error);
 }
 
 /* ---- messages arriving ------------------------------------------------ */
@@ -209,11 +213,15 @@ static void mf_lua__on_message(mf_lua_sub_t *s, const mf_redis_reply_t *msg)
         mf_lua__enqueue(s, L);
 }
 
-static void mf_lua__on_end(mf_lua_sub_t *s, int error)
+/* refusal: Redis's error reply that ended the subscriber, or NULL. */
+static void mf_lua__on_end(mf_lua_sub_t *s, int error, const char *refusal)
 {
     s->sub = NULL;
     s->ended = true;
     s->error = error;
+    if (refusal)
+        snprintf(s->why, sizeof s->why, "%s: %s", mf_lua_redis_errstr(error),
+                 refusal);
     if (!s->host) { /* the Lua object is gone: the last owner frees */
         mf_loop_free(s->loop, s, sizeof(*s));
         return;
@@ -234,11 +242,10 @@ static void mf_lua__on_end(mf_lua_sub_t *s, int error)
 static void mf_lua__sub_cb(mf_redis_subscriber_t *sub,
                            const mf_redis_reply_t *msg, int error, void *user)
 {
-    (void)sub;
     if (msg)
         mf_lua__on_message(user, msg);
     else
-        mf_lua__on_end(user, error);
+        mf_lua__on_end(user, error, mf_redis_subscriber_error_message(sub));
 }
 
 /* sub:next's timeout. */

@@ -67,10 +67,18 @@ static void mf_lua__redis_result(lua_State *L, mf_task_t *task, void *data)
     }
 }
 
+/* Redis's own refusal of AUTH/SELECT, after "permission denied". */
+static const char *mf_lua__redis_error_detail(const mf_task_t *task, void *data)
+{
+    (void)data;
+    return mf_task_redis_error_message(task);
+}
+
 const mf_lua_kind_t mf_lua_task_redis_kind = {
     .name = "redis",
     .data_size = sizeof(mf_lua_redis_data_t),
     .check = mf_lua__redis_check,
     .create = mf_lua__redis_create,
     .result = mf_lua__redis_result,
+    .error_detail = mf_lua__redis_error_detail,
 };

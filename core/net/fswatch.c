@@ -58,6 +58,33 @@ static void mf__fswatch_remember(mf_fswatch_t *w, int wd, const char *rel)
     w->ndirs++;
 }
 
+/* A watch the kernel dropped (its folder was deleted, or we removed the
+ * watch): its entry goes too, so folders that come and go do not pile up
+ * entries. */
+static void mf__fswatch_forget(mf_fswatch_t *w, int wd)
+{
+    for (size_t i = 0; i < w->ndirs; i++)
+        if (w->dirs[i].wd == wd) {
+            free(w->dirs[i].rel);
+            w->dirs[i] = w->dirs[--w->ndirs];
+            return;
+        }
+}
+
+/* A folder moved away keeps its watches (they follow the inode wherever
+ * it went, and would report its later changes under its old name): they
+ * are removed, the folder's and those below it; the kernel's IN_IGNORED
+ * for each then forgets its entry. */
+static void mf__fswatch_unwatch_tree(mf_fswatch_t *w, const char *rel)
+{
+    size_t n = strlen(rel);
+    for (size_t i = 0; i < w->ndirs; i++) {
+        const char *r = w->dirs[i].rel;
+        if (strncmp(r, rel, n) == 0 && (r[n] == '\0' || r[n] == '/'))
+            inotify_rm_watch(w->io.fd, w->dirs[i].wd);
+    }
+}
+
 static const char *mf__fswatch_dir_of(const mf_fswatch_t *w, int wd)
 {
     for (size_t i = 0; i < w->ndirs; i++)
@@ -106,6 +133,10 @@ static void mf__fswatch_event(mf_fswatch_t *w, const struct inotify_event *ev)
         w->cb(w, "", MF_FSWATCH_OVERFLOW, w->arg);
         return;
     }
+    if (ev->mask & IN_IGNORED) {
+        mf__fswatch_forget(w, ev->wd);
+        return;
+    }
     const char *dir = mf__fswatch_dir_of(w, ev->wd);
     if (!dir || !ev->len || ev->name[0] == '.')
         return;
@@ -122,6 +153,8 @@ static void mf__fswatch_event(mf_fswatch_t *w, const struct inotify_event *ev)
         return;
     }
     if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && (ev->mask & IN_ISDIR)) {
+        if (ev->mask & IN_MOVED_FROM)
+            mf__fswatch_unwatch_tree(w, rel);
         w->cb(w, rel, MF_FSWATCH_REMOVED, w->arg);
         return;
     }
@@ -187,6 +220,11 @@ mf_fswatch_t *mf_fswatch_start(mf_loop_t *loop, const char *root,
     mf_io_start(loop, &w->io, MF_IO_READ);
     mf__fswatch_add_tree(w, "");
     return w;
+}
+
+size_t mf_fswatch_folders(const mf_fswatch_t *w)
+{
+    return w->ndirs;
 }
 
 void mf_fswatch_stop(mf_fswatch_t *w)

@@ -64,6 +64,11 @@ int mf__net_parse_listen(const char *text, mf_sockaddr_t *addr)
     return inet_pton(AF_INET, host, &addr->in4.sin_addr) == 1 ? 0 : MF_EINVAL;
 }
 
+int mf_sockaddr_parse_listen(const char *text, mf_sockaddr_t *addr)
+{
+    return mf__net_parse_listen(text, addr);
+}
+
 socklen_t mf__net_addr_len(const mf_sockaddr_t *addr)
 {
     return addr->sa.sa_family == AF_INET6 ? sizeof(addr->in6)

@@ -284,10 +284,27 @@ static mf_redis_task_t *mf__rconn_aim(mf_redis_conn_t *conn)
     return t;
 }
 
+/* A refused AUTH or SELECT fails the tasks waiting for the connection
+ * with MF_EACCES; each keeps Redis's own words (mf_task_redis_error_message)
+ * so the caller learns why ("WRONGPASS ...", "ERR DB index is out of
+ * range"). */
+static void mf__rconn_setup_refused(mf_redis_conn_t *conn)
+{
+    mf_list_t *node;
+    mf_list_foreach(node, &conn->queue)
+    {
+        mf__redis_task_keep_refusal(
+            mf_container_of(node, mf_redis_task_t, link), &conn->scratch_root);
+    }
+    if (conn->sub)
+        mf__redis_sub_keep_refusal(conn->sub, &conn->scratch_root);
+    mf__redis_conn_close(conn, MF_STATE_TASK_ERROR, MF_EACCES);
+}
+
 static void mf__rconn_setup_reply(mf_redis_conn_t *conn)
 {
     if (conn->scratch_root.type == MF_REDIS_ERROR) {
-        mf__redis_conn_close(conn, MF_STATE_TASK_ERROR, MF_EACCES);
+        mf__rconn_setup_refused(conn);
         return;
     }
     if (--conn->setup_replies_left == 0)

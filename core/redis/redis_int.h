@@ -25,6 +25,10 @@
 typedef struct mf_redis_conn mf_redis_conn_t;
 typedef struct mf_redis_task mf_redis_task_t;
 
+/* Redis's refusals are one short line ("WRONGPASS invalid username-password
+ * pair or user is disabled."); a longer one is cut there, never dropped. */
+#define MF_REDIS_REFUSAL_MAX 256
+
 /* ---- reply memory (redis_reply.c) ---------------------------------------
  * A chain of chunks: small ones from the loop's free lists, big strings from
  * a checked malloc. Nothing moves once placed, so the reader may keep
@@ -178,6 +182,7 @@ struct mf_redis_task {
     size_t nread;   /* replies received */
     mf_redis_reply_t *replies;
     mf_redis_arena_t arena;
+    const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */
 };
 
 /* Where the next reply of the task goes (NULL: discard it). */
@@ -186,6 +191,10 @@ mf_redis_reply_t *mf__redis_task_slot(mf_redis_task_t *t);
 void mf__redis_task_on_reply(mf_redis_task_t *t);
 /* The task leaves its connection with (state, error). */
 void mf__redis_task_end(mf_redis_task_t *t, int state, int error);
+/* Keeps (a bounded copy of) the error reply that refused the connection's
+ * AUTH or SELECT, for mf_task_redis_error_message. */
+void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                 const mf_redis_reply_t *reply);
 
 /* ---- pub/sub (redis_sub.c) -------------------------------------------- */
 
@@ -197,6 +206,7 @@ struct mf_redis_subscriber {
     void *user;
     bool closing;
     int error;
+    char refusal[MF_REDIS_REFUSAL_MAX + 1]; /* the error reply that ended it */
     mf_post_t end_post; /* the final callback, never inside a call */
 };
 
@@ -207,6 +217,10 @@ void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
 void mf__redis_sub_on_close(mf_redis_subscriber_t *sub, int error);
 /* Frees a subscriber whose connection is gone (loop teardown). */
 void mf__redis_sub_free(mf_redis_subscriber_t *sub);
+/* Keeps (a bounded copy of) the error reply that ends the subscriber: a
+ * refused AUTH, SELECT or (P)SUBSCRIBE. */
+void mf__redis_sub_keep_refusal(mf_redis_subscriber_t *sub,
+                                const mf_redis_reply_t *reply);
 
 /* Appends one command in protocol form. 0 or MF_ENOMEM. */
 int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,

@@ -99,6 +99,7 @@ void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
     if (reply->type == MF_REDIS_ERROR) {
         /* A refused (P)SUBSCRIBE: NOPERM when the user may not listen. */
         bool denied = reply->len >= 6 && !memcmp(reply->str, "NOPERM", 6);
+        mf__redis_sub_keep_refusal(sub, reply);
         mf__redis_conn_close(sub->conn, MF_STATE_TASK_ERROR,
                              denied ? MF_EACCES : MF_EPROTO);
         return;
@@ -113,6 +114,20 @@ void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
     if (confirm || (mf__is(kind, "message") && reply->len == 3) ||
         (mf__is(kind, "pmessage") && reply->len == 4))
         sub->cb(sub, reply, 0, sub->user);
+}
+
+void mf__redis_sub_keep_refusal(mf_redis_subscriber_t *sub,
+                                const mf_redis_reply_t *reply)
+{
+    size_t len =
+        reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
+    memcpy(sub->refusal, reply->str, len);
+    sub->refusal[len] = '\0';
+}
+
+const char *mf_redis_subscriber_error_message(const mf_redis_subscriber_t *sub)
+{
+    return sub->refusal[0] ? sub->refusal : NULL;
 }
 
 void mf__redis_sub_on_close(mf_redis_subscriber_t *sub, int error)

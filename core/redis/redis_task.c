@@ -187,6 +187,19 @@ void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
         mf__redis_conn_set_busy(conn, false);
 }
 
+void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                 const mf_redis_reply_t *reply)
+{
+    size_t len =
+        reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
+    char *copy = mf__redis_arena_alloc(t->base._loop, &t->arena, len + 1);
+    if (!copy)
+        return; /* over the task's max_reply: "permission denied" alone */
+    memcpy(copy, reply->str, len);
+    copy[len] = '\0';
+    t->refusal = copy;
+}
+
 void mf__redis_task_on_reply(mf_redis_task_t *t)
 {
     if (++t->nread < t->ncmds)
@@ -299,6 +312,12 @@ size_t mf_task_redis_nreplies(const mf_task_t *task)
 {
     const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
     return mf_task_state(task) == MF_STATE_SUCCESS ? t->nread : 0;
+}
+
+const char *mf_task_redis_error_message(const mf_task_t *task)
+{
+    const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
+    return mf_task_error(task) == MF_EACCES ? t->refusal : NULL;
 }
 
 const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task, size_t i)

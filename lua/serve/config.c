@@ -20,13 +20,18 @@
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *   }
  *
- * Relative paths are taken from the config file's folder. Ownership: every
- * string is copied into the config (freed by mf_serve_config_free).
+ * Relative paths are taken from the config file's folder (route scripts:
+ * from the root). Every key is checked as it is read: an unknown key, a
+ * wrong type or a number that is not an integer in its range is an error
+ * naming the file and the key (the files it names are checked at start by
+ * config_check.c). Ownership: every string is copied into the config
+ * (freed by mf_serve_config_free).
  */
 #include <lauxlib.h>
 #include <libgen.h>
 #include <limits.h>
 #include <lualib.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,9 +83,20 @@ static char *mf__config_path(mf_serve_config_t *c, const char *dir,
     return path;
 }
 
+/* Pushes t[key] without metamethods: the config is data, and reading it
+ * must run no code of its own (an __index could raise outside any pcall,
+ * or never return). */
+static void mf__rawfield(lua_State *L, int t, const char *key)
+{
+    if (t < 0)
+        t = lua_gettop(L) + t + 1;
+    lua_pushstring(L, key);
+    lua_rawget(L, t);
+}
+
 static const char *mf__field_string(lua_State *L, int t, const char *key)
 {
-    lua_getfield(L, t, key);
+    mf__rawfield(L, t, key);
     const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     lua_pop(L, 1); /* the table still anchors the string */
     return s;
@@ -88,7 +104,7 @@ static const char *mf__field_string(lua_State *L, int t, const char *key)
 
 static bool mf__field_number(lua_State *L, int t, const char *key, double *out)
 {
-    lua_getfield(L, t, key);
+    mf__rawfield(L, t, key);
     bool ok = lua_type(L, -1) == LUA_TNUMBER;
     if (ok)
         *out = lua_tonumber(L, -1);
@@ -140,7 +156,7 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
         c->http.tls.cert_file = mf__config_path(c, dir, cert);
         c->http.tls.key_file = mf__config_path(c, dir, key);
     }
-    lua_getfield(L, t, "sni");
+    mf__rawfield(L, t, "sni");
     int sni = lua_gettop(L);
     if (lua_istable(L, sni)) {
         lua_pushnil(L);
@@ -164,37 +180,64 @@ static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
 }
 
 /* ---- checks: a key the server does not know, or a value of the wrong
- * type, is an error that names it (a typo must not pass for a default). */
+ * type or out of range, is an error that names it (a typo must not pass
+ * for a default, nor 1e12 ms wrap around to a short timeout). */
 
 typedef struct mf_config_key {
     const char *name;
-    int type; /* LUA_TSTRING, LUA_TNUMBER (>= 0), LUA_TBOOLEAN, LUA_TTABLE */
+    int type;         /* LUA_TSTRING, LUA_TNUMBER, LUA_TBOOLEAN or LUA_TTABLE */
+    double min, max;  /* numbers: integers from min to max */
+    const char *unit; /* numbers: what they count, for the message */
 } mf_config_key_t;
 
+#define MF_CONFIG_MS(name)                                 \
+    {                                                      \
+        name, LUA_TNUMBER, 0, UINT32_MAX, " (ms; 0: none)" \
+    }
+#define MF_CONFIG_END       \
+    {                       \
+        NULL, 0, 0, 0, NULL \
+    }
+
+/* The server's header array holds 100 (MF_HTTP_MAX_HEADERS): more would be
+ * cut to it silently. Heads and lines up to 16 MiB, 2^53 body bytes (what
+ * a Lua number holds exactly). */
 static const mf_config_key_t mf__top_keys[] = {
-    {"listen", LUA_TSTRING},     {"root", LUA_TSTRING},
-    {"access_log", LUA_TSTRING}, {"workers", LUA_TNUMBER},
-    {"limits", LUA_TTABLE},      {"timeouts", LUA_TTABLE},
-    {"tls", LUA_TTABLE},         {"routes", LUA_TTABLE},
-    {"jit", LUA_TBOOLEAN},       {NULL, 0}};
+    {"listen", LUA_TSTRING, 0, 0, NULL},
+    {"root", LUA_TSTRING, 0, 0, NULL},
+    {"access_log", LUA_TSTRING, 0, 0, NULL},
+    {"workers", LUA_TNUMBER, 0, MF_SERVE_MAX_WORKERS, " (0: one per core)"},
+    {"limits", LUA_TTABLE, 0, 0, NULL},
+    {"timeouts", LUA_TTABLE, 0, 0, NULL},
+    {"tls", LUA_TTABLE, 0, 0, NULL},
+    {"routes", LUA_TTABLE, 0, 0, NULL},
+    {"jit", LUA_TBOOLEAN, 0, 0, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
-    {"max_body", LUA_TNUMBER},        {"max_head", LUA_TNUMBER},
-    {"max_line", LUA_TNUMBER},        {"max_headers", LUA_TNUMBER},
-    {"max_connections", LUA_TNUMBER}, {"cpu", LUA_TNUMBER},
-    {"lua_memory", LUA_TNUMBER},      {NULL, 0}};
+    {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
+    {"max_head", LUA_TNUMBER, 1, 16 << 20, " (bytes)"},
+    {"max_line", LUA_TNUMBER, 1, 16 << 20, " (bytes)"},
+    {"max_headers", LUA_TNUMBER, 1, 100, NULL},
+    {"max_connections", LUA_TNUMBER, 1, 1 << 20, " (per worker)"},
+    {"cpu", LUA_TNUMBER, 0, UINT32_MAX, " (ms; 0: none)"},
+    {"lua_memory", LUA_TNUMBER, 0, 1 << 20, " (MiB; 0: no cap)"},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__timeouts_keys[] = {
-    {"header", LUA_TNUMBER},    {"body", LUA_TNUMBER},
-    {"keepalive", LUA_TNUMBER}, {"write", LUA_TNUMBER},
-    {"handler", LUA_TNUMBER},   {"drain", LUA_TNUMBER},
-    {"stop", LUA_TNUMBER},      {NULL, 0}};
-static const mf_config_key_t mf__tls_keys[] = {{"cert", LUA_TSTRING},
-                                               {"key", LUA_TSTRING},
-                                               {"sni", LUA_TTABLE},
-                                               {NULL, 0}};
+    MF_CONFIG_MS("header"),    MF_CONFIG_MS("body"),
+    MF_CONFIG_MS("keepalive"), MF_CONFIG_MS("write"),
+    MF_CONFIG_MS("handler"),   MF_CONFIG_MS("drain"),
+    MF_CONFIG_MS("stop"),      MF_CONFIG_END};
+static const mf_config_key_t mf__tls_keys[] = {
+    {"cert", LUA_TSTRING, 0, 0, NULL},
+    {"key", LUA_TSTRING, 0, 0, NULL},
+    {"sni", LUA_TTABLE, 0, 0, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__cert_keys[] = {
-    {"cert", LUA_TSTRING}, {"key", LUA_TSTRING}, {NULL, 0}};
+    {"cert", LUA_TSTRING, 0, 0, NULL},
+    {"key", LUA_TSTRING, 0, 0, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
-    {"file", LUA_TSTRING}, {"timeout", LUA_TNUMBER}, {NULL, 0}};
+    {"file", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_MS("timeout"), MF_CONFIG_END};
 
 static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
                                              const char *name)
@@ -202,6 +245,38 @@ static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
     while (keys->name && strcmp(keys->name, name) != 0)
         keys++;
     return keys->name ? keys : NULL;
+}
+
+/* The value on top of L fits k (type, and for numbers: an integer in
+ * range). */
+static bool mf__config_value_fits(lua_State *L, const mf_config_key_t *k)
+{
+    if (lua_type(L, -1) != k->type)
+        return false;
+    if (k->type != LUA_TNUMBER)
+        return true;
+    double v = lua_tonumber(L, -1);
+    return v >= k->min && v <= k->max && v == floor(v); /* NaN fails */
+}
+
+/* "an integer from 0 to 4294967295 (ms; 0: none) expected, got -1" */
+static void mf__config_type_error(lua_State *L, const char *where,
+                                  const char *name, const mf_config_key_t *k,
+                                  char *err, size_t errlen)
+{
+    char got[64];
+    if (lua_type(L, -1) == LUA_TNUMBER)
+        snprintf(got, sizeof got, "%.14g", lua_tonumber(L, -1));
+    else
+        snprintf(got, sizeof got, "a %s", luaL_typename(L, -1));
+    if (k->type == LUA_TNUMBER)
+        snprintf(err, errlen,
+                 "%s%s: an integer from %.0f to %.0f%s expected, "
+                 "got %s",
+                 where, name, k->min, k->max, k->unit ? k->unit : "", got);
+    else
+        snprintf(err, errlen, "%s%s: a %s expected, got %s", where, name,
+                 lua_typename(L, k->type), got);
 }
 
 /* The key and value on top of L (as lua_next leaves them) are one of keys.
@@ -218,12 +293,8 @@ static int mf__config_check_pair(lua_State *L, const char *where,
                  name ? name : "(a key that is not a string)");
         return -1;
     }
-    if (lua_type(L, -1) != k->type ||
-        (k->type == LUA_TNUMBER && lua_tonumber(L, -1) < 0)) {
-        snprintf(err, errlen, "%s%s: %s expected, got %s", where, name,
-                 k->type == LUA_TNUMBER ? "a number >= 0"
-                                        : lua_typename(L, k->type),
-                 luaL_typename(L, -1));
+    if (!mf__config_value_fits(L, k)) {
+        mf__config_type_error(L, where, name, k, err, errlen);
         return -1;
     }
     return 0;
@@ -285,7 +356,7 @@ static int mf__config_check_tls(lua_State *L, int t, char *err, size_t errlen)
     if (mf__config_check(L, t, "tls.", mf__tls_keys, err, errlen) < 0 ||
         mf__config_check_cert(L, t, "tls", err, errlen) < 0)
         return -1;
-    lua_getfield(L, t, "sni");
+    mf__rawfield(L, t, "sni");
     int sni = lua_gettop(L), n = 0, rc = 0;
     if (lua_istable(L, sni)) {
         lua_pushnil(L);
@@ -398,7 +469,7 @@ static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < MF_ARRAY_SIZE(mf__config_section_table);
          i++) {
-        lua_getfield(L, t, mf__config_section_table[i].name);
+        mf__rawfield(L, t, mf__config_section_table[i].name);
         if (lua_istable(L, -1))
             rc = mf__config_section_table[i].read(L, lua_gettop(L), c, dir, err,
                                                   errlen);
@@ -407,32 +478,46 @@ static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
     return rc;
 }
 
-static int mf__config_read(lua_State *L, mf_serve_config_t *c, const char *dir,
-                           char *err, size_t errlen)
+/* The top-level keys, then the sections; the table at t. */
+static int mf__config_read_table(lua_State *L, int t, mf_serve_config_t *c,
+                                 const char *dir, char *err, size_t errlen)
 {
-    int t = lua_gettop(L);
     const char *s;
     double v;
     if (mf__config_check(L, t, "", mf__top_keys, err, errlen) < 0)
         return -1;
-    if ((s = mf__field_string(L, t, "listen")))
+    if ((s = mf__field_string(L, t, "listen"))) {
+        char why[200];
+        if (mf_serve_check_listen(s, why, sizeof why) < 0) {
+            snprintf(err, errlen, "listen: %s", why);
+            return -1;
+        }
         c->http.listen = mf_serve_config_strdup(c, s);
+    }
     if ((s = mf__field_string(L, t, "root")))
         c->root = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "access_log")))
         c->access_log = mf__config_path(c, dir, s);
-    lua_getfield(L, t, "jit");
+    mf__rawfield(L, t, "jit");
     if (lua_isboolean(L, -1))
         c->jit = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    if (mf__field_number(L, t, "workers", &v)) {
-        if (v > MF_SERVE_MAX_WORKERS) {
-            snprintf(err, errlen, "workers: at most %d", MF_SERVE_MAX_WORKERS);
-            return -1;
-        }
-        c->workers = (unsigned)v;
-    }
+    if (mf__field_number(L, t, "workers", &v))
+        c->workers = (unsigned)v; /* checked: 0 to MF_SERVE_MAX_WORKERS */
     return mf__config_sections(L, t, c, dir, err, errlen);
+}
+
+int mf_serve_config_read(mf_serve_config_t *c, lua_State *L, const char *dir,
+                         char *err, size_t errlen)
+{
+    int t = lua_gettop(L);
+    if (!lua_istable(L, t)) {
+        snprintf(err, errlen, "the config must return a table");
+        return -1;
+    }
+    int rc = mf__config_read_table(L, t, c, dir, err, errlen);
+    lua_settop(L, t); /* a failed check may leave its keys */
+    return rc;
 }
 
 int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
@@ -446,13 +531,14 @@ int mf_serve_config_load(mf_serve_config_t *c, const char *file, char *err,
     luaL_openlibs(L);
     int rc = -1;
     if (luaL_loadfile(L, file) != 0 || lua_pcall(L, 0, 1, 0) != 0) {
-        snprintf(err, errlen, "%s", lua_tostring(L, -1));
-    } else if (!lua_istable(L, -1)) {
-        snprintf(err, errlen, "%s: the config must return a table", file);
+        const char *why = lua_tostring(L, -1);
+        snprintf(err, errlen, "%s%s%s", why ? "" : file, why ? "" : ": raised ",
+                 why ? why : luaL_typename(L, -1));
     } else {
         char msg[400];
-        rc = mf__config_read(L, c, dirname(mf_serve_config_strdup(c, file)),
-                             msg, sizeof msg);
+        c->file = mf_serve_config_strdup(c, file);
+        rc = mf_serve_config_read(
+            c, L, dirname(mf_serve_config_strdup(c, file)), msg, sizeof msg);
         if (rc < 0)
             snprintf(err, errlen, "%s: %s", file, msg);
     }

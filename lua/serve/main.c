@@ -8,11 +8,13 @@
  * loop runs until nothing is left (timers, flows); then the host is closed,
  * the loop drained, and the exit code decided here only.
  */
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <lauxlib.h>
 
@@ -44,10 +46,12 @@ static const char usage_run[] =
 static const char usage_test[] =
     "usage: moonflow test [DIR] [BUSTED OPTIONS...]\n"
     "\n"
-    "Runs the busted specs (*_spec.lua) under DIR (default: spec) inside\n"
-    "the host, so specs may wait on moonflow calls. Options after DIR go to\n"
-    "busted (e.g. --filter=PATTERN). The last line reads\n"
-    "\"N passed, N failed\"; the exit code is 1 if any failed.\n";
+    "Runs the busted specs (*_spec.lua) under DIR (default: spec; or one\n"
+    "spec file) inside the host, so specs may wait on moonflow calls and\n"
+    "require modules in DIR. Options after DIR go to busted (e.g.\n"
+    "--filter=PATTERN, -o TAP).\n"
+    "The last line reads \"N passed, N failed\" (on stderr when -o names an\n"
+    "output handler); the exit code is 1 if any failed.\n";
 
 typedef struct run {
     mf_loop_t *loop;
@@ -117,20 +121,42 @@ static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
         mf_loop_stop(r->loop);
 }
 
-/* Modules beside the script are found wherever it is run from. */
-static void add_script_dir(lua_State *L, const char *script)
+/* package.path = DIR/?.lua;DIR/?/init.lua;... (dirlen bytes of dir). */
+static void add_module_dir(lua_State *L, const char *dir, size_t dirlen)
 {
-    const char *slash = strrchr(script, '/');
-    int dirlen = slash ? (int)(slash - script) : 1;
-    const char *dir = slash ? script : ".";
     lua_getglobal(L, "package");
-    lua_pushlstring(L, dir, (size_t)dirlen);
+    lua_pushlstring(L, dir, dirlen);
     const char *d = lua_tostring(L, -1);
     lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
     lua_getfield(L, -3, "path");
     lua_concat(L, 2);
     lua_setfield(L, -3, "path");
     lua_pop(L, 2);
+}
+
+/* Modules beside the script are found wherever it is run from. */
+static void add_script_dir(lua_State *L, const char *script)
+{
+    const char *slash = strrchr(script, '/');
+    add_module_dir(L, slash ? script : ".",
+                   slash ? (size_t)(slash - script) : 1);
+}
+
+/* The specs' folder (a spec file's own, when one is given) is on the
+ * module path, as a script's is for `run`: by its absolute path, which
+ * busted's --directory cannot change. */
+static void add_spec_dir(lua_State *L, const char *dir)
+{
+    char abs[PATH_MAX];
+    struct stat st;
+    if (!realpath(dir, abs)) {
+        add_module_dir(L, dir, strlen(dir));
+        return;
+    }
+    char *slash = strrchr(abs, '/');
+    if (stat(abs, &st) == 0 && !S_ISDIR(st.st_mode) && slash)
+        *slash = '\0'; /* a spec file: its folder */
+    add_module_dir(L, abs, strlen(abs));
 }
 
 /* The global `arg`: arg[0] = argv[0], arg[i] = argv[i]; pushes argv[1..]. */
@@ -191,7 +217,9 @@ static int cmd_test(int argc, char **argv)
     lua_call(L, 1, 1);
     lua_createtable(L, argc + 1, 0);
     int first_is_dir = argc > 0 && argv[0][0] != '-';
-    lua_pushstring(L, first_is_dir ? argv[0] : "spec");
+    const char *dir = first_is_dir ? argv[0] : "spec";
+    add_spec_dir(L, dir);
+    lua_pushstring(L, dir);
     lua_rawseti(L, -2, 1);
     for (int i = first_is_dir; i < argc; i++) {
         lua_pushstring(L, argv[i]);

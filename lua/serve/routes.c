@@ -1,31 +1,32 @@
 /*
  * lua/serve/routes.c — the route cache: a small open hash of URL paths to
  * entries holding the compiled handler (a registry reference), the script
- * file, and whether it must be compiled again; beside it a fixed-size
- * cache of paths known to have no script, and the last good source of each
- * script, shared by the workers.
+ * file, the generation it was compiled in and whether it must be compiled
+ * again; beside it a fixed-size cache of paths known to have no script.
+ * Which change reloads what is decided here (mf_serve_routes_changed).
  *
- * May call: the Lua host (compile, registry references, log) and the file
- * system (stat, read). Called by handler.c (lookups) and serve.c (changes
- * reported by the watcher, SIGHUP).
+ * May call: the Lua host (registry references, log, the JIT flush), site.h
+ * (generations: compiling in one), sources.h (reading scripts, last good
+ * sources) and the file system (stat). Called by handler.c (lookups) and
+ * serve.c (changes reported by the watcher, SIGHUP).
  */
 #include "routes.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <lauxlib.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
+
+#include <luajit.h>
 
 #include <moonflow/common.h>
 #include <moonflow/error.h>
+
+#include "site.h"
+#include "sources.h"
 
 typedef struct mf_serve_route {
     struct mf_serve_route *next; /* hash chain */
@@ -36,6 +37,7 @@ typedef struct mf_serve_route {
     const char *rel_file; /* file relative to the root ("" if outside) */
     bool fixed;           /* an explicit route from the config */
     bool stale;           /* compile again before the next use */
+    uint32_t generation;  /* of the site's code it was compiled in */
     int ref;              /* the handler, LUA_NOREF if none yet */
     uint32_t source_hash; /* of the source the handler came from */
     uint32_t timeout_ms;  /* from the config; 0 for file routes */
@@ -60,6 +62,7 @@ typedef struct mf_serve_route_miss {
 
 struct mf_serve_routes {
     mf_lua_host_t *host;
+    mf_serve_site_t *site; /* the generation routes are compiled in */
     bool cache_misses;
     size_t nmisses; /* slots in use: forgetting an empty cache is free */
     mf_serve_route_t *buckets[MF_ROUTES_BUCKETS];
@@ -129,20 +132,29 @@ static mf_serve_route_t *mf__route_add(mf_serve_routes_t *r, const char *path,
     return e;
 }
 
-/* Only plain segments reach the file system: no "..", no hidden files. */
+/* The site's lib/ folder holds modules: never a route. */
+static bool mf__route_in_lib(const char *p, size_t len)
+{
+    return len >= 4 && memcmp(p, "/lib", 4) == 0 && (len == 4 || p[4] == '/');
+}
+
+/* Only plain segments reach the file system: no "..", no hidden files,
+ * nothing private (a segment starting with "_": a helper beside the
+ * routes), nothing under lib/. */
 static bool mf__route_path_ok(const char *p, size_t len)
 {
-    if (len == 0 || p[0] != '/' || len > 1024)
+    if (len == 0 || p[0] != '/' || len > 1024 || mf__route_in_lib(p, len))
         return false;
     for (size_t i = 1; i < len; i++) {
         char c = p[i];
         bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                      (c >= '0' && c <= '9') || c == '_' || c == '-' ||
                      c == '~' || c == '.';
+        bool first = p[i - 1] == '/';
         if (c == '/') {
-            if (p[i - 1] == '/')
+            if (first)
                 return false;
-        } else if (!plain || (c == '.' && p[i - 1] == '/')) {
+        } else if (!plain || (first && (c == '.' || c == '_'))) {
             return false;
         }
     }
@@ -217,163 +229,20 @@ void mf_serve_routes_cache_misses(mf_serve_routes_t *r, bool on)
         mf__misses_forget(r);
 }
 
-/* ---- the last good source of each script, shared by the workers --------
- *
- * Each worker compiles scripts in its own state, at its own pace. Without a
- * shared memory of what last compiled, a worker that had not yet run a
- * script when a broken version was saved would have nothing to fall back
- * on. So every successful load publishes its source here, and a failed load
- * on a worker with no version of its own takes the last good one. The lock
- * is taken on loads only, never per request. Sources are user-sized: their
- * copies use the checked allocator, and a refused one is reported. */
-
-typedef struct mf_last_good {
-    struct mf_last_good *next;
-    char *text;
-    size_t len;
-    char file[];
-} mf_last_good_t;
-
-static pthread_mutex_t mf__last_good_lock = PTHREAD_MUTEX_INITIALIZER;
-static mf_last_good_t *mf__last_good;
-
-static mf_last_good_t *mf__last_good_find(const char *file)
-{
-    mf_last_good_t *g = mf__last_good;
-    while (g && strcmp(g->file, file) != 0)
-        g = g->next;
-    return g;
-}
-
-/* Copies text in as the last good source of file. Returns 0, or MF_ENOMEM
- * (the previous copy, if any, stays). */
-static int mf__last_good_publish_locked(const char *file, const char *text,
-                                        size_t len)
-{
-    mf_last_good_t *g = mf__last_good_find(file);
-    if (g && g->len == len && memcmp(g->text, text, len) == 0)
-        return 0;
-    char *copy = mf_try_malloc(len);
-    if (!copy)
-        return MF_ENOMEM;
-    memcpy(copy, text, len);
-    if (!g) {
-        size_t flen = strlen(file) + 1;
-        g = mf_try_malloc(sizeof(*g) + flen);
-        if (!g) {
-            mf_free(copy);
-            return MF_ENOMEM;
-        }
-        memcpy(g->file, file, flen);
-        g->text = NULL;
-        g->next = mf__last_good;
-        mf__last_good = g;
-    }
-    mf_free(g->text);
-    g->text = copy;
-    g->len = len;
-    return 0;
-}
-
-static int mf__last_good_publish(const char *file, const char *text, size_t len)
-{
-    pthread_mutex_lock(&mf__last_good_lock);
-    int rc = mf__last_good_publish_locked(file, text, len);
-    pthread_mutex_unlock(&mf__last_good_lock);
-    return rc;
-}
-
-/* *copy gets a copy of the last good source (caller frees with mf_free).
- * Returns 0, MF_ENOENT (none yet) or MF_ENOMEM. */
-static int mf__last_good_copy(const char *file, char **copy, size_t *len)
-{
-    int rc = MF_ENOENT;
-    *copy = NULL;
-    pthread_mutex_lock(&mf__last_good_lock);
-    const mf_last_good_t *g = mf__last_good_find(file);
-    if (g) {
-        *copy = mf_try_malloc(g->len);
-        rc = *copy ? 0 : MF_ENOMEM;
-        if (*copy) {
-            memcpy(*copy, g->text, g->len);
-            *len = g->len;
-        }
-    }
-    pthread_mutex_unlock(&mf__last_good_lock);
-    return rc;
-}
-
-void mf_serve_routes_forget_sources(void)
-{
-    pthread_mutex_lock(&mf__last_good_lock);
-    while (mf__last_good) {
-        mf_last_good_t *g = mf__last_good;
-        mf__last_good = g->next;
-        mf_free(g->text);
-        mf_free(g);
-    }
-    pthread_mutex_unlock(&mf__last_good_lock);
-}
-
 /* ---- loading scripts ----------------------------------------------------- */
 
-/* Doubles the buffer (checked: a script is user-sized). */
-static char *mf__grow(char *buf, size_t len, size_t *cap)
+/* Compiles a route script in the site's current generation and runs it;
+ * leaves the function it returned on L (the host's state). The main chunk
+ * runs as a slice of the host: a script whose top level never ends is
+ * stopped at the CPU budget like a handler, and the memory cap holds. */
+static const char *mf__route_compile(mf_serve_routes_t *r, lua_State *L,
+                                     const char *file, const char *text,
+                                     size_t len)
 {
-    char *bigger = *cap <= SIZE_MAX / 2 ? mf_try_malloc(*cap * 2) : NULL;
-    if (bigger) {
-        memcpy(bigger, buf, len);
-        *cap *= 2;
-    }
-    mf_free(buf);
-    return bigger;
-}
-
-/* Reads the whole file into *text (caller frees with mf_free). Returns 0 or
- * a negative MF_E* code (*text is then NULL). */
-static int mf__read_file(const char *path, char **text, size_t *len)
-{
-    *text = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mf_err_from_errno(errno);
-    struct stat st;
-    size_t cap =
-        fstat(fd, &st) == 0 && st.st_size > 0 ? (size_t)st.st_size + 1 : 4096;
-    size_t n = 0;
-    int rc = 0;
-    char *buf = mf_try_malloc(cap);
-    while (buf) {
-        if (n == cap && !(buf = mf__grow(buf, n, &cap)))
-            break;
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0) {
-            rc = got < 0 ? mf_err_from_errno(errno) : 0;
-            break;
-        }
-        n += (size_t)got;
-    }
-    close(fd);
-    if (!buf)
-        return MF_ENOMEM;
-    if (rc < 0) {
-        mf_free(buf);
-        return rc;
-    }
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
-/* Compiles and runs a chunk; leaves the function it returned on L. */
-static const char *mf__route_compile(lua_State *L, const char *file,
-                                     const char *text, size_t len)
-{
-    char name[PATH_MAX + 1];
-    snprintf(name, sizeof name, "@%s", file);
-    if (luaL_loadbuffer(L, text, len, name) != 0 || lua_pcall(L, 0, 1, 0) != 0)
+    const char *err = mf_serve_site_load(r->site, L, file, text, len);
+    if (err)
+        return err;
+    if (mf_lua_host_pcall(r->host, 0, 1, 0) != 0)
         return lua_tostring(L, -1);
     if (!lua_isfunction(L, -1))
         return "the script must return a function";
@@ -388,16 +257,6 @@ static void mf__route_set(mf_serve_routes_t *r, mf_serve_route_t *e,
     e->source_hash = mf__fnv1a(text, len);
 }
 
-static void mf__route_publish(mf_serve_routes_t *r, const char *file,
-                              const char *text, size_t len)
-{
-    if (mf__last_good_publish(file, text, len) < 0)
-        mf_lua_host_log(r->host,
-                        "moonflow: %s: out of memory keeping its source: "
-                        "workers that never ran it cannot fall back to it",
-                        file);
-}
-
 /* The script failed (err): the worker runs the last good source (the
  * newest that compiled, whichever worker saw it), or keeps its own version
  * when that is the one. */
@@ -406,7 +265,7 @@ static void mf__route_fall_back(mf_serve_routes_t *r, mf_serve_route_t *e,
 {
     char *good;
     size_t len = 0;
-    int rc = mf__last_good_copy(e->file, &good, &len);
+    int rc = mf_serve_source_last_good(e->file, &good, &len);
     mf_lua_host_log(r->host, "moonflow: %s: %s%s%s", e->file, err,
                     rc == MF_ENOMEM ? " (out of memory copying the last good "
                                       "version)"
@@ -416,29 +275,31 @@ static void mf__route_fall_back(mf_serve_routes_t *r, mf_serve_route_t *e,
                         : "");
     lua_settop(L, 0);
     if (good && mf__fnv1a(good, len) != e->source_hash &&
-        !mf__route_compile(L, e->file, good, len))
+        !mf__route_compile(r, L, e->file, good, len))
         mf__route_set(r, e, L, good, len);
     lua_settop(L, 0);
     mf_free(good);
 }
 
-/* Loads the script; on success the function replaces the entry's handler
- * and its source is published; on failure, see mf__route_fall_back. */
+/* Loads the script in the current generation; on success the function
+ * replaces the entry's handler and its source is published; on failure,
+ * see mf__route_fall_back. */
 static void mf__route_load(mf_serve_routes_t *r, mf_serve_route_t *e,
                            lua_State *L)
 {
     char *text, why[128];
     size_t len = 0;
     e->stale = false;
-    int rc = mf__read_file(e->file, &text, &len);
+    e->generation = mf_serve_site_generation(r->site);
+    int rc = mf_serve_source_read(e->file, &text, &len);
     const char *err = why;
     if (rc < 0)
         snprintf(why, sizeof why, "cannot read the script (%s)",
                  mf_strerror(rc));
     else
-        err = mf__route_compile(L, e->file, text, len);
+        err = mf__route_compile(r, L, e->file, text, len);
     if (!err) {
-        mf__route_publish(r, e->file, text, len);
+        mf_serve_source_keep(r->host, e->file, text, len);
         mf__route_set(r, e, L, text, len);
     }
     mf_free(text);
@@ -454,13 +315,13 @@ static void mf__route_publish_if_good(mf_serve_routes_t *r, const char *abs)
 {
     char *text;
     size_t len;
-    if (mf__read_file(abs, &text, &len) < 0)
+    if (mf_serve_source_read(abs, &text, &len) < 0)
         return;
     lua_State *L = mf_lua_host_state(r->host);
     char name[PATH_MAX + 1];
     snprintf(name, sizeof name, "@%s", abs);
     if (luaL_loadbuffer(L, text, len, name) == 0)
-        mf__route_publish(r, abs, text, len);
+        mf_serve_source_keep(r->host, abs, text, len);
     lua_settop(L, 0);
     mf_free(text);
 }
@@ -492,7 +353,7 @@ mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
     mf_serve_route_t *e = mf__route_find(r, path, len, hash);
     if (!e && !(e = mf__route_discover(r, path, len, hash)))
         return MF_SERVE_ROUTE_MISSING;
-    if (e->stale) {
+    if (e->stale || e->generation != mf_serve_site_generation(r->site)) {
         /* The main state compiles: the script's top level cannot yield. */
         mf__route_load(r, e, mf_lua_host_state(r->host));
     }
@@ -522,21 +383,24 @@ static bool mf__route_under(const mf_serve_route_t *e, const char *file,
            (e->rel_file[flen] == '\0' || e->rel_file[flen] == '/');
 }
 
-/* A changed or removed file, or a folder that came or went. A route whose
- * file is gone is dropped (a 404 from now on, unless another file takes the
- * path at the next lookup); one whose file changed is compiled again at its
- * next request. Any change may give a remembered miss its script (a new
- * file, a new folder): every miss is forgotten. */
-void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
+/* Replaced code leaves its compiled traces behind: LuaJIT's machine code
+ * is handed out from areas that are freed only all at once, by a flush
+ * (OpenResty's LuaJIT lets them grow to 40 MiB per state first), so each
+ * reload would keep the traces of the version it replaced. Flushing at the
+ * reload frees them; hot code is traced again within a few requests. */
+static void mf__routes_flush_traces(mf_serve_routes_t *r)
 {
-    mf__misses_forget(r);
-    size_t flen = strlen(file);
-    if (flen > 4 && strcmp(file + flen - 4, ".lua") == 0) {
-        char abs[PATH_MAX];
-        int n = snprintf(abs, sizeof abs, "%s/%s", r->root, file);
-        if (n > 0 && (size_t)n < sizeof abs)
-            mf__route_publish_if_good(r, abs);
-    }
+    luaJIT_setmode(mf_lua_host_state(r->host), 0,
+                   LUAJIT_MODE_ENGINE | LUAJIT_MODE_FLUSH);
+}
+
+/* The routes whose script is file or under the folder file: dropped when
+ * the file is gone (a 404 from now on, unless another file takes the path
+ * at the next lookup), compiled again at their next request otherwise.
+ * Returns how many there were. */
+static size_t mf__routes_touch(mf_serve_routes_t *r, const char *file)
+{
+    size_t flen = strlen(file), n = 0;
     for (int b = 0; b < MF_ROUTES_BUCKETS; b++) {
         mf_serve_route_t **slot = &r->buckets[b];
         while (*slot) {
@@ -546,6 +410,7 @@ void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
                 slot = &e->next;
                 continue;
             }
+            n++;
             if (!e->fixed && stat(e->file, &st) != 0) {
                 mf__route_drop(r, slot);
                 continue;
@@ -554,6 +419,50 @@ void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
             slot = &e->next;
         }
     }
+    return n;
+}
+
+/* Whether the change to abs (file relative to the root) needs a new
+ * generation of the site's code: a module of the current one changed or
+ * went; a Lua file that is no route's script changed or came (a new module,
+ * or one that now shadows another, or that a failed require looked for);
+ * or a folder arrived (with modules in it). A route's own script alone
+ * reloads only that route. */
+static bool mf__routes_needs_renew(mf_serve_routes_t *r, const char *abs,
+                                   bool lua, size_t routes)
+{
+    struct stat st;
+    if (mf_serve_site_has_module(r->site, abs))
+        return true;
+    if (lua)
+        return routes == 0;
+    return stat(abs, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A changed or removed file, or a folder that came or went (see
+ * routes.h). Any change may give a remembered miss its script (a new
+ * file, a new folder): every miss is forgotten. */
+void mf_serve_routes_changed(mf_serve_routes_t *r, const char *file)
+{
+    char abs[PATH_MAX];
+    struct stat st;
+    mf__misses_forget(r);
+    int n = snprintf(abs, sizeof abs, "%s/%s", r->root, file);
+    if (n <= 0 || (size_t)n >= sizeof abs)
+        return;
+    size_t flen = (size_t)n - strlen(r->root) - 1;
+    bool lua = flen > 4 && strcmp(file + flen - 4, ".lua") == 0;
+    bool gone = stat(abs, &st) != 0;
+    if (lua && !gone)
+        mf__route_publish_if_good(r, abs);
+    if (lua && gone)
+        mf_serve_sources_forget(abs); /* no fallback for a removed file */
+    size_t routes = mf__routes_touch(r, file);
+    bool renew = mf__routes_needs_renew(r, abs, lua, routes);
+    if (renew)
+        mf_serve_site_renew(r->site);
+    if (renew || routes)
+        mf__routes_flush_traces(r);
 }
 
 void mf_serve_routes_appeared(mf_serve_routes_t *r, const char *file)
@@ -562,12 +471,13 @@ void mf_serve_routes_appeared(mf_serve_routes_t *r, const char *file)
     mf__misses_forget(r);
 }
 
+/* SIGHUP (or a watcher that lost events): a new generation, so every route
+ * and every module is read again from the disk at its next use. */
 void mf_serve_routes_invalidate_all(mf_serve_routes_t *r)
 {
     mf__misses_forget(r);
-    for (int b = 0; b < MF_ROUTES_BUCKETS; b++)
-        for (mf_serve_route_t *e = r->buckets[b]; e; e = e->next)
-            e->stale = true;
+    mf_serve_site_renew(r->site);
+    mf__routes_flush_traces(r);
 }
 
 mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
@@ -577,6 +487,7 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
     size_t root_len = strlen(root) + 1;
     mf_serve_routes_t *r = mf_xcalloc(1, sizeof(*r) + root_len);
     r->host = host;
+    r->site = mf_serve_site_create(host, root);
     memcpy(r->root, root, root_len);
     for (size_t i = 0; i < nroutes; i++) {
         const char *f = routes[i].file;
@@ -595,5 +506,11 @@ void mf_serve_routes_destroy(mf_serve_routes_t *r)
     for (int b = 0; b < MF_ROUTES_BUCKETS; b++)
         while (r->buckets[b])
             mf__route_drop(r, &r->buckets[b]);
+    mf_serve_site_destroy(r->site);
     mf_free(r);
+}
+
+void mf_serve_routes_forget_sources(void)
+{
+    mf_serve_sources_forget_all();
 }

@@ -5,18 +5,33 @@
  *
  * File routing: "/" → ROOT/index.lua, "/api/user" → ROOT/api/user.lua, or
  * ROOT/api/user/index.lua. Paths with "..", hidden segments (".git") or
- * characters outside [A-Za-z0-9._~-] never reach the file system.
+ * characters outside [A-Za-z0-9._~-] never reach the file system, nor do
+ * the places for modules: ROOT/lib/ and any file or folder whose name
+ * starts with "_" (ROOT/api/_shared.lua is required as "api._shared", never
+ * served).
  *
  * A script is compiled and run once per worker, at the first request that
- * needs it; it must return the handler function. When the file changes
- * (mf_serve_routes_changed, fed by the worker's inotify watcher, or
- * mf_serve_routes_invalidate_all on SIGHUP) the entry becomes stale and the
- * next request compiles it again — never in the middle of a request:
- * requests in flight keep the function they started with (their coroutine
- * references it). A script that fails to compile or load is logged and the
+ * needs it, in the worker's current generation of the site's code (site.h:
+ * its globals, require and site modules); it must return the handler
+ * function. Reloads are lazy and per worker, never in the middle of a
+ * request: requests in flight keep the function they started with (their
+ * coroutine references it, and through it its generation's modules).
+ * - A route's own script changed (mf_serve_routes_changed, fed by the
+ *   worker's inotify watcher): that route is compiled again at its next
+ *   request.
+ * - Any other Lua file under the root changed, came or went (a module a
+ *   route requires, a new module, a folder moved in): a new generation;
+ *   every route is compiled again at its next request and requires fresh
+ *   modules, so a route and its modules are always one version.
+ * - SIGHUP (mf_serve_routes_invalidate_all, on every worker): a new
+ *   generation too, so every worker reads every file from the disk again.
+ * Each reload also flushes the worker's JIT traces: the machine code of the
+ * replaced version is freed with them (it would otherwise stay until
+ * LuaJIT's 40 MiB code limit).
+ * A script or module that fails to compile or load is logged and the
  * previous version keeps serving — on every worker: the last good source of
- * each script is shared, so a worker that never ran the old version still
- * gets it rather than an error.
+ * each file is shared (sources.h), so a worker that never ran the old
+ * version still gets it rather than an error.
  *
  * Misses are remembered (when mf_serve_routes_cache_misses is on): a path
  * with no script costs two stat() calls once, then a hash lookup, until the
@@ -25,8 +40,9 @@
  * size: random paths evict each other, memory never grows.
  *
  * Ownership: the routes object belongs to its worker and owns its entries,
- * their strings and the registry references to the handlers (released with
- * mf_lua_unref). Threads: the worker's loop thread only.
+ * their strings, the registry references to the handlers (released with
+ * mf_lua_unref) and the site's generations. Threads: the worker's loop
+ * thread only.
  */
 #ifndef MF_SERVE_ROUTES_H
 #define MF_SERVE_ROUTES_H

@@ -39,11 +39,13 @@ static const char usage_serve[] =
     "\n"
     "Serves the Lua handlers under DIR (default: scripts/site): DIR/a/b.lua\n"
     "answers /a/b, DIR/a/index.lua answers /a/. A handler script returns\n"
-    "function(req, resp). Scripts reload when they change (inotify) and on\n"
-    "SIGHUP; SIGINT/SIGTERM stop gracefully (a worker still busy after\n"
-    "timeouts.stop, 1000 ms, is given up: exit status 3). --config FILE\n"
-    "reads a Lua table (listen, workers, root, access_log, tls, limits,\n"
-    "timeouts, routes, jit); options given on the command line win.\n"
+    "function(req, resp). Modules go in DIR/lib/ (require \"name\") or in\n"
+    "files named _*.lua: never routes. Scripts and the modules they require\n"
+    "reload when they change (inotify) and on SIGHUP; SIGINT/SIGTERM stop\n"
+    "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
+    "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
+    "root, access_log, tls, limits, timeouts, routes, jit); options given\n"
+    "on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -255,7 +257,8 @@ static int mf__serve_parse_args(int argc, char **argv, mf_serve_args_t *args)
             fprintf(stderr, "moonflow serve: unknown option %s\n\n%s", a,
                     usage_serve);
             return -1;
-        } else if (!v) {
+        } else if (!v || (v[0] == '-' && v[1] == '-')) {
+            /* "--listen --workers 2": the next option is not a value */
             fprintf(stderr, "moonflow serve: %s needs a value\n", a);
             return -1;
         } else {
@@ -299,6 +302,11 @@ static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
     }
     if (args.workers && mf__serve_parse_workers(args.workers, &c->workers) < 0)
         return -1;
+    if (args.listen &&
+        mf_serve_check_listen(args.listen, err, sizeof err) < 0) {
+        fprintf(stderr, "moonflow serve: --listen: %s\n", err);
+        return -1;
+    }
     if (args.root)
         c->root = mf_serve_config_strdup(c, args.root);
     if (args.listen)
@@ -312,6 +320,10 @@ static int mf__serve_options(int argc, char **argv, mf_serve_config_t *c)
     if (stat(c->root, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "moonflow serve: %s: no such scripts folder\n",
                 c->root);
+        return -1;
+    }
+    if (mf_serve_config_check(c, err, sizeof err) < 0) {
+        fprintf(stderr, "moonflow serve: %s\n", err);
         return -1;
     }
     return 0;

@@ -55,6 +55,7 @@ typedef struct mf_serve_config {
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;
+    const char *file; /* the config file read (messages); NULL: none */
     struct mf_serve_config_string *strings; /* owned copies, a list */
 } mf_serve_config_t;
 
@@ -63,11 +64,29 @@ typedef struct mf_serve_config {
  * folder. Returns 0, or -1 with a message in err. */
 int mf_serve_config_load(mf_serve_config_t *config, const char *file, char *err,
                          size_t errlen);
+/* Reads the config table on top of L (what a config chunk returned) into
+ * config: every key checked (known, of its type, numbers integers in
+ * range) as it is read, raw (no metamethod runs). Relative paths are taken
+ * from dir. Returns 0, or -1 with a message naming the key in err. The
+ * table stays on L; the config keeps copies of its strings. */
+int mf_serve_config_read(mf_serve_config_t *config, lua_State *L,
+                         const char *dir, char *err, size_t errlen);
 /* Keeps a copy of s for the config's lifetime (never NULL: a config
  * string is small, the allocation aborts on out-of-memory as every
  * engine-sized one). */
 char *mf_serve_config_strdup(mf_serve_config_t *config, const char *s);
 void mf_serve_config_free(mf_serve_config_t *config);
+
+/* config_check.c: what the settings (the config file and the command line
+ * merged) must pass before a worker starts. A listen address the server
+ * can use: 0, or -1 with "expected ..., got ..." in why (the caller names
+ * the flag or key). */
+int mf_serve_check_listen(const char *listen, char *why, size_t whylen);
+/* The TLS certificates and keys and the explicit routes' scripts are
+ * readable files. Returns 0, or -1 with a message in err naming the config
+ * file, the key and the reason. */
+int mf_serve_config_check(const mf_serve_config_t *config, char *err,
+                          size_t errlen);
 
 typedef struct mf_serve_worker {
     const mf_serve_config_t *config;

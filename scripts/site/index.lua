@@ -1,5 +1,7 @@
--- / : what this site shows. Every file here is a route: hello.lua answers
--- /hello. Edit one while the server runs: the next request uses the new code.
+-- / : what this site shows. Every file here is a route (hello.lua answers
+-- /hello) except lib/ and files named _*.lua: modules that routes require
+-- (lib/query.lua is require "query"). Edit any of them while the server
+-- runs: the next request uses the new code.
 return function(req, resp)
     resp:send([[
 moonflow is serving scripts/site:

@@ -1,6 +1,6 @@
 /*
- * fuzz_check.h — what the HTTP fuzz targets share: an invariant check that
- * aborts (so libFuzzer records the input), exact-size copies (so ASan sees a
+ * fuzz_check.h — what the HTTP fuzz targets share: the invariant check
+ * (fuzz_assert.h), exact-size copies (so ASan sees a
  * read past the caller's length), and the checks on a parsed header array.
  */
 #ifndef MF_FUZZ_CHECK_H
@@ -12,14 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_CHECK(cond)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
-                    __LINE__);                                                 \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
+#include "fuzz_assert.h"
 
 static inline char *fuzz_copy(const void *data, size_t n)
 {

@@ -29,6 +29,9 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 SCRIPTS = {
     "hello.lua": 'return function(req, resp) resp:send("hello") end\n',
     "spin.lua": "return function(req, resp) while true do end end\n",
+    # a route script whose main chunk never ends: it runs as a slice too
+    "spin_at_load.lua": "while true do end\n"
+                        "return function(req, resp) resp:send('never') end\n",
     "math.lua": "return function(req, resp)\n"
                 "  local x = 0\n"
                 "  while true do x = (x * 31 + 7) % 1000003 end\n"
@@ -202,6 +205,15 @@ class Limits(unittest.TestCase):
             self.assertEqual(r.body, b"slept")
             self.assertLess(wall, 1.0)
 
+    def test_a_script_whose_main_chunk_never_ends_is_stopped_and_answers_500(self):
+        for _ in range(2):  # it never loaded: every request tries again
+            r, wall = self.srv.timed_get("/spin_at_load")
+            self.assertEqual(r.status, 500)
+            self.assertLess(wall, 10.0)  # wall time: load-dependent
+            self.assertEqual(self.srv.get("/hello").status, 200)
+        self.assertIn("spin_at_load.lua:1: cpu budget exceeded",
+                      self.srv.stderr())
+
     def test_unbounded_allocation_gets_a_500_and_the_next_request_a_200(self):
         for _ in range(3):  # memory returns after each: the cap holds
             r, wall = self.srv.timed_get("/grow")
@@ -290,7 +302,7 @@ class Config(unittest.TestCase):
         cases = [('limits = { cpu = "1s" }', "limits.cpu"),
                  ("limits = { lua_memory = -1 }", "limits.lua_memory"),
                  ("timeouts = { stop = {} }", "timeouts.stop"),
-                 ('jit = "yes"', "jit: boolean expected")]
+                 ('jit = "yes"', "jit: a boolean expected")]
         for text, key in cases:
             conf = os.path.join(root, "c.lua")
             with open(conf, "w") as f:

@@ -126,6 +126,31 @@ describe("r:call", function()
         assert.has_error(function() r.call(42, "PING") end)
     end)
 
+    it("raises for a transaction split over calls, naming the forms that work",
+        function()
+            for _, cmd in ipairs { "MULTI", "exec", "Discard", "WATCH",
+                "UNWATCH" } do
+                local ok, err = pcall(r.call, r, cmd, "k")
+                assert.is_false(ok)
+                assert.truthy(err:find("a transaction cannot span calls",
+                    1, true), err)
+                assert.truthy(err:find('r:pipeline{{"MULTI"}, ..., {"EXEC"}}',
+                    1, true), err)
+                assert.truthy(err:find("mf.task.redis(r, {{\"MULTI\"}", 1,
+                    true), err)
+            end
+            -- the raise points at the caller's line
+            local _, err = pcall(function() r:call("MULTI") end)
+            assert.truthy(err:match("redis_spec%.lua:%d+:"), err)
+            -- and the supported forms work
+            assert.are.same({ "OK", "QUEUED", { "PONG" } },
+                r:pipeline { { "MULTI" }, { "PING" }, { "EXEC" } })
+            assert.are.same({ "OK", "QUEUED", { "PONG" } },
+                mf.task.redis(r, { { "MULTI" }, { "PING" }, { "EXEC" } })
+                    :wait().values)
+            assert.are.equal("PONG", r:call("PING"))
+        end)
+
     it("round-trips a 64 MiB value", function()
         local big = string.rep("0123456789abcdef", 4 * 1024 * 1024)
         assert.are.equal("OK", r:call("SET", "call:big", big))
@@ -162,13 +187,31 @@ describe("r:call", function()
         assert.are.equal(mf.null, r:call("GET", "call:db"))
     end)
 
+    it("says why Redis refused the URL's database", function()
+        local db99 = mf.redis(url:gsub("/0$", "") .. "/99")
+        local v, err = db99:call("PING")
+        assert.is_nil(v)
+        assert.are.equal("permission denied: ERR DB index is out of range", err)
+        v, err = db99:pipeline { { "PING" }, { "PING" } }
+        assert.is_nil(v)
+        assert.are.equal("permission denied: ERR DB index is out of range", err)
+        local res = mf.task.redis(db99, "PING"):wait()
+        assert.are.equal("permission denied: ERR DB index is out of range",
+            res.error)
+    end)
+
     it("authenticates with the URL's password", function()
         local base = "redis://%s127.0.0.1:" .. auth_port
         local good = mf.redis(base:format(":" .. password .. "@"))
         assert.are.equal("PONG", good:call("PING"))
         local v, err = mf.redis(base:format(":wrong@")):call("PING")
         assert.is_nil(v)
-        assert.are.equal("permission denied", err)
+        -- "permission denied" first (what callers matched before), then
+        -- Redis's own reason.
+        assert.truthy(err:match("^permission denied: WRONGPASS "), err)
+        local sub, serr = mf.redis(base:format(":wrong@")):subscribe("auth:ch")
+        assert.is_nil(sub)
+        assert.truthy(serr:match("^permission denied: WRONGPASS "), serr)
         v, err = mf.redis(base:format("")):call("PING")
         assert.is_nil(v)
         assert.truthy(err:match("^NOAUTH"))

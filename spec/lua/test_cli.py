@@ -3,6 +3,7 @@ keeping it alive, tracebacks), test (the summary line and exit code), serve
 (the placeholder), --help, help [COMMAND], --version, and bad commands and
 flags. Runs from a temporary directory: the Lua modules are embedded,
 nothing is read from the current directory."""
+import json
 import os
 import re
 import subprocess
@@ -34,6 +35,15 @@ def check(name, cond, proc=None):
 def write(d, name, text):
     with open(os.path.join(d, name), "w") as f:
         f.write(text)
+
+
+def json_failures(text):
+    """How many failures busted's json output lists; None if it is not one
+    JSON document."""
+    try:
+        return len(json.loads(text)["failures"])
+    except ValueError:
+        return None
 
 
 def main():
@@ -105,6 +115,41 @@ def main():
           p.returncode == 0 and
           p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
 
+    for handler, shape in (("TAP", "not ok 2 - a fails"),
+                           ("json", '"failures"'), ("junit", "<testsuites"),
+                           ("plainTerminal", "a fails")):
+        p = moonflow(["test", "specs", "-o", handler], d)
+        check("test -o %s counts the failure and exits 1" % handler,
+              p.returncode == 1 and shape in p.stdout and
+              p.stderr.rstrip().splitlines()[-1:] == ["1 passed, 1 failed"],
+              p)
+    p = moonflow(["test", "specs", "--output=json"], d)
+    check("test --output=json keeps stdout one JSON document",
+          p.returncode == 1 and json_failures(p.stdout) == 1, p)
+    p = moonflow(["test", "specs", "-o", "nosuch"], d)
+    check("test -o with an unknown handler exits 1 naming it",
+          p.returncode == 1 and "-o nosuch: no such output handler"
+          in p.stderr, p)
+
+    os.mkdir(os.path.join(d, "modspecs"))
+    write(d, "modspecs/util.lua", 'return { twice = function(x) '
+          'return 2 * x end }\n')
+    os.mkdir(os.path.join(d, "modspecs", "pkg"))
+    write(d, "modspecs/pkg/init.lua", 'return { name = "pkg" }\n')
+    write(d, "modspecs/m_spec.lua", 'describe("m", function()\n'
+          '  it("requires", function()\n'
+          '    assert.are.equal(4, require("util").twice(2))\n'
+          '    assert.are.equal("pkg", require("pkg").name)\n'
+          '  end)\nend)\n')
+    p = moonflow(["test", os.path.join(d, "modspecs")], "/")
+    check("test DIR puts DIR and DIR/?/init.lua on the module path",
+          p.returncode == 0 and
+          p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
+    p = moonflow(["test", os.path.join(d, "modspecs", "m_spec.lua")], "/")
+    check("test FILE puts the spec file's folder on the module path",
+          p.returncode == 0 and
+          p.stdout.rstrip().splitlines()[-1] == "1 passed, 0 failed", p)
+
     p = moonflow(["serve", "no-such-dir"], d)
     check("serve refuses a missing scripts folder with exit 2",
           p.returncode == 2 and "no-such-dir" in p.stderr, p)
@@ -150,6 +195,11 @@ def main():
                        (["--workers", "-1"], "--workers"),
                        (["--listen"], "--listen"),
                        (["--listn", "x"], "--listn"),
+                       (["--bogus"], "unknown option --bogus"),
+                       (["--listen", "--workers", "2"],
+                        "--listen needs a value"),
+                       (["--listen", "foo:80"], "--listen: HOST:PORT"),
+                       (["--listen", "127.0.0.1:65536"], "--listen: HOST:PORT"),
                        (["other-dir"], "other-dir")):
         p = moonflow(["serve", "site"] + args, d)
         check("serve %s exits 2 naming %s" % (" ".join(args), flag),

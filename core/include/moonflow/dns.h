@@ -100,6 +100,11 @@ MF_API const mf_sockaddr_t *mf_task_dns_addr(const mf_task_t *task,
 /* Formats an address as "1.2.3.4:80" / "[::1]:80" into buf; returns buf. */
 MF_API char *mf_sockaddr_format(const mf_sockaddr_t *addr, char *buf,
                                 size_t size);
+/* Parses a listen address as the HTTP server reads config->listen:
+ * "host:port", "[v6]:port", ":port" or "*:port" (any address), with a
+ * numeric host or "localhost" (names are not resolved). 0 or MF_EINVAL: a
+ * program checks its flags with it before starting servers. */
+MF_API int mf_sockaddr_parse_listen(const char *text, mf_sockaddr_t *addr);
 /* The address alone, "1.2.3.4" / "::1" (logs, X-Forwarded-For). */
 MF_API char *mf_sockaddr_format_ip(const mf_sockaddr_t *addr, char *buf,
                                    size_t size);

@@ -42,6 +42,10 @@ typedef void (*mf_fswatch_cb)(mf_fswatch_t *w, const char *path, unsigned what,
 MF_API mf_fswatch_t *mf_fswatch_start(mf_loop_t *loop, const char *root,
                                       mf_fswatch_cb cb, void *arg, int *err);
 MF_API void mf_fswatch_stop(mf_fswatch_t *w);
+/* Folders watched now, the root included: one that is deleted or moved
+ * away (and the folders inside it) is forgotten once the kernel confirms
+ * its watch is gone. */
+MF_API size_t mf_fswatch_folders(const mf_fswatch_t *w);
 
 MF_EXTERN_C_END
 

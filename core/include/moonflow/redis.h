@@ -43,7 +43,8 @@
  *   connect/reset/refused,
  *   server gone mid-reply   MF_STATE_SYS_ERROR      / MF_ECONNREFUSED ...
  *   TLS handshake/verify    MF_STATE_TLS_ERROR      / MF_ETLS
- *   AUTH/SELECT refused     MF_STATE_TASK_ERROR     / MF_EACCES
+ *   AUTH/SELECT refused     MF_STATE_TASK_ERROR     / MF_EACCES (Redis's
+ *                           message: mf_task_redis_error_message)
  *   connect or response
  *   timeout, task timeout   MF_STATE_TIMEOUT        / MF_ETIMEDOUT
  *   garbage from the server MF_STATE_PROTOCOL_ERROR / MF_EPROTO (connection
@@ -130,6 +131,11 @@ MF_API void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated);
 MF_API size_t mf_task_redis_nreplies(const mf_task_t *task);
 MF_API const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task,
                                                    size_t i);
+/* When the task failed with MF_EACCES (Redis refused the connection's AUTH
+ * or SELECT): Redis's own message, e.g. "WRONGPASS invalid
+ * username-password pair or user is disabled." or "ERR DB index is out of
+ * range" (at most 256 bytes). NULL otherwise. Valid in the callback. */
+MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
 
 /* ---- pub/sub ---------------------------------------------------------- */
 
@@ -162,6 +168,11 @@ MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,
                                        bool subscribe, int nchannels,
                                        const char *const *channels,
                                        const size_t *lens, bool pattern);
+/* In the final callback (msg NULL): Redis's error reply that ended the
+ * subscriber — a refused AUTH or SELECT ("WRONGPASS ...", error MF_EACCES)
+ * or SUBSCRIBE ("NOPERM ...") — at most 256 bytes; NULL otherwise. */
+MF_API const char *
+mf_redis_subscriber_error_message(const mf_redis_subscriber_t *sub);
 /* Stops reading, delivers no more messages except the final NULL one. */
 MF_API void mf_redis_subscriber_close(mf_redis_subscriber_t *sub);
 

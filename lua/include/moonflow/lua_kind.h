@@ -24,6 +24,11 @@
  * - result(L, task, data) (may be NULL): the task succeeded; add the kind's
  *   fields to the result table on top of L (state and error are set
  *   already). Runs in the task's callback, on the loop.
+ * - error_detail(task, data) (may be NULL): the task failed; a detail the
+ *   result's error string gets after its stable words, as
+ *   "permission denied: WRONGPASS ..." (the redis kind gives Redis's own
+ *   refusal), or NULL for none. The string must live until the callback
+ *   returns.
  * - data_size / release (optional): the kind's own data per task:
  *   data_size bytes, zeroed, suitably aligned, allocated by the host with
  *   the task's record and given to create and result. release(data) frees
@@ -58,6 +63,7 @@ typedef struct mf_lua_kind {
                          mf_task_cb cb, void *user);
     void (*result)(lua_State *L, mf_task_t *task, void *data);
     void (*release)(void *data);
+    const char *(*error_detail)(const mf_task_t *task, void *data);
 } mf_lua_kind_t;
 
 /* Makes kind usable by the host's Lua code. Returns 0, MF_EEXIST for a

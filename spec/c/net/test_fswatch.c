@@ -46,15 +46,35 @@ static void expect(mf_loop_t *loop, const char *path, unsigned what)
     MF_TEST_FAIL("no change reported for %s", path);
 }
 
-TEST(writes_renames_new_directories_and_deletes_are_reported)
+/* A watcher on a new temporary root, on a new loop kept running. */
+static mf_fswatch_t *watch_new_root(mf_loop_t **loop)
 {
     strcpy(root, "/tmp/mf-watch-XXXXXX");
     ASSERT(mkdtemp(root) != NULL);
-    mf_loop_t *loop = mf_loop_create();
+    *loop = mf_loop_create();
     int err = 0;
-    mf_fswatch_t *w = mf_fswatch_start(loop, root, on_change, NULL, &err);
+    mf_fswatch_t *w = mf_fswatch_start(*loop, root, on_change, NULL, &err);
     ASSERT(w != NULL);
-    mf_loop_ref(loop); /* the watcher alone does not keep the loop running */
+    mf_loop_ref(*loop); /* the watcher alone does not keep the loop running */
+    return w;
+}
+
+/* Stops the watcher, lets the loop end, removes the root. */
+static void watch_end(mf_loop_t *loop, mf_fswatch_t *w)
+{
+    mf_fswatch_stop(w);
+    mf_loop_unref(loop);
+    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
+    mf_loop_destroy(loop);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+TEST(writes_renames_new_directories_and_deletes_are_reported)
+{
+    mf_loop_t *loop;
+    mf_fswatch_t *w = watch_new_root(&loop);
     write_file("index.lua", "return 1");
     expect(loop, "index.lua", MF_FSWATCH_WRITTEN);
 
@@ -78,14 +98,57 @@ TEST(writes_renames_new_directories_and_deletes_are_reported)
     expect(loop, "api/user.lua", MF_FSWATCH_REMOVED);
     for (int k = 0; k < nseen; k++)
         ASSERT(seen[k][0] != '.' && !strstr(seen[k], "/.")); /* hidden */
+    watch_end(loop, w);
+}
 
-    mf_fswatch_stop(w);
-    mf_loop_unref(loop);
-    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
-    mf_loop_destroy(loop);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    ASSERT_EQ(system(cmd), 0);
+/* Runs the loop until the watcher watches `want` folders (or 2 s). */
+static void expect_folders(mf_loop_t *loop, mf_fswatch_t *w, size_t want)
+{
+    for (int i = 0; i < 200 && mf_fswatch_folders(w) != want; i++) {
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+        usleep(10000);
+    }
+    ASSERT_EQ(mf_fswatch_folders(w), want);
+}
+
+TEST(folders_deleted_renamed_or_moved_away_leave_no_watch_behind)
+{
+    mf_loop_t *loop;
+    mf_fswatch_t *w = watch_new_root(&loop);
+    ASSERT_EQ(mf_fswatch_folders(w), 1);
+    char path[256], sub[300], cmd[400];
+    for (int round = 0; round < 20; round++) {
+        snprintf(path, sizeof path, "%s/d%d", root, round);
+        snprintf(sub, sizeof sub, "%s/inner", path);
+        ASSERT_EQ(mkdir(path, 0755), 0);
+        expect_folders(loop, w, 2);
+        ASSERT_EQ(mkdir(sub, 0755), 0);
+        expect_folders(loop, w, 3);
+        if (round % 2) { /* deleted */
+            ASSERT_EQ(rmdir(sub), 0);
+            ASSERT_EQ(rmdir(path), 0);
+            expect_folders(loop, w, 1);
+            continue;
+        }
+        /* renamed inside the root: watched under its new name only */
+        char moved[300], away[300];
+        snprintf(moved, sizeof moved, "%s/m%d", root, round);
+        nseen = 0;
+        ASSERT_EQ(rename(path, moved), 0);
+        snprintf(sub, sizeof sub, "m%d", round);
+        expect(loop, sub, MF_FSWATCH_WRITTEN);
+        expect_folders(loop, w, 3);
+        snprintf(sub, sizeof sub, "m%d/inner/x.lua", round);
+        write_file(sub, "return 1");
+        expect(loop, sub, MF_FSWATCH_WRITTEN);
+        /* moved out of the root: no watch left behind */
+        snprintf(away, sizeof away, "%s-away%d", root, round);
+        ASSERT_EQ(rename(moved, away), 0);
+        expect_folders(loop, w, 1);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", away);
+        ASSERT_EQ(system(cmd), 0);
+    }
+    watch_end(loop, w);
 }
 
 TEST(a_missing_root_fails_with_enoent)

@@ -254,6 +254,9 @@ static inline void on_done(mf_task_t *task)
             put(r, " | ", 3);
         render(r, mf_task_redis_reply(task, i));
     }
+    const char *refusal = mf_task_redis_error_message(task);
+    if (refusal) /* a failed task has no replies: the text is Redis's */
+        put(r, refusal, strlen(refusal));
 }
 
 /* "SET a 1; GET a": commands split on ';', arguments on spaces. */
@@ -330,6 +333,7 @@ typedef struct subres {
     int error;
     char text[2048];
     char confirmed[512];
+    char refusal[300]; /* mf_redis_subscriber_error_message at the end */
 } subres_t;
 
 /* A (p)(un)subscribe confirmation: ("subscribe", channel, count). */
@@ -344,8 +348,10 @@ static inline void on_message(mf_redis_subscriber_t *sub,
 {
     subres_t *s = user;
     if (!msg) {
+        const char *why = mf_redis_subscriber_error_message(sub);
         s->ended++;
         s->error = error;
+        snprintf(s->refusal, sizeof s->refusal, "%s", why ? why : "");
         return;
     }
     result_t r = {0};

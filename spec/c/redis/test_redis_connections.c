@@ -106,10 +106,24 @@ TEST(url_db_and_credentials_apply_to_every_connection)
     run(bad, &r, "PING");
     EXPECT_STATE(r, MF_STATE_TASK_ERROR, MF_EACCES);
     ASSERT_EQ(r.n, 0);
+    /* ... and the task keeps Redis's reason. */
+    ASSERT(strncmp(r.text, "WRONGPASS ", 10) == 0);
     /* A database that does not exist: SELECT is refused the same way. */
     mf_redis_client_t *nodb = setup_with(NULL, 99, NULL);
     run(nodb, &r, "PING");
     EXPECT_STATE(r, MF_STATE_TASK_ERROR, MF_EACCES);
+    ASSERT_STR_EQ(r.text, "ERR DB index is out of range");
+    /* Every task that waited for the refused connection has the reason. */
+    static result_t waiting[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&waiting[i], 0, sizeof waiting[i]);
+        mf_task_start(task_of(nodb, &waiting[i], "PING"));
+    }
+    for (int i = 0; i < 3; i++) {
+        run_until(&waiting[i].done, 1);
+        EXPECT_STATE(waiting[i], MF_STATE_TASK_ERROR, MF_EACCES);
+        ASSERT_STR_EQ(waiting[i].text, "ERR DB index is out of range");
+    }
     teardown();
 }
 

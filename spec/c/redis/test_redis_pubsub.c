@@ -115,5 +115,13 @@ TEST(a_refused_subscription_ends_the_subscriber_with_eacces)
     run_until(&s.ended, 1);
     ASSERT_EQ(s.error, MF_EACCES);
     ASSERT_EQ(s.messages, 0);
+    ASSERT(strncmp(s.refusal, "NOPERM ", 7) == 0); /* Redis's reason */
+    /* A refused AUTH ends a subscriber the same way, with its reason. */
+    mf_redis_client_t *wrong = setup_with("deaf:wrong", 0, NULL);
+    subres_t w = {0};
+    mf_redis_subscribe(wrong, 1, chans, NULL, false, on_message, &w);
+    run_until(&w.ended, 1);
+    ASSERT_EQ(w.error, MF_EACCES);
+    ASSERT(strncmp(w.refusal, "WRONGPASS ", 10) == 0);
     teardown();
 }
