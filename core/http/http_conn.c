@@ -750,17 +750,19 @@ static int mf__conn_input_room(mf_http_conn_t *conn)
 }
 
 /* EOF from the client. Answers already queued still go out (a client may
- * send pipelined requests and half-close); an exchange still at work is
- * aborted: the client is gone (its on_close callback runs). */
+ * send pipelined requests and half-close), even when the FIN came in the
+ * same read as a request still at work behind them; that exchange is
+ * aborted once the queue is written, by the close (the client is gone: its
+ * on_close callback runs). */
 static void mf__conn_peer_closed(mf_http_conn_t *conn)
 {
     conn->peer_closed = true;
-    if (conn->phase == MF_CONN_HANDLING) {
+    conn->close_after = true;
+    if (conn->phase == MF_CONN_HANDLING && !conn->nsegs) {
         mf__conn_close(conn);
         return;
     }
-    conn->close_after = true;
-    mf__http_conn_flush(conn);
+    mf__http_conn_flush(conn); /* closes when the queue is written */
 }
 
 static void mf__conn_read(mf_http_conn_t *conn)
