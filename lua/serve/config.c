@@ -8,9 +8,11 @@
  *     tls = { cert = "c.pem", key = "k.pem",
  *             sni = { ["api.test"] = { cert = "a.pem", key = "a.key" } } },
  *     limits = { max_body = 1048576, max_head = 8192, max_line = 8192,
- *                max_headers = 100, max_connections = 10000 },
+ *                max_headers = 100, max_connections = 10000,
+ *                min_body_rate = 500 },                  -- bytes a second
  *     timeouts = { header = 10000, body = 10000, keepalive = 60000,
- *                  write = 10000, handler = 0 },          -- milliseconds
+ *                  write = 10000, handler = 0,
+ *                  body_total = 0, body_rate_grace = 10000 },  -- ms
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *   }
@@ -111,6 +113,7 @@ static void mf__config_limits(lua_State *L, int t, mf_serve_config_t *c)
         c->http.limits.max_headers = (size_t)v;
     if (mf__field_number(L, t, "max_connections", &v))
         c->http.max_connections = (size_t)v;
+    mf__config_u32(L, t, "min_body_rate", &c->http.min_body_rate);
 }
 
 static void mf__config_timeouts(lua_State *L, int t, mf_serve_config_t *c)
@@ -120,6 +123,8 @@ static void mf__config_timeouts(lua_State *L, int t, mf_serve_config_t *c)
     mf__config_u32(L, t, "keepalive", &c->http.keepalive_timeout_ms);
     mf__config_u32(L, t, "write", &c->http.write_timeout_ms);
     mf__config_u32(L, t, "handler", &c->handler_timeout_ms);
+    mf__config_u32(L, t, "body_total", &c->http.body_total_timeout_ms);
+    mf__config_u32(L, t, "body_rate_grace", &c->http.body_rate_grace_ms);
 }
 
 static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
@@ -172,13 +177,18 @@ static const mf_config_key_t mf__top_keys[] = {{"listen", LUA_TSTRING},
                                                {"routes", LUA_TTABLE},
                                                {NULL, 0}};
 static const mf_config_key_t mf__limits_keys[] = {
-    {"max_body", LUA_TNUMBER},        {"max_head", LUA_TNUMBER},
-    {"max_line", LUA_TNUMBER},        {"max_headers", LUA_TNUMBER},
-    {"max_connections", LUA_TNUMBER}, {NULL, 0}};
+    {"max_body", LUA_TNUMBER},
+    {"max_head", LUA_TNUMBER},
+    {"max_line", LUA_TNUMBER},
+    {"max_headers", LUA_TNUMBER},
+    {"max_connections", LUA_TNUMBER},
+    {"min_body_rate", LUA_TNUMBER},
+    {NULL, 0}};
 static const mf_config_key_t mf__timeouts_keys[] = {
-    {"header", LUA_TNUMBER},    {"body", LUA_TNUMBER},
-    {"keepalive", LUA_TNUMBER}, {"write", LUA_TNUMBER},
-    {"handler", LUA_TNUMBER},   {NULL, 0}};
+    {"header", LUA_TNUMBER},          {"body", LUA_TNUMBER},
+    {"keepalive", LUA_TNUMBER},       {"write", LUA_TNUMBER},
+    {"handler", LUA_TNUMBER},         {"body_total", LUA_TNUMBER},
+    {"body_rate_grace", LUA_TNUMBER}, {NULL, 0}};
 static const mf_config_key_t mf__tls_keys[] = {{"cert", LUA_TSTRING},
                                                {"key", LUA_TSTRING},
                                                {"sni", LUA_TTABLE},
@@ -234,6 +244,24 @@ static int mf__config_check(lua_State *L, int t, const char *where,
             return -1;
         }
         lua_pop(L, 1);
+    }
+    return 0;
+}
+
+/* Keys the server reads as uint32_t (milliseconds, bytes a second): each
+ * present one is an integer from 0 to 4294967295. */
+static int mf__config_check_u32(lua_State *L, int t, const char *where,
+                                const char *const *keys, char *err,
+                                size_t errlen)
+{
+    double v;
+    for (; *keys; keys++) {
+        if (!mf__field_number(L, t, *keys, &v) ||
+            (v <= 4294967295.0 && (double)(uint64_t)v == v))
+            continue;
+        snprintf(err, errlen, "%s%s: an integer from 0 to 4294967295 expected",
+                 where, *keys);
+        return -1;
     }
     return 0;
 }
@@ -342,8 +370,10 @@ typedef int (*mf_config_section_fn)(lua_State *L, int t, mf_serve_config_t *c,
 static int mf__config_section_limits(lua_State *L, int t, mf_serve_config_t *c,
                                      const char *dir, char *err, size_t errlen)
 {
+    static const char *const u32_keys[] = {"min_body_rate", NULL};
     (void)dir;
-    if (mf__config_check(L, t, "limits.", mf__limits_keys, err, errlen) < 0)
+    if (mf__config_check(L, t, "limits.", mf__limits_keys, err, errlen) < 0 ||
+        mf__config_check_u32(L, t, "limits.", u32_keys, err, errlen) < 0)
         return -1;
     mf__config_limits(L, t, c);
     return 0;
@@ -353,8 +383,12 @@ static int mf__config_section_timeouts(lua_State *L, int t,
                                        mf_serve_config_t *c, const char *dir,
                                        char *err, size_t errlen)
 {
+    static const char *const u32_keys[] = {"body_total", "body_rate_grace",
+                                           NULL};
     (void)dir;
-    if (mf__config_check(L, t, "timeouts.", mf__timeouts_keys, err, errlen) < 0)
+    if (mf__config_check(L, t, "timeouts.", mf__timeouts_keys, err, errlen) <
+            0 ||
+        mf__config_check_u32(L, t, "timeouts.", u32_keys, err, errlen) < 0)
         return -1;
     mf__config_timeouts(L, t, c);
     return 0;
