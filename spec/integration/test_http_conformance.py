@@ -13,12 +13,11 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import unittest
 
 from harness import (Server, body_pattern, connect, free_port, read_response,
-                     read_until_closed)
+                     read_until_closed, temp_dir)
 
 FIXTURE = os.environ.get("MF_HTTP_FIXTURE", "build/spec/fixture/http_fixture")
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
@@ -312,8 +311,7 @@ class ServeConfig(unittest.TestCase):
     """`moonflow serve` reads the keys and checks them."""
 
     def write(self, text):
-        d = tempfile.mkdtemp(prefix="moonflow-test-")
-        self.addCleanup(subprocess.run, ["rm", "-rf", d])
+        d = temp_dir(self)
         with open(os.path.join(d, "echo.lua"), "w") as f:
             f.write("return function(req, resp) resp:send(req.body) end\n")
         conf = os.path.join(d, "c.lua")
