@@ -23,7 +23,9 @@
  *
  * Errors on input never reach the handler: malformed requests get 400,
  * oversize heads 431, long request lines 414, big bodies 413, unsupported
- * versions 505, and the connection is closed after the answer.
+ * versions 505, transfer codings other than chunked 501, bodies that come
+ * too slowly 408, and the connection is closed after the answer. A bad
+ * head is answered at its first bad byte (moonflow/http_parser.h).
  *
  * Never a silently short answer: if memory runs out while a response is
  * built (an added header, an appended body, the queued head), the client
