@@ -13,28 +13,38 @@
 /*
  * chunked-body = *chunk last-chunk trailer-section CRLF (RFC 9112 §7.1). The
  * states follow the grammar; MF__CH_DATA is the only one that is not read a
- * byte at a time.
+ * byte at a time. The chunk-ext states (RFC 9112 §7.1.1):
+ *   chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+ *   chunk-ext-name = token; chunk-ext-val = token / quoted-string
  */
 enum {
-    MF__CH_SIZE,          /* chunk-size: 1 to 16 HEXDIG */
-    MF__CH_SIZE_WS,       /* BWS between the size and ';' */
-    MF__CH_EXT,           /* chunk-ext, skipped up to CR */
-    MF__CH_SIZE_LF,       /* LF ending the size line */
-    MF__CH_DATA,          /* chunk-data, _remaining bytes left */
-    MF__CH_DATA_CR,       /* CRLF after the data */
-    MF__CH_DATA_LF,       /* */
-    MF__CH_TRAILER,       /* start of a trailer field, or the final CRLF */
-    MF__CH_TRAILER_NAME,  /* field-name up to ':' */
-    MF__CH_TRAILER_VALUE, /* field-value up to CR */
-    MF__CH_TRAILER_LF,    /* LF ending a trailer field */
-    MF__CH_END_LF,        /* LF of the final CRLF */
+    MF__CH_SIZE,           /* chunk-size: 1 to 16 HEXDIG */
+    MF__CH_EXT_BWS,        /* BWS before a ';' */
+    MF__CH_EXT_NAME_BWS,   /* BWS after the ';', before the name */
+    MF__CH_EXT_NAME,       /* the name */
+    MF__CH_EXT_NAME_END,   /* BWS after the name: '=' or ';' next */
+    MF__CH_EXT_VALUE_BWS,  /* BWS after the '=' */
+    MF__CH_EXT_TOKEN,      /* a token value */
+    MF__CH_EXT_QUOTED,     /* a quoted-string value, after its '"' */
+    MF__CH_EXT_QUOTED_BSL, /* the byte after a '\\' in it */
+    MF__CH_EXT_QUOTED_END, /* after its closing '"' */
+    MF__CH_SIZE_LF,        /* LF ending the size line */
+    MF__CH_DATA,           /* chunk-data, _remaining bytes left */
+    MF__CH_DATA_CR,        /* CRLF after the data */
+    MF__CH_DATA_LF,        /* */
+    MF__CH_TRAILER,        /* start of a trailer field, or the final CRLF */
+    MF__CH_TRAILER_NAME,   /* field-name up to ':' */
+    MF__CH_TRAILER_VALUE,  /* field-value up to CR */
+    MF__CH_TRAILER_LF,     /* LF ending a trailer field */
+    MF__CH_END_LF,         /* LF of the final CRLF */
     MF__CH_DONE,
     MF__CH_ERROR
 };
 
 /* Bounds on what is skipped rather than returned, so a peer cannot keep the
- * decoder busy without sending body bytes: chunk-ext bytes on one size line,
- * and the whole trailer section. _trailer_bytes counts either. */
+ * decoder busy without sending body bytes: the bytes after a chunk-size on
+ * one size line (its extensions), and the whole trailer section.
+ * _trailer_bytes counts either. */
 #define MF__CHUNK_EXT_MAX 4096
 #define MF__TRAILER_MAX 8192
 
@@ -60,18 +70,71 @@ static int mf__chunk_begin(mf_http_chunked_t *dec)
     return 0;
 }
 
-/* The byte after a chunk-size: CR, ';', or BWS before a ';'. */
-static int mf__chunk_after_size(mf_http_chunked_t *dec, char c)
+/* Enters state `to` (0: the byte is fine) or fails (400). */
+static int mf__chunk_to(mf_http_chunked_t *dec, bool ok, int to)
 {
-    if (c == '\r')
-        dec->_state = MF__CH_SIZE_LF;
-    else if (c == ';')
-        dec->_state = MF__CH_EXT;
-    else if (mf__is_ows(c))
-        dec->_state = MF__CH_SIZE_WS;
-    else
+    if (!ok)
         return 400;
+    dec->_state = to;
     return 0;
+}
+
+/* Where a byte that may end an element of chunk-ext leads: ';' to the next
+ * element, CR to the end of the line, BWS to a ';' (never to the CR: the
+ * grammar has no whitespace before it). */
+static int mf__chunk_ext_next(mf_http_chunked_t *dec, char c)
+{
+    if (c == ';')
+        return mf__chunk_to(dec, true, MF__CH_EXT_NAME_BWS);
+    if (c == '\r')
+        return mf__chunk_to(dec, true, MF__CH_SIZE_LF);
+    return mf__chunk_to(dec, mf__is_ows(c), MF__CH_EXT_BWS);
+}
+
+/* One byte of chunk-ext, in a state from MF__CH_EXT_BWS to
+ * MF__CH_EXT_QUOTED_END. Returns 0 or 400. */
+static int mf__chunk_ext_byte(mf_http_chunked_t *dec, char c)
+{
+    bool token = mf__is(c, MF__C_TOKEN), ows = mf__is_ows(c);
+    int s = dec->_state;
+    if (c != '\r' && ++dec->_trailer_bytes > MF__CHUNK_EXT_MAX)
+        return 400;
+    if (ows && (s == MF__CH_EXT_BWS || s == MF__CH_EXT_NAME_BWS ||
+                s == MF__CH_EXT_NAME_END || s == MF__CH_EXT_VALUE_BWS))
+        return 0;
+    switch (s) {
+    case MF__CH_EXT_BWS:
+        return mf__chunk_to(dec, c == ';', MF__CH_EXT_NAME_BWS);
+    case MF__CH_EXT_NAME_BWS:
+        return mf__chunk_to(dec, token, MF__CH_EXT_NAME);
+    case MF__CH_EXT_NAME:
+        if (token)
+            return 0;
+        if (c == '=')
+            return mf__chunk_to(dec, true, MF__CH_EXT_VALUE_BWS);
+        return ows ? mf__chunk_to(dec, true, MF__CH_EXT_NAME_END)
+                   : mf__chunk_ext_next(dec, c);
+    case MF__CH_EXT_NAME_END:
+        if (c == '=')
+            return mf__chunk_to(dec, true, MF__CH_EXT_VALUE_BWS);
+        return mf__chunk_to(dec, c == ';', MF__CH_EXT_NAME_BWS);
+    case MF__CH_EXT_VALUE_BWS:
+        if (c == '"')
+            return mf__chunk_to(dec, true, MF__CH_EXT_QUOTED);
+        return mf__chunk_to(dec, token, MF__CH_EXT_TOKEN);
+    case MF__CH_EXT_TOKEN:
+        return token ? 0 : mf__chunk_ext_next(dec, c);
+    case MF__CH_EXT_QUOTED: /* qdtext: field-content but '"' and '\\' */
+        if (c == '"')
+            return mf__chunk_to(dec, true, MF__CH_EXT_QUOTED_END);
+        if (c == '\\')
+            return mf__chunk_to(dec, true, MF__CH_EXT_QUOTED_BSL);
+        return mf__is(c, MF__C_VALUE) ? 0 : 400;
+    case MF__CH_EXT_QUOTED_BSL: /* quoted-pair: HTAB, SP, VCHAR, obs-text */
+        return mf__chunk_to(dec, mf__is(c, MF__C_VALUE), MF__CH_EXT_QUOTED);
+    default: /* MF__CH_EXT_QUOTED_END */
+        return mf__chunk_ext_next(dec, c);
+    }
 }
 
 /* One byte of a size line, or of the CRLF that ends a chunk's data. Returns
@@ -96,20 +159,11 @@ static int mf__chunk_size_byte(mf_http_chunked_t *dec, char c)
             dec->_digits++;
             return 0;
         }
-        return dec->_digits > 0 ? mf__chunk_after_size(dec, c) : 400;
-    case MF__CH_SIZE_WS:
-        if (c == ';')
-            dec->_state = MF__CH_EXT;
-        return c == ';' || mf__is_ows(c) ? 0 : 400;
-    case MF__CH_EXT:
-        if (c == '\r')
-            dec->_state = MF__CH_SIZE_LF;
-        else if (!mf__is(c, MF__C_VALUE) ||
-                 ++dec->_trailer_bytes > MF__CHUNK_EXT_MAX)
-            return 400;
-        return 0;
-    default: /* MF__CH_SIZE_LF */
+        return dec->_digits > 0 ? mf__chunk_ext_next(dec, c) : 400;
+    case MF__CH_SIZE_LF:
         return c == '\n' ? mf__chunk_begin(dec) : 400;
+    default:
+        return mf__chunk_ext_byte(dec, c);
     }
 }
 

@@ -53,6 +53,8 @@ typedef struct mf_conn_body {
     size_t head_len;         /* the parsed head's length */
     size_t body_have;        /* decoded body bytes after the head */
     uint64_t content_length; /* when not chunked */
+    uint64_t started;        /* loop ms when the head was parsed */
+    uint64_t received;       /* bytes read since (framing included) */
     mf_http_chunked_t chunked;
     bool chunked_body;
     bool sent_continue;
@@ -114,6 +116,7 @@ _Static_assert(sizeof(mf_http_conn_t) <= 512,
 
 static void mf__conn_on_io(mf_io_t *io, unsigned events);
 static void mf__conn_on_timer(mf_timer_t *timer);
+static void mf__conn_fail(mf_http_conn_t *conn, int status);
 static void mf__conn_read(mf_http_conn_t *conn);
 static void mf__conn_process(mf_http_conn_t *conn);
 static void mf__conn_close(mf_http_conn_t *conn);
@@ -138,6 +141,48 @@ static void mf__conn_disarm(mf_http_conn_t *conn)
     conn->deadline = 0;
 }
 
+/* When the body being received must be whole, by the total body timeout
+ * and the minimum rate (http_server.h): the earlier of started + total and
+ * started + grace + received / rate; UINT64_MAX when neither is set. */
+static uint64_t mf__conn_body_due(const mf_http_conn_t *conn)
+{
+    const mf_http_server_config_t *c = conn->config;
+    const mf_conn_body_t *b = conn->body;
+    uint64_t due = UINT64_MAX, rate = c->min_body_rate;
+    if (c->body_total_timeout_ms)
+        due = b->started + c->body_total_timeout_ms;
+    if (rate) {
+        uint64_t ms =
+            b->received / rate * 1000 + b->received % rate * 1000 / rate;
+        if (b->started + c->body_rate_grace_ms + ms < due)
+            due = b->started + c->body_rate_grace_ms + ms;
+    }
+    return due;
+}
+
+/* How long the body may now wait for more bytes: the body timeout, or less
+ * when its deadline comes first (1 ms once it has passed: the timer answers).
+ */
+static uint32_t mf__conn_body_wait(const mf_http_conn_t *conn)
+{
+    uint64_t now = mf_loop_now(conn->loop), due = mf__conn_body_due(conn);
+    uint32_t idle = conn->config->body_timeout_ms;
+    if (due <= now)
+        return 1;
+    return due - now < idle ? (uint32_t)(due - now) : idle;
+}
+
+/* Body bytes arrived: a body past its deadline is answered 408 (the caller
+ * flushes), else the wait starts again. */
+static void mf__conn_body_arrived(mf_http_conn_t *conn, size_t n)
+{
+    conn->body->received += n;
+    if (mf_loop_now(conn->loop) >= mf__conn_body_due(conn))
+        mf__conn_fail(conn, 408);
+    else
+        mf__conn_arm(conn, mf__conn_body_wait(conn));
+}
+
 static uint32_t mf__conn_phase_timeout(const mf_http_conn_t *conn)
 {
     const mf_http_server_config_t *c = conn->config;
@@ -149,7 +194,7 @@ static uint32_t mf__conn_phase_timeout(const mf_http_conn_t *conn)
     case MF_CONN_HEAD:
         return c->header_timeout_ms;
     case MF_CONN_BODY:
-        return c->body_timeout_ms;
+        return mf__conn_body_wait(conn);
     case MF_CONN_LINGERING:
         return MF_CONN_LINGER_MS;
     default:
@@ -165,6 +210,12 @@ static void mf__conn_on_timer(mf_timer_t *timer)
         return; /* disarmed: the handler owns the time */
     if (now < conn->deadline) {
         mf_timer_start(conn->loop, timer, conn->deadline - now);
+        return;
+    }
+    /* A body that comes too slowly (not one that stopped) hears why. */
+    if (conn->phase == MF_CONN_BODY && now >= mf__conn_body_due(conn)) {
+        mf__conn_fail(conn, 408);
+        mf__http_conn_flush(conn);
         return;
     }
     /* Slowloris, idle keep-alive, stalled body or write: just close. A
@@ -629,6 +680,8 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
         conn->body = mf_loop_alloc(conn->loop, sizeof(*conn->body));
     conn->body->head_len = (size_t)head_len;
     conn->body->body_have = 0;
+    conn->body->started = mf_loop_now(conn->loop);
+    conn->body->received = conn->in.len - conn->in_off - (size_t)head_len;
     conn->body->sent_continue = false;
     conn->body->chunked_body = req->body == MF_HTTP_BODY_CHUNKED;
     conn->body->content_length = req->content_length;
@@ -645,7 +698,7 @@ static bool mf__conn_head_done(mf_http_conn_t *conn, mf_http_request_t *req,
         conn->in.len - conn->in_off == (size_t)head_len &&
         !mf__conn_send_continue(conn))
         return false;
-    mf__conn_arm(conn, conn->config->body_timeout_ms);
+    mf__conn_arm(conn, mf__conn_body_wait(conn));
     return mf__conn_body(conn);
 }
 
@@ -756,17 +809,19 @@ static int mf__conn_input_room(mf_http_conn_t *conn)
 }
 
 /* EOF from the client. Answers already queued still go out (a client may
- * send pipelined requests and half-close); an exchange still at work is
- * aborted: the client is gone (its on_close callback runs). */
+ * send pipelined requests and half-close), even when the FIN came in the
+ * same read as a request still at work behind them; that exchange is
+ * aborted once the queue is written, by the close (the client is gone: its
+ * on_close callback runs). */
 static void mf__conn_peer_closed(mf_http_conn_t *conn)
 {
     conn->peer_closed = true;
-    if (conn->phase == MF_CONN_HANDLING) {
+    conn->close_after = true;
+    if (conn->phase == MF_CONN_HANDLING && !conn->nsegs) {
         mf__conn_close(conn);
         return;
     }
-    conn->close_after = true;
-    mf__http_conn_flush(conn);
+    mf__http_conn_flush(conn); /* closes when the queue is written */
 }
 
 static void mf__conn_read(mf_http_conn_t *conn)
@@ -798,7 +853,7 @@ static void mf__conn_read(mf_http_conn_t *conn)
         }
         conn->in.len += (size_t)n;
         if (conn->phase == MF_CONN_BODY)
-            mf__conn_arm(conn, conn->config->body_timeout_ms);
+            mf__conn_body_arrived(conn, (size_t)n); /* may answer 408 */
         mf__conn_process(conn);
         /* A short plain read emptied the socket (the next arrival raises a
          * new edge), unless the peer also closed: then read on to the EOF,

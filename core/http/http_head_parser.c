@@ -105,8 +105,8 @@ int mf__http_find_head_end(const char *buf, size_t start, size_t from,
  * proxies that read either differently have been used to smuggle requests.
  * Returns the next line, or NULL when this one is malformed.
  */
-static const char *mf__parse_field(const char *p, const char *end,
-                                   mf_http_header_t *h)
+static MF__HOT_INLINE const char *
+mf__parse_field(const char *p, const char *end, mf_http_header_t *h)
 {
     const char *name = p;
     while (mf__is(*p, MF__C_TOKEN))
@@ -160,16 +160,10 @@ static void mf__note_content_length(mf__fields_t *f, const char *v, size_t n)
     }
 }
 
-/* Codings a proxy may pass along undecoded; any other is "unknown" (501). */
-static bool mf__known_coding(const char *s, size_t n)
-{
-    return MF__IS(s, n, "gzip") || MF__IS(s, n, "x-gzip") ||
-           MF__IS(s, n, "deflate") || MF__IS(s, n, "compress") ||
-           MF__IS(s, n, "x-compress");
-}
-
 /* Transfer-Encoding: the codings of all such fields form one list, in order
- * (RFC 9110 §5.3); only a final "chunked" delimits the body. */
+ * (RFC 9110 §5.3); only a final "chunked" delimits the body. Any other
+ * coding (gzip, deflate, compress, x-gzip ...) is one we do not undo: a
+ * server answers 501 rather than hand a handler a still-coded body. */
 static void mf__note_transfer_encoding(mf__fields_t *f, const char *v, size_t n)
 {
     mf__list_t l = {v, v + n};
@@ -184,7 +178,7 @@ static void mf__note_transfer_encoding(mf__fields_t *f, const char *v, size_t n)
         if (f->te_chunked)
             f->te_misplaced = true;
         f->te_chunked = MF__IS(e, len, "chunked");
-        if (!f->te_chunked && !mf__known_coding(e, len))
+        if (!f->te_chunked)
             f->te_unknown = true;
     }
 }
@@ -205,19 +199,29 @@ static void mf__note_connection(mf__fields_t *f, const char *v, size_t n)
     }
 }
 
+/* Host = uri-host [ ":" port ] (RFC 9112 §3.2), or empty when the target
+ * has no authority. */
+static MF__HOT_INLINE void mf__note_host(mf__fields_t *f, const char *v,
+                                         size_t n)
+{
+    f->n_host++;
+    f->host = v;
+    f->host_len = n;
+    if (n && !mf__http_is_authority(v, n))
+        f->host_bad = true;
+}
+
 /* Notes a framing field. The switch on the name's length sends almost every
  * other field away after one comparison. */
-static void mf__note_field(mf__fields_t *f, const mf_http_header_t *h)
+static MF__HOT_INLINE void mf__note_field(mf__fields_t *f,
+                                          const mf_http_header_t *h)
 {
     const char *n = h->name, *v = h->value;
     size_t nl = h->name_len, vl = h->value_len;
     switch (nl) {
     case 4:
-        if (MF__IS(n, nl, "host")) {
-            f->n_host++;
-            f->host = v;
-            f->host_len = vl;
-        }
+        if (MF__IS(n, nl, "host"))
+            mf__note_host(f, v, vl);
         break;
     case 6:
         if (MF__IS(n, nl, "expect") && MF__IS(v, vl, "100-continue"))
@@ -240,6 +244,19 @@ static void mf__note_field(mf__fields_t *f, const mf_http_header_t *h)
             mf__note_transfer_encoding(f, v, vl);
         break;
     }
+}
+
+/* The two above for the judge of an arriving head (http_request_prefix.c),
+ * out of line: the loop below keeps its inlined copies. */
+const char *mf__http_parse_field(const char *p, const char *end,
+                                 mf_http_header_t *h)
+{
+    return mf__parse_field(p, end, h);
+}
+
+void mf__http_note_field(mf__fields_t *f, const mf_http_header_t *h)
+{
+    mf__note_field(f, h);
 }
 
 int mf__http_parse_fields(const char *p, const char *end, mf_http_header_t *h,

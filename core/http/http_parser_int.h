@@ -5,11 +5,13 @@
  * the version, the field lines and the framing fields noted from them).
  *
  * Owned here: the class bits and the inline helpers. The class table lives
- * in http_parser_util.c, the head functions in http_head_parser.c. Callers:
- * http_head_parser.c, http_request_parser.c, http_response_parser.c,
- * http_chunked.c and http_parser_util.c only; everything else uses
- * moonflow/http_parser.h. The helpers are inline so that the per-byte loops
- * cost what they did in one file.
+ * in http_parser_util.c, the head functions in http_head_parser.c, the
+ * request line and the judge of an arriving head in http_request_parser.c
+ * and http_request_prefix.c. Callers: the parser's files only
+ * (http_head_parser.c, http_request_parser.c, http_request_prefix.c,
+ * http_response_parser.c, http_chunked.c, http_uri.c, http_parser_util.c);
+ * everything else uses moonflow/http_parser.h. The helpers are inline so that
+ * the per-byte loops cost what they did in one file.
  */
 #ifndef MF_HTTP_PARSER_INT_H
 #define MF_HTTP_PARSER_INT_H
@@ -26,8 +28,8 @@
 enum {
     MF__C_TOKEN = 0x01,  /* tchar (RFC 9110 §5.6.2): methods, names, codings */
     MF__C_VALUE = 0x02,  /* field-content: VCHAR, obs-text, SP, HTAB */
-    MF__C_TARGET = 0x04, /* request-target: VCHAR and obs-text, no CTL or SP */
-    MF__C_HOST = 0x08,   /* Host and authority: reg-name, IP literal, port */
+    MF__C_TARGET = 0x04, /* request-target: VCHAR and obs-text but '#' */
+    MF__C_HOST = 0x08,   /* reg-name: unreserved and sub-delims (RFC 3986) */
     MF__C_HEX = 0x10,    /* HEXDIG */
     MF__C_SCHEME = 0x20, /* URI scheme: ALPHA, DIGIT, "+", "-", "." */
 };
@@ -97,20 +99,27 @@ static inline uint64_t mf__has_del(uint64_t w)
     return mf__has_less(w ^ (MF__ONES * 0x7f), 1);
 }
 
+/* Nonzero iff some byte of w is b. */
+static inline uint64_t mf__has_byte(uint64_t w, unsigned char b)
+{
+    return mf__has_less(w ^ (MF__ONES * b), 1);
+}
+
 /*
  * Returns the first byte in [p, end) outside class cls (or end). Both
- * classes skipped this way (MF__C_VALUE, MF__C_TARGET) hold every byte from
- * `below` up except DEL, so a word with no byte under `below` and no DEL is
- * skipped whole; a word that has one is walked byte by byte (it may only hold
- * an HTAB, which MF__C_VALUE accepts).
+ * classes skipped this way hold every byte from `below` up except DEL and
+ * `also` (MF__C_VALUE: none but DEL; MF__C_TARGET: '#'), so a word with none
+ * of those is skipped whole; a word that has one is walked byte by byte (it
+ * may only hold an HTAB, which MF__C_VALUE accepts).
  */
-static inline const char *mf__skip_class(const char *p, const char *end,
-                                         unsigned cls, uint64_t below)
+static inline const char *mf__skip_class_but(const char *p, const char *end,
+                                             unsigned cls, uint64_t below,
+                                             unsigned char also)
 {
     for (;;) {
         while (end - p >= 8) {
             uint64_t w = mf__load64(p);
-            if (mf__has_less(w, below) | mf__has_del(w))
+            if (mf__has_less(w, below) | mf__has_del(w) | mf__has_byte(w, also))
                 break;
             p += 8;
         }
@@ -123,6 +132,12 @@ static inline const char *mf__skip_class(const char *p, const char *end,
     }
 }
 
+static inline const char *mf__skip_class(const char *p, const char *end,
+                                         unsigned cls, uint64_t below)
+{
+    return mf__skip_class_but(p, end, cls, below, 0x7f);
+}
+
 static inline bool mf__all_of(const char *s, size_t n, unsigned cls)
 {
     for (size_t i = 0; i < n; i++)
@@ -130,6 +145,42 @@ static inline bool mf__all_of(const char *s, size_t n, unsigned cls)
             return false;
     return true;
 }
+
+/* mf_http_parse_authority(s, n) == 0, out of line (http_uri.c). */
+bool mf__http_authority_valid(const char *s, size_t n);
+
+/*
+ * Whether s[0..n) is an authority (mf_http_parse_authority, http_uri.c).
+ * The shape of nearly every Host, a reg-name of plain bytes and a port
+ * below 60000, is judged here, inline; anything else (an IP literal, a
+ * %XX, a higher or longer port, every bad value) by the full function. s[n]
+ * must be a byte that ends both loops, neither a reg-name byte nor a digit: in
+ * a head it is the OWS or CR after a field value, or the '/', '?' or SP after a
+ * target's authority, so the loops need no length check.
+ */
+static inline bool mf__http_is_authority(const char *s, size_t n)
+{
+    size_t i = 0, digits;
+    /* Two bytes a step: s[i + 1] exists once s[i] is not s[n]. */
+    while (mf__is(s[i], MF__C_HOST) && mf__is(s[i + 1], MF__C_HOST))
+        i += 2;
+    i += mf__is(s[i], MF__C_HOST);
+    if (i == n)
+        return n != 0;
+    if (i != 0 && s[i] == ':') {
+        for (digits = ++i; mf__is_digit(s[i]); i++)
+            ;
+        /* Up to 59999 by the digit count and the first digit alone. */
+        if (i == n && (i - digits < 5 || (i - digits == 5 && s[digits] < '6')))
+            return true;
+    }
+    return mf__http_authority_valid(s, n);
+}
+
+/* For a function that has a second caller out of line but must stay inlined
+ * in the one-pass parse of a complete head, the hot path (GCC and Clang
+ * stop inlining a static function once it has two callers). */
+#define MF__HOT_INLINE inline __attribute__((always_inline))
 
 /* ---- heads: what requests and responses share (http_head_parser.c) --- */
 
@@ -153,10 +204,11 @@ typedef struct mf__fields {
     const char *host; /* the Host field's value */
     size_t host_len;
     unsigned n_host, n_cl, n_te;
+    bool host_bad;        /* a Host value that is not an authority */
     bool cl_bad;          /* a Content-Length that is not one number */
     bool te_chunked;      /* the last transfer coding so far is chunked */
     bool te_misplaced;    /* chunked followed by another coding */
-    bool te_unknown;      /* a coding we could not undo */
+    bool te_unknown;      /* a coding other than chunked: not undone */
     bool te_bad;          /* an element that is not a bare token */
     bool close;           /* Connection: close */
     bool keep_alive;      /* Connection: keep-alive */
@@ -164,6 +216,15 @@ typedef struct mf__fields {
     bool has_upgrade;     /* an Upgrade field */
     bool expect_continue; /* Expect: 100-continue */
 } mf__fields_t;
+
+/* One field line at p, which the caller knows to end in CRLF: the next
+ * line, or NULL when this one is malformed (RFC 9112 §5). */
+const char *mf__http_parse_field(const char *p, const char *end,
+                                 mf_http_header_t *h);
+
+/* Notes what a parsed field line says about framing (Content-Length,
+ * Transfer-Encoding, Connection, Host, Expect, Upgrade) in f. */
+void mf__http_note_field(mf__fields_t *f, const mf_http_header_t *h);
 
 /*
  * Parses the field lines in [p, end), the head's final CRLF included, into
@@ -178,5 +239,37 @@ int mf__http_parse_fields(const char *p, const char *end, mf_http_header_t *h,
  * 8 bytes before end. 0 for 1.0 and 1.1 (minor set); 505 for any other
  * well-formed version; 400 when this is not a version at all. */
 int mf__http_parse_version(const char *p, int *minor);
+
+/* ---- request heads (http_request_parser.c, http_request_prefix.c) ------ */
+
+/* The request line at *pp, which the caller knows to end in CRLF: method,
+ * target (its form checked), version. Sets *pp to the first field line.
+ * Returns 0 or the HTTP status it fails with (400, 505). */
+int mf__http_parse_request_line(const char **pp, const char *end,
+                                mf_http_request_t *req);
+
+/* Whether the framing fields noted so far rule the request out whatever
+ * follows: two Hosts or a bad one, a bad Content-Length, Transfer-Encoding
+ * beside Content-Length, in HTTP/1.0, with parameters or after chunked.
+ * All of these are 400s. */
+static inline bool mf__http_fields_refused(const mf__fields_t *f, int minor)
+{
+    return f->n_host > 1 || f->host_bad || f->cl_bad ||
+           (f->n_te && (f->n_cl || minor == 0 || f->te_bad || f->te_misplaced));
+}
+
+/*
+ * Judges a request head as far as it has arrived: buf[start..to), from byte
+ * `from` on (the bytes before it were judged by an earlier call with no
+ * fault found). Returns 0 while every byte seen can still begin a valid
+ * head (or the head ends in [from, to)), else the status of the first byte
+ * that rules it out: 400 (a byte or line end the grammar does not allow, a
+ * bad request line or framing field, judged when its line ends), 505, 414
+ * (the request line's byte max_request_line + 1), 431 (the head's byte
+ * max_head_bytes + 1, when to goes that far). The caller's full parse of a
+ * complete head fails whenever this finds a fault, so both agree.
+ */
+int mf__http_request_prefix(const char *buf, size_t start, size_t from,
+                            size_t to, const mf_http_limits_t *lim);
 
 #endif /* MF_HTTP_PARSER_INT_H */

@@ -3,8 +3,10 @@
  * of the request-target, the Host rules and the body's framing, and the
  * order of checks that keeps the answer independent of how the bytes were
  * split. The contract is mf_http_parse_request in moonflow/http_parser.h;
- * the field lines and the end of the head come from http_head_parser.c.
- * The request target is skipped eight bytes at a time, like field values.
+ * the field lines and the end of the head come from http_head_parser.c,
+ * authorities from http_uri.c, and the judgement of a head still arriving
+ * from http_request_prefix.c. The request target is skipped eight bytes at
+ * a time, like field values.
  */
 #include <limits.h>
 
@@ -18,27 +20,6 @@ static size_t mf__skip_empty_lines(const char *buf, size_t len)
     while (len - i >= 2 && buf[i] == '\r' && buf[i + 1] == '\n')
         i += 2;
     return i;
-}
-
-/*
- * Whether the request line at buf[start] is known to be longer than max
- * bytes (CRLF excluded). Called only once more than max bytes have arrived,
- * so the hot path never pays for it. Without an LF yet, a CR in the last
- * byte may still end a line of exactly max bytes.
- */
-static bool mf__line_too_long(const char *buf, size_t start, size_t len,
-                              size_t max)
-{
-    size_t avail = len - start;
-    size_t look = avail - max >= 2 ? max + 2 : avail;
-    const char *line = buf + start;
-    const char *lf = memchr(line, '\n', look);
-    size_t n;
-    if (lf)
-        n = (size_t)(lf - line) - (lf > line && lf[-1] == '\r');
-    else
-        n = look - (line[look - 1] == '\r');
-    return n > max;
 }
 
 /* Splits path and query at the first '?'; query stays NULL without one. */
@@ -57,8 +38,9 @@ static void mf__split_query(mf_http_request_t *req, const char *path,
 /*
  * absolute-form = scheme "://" authority path-abempty ["?" query] (RFC 9112
  * §3.2.2). The authority, not the Host field, names the host, so it becomes
- * req->host. Userinfo ('@') fails, as RFC 9110 §4.2.4 advises. The path is
- * empty, not "/", when the target has none: it points into the buffer.
+ * req->host. Userinfo ('@') fails, as RFC 9110 §4.2.4 advises, and so does
+ * any authority that is not host[:port]. An empty path is "/" (RFC 9110
+ * §4.2.3 makes them equivalent), a literal outside the buffer.
  */
 static int mf__parse_absolute_form(mf_http_request_t *req)
 {
@@ -73,32 +55,34 @@ static int mf__parse_absolute_form(mf_http_request_t *req)
     const char *auth = p += 3;
     while (p < end && *p != '/' && *p != '?')
         p++;
-    if (p == auth || !mf__all_of(auth, (size_t)(p - auth), MF__C_HOST))
+    if (!mf__http_is_authority(auth, (size_t)(p - auth)))
         return 400;
     req->host = auth;
     req->host_len = (size_t)(p - auth);
     mf__split_query(req, p, end);
+    if (req->path_len == 0) {
+        req->path = "/";
+        req->path_len = 1;
+    }
     return 0;
 }
 
-/* authority-form = uri-host ":" port (RFC 9112 §3.2.3), for CONNECT. The
- * port is found from the end, so an IPv6 literal keeps its colons. */
+/* authority-form = uri-host ":" port (RFC 9112 §3.2.3), for CONNECT: the
+ * port is required. */
 static int mf__parse_authority_form(mf_http_request_t *req)
 {
-    const char *t = req->target, *end = t + req->target_len, *p = end;
-    while (p > t && mf__is_digit(p[-1]))
-        p--;
-    if (p == end || p - t < 2 || p[-1] != ':' ||
-        !mf__all_of(t, (size_t)(p - 1 - t), MF__C_HOST))
+    mf_http_authority_t a;
+    if (mf_http_parse_authority(req->target, req->target_len, &a) != 0 ||
+        a.port < 0)
         return 400;
-    req->path = t;
+    req->path = req->target;
     req->path_len = 0;
     return 0;
 }
 
 /* The four request-target forms (RFC 9112 §3.2), each only where allowed:
  * authority-form for CONNECT alone, "*" for OPTIONS alone. */
-static int mf__parse_target(mf_http_request_t *req)
+static MF__HOT_INLINE int mf__parse_target(mf_http_request_t *req)
 {
     const char *t = req->target, *m = req->method;
     size_t n = req->target_len, ml = req->method_len;
@@ -123,10 +107,10 @@ static int mf__parse_target(mf_http_request_t *req)
  * request-line = method SP request-target SP HTTP-version CRLF (RFC 9112
  * §3). Exactly one SP between the parts: every real client sends that, and
  * the whitespace variants RFC 9112 tolerates are ambiguity we do not need.
- * Sets *pp to the first field line. Returns 0 or an HTTP status.
+ * A '#' stops the target: a fragment is never part of one (RFC 9112 §3.2).
  */
-static int mf__parse_request_line(const char **pp, const char *end,
-                                  mf_http_request_t *req)
+static MF__HOT_INLINE int
+mf__parse_request_line(const char **pp, const char *end, mf_http_request_t *req)
 {
     const char *p = *pp, *start = p;
     while (mf__is(*p, MF__C_TOKEN))
@@ -136,7 +120,7 @@ static int mf__parse_request_line(const char **pp, const char *end,
     req->method = start;
     req->method_len = (size_t)(p - start);
     start = ++p;
-    p = mf__skip_class(p, end, MF__C_TARGET, 0x21);
+    p = mf__skip_class_but(p, end, MF__C_TARGET, 0x21, '#');
     if (p == start || *p != ' ')
         return 400;
     req->target = start;
@@ -151,13 +135,21 @@ static int mf__parse_request_line(const char **pp, const char *end,
     return mf__parse_target(req);
 }
 
+/* For the judge of an arriving head (http_request_prefix.c), out of line:
+ * the head parse keeps its inlined copy. */
+int mf__http_parse_request_line(const char **pp, const char *end,
+                                mf_http_request_t *req)
+{
+    return mf__parse_request_line(pp, end, req);
+}
+
 /* Host rules of RFC 9112 §3.2: exactly one Host in HTTP/1.1, at most one in
- * 1.0, and a value that can only be an authority (no '/', '@', spaces...). */
+ * 1.0, and a value that is empty or a valid authority, even when an
+ * absolute-form target names the host instead. */
 static int mf__check_host(mf_http_request_t *req, const mf__fields_t *f)
 {
-    if (f->n_host > 1 || (f->n_host == 0 && req->minor_version == 1))
-        return 400;
-    if (f->n_host && !mf__all_of(f->host, f->host_len, MF__C_HOST))
+    if (f->n_host > 1 || (f->n_host == 0 && req->minor_version == 1) ||
+        f->host_bad)
         return 400;
     if (!req->host) { /* absolute-form already named the host */
         req->host = f->host;
@@ -169,7 +161,8 @@ static int mf__check_host(mf_http_request_t *req, const mf__fields_t *f)
 /*
  * Request body framing (RFC 9112 §6.1, §6.3). Transfer-Encoding with
  * Content-Length, or in HTTP/1.0 (as nginx does), is refused rather than
- * resolved: a proxy in front of us may have resolved it the other way.
+ * resolved: a proxy in front of us may have resolved it the other way. A
+ * well-framed body in a coding we do not undo is 501 (RFC 9112 §6.1).
  */
 static int mf__request_body(mf_http_request_t *req, const mf__fields_t *f)
 {
@@ -199,6 +192,7 @@ static int mf__parse_request_head(const char *p, const char *end,
                                   const mf_http_limits_t *lim)
 {
     mf__fields_t f;
+    const char *line = p;
     size_t cap = req->num_headers, count;
     if (cap > lim->max_headers)
         cap = lim->max_headers;
@@ -206,6 +200,8 @@ static int mf__parse_request_head(const char *p, const char *end,
     req->query = NULL;
     req->query_len = 0;
     int status = mf__parse_request_line(&p, end, req);
+    if (status == 0 && (size_t)(p - 2 - line) > lim->max_request_line)
+        status = 414;
     if (status == 0)
         status =
             mf__http_parse_fields(p, end, req->headers, cap, &count, &f, 431);
@@ -235,12 +231,16 @@ static int mf__request_error(mf_http_request_t *req, size_t *scanned,
 
 /*
  * The answer must not depend on how the bytes were split: once a prefix gets
- * a final answer, every longer one gets the same. Hence the order of the
- * checks (the request line's length: 414; the blank line, with bare LFs:
- * 400; the head's length: 431; then the parse), and hence each check reads
- * at most one byte past max_head_bytes: beyond that, more bytes cannot turn
- * a 431 into a 414. On success or error `*scanned` goes back to 0, ready
- * for the next message.
+ * a final answer, every longer one gets the same. So the first byte that
+ * rules the head out decides it, and both paths agree on which byte that
+ * is. A complete head (the common case) is parsed in one pass; only when
+ * that fails is it judged again byte by byte (http_request_prefix.c), and
+ * that judgement wins, unless it finds nothing: then the fault is one only
+ * the whole head shows (a missing Host, 501, too many fields). An
+ * incomplete head is judged from where the last call stopped, up to one
+ * byte past max_head_bytes (where 431, or 414 at the same byte, is due).
+ * On success or error `*scanned` goes back to 0, ready for the next
+ * message.
  */
 int mf_http_parse_request(const char *buf, size_t len, mf_http_request_t *req,
                           const mf_http_limits_t *limits, size_t *scanned)
@@ -249,30 +249,32 @@ int mf_http_parse_request(const char *buf, size_t len, mf_http_request_t *req,
     size_t window = len < lim->max_head_bytes ? len : lim->max_head_bytes;
     size_t seen = len > lim->max_head_bytes ? lim->max_head_bytes + 1 : len;
     size_t start = mf__skip_empty_lines(buf, window);
-    size_t end = 0;
+    size_t from = scanned ? *scanned : 0, end = 0;
+    int found = mf__http_find_head_end(buf, start, from, window, &end);
+    int status;
 
-    if (seen - start > lim->max_request_line &&
-        mf__line_too_long(buf, start, seen, lim->max_request_line))
-        return mf__request_error(req, scanned, 414);
-    int found = mf__http_find_head_end(buf, start, scanned ? *scanned : 0,
-                                       window, &end);
-    switch (found) {
-    case MF__HEAD_BARE_LF:
-        return mf__request_error(req, scanned, 400);
-    case MF__HEAD_MORE:
-        if (len > lim->max_head_bytes)
+    if (found == MF__HEAD_DONE) {
+        if (end > INT_MAX) /* the return value must hold the length */
             return mf__request_error(req, scanned, 431);
-        if (scanned)
-            *scanned = window;
-        return MF_HTTP_INCOMPLETE;
+        status = mf__parse_request_head(buf + start, buf + end, req, lim);
+        if (status == 0) {
+            req->error_status = 0;
+            if (scanned)
+                *scanned = 0;
+            return (int)end;
+        }
+        int first = mf__http_request_prefix(buf, start, start, end, lim);
+        return mf__request_error(req, scanned, first ? first : status);
     }
-    if (end > INT_MAX) /* the return value must hold the length */
-        return mf__request_error(req, scanned, 431);
-    int status = mf__parse_request_head(buf + start, buf + end, req, lim);
+    status = mf__http_request_prefix(buf, start, from, seen, lim);
+    /* Both are found by the judge already; never INCOMPLETE after them. */
+    if (status == 0 && found == MF__HEAD_BARE_LF)
+        status = 400;
+    if (status == 0 && len > lim->max_head_bytes)
+        status = 431;
     if (status != 0)
         return mf__request_error(req, scanned, status);
-    req->error_status = 0;
     if (scanned)
-        *scanned = 0;
-    return (int)end;
+        *scanned = window;
+    return MF_HTTP_INCOMPLETE;
 }

@@ -63,6 +63,8 @@ void mf_http_server_config_init(mf_http_server_config_t *c)
     c->max_body = 1024 * 1024;
     c->header_timeout_ms = 10000;
     c->body_timeout_ms = 10000;
+    c->min_body_rate = 500;
+    c->body_rate_grace_ms = 10000;
     c->keepalive_timeout_ms = 60000;
     c->write_timeout_ms = 10000;
     c->server_header = "moonflow";

@@ -10,9 +10,11 @@
  *     limits = { max_body = 1048576, max_head = 8192, max_line = 8192,
  *                max_headers = 100, max_connections = 10000,
  *                cpu = 1000,            -- ms a handler runs unyielding
- *                lua_memory = 1024 },   -- MiB per worker's Lua state
+ *                lua_memory = 1024,     -- MiB per worker's Lua state
+ *                min_body_rate = 500 }, -- bytes a second
  *     timeouts = { header = 10000, body = 10000, keepalive = 60000,
  *                  write = 10000, handler = 0,          -- milliseconds
+ *                  body_total = 0, body_rate_grace = 10000,
  *                  stop = 1000,         -- grace of a graceful stop
  *                  drain = 5000 },      -- taken over: idle keep-alive grace
  *     jit = false,      -- true: compiled loops escape the limits above
@@ -134,6 +136,7 @@ static void mf__config_limits(lua_State *L, int t, mf_serve_config_t *c)
         c->http.max_connections = (size_t)v;
     mf__config_u32(L, t, "cpu", &c->cpu_budget_ms);
     mf__config_u32(L, t, "lua_memory", &c->lua_memory_mib);
+    mf__config_u32(L, t, "min_body_rate", &c->http.min_body_rate);
 }
 
 static void mf__config_timeouts(lua_State *L, int t, mf_serve_config_t *c)
@@ -145,6 +148,8 @@ static void mf__config_timeouts(lua_State *L, int t, mf_serve_config_t *c)
     mf__config_u32(L, t, "handler", &c->handler_timeout_ms);
     mf__config_u32(L, t, "drain", &c->drain_timeout_ms);
     mf__config_u32(L, t, "stop", &c->stop_timeout_ms);
+    mf__config_u32(L, t, "body_total", &c->http.body_total_timeout_ms);
+    mf__config_u32(L, t, "body_rate_grace", &c->http.body_rate_grace_ms);
 }
 
 static void mf__config_tls(lua_State *L, int t, mf_serve_config_t *c,
@@ -221,12 +226,19 @@ static const mf_config_key_t mf__limits_keys[] = {
     {"max_connections", LUA_TNUMBER, 1, 1 << 20, " (per worker)"},
     {"cpu", LUA_TNUMBER, 0, UINT32_MAX, " (ms; 0: none)"},
     {"lua_memory", LUA_TNUMBER, 0, 1 << 20, " (MiB; 0: no cap)"},
+    {"min_body_rate", LUA_TNUMBER, 0, UINT32_MAX, " (bytes a second)"},
     MF_CONFIG_END};
 static const mf_config_key_t mf__timeouts_keys[] = {
-    MF_CONFIG_MS("header"),    MF_CONFIG_MS("body"),
-    MF_CONFIG_MS("keepalive"), MF_CONFIG_MS("write"),
-    MF_CONFIG_MS("handler"),   MF_CONFIG_MS("drain"),
-    MF_CONFIG_MS("stop"),      MF_CONFIG_END};
+    MF_CONFIG_MS("header"),
+    MF_CONFIG_MS("body"),
+    MF_CONFIG_MS("keepalive"),
+    MF_CONFIG_MS("write"),
+    MF_CONFIG_MS("handler"),
+    MF_CONFIG_MS("drain"),
+    MF_CONFIG_MS("stop"),
+    MF_CONFIG_MS("body_total"),
+    MF_CONFIG_MS("body_rate_grace"),
+    MF_CONFIG_END};
 static const mf_config_key_t mf__tls_keys[] = {
     {"cert", LUA_TSTRING, 0, 0, NULL},
     {"key", LUA_TSTRING, 0, 0, NULL},

@@ -589,22 +589,17 @@ static void mf__push_decoded(lua_State *L, const char *s, size_t n)
 
 static int mf__req_query(lua_State *L, const mf_http_request_t *head)
 {
+    mf_http_query_pair_t kv;
+    const char *p = head->query, *end = p ? p + head->query_len : NULL;
     lua_newtable(L);
     int t = lua_gettop(L);
-    const char *p = head->query, *end = p ? p + head->query_len : NULL;
-    while (p && p < end) {
-        const char *amp = memchr(p, '&', (size_t)(end - p));
-        const char *stop = amp ? amp : end;
-        const char *eq = memchr(p, '=', (size_t)(stop - p));
-        if (stop > p) {
-            mf__push_decoded(L, p, (size_t)((eq ? eq : stop) - p));
-            if (eq)
-                mf__push_decoded(L, eq + 1, (size_t)(stop - eq - 1));
-            else
-                lua_pushboolean(L, 1);
-            mf__table_add(L, t);
-        }
-        p = amp ? amp + 1 : NULL;
+    while (mf_http_query_next(&p, end, &kv)) {
+        mf__push_decoded(L, kv.key, kv.key_len);
+        if (kv.value)
+            mf__push_decoded(L, kv.value, kv.value_len);
+        else
+            lua_pushboolean(L, 1);
+        mf__table_add(L, t);
     }
     return 1;
 }

@@ -7,9 +7,14 @@
  * and once with `scanned` carried over. Checked: the return convention; that
  * a parsed head's pointers lie inside it and its fields are well-formed;
  * that a parsed request never carries both Content-Length and
- * Transfer-Encoding, nor two Hosts; and that a prefix gets INCOMPLETE or the
- * whole input's answer, never INCOMPLETE after a final answer.
+ * Transfer-Encoding, nor two Hosts, nor a Host or target authority that is
+ * not host[:port], nor a '#' in its target, nor a transfer coding but
+ * chunked; and that a prefix gets INCOMPLETE or the whole input's answer,
+ * never INCOMPLETE after a final answer (so a head rejected early is
+ * rejected alike whole).
  */
+#include <strings.h>
+
 #include "fuzz_check.h"
 
 #define NHEADERS 16
@@ -57,14 +62,51 @@ static void check_request_line(const char *buf, size_t head,
                fuzz_inside(buf, head, r->target, r->target_len));
     for (size_t i = 0; i < r->target_len; i++) {
         unsigned char c = (unsigned char)r->target[i];
-        FUZZ_CHECK(c > 0x20 && c != 0x7f);
+        FUZZ_CHECK(c > 0x20 && c != 0x7f && c != '#');
     }
-    FUZZ_CHECK(r->path &&
-               fuzz_inside(r->target, r->target_len, r->path, r->path_len));
+    /* An absolute-form target without a path has the path "/". */
+    FUZZ_CHECK(
+        r->path &&
+        (fuzz_inside(r->target, r->target_len, r->path, r->path_len) ||
+         (r->path_len == 1 && r->path[0] == '/' && r->target[0] != '/')));
     FUZZ_CHECK(!r->query ||
                (fuzz_inside(r->target, r->target_len, r->query, r->query_len) &&
                 r->query[-1] == '?'));
     FUZZ_CHECK(r->minor_version == 0 || r->minor_version == 1);
+}
+
+/* req->host and a non-empty Host value are host[:port]. */
+static void check_authorities(const mf_http_request_t *r)
+{
+    mf_http_authority_t a;
+    const mf_http_header_t *h =
+        mf_http_find_header(r->headers, r->num_headers, "host");
+    if (h && h->value_len)
+        FUZZ_CHECK(mf_http_parse_authority(h->value, h->value_len, &a) == 0);
+    if (r->host && r->host_len)
+        FUZZ_CHECK(mf_http_parse_authority(r->host, r->host_len, &a) == 0);
+}
+
+/* The Transfer-Encoding fields, read as one list, name "chunked" once and
+ * nothing else. */
+static int only_chunked(const mf_http_request_t *r)
+{
+    int chunked = 0;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const mf_http_header_t *h = &r->headers[i];
+        if (h->name_len != 17 || strncasecmp(h->name, "transfer-encoding", 17))
+            continue;
+        for (size_t j = 0; j < h->value_len; j++) {
+            char c = h->value[j];
+            if (c == ' ' || c == '\t' || c == ',')
+                continue;
+            if (h->value_len - j < 7 || strncasecmp(h->value + j, "chunked", 7))
+                return 0;
+            chunked++;
+            j += 6;
+        }
+    }
+    return chunked == 1;
 }
 
 static void check_parsed(const char *buf, size_t head,
@@ -79,6 +121,7 @@ static void check_parsed(const char *buf, size_t head,
                r->num_headers <= lim->max_headers);
     fuzz_check_headers(buf, head, r->headers, r->num_headers);
     FUZZ_CHECK(!r->host || fuzz_inside(buf, head, r->host, r->host_len));
+    check_authorities(r);
     FUZZ_CHECK(r->minor_version == 0 || r->host);
     FUZZ_CHECK(count_named(r, "host") <= 1);
     switch (r->body) {
@@ -93,6 +136,7 @@ static void check_parsed(const char *buf, size_t head,
     case MF_HTTP_BODY_CHUNKED:
         FUZZ_CHECK(r->minor_version == 1);
         FUZZ_CHECK(count_named(r, "content-length") == 0);
+        FUZZ_CHECK(only_chunked(r));
         break;
     default:
         FUZZ_CHECK(!"request body kind");

@@ -3,18 +3,27 @@
  * functions over caller buffers. No I/O, no allocation, no global state.
  *
  * Heads are parsed in place: every pointer in the result points into the
- * caller's buffer, which must stay unchanged while the result is used. Bytes
- * may arrive in any split: call again with the longer buffer; the head
- * parsers return MF_HTTP_INCOMPLETE until the blank line has arrived (they
- * re-scan from the start, which keeps them stateless; `*scanned` lets the
- * caller skip bytes already known not to end the head).
+ * caller's buffer (except the "/" of an absolute-form target without a
+ * path), which must stay unchanged while the result is used. Bytes may
+ * arrive in any split: call again with the longer buffer; the head parsers
+ * return MF_HTTP_INCOMPLETE until the blank line has arrived (they re-scan
+ * from the start, which keeps them stateless; `*scanned` lets the caller
+ * skip bytes already looked at). The request parser also judges the bytes
+ * of an incomplete head as they arrive and fails at the first one that no
+ * valid head can contain, so a bad request is answered at once, not when
+ * its blank line (or the header timeout) comes; the answer is the same for
+ * every split of the same bytes.
  *
  * Strict where ambiguity is a security risk (request smuggling, response
  * splitting): a request with both Content-Length and Transfer-Encoding, two
  * differing Content-Length values, a Transfer-Encoding other than a final
  * "chunked", obs-fold (a header line starting with SP/HTAB), a bare CR or a
  * bare LF as a line end, invalid token characters in the method or a header
- * name, CTL characters in a value or the target — all fail with status 400.
+ * name, CTL characters in a value or the target, a '#' (fragment) in the
+ * target, a Host value or target authority that is not host[:port] (see
+ * mf_http_parse_authority) — all fail with status 400. A transfer coding
+ * other than chunked (gzip, deflate, compress ...) before the final chunked
+ * fails with 501: the body is never handed on still coded.
  *
  * Threads: any (no shared state). Ownership: the caller owns every buffer
  * and every output struct, including the header array.
@@ -68,7 +77,8 @@ typedef struct mf_http_request {
     size_t method_len;
     const char *target; /* request-target as sent: "/p?q", "*", "http://..." */
     size_t target_len;
-    const char *path; /* target up to '?' (origin-form) */
+    const char *path; /* target up to '?'; "/" for an absolute-form target
+                         without a path (RFC 9112 §3.2.2); "" for CONNECT */
     size_t path_len;
     const char *query; /* after '?', without it; NULL when absent */
     size_t query_len;
@@ -81,7 +91,8 @@ typedef struct mf_http_request {
     bool keep_alive;         /* version default + Connection header */
     bool expect_continue;    /* Expect: 100-continue */
     bool upgrade;            /* Connection: upgrade + Upgrade header */
-    const char *host;        /* Host header value, NULL when absent */
+    const char *host;        /* absolute-form authority, else the Host value (a
+                                valid authority or ""); NULL when absent */
     size_t host_len;
     int error_status; /* on MF_HTTP_ERROR: 400, 414, 431, 501, 505 */
 } mf_http_request_t;
@@ -91,8 +102,18 @@ typedef struct mf_http_request {
  * MF_HTTP_ERROR with req->error_status set. limits may be NULL (defaults).
  * An HTTP/1.1 request without Host is a 400 (RFC 9112 §3.2). Empty lines
  * before the request line are skipped (RFC 9112 §2.2). `scanned` may be NULL;
- * otherwise it holds how many bytes were already searched for the end of the
- * head (0 on the first call) and is updated. */
+ * otherwise it holds how many bytes were already judged (0 on the first
+ * call) and is updated.
+ *
+ * An incomplete head fails as soon as its bytes rule it out, with the status
+ * of the first byte that does: 400 for a byte or line end the grammar does
+ * not allow (checked byte by byte), and when a line ends, 400/505 for its
+ * request line, 400 for a framing field that refuses the request whatever
+ * follows (a second Host or a bad one, a differing Content-Length,
+ * Transfer-Encoding with Content-Length or in HTTP/1.0); 414 at the request
+ * line's byte max_request_line + 1; 431 at the head's byte max_head_bytes +
+ * 1. What needs the whole head (a missing Host, the last coding, the number
+ * of fields) is judged at its blank line. */
 MF_API int mf_http_parse_request(const char *buf, size_t len,
                                  mf_http_request_t *req,
                                  const mf_http_limits_t *limits,
@@ -139,7 +160,8 @@ typedef struct mf_http_chunked {
 MF_API void mf_http_chunked_init(mf_http_chunked_t *dec, uint64_t max_body);
 
 /* Decodes buf[0..*len) in place (picohttpparser's phr_decode_chunked
- * contract). On return buf[0..*len) holds the data decoded by this call,
+ * contract), in any split of its input. On return buf[0..*len) holds the
+ * data decoded by this call,
  * chunk framing removed. Returns
  *   >= 0               the chunked body (with its trailers) is complete; the
  *                      value is the number of bytes that followed it in the
@@ -149,7 +171,10 @@ MF_API void mf_http_chunked_init(mf_http_chunked_t *dec, uint64_t max_body);
  *   MF_HTTP_ERROR      bad chunk size/framing/trailer (400) or over
  *                      max_body (413), in dec->error_status.
  * Trailer fields are validated like header fields and skipped. Chunk
- * extensions are skipped. Chunk sizes over 16 hex digits are an error. */
+ * extensions must follow RFC 9112 §7.1.1 (";" name ["=" value], a token
+ * name, a token or quoted-string value, whitespace only around ";" and
+ * "="; at most 4096 bytes per line) and are skipped. Chunk sizes over 16
+ * hex digits are an error. */
 MF_API ssize_t mf_http_chunked_decode(mf_http_chunked_t *dec, char *buf,
                                       size_t *len);
 
@@ -157,6 +182,39 @@ MF_API ssize_t mf_http_chunked_decode(mf_http_chunked_t *dec, char *buf,
 
 /* Reason phrase for a status code ("OK", "Not Found"; "" if unknown). */
 MF_API const char *mf_http_reason(int status);
+
+/* ---- URI pieces ---------------------------------------------------------- */
+
+typedef struct mf_http_authority {
+    const char *host; /* reg-name or IPv4 as sent; an IP literal with its
+                         brackets ("[::1]") */
+    size_t host_len;
+    int port; /* 0..65535; -1 when absent or empty ("host:") */
+} mf_http_authority_t;
+
+/* Parses authority = host [":" port] as a Host field or a request target
+ * carries it (RFC 3986 §3.2.2-3 without userinfo; RFC 9110 §4.2): host is
+ * "[" IPv6 address or IPvFuture "]", or a non-empty reg-name of letters,
+ * digits, "-._~", "!$&'()*+,;=" and %XX escapes (an IPv4 address is one);
+ * port is digits only, at most 65535, and may be empty. Returns 0 with out
+ * pointing into s, or -1 (out unspecified). */
+MF_API int mf_http_parse_authority(const char *s, size_t len,
+                                   mf_http_authority_t *out);
+
+/* One pair of a query string, still %-encoded: pointers into the query. */
+typedef struct mf_http_query_pair {
+    const char *key;
+    size_t key_len;
+    const char *value; /* NULL when the pair has no '=' ("flag") */
+    size_t value_len;
+} mf_http_query_pair_t;
+
+/* Splits the next pair off a query string ("a=1&flag&b=") at *pos, which
+ * goes up to end (both may be NULL: no query), and moves *pos past it.
+ * Pairs end at '&', keys at the first '='; empty pairs ("a&&b") are
+ * skipped. Returns false when no pair is left. */
+MF_API bool mf_http_query_next(const char **pos, const char *end,
+                               mf_http_query_pair_t *pair);
 
 /* Decodes %XX and (if plus_is_space) '+' in place; returns the new length or
  * -1 on a bad escape. */

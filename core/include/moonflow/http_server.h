@@ -27,8 +27,10 @@
  *
  * Errors on input never reach the handler: malformed requests get 400,
  * oversize heads 431, long request lines 414, big bodies 413, unsupported
- * versions 505, and the connection is closed after the answer. A head or
- * body that stalls past its timeout is closed unanswered (408 to the
+ * versions 505, transfer codings other than chunked 501, bodies that come
+ * too slowly 408, and the connection is closed after the answer. A bad
+ * head is answered at its first bad byte (moonflow/http_parser.h). A head
+ * or body that stalls past its timeout is closed unanswered (408 to the
  * hook). Each of these is reported to the config's on_reject hook (an
  * access log writes its line there).
  *
@@ -89,6 +91,17 @@ typedef struct mf_http_server_config {
     uint32_t keepalive_timeout_ms; /* idle between requests; default 60000 */
     uint32_t write_timeout_ms;     /* a stalled response; default 10000 */
     uint32_t max_keepalive_requests; /* per connection; 0 = unlimited */
+    /* A body that keeps coming but too slowly is answered 408 and closed
+     * (nginx answers its client_body_timeout so). It must arrive whole
+     * within body_total_timeout_ms of its head (0, the default: no such
+     * bound), and once body_rate_grace_ms have passed, at an average of
+     * min_body_rate bytes a second: by then it may take grace + received /
+     * rate (Apache mod_reqtimeout's MinRate; 0: no minimum). Defaults: 500
+     * bytes/s after 10000 ms. A body that stops for body_timeout_ms is
+     * closed without an answer, as before. */
+    uint32_t body_total_timeout_ms;
+    uint32_t min_body_rate;
+    uint32_t body_rate_grace_ms;
     /* HTTPS when tls.cert_file and tls.key_file are set; SNI: extra
      * certificates by server name (tls.h). */
     mf_tls_server_config_t tls;

@@ -388,6 +388,51 @@ TEST(a_half_closed_client_still_gets_its_answers_then_the_close)
     free(a);
 }
 
+#define HALF_CLOSE_TRIES 50
+
+typedef struct half_close_tries {
+    int answered; /* tries whose first answer came whole, as "one" */
+    int closed;   /* tries that then saw the close, with nothing more */
+} half_close_tries_t;
+
+/* Two pipelined requests, the second held for long, and the FIN sent right
+ * behind them: the server tends to read all three in one go. */
+static void client_answer_then_held_then_fin(void *arg)
+{
+    half_close_tries_t *t = arg;
+    for (int i = 0; i < HALF_CLOSE_TRIES; i++) {
+        peer_response_t *r = calloc(1, sizeof(*r));
+        peer_conn_t *c = peer_connect(peer_port);
+        peer_send_str(c, "GET /q?one HTTP/1.1\r\nHost: h\r\n\r\n"
+                         "GET /hold?ms=10000 HTTP/1.1\r\nHost: h\r\n\r\n");
+        shutdown(c->fd, SHUT_WR);
+        if (peer_read_response(c, r) == 0 && r->status == 200 &&
+            strcmp(r->body, "one") == 0)
+            t->answered++;
+        if (peer_sees_close(c))
+            t->closed++;
+        peer_close(c);
+        free(r);
+    }
+}
+
+TEST(a_fin_behind_a_held_request_still_sends_the_answer_before_it)
+{
+    serve_once();
+    half_close_tries_t t = {0};
+    int held_before = atomic_load(&held);
+    int closed_before = atomic_load(&hold_closed);
+    peer_run(peer_loop, client_answer_then_held_then_fin, &t);
+    ASSERT_EQ(t.answered, HALF_CLOSE_TRIES);
+    ASSERT_EQ(t.closed, HALF_CLOSE_TRIES);
+    /* Every held exchange was aborted, its on_close run once. */
+    ASSERT(
+        run_until_count(C_HOLD_CLOSED, closed_before + HALF_CLOSE_TRIES, 5000));
+    ASSERT_EQ(atomic_load(&held), held_before + HALF_CLOSE_TRIES);
+    ASSERT_EQ(atomic_load(&hold_closed), closed_before + HALF_CLOSE_TRIES);
+    ASSERT(peer_run_until(peer_loop, no_connections, peer_server, 2000));
+}
+
 static void client_park_and_leave(void *arg)
 {
     int *target = arg;
