@@ -35,6 +35,30 @@ TEST(blocking_command_waits_on_a_dedicated_connection_while_others_go_on)
     teardown();
 }
 
+/* Waits until redis-server counts n clients blocked in a command: the
+ * dedicated connections connect and send asynchronously, in no fixed
+ * order. */
+static void wait_blocked(mf_redis_client_t *c, int n)
+{
+    char want[64];
+    snprintf(want, sizeof want, "blocked_clients:%d\r", n);
+    for (int i = 0; i < 500; i++) {
+        result_t r;
+        run(c, &r, "INFO clients");
+        if (strstr(r.text, want))
+            return;
+        usleep(10000);
+    }
+    MF_TEST_FAIL("redis-server never counted %d blocked clients", n);
+}
+
+static int popped(const result_t *r, const char *value)
+{
+    char line[32];
+    snprintf(line, sizeof line, "[$q1,$%s]", value);
+    return r->done && strcmp(r->text, line) == 0;
+}
+
 TEST(dedicated_pool_is_bounded_and_waiters_get_the_next_free_connection)
 {
     mf_redis_opts_t o;
@@ -47,16 +71,30 @@ TEST(dedicated_pool_is_bounded_and_waiters_get_the_next_free_connection)
         memset(&rs[i], 0, sizeof rs[i]);
         mf_task_start(task_of(c, &rs[i], "BLPOP q1 5"));
     }
-    /* Two wait in BLPOP, two wait for a connection; four pushes serve all,
-     * the oldest waiter first. */
-    for (int k = 0; k < 4; k++) {
-        char line[32];
-        snprintf(line, sizeof line, "RPUSH q1 v%d", k);
-        expect(c, line, ":1");
-        run_until(&rs[k].done, 1);
-        snprintf(line, sizeof line, "[$q1,$v%d]", k);
-        ASSERT_STR_EQ(rs[k].text, line);
-    }
+    /* Two block in BLPOP (which of them first is up to the connects), two
+     * wait for a connection. */
+    wait_blocked(c, 2);
+    ASSERT_EQ(rs[2].done + rs[3].done, 0);
+    expect(c, "RPUSH q1 v0", ":1");
+    uint64_t end = now_ms() + 10000;
+    while (rs[0].done + rs[1].done < 1 && now_ms() < end)
+        mf_loop_run(loop, MF_RUN_ONCE);
+    result_t *first = rs[0].done ? &rs[0] : &rs[1];
+    result_t *second = rs[0].done ? &rs[1] : &rs[0];
+    ASSERT(popped(first, "v0"));
+    /* The freed connection goes to the oldest waiter, rs[2]; had rs[3]
+     * taken it, v2 below would go to rs[3], blocked longer. */
+    wait_blocked(c, 2);
+    expect(c, "RPUSH q1 v1", ":1"); /* redis serves the longest blocked */
+    run_until(&second->done, 1);
+    ASSERT(popped(second, "v1"));
+    wait_blocked(c, 2);
+    expect(c, "RPUSH q1 v2", ":1");
+    run_until(&rs[2].done, 1);
+    ASSERT(popped(&rs[2], "v2"));
+    expect(c, "RPUSH q1 v3", ":1");
+    run_until(&rs[3].done, 1);
+    ASSERT(popped(&rs[3], "v3"));
     ASSERT_EQ(mf_redis_client_connects(c), 3); /* shared + 2 pooled */
     teardown();
 }
