@@ -209,6 +209,7 @@ struct mf_mysql_conn {
     bool broken;           /* never handed out again */
     bool dirty;            /* reset before its next user */
     bool in_runner;        /* the runner's loop is on the stack */
+    bool resolving;        /* its DNS callback is still due */
     bool io_started;       /* io registered with the loop */
     mf_mysql_step_fn step; /* the running operation, NULL when none */
     mf_mysql_done_fn done;
