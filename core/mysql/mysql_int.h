@@ -366,6 +366,8 @@ struct mf_mysql_session {
     mf_list_t queue; /* tasks started behind the running one */
     bool closed;
     bool broken;
+    bool advancing; /* mf__mysql_session_next is on the stack */
+    bool again;     /* ... and its task ended at once: run the next */
 };
 
 /* The running task of the session ended: the next queued one runs, or the
