@@ -167,6 +167,8 @@ void mf__mysql_conn_close(mf_mysql_conn_t *conn)
     } else {
         if (!mf__conn_connected(conn))
             c->nopening--;
+        if (conn->state == MF_MCONN_RESETTING)
+            c->nresetting--;
         mf__mysql_client_forget(conn);
     }
     if (conn->stmt_cache_drop)
@@ -440,6 +442,7 @@ static void mf__reset_done(mf_mysql_conn_t *conn)
         return;
     }
     conn->dirty = false;
+    conn->client->nresetting--;
     conn->state = MF_MCONN_BUSY;
     mf__mysql_client_offer(conn);
 }
@@ -460,5 +463,6 @@ void mf__mysql_conn_release(mf_mysql_conn_t *conn)
     if (conn->stmt_cache_drop)
         conn->stmt_cache_drop(conn);
     conn->state = MF_MCONN_RESETTING;
+    conn->client->nresetting++;
     mf__mysql_conn_run(conn, mf__step_reset, mf__reset_done);
 }
