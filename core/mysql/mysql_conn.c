@@ -31,8 +31,9 @@ static void mf__conn_io_cb(mf_io_t *io, unsigned events)
     mf_mysql_conn_t *conn = io->data;
     if (!conn->step) {
         /* Nothing asked to read: the server closed an idle connection (a
-         * restart, KILL, wait_timeout) or sent what nobody expects. */
-        if (conn->state == MF_MCONN_IDLE)
+         * restart, KILL, wait_timeout) or sent what nobody expects. A
+         * write-only edge (the last operation waited to write) is not. */
+        if (conn->state == MF_MCONN_IDLE && (events & ~MF_IO_WRITE))
             mf__mysql_conn_close(conn);
         return;
     }
@@ -406,6 +407,9 @@ mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
 void mf__mysql_conn_park(mf_mysql_conn_t *conn)
 {
     conn->state = MF_MCONN_IDLE;
+    /* Read interest only: the idle watch is for the server's close. */
+    if (conn->io.fd >= 0 && mf_io_start(conn->loop, &conn->io, MF_IO_READ) < 0)
+        conn->broken = true; /* not watched: closed when next taken */
     mf_io_set_ref(conn->loop, &conn->io, false);
     mf_timer_set_ref(conn->loop, &conn->life_timer, false);
     mf_timer_start(conn->loop, &conn->life_timer,
@@ -415,6 +419,8 @@ void mf__mysql_conn_park(mf_mysql_conn_t *conn)
 bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn)
 {
     char byte;
+    if (conn->broken)
+        return false;
     ssize_t n = recv(conn->io.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
