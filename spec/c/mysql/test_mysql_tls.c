@@ -60,3 +60,18 @@ TEST(a_ca_that_did_not_sign_the_certificate_fails_with_etls)
     ASSERT(strstr(r.message, "TLS") || strstr(r.message, "SSL"));
     teardown();
 }
+
+TEST(a_tls_connection_is_reused_from_the_pool)
+{
+    setup_server(true, NULL);
+    char q[256];
+    snprintf(q, sizeof q, "?ssl=verify_ca&ca=%s", main_server.cert.cert);
+    mf_mysql_client_t *c = tls_client(q);
+    for (int i = 0; i < 5; i++) {
+        expect(c, cipher_sql, "i:1");
+        spin(50); /* idle between queries: nothing may close it */
+    }
+    ASSERT_EQ(mf_mysql_client_connects(c), 1);
+    ASSERT_EQ(mf_mysql_client_open(c), 1);
+    teardown();
+}
