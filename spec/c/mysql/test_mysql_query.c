@@ -294,3 +294,17 @@ TEST(a_query_that_cannot_be_copied_fails_with_enomem)
     expect(c, sql, "i:7"); /* the same big query, copied this time */
     teardown();
 }
+
+TEST(ssl_preferred_against_a_server_without_tls_stays_in_plain_text)
+{
+    setup();
+    int err = -1;
+    mf_mysql_client_t *c = mf_mysql_client(
+        loop, url_with(&main_server, "app:secret", "test", "?ssl=preferred"),
+        NULL, &err);
+    expect(c,
+           "SELECT VARIABLE_VALUE = '' FROM information_schema.SESSION_STATUS "
+           "WHERE VARIABLE_NAME = 'Ssl_cipher'",
+           "i:1");
+    teardown();
+}
