@@ -96,8 +96,7 @@ TEST(a_refused_port_fails_with_econnrefused)
     uint16_t port = mf_test_free_port();
     char url[128];
     snprintf(url, sizeof url, "mysql://app:secret@127.0.0.1:%u/test", port);
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(loop, url, NULL, &err);
+    mf_mysql_client_t *c = client_at(url);
     result_t r;
     run(c, &r, "SELECT 1");
     EXPECT_STATE(r, MF_STATE_SYS_ERROR, MF_ECONNREFUSED);
@@ -113,8 +112,7 @@ TEST(a_host_name_is_resolved_by_the_net_layer)
     char url[128];
     snprintf(url, sizeof url, "mysql://app:secret@localhost:%u/test",
              main_server.port);
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(loop, url, NULL, &err);
+    mf_mysql_client_t *c = client_at(url);
     /* over TCP (the connector would take "localhost" for its socket) */
     expect(c,
            "SELECT HOST LIKE '127.0.0.1:%' FROM "
@@ -132,8 +130,7 @@ TEST(a_server_that_never_greets_fails_with_the_connect_timeout)
     char url[160];
     snprintf(url, sizeof url,
              "mysql://app:secret@127.0.0.1:%u/test?connect_timeout=300", port);
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(loop, url, NULL, &err);
+    mf_mysql_client_t *c = client_at(url);
     result_t r;
     uint64_t t0 = now_ms();
     run(c, &r, "SELECT 1");
@@ -150,9 +147,7 @@ TEST(a_name_that_does_not_resolve_fails_with_edns)
     setup();
     dns_stub_start();
     dns_stub_use(loop);
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(
-        loop, "mysql://app:secret@nowhere.test/test", NULL, &err);
+    mf_mysql_client_t *c = client_at("mysql://app:secret@nowhere.test/test");
     result_t r;
     run(c, &r, "SELECT 1");
     dns_stub_stop();

@@ -11,11 +11,7 @@ static const char *cipher_sql =
 
 static mf_mysql_client_t *tls_client(const char *query)
 {
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(
-        loop, url_with(&main_server, "app:secret", "test", query), NULL, &err);
-    ASSERT(c != NULL);
-    return c;
+    return client_at(url_with(&main_server, "app:secret", "test", query));
 }
 
 TEST(verify_ca_with_the_servers_ca_encrypts_the_connection)
