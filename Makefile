@@ -22,12 +22,13 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
 SOAK_SECONDS ?= 600
 
-# Build tools and the libraries the engine links (see DESIGN.md for the list
-# that grows with each capability).
+# Build tools and the libraries the engine links (the list grows with each
+# protocol).
 PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
-           libhiredis-dev redis-server redis-tools strace
+           libhiredis-dev redis-server redis-tools strace \
+           libmariadb-dev mariadb-server mariadb-client
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -36,8 +37,10 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # our nginx.conf loads it, the system nginx is never started) and
 # lua-resty-redis for that peer's Redis handler (lua-nginx-redis);
 # redis-benchmark comes with redis-tools (bench/redis/ starts its own
-# redis-server the same way).
-BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis
+# redis-server the same way). MySQL: the tests start mariadbd (mariadb-server)
+# in a temporary datadir and check the mysql_cli example against the mariadb
+# client; make bench compares with sysbench on the same server.
+BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis sysbench
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
         format

@@ -54,7 +54,8 @@
     XX(EDNS, -4090, "name resolution failed")                  \
     XX(ETLS, -4089, "tls failure")                             \
     XX(ETOOMANYREDIRECTS, -4088, "too many redirects")         \
-    XX(EINSECUREREDIRECT, -4087, "insecure redirect")
+    XX(EINSECUREREDIRECT, -4087, "insecure redirect")          \
+    XX(ESQL, -4086, "the server refused the statement")
 
 typedef enum mf_errno {
 #define MF_ERR_ENUM(name, value, msg) MF_##name = (value),
