@@ -109,6 +109,10 @@ void mf__mysql_conn_run(mf_mysql_conn_t *conn, mf_mysql_step_fn step,
 static void mf__conn_free_cb(mf_post_t *post)
 {
     mf_mysql_conn_t *conn = post->data;
+    if (conn->resolving) {
+        mf_loop_defer(conn->loop, post); /* its DNS callback still reads it */
+        return;
+    }
     mf_loop_free(conn->loop, conn, sizeof(*conn));
 }
 
@@ -319,8 +323,11 @@ static void mf__conn_connect(mf_mysql_conn_t *conn)
 static void mf__conn_dns_cb(mf_dns_query_t *q, int status)
 {
     mf_mysql_conn_t *conn = q->data;
-    if (status == MF_ECANCELED)
-        return; /* closed meanwhile */
+    conn->resolving = false;
+    if (conn->state == MF_MCONN_CLOSED)
+        return; /* canceled by close; the free post waits for this */
+    if (status == 0 && q->naddrs == 0)
+        status = MF_EDNS;
     if (status < 0) {
         mf__conn_open_failed(conn,
                              status == MF_ETIMEDOUT ? MF_STATE_TIMEOUT
@@ -386,6 +393,7 @@ mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
         mf__conn_connect(conn);
         return conn;
     }
+    conn->resolving = true;
     mf_dns_query_start(conn->loop, &conn->dns, client->ep.host, client->ep.port,
                        mf__conn_dns_cb, conn);
     return conn;

@@ -72,8 +72,9 @@ static inline const char *db_find(const char *name)
     return NULL;
 }
 
-/* Runs a shell command, its output to the server's folder log. */
-static inline int db_sh(const char *fmt, ...)
+/* Runs a shell command made with printf's format. */
+__attribute__((format(printf, 1, 2))) static inline int db_sh(const char *fmt,
+                                                              ...)
 {
     char cmd[2048];
     va_list ap;
@@ -96,8 +97,11 @@ static inline void db_install(db_server_t *s)
     ASSERT_EQ(chmod(s->dir, 0755), 0);
     snprintf(s->sock, sizeof s->sock, "%s/sock", s->dir);
     const char *user = db_user();
+    /* Its own tmpdir: bootstraps running at once in /tmp have collided on
+     * temporary table names. */
+    ASSERT_EQ(db_sh("mkdir %s/tmp", s->dir), 0);
     if (user)
-        ASSERT_EQ(db_sh("chown %s %s", user, s->dir), 0);
+        ASSERT_EQ(db_sh("chown -R %s %s", user, s->dir), 0);
     if (s->tls) {
         mf_test_cert_make(&s->cert);
         ASSERT_EQ(db_sh("chmod 755 %s && chmod 644 %s %s", s->cert.dir,
@@ -111,10 +115,10 @@ static inline void db_install(db_server_t *s)
         if (attempt)
             db_sh("rm -rf %s/data", s->dir);
         rc = db_sh("%s --no-defaults --auth-root-authentication-method=normal"
-                   " --datadir=%s/data --skip-test-db %s%s"
+                   " --datadir=%s/data --tmpdir=%s/tmp --skip-test-db %s%s"
                    " >%s/install.log 2>&1",
-                   db_find("mariadb-install-db"), s->dir, user ? "--user=" : "",
-                   user ? user : "", s->dir);
+                   db_find("mariadb-install-db"), s->dir, s->dir,
+                   user ? "--user=" : "", user ? user : "", s->dir);
     }
     if (rc != 0) {
         db_sh("cat %s/install.log >&2", s->dir);
@@ -125,7 +129,7 @@ static inline void db_install(db_server_t *s)
 
 static inline void db_spawn(db_server_t *s)
 {
-    char a[12][160];
+    char a[14][160];
     char *argv[24];
     int n = 0;
     argv[n++] = "mariadbd";
@@ -133,6 +137,7 @@ static inline void db_spawn(db_server_t *s)
 #define DB_ARG(...) \
     (snprintf(a[n - 2], sizeof a[0], __VA_ARGS__), argv[n] = a[n - 2], n++)
     DB_ARG("--datadir=%s/data", s->dir);
+    DB_ARG("--tmpdir=%s/tmp", s->dir);
     DB_ARG("--socket=%s", s->sock);
     DB_ARG("--port=%u", s->port);
     DB_ARG("--log-error=%s/err.log", s->dir);
