@@ -340,6 +340,13 @@ TEST(a_streamed_statement_without_rows_gives_its_counts)
     EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.batches, 1);
     ASSERT_EQ(s.nfields, 2);
+    /* A batch as big as anything: the whole result in one (last) batch. */
+    stream(c, &s, "SELECT v, 'x' FROM st", SIZE_MAX, 0, NULL);
+    run_until(&s.done, 1);
+    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    ASSERT_EQ(s.batches, 1);
+    ASSERT_EQ(s.rows, 4);
+    ASSERT_EQ(s.sum, 2 + 3 + 4 + 5);
     /* Only the first of several statements streams; the connection that
      * still has the others to read is closed after. */
     uint64_t connects = mf_mysql_client_connects(c);
