@@ -137,14 +137,6 @@ static void mf__counts(mf_stream_t *s, MYSQL *mysql)
     s->pub.server_status = counts.pub.server_status;
 }
 
-static int mf__step_query(mf_mysql_conn_t *conn, int ready)
-{
-    if (!ready)
-        return mysql_real_query_start(&conn->ret.i, &conn->mysql, conn->op_sql,
-                                      conn->op_len);
-    return mysql_real_query_cont(&conn->ret.i, &conn->mysql, ready);
-}
-
 static int mf__step_fetch_row(mf_mysql_conn_t *conn, int ready)
 {
     if (!ready)
@@ -333,7 +325,7 @@ static void mf__stream_run(mf_mysql_task_t *t)
     }
     t->conn->op_sql = t->sql;
     t->conn->op_len = t->sql_len;
-    mf__mysql_conn_run(t->conn, mf__step_query, mf__text_query_done);
+    mf__mysql_conn_run(t->conn, mf__mysql_step_query, mf__text_query_done);
 }
 
 static void mf__stream_abort(mf_mysql_task_t *t)

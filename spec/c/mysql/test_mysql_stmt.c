@@ -26,6 +26,15 @@ static unsigned long libc_mallocs(void)
 }
 #endif
 
+/* Options of a pool of one connection: the tests see what it does. */
+static mf_mysql_opts_t one_connection(void)
+{
+    mf_mysql_opts_t o;
+    mf_mysql_opts_init(&o);
+    o.max_connections = 1;
+    return o;
+}
+
 static inline mf_task_t *bound_task(mf_mysql_client_t *c, result_t *r,
                                     const char *sql, size_t n,
                                     const mf_mysql_param_t *params)
@@ -297,10 +306,8 @@ TEST(a_procedure_gives_each_of_its_result_sets)
 
 TEST(the_lru_bound_holds_on_the_server_and_evictions_close_statements)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
+    mf_mysql_opts_t o = one_connection();
     o.stmt_cache = 4;
-    o.max_connections = 1;
     mf_mysql_client_t *c = setup_with(&o);
     wait_no_prepared();
     unsigned long prepared = global_status("COM_STMT_PREPARE");
@@ -341,9 +348,7 @@ TEST(the_lru_bound_holds_on_the_server_and_evictions_close_statements)
 
 TEST(a_reset_drops_the_cache_and_statements_are_prepared_again)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
-    o.max_connections = 1;
+    mf_mysql_opts_t o = one_connection();
     mf_mysql_client_t *c = setup_with(&o);
     wait_no_prepared();
     mf_mysql_param_t p = MF_MYSQL_INT(5);
@@ -381,9 +386,7 @@ TEST(a_reset_drops_the_cache_and_statements_are_prepared_again)
 
 TEST(a_statement_whose_table_changed_is_prepared_again_once)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
-    o.max_connections = 1;
+    mf_mysql_opts_t o = one_connection();
     mf_mysql_client_t *c = setup_with(&o);
     expect(c,
            "DROP TABLE IF EXISTS alt; CREATE TABLE alt (a INT); INSERT INTO "
@@ -416,10 +419,8 @@ TEST(a_statement_whose_table_changed_is_prepared_again_once)
 
 TEST(a_prepared_result_over_max_result_fails_with_emsgsize)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
+    mf_mysql_opts_t o = one_connection();
     o.max_result = 64 << 10;
-    o.max_connections = 1;
     mf_mysql_client_t *c = setup_with(&o);
     mf_mysql_param_t n = MF_MYSQL_INT(100000);
     result_t r;
@@ -435,10 +436,8 @@ TEST(a_prepared_result_over_max_result_fails_with_emsgsize)
 
 TEST(a_bound_task_past_its_timeout_is_killed_and_the_pool_goes_on)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
+    mf_mysql_opts_t o = one_connection();
     o.query_timeout_ms = 300;
-    o.max_connections = 1;
     mf_mysql_client_t *c = setup_with(&o);
     mf_mysql_param_t s = DOUBLE(20);
     result_t r;
@@ -466,9 +465,7 @@ static void count_cb(mf_task_t *task)
  * memory-root block of the result's column definitions, each execute). */
 TEST(a_cached_point_select_allocates_only_in_the_connector)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
-    o.max_connections = 1;
+    mf_mysql_opts_t o = one_connection();
     mf_mysql_client_t *c = setup_with(&o);
     expect(c,
            "DROP TABLE IF EXISTS pt; CREATE TABLE pt (id INT PRIMARY KEY, "

@@ -10,28 +10,29 @@
 #include "mysql/mysql_harness.h"
 
 typedef struct seen {
+    result_t r; /* first: the harness's on_done fills it */
     mf_task_t *task;
     size_t batch_rows;
     int batches;
-    int done;
-    int state;
-    int error;
-    unsigned code;
-    char sqlstate[6];
-    char message[600];
     size_t rows;
     size_t last_nrows;
     uint64_t sum;   /* of the first column */
     uint64_t bytes; /* of the text columns */
     long rss_start;
     long rss_max;
-    bool hold;        /* keep each batch until told */
-    int cancel_at;    /* cancel the task in this batch (0: never) */
-    bool bad_batch;   /* more rows than batch_rows, or a bad value */
-    size_t nresults;  /* in the callback */
-    unsigned nfields; /* of the task's result */
-    uint64_t affected;
+    bool hold;      /* keep each batch until told */
+    int cancel_at;  /* cancel the task in this batch (0: never) */
+    bool bad_batch; /* more rows than batch_rows, or a bad value */
 } seen_t;
+
+/* Options of a pool of one connection: the tests see what it does. */
+static mf_mysql_opts_t one_connection(void)
+{
+    mf_mysql_opts_t o;
+    mf_mysql_opts_init(&o);
+    o.max_connections = 1;
+    return o;
+}
 
 /* Resident memory in bytes. */
 static long rss(void)
@@ -75,23 +76,6 @@ static void on_batch(mf_task_t *task, const mf_mysql_result_t *b, void *user)
         mf_task_mysql_next_batch(task);
 }
 
-static void on_stream_done(mf_task_t *task)
-{
-    seen_t *s = task->user;
-    s->done++;
-    s->state = mf_task_state(task);
-    s->error = mf_task_error(task);
-    const mf_mysql_error_t *e = mf_task_mysql_error(task);
-    s->code = e->code;
-    snprintf(s->sqlstate, sizeof s->sqlstate, "%s", e->sqlstate);
-    snprintf(s->message, sizeof s->message, "%s", e->message ? e->message : "");
-    s->nresults = mf_task_mysql_nresults(task);
-    if (s->nresults) {
-        s->nfields = mf_task_mysql_result(task, 0)->nfields;
-        s->affected = mf_task_mysql_result(task, 0)->affected_rows;
-    }
-}
-
 /* Starts a streaming task (params: a prepared statement). */
 static void stream(mf_mysql_client_t *c, seen_t *s, const char *sql,
                    size_t batch_rows, size_t n, const mf_mysql_param_t *params)
@@ -102,7 +86,7 @@ static void stream(mf_mysql_client_t *c, seen_t *s, const char *sql,
     s->hold = hold;
     s->cancel_at = cancel_at;
     s->batch_rows = batch_rows;
-    s->task = mf_task_mysql_create(c, on_stream_done, s);
+    s->task = mf_task_mysql_create(c, on_done, s);
     ASSERT_EQ(mf_task_mysql_set_query(s->task, sql, 0), 0);
     if (params)
         ASSERT_EQ(mf_task_mysql_bind(s->task, n, params), 0);
@@ -128,16 +112,16 @@ static void expect_million(mf_mysql_client_t *c, size_t n,
            params ? "SELECT seq, REPEAT('x', ?) FROM seq_1_to_1000000"
                   : "SELECT seq, REPEAT('x', 100) FROM seq_1_to_1000000",
            256, n, params);
-    run_until_for(&s.done, 1, 240000);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until_for(&s.r.done, 1, 240000);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT(!s.bad_batch);
     ASSERT_EQ(s.rows, 1000000);
     ASSERT_EQ(s.sum, 500000500000ull);
     ASSERT_EQ(s.bytes, 100000000ull);
     ASSERT_EQ(s.batches, 1000000 / 256 + 1);
     ASSERT_EQ(s.last_nrows, 1000000 % 256);
-    ASSERT_EQ(s.nresults, 1);
-    ASSERT_EQ(s.nfields, 2);
+    ASSERT_EQ(s.r.nsets, 1);
+    ASSERT_EQ(s.r.first.nfields, 2);
     long growth = s.rss_max - start;
     fprintf(stderr,
             "%s stream of 1,000,000 rows (100 MB of text): %llu ms, RSS "
@@ -175,13 +159,13 @@ static void expect_held_batches(mf_mysql_client_t *c, size_t n,
         /* Nothing more comes while the batch is held. */
         spin(b == 1 ? 200 : 5);
         ASSERT_EQ(s.batches, b);
-        ASSERT_EQ(s.done, 0);
+        ASSERT_EQ(s.r.done, 0);
         ASSERT_EQ(s.last_nrows, b <= 10 ? 100 : 0);
         mf_task_mysql_next_batch(s.task);
         mf_task_mysql_next_batch(s.task); /* twice: no harm */
     }
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.batches, 11);
     ASSERT_EQ(s.rows, 1000);
     ASSERT_EQ(s.sum, 500500);
@@ -207,8 +191,8 @@ static void expect_abandoned(mf_mysql_client_t *c, size_t n,
            params ? "SELECT seq, REPEAT('y', ?) FROM seq_1_to_1000000"
                   : "SELECT seq, REPEAT('y', 50) FROM seq_1_to_1000000",
            256, n, params);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_CANCELED, MF_ECANCELED);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_CANCELED, MF_ECANCELED);
     ASSERT_EQ(s.batches, 3);
     ASSERT_EQ(s.rows, 3 * 256);
     /* The connection was mid-result: never handed out again. */
@@ -223,9 +207,7 @@ static void expect_abandoned(mf_mysql_client_t *c, size_t n,
 
 TEST(an_abandoned_stream_closes_its_connection_and_the_pool_goes_on)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
-    o.max_connections = 1;
+    mf_mysql_opts_t o = one_connection();
     mf_mysql_client_t *c = setup_with(&o);
     expect(c, "SELECT 1", "i:1");
     expect_abandoned(c, 0, NULL);
@@ -236,16 +218,14 @@ TEST(an_abandoned_stream_closes_its_connection_and_the_pool_goes_on)
 
 TEST(a_batch_held_past_the_query_timeout_ends_the_stream_and_its_connection)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
-    o.max_connections = 1;
+    mf_mysql_opts_t o = one_connection();
     o.query_timeout_ms = 300;
     mf_mysql_client_t *c = setup_with(&o);
     seen_t s = {.hold = true};
     stream(c, &s, "SELECT seq, REPEAT('z', 80) FROM seq_1_to_1000000", 100, 0,
            NULL);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
     ASSERT_EQ(s.batches, 1);
     expect(c, "SELECT 4", "i:4");
     ASSERT_EQ(mf_mysql_client_connects(c), 2);
@@ -254,9 +234,7 @@ TEST(a_batch_held_past_the_query_timeout_ends_the_stream_and_its_connection)
 
 TEST(a_stream_past_its_timeout_while_reading_ends_and_the_pool_goes_on)
 {
-    mf_mysql_opts_t o;
-    mf_mysql_opts_init(&o);
-    o.max_connections = 1;
+    mf_mysql_opts_t o = one_connection();
     o.query_timeout_ms = 500;
     mf_mysql_client_t *c = setup_with(&o);
     /* The server stalls at row 250 (the rows before it out of its
@@ -271,8 +249,8 @@ TEST(a_stream_past_its_timeout_while_reading_ends_and_the_pool_goes_on)
                         : "SELECT seq, REPEAT('x', 200), SLEEP(IF(seq = "
                           "250, 5, 0)) FROM seq_1_to_1000",
                100, prepared, prepared ? &zero : NULL);
-        run_until(&s.done, 1);
-        EXPECT_STATE(s, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+        run_until(&s.r.done, 1);
+        EXPECT_STATE(s.r, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
         ASSERT(s.rows >= 100 && s.rows <= 200); /* whole batches */
         expect(c, "SELECT 5", "i:5");
     }
@@ -280,8 +258,8 @@ TEST(a_stream_past_its_timeout_while_reading_ends_and_the_pool_goes_on)
     seen_t s = {0};
     mf_mysql_param_t big = MF_MYSQL_INT(990);
     stream(c, &s, sql, 100, 1, &big);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.rows, 10);
     teardown();
 }
@@ -294,19 +272,19 @@ TEST(a_stream_error_mid_way_fails_with_the_servers_code)
         "seq_1_to_1000";
     seen_t s = {0};
     stream(c, &s, sql, 100, 0, NULL);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_TASK_ERROR, MF_ESQL);
-    ASSERT_EQ(s.code, 1242);
-    ASSERT_STR_EQ(s.sqlstate, "21000");
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_TASK_ERROR, MF_ESQL);
+    ASSERT_EQ(s.r.code, 1242);
+    ASSERT_STR_EQ(s.r.sqlstate, "21000");
     ASSERT_EQ(s.rows, 400); /* the full batches before the error */
     mf_mysql_param_t limit = MF_MYSQL_INT(500);
     stream(c, &s,
            "SELECT seq, IF(seq < ?, 'ok', (SELECT 1 UNION SELECT 2)) FROM "
            "seq_1_to_1000",
            100, 1, &limit);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_TASK_ERROR, MF_ESQL);
-    ASSERT_EQ(s.code, 1242);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_TASK_ERROR, MF_ESQL);
+    ASSERT_EQ(s.r.code, 1242);
     ASSERT_EQ(s.rows, 400);
     expect(c, "SELECT 3", "i:3"); /* the pool goes on */
     teardown();
@@ -321,29 +299,29 @@ TEST(a_streamed_statement_without_rows_gives_its_counts)
            "ok | ok | ok");
     seen_t s = {0};
     stream(c, &s, "UPDATE st SET v = v + 1", 16, 0, NULL);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.batches, 1);
     ASSERT_EQ(s.rows, 0);
-    ASSERT_EQ(s.nresults, 1);
-    ASSERT_EQ(s.nfields, 0);
-    ASSERT_EQ(s.affected, 10);
+    ASSERT_EQ(s.r.nsets, 1);
+    ASSERT_EQ(s.r.first.nfields, 0);
+    ASSERT_EQ(s.r.first.affected_rows, 10);
     mf_mysql_param_t five = MF_MYSQL_INT(5);
     stream(c, &s, "DELETE FROM st WHERE v > ?", 16, 1, &five);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.batches, 1);
-    ASSERT_EQ(s.affected, 6);
+    ASSERT_EQ(s.r.first.affected_rows, 6);
     /* An empty result: one empty batch, with its columns. */
     stream(c, &s, "SELECT v, 'x' FROM st WHERE v > 100", 16, 0, NULL);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.batches, 1);
-    ASSERT_EQ(s.nfields, 2);
+    ASSERT_EQ(s.r.first.nfields, 2);
     /* A batch as big as anything: the whole result in one (last) batch. */
     stream(c, &s, "SELECT v, 'x' FROM st", SIZE_MAX, 0, NULL);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.batches, 1);
     ASSERT_EQ(s.rows, 4);
     ASSERT_EQ(s.sum, 2 + 3 + 4 + 5);
@@ -351,8 +329,8 @@ TEST(a_streamed_statement_without_rows_gives_its_counts)
      * still has the others to read is closed after. */
     uint64_t connects = mf_mysql_client_connects(c);
     stream(c, &s, "SELECT 7, 'a'; SELECT 8", 16, 0, NULL);
-    run_until(&s.done, 1);
-    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    run_until(&s.r.done, 1);
+    EXPECT_STATE(s.r, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.rows, 1);
     ASSERT_EQ(s.sum, 7);
     expect(c, "SELECT 9", "i:9");
