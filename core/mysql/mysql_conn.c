@@ -168,6 +168,8 @@ void mf__mysql_conn_close(mf_mysql_conn_t *conn)
     } else {
         if (!mf__conn_connected(conn))
             c->nopening--;
+        if (conn->state == MF_MCONN_RESETTING)
+            c->nresetting--;
         mf__mysql_client_forget(conn);
     }
     if (conn->stmt_cache_drop)
@@ -405,6 +407,9 @@ mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
 void mf__mysql_conn_park(mf_mysql_conn_t *conn)
 {
     conn->state = MF_MCONN_IDLE;
+    /* Read interest only: the idle watch is for the server's close. */
+    if (conn->io.fd >= 0 && mf_io_start(conn->loop, &conn->io, MF_IO_READ) < 0)
+        conn->broken = true; /* not watched: closed when next taken */
     mf_io_set_ref(conn->loop, &conn->io, false);
     mf_timer_set_ref(conn->loop, &conn->life_timer, false);
     mf_timer_start(conn->loop, &conn->life_timer,
@@ -414,6 +419,8 @@ void mf__mysql_conn_park(mf_mysql_conn_t *conn)
 bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn)
 {
     char byte;
+    if (conn->broken)
+        return false;
     ssize_t n = recv(conn->io.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
@@ -441,6 +448,7 @@ static void mf__reset_done(mf_mysql_conn_t *conn)
         return;
     }
     conn->dirty = false;
+    conn->client->nresetting--;
     conn->state = MF_MCONN_BUSY;
     mf__mysql_client_offer(conn);
 }
@@ -461,5 +469,6 @@ void mf__mysql_conn_release(mf_mysql_conn_t *conn)
     if (conn->stmt_cache_drop)
         conn->stmt_cache_drop(conn);
     conn->state = MF_MCONN_RESETTING;
+    conn->client->nresetting++;
     mf__mysql_conn_run(conn, mf__step_reset, mf__reset_done);
 }

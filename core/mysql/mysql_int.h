@@ -154,6 +154,7 @@ struct mf_mysql_client {
     mf_list_t sessions; /* open sessions */
     unsigned nconns;    /* pooled connections, opening included */
     unsigned nopening;
+    unsigned nresetting;
     unsigned nwaiters;
     uint64_t connects;
 };
