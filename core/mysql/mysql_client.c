@@ -67,6 +67,11 @@ static mf_list_t *mf__list_first(mf_list_t *head)
 static void mf__client_free(mf_mysql_client_t *c)
 {
     mf_list_t *node;
+    /* The loop goes away with tasks in flight: they are dropped, not
+     * completed, and no connection is opened for the waiting ones. */
+    c->closing = true;
+    mf_list_init(&c->waiters);
+    c->nwaiters = 0;
     while ((node = mf_list_pop_front(&c->sessions)) != NULL) {
         mf_mysql_session_t *s = mf_container_of(node, mf_mysql_session_t, link);
         mf_loop_free(c->loop, s, sizeof(*s));
@@ -174,7 +179,7 @@ unsigned mf_mysql_client_open(const mf_mysql_client_t *client)
  * being reset (each will serve one). */
 static void mf__client_grow(mf_mysql_client_t *c)
 {
-    while (c->nwaiters > c->nopening + c->nresetting &&
+    while (!c->closing && c->nwaiters > c->nopening + c->nresetting &&
            c->nconns < c->opts.max_connections)
         mf__mysql_conn_open(c, false, 0);
 }

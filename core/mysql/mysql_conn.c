@@ -355,7 +355,9 @@ static int mf__conn_options(mf_mysql_conn_t *conn)
     if (ep->ssl == MF_MYSQL_SSL_PREFERRED)
         return rc | mysql_ssl_set(m, NULL, NULL, NULL, NULL, NULL);
     rc |= mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &yes);
-    bool verify = ep->ssl >= MF_MYSQL_SSL_VERIFY_CA;
+    /* With a CA the connector checks the chain; VERIFY_SERVER_CERT adds
+     * the name check, against the numeric address it was given. */
+    bool verify = ep->ssl >= MF_MYSQL_SSL_VERIFY_IDENTITY;
     rc |=
         mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, verify ? &yes : &no);
     if (ep->ca)

@@ -146,6 +146,7 @@ struct mf_mysql_client {
     const MARIADB_CHARSET_INFO *charset_info; /* of ep.charset */
     bool no_backslash_escapes; /* learned from a connection's status */
     bool quoter_ready;
+    bool closing;       /* the loop is being destroyed */
     MYSQL quoter;       /* never connects: mf_mysql_quote's charset and mode */
     mf_list_t conns;    /* every pooled connection, any state */
     mf_list_t idle;     /* idle ones, most recently used first */

@@ -273,6 +273,17 @@ static inline const char *main_url(void)
     return url_with(&main_server, "app:secret", "test", NULL);
 }
 
+/* The loop's client for url with the default options; asserts it parsed. */
+static inline mf_mysql_client_t *client_at(const char *url)
+{
+    int err = -1;
+    mf_mysql_client_t *c = mf_mysql_client(loop, url, NULL, &err);
+    if (!c)
+        MF_TEST_FAIL("refused %s", url);
+    ASSERT_EQ(err, 0);
+    return c;
+}
+
 /* The main server (started once; tls: with a certificate) and the loop. */
 static inline mf_mysql_client_t *setup_server(bool tls,
                                               const mf_mysql_opts_t *opts)

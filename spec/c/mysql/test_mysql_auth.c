@@ -7,11 +7,7 @@
 
 static mf_mysql_client_t *client_for(const char *userinfo, const char *db)
 {
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(
-        loop, url_with(&main_server, userinfo, db, NULL), NULL, &err);
-    ASSERT(c != NULL);
-    return c;
+    return client_at(url_with(&main_server, userinfo, db, NULL));
 }
 
 TEST(a_wrong_password_fails_with_eacces_and_the_servers_message)
@@ -69,9 +65,7 @@ TEST(a_url_without_a_password_or_database_reaches_the_server)
           " GRANT SELECT ON test.* TO nopw@'%'");
     char url[128];
     snprintf(url, sizeof url, "mysql://nopw@127.0.0.1:%u", main_server.port);
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(loop, url, NULL, &err);
-    ASSERT(c != NULL);
+    mf_mysql_client_t *c = client_at(url);
     expect(c, "SELECT CURRENT_USER(), DATABASE()", "nopw@%,NULL");
     teardown();
 }

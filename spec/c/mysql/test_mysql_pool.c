@@ -48,6 +48,7 @@ TEST(five_hundred_queries_share_eight_connections)
         snprintf(want, sizeof want, "i:%d,i:0", i);
         ASSERT_STR_EQ(r[i].text, want);
     }
+    fprintf(stderr, "500 queries: at most %d server connections seen\n", most);
     ASSERT(most >= 1 && most <= 8);
     ASSERT(server_connections("app") <= 8);
     ASSERT_EQ(mf_mysql_client_connects(c), 8);
@@ -240,4 +241,26 @@ TEST(a_session_whose_connection_was_killed_is_broken)
     mf_mysql_session_close(s);
     expect(c, "SELECT 2", "i:2");
     teardown();
+}
+
+TEST(destroying_the_loop_with_tasks_in_flight_closes_everything)
+{
+    mf_mysql_opts_t o = pool_opts(2, 8, 5000);
+    mf_mysql_client_t *c = setup_with(&o);
+    expect(c, "SELECT 1", "i:1"); /* one idle connection */
+    static result_t r[5];
+    for (int i = 0; i < 5; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        mf_task_start(query_task(c, &r[i], "SELECT SLEEP(5) /* dropped */"));
+    }
+    spin(100); /* two running, three waiting */
+    mf_mysql_session_t *s = mf_mysql_session_open(c);
+    (void)s; /* left open: the loop frees it */
+    teardown();
+    for (int i = 0; i < 5; i++)
+        ASSERT_EQ(r[i].done, 0); /* dropped, never called back */
+    /* the server sees the connections go and ends their statements */
+    for (int i = 0; i < 250 && server_connections("app") > 0; i++)
+        usleep(20000);
+    ASSERT_EQ(server_connections("app"), 0);
 }

@@ -251,9 +251,7 @@ TEST(a_unix_socket_url_reaches_the_server)
     char url[256];
     snprintf(url, sizeof url, "mysql://app:secret@unix:%s:/test",
              main_server.sock);
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(loop, url, NULL, &err);
-    ASSERT(c != NULL);
+    mf_mysql_client_t *c = client_at(url);
     expect(c, "SELECT DATABASE(), @@socket = '' ", "test,i:0");
     teardown();
 }
@@ -261,11 +259,8 @@ TEST(a_unix_socket_url_reaches_the_server)
 TEST(ssl_required_against_a_server_without_tls_fails_with_etls)
 {
     setup();
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(
-        loop, url_with(&main_server, "app:secret", "test", "?ssl=required"),
-        NULL, &err);
-    ASSERT(c != NULL);
+    mf_mysql_client_t *c = client_at(
+        url_with(&main_server, "app:secret", "test", "?ssl=required"));
     result_t r;
     run(c, &r, "SELECT 1");
     EXPECT_STATE(r, MF_STATE_TLS_ERROR, MF_ETLS);
@@ -292,5 +287,17 @@ TEST(a_query_that_cannot_be_copied_fails_with_enomem)
     run_until(&r.done, 1);
     EXPECT_STATE(r, MF_STATE_TASK_ERROR, MF_ENOMEM);
     expect(c, sql, "i:7"); /* the same big query, copied this time */
+    teardown();
+}
+
+TEST(ssl_preferred_against_a_server_without_tls_stays_in_plain_text)
+{
+    setup();
+    mf_mysql_client_t *c = client_at(
+        url_with(&main_server, "app:secret", "test", "?ssl=preferred"));
+    expect(c,
+           "SELECT VARIABLE_VALUE = '' FROM information_schema.SESSION_STATUS "
+           "WHERE VARIABLE_NAME = 'Ssl_cipher'",
+           "i:1");
     teardown();
 }

@@ -11,11 +11,7 @@ static const char *cipher_sql =
 
 static mf_mysql_client_t *tls_client(const char *query)
 {
-    int err = -1;
-    mf_mysql_client_t *c = mf_mysql_client(
-        loop, url_with(&main_server, "app:secret", "test", query), NULL, &err);
-    ASSERT(c != NULL);
-    return c;
+    return client_at(url_with(&main_server, "app:secret", "test", query));
 }
 
 TEST(verify_ca_with_the_servers_ca_encrypts_the_connection)
@@ -56,7 +52,22 @@ TEST(a_ca_that_did_not_sign_the_certificate_fails_with_etls)
     run(tls_client(q), &r, "SELECT 1");
     ASSERT(mf_test_cert_remove(&other));
     EXPECT_STATE(r, MF_STATE_TLS_ERROR, MF_ETLS);
-    ASSERT(r.code != 0);
-    ASSERT(strstr(r.message, "TLS") || strstr(r.message, "SSL"));
+    ASSERT_EQ(r.code, 2026);
+    ASSERT(strncmp(r.message, "TLS/SSL error: ", 15) == 0);
+    teardown();
+}
+
+TEST(a_tls_connection_is_reused_from_the_pool)
+{
+    setup_server(true, NULL);
+    char q[256];
+    snprintf(q, sizeof q, "?ssl=verify_ca&ca=%s", main_server.cert.cert);
+    mf_mysql_client_t *c = tls_client(q);
+    for (int i = 0; i < 5; i++) {
+        expect(c, cipher_sql, "i:1");
+        spin(50); /* idle between queries: nothing may close it */
+    }
+    ASSERT_EQ(mf_mysql_client_connects(c), 1);
+    ASSERT_EQ(mf_mysql_client_open(c), 1);
     teardown();
 }
