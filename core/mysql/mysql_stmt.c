@@ -214,7 +214,8 @@ int mf__mysql_stmt_bind(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
         return MF_ENOMEM;
     for (size_t i = 0; i < n; i++)
         mf__bind_param(&stmt->binds[i], &params[i]);
-    return mysql_stmt_bind_param(stmt->handle, stmt->binds) ? MF_EINVAL : 0;
+    /* Refused by the connector: its words are on the statement. */
+    return mysql_stmt_bind_param(stmt->handle, stmt->binds) ? MF_EPROTO : 0;
 }
 
 int mf__mysql_stmt_bind_columns(mf_mysql_stmt_t *stmt)
@@ -581,6 +582,10 @@ static void mf__execute(mf_mysql_task_t *t)
                  markers, t->nparams);
         mf__mysql_task_keep_error(t, CR_INVALID_PARAMETER_NO, "HY000", msg);
         mf__mysql_task_finish(t, MF_STATE_TASK_ERROR, MF_EINVAL);
+        return;
+    }
+    if (rc == MF_EPROTO) {
+        mf__mysql_stmt_fail(t, run->stmt->handle);
         return;
     }
     if (rc != 0) {

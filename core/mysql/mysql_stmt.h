@@ -63,7 +63,8 @@ mf_mysql_stmt_t *mf__mysql_stmt_new(MYSQL *mysql, const char *sql, size_t len);
 void mf__mysql_stmt_free(mf_mysql_stmt_t *stmt);
 
 /* Binds n parameters for the next execute. MF_EINVAL when n is not the
- * statement's marker count (*markers says how many it has). */
+ * statement's marker count (*markers says how many it has), MF_ENOMEM,
+ * or MF_EPROTO when the connector refused them (its words on the handle). */
 int mf__mysql_stmt_bind(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
                         size_t n, unsigned *markers);
 /* Binds the result columns after an execute that produced a result set
