@@ -384,6 +384,9 @@ int mf__mysql_set_from_res(mf_mysql_task_t *t, mf_mysql_set_t *set,
                            MYSQL_RES *res);
 /* Fills the OK-packet fields of set->pub from the connection. */
 void mf__mysql_set_counts(mf_mysql_set_t *set, MYSQL *mysql);
+/* The step that sends conn->op_sql and reads its first result's header
+ * (mysql_real_query); the streaming phase starts with it too. */
+int mf__mysql_step_query(mf_mysql_conn_t *conn, int ready);
 /* The value of one text-protocol column (type from field). */
 void mf__mysql_text_value(mf_mysql_value_t *v, const MYSQL_FIELD *field,
                           const char *data, unsigned long len);

@@ -156,7 +156,7 @@ void mf__mysql_set_counts(mf_mysql_set_t *set, MYSQL *mysql)
 
 static void mf__store(mf_mysql_conn_t *conn);
 
-static int mf__step_query(mf_mysql_conn_t *conn, int ready)
+int mf__mysql_step_query(mf_mysql_conn_t *conn, int ready)
 {
     if (!ready)
         return mysql_real_query_start(&conn->ret.i, &conn->mysql, conn->op_sql,
@@ -239,7 +239,7 @@ static void mf__text_run(mf_mysql_task_t *t)
 {
     t->conn->op_sql = t->sql;
     t->conn->op_len = t->sql_len;
-    mf__mysql_conn_run(t->conn, mf__step_query, mf__query_done);
+    mf__mysql_conn_run(t->conn, mf__mysql_step_query, mf__query_done);
 }
 
 const mf_mysql_phase_t mf__mysql_text_phase = {"text", mf__text_run, NULL,
