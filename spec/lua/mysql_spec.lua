@@ -457,7 +457,8 @@ describe("db:transaction", function()
     it("rolls back on a query error fn re-raised", function()
         local ok, err = db:transaction(function(tx)
             assert(tx:query("INSERT INTO tx_t VALUES (11, 'x')"))
-            assert(tx:query("INSERT INTO tx_t VALUES (11, 'duplicate')"))
+            local res, err = tx:query("INSERT INTO tx_t VALUES (11, 'duplicate')")
+            if not res then error(err, 0) end
             return true
         end)
         assert.is_nil(ok)

@@ -5,7 +5,7 @@
 local mf = require "moonflow"
 
 local function insert(tx, id)
-    return assert(tx:query("INSERT INTO serve_t (id) VALUES (?)", id))
+    return assert(tx:query(("INSERT INTO serve_t (id) VALUES (%d)"):format(id)))
 end
 
 local ops = {
@@ -27,9 +27,10 @@ local ops = {
 
 return function(req, resp)
     local db = mf.mysql(os.getenv("MF_MYSQL_URL"), { pool = 1, queue_timeout = 3000 })
-    local id = tonumber(req.query.id)
+    local id = assert(tonumber(req.query.id))
     if req.query.op == "count" then
-        local res = assert(db:query("SELECT COUNT(*) AS n FROM serve_t WHERE id = ?", id))
+        local res = assert(db:query(
+            ("SELECT COUNT(*) AS n FROM serve_t WHERE id = %d"):format(id)))
         return resp:send(tostring(res[1].n))
     end
     assert(db:transaction(ops[req.query.op], id))
