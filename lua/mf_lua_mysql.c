@@ -623,8 +623,6 @@ int mf_lua_open_mysql(lua_State *L)
     mf_lua_mysql_pin_init(L);
     lua_pushcfunction(L, mf_lua__client);
     lua_setfield(L, -2, "client");
-    lua_pushcfunction(L, mf_lua_mysql_rows);
-    lua_setfield(L, -2, "rows");
     lua_pushcfunction(L, mf_lua_mysql_rows_next);
     lua_setfield(L, -2, "rows_next");
     return 1;
