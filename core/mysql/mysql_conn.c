@@ -320,6 +320,8 @@ static void mf__conn_dns_cb(mf_dns_query_t *q, int status)
     mf_mysql_conn_t *conn = q->data;
     if (status == MF_ECANCELED)
         return; /* closed meanwhile */
+    if (status == 0 && q->naddrs == 0)
+        status = MF_EDNS;
     if (status < 0) {
         mf__conn_open_failed(conn,
                              status == MF_ETIMEDOUT ? MF_STATE_TIMEOUT

@@ -311,6 +311,7 @@ struct mf_mysql_task {
     bool bound;    /* mf_task_mysql_bind was called */
     bool invalid;  /* a bad argument: fails with EINVAL */
     bool overflow; /* results over opts.max_result */
+    bool unstored; /* the query or a parameter could not be copied */
     size_t nparams;
     mf_mysql_param_t *params; /* arena copies (strings too) */
     size_t batch_rows;        /* > 0: streaming */
