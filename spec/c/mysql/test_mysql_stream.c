@@ -231,7 +231,24 @@ TEST(an_abandoned_stream_closes_its_connection_and_the_pool_goes_on)
     expect_abandoned(c, 0, NULL);
     mf_mysql_param_t width = MF_MYSQL_INT(50);
     expect_abandoned(c, 1, &width);
-    /* A held batch abandoned by a timeout ends the same way. */
+    teardown();
+}
+
+TEST(a_batch_held_past_the_query_timeout_ends_the_stream_and_its_connection)
+{
+    mf_mysql_opts_t o;
+    mf_mysql_opts_init(&o);
+    o.max_connections = 1;
+    o.query_timeout_ms = 300;
+    mf_mysql_client_t *c = setup_with(&o);
+    seen_t s = {.hold = true};
+    stream(c, &s, "SELECT seq, REPEAT('z', 80) FROM seq_1_to_1000000", 100, 0,
+           NULL);
+    run_until(&s.done, 1);
+    EXPECT_STATE(s, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    ASSERT_EQ(s.batches, 1);
+    expect(c, "SELECT 4", "i:4");
+    ASSERT_EQ(mf_mysql_client_connects(c), 2);
     teardown();
 }
 
