@@ -11,6 +11,7 @@ local odd = "http://127.0.0.1:" .. assert(os.getenv("MF_ODD_PORT"))
 local serve = "http://127.0.0.1:" .. assert(os.getenv("MF_SERVE_PORT"))
 
 local db = mf.mysql(url)
+local redis = mf.redis(assert(os.getenv("MF_REDIS_URL")))
 
 -- The statement's result, asserted to have succeeded.
 local function q(sql, ...)
@@ -363,6 +364,7 @@ describe("db:rows", function()
             if row.seq % 100 == 0 then
                 assert.are.equal(row.seq, q("SELECT ? AS v", row.seq)[1].v)
                 mf.sleep(1)
+                assert.are.equal("PONG", redis:call("PING"))
             end
             n = n + 1
         end
@@ -680,7 +682,7 @@ describe("misuse", function()
         assert.has_error(function() db:query() end)
         assert.has_error(function() db:query(42) end)
         assert.has_error(function() db.query({}, "SELECT 1") end)
-        assert.has_error(function() db.query(mf.redis(assert(os.getenv("MF_REDIS_URL"))), "SELECT 1") end)
+        assert.has_error(function() db.query(redis, "SELECT 1") end)
         assert.has_error(function() db:query("") end)
     end)
 end)
