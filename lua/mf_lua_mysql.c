@@ -220,7 +220,10 @@ void mf_lua_mysql_push_row(lua_State *L, const mf_mysql_result_t *r, size_t i,
     for (int c = 0; c < n; c++) {
         mf_lua_mysql_push_value(L, &row[c]);
         if (mode & MF_LUA_MYSQL_BY_NAME) {
-            lua_rawgeti(L, names, c + 1);
+            if (names)
+                lua_rawgeti(L, names, c + 1);
+            else
+                lua_pushlstring(L, r->fields[c].name, r->fields[c].name_len);
             lua_pushvalue(L, -2);
             lua_rawset(L, -4);
         }
@@ -261,8 +264,8 @@ static void mf_lua__fill_set(lua_State *L, int t, const mf_mysql_result_t *r,
     if (!r)
         r = &none;
     luaL_checkstack(L, 8, "mysql result");
-    int names = 0;
-    if ((mode & MF_LUA_MYSQL_BY_NAME) && r->nfields) {
+    int names = 0; /* a table of the names pays off from the second row */
+    if ((mode & MF_LUA_MYSQL_BY_NAME) && r->nfields && r->nrows > 1) {
         mf_lua_mysql_push_names(L, r);
         names = lua_gettop(L);
     }
