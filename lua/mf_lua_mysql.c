@@ -19,6 +19,10 @@
  * Parameters from Lua: nil and mf.null → NULL, booleans → 1/0, integral
  * numbers within ±2^63 → integers, other numbers → doubles, strings →
  * text; anything else raises.
+ *
+ * May call: moonflow/mysql.h and the engine's public headers, the host's
+ * coroutine API, and the other MySQL binding files through
+ * mf_lua_mysql.h.
  */
 #include <math.h>
 #include <stdio.h>

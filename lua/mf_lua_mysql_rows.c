@@ -17,6 +17,10 @@
  * a next tx:query work; reading a discarded stream returns its error.
  *
  * A coroutine aborted while parked for a batch cancels the stream.
+ *
+ * May call: moonflow/mysql.h (mf_task_mysql_stream, next_batch), the
+ * host's coroutine API, and the pin of a pinned stream
+ * (mf_lua_mysql_pin.c, through mf_lua_mysql.h).
  */
 #include <string.h>
 
