@@ -170,10 +170,12 @@ unsigned mf_mysql_client_open(const mf_mysql_client_t *client)
 /* ---- the pool -------------------------------------------------------------
  */
 
-/* Opens connections while waiters outnumber those already opening. */
+/* Opens connections while waiters outnumber those already opening or
+ * being reset (each will serve one). */
 static void mf__client_grow(mf_mysql_client_t *c)
 {
-    while (c->nwaiters > c->nopening && c->nconns < c->opts.max_connections)
+    while (c->nwaiters > c->nopening + c->nresetting &&
+           c->nconns < c->opts.max_connections)
         mf__mysql_conn_open(c, false, 0);
 }
 

@@ -317,17 +317,28 @@ static void mf__session_free(mf_mysql_session_t *s)
     mf_loop_free(s->client->loop, s, sizeof(*s));
 }
 
+/* Tasks of a broken session, or failing at once (EBUSY), end inside
+ * mf__task_run and call this again: the outer call loops instead of
+ * recursing through a long queue. */
 void mf__mysql_session_next(mf_mysql_session_t *s)
 {
     s->running = NULL;
-    mf_list_t *node = mf_list_pop_front(&s->queue);
-    if (node) {
+    if (s->advancing) {
+        s->again = true;
+        return;
+    }
+    s->advancing = true;
+    do {
+        s->again = false;
+        mf_list_t *node = mf_list_pop_front(&s->queue);
+        if (!node)
+            break;
         mf_mysql_task_t *t = mf_container_of(node, mf_mysql_task_t, link);
         s->running = t;
         mf__task_run(t);
-        return;
-    }
-    if (s->closed)
+    } while (s->again);
+    s->advancing = false;
+    if (!s->running && mf_list_empty(&s->queue) && s->closed)
         mf__session_free(s);
 }
 

@@ -2,8 +2,12 @@
  * test_mysql_faults.c — what goes wrong on the way, against a real
  * mariadbd: queries past their timeout (killed on the server, gone from
  * its process list), the engine's per-task timeout, a pooled connection
- * killed by the server, a refused port, and a server restart under load.
+ * killed by the server, a refused port, a silent one past the connect
+ * timeout, a name that does not resolve, and a server restart under load.
  */
+/* before the harness: its parameter names the harness's global loop */
+#include "dns_stub.h"
+
 #include "mysql/mysql_harness.h"
 
 /* Statements of user app still running on the server whose text starts
@@ -111,6 +115,44 @@ TEST(a_host_name_is_resolved_by_the_net_layer)
            "SELECT HOST LIKE '127.0.0.1:%' FROM "
            "information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
            "i:1");
+    teardown();
+}
+
+TEST(a_server_that_never_greets_fails_with_the_connect_timeout)
+{
+    setup();
+    uint16_t port = 0;
+    int fd = mf_test_bind_loopback(&port, 8); /* accepts, never speaks */
+    ASSERT(fd >= 0);
+    char url[160];
+    snprintf(url, sizeof url,
+             "mysql://app:secret@127.0.0.1:%u/test?connect_timeout=300", port);
+    int err = -1;
+    mf_mysql_client_t *c = mf_mysql_client(loop, url, NULL, &err);
+    result_t r;
+    uint64_t t0 = now_ms();
+    run(c, &r, "SELECT 1");
+    uint64_t took = now_ms() - t0;
+    close(fd);
+    EXPECT_STATE(r, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    ASSERT(took >= 250 && took < 3000);
+    ASSERT_EQ(mf_mysql_client_open(c), 0);
+    teardown();
+}
+
+TEST(a_name_that_does_not_resolve_fails_with_edns)
+{
+    setup();
+    dns_stub_start();
+    dns_stub_use(loop);
+    int err = -1;
+    mf_mysql_client_t *c = mf_mysql_client(
+        loop, "mysql://app:secret@nowhere.test/test", NULL, &err);
+    result_t r;
+    run(c, &r, "SELECT 1");
+    dns_stub_stop();
+    EXPECT_STATE(r, MF_STATE_DNS_ERROR, MF_EDNS);
+    ASSERT_EQ(mf_mysql_client_open(c), 0);
     teardown();
 }
 
