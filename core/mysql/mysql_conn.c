@@ -31,8 +31,9 @@ static void mf__conn_io_cb(mf_io_t *io, unsigned events)
     mf_mysql_conn_t *conn = io->data;
     if (!conn->step) {
         /* Nothing asked to read: the server closed an idle connection (a
-         * restart, KILL, wait_timeout) or sent what nobody expects. */
-        if (conn->state == MF_MCONN_IDLE)
+         * restart, KILL, wait_timeout) or sent what nobody expects. A
+         * write-only edge (the last operation waited to write) is not. */
+        if (conn->state == MF_MCONN_IDLE && (events & ~MF_IO_WRITE))
             mf__mysql_conn_close(conn);
         return;
     }

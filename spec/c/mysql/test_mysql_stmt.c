@@ -10,46 +10,14 @@
 #include "mysql/mysql_harness.h"
 
 #ifndef MF_TEST_SANITIZED
-/* Counts every allocation of the process: the executable's malloc wins
- * over libc's for the connector too (not under ASan, which owns malloc). */
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-
-static unsigned long mallocs;
+/* bench/malloc_count.c, linked in (spec/CMakeLists.txt): it replaces
+ * malloc, calloc and realloc with counting ones for the whole process, the
+ * connector included. */
+unsigned long malloc_count_read(void);
 
 static unsigned long libc_mallocs(void)
 {
-    return mallocs;
-}
-
-void *malloc(size_t n);
-void *calloc(size_t n, size_t size);
-void *realloc(void *p, size_t n);
-void free(void *p);
-
-void *malloc(size_t n)
-{
-    mallocs++;
-    return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    mallocs++;
-    return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t n)
-{
-    mallocs++;
-    return __libc_realloc(p, n);
-}
-
-void free(void *p)
-{
-    __libc_free(p);
+    return malloc_count_read();
 }
 #else
 static unsigned long libc_mallocs(void)
