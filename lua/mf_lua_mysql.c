@@ -542,6 +542,22 @@ static void mf_lua__client_opt(lua_State *L, mf_mysql_opts_t *opts,
     }
 }
 
+/* Pushes url with its password masked: error messages end up in logs. */
+static const char *mf_lua__push_masked(lua_State *L, const char *url)
+{
+    const char *auth = strstr(url, "://");
+    const char *at = auth ? strchr(auth + 3, '@') : NULL;
+    const char *colon =
+        at ? memchr(auth + 3, ':', (size_t)(at - (auth + 3))) : NULL;
+    if (!colon)
+        return url;
+    lua_pushlstring(L, url, (size_t)(colon + 1 - url));
+    lua_pushliteral(L, "***");
+    lua_pushstring(L, at);
+    lua_concat(L, 3);
+    return lua_tostring(L, -1);
+}
+
 /* client(url [, opts]) -> a new client object; raises on a malformed URL
  * or options (mf.mysql caches the objects per URL and options). */
 static int mf_lua__client(lua_State *L)
@@ -567,9 +583,9 @@ static int mf_lua__client(lua_State *L)
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     db->client = mf_mysql_client(mf_lua_host_loop(host), url, &opts, &err);
     if (!db->client)
-        return luaL_error(L, "mf.mysql: cannot use '%s': %s", url,
-                          err == MF_EINVAL ? "malformed URL"
-                                           : mf_strerror(err));
+        return luaL_error(
+            L, "mf.mysql: cannot use '%s': %s", mf_lua__push_masked(L, url),
+            err == MF_EINVAL ? "malformed URL" : mf_strerror(err));
     luaL_getmetatable(L, MF_LUA_MYSQL);
     lua_setmetatable(L, -2);
     return 1;
