@@ -25,6 +25,7 @@
  * mf_lua_mysql.h.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -490,55 +491,62 @@ mf_lua_mysql_target_t mf_lua_mysql_target(lua_State *L, int idx)
     return t;
 }
 
-static const char *const mf_lua__opt_names[] = {
-    "pool",         "queue",      "queue_timeout", "timeout", "connect_timeout",
-    "idle_timeout", "stmt_cache", "max_result",    "rows",    NULL};
+/* The numeric options: where each goes in mf_mysql_opts_t. */
+typedef struct mf_lua_mysql_opt {
+    const char *name;
+    size_t offset;
+    size_t size; /* sizeof the field: 4 (unsigned, uint32_t) or 8 */
+} mf_lua_mysql_opt_t;
 
-/* One option (key at -2, value at -1) into opts. */
+#define MF_LUA_MYSQL_OPT(name, field)             \
+    {                                             \
+        name, offsetof(mf_mysql_opts_t, field),   \
+            sizeof(((mf_mysql_opts_t *)0)->field) \
+    }
+
+_Static_assert(sizeof(unsigned) == sizeof(uint32_t),
+               "the options' unsigned fields are written as uint32_t");
+
+static const mf_lua_mysql_opt_t mf_lua__opts[] = {
+    MF_LUA_MYSQL_OPT("pool", max_connections),
+    MF_LUA_MYSQL_OPT("queue", max_waiters),
+    MF_LUA_MYSQL_OPT("queue_timeout", wait_timeout_ms),
+    MF_LUA_MYSQL_OPT("timeout", query_timeout_ms),
+    MF_LUA_MYSQL_OPT("connect_timeout", connect_timeout_ms),
+    MF_LUA_MYSQL_OPT("idle_timeout", idle_timeout_ms),
+    MF_LUA_MYSQL_OPT("stmt_cache", stmt_cache),
+    MF_LUA_MYSQL_OPT("max_result", max_result),
+};
+
+/* One option (key at -2, value at -1) into opts, or db's rows mode. */
 static void mf_lua__client_opt(lua_State *L, mf_mysql_opts_t *opts,
                                mf_lua_mysql_t *db)
 {
     const char *name =
         lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "(not a string)";
-    int i = 0;
-    while (mf_lua__opt_names[i] && strcmp(mf_lua__opt_names[i], name) != 0)
-        i++;
-    if (!mf_lua__opt_names[i])
-        luaL_error(L, "mf.mysql: unknown option %s", name);
-    if (i == 8) {
+    if (strcmp(name, "rows") == 0) {
         db->mode = mf_lua_mysql_check_mode(L, -1, "mf.mysql");
         return;
     }
+    size_t i = 0;
+    while (i < MF_ARRAY_SIZE(mf_lua__opts) &&
+           strcmp(mf_lua__opts[i].name, name) != 0)
+        i++;
+    if (i == MF_ARRAY_SIZE(mf_lua__opts))
+        luaL_error(L, "mf.mysql: unknown option %s", name);
+    const mf_lua_mysql_opt_t *o = &mf_lua__opts[i];
     lua_Number v = lua_tonumber(L, -1);
-    lua_Number max = i == 7 ? 9007199254740992.0 : 4294967295.0;
+    lua_Number max = o->size == 8 ? 9007199254740992.0 : 4294967295.0;
     if (lua_type(L, -1) != LUA_TNUMBER || v < 0 || v > max || v != floor(v))
         luaL_error(L, "mf.mysql: option %s must be a whole number >= 0%s", name,
-                   i == 7 ? "" : " (at most 2^32 - 1)");
-    switch (i) {
-    case 0:
-        opts->max_connections = (unsigned)v;
-        break;
-    case 1:
-        opts->max_waiters = (unsigned)v;
-        break;
-    case 2:
-        opts->wait_timeout_ms = (uint32_t)v;
-        break;
-    case 3:
-        opts->query_timeout_ms = (uint32_t)v;
-        break;
-    case 4:
-        opts->connect_timeout_ms = (uint32_t)v;
-        break;
-    case 5:
-        opts->idle_timeout_ms = (uint32_t)v;
-        break;
-    case 6:
-        opts->stmt_cache = (unsigned)v;
-        break;
-    default:
-        opts->max_result = (uint64_t)v;
-        break;
+                   o->size == 8 ? "" : " (at most 2^32 - 1)");
+    char *field = (char *)opts + o->offset;
+    if (o->size == 8) {
+        uint64_t u = (uint64_t)v;
+        memcpy(field, &u, sizeof u);
+    } else {
+        uint32_t u = (uint32_t)v;
+        memcpy(field, &u, sizeof u);
     }
 }
 
@@ -597,14 +605,7 @@ static int mf_lua__tostring(lua_State *L)
     return 1;
 }
 
-/* db:connects() -> connections opened so far; db:open() -> open now. */
-static int mf_lua__connects(lua_State *L)
-{
-    mf_lua_mysql_t *db = mf_lua__check_db(L, 1);
-    lua_pushnumber(L, (lua_Number)mf_mysql_client_connects(db->client));
-    return 1;
-}
-
+/* db:open() -> connections open now (the specs watch the pool). */
 static int mf_lua__open(lua_State *L)
 {
     mf_lua_mysql_t *db = mf_lua__check_db(L, 1);
@@ -634,7 +635,6 @@ int mf_lua_open_mysql(lua_State *L)
 {
     static const luaL_Reg db_methods[] = {{"query", mf_lua__query},
                                           {"quote", mf_lua__quote},
-                                          {"connects", mf_lua__connects},
                                           {"open", mf_lua__open},
                                           {NULL, NULL}};
     static const luaL_Reg pinned_methods[] = {
