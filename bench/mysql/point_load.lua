@@ -1,0 +1,105 @@
+-- bench/mysql/point_load.lua — point-select load from `moonflow run`, the
+-- peer of `sysbench oltp_point_select` on the same server and table.
+--
+--   moonflow run bench/mysql/point_load.lua URL QUERIES CONC TABLE_SIZE [MAX_S]
+--
+-- CONC coroutines share one mf.mysql(URL, {pool = CONC}) client: as many
+-- connections as sysbench --threads=CONC opens. Each loops
+-- db:query("SELECT c FROM sbtest1 WHERE id=?", id) — sysbench's statement,
+-- a server-side prepared statement — with id uniform in 1..TABLE_SIZE, until
+-- QUERIES were issued or MAX_S seconds passed (default 30). Every answer
+-- must be one row whose c is a 119-byte string (sysbench's c column).
+--
+-- Before the clock starts, CONC queries run at once: the pool opens its
+-- CONC connections and prepares the statement on each (sysbench connects
+-- and prepares in its threads' init, before its clock too).
+--
+-- Prints one line for bench/mysql/compare_mysql.py:
+--   bench-summary queries=N seconds=S cpu_s=S errors=N wrong=N timed_out=0|1
+-- seconds: wall time from the first timed query to the last answer
+-- (monotonic clock); cpu_s: the process's utime + stime over that window.
+-- Exits 1 if any query failed or any answer was wrong.
+local mf = require "moonflow"
+local ffi = require "ffi"
+
+ffi.cdef [[
+struct mf_bench_timespec { long sec; long nsec; };
+struct mf_bench_rusage { long utime_s, utime_us, stime_s, stime_us; long rest[14]; };
+int clock_gettime(int clock, struct mf_bench_timespec *ts);
+int getrusage(int who, struct mf_bench_rusage *usage);
+]]
+
+local ts, ru = ffi.new("struct mf_bench_timespec"), ffi.new("struct mf_bench_rusage")
+local function wall()
+    ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+    return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
+end
+local function cpu()
+    ffi.C.getrusage(0, ru) -- RUSAGE_SELF: every thread of the process
+    return tonumber(ru.utime_s + ru.stime_s) + tonumber(ru.utime_us + ru.stime_us) * 1e-6
+end
+
+local usage = "usage: point_load.lua URL QUERIES CONC TABLE_SIZE [MAX_S]"
+local url = assert(arg[1], usage)
+local queries = assert(tonumber(arg[2]), usage)
+local conc = assert(tonumber(arg[3]), usage)
+local table_size = assert(tonumber(arg[4]), usage)
+local max_s = tonumber(arg[5] or 30)
+
+local db = mf.mysql(url, { pool = conc, queue = conc })
+local sql = "SELECT c FROM sbtest1 WHERE id=?"
+local random = math.random
+
+local issued, errors, wrong, finished = 0, 0, 0, 0
+local first_error, t1, cpu1
+local deadline_ms -- mf.now(): the loop's cached clock, ms
+
+local function one()
+    local res, err = db:query(sql, random(1, table_size))
+    if not res then
+        errors = errors + 1
+        first_error = first_error or err
+    elseif #res ~= 1 or type(res[1].c) ~= "string" or #res[1].c ~= 119 then
+        wrong = wrong + 1
+    end
+end
+
+local function worker()
+    while issued < queries and mf.now() < deadline_ms do
+        issued = issued + 1
+        one()
+    end
+    finished = finished + 1
+    if finished == conc then t1, cpu1 = wall(), cpu() end -- the last answer
+end
+
+local function all_at_once(fn)
+    finished = 0
+    for _ = 1, conc do mf.timer.at(0, fn) end
+    local give_up = mf.now() + (max_s + 10) * 1000
+    while finished < conc and mf.now() < give_up do mf.sleep(10) end
+    return finished == conc
+end
+
+-- Warm-up: every pool connection opened and its statement prepared.
+deadline_ms = mf.now() + (max_s + 10) * 1000
+local warm = all_at_once(function() one(); finished = finished + 1 end)
+if not warm or errors > 0 or wrong > 0 then
+    io.stderr:write("point_load.lua: warm-up failed: ", tostring(first_error or "wrong answers"), "\n")
+    os.exit(1)
+end
+
+local cpu0, t0 = cpu(), wall()
+deadline_ms = mf.now() + max_s * 1000
+if not all_at_once(worker) then
+    io.stderr:write("point_load.lua: the workers did not finish\n")
+    os.exit(1)
+end
+
+io.write(("bench-summary queries=%d seconds=%.6f cpu_s=%.6f errors=%d wrong=%d timed_out=%d\n")
+    :format(issued, t1 - t0, cpu1 - cpu0, errors, wrong, issued < queries and 1 or 0))
+if errors > 0 or wrong > 0 then
+    io.stderr:write("point_load.lua: ", errors, " errors (first: ", tostring(first_error),
+        "), ", wrong, " wrong answers\n")
+    os.exit(1)
+end
