@@ -1,8 +1,10 @@
 """Shared helpers for the integration tests: free ports, processes that are
-always stopped, raw HTTP over sockets, self-signed certificates.
+always stopped, raw HTTP over sockets, self-signed certificates, and
+redis-server and mariadbd instances of their own.
 
 Every server a test starts listens on 127.0.0.1 and is killed by PID when
 the test ends, whatever happens."""
+import atexit
 import os
 import shutil
 import signal
@@ -198,3 +200,163 @@ class Redis:
         auth = ":%s@" % self.password if self.password else ""
         return "%s://%s127.0.0.1:%d/%d" % ("rediss" if self.tls else "redis",
                                            auth, self.port, db)
+
+
+class MariaDB:
+    """A mariadbd for one test run: a fresh datadir (mariadb-install-db) in a
+    temp directory of its own, listening on a free loopback port and on a
+    unix socket in that directory, run as an unprivileged user when we are
+    root (the directory is chowned to it), no defaults files read. It has a
+    database and a user with a password for the tests; root (no password)
+    is reachable on the socket only, for sql(). kill() is kill -9, stop()
+    a clean shutdown, start() again on the same port and datadir; restart()
+    is both. The server is stopped and the directory removed at close(),
+    and at exit whatever happened."""
+
+    USER = "mf"
+    PASSWORD = "mf-secret"
+    DB = "mf_test"
+    START_TIMEOUT = 60.0
+
+    def __init__(self, args=()):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="moonflow-mariadb-")
+        self.datadir = os.path.join(self.dir, "data")
+        self.socket = os.path.join(self.dir, "mysqld.sock")
+        self.log = os.path.join(self.dir, "error.log")
+        self.args = list(args)
+        self.proc = None
+        self.run_as = "nobody" if os.geteuid() == 0 else None
+        atexit.register(self.close)
+        try:
+            self._install()
+            self.start()
+            self.sql("CREATE DATABASE %s; "
+                     "CREATE USER '%s'@'%%' IDENTIFIED BY '%s'; "
+                     "GRANT ALL PRIVILEGES ON *.* TO '%s'@'%%'"
+                     % (self.DB, self.USER, self.PASSWORD, self.USER))
+        except Exception:
+            self.close()
+            raise
+
+    def _install(self):
+        argv = ["mariadb-install-db", "--no-defaults",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db", "--datadir=" + self.datadir]
+        if self.run_as:
+            shutil.chown(self.dir, self.run_as)
+            argv.append("--user=" + self.run_as)
+        done = subprocess.run(argv, capture_output=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError("mariadb-install-db failed:\n%s" %
+                               (done.stdout + done.stderr).decode(
+                                   errors="replace")[-2000:])
+
+    def start(self):
+        argv = ["mariadbd", "--no-defaults", "--datadir=" + self.datadir,
+                "--port=%d" % self.port, "--bind-address=127.0.0.1",
+                "--socket=" + self.socket,
+                "--pid-file=" + os.path.join(self.dir, "mysqld.pid"),
+                "--log-error=" + self.log, "--skip-name-resolve",
+                "--performance-schema=OFF", "--innodb-buffer-pool-size=64M",
+                "--innodb-flush-log-at-trx-commit=2"] + self.args
+        if self.run_as:
+            argv.append("--user=" + self.run_as)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.time() + self.START_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                raise RuntimeError("mariadbd exited with %s:\n%s" %
+                                   (code, self.log_tail()))
+            if self._accepts():
+                return
+            if time.time() > deadline:
+                self.kill()
+                raise RuntimeError("mariadbd did not accept connections "
+                                   "within %ds:\n%s" %
+                                   (self.START_TIMEOUT, self.log_tail()))
+            time.sleep(0.05)
+
+    def _accepts(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port),
+                                          timeout=0.5):
+                pass
+        except OSError:
+            return False
+        done = subprocess.run(self._client_argv() + ["-e", "SELECT 1"],
+                              capture_output=True, timeout=30)
+        return done.returncode == 0
+
+    def _client_argv(self):
+        return ["mariadb", "--no-defaults", "--user=root",
+                "--socket=" + self.socket, "--batch", "--skip-column-names"]
+
+    def sql(self, stmt, db=None, timeout=60):
+        """Runs stmt (one or more statements) as root through the mariadb
+        client on the socket; returns its output (tab-separated rows, no
+        header). Raises with the client's message when it fails."""
+        argv = self._client_argv() + ["-e", stmt]
+        if db:
+            argv.append(db)
+        done = subprocess.run(argv, capture_output=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError("mariadb: %s" %
+                               done.stderr.decode(errors="replace").strip())
+        return done.stdout.decode()
+
+    def url(self, db=None, user=None, password=None):
+        """mysql://user:pass@127.0.0.1:PORT/db (the test database unless db
+        is given; db="" for none)."""
+        db = self.DB if db is None else db
+        user = self.USER if user is None else user
+        password = self.PASSWORD if password is None else password
+        return "mysql://%s:%s@127.0.0.1:%d/%s" % (user, password,
+                                                  self.port, db)
+
+    def socket_url(self, db=None):
+        """The same through the unix socket: mysql://user:pass@unix:PATH:/db."""
+        db = self.DB if db is None else db
+        return "mysql://%s:%s@unix:%s:/%s" % (self.USER, self.PASSWORD,
+                                              self.socket, db)
+
+    def kill(self):
+        """kill -9: the server dies mid-whatever; start() brings it back."""
+        if self.proc:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+    def stop(self, timeout=60):
+        """A clean shutdown (SIGTERM), kill -9 past timeout seconds."""
+        if self.proc:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+            self.proc = None
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def log_tail(self, n=4000):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()[-n:]
+        except OSError:
+            return "(no error log)"
+
+    def close(self):
+        """Stops the server and removes its directory (safe to repeat)."""
+        self.kill()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
