@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bench/mysql/compare_mysql.py — the MySQL client side by side.
 
-One mariadbd (Debian's, started by this script: mariadb-install-db into a
-temporary datadir, a free loopback port, its own socket, as user nobody when
-run as root) pinned to core 0, holding sysbench's table (`sysbench
+One mariadbd (Debian's, started as the tests start it: harness.MariaDB,
+mariadb-install-db into a temporary datadir, a free loopback port, its own
+socket, as user nobody when run as root) pinned to core 0, holding sysbench's table (`sysbench
 oltp_point_select prepare`: sbtest1, TABLE_SIZE rows). Two parts:
 
 http  GET /mysql_point?id=42 → one point select by primary key (a
@@ -42,7 +42,6 @@ import argparse
 import http.client
 import json
 import os
-import pwd
 import re
 import shutil
 import signal
@@ -50,7 +49,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import contextmanager
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,8 +57,9 @@ sys.path.insert(0, os.path.join(BENCH, "http"))
 sys.path.insert(0, os.path.join(BENCH, "redis"))
 import compare as C  # noqa: E402  (bench/http/compare.py: the shared harness)
 import compare_redis as R  # noqa: E402  (medians, paired ratios, run_client)
+sys.path.insert(0, os.path.join(os.path.dirname(BENCH), "spec", "integration"))
+import harness  # noqa: E402  (the tests' mariadbd)
 
-USER, PASSWORD, DB = "bench", "bench", "sbtest"
 POINT_ID = 42
 PATH = f"/mysql_point?id={POINT_ID}"
 POINT_LOAD = os.path.join(HERE, "point_load.lua")
@@ -72,85 +71,48 @@ REFERENCE, RAW_REFERENCE = "blocking", "sysbench"
 
 
 class MariaDB:
-    """A mariadbd for this run: its own datadir and socket in a temporary
-    directory, a free loopback port, pinned to core 0; stopped by PID on
-    every way out. Started as nobody when we are root (mariadbd refuses to
-    run as root without --user)."""
+    """The tests' mariadbd (spec/integration/harness.py: a fresh datadir in
+    a temporary directory, a free loopback port, its own socket, run as
+    nobody under root, removed at exit), pinned to core 0 with all its
+    threads (the threads it starts later inherit the pin), a bigger buffer
+    pool and connection cap, no binary log."""
 
-    def __init__(self, workdir, cpu=C.SERVER_CPU):
+    ARGS = ["--max-connections=2000", "--innodb-buffer-pool-size=256M",
+            "--skip-log-bin"]
+
+    def __init__(self, cpu=C.SERVER_CPU):
         for tool in ("mariadbd", "mariadb-install-db", "mariadb"):
             if not shutil.which(tool):
                 raise SystemExit(f"compare_mysql.py: {tool} not found "
                                  "(make bench installs mariadb-server)")
-        self.dir = tempfile.mkdtemp(prefix="mariadb-", dir=workdir)
-        self.datadir = os.path.join(self.dir, "data")
-        self.socket = os.path.join(self.dir, "mariadb.sock")
-        self.log = os.path.join(self.dir, "mariadbd.log")
         self.cpu = cpu
-        self.proc = None
-        self.user = "nobody" if os.geteuid() == 0 else None
-
-    def _install(self):
-        os.mkdir(self.datadir)
-        if self.user:
-            pw = pwd.getpwnam(self.user)
-            os.chmod(os.path.dirname(self.dir), 0o755)
-            for path in (self.dir, self.datadir):
-                os.chown(path, pw.pw_uid, pw.pw_gid)
-        argv = ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
-                "--auth-root-authentication-method=normal", "--skip-test-db"]
-        argv += [f"--user={self.user}"] if self.user else []
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                             stdin=subprocess.DEVNULL)
-        if out.returncode != 0:
-            raise SystemExit(f"compare_mysql.py: mariadb-install-db failed:\n"
-                             f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
 
     def __enter__(self):
-        self._install()
-        self.port = C.free_port()
-        argv = ["taskset", "-c", str(self.cpu), "mariadbd", "--no-defaults",
-                f"--datadir={self.datadir}", f"--socket={self.socket}",
-                f"--port={self.port}", f"--bind-address={C.HOST}",
-                f"--pid-file={self.dir}/mariadbd.pid", f"--log-error={self.log}",
-                "--skip-name-resolve", "--skip-log-bin", "--max-connections=2000",
-                "--innodb-buffer-pool-size=256M", "--performance-schema=OFF"]
-        argv += [f"--user={self.user}"] if self.user else []
-        with open(os.path.join(self.dir, "stdout.log"), "wb") as out:
-            self.proc = C.spawn(argv, out)
-        deadline = time.monotonic() + 60
-        while not self.ping():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                C.stop(self.proc)
-                raise SystemExit("compare_mysql.py: mariadbd did not start:\n"
-                                 + C.log_tail(self.log))
-            time.sleep(0.2)
-        self.pid = self.proc.pid
-        self.sql(f"CREATE DATABASE {DB}; "
-                 f"CREATE USER '{USER}'@'{C.HOST}' IDENTIFIED BY '{PASSWORD}'; "
-                 f"GRANT ALL ON {DB}.* TO '{USER}'@'{C.HOST}'")
-        self.url = f"mysql://{USER}:{PASSWORD}@{C.HOST}:{self.port}/{DB}"
+        self.server = harness.MariaDB(self.ARGS)
+        self.pid, self.port = self.server.proc.pid, self.server.port
+        self.user, self.password, self.db = (self.server.USER,
+                                             self.server.PASSWORD, self.server.DB)
+        self.url = self.server.url()
+        pin = subprocess.run(["taskset", "-a", "-p", "-c", str(self.cpu),
+                              str(self.pid)], capture_output=True, text=True)
+        if pin.returncode != 0:
+            self.server.close()
+            raise SystemExit(f"compare_mysql.py: taskset: {pin.stderr.strip()}")
         return self
 
     def __exit__(self, *exc):
-        C.stop(self.proc, grace=30)
-
-    def ping(self):
-        return subprocess.run(["mariadb", f"--socket={self.socket}", "-uroot",
-                               "-e", "SELECT 1"], capture_output=True,
-                              timeout=10).returncode == 0
+        self.server.close()
 
     def sql(self, text):
         """Runs SQL as root over the socket; the rows, tab-separated."""
-        out = subprocess.run(["mariadb", f"--socket={self.socket}", "-uroot",
-                              "-B", "-N", "-e", text], capture_output=True,
-                             text=True, timeout=60)
-        if out.returncode != 0:
-            raise C.PointFailed(f"mariadb: {out.stderr.strip()}")
-        return [line.split("\t") for line in out.stdout.splitlines()]
+        try:
+            out = self.server.sql(text)
+        except RuntimeError as e:
+            raise C.PointFailed(str(e)) from None
+        return [line.split("\t") for line in out.splitlines()]
 
     def alive(self):
-        return self.proc.poll() is None
+        return self.server.proc is not None and self.server.proc.poll() is None
 
     def stats(self):
         """The server's counters around a run (SHOW GLOBAL STATUS):
@@ -163,8 +125,8 @@ class MariaDB:
 
     def sysbench_args(self, table_size):
         return [f"--mysql-host={C.HOST}", f"--mysql-port={self.port}",
-                f"--mysql-user={USER}", f"--mysql-password={PASSWORD}",
-                f"--mysql-db={DB}", "--tables=1", f"--table-size={table_size}"]
+                f"--mysql-user={self.user}", f"--mysql-password={self.password}",
+                f"--mysql-db={self.db}", "--tables=1", f"--table-size={table_size}"]
 
     def prepare_table(self, table_size):
         out = subprocess.run(["sysbench", "oltp_point_select"]
@@ -173,7 +135,8 @@ class MariaDB:
         if out.returncode != 0:
             raise SystemExit("compare_mysql.py: sysbench prepare failed:\n"
                              + out.stdout[-2000:] + out.stderr[-2000:])
-        row = self.sql(f"SELECT id, k, c, pad FROM {DB}.sbtest1 WHERE id = {POINT_ID}")
+        row = self.sql(f"SELECT id, k, c, pad FROM {self.db}.sbtest1 "
+                       f"WHERE id = {POINT_ID}")
         self.point_row = {"id": int(row[0][0]), "k": int(row[0][1]),
                           "c": row[0][2], "pad": row[0][3]}
 
@@ -199,8 +162,8 @@ class Blocking:
 
     def command(self, port, db, pool):
         return [self.exe, "--listen", f"{C.HOST}:{port}", "--threads", str(pool),
-                "--mysql", f"{C.HOST}:{db.port}", "--user", USER,
-                "--password", PASSWORD, "--db", DB]
+                "--mysql", f"{C.HOST}:{db.port}", "--user", db.user,
+                "--password", db.password, "--db", db.db]
 
 
 class MoonflowMysql:
@@ -589,7 +552,7 @@ def main(argv):
         + ", sysbench " + C.tool_version(["sysbench", "--version"], r"sysbench (\S+)"))
     http = raw = None
     with tempfile.TemporaryDirectory(prefix="mf-bench-mysql-") as workdir:
-        with MariaDB(workdir) as db:
+        with MariaDB() as db:
             db.prepare_table(args.table_size)
             if "http" in args.parts:
                 http = run_http(args, db, workdir)
