@@ -507,7 +507,7 @@ def parse_args(argv):
         help=f"http: which servers ({','.join(HTTP_PEERS)})")
     add("--clients", default=",".join(RAW_CLIENTS),
         help=f"raw: which clients ({','.join(RAW_CLIENTS)})")
-    add("--queries", type=int, help="raw: queries per run (200000)")
+    add("--queries", type=int, help="raw: queries per run (100000)")
     add("--conc", type=int, default=16,
         help="raw: concurrent callers = sysbench --threads (16)")
     add("--table-size", type=int, default=10000, help="rows in sbtest1 (10000)")
@@ -521,7 +521,7 @@ def parse_args(argv):
     q = args.quick
     args.duration = args.duration or (1 if q else 3)
     args.repeats = args.repeats or (1 if q else 3)
-    args.queries = args.queries or (20000 if q else 200000)
+    args.queries = args.queries or (20000 if q else 100000)
     args.parts = args.parts.split(",")
     args.servers = args.servers.split(",")
     args.clients = args.clients.split(",")
