@@ -492,45 +492,22 @@ def markdown_raw(meta, raw):
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = R.two_part_parser(__doc__, HTTP_PEERS, RAW_CLIENTS)
     add = ap.add_argument
-    add("--parts", default="http,raw", help="which parts (http,raw)")
-    add("--duration", type=int, help="http: seconds per wrk run (3)")
-    add("--repeats", type=int, help="interleaved runs per peer (3)")
-    add("--conns", type=C.int_list, default=[64, 256],
-        help="http: connection counts (64,256)")
     add("--pool", type=int, default=16,
         help="http: connections per server: moonflow's pool, the blocking "
              "server's threads (16)")
-    add("--servers", default=",".join(HTTP_PEERS),
-        help=f"http: which servers ({','.join(HTTP_PEERS)})")
-    add("--clients", default=",".join(RAW_CLIENTS),
-        help=f"raw: which clients ({','.join(RAW_CLIENTS)})")
     add("--queries", type=int, help="raw: queries per run (100000)")
     add("--conc", type=int, default=16,
         help="raw: concurrent callers = sysbench --threads (16)")
     add("--table-size", type=int, default=10000, help="rows in sbtest1 (10000)")
     add("--max-s", type=int, default=60,
         help="raw: a client run stops after this many seconds (60)")
-    add("--build", default="build-release", help="CMake build dir (build-release)")
     add("--quick", action="store_true",
-        help="1 s runs, 1 repeat, a tenth of the queries: a smoke test")
-    add("--out", default=C.RESULTS, help="results dir (bench/results)")
-    args = ap.parse_args(argv)
-    q = args.quick
-    args.duration = args.duration or (1 if q else 3)
-    args.repeats = args.repeats or (1 if q else 3)
-    args.queries = args.queries or (20000 if q else 100000)
-    args.parts = args.parts.split(",")
-    args.servers = args.servers.split(",")
-    args.clients = args.clients.split(",")
-    for given, known in ((args.parts, ("http", "raw")), (args.servers, HTTP_PEERS),
-                         (args.clients, RAW_CLIENTS)):
-        unknown = [x for x in given if x not in known]
-        if unknown:
-            ap.error(f"unknown: {', '.join(unknown)}")
-    if min(args.pool, args.conc, args.table_size) < 1 or args.table_size < POINT_ID:
+        help="1 s runs, 1 repeat, a fifth of the queries: a smoke test")
+    args = R.two_part_args(ap, argv, HTTP_PEERS, RAW_CLIENTS)
+    args.queries = args.queries or (20000 if args.quick else 100000)
+    if min(args.pool, args.conc) < 1 or args.table_size < POINT_ID:
         ap.error(f"--pool and --conc must be at least 1, --table-size at least {POINT_ID}")
     return args
 
