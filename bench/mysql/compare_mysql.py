@@ -178,7 +178,7 @@ class MoonflowMysql:
         if not os.access(self.exe, os.X_OK):
             return "not built"
         if "why" not in self._missing:
-            self._missing["why"] = probe_moonflow_mysql(self.exe)
+            self._missing["why"] = R.probe_moonflow(self.exe, "mysql")
         return self._missing["why"]
 
     def command(self, port, db, pool):
@@ -186,16 +186,6 @@ class MoonflowMysql:
         return ["env", f"MF_BENCH_MYSQL={db.url}", f"MF_BENCH_MYSQL_POOL={pool}",
                 self.exe, "serve", LUA_SITE, "--listen", f"{C.HOST}:{port}",
                 "--workers", "1", "--access-log", "off"]
-
-
-def probe_moonflow_mysql(exe):
-    """None if this build's Lua API has mf.mysql, else why not."""
-    with tempfile.NamedTemporaryFile("w", suffix=".lua") as f:
-        f.write('assert(require("moonflow").mysql, "no mf.mysql")\n')
-        f.flush()
-        out = subprocess.run([exe, "run", f.name], capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
-    return None if out.returncode == 0 else "this build has no mf.mysql"
 
 
 HTTP_PEERS = {cls.name: cls for cls in (Blocking, MoonflowMysql)}

@@ -227,14 +227,18 @@ class MoonflowRedis(C.MoonflowLua):
         return self._missing["why"]
 
 
-def probe_moonflow_redis(exe):
-    """None if this build's Lua API has mf.redis, else why not."""
+def probe_moonflow(exe, api):
+    """None if this build's Lua API has mf.<api>, else why not."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua") as f:
-        f.write('assert(require("moonflow").redis, "no mf.redis")\n')
+        f.write(f'assert(require("moonflow").{api}, "no mf.{api}")\n')
         f.flush()
         out = subprocess.run([exe, "run", f.name], capture_output=True,
                              text=True, timeout=30, stdin=subprocess.DEVNULL)
-    return None if out.returncode == 0 else "this build has no mf.redis"
+    return None if out.returncode == 0 else f"this build has no mf.{api}"
+
+
+def probe_moonflow_redis(exe):
+    return probe_moonflow(exe, "redis")
 
 
 HTTP_PEERS = {cls.name: cls for cls in (NginxRestyRedis, MoonflowRedis)}
