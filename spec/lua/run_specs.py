@@ -10,7 +10,12 @@ redis-servers: a plain one (MF_REDIS_URL, also given to `moonflow serve`),
 one with requirepass (MF_REDIS_AUTH_PORT, password MF_REDIS_PASSWORD) and
 one the specs may kill -9 and restart (MF_REDIS_FLAKY_URL; GET /redis-kill
 and /redis-start on MF_ODD_PORT), and one over TLS only with the self-signed
-certificate (MF_REDIS_TLS_URL, rediss://). ctest's lua.specs and asan.lua.specs.
+certificate (MF_REDIS_TLS_URL, rediss://), and two mariadbds (fresh
+datadirs, unprivileged when run as root): one for the specs and `moonflow
+serve` (MF_MYSQL_URL, over TCP; MF_MYSQL_SOCKET_URL, the same server
+through its unix socket MF_MYSQL_SOCKET) and one the specs may kill -9 and
+start again (MF_MYSQL_FLAKY_URL; GET /mysql-kill and /mysql-start on
+MF_ODD_PORT). ctest's lua.specs and asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_FIXTURE=build/spec/fixture/http_fixture \\
       python3 spec/lua/run_specs.py [busted options...]
@@ -35,16 +40,17 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
     """/redirect?to=URL answers 302 to URL (the fixture's / without to=);
     /redirect-loop answers 302 to itself; /cut sends part of a head and
     closes; /garbage answers no HTTP; /redis-kill and /redis-start stop
-    (kill -9) and start the flaky redis-server and answer 204 when done."""
+    (kill -9) and start the flaky redis-server, /mysql-kill and
+    /mysql-start the flaky mariadbd, and answer 204 when done."""
     fixture_port = None
     flaky = None
+    flaky_mysql = None
 
     def do_GET(self):
-        if self.path in ("/redis-kill", "/redis-start"):
-            if self.path == "/redis-kill":
-                self.flaky.kill()
-            else:
-                self.flaky.start()
+        flaky = {"redis": self.flaky, "mysql": self.flaky_mysql}
+        name, _, verb = self.path[1:].partition("-")
+        if verb in ("kill", "start") and name in flaky:
+            getattr(flaky[name], verb)()
             self.send_response(204)
             self.end_headers()
         elif self.path.startswith("/redirect"):
@@ -68,10 +74,11 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def start_odd(fixture_port, flaky, tls=None):
+def start_odd(fixture_port, flaky, flaky_mysql, tls=None):
     """The odd server; over TLS with tls = (cert, key)."""
     OddHandler.fixture_port = fixture_port
     OddHandler.flaky = flaky
+    OddHandler.flaky_mysql = flaky_mysql
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OddHandler)
     if tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -79,6 +86,31 @@ def start_odd(fixture_port, flaky, tls=None):
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def start_mariadbs(n):
+    """n mariadbds, installed and started side by side (each takes a few
+    seconds); the ones that started are closed if another fails."""
+    results = [None] * n
+
+    def one(i):
+        try:
+            results[i] = harness.MariaDB()
+        except Exception as e:  # reported below, after the others
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        for r in results:
+            if isinstance(r, harness.MariaDB):
+                r.close()
+        raise failed[0]
+    return results
 
 
 def start(fixture, *extra):
@@ -94,21 +126,28 @@ def main():
     cert, key = harness.self_signed(tmp)
     redis = []
     servers = []
+    mysql = []
     odd = odd_tls = serve = None
     try:
+        mysql = start_mariadbs(2)
         for password in (None, "s3cret", None):
             redis.append(harness.Redis(tmp, password=password))
         redis.append(harness.Redis(tmp, tls=(cert, key)))
         servers.append(start(fixture))
-        odd = start_odd(servers[0].port, redis[2])
-        odd_tls = start_odd(servers[0].port, redis[2], tls=(cert, key))
+        odd = start_odd(servers[0].port, redis[2], mysql[1])
+        odd_tls = start_odd(servers[0].port, redis[2], mysql[1],
+                            tls=(cert, key))
         servers.append(start(fixture, "--tls-cert", cert, "--tls-key", key))
         serve_port = harness.free_port()
         redis_env = dict(MF_REDIS_URL=redis[0].url(),
                          MF_REDIS_AUTH_PORT=str(redis[1].port),
                          MF_REDIS_PASSWORD=redis[1].password,
                          MF_REDIS_FLAKY_URL=redis[2].url(),
-                         MF_REDIS_TLS_URL=redis[3].url())
+                         MF_REDIS_TLS_URL=redis[3].url(),
+                         MF_MYSQL_URL=mysql[0].url(),
+                         MF_MYSQL_SOCKET=mysql[0].socket,
+                         MF_MYSQL_SOCKET_URL=mysql[0].socket_url(),
+                         MF_MYSQL_FLAKY_URL=mysql[1].url())
         serve = harness.Server([moonflow, "serve", os.path.join(HERE, "site"),
                                 "--workers", "1", "--listen",
                                 "127.0.0.1:%d" % serve_port], serve_port,
@@ -139,6 +178,8 @@ def main():
             server.stop()
         for r in redis:
             r.kill()
+        for m in mysql:
+            m.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

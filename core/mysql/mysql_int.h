@@ -1,0 +1,382 @@
+/*
+ * mysql_int.h — the MySQL client's structs, shared by the files of
+ * core/mysql only:
+ *   mysql_client.c   options, the mysql:// URL, the per-loop registry (one
+ *                    client per URL and options), the pool: which
+ *                    connection serves a task (idle, new, or the wait queue)
+ *   mysql_conn.c     a connection: resolve (net layer DNS), connect, the
+ *                    operation runner over the connector's fn_start/fn_cont
+ *                    pairs, reset before reuse, idle watch, close, KILL
+ *   mysql_task.c     the task kind: dispatch, the phases, timeouts and
+ *                    cancel, results and errors, sessions
+ *   mysql_query.c    the text-protocol query phase (stored results)
+ *   mysql_mem.c      task memory (an arena over the loop's free lists)
+ *   mysql_quote.c    mf_mysql_quote
+ *   mysql_stmt.c     the prepared-statement phase and the per-connection
+ *                    statement cache
+ *   mysql_stream.c   the streaming phase (batches, text and prepared)
+ *
+ * The plan.
+ *
+ * A task's run is a small state machine:
+ *
+ *   dispatch → ACQUIRE (a session's pinned connection, an idle one, a new
+ *   one, or the wait queue) → [the connection was reset before it went idle
+ *   if its last user left session state behind] → QUERY (t->phase->run) →
+ *   the phase calls mf__mysql_task_finish(t, state, error) → the connection
+ *   goes back (idle, reset, or closed if broken) → mf_task_complete.
+ *
+ * The query phase is an ops table (mf_mysql_phase_t) chosen at dispatch:
+ * streaming asked → mf__mysql_stream_phase (mysql_stream.c); parameters
+ * bound → mf__mysql_stmt_phase (mysql_stmt.c); otherwise the text phase
+ * (mysql_query.c). A phase only talks to the connector through the
+ * operation runner (mf__mysql_conn_run), keeps its results in task memory
+ * (mf__mysql_task_alloc / mf__mysql_task_add_set) and ends once with
+ * mf__mysql_task_finish or mf__mysql_task_fail_conn.
+ *
+ * The operation runner. Every connector call that may wait is a pair
+ * fn_start(&ret, ...) / fn_cont(&ret, ..., ready). A step function wraps one
+ * pair: step(conn, 0) calls the _start, step(conn, ready) the _cont, both
+ * return the connector's wait mask (0: finished; the return value is in
+ * conn->ret). The runner maps MYSQL_WAIT_READ/WRITE to the connection's
+ * mf_io_t and MYSQL_WAIT_TIMEOUT to its op timer
+ * (mysql_get_timeout_value_ms), calls the step again when the loop reports
+ * readiness, and when the mask is 0 calls done(conn). done may start the
+ * next operation: the runner loops instead of recursing, so a result read
+ * row by row never grows the stack.
+ *
+ * Timeouts and cancel. opts.query_timeout_ms (a task timer armed when the
+ * query phase starts) and the engine's per-task timeout (cancel) end the
+ * same way: a task on a connection mid-query gets its connection KILLed on
+ * the server (a short-lived extra connection sends KILL CONNECTION <thread
+ * id>, which ends the statement and its connection), the connection is
+ * closed on our side, and the task fails MF_STATE_TIMEOUT/MF_ETIMEDOUT (or
+ * CANCELED). A phase with resources of its own releases them in
+ * phase->abort before the connection closes.
+ *
+ * The statement cache. A connection has one opaque slot for the prepared
+ * statement cache (conn->stmt_cache) and a hook the statement code sets
+ * (conn->stmt_cache_drop): the connection calls it before COM_RESET_CONNECTION
+ * (which deallocates the server's statements) and before it closes, so the
+ * cache never outlives its statements.
+ *
+ * Ownership: the loop's MF_LOOP_EXT_MYSQL slot owns the registry; the
+ * registry owns its clients; a client owns its connections (pooled and the
+ * KILL ones) and live sessions. A task is owned by its series; while it runs
+ * a connection points at it (conn->task) and it at the connection
+ * (t->conn). Connection memory goes back from a deferred post, never inside
+ * one of its own callbacks. Task results (MYSQL_RES kept whole, value
+ * arrays, copies) live in the task's arena until the task is destroyed.
+ */
+#ifndef MF_MYSQL_INT_H
+#define MF_MYSQL_INT_H
+
+#include <stddef.h>
+
+#include <mariadb_ctype.h>
+#include <mysql.h>
+
+#include "moonflow/dns.h"
+#include "moonflow/mysql.h"
+
+typedef struct mf_mysql_conn mf_mysql_conn_t;
+typedef struct mf_mysql_task mf_mysql_task_t;
+
+/* A server's or connector's message is kept up to this many bytes. */
+#define MF_MYSQL_MESSAGE_MAX 512
+
+/* ---- task memory (mysql_mem.c) -------------------------------------------
+ * A chain of chunks from the loop's free lists (big pieces from a checked
+ * malloc); nothing moves once placed. Over the limit: NULL. */
+typedef struct mf_mysql_chunk mf_mysql_chunk_t;
+typedef struct mf_mysql_arena {
+    mf_mysql_chunk_t *head;
+    size_t left;    /* free bytes at the end of head */
+    uint64_t total; /* bytes handed out */
+    uint64_t limit; /* 0: none */
+} mf_mysql_arena_t;
+
+void mf__mysql_arena_init(mf_mysql_arena_t *a, uint64_t limit);
+void *mf__mysql_arena_alloc(mf_loop_t *loop, mf_mysql_arena_t *a, size_t size);
+/* Counts bytes held elsewhere (a MYSQL_RES) against the limit: 0 or
+ * MF_EMSGSIZE. */
+int mf__mysql_arena_charge(mf_mysql_arena_t *a, uint64_t size);
+void mf__mysql_arena_release(mf_loop_t *loop, mf_mysql_arena_t *a);
+
+/* ---- client and pool (mysql_client.c) ----------------------------------- */
+
+typedef enum mf_mysql_ssl {
+    MF_MYSQL_SSL_DISABLED,
+    MF_MYSQL_SSL_PREFERRED,
+    MF_MYSQL_SSL_REQUIRED,
+    MF_MYSQL_SSL_VERIFY_CA,
+    MF_MYSQL_SSL_VERIFY_IDENTITY
+} mf_mysql_ssl_t;
+
+/* What a URL says (strings owned, NUL-terminated; NULL when absent). */
+typedef struct mf_mysql_endpoint {
+    char host[MF_DNS_MAX_HOST + 1]; /* "" with a unix socket */
+    uint16_t port;
+    char *socket_path;
+    char *user;
+    char *password;
+    char *db;
+    char *charset; /* default "utf8mb4" */
+    char *ca;
+    mf_mysql_ssl_t ssl;
+    uint32_t connect_timeout_ms; /* 0: not in the URL */
+} mf_mysql_endpoint_t;
+
+/* 0 or MF_EINVAL; ep is zeroed first and owns what it got even on failure
+ * (mf__mysql_endpoint_free). */
+int mf__mysql_endpoint_parse(mf_mysql_endpoint_t *ep, const char *url);
+void mf__mysql_endpoint_free(mf_mysql_endpoint_t *ep);
+
+typedef struct mf_mysql_registry {
+    mf_loop_t *loop;
+    mf_list_t clients;
+} mf_mysql_registry_t;
+
+struct mf_mysql_client {
+    mf_list_t link; /* registry->clients */
+    mf_loop_t *loop;
+    char *url;
+    mf_mysql_opts_t opts; /* zeros replaced by defaults */
+    mf_mysql_endpoint_t ep;
+    const MARIADB_CHARSET_INFO *charset_info; /* of ep.charset */
+    bool no_backslash_escapes; /* learned from a connection's status */
+    bool quoter_ready;
+    MYSQL quoter;       /* never connects: mf_mysql_quote's charset and mode */
+    mf_list_t conns;    /* every pooled connection, any state */
+    mf_list_t idle;     /* idle ones, most recently used first */
+    mf_list_t waiters;  /* tasks waiting for a connection, oldest first */
+    mf_list_t killers;  /* KILL connections in flight (not pooled) */
+    mf_list_t sessions; /* open sessions */
+    unsigned nconns;    /* pooled connections, opening included */
+    unsigned nopening;
+    unsigned nwaiters;
+    uint64_t connects;
+};
+
+/* Gives the task a connection: idle, new (the task waits for it) or a place
+ * in the wait queue; fails it with EBUSY when the queue is full. */
+void mf__mysql_client_acquire(mf_mysql_task_t *t);
+/* A task waiting for a connection gives up (timeout, cancel). */
+void mf__mysql_client_unwait(mf_mysql_task_t *t);
+/* A pooled connection is free (open, clean): the oldest waiter takes it,
+ * or it goes idle. */
+void mf__mysql_client_offer(mf_mysql_conn_t *conn);
+/* A pooled connection could not open: the oldest waiter fails with its
+ * error (and the connector's or our words for it). */
+void mf__mysql_client_open_failed(mf_mysql_conn_t *conn, int state, int error,
+                                  unsigned code, const char *sqlstate,
+                                  const char *message);
+/* A pooled connection closed: forget it (its slot is free again). */
+void mf__mysql_client_forget(mf_mysql_conn_t *conn);
+
+/* mysql_quote.c: the quoting handle of a client, and what a connection's
+ * server status teaches it (NO_BACKSLASH_ESCAPES). */
+void mf__mysql_quoter_init(mf_mysql_client_t *client);
+void mf__mysql_quoter_close(mf_mysql_client_t *client);
+void mf__mysql_client_learn_status(mf_mysql_client_t *client, unsigned status);
+
+/* ---- connection (mysql_conn.c) ------------------------------------------ */
+
+typedef enum mf_mysql_conn_state {
+    MF_MCONN_RESOLVING,
+    MF_MCONN_CONNECTING, /* TCP, TLS and authentication */
+    MF_MCONN_IDLE,       /* in client->idle, watched for the server's close */
+    MF_MCONN_BUSY,       /* a task or a session has it */
+    MF_MCONN_RESETTING,  /* COM_RESET_CONNECTION before going idle */
+    MF_MCONN_KILLING,    /* a KILL connection sending its statement */
+    MF_MCONN_CLOSING,    /* COM_QUIT on its way */
+    MF_MCONN_CLOSED      /* memory goes back from free_post */
+} mf_mysql_conn_state_t;
+
+/* One connector call pair; see "the operation runner" above. */
+typedef int (*mf_mysql_step_fn)(mf_mysql_conn_t *conn, int ready);
+typedef void (*mf_mysql_done_fn)(mf_mysql_conn_t *conn);
+
+struct mf_mysql_conn {
+    MYSQL mysql;
+    mf_io_t io;
+    mf_timer_t op_timer;   /* MYSQL_WAIT_TIMEOUT of the running step */
+    mf_timer_t life_timer; /* connect timeout, then idle timeout */
+    mf_loop_t *loop;
+    mf_mysql_client_t *client;
+    mf_mysql_conn_state_t state;
+    bool killer;           /* a KILL connection, not pooled */
+    bool broken;           /* never handed out again */
+    bool dirty;            /* reset before its next user */
+    bool in_runner;        /* the runner's loop is on the stack */
+    bool io_started;       /* io registered with the loop */
+    mf_mysql_step_fn step; /* the running operation, NULL when none */
+    mf_mysql_done_fn done;
+    union { /* the running operation's return value */
+        int i;
+        my_bool b;
+        MYSQL *mysql;
+        MYSQL_RES *res;
+        MYSQL_ROW row;
+    } ret;
+    void *op_obj;       /* what the step works on (a MYSQL_STMT, a MYSQL_RES) */
+    const char *op_sql; /* the text a query step sends */
+    size_t op_len;
+    unsigned long thread_id; /* the server's id, for KILL */
+    unsigned long kill_id;   /* a KILL connection: whom to kill */
+    char kill_sql[48];
+    char addr[64];         /* the numeric address the connector connects to */
+    mf_mysql_task_t *task; /* the task it serves, if any */
+    mf_mysql_session_t *session; /* the session it is pinned to */
+    void *stmt_cache;            /* mysql_stmt.c's, per connection */
+    void (*stmt_cache_drop)(mf_mysql_conn_t *conn); /* frees stmt_cache */
+    mf_list_t link;      /* client->conns or client->killers */
+    mf_list_t idle_link; /* client->idle */
+    mf_post_t free_post;
+    mf_dns_query_t dns;
+};
+
+/* A new pooled connection (killer false) that starts opening at once; or a
+ * KILL connection that sends KILL CONNECTION kill_id and closes. */
+mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
+                                     unsigned long kill_id);
+/* Starts one operation on the connection (see the runner above). */
+void mf__mysql_conn_run(mf_mysql_conn_t *conn, mf_mysql_step_fn step,
+                        mf_mysql_done_fn done);
+/* The task is done with a pooled connection: reset it if dirty, then offer
+ * it to the pool; or close it if broken. */
+void mf__mysql_conn_release(mf_mysql_conn_t *conn);
+/* Closes the connection now (an operation in flight is cut off); its memory
+ * goes back later. */
+void mf__mysql_conn_close(mf_mysql_conn_t *conn);
+/* Ends whatever runs on the connection: KILL its thread on the server from
+ * a new connection, then close it. */
+void mf__mysql_conn_kill(mf_mysql_conn_t *conn);
+/* The connection goes idle: watched for the server's close (not keeping
+ * the loop alive), closed after opts.idle_timeout_ms. */
+void mf__mysql_conn_park(mf_mysql_conn_t *conn);
+/* An idle connection is taken (stops its idle watch). */
+void mf__mysql_conn_take(mf_mysql_conn_t *conn);
+/* Whether the connector's last error means the connection is unusable. */
+bool mf__mysql_conn_error_is_fatal(unsigned code);
+
+/* ---- task (mysql_task.c) ------------------------------------------------- */
+
+/* One result set (or OK packet) of a task. pub is what mysql.h shows. */
+typedef struct mf_mysql_set {
+    mf_mysql_result_t pub;
+    MYSQL_RES *res; /* kept until the task is destroyed (NULL: none) */
+} mf_mysql_set_t;
+
+/* A query phase; see "the plan" above. */
+typedef struct mf_mysql_phase {
+    const char *name;
+    /* Runs on t->conn (busy, open); ends with mf__mysql_task_finish or
+     * mf__mysql_task_fail_conn. */
+    void (*run)(mf_mysql_task_t *t);
+    /* The task ends early (timeout, cancel) while the phase runs: drop what
+     * refers to the connection; it is killed and closed next. May be NULL. */
+    void (*abort)(mf_mysql_task_t *t);
+    /* The task is destroyed: free what the phase kept. May be NULL. */
+    void (*release)(mf_mysql_task_t *t);
+} mf_mysql_phase_t;
+
+extern const mf_mysql_phase_t mf__mysql_text_phase;   /* mysql_query.c */
+extern const mf_mysql_phase_t mf__mysql_stmt_phase;   /* mysql_stmt.c */
+extern const mf_mysql_phase_t mf__mysql_stream_phase; /* mysql_stream.c */
+
+typedef enum mf_mysql_task_step {
+    MF_MT_IDLE,
+    MF_MT_WAITING, /* in client->waiters */
+    MF_MT_QUEUED,  /* behind another task of its session */
+    MF_MT_QUERY,   /* its phase runs on t->conn */
+    MF_MT_DONE
+} mf_mysql_task_step_t;
+
+struct mf_mysql_task {
+    mf_task_t base;
+    mf_mysql_client_t *client;
+    mf_mysql_session_t *session;
+    mf_mysql_conn_t *conn;
+    const mf_mysql_phase_t *phase;
+    mf_mysql_task_step_t step;
+    mf_list_t link;         /* client->waiters or session->queue */
+    uint64_t wait_deadline; /* loop time the wait for a connection ends */
+    mf_timer_t timer;       /* wait timeout, then query timeout */
+    char *sql;              /* arena copy, NUL-terminated */
+    size_t sql_len;
+    bool bound;    /* mf_task_mysql_bind was called */
+    bool invalid;  /* a bad argument: fails with EINVAL */
+    bool overflow; /* results over opts.max_result */
+    size_t nparams;
+    mf_mysql_param_t *params; /* arena copies (strings too) */
+    size_t batch_rows;        /* > 0: streaming */
+    mf_mysql_batch_cb on_batch;
+    void *batch_user;
+    void *phase_data; /* the phase's own state */
+    mf_mysql_set_t *sets;
+    size_t nsets, sets_cap;
+    mf_mysql_error_t err;
+    mf_mysql_arena_t arena; /* everything above that the task allocates */
+};
+
+static inline mf_mysql_task_t *mf__mysql_task_of(const mf_task_t *task)
+{
+    return (mf_mysql_task_t *)(void *)task;
+}
+
+/* Task memory; NULL (and t->overflow) when over opts.max_result. */
+void *mf__mysql_task_alloc(mf_mysql_task_t *t, size_t size);
+/* A new zeroed result set at the end of the task's results; NULL when over
+ * opts.max_result. */
+mf_mysql_set_t *mf__mysql_task_add_set(mf_mysql_task_t *t);
+/* Keeps the explanation of a failure (message cut at MF_MYSQL_MESSAGE_MAX). */
+void mf__mysql_task_keep_error(mf_mysql_task_t *t, unsigned code,
+                               const char *sqlstate, const char *message);
+/* The query phase ends: the connection goes back; the task completes. */
+void mf__mysql_task_finish(mf_mysql_task_t *t, int state, int error);
+/* The connector failed on t->conn: keeps its code/SQLSTATE/message, maps it
+ * to (state, error), marks the connection broken when the code says the
+ * connection is gone, and finishes. */
+void mf__mysql_task_fail_conn(mf_mysql_task_t *t);
+/* A connection the task waited for: the task runs its phase on it. */
+void mf__mysql_task_attach(mf_mysql_task_t *t, mf_mysql_conn_t *conn);
+/* A task waiting for a connection fails (queue full, open failed with the
+ * connector's words in code/sqlstate/message, or its wait timed out). */
+void mf__mysql_task_fail_waiting(mf_mysql_task_t *t, int state, int error,
+                                 unsigned code, const char *sqlstate,
+                                 const char *message);
+
+/* (state, error) for a connector or server error number. */
+void mf__mysql_error_map(unsigned code, const char *message, int *state,
+                         int *error);
+
+/* ---- sessions (mysql_task.c) --------------------------------------------- */
+
+struct mf_mysql_session {
+    mf_list_t link; /* client->sessions */
+    mf_mysql_client_t *client;
+    mf_mysql_conn_t *conn; /* pinned once its first task got one */
+    mf_mysql_task_t *running;
+    mf_list_t queue; /* tasks started behind the running one */
+    bool closed;
+    bool broken;
+};
+
+/* The running task of the session ended: the next queued one runs, or the
+ * connection goes back when the session is closed. */
+void mf__mysql_session_next(mf_mysql_session_t *s);
+
+/* ---- text results (mysql_query.c) --------------------------------------- */
+
+/* Fills set->pub from a stored MYSQL_RES (values typed per mysql.h, text
+ * pointing into the result's rows); 0 or MF_EMSGSIZE. */
+int mf__mysql_set_from_res(mf_mysql_task_t *t, mf_mysql_set_t *set,
+                           MYSQL_RES *res);
+/* Fills the OK-packet fields of set->pub from the connection. */
+void mf__mysql_set_counts(mf_mysql_set_t *set, MYSQL *mysql);
+/* The value of one text-protocol column (type from field). */
+void mf__mysql_text_value(mf_mysql_value_t *v, const MYSQL_FIELD *field,
+                          const char *data, unsigned long len);
+
+#endif /* MF_MYSQL_INT_H */
