@@ -23,9 +23,10 @@ function M.failed(req, resp, err)
     M.fail(resp, 500, "database unavailable")
 end
 
--- A positive integer from a query or JSON value, or nil.
+-- A positive integer from a query or JSON value (a string or a number),
+-- or nil.
 function M.positive_int(v)
-    local n = tonumber(v)
+    local n = (type(v) == "string" or type(v) == "number") and tonumber(v)
     if n and n >= 1 and n <= 2 ^ 53 and n == math.floor(n) then return n end
 end
 
