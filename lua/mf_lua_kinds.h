@@ -14,6 +14,7 @@
     X(http)                     \
     X(go)                       \
     X(redis)                    \
+    X(mysql)                    \
     /* end of the list */
 
 #define MF_LUA_KIND_DECLARE(name) \

@@ -180,16 +180,22 @@ static void mf__client_grow(mf_mysql_client_t *c)
 void mf__mysql_client_acquire(mf_mysql_task_t *t)
 {
     mf_mysql_client_t *c = t->client;
-    mf_list_t *node = mf__list_first(&c->idle);
-    if (node && mf_list_empty(&c->waiters)) {
+    mf_list_t *node;
+    while ((node = mf__list_first(&c->idle)) != NULL) {
         mf_mysql_conn_t *conn =
             mf_container_of(node, mf_mysql_conn_t, idle_link);
+        if (!mf__mysql_conn_alive(conn)) {
+            mf__mysql_conn_close(conn); /* its close is not seen yet */
+            continue;
+        }
         mf__mysql_conn_take(conn);
         mf__mysql_task_attach(t, conn);
         return;
     }
-    if (c->nwaiters >= c->opts.max_waiters &&
-        c->nconns >= c->opts.max_connections) {
+    /* Tasks that a connection being opened will serve are not "in the
+     * queue" yet: max_waiters bounds the ones beyond them. */
+    if (c->nconns >= c->opts.max_connections &&
+        c->nwaiters >= c->opts.max_waiters + c->nopening) {
         mf__mysql_task_fail_waiting(t, MF_STATE_TASK_ERROR, MF_EBUSY, 0, NULL,
                                     NULL);
         return;

@@ -13,6 +13,7 @@
  * task functions of mysql_int.h.
  */
 #include <errmsg.h>
+#include <errno.h>
 #include <mysqld_error.h>
 #include <stdio.h>
 #include <string.h>
@@ -399,6 +400,13 @@ void mf__mysql_conn_park(mf_mysql_conn_t *conn)
     mf_timer_set_ref(conn->loop, &conn->life_timer, false);
     mf_timer_start(conn->loop, &conn->life_timer,
                    conn->client->opts.idle_timeout_ms);
+}
+
+bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn)
+{
+    char byte;
+    ssize_t n = recv(conn->io.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 void mf__mysql_conn_take(mf_mysql_conn_t *conn)

@@ -255,6 +255,9 @@ void mf__mysql_conn_kill(mf_mysql_conn_t *conn);
 /* The connection goes idle: watched for the server's close (not keeping
  * the loop alive), closed after opts.idle_timeout_ms. */
 void mf__mysql_conn_park(mf_mysql_conn_t *conn);
+/* Whether an idle connection's socket is still quiet: the server's close
+ * (a restart, KILL) may be waiting unseen in this loop pass. */
+bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn);
 /* An idle connection is taken (stops its idle watch). */
 void mf__mysql_conn_take(mf_mysql_conn_t *conn);
 /* Whether the connector's last error means the connection is unusable. */

@@ -110,6 +110,7 @@ int mf__mysql_set_from_res(mf_mysql_task_t *t, mf_mysql_set_t *set,
                            MYSQL_RES *res)
 {
     set->res = res;
+    res->handle = NULL; /* stored whole: freed without its connection */
     unsigned nf = mysql_num_fields(res);
     size_t nr = (size_t)mysql_num_rows(res);
     MYSQL_FIELD *fields = mysql_fetch_fields(res);

@@ -1,14 +1,15 @@
 -- moonflow — the Lua API (require "moonflow"). Thin: a flow step is a plain
 -- table {kind = ..., fields} (the kinds are registered in C: timer, http,
 -- go, redis, and any the embedding program adds) checked, built and run by
--- the C side (moonflow.core, moonflow.flow, moonflow.timer, moonflow.redis:
--- r:call and friends are C methods of the client object); this file names
--- things, raises misuse at the caller's line, and turns task results into
--- (value) / (nil, err).
+-- the C side (moonflow.core, moonflow.flow, moonflow.timer, moonflow.redis,
+-- moonflow.mysql: r:call, db:query and friends are C methods of the client
+-- objects); this file names things, raises misuse at the caller's line, and
+-- turns task results into (value) / (nil, err).
 local core = require "moonflow.core"
 local cflow = require "moonflow.flow"
 local ctimer = require "moonflow.timer"
 local credis = require "moonflow.redis"
+local cmysql = require "moonflow.mysql"
 
 local select, setmetatable, getmetatable = select, setmetatable, getmetatable
 local type, error, pairs, pcall, unpack = type, error, pairs, pcall, unpack
@@ -189,6 +190,80 @@ function mf.task.redis(r, cmd, ...)
         args[n + 1] = nil
     end
     return step("redis", copy_opts(opts, { client = r, cmds = { args } }))
+end
+
+-- MySQL. One client object per URL and options on this host, as mf.redis.
+-- db:query, db:quote and db:transaction are C methods; db:rows and
+-- db:session are wrapped here, where a C call that resumed can still raise.
+local mysql_clients = {}
+
+function mf.mysql(url, opts)
+    if type(url) ~= "string" then raise("mf.mysql(url [, opts]): url expected") end
+    local key = redis_key(url, opts)
+    local db = mysql_clients[key]
+    if db then return db end
+    local ok, res = pcall(cmysql.client, url, opts)
+    if not ok then raise(res) end
+    mysql_clients[key] = res
+    return res
+end
+
+-- The for-loop iterator of db:rows: the C side hands out the rows of the
+-- batch in hand and answers true when it had to wait for the next one.
+local mysql_next = cmysql.rows_next
+local function mysql_rows_iter(st)
+    while true do
+        local row, err = mysql_next(st)
+        if row ~= true then
+            if row == nil and err then error(err, 0) end
+            return row
+        end
+    end
+end
+
+local function mysql_rows(db, sql, ...)
+    local ok, st = pcall(cmysql.rows, db, sql, ...)
+    if not ok then raise(st) end
+    return mysql_rows_iter, st
+end
+cmysql.db_methods.rows = mysql_rows
+cmysql.pinned_methods.rows = mysql_rows
+
+-- db:session: the C side answers true, fn's returns, or false, fn's error
+-- (re-raised here, once the connection went back).
+local csession = cmysql.session
+local function session_answer(ok, ...)
+    if ok == false then error((...), 0) end
+    return ...
+end
+function cmysql.db_methods.session(db, fn, ...)
+    return session_answer(csession(db, fn, ...))
+end
+
+-- mf.task.mysql(db, sql, ...[, opts]) or mf.task.mysql{db = , sql = ,
+-- args = {...}, rows = , timeout = , callback = }: a trailing table (never
+-- a parameter) holds the task options.
+function mf.task.mysql(db, sql, ...)
+    if getmetatable(db) ~= "moonflow.mysql" then
+        if type(db) ~= "table" then
+            raise("mf.task.mysql(db, sql, ...): db must be a client from mf.mysql")
+        end
+        local fields = copy_opts(db, {})
+        if type(fields.args) == "table" and fields.args.n == nil then
+            fields.args = { n = #fields.args, unpack(fields.args) }
+        end
+        return step("mysql", fields)
+    end
+    if type(sql) ~= "string" then raise("mf.task.mysql(db, sql, ...): sql expected") end
+    local n = select("#", ...)
+    local args = { n = n, ... }
+    local opts
+    if n > 0 and type(args[n]) == "table" then
+        opts = args[n]
+        args[n] = nil
+        args.n = n - 1
+    end
+    return step("mysql", copy_opts(opts, { db = db, sql = sql, args = args }))
 end
 
 -- mf.task.NAME{fields}: a task of any kind registered from C

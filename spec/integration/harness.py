@@ -222,6 +222,9 @@ class MariaDB:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="moonflow-mariadb-")
         self.datadir = os.path.join(self.dir, "data")
+        # Its own tmpdir: servers sharing /tmp (other test runs) must not
+        # meet over temporary table files.
+        self.tmpdir = os.path.join(self.dir, "tmp")
         self.socket = os.path.join(self.dir, "mysqld.sock")
         self.log = os.path.join(self.dir, "error.log")
         self.args = list(args)
@@ -242,9 +245,12 @@ class MariaDB:
     def _install(self):
         argv = ["mariadb-install-db", "--no-defaults",
                 "--auth-root-authentication-method=normal",
-                "--skip-test-db", "--datadir=" + self.datadir]
+                "--skip-test-db", "--datadir=" + self.datadir,
+                "--tmpdir=" + self.tmpdir]
+        os.mkdir(self.tmpdir)
         if self.run_as:
             shutil.chown(self.dir, self.run_as)
+            shutil.chown(self.tmpdir, self.run_as)
             argv.append("--user=" + self.run_as)
         done = subprocess.run(argv, capture_output=True, timeout=120)
         if done.returncode != 0:
@@ -254,6 +260,7 @@ class MariaDB:
 
     def start(self):
         argv = ["mariadbd", "--no-defaults", "--datadir=" + self.datadir,
+                "--tmpdir=" + self.tmpdir,
                 "--port=%d" % self.port, "--bind-address=127.0.0.1",
                 "--socket=" + self.socket,
                 "--pid-file=" + os.path.join(self.dir, "mysqld.pid"),
