@@ -66,7 +66,7 @@ SELECT id, s FROM types WHERE id > 100;
 SELECT NULL, NULL AS n2, 0.1e0 + 0.2e0 AS d, 1e300 AS big, 1.25e-16 AS small,
   123456789012345e0 AS fixed, 'a' 'b' AS joined, -- a comment; here
   "semi;colon" AS `odd;name`, 1 /* ; */ AS c;
-UPDATE types SET ti = 1 WHERE id = 4;
+UPDATE types SET ti = 0 WHERE id = 4;
 # comment line; with a semicolon
 CALL three_sets();
 SELECT COUNT(*) AS n FROM types;
