@@ -43,6 +43,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -343,6 +344,7 @@ class MoonflowLoad:
                                 "in the time allowed")
         return {"queries": int(r["queries"]), "qps": r["queries"] / r["seconds"],
                 "window_cpu_us_per_query": r["cpu_s"] * 1e6 / r["queries"],
+                "run_queue_share": r["wait_s"] / r["seconds"],
                 "warm_up_queries": None}  # CONC: set by measure_raw
 
 
@@ -352,9 +354,11 @@ RAW_CLIENTS = {cls.name: cls for cls in (Sysbench, MoonflowLoad)}
 def measure_raw(client, db, args):
     s0 = db.stats()
     before = C.cpu_seconds(db.pid)
+    preempted = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nivcsw
     out, cpu = R.run_client(client.command(db, args.queries, args.conc,
                                            args.table_size, args.max_s),
                             args.max_s + 60)
+    preempted = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nivcsw - preempted
     after = C.cpu_seconds(db.pid)
     s1 = db.stats()
     if not db.alive():
@@ -368,6 +372,9 @@ def measure_raw(client, db, args):
                             f"executed {executed} statements")
     r["client_cpu_us_per_query"] = cpu * 1e6 / r["queries"]
     r["db_cpu_us_per_query"] = (after - before) * 1e6 / executed
+    # The client's involuntary context switches (preempted while runnable:
+    # the machine's other load taking its core), every thread of it.
+    r["preempted_per_1k"] = preempted * 1000 / r["queries"]
     r["mariadb"] = d
     return r
 
@@ -381,11 +388,15 @@ def run_raw(args, db):
                    f"{s['client_cpu_us_per_query']:.2f} µs/query, mariadbd "
                    f"{s['db_cpu_us_per_query']:.2f} µs/query"))
     for row in rows.values():
-        R.summarize(row, ("qps", "client_cpu_us_per_query", "db_cpu_us_per_query"),
-                    "qps")
+        R.summarize(row, ("qps", "client_cpu_us_per_query", "db_cpu_us_per_query",
+                          "preempted_per_1k"), "qps")
         if row.get("median"):
             row["median"]["connections"] = statistics.median(
                 s["mariadb"]["connections"] for s in row["samples"])
+            shares = [s["run_queue_share"] for s in row["samples"]
+                      if "run_queue_share" in s]
+            row["median"]["run_queue_share"] = (statistics.median(shares)
+                                                if shares else None)
     base = rows.get(RAW_REFERENCE, {})
     for row in rows.values():
         row["qps_ratio"] = R.paired_ratio(row, base, "qps")
@@ -450,19 +461,21 @@ def markdown_raw(meta, raw):
            f"{meta['repeats']} interleaved runs.", "",
            "| client | queries/s | spread | ÷ sysbench | client CPU µs/query "
            "| client CPU ÷ sysbench | mariadbd CPU µs/query | mariadbd ÷ sysbench "
-           "| conns opened |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| conns opened | preempted /1k queries | loop run-queue wait |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: |"]
     for name, row in raw["clients"].items():
         head = f"| {name} |"
         if "median" not in row:
-            out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 7)
+            out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 9)
             continue
         m = row["median"]
         out.append(
             head + f" {m['qps']:,.0f} | {m['spread']:.0%} | {R.fmt(row['qps_ratio'])} | "
             f"{m['client_cpu_us_per_query']:.2f} | {R.fmt(row['client_cpu_ratio'])} | "
             f"{m['db_cpu_us_per_query']:.2f} | {R.fmt(row['db_cpu_ratio'])} | "
-            f"{m['connections']:.0f} |")
+            f"{m['connections']:.0f} | {m['preempted_per_1k']:.1f} | "
+            f"{R.fmt(m['run_queue_share'], '.0%')} |")
     out += ["", f"sysbench: `sysbench oltp_point_select --tables=1 "
             f"--table-size={meta['table_size']} --threads={raw['conc']} "
             f"--events={raw['queries']} --rand-type=uniform run` ({raw['conc']} "
@@ -475,7 +488,15 @@ def markdown_raw(meta, raw):
             "child, start-up and connects included for both) ÷ queries. "
             "mariadbd CPU: /proc/PID/stat ÷ statements it executed "
             "(Com_stmt_execute, checked against the client's count). conns "
-            "opened: connections mariadbd accepted during the run. Target: "
+            "opened: connections mariadbd accepted during the run. preempted: "
+            "the client's involuntary context switches (getrusage "
+            "ru_nivcsw, all its threads) per 1,000 queries. loop run-queue "
+            "wait: the share of moonflow's window its loop thread spent "
+            "runnable but not running (/proc/thread-self/schedstat): other "
+            "processes on core 1 took it. A latency-bound client with one "
+            "thread loses more queries/s to a busy core than one with "
+            "--threads threads (the scheduler shares a core by thread); CPU "
+            "per query is the figure that holds. Target: "
             "moonflow ≥ 1.0× sysbench's queries/s at ≤ 0.8× its client CPU "
             "per query."]
     return out

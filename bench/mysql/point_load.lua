@@ -15,9 +15,12 @@
 -- and prepares in its threads' init, before its clock too).
 --
 -- Prints one line for bench/mysql/compare_mysql.py:
---   bench-summary queries=N seconds=S cpu_s=S errors=N wrong=N timed_out=0|1
+--   bench-summary queries=N seconds=S cpu_s=S wait_s=S errors=N wrong=N timed_out=0|1
 -- seconds: wall time from the first timed query to the last answer
--- (monotonic clock); cpu_s: the process's utime + stime over that window.
+-- (monotonic clock); cpu_s: the process's utime + stime over that window;
+-- wait_s: the time the loop's thread spent runnable but not running (on
+-- the run queue, /proc/thread-self/schedstat) over that window: on a
+-- shared machine, the share of the window other processes took from it.
 -- Exits 1 if any query failed or any answer was wrong.
 local mf = require "moonflow"
 
@@ -37,8 +40,17 @@ local db = mf.mysql(url, { pool = conc, queue = conc })
 local sql = "SELECT c FROM sbtest1 WHERE id=?"
 local random = math.random
 
+-- Seconds this thread waited on a run queue (schedstat's 2nd field, ns).
+local function run_queue_wait()
+    local f = io.open("/proc/thread-self/schedstat")
+    if not f then return 0 end
+    local waited = f:read("*l"):match("^%d+ (%d+)")
+    f:close()
+    return tonumber(waited) * 1e-9
+end
+
 local issued, errors, wrong, finished = 0, 0, 0, 0
-local first_error, t1, cpu1
+local first_error, t1, cpu1, wait1
 local deadline_ms -- mf.now(): the loop's cached clock, ms
 
 local function one()
@@ -57,7 +69,9 @@ local function worker()
         one()
     end
     finished = finished + 1
-    if finished == conc then t1, cpu1 = wall(), cpu() end -- the last answer
+    if finished == conc then -- the last answer
+        t1, cpu1, wait1 = wall(), cpu(), run_queue_wait()
+    end
 end
 
 local function all_at_once(fn)
@@ -76,15 +90,15 @@ if not warm or errors > 0 or wrong > 0 then
     os.exit(1)
 end
 
-local cpu0, t0 = cpu(), wall()
+local cpu0, t0, wait0 = cpu(), wall(), run_queue_wait()
 deadline_ms = mf.now() + max_s * 1000
 if not all_at_once(worker) then
     io.stderr:write("point_load.lua: the workers did not finish\n")
     os.exit(1)
 end
 
-io.write(("bench-summary queries=%d seconds=%.6f cpu_s=%.6f errors=%d wrong=%d timed_out=%d\n")
-    :format(issued, t1 - t0, cpu1 - cpu0, errors, wrong, issued < queries and 1 or 0))
+io.write(("bench-summary queries=%d seconds=%.6f cpu_s=%.6f wait_s=%.6f errors=%d wrong=%d timed_out=%d\n")
+    :format(issued, t1 - t0, cpu1 - cpu0, wait1 - wait0, errors, wrong, issued < queries and 1 or 0))
 if errors > 0 or wrong > 0 then
     io.stderr:write("point_load.lua: ", errors, " errors (first: ", tostring(first_error),
         "), ", wrong, " wrong answers\n")
