@@ -8,8 +8,8 @@
 -- per row, values tab-separated, NULL as "NULL", and in values the bytes
 -- NUL, tab, newline and backslash written as \0 \t \n \\. A statement
 -- without a result set (or an empty one) prints nothing. At the first error
--- it prints "ERROR 1054 (42S22) at line N: message" on stderr, N the line
--- where the statement starts, and exits 1. URL defaults to $MYSQL_URL, else
+-- it raises "ERROR 1054 (42S22) at line N: message", N the line where the
+-- statement starts: moonflow prints it on stderr and exits 1. URL defaults to $MYSQL_URL, else
 -- mysql://root@127.0.0.1:3306/.
 --
 -- Statements end at a ';' outside quotes ('..', "..", `..`) and comments
@@ -131,8 +131,7 @@ local function parse_args(argv)
         elseif a == "-e" and v then
             sql = v
         else
-            io.stderr:write("usage: mysql_cli.lua [-u mysql://user:pass@host:port/db] [-e SQL]\n")
-            os.exit(2)
+            error("usage: mysql_cli.lua [-u mysql://user:pass@host:port/db] [-e SQL]", 0)
         end
         i = i + 2
     end
@@ -144,13 +143,14 @@ local db = mf.mysql(url, { rows = "array" })
 for _, stmt in ipairs(split(sql or io.read("*a"))) do
     local res, err = db:query(stmt.sql)
     if not res then
+        -- Raised, as a `moonflow run` script fails: moonflow prints it on
+        -- stderr after "moonflow: " and exits 1 (os.exit would skip the
+        -- host's cleanup and lose what stdout still buffers).
         local code, state, msg = tostring(err):match("^mysql (%d+) (%w+): (.*)$")
         if code then
-            io.stderr:write(("ERROR %s (%s) at line %d: %s\n"):format(code, state, stmt.line, msg))
-        else
-            io.stderr:write("ERROR at line ", stmt.line, ": ", tostring(err), "\n")
+            error(("ERROR %s (%s) at line %d: %s"):format(code, state, stmt.line, msg), 0)
         end
-        os.exit(1)
+        error(("ERROR at line %d: %s"):format(stmt.line, tostring(err)), 0)
     end
     local out = {}
     for _, set in ipairs(res.sets or { res }) do print_set(set, out) end

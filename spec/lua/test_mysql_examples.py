@@ -100,8 +100,10 @@ def our_cli(db, stdin=None, args=()):
 
 
 def error_lines(stderr):
-    return [l for l in stderr.decode(errors="replace").splitlines()
-            if l.startswith("ERROR")]
+    """The ERROR lines (moonflow prints a raised error after "moonflow: ")."""
+    lines = (l.replace("moonflow: ", "", 1)
+             for l in stderr.decode(errors="replace").splitlines())
+    return [l for l in lines if l.startswith("ERROR")]
 
 
 def compare_cli(name, theirs, ours):
