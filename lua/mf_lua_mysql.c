@@ -19,6 +19,10 @@
  * Parameters from Lua: nil and mf.null → NULL, booleans → 1/0, integral
  * numbers within ±2^63 → integers, other numbers → doubles, strings →
  * text; anything else raises.
+ *
+ * May call: moonflow/mysql.h and the engine's public headers, the host's
+ * coroutine API, and the other MySQL binding files through
+ * mf_lua_mysql.h.
  */
 #include <math.h>
 #include <stdio.h>
@@ -220,7 +224,10 @@ void mf_lua_mysql_push_row(lua_State *L, const mf_mysql_result_t *r, size_t i,
     for (int c = 0; c < n; c++) {
         mf_lua_mysql_push_value(L, &row[c]);
         if (mode & MF_LUA_MYSQL_BY_NAME) {
-            lua_rawgeti(L, names, c + 1);
+            if (names)
+                lua_rawgeti(L, names, c + 1);
+            else
+                lua_pushlstring(L, r->fields[c].name, r->fields[c].name_len);
             lua_pushvalue(L, -2);
             lua_rawset(L, -4);
         }
@@ -261,8 +268,8 @@ static void mf_lua__fill_set(lua_State *L, int t, const mf_mysql_result_t *r,
     if (!r)
         r = &none;
     luaL_checkstack(L, 8, "mysql result");
-    int names = 0;
-    if ((mode & MF_LUA_MYSQL_BY_NAME) && r->nfields) {
+    int names = 0; /* a table of the names pays off from the second row */
+    if ((mode & MF_LUA_MYSQL_BY_NAME) && r->nfields && r->nrows > 1) {
         mf_lua_mysql_push_names(L, r);
         names = lua_gettop(L);
     }
@@ -623,8 +630,6 @@ int mf_lua_open_mysql(lua_State *L)
     mf_lua_mysql_pin_init(L);
     lua_pushcfunction(L, mf_lua__client);
     lua_setfield(L, -2, "client");
-    lua_pushcfunction(L, mf_lua_mysql_rows);
-    lua_setfield(L, -2, "rows");
     lua_pushcfunction(L, mf_lua_mysql_rows_next);
     lua_setfield(L, -2, "rows_next");
     return 1;

@@ -96,7 +96,8 @@ void mf_lua_mysql_push_value(lua_State *L, const mf_mysql_value_t *v);
 /* Pushes an array of the field names of r (the keys of rows by name). */
 void mf_lua_mysql_push_names(lua_State *L, const mf_mysql_result_t *r);
 /* Pushes row i of r as a table; names is the index of r's names table
- * (unused in MF_LUA_MYSQL_BY_INDEX mode). */
+ * (0: none, the names are pushed from r's fields; unused in
+ * MF_LUA_MYSQL_BY_INDEX mode). */
 void mf_lua_mysql_push_row(lua_State *L, const mf_mysql_result_t *r, size_t i,
                            unsigned mode, int names);
 /* Fills the table at idx with the task's results: rows (also at [i]),

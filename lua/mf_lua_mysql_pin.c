@@ -24,6 +24,10 @@
  * streams in flight on it, the deferred start); the last to let go frees
  * it. fn's results wait on the parent's stack (a parked thread) until the
  * COMMIT answered.
+ *
+ * May call: moonflow/mysql.h, the host's coroutine API, and its internals
+ * (mf_lua_int.h) for the two fields a child passes on: the parent's
+ * deadline (to the child) and the watchdog's cause (to the parent).
  */
 #include <string.h>
 

@@ -17,6 +17,10 @@
  * a next tx:query work; reading a discarded stream returns its error.
  *
  * A coroutine aborted while parked for a batch cancels the stream.
+ *
+ * May call: moonflow/mysql.h (mf_task_mysql_stream, next_batch), the
+ * host's coroutine API, and the pin of a pinned stream
+ * (mf_lua_mysql_pin.c, through mf_lua_mysql.h).
  */
 #include <string.h>
 
@@ -26,6 +30,13 @@
 #include "mf_lua_mysql.h"
 
 #define MF_LUA_MYSQL_BATCH 256
+
+/* Streams broken out of hold their connection until the collector finds
+ * their object. With this many streams unfinished on the host, starting
+ * another runs a full collection first, so a loop that breaks out of
+ * streams again and again cannot take every pooled connection (a stream
+ * still read is reachable and survives it). */
+#define MF_LUA_MYSQL_GC_STREAMS 4
 
 struct mf_lua_mysql_stream {
     mf_task_t *task; /* until its callback (or destroyed unstarted) */
@@ -40,12 +51,24 @@ struct mf_lua_mysql_stream {
     bool discarded; /* nobody reads the rest */
     bool orphan;    /* the Lua object was collected */
     bool names;     /* the object's environment holds the field names */
+    unsigned *live; /* the host's count of unfinished streams; NULL once
+                       this one is no longer counted */
     char err[MF_LUA_MYSQL_ERR_MAX];
 };
 
 typedef struct mf_lua_mysql_rows_obj {
     mf_lua_mysql_stream_t *s;
 } mf_lua_mysql_rows_obj_t;
+
+/* The stream no longer counts as unfinished (done, or its object gone:
+ * the count lives in the state, never touched after that). */
+static void mf_lua__stream_uncount(mf_lua_mysql_stream_t *s)
+{
+    if (s->live) {
+        (*s->live)--;
+        s->live = NULL;
+    }
+}
 
 static void mf_lua__stream_free(mf_lua_mysql_stream_t *s, mf_loop_t *loop)
 {
@@ -86,6 +109,7 @@ static void mf_lua__stream_done(mf_task_t *task)
     s->task = NULL;
     s->batch = NULL;
     s->done = true;
+    mf_lua__stream_uncount(s);
     if (mf_lua_mysql_error(task, s->err, sizeof s->err)) {
         s->failed = true;
         if (s->pin)
@@ -109,6 +133,7 @@ void mf_lua_mysql_stream_discard(mf_lua_mysql_stream_t *s, bool drain)
         s->task = NULL;
         s->done = true;
         s->discarded = true;
+        mf_lua__stream_uncount(s);
         return;
     }
     if (s->discarded && drain)
@@ -140,6 +165,9 @@ int mf_lua_mysql_rows(lua_State *L)
     mf_lua_mysql_target_t t = mf_lua_mysql_target(L, 1);
     luaL_checktype(L, 2, LUA_TSTRING);
     mf_lua_co_check(L);
+    unsigned *live = lua_touserdata(L, lua_upvalueindex(1));
+    if (*live >= MF_LUA_MYSQL_GC_STREAMS)
+        lua_gc(L, LUA_GCCOLLECT, 0);
     mf_lua_mysql_params_t p;
     mf_lua_mysql_params_from_stack(L, &p, 3, lua_gettop(L));
     mf_task_t *task =
@@ -151,6 +179,8 @@ int mf_lua_mysql_rows(lua_State *L)
     s->task = task;
     s->pin = t.pin;
     s->mode = t.mode;
+    s->live = live;
+    (*live)++;
     if (s->pin)
         mf_lua_mysql_pin_hold(s->pin);
     obj->s = s;
@@ -227,6 +257,7 @@ static int mf_lua__rows_gc(lua_State *L)
     if (!s)
         return 0;
     obj->s = NULL;
+    mf_lua__stream_uncount(s);
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_host_from_state(L));
     mf_lua_mysql_stream_discard(s, s->pin != NULL &&
                                        mf_lua_mysql_pin_session(s->pin));
@@ -240,6 +271,8 @@ static int mf_lua__rows_gc(lua_State *L)
     return 0;
 }
 
+/* The metatable, and the module's rows (at -1) with the host's count of
+ * unfinished streams as its upvalue. */
 void mf_lua_mysql_rows_init(lua_State *L)
 {
     luaL_newmetatable(L, MF_LUA_MYSQL_ROWS);
@@ -248,4 +281,8 @@ void mf_lua_mysql_rows_init(lua_State *L)
     lua_pushliteral(L, MF_LUA_MYSQL_ROWS);
     lua_setfield(L, -2, "__metatable");
     lua_pop(L, 1);
+    unsigned *live = lua_newuserdata(L, sizeof *live);
+    *live = 0;
+    lua_pushcclosure(L, mf_lua_mysql_rows, 1);
+    lua_setfield(L, -2, "rows");
 }

@@ -11,6 +11,9 @@
  * Owns: nothing past a call. The task's data keeps the rows mode and the
  * words of a failure (error_detail's string lives until the callback
  * returns).
+ *
+ * May call: the leaf helpers (mf_lua_leaf.h) and the binding's
+ * conversions (mf_lua_mysql.h).
  */
 #include <lauxlib.h>
 

@@ -26,7 +26,7 @@ void mf_mysql_opts_init(mf_mysql_opts_t *o)
 }
 
 /* Zero fields of the caller's opts mean the default, except
- * query_timeout_ms (0: none) and max_waiters (0: no queue). */
+ * query_timeout_ms (0: none). */
 static void mf__opts_normalize(mf_mysql_opts_t *o, const mf_mysql_opts_t *in)
 {
     mf_mysql_opts_init(o);
@@ -34,11 +34,11 @@ static void mf__opts_normalize(mf_mysql_opts_t *o, const mf_mysql_opts_t *in)
         return;
     mf_mysql_opts_t d = *o;
     o->query_timeout_ms = in->query_timeout_ms;
-    o->max_waiters = in->max_waiters;
 #define MF__OPT(f) o->f = in->f ? in->f : d.f
     MF__OPT(connect_timeout_ms);
     MF__OPT(idle_timeout_ms);
     MF__OPT(max_connections);
+    MF__OPT(max_waiters);
     MF__OPT(wait_timeout_ms);
     MF__OPT(stmt_cache);
     MF__OPT(max_result);
@@ -170,10 +170,12 @@ unsigned mf_mysql_client_open(const mf_mysql_client_t *client)
 /* ---- the pool -------------------------------------------------------------
  */
 
-/* Opens connections while waiters outnumber those already opening. */
+/* Opens connections while waiters outnumber those already opening or
+ * being reset (each will serve one). */
 static void mf__client_grow(mf_mysql_client_t *c)
 {
-    while (c->nwaiters > c->nopening && c->nconns < c->opts.max_connections)
+    while (c->nwaiters > c->nopening + c->nresetting &&
+           c->nconns < c->opts.max_connections)
         mf__mysql_conn_open(c, false, 0);
 }
 

@@ -31,8 +31,9 @@ static void mf__conn_io_cb(mf_io_t *io, unsigned events)
     mf_mysql_conn_t *conn = io->data;
     if (!conn->step) {
         /* Nothing asked to read: the server closed an idle connection (a
-         * restart, KILL, wait_timeout) or sent what nobody expects. */
-        if (conn->state == MF_MCONN_IDLE)
+         * restart, KILL, wait_timeout) or sent what nobody expects. A
+         * write-only edge (the last operation waited to write) is not. */
+        if (conn->state == MF_MCONN_IDLE && (events & ~MF_IO_WRITE))
             mf__mysql_conn_close(conn);
         return;
     }
@@ -108,6 +109,10 @@ void mf__mysql_conn_run(mf_mysql_conn_t *conn, mf_mysql_step_fn step,
 static void mf__conn_free_cb(mf_post_t *post)
 {
     mf_mysql_conn_t *conn = post->data;
+    if (conn->resolving) {
+        mf_loop_defer(conn->loop, post); /* its DNS callback still reads it */
+        return;
+    }
     mf_loop_free(conn->loop, conn, sizeof(*conn));
 }
 
@@ -163,6 +168,8 @@ void mf__mysql_conn_close(mf_mysql_conn_t *conn)
     } else {
         if (!mf__conn_connected(conn))
             c->nopening--;
+        if (conn->state == MF_MCONN_RESETTING)
+            c->nresetting--;
         mf__mysql_client_forget(conn);
     }
     if (conn->stmt_cache_drop)
@@ -318,8 +325,11 @@ static void mf__conn_connect(mf_mysql_conn_t *conn)
 static void mf__conn_dns_cb(mf_dns_query_t *q, int status)
 {
     mf_mysql_conn_t *conn = q->data;
-    if (status == MF_ECANCELED)
-        return; /* closed meanwhile */
+    conn->resolving = false;
+    if (conn->state == MF_MCONN_CLOSED)
+        return; /* canceled by close; the free post waits for this */
+    if (status == 0 && q->naddrs == 0)
+        status = MF_EDNS;
     if (status < 0) {
         mf__conn_open_failed(conn,
                              status == MF_ETIMEDOUT ? MF_STATE_TIMEOUT
@@ -385,6 +395,7 @@ mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
         mf__conn_connect(conn);
         return conn;
     }
+    conn->resolving = true;
     mf_dns_query_start(conn->loop, &conn->dns, client->ep.host, client->ep.port,
                        mf__conn_dns_cb, conn);
     return conn;
@@ -432,6 +443,7 @@ static void mf__reset_done(mf_mysql_conn_t *conn)
         return;
     }
     conn->dirty = false;
+    conn->client->nresetting--;
     conn->state = MF_MCONN_BUSY;
     mf__mysql_client_offer(conn);
 }
@@ -452,5 +464,6 @@ void mf__mysql_conn_release(mf_mysql_conn_t *conn)
     if (conn->stmt_cache_drop)
         conn->stmt_cache_drop(conn);
     conn->state = MF_MCONN_RESETTING;
+    conn->client->nresetting++;
     mf__mysql_conn_run(conn, mf__step_reset, mf__reset_done);
 }

@@ -154,6 +154,7 @@ struct mf_mysql_client {
     mf_list_t sessions; /* open sessions */
     unsigned nconns;    /* pooled connections, opening included */
     unsigned nopening;
+    unsigned nresetting;
     unsigned nwaiters;
     uint64_t connects;
 };
@@ -209,6 +210,7 @@ struct mf_mysql_conn {
     bool broken;           /* never handed out again */
     bool dirty;            /* reset before its next user */
     bool in_runner;        /* the runner's loop is on the stack */
+    bool resolving;        /* its DNS callback is still due */
     bool io_started;       /* io registered with the loop */
     mf_mysql_step_fn step; /* the running operation, NULL when none */
     mf_mysql_done_fn done;
@@ -311,6 +313,7 @@ struct mf_mysql_task {
     bool bound;    /* mf_task_mysql_bind was called */
     bool invalid;  /* a bad argument: fails with EINVAL */
     bool overflow; /* results over opts.max_result */
+    bool unstored; /* the query or a parameter could not be copied */
     size_t nparams;
     mf_mysql_param_t *params; /* arena copies (strings too) */
     size_t batch_rows;        /* > 0: streaming */
@@ -364,6 +367,8 @@ struct mf_mysql_session {
     mf_list_t queue; /* tasks started behind the running one */
     bool closed;
     bool broken;
+    bool advancing; /* mf__mysql_session_next is on the stack */
+    bool again;     /* ... and its task ended at once: run the next */
 };
 
 /* The running task of the session ended: the next queued one runs, or the

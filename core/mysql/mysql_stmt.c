@@ -100,19 +100,21 @@ void mf__mysql_stmt_cache_drop(mf_mysql_stmt_cache_t *cache)
 
 mf_mysql_stmt_t *mf__mysql_stmt_new(MYSQL *mysql, const char *sql, size_t len)
 {
-    mf_mysql_stmt_t *s = calloc(1, sizeof *s);
-    char *copy = malloc(len + 1);
-    MYSQL_STMT *h = s && copy ? mysql_stmt_init(mysql) : NULL;
-    if (!h) {
-        free(s);
-        free(copy);
+    /* The statement and its SQL in one piece: once per prepare, not per
+     * execute. */
+    mf_mysql_stmt_t *s = mf_try_malloc(sizeof *s + len + 1);
+    if (!s)
+        return NULL;
+    memset(s, 0, sizeof *s);
+    s->handle = mysql_stmt_init(mysql);
+    if (!s->handle) {
+        mf_free(s);
         return NULL;
     }
-    memcpy(copy, sql, len);
-    copy[len] = '\0';
+    s->sql = (char *)(s + 1);
+    memcpy(s->sql, sql, len);
+    s->sql[len] = '\0';
     mf_list_init(&s->link);
-    s->handle = h;
-    s->sql = copy;
     s->sql_len = len;
     s->hash = mf__mysql_sql_hash(sql, len);
     return s;
@@ -144,20 +146,22 @@ void mf__mysql_stmt_free(mf_mysql_stmt_t *stmt)
         mf__detach(stmt->handle);
         mysql_stmt_close(stmt->handle); /* detached: frees memory only */
     }
-    free(stmt->binds);
-    free(stmt->sql);
-    free(stmt);
+    mf_free(stmt->binds);
+    mf_free(stmt);
 }
 
-/* The bind array holds the parameters and the columns; grown, never
- * shrunk, so a cached statement binds without allocating. */
+/* The bind array holds the parameters and the columns; the connector
+ * copies binds when they are bound, so it is scratch: grown (without
+ * copying), never shrunk, and a cached statement binds without
+ * allocating. */
 static int mf__stmt_reserve(mf_mysql_stmt_t *stmt, unsigned n)
 {
     if (n <= stmt->nbinds)
         return 0;
-    MYSQL_BIND *b = realloc(stmt->binds, n * sizeof *b);
+    MYSQL_BIND *b = mf_try_malloc(n * sizeof *b);
     if (!b)
         return MF_ENOMEM;
+    mf_free(stmt->binds);
     stmt->binds = b;
     stmt->nbinds = n;
     return 0;
@@ -355,14 +359,14 @@ static void mf__cache_drop_conn(mf_mysql_conn_t *conn)
     if (!cache)
         return;
     mf__mysql_stmt_cache_drop(cache);
-    free(cache);
+    mf_free(cache);
     conn->stmt_cache = NULL;
 }
 
 static mf_mysql_stmt_cache_t *mf__cache_of(mf_mysql_conn_t *conn)
 {
     if (!conn->stmt_cache) {
-        mf_mysql_stmt_cache_t *cache = malloc(sizeof *cache);
+        mf_mysql_stmt_cache_t *cache = mf_try_malloc(sizeof *cache);
         if (!cache)
             return NULL;
         mf__mysql_stmt_cache_init(cache, conn->client->opts.stmt_cache);

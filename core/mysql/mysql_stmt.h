@@ -24,7 +24,7 @@ typedef struct mf_mysql_stmt {
     MYSQL_STMT *handle;
     uint64_t hash;
     size_t sql_len;
-    char *sql; /* owned, NUL-terminated */
+    char *sql; /* NUL-terminated, in the same allocation */
     /* Reused on every execute: parameter binds, then one "dummy" result
      * bind per column (the connector then leaves each column in place for
      * mysql_stmt_fetch_column, so no row is copied twice). */

@@ -21,6 +21,7 @@
  * Ownership: the stream state lives in task memory; the batch arena's
  * chunks and a text stream's MYSQL_RES belong to it until released.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "mysql_stmt.h"
@@ -32,6 +33,7 @@ typedef struct mf_stream {
     mf_mysql_arena_t batch; /* the current batch's rows */
     mf_mysql_result_t pub;  /* the batch the consumer sees */
     mf_mysql_value_t **rows;
+    size_t rows_cap;
     mf_post_t resume; /* next_batch → the next rows, from the loop */
     bool held;        /* a batch is out with the consumer */
     bool last;        /* it was the last one: releasing it completes */
@@ -77,17 +79,29 @@ static void mf__rows_end(mf_mysql_task_t *t, mf_stream_t *s, bool more)
     mf__deliver(t, s, true);
 }
 
-/* Makes room for one more row; NULL when over max_result. */
+/* Makes room for one more row; NULL when over max_result. The row array
+ * grows by doubling up to batch_rows (a huge batch_rows costs nothing until
+ * rows come); the outgrown arrays stay in the batch until it is released. */
 static mf_mysql_value_t *mf__row_slot(mf_mysql_task_t *t, mf_stream_t *s)
 {
-    if (!s->rows) {
-        s->rows = mf__batch_alloc(s, t->batch_rows * sizeof *s->rows);
-        if (!s->rows)
+    size_t n = s->pub.nrows;
+    if (n == s->rows_cap) {
+        size_t cap = n ? 2 * n : 16;
+        if (cap > t->batch_rows)
+            cap = t->batch_rows;
+        if (cap > SIZE_MAX / sizeof *s->rows)
             return NULL;
+        mf_mysql_value_t **rows = mf__batch_alloc(s, cap * sizeof *rows);
+        if (!rows)
+            return NULL;
+        if (n)
+            memcpy(rows, s->rows, n * sizeof *rows);
+        s->rows = rows;
+        s->rows_cap = cap;
     }
     mf_mysql_value_t *v = mf__batch_alloc(s, s->pub.nfields * sizeof *v);
     if (v)
-        s->rows[s->pub.nrows] = v;
+        s->rows[n] = v;
     return v;
 }
 
@@ -282,6 +296,7 @@ static void mf__resume_cb(mf_post_t *post)
     s->held = false;
     mf__mysql_arena_release(t->base._loop, &s->batch);
     s->rows = NULL;
+    s->rows_cap = 0;
     s->pub.nrows = 0;
     if (s->last)
         mf__mysql_task_finish(t, MF_STATE_SUCCESS, 0);

@@ -86,6 +86,8 @@ void mf__mysql_task_keep_error(mf_mysql_task_t *t, unsigned code,
     t->arena.limit = 0;
     char *copy = mf__mysql_arena_alloc(t->base._loop, &t->arena, n + 1);
     t->arena.limit = limit;
+    if (!copy)
+        return; /* the code and SQLSTATE stay */
     memcpy(copy, message, n);
     copy[n] = '\0';
     t->err.message = copy;
@@ -253,6 +255,10 @@ static void mf__task_run(mf_mysql_task_t *t)
 static void mf__task_dispatch(mf_task_t *task)
 {
     mf_mysql_task_t *t = mf__mysql_task_of(task);
+    if (t->unstored) {
+        mf__task_done(t, MF_STATE_TASK_ERROR, MF_ENOMEM);
+        return;
+    }
     if (!t->sql || t->invalid) {
         mf__task_done(t, MF_STATE_TASK_ERROR, MF_EINVAL);
         return;
@@ -311,17 +317,28 @@ static void mf__session_free(mf_mysql_session_t *s)
     mf_loop_free(s->client->loop, s, sizeof(*s));
 }
 
+/* Tasks of a broken session, or failing at once (EBUSY), end inside
+ * mf__task_run and call this again: the outer call loops instead of
+ * recursing through a long queue. */
 void mf__mysql_session_next(mf_mysql_session_t *s)
 {
     s->running = NULL;
-    mf_list_t *node = mf_list_pop_front(&s->queue);
-    if (node) {
+    if (s->advancing) {
+        s->again = true;
+        return;
+    }
+    s->advancing = true;
+    do {
+        s->again = false;
+        mf_list_t *node = mf_list_pop_front(&s->queue);
+        if (!node)
+            break;
         mf_mysql_task_t *t = mf_container_of(node, mf_mysql_task_t, link);
         s->running = t;
         mf__task_run(t);
-        return;
-    }
-    if (s->closed)
+    } while (s->again);
+    s->advancing = false;
+    if (!s->running && mf_list_empty(&s->queue) && s->closed)
         mf__session_free(s);
 }
 
@@ -369,13 +386,18 @@ mf_task_t *mf_task_mysql_create(mf_mysql_client_t *client, mf_task_cb cb,
     return &t->base;
 }
 
-/* A copy in task memory not charged to max_result (the task's own input). */
+/* A copy in task memory not charged to max_result (the task's own input);
+ * NULL when even a checked malloc refused (the task fails with ENOMEM). */
 static char *mf__task_copy(mf_mysql_task_t *t, const char *s, size_t n)
 {
     uint64_t limit = t->arena.limit;
     t->arena.limit = 0;
     char *copy = mf__mysql_arena_alloc(t->base._loop, &t->arena, n + 1);
     t->arena.limit = limit;
+    if (!copy) {
+        t->unstored = true;
+        return NULL;
+    }
     if (n)
         memcpy(copy, s, n);
     copy[n] = '\0';
@@ -393,7 +415,7 @@ int mf_task_mysql_set_query(mf_task_t *task, const char *sql, size_t len)
         len = strlen(sql);
     t->sql = mf__task_copy(t, sql, len);
     t->sql_len = len;
-    return 0;
+    return t->sql ? 0 : MF_ENOMEM;
 }
 
 int mf_task_mysql_bind(mf_task_t *task, size_t n,
@@ -405,16 +427,26 @@ int mf_task_mysql_bind(mf_task_t *task, size_t n,
         return MF_EINVAL;
     }
     t->bound = true;
+    t->nparams = 0;
+    t->params = NULL;
+    if (!n)
+        return 0;
+    t->params = (mf_mysql_param_t *)(void *)mf__task_copy(
+        t, (const char *)params, n * sizeof(*params));
+    if (!t->params)
+        return MF_ENOMEM;
     t->nparams = n;
-    t->params = n ? (mf_mysql_param_t *)(void *)mf__task_copy(
-                        t, (const char *)params, n * sizeof(*params))
-                  : NULL;
     for (size_t i = 0; i < n; i++) {
         mf_mysql_param_t *p = &t->params[i];
-        if (p->type == MF_MYSQL_TEXT || p->type == MF_MYSQL_BLOB)
-            p->s = mf__task_copy(t, p->s ? p->s : "", p->s ? p->len : 0);
-        else if (p->type > MF_MYSQL_BLOB)
+        if (p->type > MF_MYSQL_BLOB || p->type < MF_MYSQL_NULL) {
             t->invalid = true;
+        } else if (p->type == MF_MYSQL_TEXT || p->type == MF_MYSQL_BLOB) {
+            if (!p->s && p->len)
+                t->invalid = true;
+            else if (!(p->s = mf__task_copy(t, p->s ? p->s : "",
+                                            p->s ? p->len : 0)))
+                return MF_ENOMEM;
+        }
     }
     return t->invalid ? MF_EINVAL : 0;
 }

@@ -144,28 +144,34 @@ mf.timer = { at = ctimer.at, every = ctimer.every }
 mf.null = credis.null
 
 -- One client object per URL and options on this host (the C client is
--- shared per loop anyway): calling mf.redis per request costs a lookup.
-local redis_clients = {}
-
-local function redis_key(url, opts)
-    if opts == nil then return url end
-    if type(opts) ~= "table" then raise("mf.redis: options must be a table") end
-    local parts = {}
-    for k, v in pairs(opts) do parts[#parts + 1] = tostring(k) .. "=" .. tostring(v) end
-    sort(parts)
-    return url .. "\0" .. concat(parts, "\0")
+-- shared per loop anyway): calling mf.redis or mf.mysql per request costs
+-- a lookup. make(url, opts) builds one (raising on a bad URL or option).
+local function cached_clients(name, make)
+    local clients = {}
+    return function(url, opts)
+        if type(url) ~= "string" then
+            raise(("mf.%s(url [, opts]): url expected"):format(name))
+        end
+        local key = url
+        if opts ~= nil then
+            if type(opts) ~= "table" then
+                raise(("mf.%s: options must be a table"):format(name))
+            end
+            local parts = {}
+            for k, v in pairs(opts) do parts[#parts + 1] = tostring(k) .. "=" .. tostring(v) end
+            sort(parts)
+            key = url .. "\0" .. concat(parts, "\0")
+        end
+        local c = clients[key]
+        if c then return c end
+        local ok, res = pcall(make, url, opts)
+        if not ok then raise(res) end
+        clients[key] = res
+        return res
+    end
 end
 
-function mf.redis(url, opts)
-    if type(url) ~= "string" then raise("mf.redis(url [, opts]): url expected") end
-    local key = redis_key(url, opts)
-    local r = redis_clients[key]
-    if r then return r end
-    local ok, res = pcall(credis.client, url, opts)
-    if not ok then raise(res) end
-    redis_clients[key] = res
-    return res
-end
+mf.redis = cached_clients("redis", credis.client)
 
 -- mf.task.redis(r, cmd, ...[, opts]), mf.task.redis(r, {cmd, ...}[, opts])
 -- or mf.task.redis(r, {{cmd, ...}, {cmd, ...}}[, opts]): a trailing table
@@ -195,18 +201,7 @@ end
 -- MySQL. One client object per URL and options on this host, as mf.redis.
 -- db:query, db:quote and db:transaction are C methods; db:rows and
 -- db:session are wrapped here, where a C call that resumed can still raise.
-local mysql_clients = {}
-
-function mf.mysql(url, opts)
-    if type(url) ~= "string" then raise("mf.mysql(url [, opts]): url expected") end
-    local key = redis_key(url, opts)
-    local db = mysql_clients[key]
-    if db then return db end
-    local ok, res = pcall(cmysql.client, url, opts)
-    if not ok then raise(res) end
-    mysql_clients[key] = res
-    return res
-end
+mf.mysql = cached_clients("mysql", cmysql.client)
 
 -- The for-loop iterator of db:rows: the C side hands out the rows of the
 -- batch in hand and answers true when it had to wait for the next one.

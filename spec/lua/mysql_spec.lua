@@ -11,6 +11,7 @@ local odd = "http://127.0.0.1:" .. assert(os.getenv("MF_ODD_PORT"))
 local serve = "http://127.0.0.1:" .. assert(os.getenv("MF_SERVE_PORT"))
 
 local db = mf.mysql(url)
+local redis = mf.redis(assert(os.getenv("MF_REDIS_URL")))
 
 -- The statement's result, asserted to have succeeded.
 local function q(sql, ...)
@@ -363,6 +364,7 @@ describe("db:rows", function()
             if row.seq % 100 == 0 then
                 assert.are.equal(row.seq, q("SELECT ? AS v", row.seq)[1].v)
                 mf.sleep(1)
+                assert.are.equal("PONG", redis:call("PING"))
             end
             n = n + 1
         end
@@ -529,6 +531,18 @@ describe("db:transaction", function()
         assert.is_true(has(21))
     end)
 
+    it("discards a tx:rows stream when fn queries its connection inside the loop", function()
+        local ok, err = db:transaction(function(tx)
+            for row in tx:rows("SELECT seq FROM seq_1_to_5000") do
+                assert(tx:query("INSERT INTO tx_t VALUES (?, 'in loop')", 100 + row.seq))
+            end
+            return true
+        end)
+        assert.is_nil(ok)
+        assert.matches("stream was discarded", err)
+        assert.is_false(has(101))
+    end)
+
     it("makes tx unusable once fn returned", function()
         local kept
         assert.is_true(db:transaction(function(tx) kept = tx; return true end))
@@ -668,7 +682,7 @@ describe("misuse", function()
         assert.has_error(function() db:query() end)
         assert.has_error(function() db:query(42) end)
         assert.has_error(function() db.query({}, "SELECT 1") end)
-        assert.has_error(function() db.query(mf.redis(assert(os.getenv("MF_REDIS_URL"))), "SELECT 1") end)
+        assert.has_error(function() db.query(redis, "SELECT 1") end)
         assert.has_error(function() db:query("") end)
     end)
 end)
@@ -717,13 +731,31 @@ describe("mysql under moonflow serve", function()
         assert.are.equal(0, q("SELECT COUNT(*) AS n FROM serve_t WHERE id = 2")[1].n)
     end)
 
+    local function serve_counts()
+        return mf.json.decode(assert(get("/counts")).body)
+    end
+
     it("gives the connection back when a client leaves mid-transaction", function()
-        local res, err = get("/mysql_tx?op=hang&id=3", { timeout = 300 })
-        assert.is_nil(res)
-        assert.is_string(err)
-        res = assert(get("/mysql_tx?op=count&id=3", { timeout = 10000 }))
-        assert.are.equal(200, res.status)
-        assert.are.equal("0", res.body)
+        assert(get("/mysql_tx?op=count&id=3"))
+        local before = serve_counts()
+        for _ = 1, 3 do
+            local res, err = get("/mysql_tx?op=hang&id=3", { timeout = 300 })
+            assert.is_nil(res)
+            assert.is_string(err)
+            res = assert(get("/mysql_tx?op=count&id=3", { timeout = 10000 }))
+            assert.are.equal(200, res.status)
+            assert.are.equal("0", res.body)
+        end
+        -- both coroutines (the handler's and its transaction's) are gone
+        local after = serve_counts()
+        assert.are.equal(before.coroutines, after.coroutines)
+        assert.are.equal(before.refs, after.refs)
+        assert.are.equal(before.tasks, after.tasks)
+        -- and nothing is left running on the server
+        assert.is_truthy(eventually(function()
+            return q("SELECT COUNT(*) AS n FROM information_schema.processlist "
+                .. "WHERE info LIKE 'SELECT SLEEP(10)%'")[1].n == 0
+        end))
     end)
 
     it("gives the connection back when the watchdog stops a runaway fn", function()

@@ -215,12 +215,28 @@ TEST(a_session_whose_connection_was_killed_is_broken)
     o.query_timeout_ms = 200;
     mf_mysql_client_t *c = setup_with(&o);
     mf_mysql_session_t *s = mf_mysql_session_open(c);
-    result_t r;
-    session_run(c, s, &r, "SELECT SLEEP(3)");
-    EXPECT_STATE(r, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    static result_t r[300];
+    int done = 0;
+    for (int i = 0; i < 300; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        mf_task_t *t = query_task(c, &r[i], i ? "SELECT 1" : "SELECT SLEEP(3)");
+        mf_task_mysql_set_session(t, s);
+        mf_task_start(t);
+    }
+    for (int round = 0; round < 2000 && done < 300; round++) {
+        mf_loop_run(loop, MF_RUN_ONCE);
+        done = 0;
+        for (int i = 0; i < 300; i++)
+            done += r[i].done;
+    }
+    ASSERT_EQ(done, 300);
+    EXPECT_STATE(r[0], MF_STATE_TIMEOUT, MF_ETIMEDOUT);
     ASSERT(mf_mysql_session_broken(s));
-    session_run(c, s, &r, "SELECT 1");
-    EXPECT_STATE(r, MF_STATE_SYS_ERROR, MF_ECLOSED);
+    for (int i = 1; i < 300; i++) /* queued behind it: never run */
+        EXPECT_STATE(r[i], MF_STATE_SYS_ERROR, MF_ECLOSED);
+    result_t after;
+    session_run(c, s, &after, "SELECT 1");
+    EXPECT_STATE(after, MF_STATE_SYS_ERROR, MF_ECLOSED);
     mf_mysql_session_close(s);
     expect(c, "SELECT 2", "i:2");
     teardown();

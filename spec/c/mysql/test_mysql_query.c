@@ -276,3 +276,21 @@ TEST(ssl_required_against_a_server_without_tls_fails_with_etls)
     ASSERT_EQ(mf_mysql_client_open(c), 0);
     teardown();
 }
+
+TEST(a_query_that_cannot_be_copied_fails_with_enomem)
+{
+    mf_mysql_client_t *c = setup();
+    static char sql[40000];
+    memset(sql, ' ', sizeof sql - 1);
+    memcpy(sql, "SELECT 7", 8);
+    result_t r = {0};
+    mf_task_t *t = mf_task_mysql_create(c, on_done, &r);
+    mf_alloc_fail_next(1);
+    ASSERT_EQ(mf_task_mysql_set_query(t, sql, 0), MF_ENOMEM);
+    mf_alloc_fail_next(0);
+    mf_task_start(t);
+    run_until(&r.done, 1);
+    EXPECT_STATE(r, MF_STATE_TASK_ERROR, MF_ENOMEM);
+    expect(c, sql, "i:7"); /* the same big query, copied this time */
+    teardown();
+}

@@ -231,7 +231,58 @@ TEST(an_abandoned_stream_closes_its_connection_and_the_pool_goes_on)
     expect_abandoned(c, 0, NULL);
     mf_mysql_param_t width = MF_MYSQL_INT(50);
     expect_abandoned(c, 1, &width);
-    /* A held batch abandoned by a timeout ends the same way. */
+    teardown();
+}
+
+TEST(a_batch_held_past_the_query_timeout_ends_the_stream_and_its_connection)
+{
+    mf_mysql_opts_t o;
+    mf_mysql_opts_init(&o);
+    o.max_connections = 1;
+    o.query_timeout_ms = 300;
+    mf_mysql_client_t *c = setup_with(&o);
+    seen_t s = {.hold = true};
+    stream(c, &s, "SELECT seq, REPEAT('z', 80) FROM seq_1_to_1000000", 100, 0,
+           NULL);
+    run_until(&s.done, 1);
+    EXPECT_STATE(s, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    ASSERT_EQ(s.batches, 1);
+    expect(c, "SELECT 4", "i:4");
+    ASSERT_EQ(mf_mysql_client_connects(c), 2);
+    teardown();
+}
+
+TEST(a_stream_past_its_timeout_while_reading_ends_and_the_pool_goes_on)
+{
+    mf_mysql_opts_t o;
+    mf_mysql_opts_init(&o);
+    o.max_connections = 1;
+    o.query_timeout_ms = 500;
+    mf_mysql_client_t *c = setup_with(&o);
+    /* The server stalls at row 250 (the rows before it out of its
+     * buffers, 200 bytes each): the fetch in flight is cut off. */
+    const char *sql = "SELECT seq, REPEAT('x', 200), SLEEP(IF(seq = 250, 5, "
+                      "0)) FROM seq_1_to_1000 WHERE seq > ?";
+    mf_mysql_param_t zero = MF_MYSQL_INT(0);
+    for (int prepared = 0; prepared < 2; prepared++) {
+        seen_t s = {0};
+        stream(c, &s,
+               prepared ? sql
+                        : "SELECT seq, REPEAT('x', 200), SLEEP(IF(seq = "
+                          "250, 5, 0)) FROM seq_1_to_1000",
+               100, prepared, prepared ? &zero : NULL);
+        run_until(&s.done, 1);
+        EXPECT_STATE(s, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+        ASSERT(s.rows >= 100 && s.rows <= 200); /* whole batches */
+        expect(c, "SELECT 5", "i:5");
+    }
+    /* The cached statement went with its connection: prepared anew. */
+    seen_t s = {0};
+    mf_mysql_param_t big = MF_MYSQL_INT(990);
+    stream(c, &s, sql, 100, 1, &big);
+    run_until(&s.done, 1);
+    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    ASSERT_EQ(s.rows, 10);
     teardown();
 }
 
@@ -289,6 +340,13 @@ TEST(a_streamed_statement_without_rows_gives_its_counts)
     EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
     ASSERT_EQ(s.batches, 1);
     ASSERT_EQ(s.nfields, 2);
+    /* A batch as big as anything: the whole result in one (last) batch. */
+    stream(c, &s, "SELECT v, 'x' FROM st", SIZE_MAX, 0, NULL);
+    run_until(&s.done, 1);
+    EXPECT_STATE(s, MF_STATE_SUCCESS, 0);
+    ASSERT_EQ(s.batches, 1);
+    ASSERT_EQ(s.rows, 4);
+    ASSERT_EQ(s.sum, 2 + 3 + 4 + 5);
     /* Only the first of several statements streams; the connection that
      * still has the others to read is closed after. */
     uint64_t connects = mf_mysql_client_connects(c);
