@@ -176,11 +176,7 @@ class MoonflowMysql:
         self.exe = os.path.join(build, "moonflow")
 
     def missing(self):
-        if not os.access(self.exe, os.X_OK):
-            return "not built"
-        if "why" not in self._missing:
-            self._missing["why"] = R.probe_moonflow(self.exe, "mysql")
-        return self._missing["why"]
+        return R.moonflow_missing(self.exe, "mysql", self._missing)
 
     def command(self, port, db, pool):
         # env execs the server: the PID measured is moonflow's own.

@@ -241,6 +241,16 @@ def probe_moonflow_redis(exe):
     return probe_moonflow(exe, "redis")
 
 
+def moonflow_missing(exe, api, cache):
+    """Why a moonflow peer cannot run here (not built, no mf.<api>), or
+    None; the probe runs once per cache (a peer class's dict)."""
+    if not os.access(exe, os.X_OK):
+        return "not built"
+    if "why" not in cache:
+        cache["why"] = probe_moonflow(exe, api)
+    return cache["why"]
+
+
 HTTP_PEERS = {cls.name: cls for cls in (NginxRestyRedis, MoonflowRedis)}
 REFERENCE = NginxRestyRedis.name
 
@@ -352,11 +362,7 @@ class MoonflowLoad:
         self.exe = os.path.join(build, "moonflow")
 
     def missing(self):
-        if not os.access(self.exe, os.X_OK):
-            return "not built"
-        if "why" not in self._missing:
-            self._missing["why"] = probe_moonflow_redis(self.exe)
-        return self._missing["why"]
+        return moonflow_missing(self.exe, "redis", self._missing)
 
     def command(self, redis, ops, conc, pipeline, max_s):
         return [self.exe, "run", GET_LOAD, redis.url, str(ops), str(conc),
