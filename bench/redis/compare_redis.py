@@ -227,14 +227,28 @@ class MoonflowRedis(C.MoonflowLua):
         return self._missing["why"]
 
 
-def probe_moonflow_redis(exe):
-    """None if this build's Lua API has mf.redis, else why not."""
+def probe_moonflow(exe, api):
+    """None if this build's Lua API has mf.<api>, else why not."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua") as f:
-        f.write('assert(require("moonflow").redis, "no mf.redis")\n')
+        f.write(f'assert(require("moonflow").{api}, "no mf.{api}")\n')
         f.flush()
         out = subprocess.run([exe, "run", f.name], capture_output=True,
                              text=True, timeout=30, stdin=subprocess.DEVNULL)
-    return None if out.returncode == 0 else "this build has no mf.redis"
+    return None if out.returncode == 0 else f"this build has no mf.{api}"
+
+
+def probe_moonflow_redis(exe):
+    return probe_moonflow(exe, "redis")
+
+
+def moonflow_missing(exe, api, cache):
+    """Why a moonflow peer cannot run here (not built, no mf.<api>), or
+    None; the probe runs once per cache (a peer class's dict)."""
+    if not os.access(exe, os.X_OK):
+        return "not built"
+    if "why" not in cache:
+        cache["why"] = probe_moonflow(exe, api)
+    return cache["why"]
 
 
 HTTP_PEERS = {cls.name: cls for cls in (NginxRestyRedis, MoonflowRedis)}
@@ -348,11 +362,7 @@ class MoonflowLoad:
         self.exe = os.path.join(build, "moonflow")
 
     def missing(self):
-        if not os.access(self.exe, os.X_OK):
-            return "not built"
-        if "why" not in self._missing:
-            self._missing["why"] = probe_moonflow_redis(self.exe)
-        return self._missing["why"]
+        return moonflow_missing(self.exe, "redis", self._missing)
 
     def command(self, redis, ops, conc, pipeline, max_s):
         return [self.exe, "run", GET_LOAD, redis.url, str(ops), str(conc),
@@ -529,19 +539,46 @@ def markdown(meta, http, raw):
     return "\n".join(out) + "\n"
 
 
-def parse_args(argv):
+def two_part_parser(doc, http_peers, raw_clients):
+    """The options every two-part comparison (http, raw) has; the caller
+    adds its own, then calls two_part_args."""
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = ap.add_argument
     add("--parts", default="http,raw", help="which parts (http,raw)")
     add("--duration", type=int, help="http: seconds per wrk run (3)")
     add("--repeats", type=int, help="interleaved runs per peer (3)")
     add("--conns", type=C.int_list, default=[64, 256],
         help="http: connection counts (64,256)")
-    add("--servers", default=",".join(HTTP_PEERS),
-        help=f"http: which servers ({','.join(HTTP_PEERS)})")
-    add("--clients", default=",".join(RAW_CLIENTS),
-        help=f"raw: which clients ({','.join(RAW_CLIENTS)})")
+    add("--servers", default=",".join(http_peers),
+        help=f"http: which servers ({','.join(http_peers)})")
+    add("--clients", default=",".join(raw_clients),
+        help=f"raw: which clients ({','.join(raw_clients)})")
+    add("--build", default="build-release", help="CMake build dir (build-release)")
+    add("--out", default=C.RESULTS, help="results dir (bench/results)")
+    return ap
+
+
+def two_part_args(ap, argv, http_peers, raw_clients):
+    """Parses argv; fills the defaults --quick changes; splits and checks
+    the lists."""
+    args = ap.parse_args(argv)
+    args.duration = args.duration or (1 if args.quick else 3)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.parts = args.parts.split(",")
+    args.servers = args.servers.split(",")
+    args.clients = args.clients.split(",")
+    for given, known in ((args.parts, ("http", "raw")), (args.servers, http_peers),
+                         (args.clients, raw_clients)):
+        unknown = [x for x in given if x not in known]
+        if unknown:
+            ap.error(f"unknown: {', '.join(unknown)}")
+    return args
+
+
+def parse_args(argv):
+    ap = two_part_parser(__doc__, HTTP_PEERS, RAW_CLIENTS)
+    add = ap.add_argument
     add("--ops", type=int, help="raw: GETs per unpipelined run (300000)")
     add("--pipelined-ops", type=int,
         help=f"raw: GETs per run with pipeline {PIPELINE} (3000000)")
@@ -549,24 +586,12 @@ def parse_args(argv):
         help="raw: concurrent callers / redis-benchmark -c (50)")
     add("--max-s", type=int, default=20,
         help="raw: a moonflow run stops after this many seconds (20)")
-    add("--build", default="build-release", help="CMake build dir (build-release)")
     add("--quick", action="store_true",
         help="1 s runs, 1 repeat, a fifth of the GETs: a smoke test")
-    add("--out", default=C.RESULTS, help="results dir (bench/results)")
-    args = ap.parse_args(argv)
+    args = two_part_args(ap, argv, HTTP_PEERS, RAW_CLIENTS)
     q = args.quick
-    args.duration = args.duration or (1 if q else 3)
-    args.repeats = args.repeats or (1 if q else 3)
     args.ops = args.ops or (60000 if q else 300000)
     args.pipelined_ops = args.pipelined_ops or (600000 if q else 3000000)
-    args.parts = args.parts.split(",")
-    args.servers = args.servers.split(",")
-    args.clients = args.clients.split(",")
-    for given, known in ((args.parts, ("http", "raw")), (args.servers, HTTP_PEERS),
-                         (args.clients, RAW_CLIENTS)):
-        unknown = [x for x in given if x not in known]
-        if unknown:
-            ap.error(f"unknown: {', '.join(unknown)}")
     return args
 
 

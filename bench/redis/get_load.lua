@@ -14,24 +14,11 @@
 -- clock); cpu_s: the process's utime + stime over the same window
 -- (getrusage). Exits 1 if any call failed or any reply was wrong.
 local mf = require "moonflow"
-local ffi = require "ffi"
 
-ffi.cdef [[
-struct mf_bench_timespec { long sec; long nsec; };
-struct mf_bench_rusage { long utime_s, utime_us, stime_s, stime_us; long rest[14]; };
-int clock_gettime(int clock, struct mf_bench_timespec *ts);
-int getrusage(int who, struct mf_bench_rusage *usage);
-]]
-
-local ts, ru = ffi.new("struct mf_bench_timespec"), ffi.new("struct mf_bench_rusage")
-local function wall()
-    ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-    return tonumber(ts.sec) + tonumber(ts.nsec) * 1e-9
-end
-local function cpu()
-    ffi.C.getrusage(0, ru) -- RUSAGE_SELF: every thread of the process
-    return tonumber(ru.utime_s + ru.stime_s) + tonumber(ru.utime_us + ru.stime_us) * 1e-6
-end
+-- The clocks (bench/lua/_clock.lua), found from this script's folder.
+package.path = arg[0]:gsub("[^/]*$", "") .. "../lua/?.lua;" .. package.path
+local clock = require "_clock"
+local wall, cpu = clock.wall, clock.cpu
 
 local url = assert(arg[1], "usage: get_load.lua URL OPS CONC [PIPELINE] [MAX_S] [KEY] [VALUE]")
 local ops = assert(tonumber(arg[2]), "OPS: a number")

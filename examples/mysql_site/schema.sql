@@ -1,0 +1,12 @@
+-- The tables of examples/mysql_site (mariadb DB < schema.sql).
+CREATE TABLE IF NOT EXISTS notes (
+    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    title VARCHAR(200) NOT NULL,
+    body TEXT NOT NULL,
+    created DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) DEFAULT CHARSET = utf8mb4;
+
+CREATE TABLE IF NOT EXISTS accounts (
+    name VARCHAR(64) NOT NULL PRIMARY KEY,
+    balance BIGINT NOT NULL CHECK (balance >= 0)
+) DEFAULT CHARSET = utf8mb4;
