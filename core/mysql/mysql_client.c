@@ -81,6 +81,7 @@ static void mf__client_free(mf_mysql_client_t *c)
     while ((node = mf__list_first(&c->killers)) != NULL)
         mf__mysql_conn_close(mf_container_of(node, mf_mysql_conn_t, link));
     mf__mysql_quoter_close(c);
+    mf_free(c->kill_ids);
     mf__mysql_endpoint_free(&c->ep);
     mf_free(c->url);
     mf_free(c);

@@ -196,10 +196,44 @@ bool mf__mysql_conn_error_is_fatal(unsigned code)
 /* ---- KILL -----------------------------------------------------------------
  */
 
+/* Queues id for the KILL connection already at work. Full or out of
+ * memory: the statement runs on until the server notices the closed
+ * socket; say so. */
+static void mf__kill_enqueue(mf_mysql_client_t *c, unsigned long id)
+{
+    if (!c->kill_ids) {
+        c->kill_cap = 2 * c->opts.max_connections;
+        c->kill_ids = mf_try_malloc(c->kill_cap * sizeof(*c->kill_ids));
+    }
+    if (!c->kill_ids || c->nkill_ids == c->kill_cap) {
+        fprintf(stderr,
+                "moonflow: mysql: KILL %lu not sent: %s (its statement runs "
+                "until the server sees the connection closed)\n",
+                id, c->kill_ids ? "too many kills queued" : "out of memory");
+        return;
+    }
+    c->kill_ids[(c->kill_head + c->nkill_ids++) % c->kill_cap] = id;
+}
+
+static bool mf__kill_dequeue(mf_mysql_client_t *c, unsigned long *id)
+{
+    if (c->nkill_ids == 0)
+        return false;
+    *id = c->kill_ids[c->kill_head];
+    c->kill_head = (c->kill_head + 1) % c->kill_cap;
+    c->nkill_ids--;
+    return true;
+}
+
 void mf__mysql_conn_kill(mf_mysql_conn_t *conn)
 {
-    if (conn->thread_id && mf__conn_connected(conn))
-        mf__mysql_conn_open(conn->client, true, conn->thread_id);
+    mf_mysql_client_t *c = conn->client;
+    if (conn->thread_id && mf__conn_connected(conn)) {
+        if (mf_list_empty(&c->killers))
+            mf__mysql_conn_open(c, true, conn->thread_id);
+        else
+            mf__kill_enqueue(c, conn->thread_id);
+    }
     conn->broken = true;
     mf__mysql_conn_close(conn);
 }
@@ -212,15 +246,46 @@ static int mf__step_kill(mf_mysql_conn_t *conn, int ready)
     return mysql_real_query_cont(&conn->ret.i, &conn->mysql, ready);
 }
 
+static void mf__kill_done(mf_mysql_conn_t *conn);
+
+static void mf__kill_send(mf_mysql_conn_t *conn)
+{
+    conn->state = MF_MCONN_KILLING;
+    snprintf(conn->kill_sql, sizeof conn->kill_sql, "KILL CONNECTION %lu",
+             conn->kill_id);
+    mf__mysql_conn_run(conn, mf__step_kill, mf__kill_done);
+}
+
+/* The next queued id goes out on the same connection while it is sound,
+ * or on a new one. */
+static void mf__kill_next(mf_mysql_conn_t *conn, bool sound)
+{
+    mf_mysql_client_t *c = conn->client;
+    unsigned long id;
+    if (!mf__kill_dequeue(c, &id)) {
+        mf__mysql_conn_close(conn);
+        return;
+    }
+    if (sound) {
+        conn->kill_id = id;
+        mf__kill_send(conn);
+        return;
+    }
+    mf__mysql_conn_close(conn);
+    if (!c->closing)
+        mf__mysql_conn_open(c, true, id);
+}
+
 static void mf__kill_done(mf_mysql_conn_t *conn)
 {
     /* Unknown thread (1094): the connection ended on its own meanwhile.
      * Any other failure leaves the statement running until the server
      * notices the closed socket; say so where someone can see it. */
-    if (conn->ret.i && mysql_errno(&conn->mysql) != ER_NO_SUCH_THREAD)
+    unsigned code = conn->ret.i ? mysql_errno(&conn->mysql) : 0;
+    if (code && code != ER_NO_SUCH_THREAD)
         fprintf(stderr, "moonflow: mysql: KILL %lu failed: %s\n", conn->kill_id,
                 mysql_error(&conn->mysql));
-    mf__mysql_conn_close(conn);
+    mf__kill_next(conn, !mf__mysql_conn_error_is_fatal(code));
 }
 
 /* ---- opening --------------------------------------------------------------
@@ -245,7 +310,10 @@ static void mf__conn_refused(mf_mysql_conn_t *conn, int state, int error,
         fprintf(stderr, "moonflow: mysql: KILL %lu: no connection: %s\n",
                 conn->kill_id, message);
     conn->broken = true;
-    mf__mysql_conn_close(conn);
+    if (conn->killer)
+        mf__kill_next(conn, false);
+    else
+        mf__mysql_conn_close(conn);
 }
 
 static void mf__conn_open_failed(mf_mysql_conn_t *conn, int state, int error)
@@ -280,10 +348,7 @@ static void mf__conn_opened(mf_mysql_conn_t *conn)
     conn->thread_id = mysql_thread_id(&conn->mysql);
     mf__mysql_client_learn_status(c, conn->mysql.server_status);
     if (conn->killer) {
-        conn->state = MF_MCONN_KILLING;
-        snprintf(conn->kill_sql, sizeof conn->kill_sql, "KILL CONNECTION %lu",
-                 conn->kill_id);
-        mf__mysql_conn_run(conn, mf__step_kill, mf__kill_done);
+        mf__kill_send(conn);
         return;
     }
     c->nopening--;

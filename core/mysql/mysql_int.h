@@ -151,9 +151,16 @@ struct mf_mysql_client {
     mf_list_t conns;    /* every pooled connection, any state */
     mf_list_t idle;     /* idle ones, most recently used first */
     mf_list_t waiters;  /* tasks waiting for a connection, oldest first */
-    mf_list_t killers;  /* KILL connections in flight (not pooled) */
+    mf_list_t killers;  /* the KILL connection in flight (not pooled) */
     mf_list_t sessions; /* open sessions */
-    unsigned nconns;    /* pooled connections, opening included */
+    /* Thread ids waiting for the KILL connection, which sends one KILL at
+     * a time: a burst of timeouts or cancels queues here instead of
+     * opening a connection each (that could take the server past its
+     * max_connections). A ring of kill_cap ids (twice the pool), allocated
+     * at the first queued kill. */
+    unsigned long *kill_ids;
+    unsigned kill_head, nkill_ids, kill_cap;
+    unsigned nconns; /* pooled connections, opening included */
     unsigned nopening;
     unsigned nresetting;
     unsigned nwaiters;

@@ -1,7 +1,8 @@
 /*
  * test_mysql_faults.c — what goes wrong on the way, against a real
  * mariadbd: queries past their timeout (killed on the server, gone from
- * its process list), the engine's per-task timeout, a pooled connection
+ * its process list; a burst of them killed over one connection), the
+ * engine's per-task timeout, a pooled connection
  * killed by the server, a refused port, a silent one past the connect
  * timeout, a name that does not resolve, and a server restart under load.
  */
@@ -69,6 +70,52 @@ TEST(the_engines_task_timeout_kills_the_query_too)
     spin(50);
     expect_gone("SELECT SLEEP(21)", ended);
     expect(c, "SELECT 2", "i:2");
+    teardown();
+}
+
+/* Connections the server has accepted so far, the asking one included. */
+static long server_accepted(void)
+{
+    const char *v = admin("SELECT VARIABLE_VALUE FROM "
+                          "information_schema.GLOBAL_STATUS WHERE "
+                          "VARIABLE_NAME='CONNECTIONS'");
+    return atol(v);
+}
+
+TEST(a_burst_of_timeouts_sends_its_kills_over_one_connection)
+{
+    enum { N = 8 };
+    mf_mysql_opts_t o;
+    mf_mysql_opts_init(&o);
+    o.max_connections = N;
+    o.query_timeout_ms = 300;
+    mf_mysql_client_t *c = setup_with(&o);
+    static result_t rs[N];
+    /* N overlapping statements open the whole pool first, so the burst's
+     * N statements go out in one iteration and time out together. */
+    for (int i = 0; i < N; i++) {
+        memset(&rs[i], 0, sizeof rs[i]);
+        mf_task_start(query_task(c, &rs[i], "SELECT SLEEP(0.1)"));
+    }
+    for (int i = 0; i < N; i++)
+        run_until(&rs[i].done, 1);
+    ASSERT_EQ(mf_mysql_client_connects(c), N);
+    long before = server_accepted();
+    for (int i = 0; i < N; i++) {
+        memset(&rs[i], 0, sizeof rs[i]);
+        mf_task_start(query_task(c, &rs[i], "SELECT SLEEP(22) /* burst */"));
+    }
+    for (int i = 0; i < N; i++) {
+        run_until(&rs[i].done, 1);
+        EXPECT_STATE(rs[i], MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    }
+    uint64_t ended = now_ms();
+    spin(300); /* the KILLs go out, one after another */
+    /* One KILL connection for the N statements (not N of them), and the
+     * one asking. */
+    ASSERT_EQ(server_accepted() - before, 2);
+    expect_gone("SELECT SLEEP(22)", ended);
+    expect(c, "SELECT 3", "i:3");
     teardown();
 }
 
