@@ -137,6 +137,24 @@ static int mf__parse_socket(mf_mysql_endpoint_t *ep, const char *s, size_t n)
     return mf__decoded(&ep->socket_path, path, pn);
 }
 
+/* A name is letters, digits, '-', '.' and '_'; an address in brackets is
+ * hex digits, ':' and '.' (IPv6, IPv4-mapped). Anything else could never
+ * resolve, or would not mean one host. */
+static bool mf__host_valid(const char *host, bool bracketed)
+{
+    for (const char *p = host; *p; p++) {
+        char c = *p;
+        bool hex =
+            (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+        bool ok = bracketed ? hex || c == ':' || c == '.'
+                            : hex || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+                                  c == '-' || c == '.' || c == '_';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
 /* host[:port][/db] */
 static int mf__parse_host(mf_mysql_endpoint_t *ep, const char *s, size_t n)
 {
@@ -154,7 +172,8 @@ static int mf__parse_host(mf_mysql_endpoint_t *ep, const char *s, size_t n)
             return MF_EINVAL;
     }
     ep->port = 3306;
-    if (hn == 0 || mf__net_parse_hostport(s, hn, ep->host, &ep->port) < 0)
+    if (hn == 0 || mf__net_parse_hostport(s, hn, ep->host, &ep->port) < 0 ||
+        !mf__host_valid(ep->host, s[0] == '['))
         return MF_EINVAL;
     return 0;
 }
@@ -176,7 +195,8 @@ static int mf__parse(mf_mysql_endpoint_t *ep, const char *url)
         return MF_EINVAL;
     const char *hp = at ? at + 1 : rest;
     size_t hn = n - (size_t)(hp - rest);
-    int rc = hn > 5 && strncasecmp(hp, "unix:", 5) == 0
+    /* "unix:/..." is a socket; "unix:3306" a host named unix. */
+    int rc = hn > 5 && strncasecmp(hp, "unix:/", 6) == 0
                  ? mf__parse_socket(ep, hp, hn)
                  : mf__parse_host(ep, hp, hn);
     if (rc == 0 && q)

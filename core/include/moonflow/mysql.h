@@ -17,10 +17,11 @@
  *
  * Endpoints:
  *   mysql://[user[:password]@]host[:port][/db][?key=value&...]
- *   mysql://[user[:password]@]unix:/path/to/socket[:/db][?...]   (a local
- * socket) host is a name (resolved by the net layer's DNS, never by the
- * connector), an IPv4 address or [IPv6]; port defaults to 3306; user, password
- * and db are
+ *   mysql://[user[:password]@]unix:/path/to/socket[:/db][?...]
+ * The second form is a local socket ("unix:" not followed by '/' is a host
+ * named unix). host is a name of letters, digits, '-', '.' and '_'
+ * (resolved by the net layer's DNS, never by the connector), an IPv4
+ * address or [IPv6]; port defaults to 3306; user, password and db are
  * %-decoded. Query keys: charset (default utf8mb4), connect_timeout (ms),
  * ssl=disabled|preferred|required|verify_ca|verify_identity (default
  * disabled; required and up fail when the server offers no TLS), ca (a CA

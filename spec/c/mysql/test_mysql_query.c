@@ -20,6 +20,10 @@ TEST(malformed_urls_are_refused_with_einval)
                          "mysql://app:%zz@127.0.0.1/test",
                          "mysql://app:x@unix:relative/sock",
                          "mysql://app:x@127.0.0.1/test?charset=utf8mb4&",
+                         "mysql://app:x@[::1/x]/test",
+                         "mysql://app:x@[db.example]/test",
+                         "mysql://app:x@a b/test",
+                         "mysql://app:x@ex%41mple/test",
                          NULL};
     for (int i = 0; bad[i]; i++) {
         int err = 0;
@@ -27,7 +31,11 @@ TEST(malformed_urls_are_refused_with_einval)
             MF_TEST_FAIL("accepted %s", bad[i]);
         ASSERT_EQ(err, MF_EINVAL);
     }
+    /* "unix:" with no '/' after it is a host named unix, with a port. */
     int err = -1;
+    ASSERT(mf_mysql_client(loop, "mysql://app:x@unix:3306/test", NULL, &err));
+    ASSERT_EQ(err, 0);
+    err = -1;
     mf_mysql_client_t *a = mf_mysql_client(
         loop, "mysql://u%40x:p%3Aw@[::1]:3307/d%2Fb?charset=latin1", NULL,
         &err);
