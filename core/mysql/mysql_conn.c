@@ -474,6 +474,7 @@ mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
 void mf__mysql_conn_park(mf_mysql_conn_t *conn)
 {
     conn->state = MF_MCONN_IDLE;
+    conn->parked_ms = mf_loop_now(conn->loop);
     /* Read interest only: the idle watch is for the server's close. */
     if (conn->io.fd >= 0 && mf_io_start(conn->loop, &conn->io, MF_IO_READ) < 0)
         conn->broken = true; /* not watched: closed when next taken */
@@ -488,6 +489,12 @@ bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn)
     char byte;
     if (conn->broken)
         return false;
+    /* Parked within this millisecond of loop time: a hang-up since then is
+     * no likelier than one just after a peek, and the idle watch sees it
+     * at the next poll. A busy pool takes its connections back this way,
+     * and the peek would cost it a syscall per query. */
+    if (conn->parked_ms == mf_loop_now(conn->loop))
+        return true;
     ssize_t n = recv(conn->io.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }

@@ -211,6 +211,7 @@ struct mf_mysql_conn {
     mf_io_t io;
     mf_timer_t op_timer;   /* MYSQL_WAIT_TIMEOUT of the running step */
     mf_timer_t life_timer; /* connect timeout, then idle timeout */
+    uint64_t parked_ms;    /* loop time when last parked idle */
     mf_loop_t *loop;
     mf_mysql_client_t *client;
     mf_mysql_conn_state_t state;
