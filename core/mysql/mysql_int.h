@@ -395,6 +395,9 @@ void mf__mysql_set_counts(mf_mysql_set_t *set, MYSQL *mysql);
 /* The step that sends conn->op_sql and reads its first result's header
  * (mysql_real_query); the streaming phase starts with it too. */
 int mf__mysql_step_query(mf_mysql_conn_t *conn, int ready);
+/* Whether a column of this MYSQL_TYPE_* holds an integer (MF_MYSQL_INT or
+ * MF_MYSQL_UINT by its UNSIGNED flag), for both protocols. */
+bool mf__mysql_type_is_integer(unsigned type);
 /* The value of one text-protocol column (type from field). */
 void mf__mysql_text_value(mf_mysql_value_t *v, const MYSQL_FIELD *field,
                           const char *data, unsigned long len);

@@ -57,6 +57,21 @@ static void mf__int_value(mf_mysql_value_t *v, bool is_unsigned, const char *s,
     v->type = MF_MYSQL_TEXT; /* never expected; the server's text stays */
 }
 
+bool mf__mysql_type_is_integer(unsigned type)
+{
+    switch (type) {
+    case MYSQL_TYPE_TINY:
+    case MYSQL_TYPE_SHORT:
+    case MYSQL_TYPE_INT24:
+    case MYSQL_TYPE_LONG:
+    case MYSQL_TYPE_LONGLONG:
+    case MYSQL_TYPE_YEAR:
+        return true;
+    default:
+        return false;
+    }
+}
+
 void mf__mysql_text_value(mf_mysql_value_t *v, const MYSQL_FIELD *field,
                           const char *data, unsigned long len)
 {
@@ -66,23 +81,15 @@ void mf__mysql_text_value(mf_mysql_value_t *v, const MYSQL_FIELD *field,
         v->type = MF_MYSQL_NULL;
         return;
     }
-    switch (field->type) {
-    case MYSQL_TYPE_TINY:
-    case MYSQL_TYPE_SHORT:
-    case MYSQL_TYPE_INT24:
-    case MYSQL_TYPE_LONG:
-    case MYSQL_TYPE_LONGLONG:
-    case MYSQL_TYPE_YEAR:
+    if (mf__mysql_type_is_integer(field->type)) {
         mf__int_value(v, field->flags & UNSIGNED_FLAG, data, len);
-        break;
-    case MYSQL_TYPE_FLOAT:
-    case MYSQL_TYPE_DOUBLE:
+    } else if (field->type == MYSQL_TYPE_FLOAT ||
+               field->type == MYSQL_TYPE_DOUBLE) {
         v->type = MF_MYSQL_DOUBLE;
         v->d = strtod(data, NULL); /* the row keeps a NUL after each value */
         return;
-    default:
+    } else {
         v->type = MF_MYSQL_TEXT;
-        break;
     }
     if (v->type == MF_MYSQL_TEXT) {
         v->s = data;

@@ -238,21 +238,6 @@ int mf__mysql_stmt_bind_columns(mf_mysql_stmt_t *stmt)
 /* ---- binary rows to values ----------------------------------------------
  */
 
-static bool mf__is_integer(unsigned type)
-{
-    switch (type) {
-    case MYSQL_TYPE_TINY:
-    case MYSQL_TYPE_SHORT:
-    case MYSQL_TYPE_INT24:
-    case MYSQL_TYPE_LONG:
-    case MYSQL_TYPE_LONGLONG:
-    case MYSQL_TYPE_YEAR:
-        return true;
-    default:
-        return false;
-    }
-}
-
 static void mf__fetch_number(MYSQL_STMT *h, unsigned col, const MYSQL_FIELD *f,
                              mf_mysql_value_t *v)
 {
@@ -338,7 +323,7 @@ int mf__mysql_stmt_row(MYSQL_STMT *handle, mf_mysql_value_t *values,
     for (unsigned c = 0; c < n; c++) {
         mf_mysql_value_t *v = &values[c];
         v->len = 0;
-        if (mf__is_integer(fields[c].type) ||
+        if (mf__mysql_type_is_integer(fields[c].type) ||
             fields[c].type == MYSQL_TYPE_DOUBLE)
             mf__fetch_number(handle, c, &fields[c], v);
         else if (mf__fetch_text(handle, c, &fields[c], v, alloc, ctx) != 0)
