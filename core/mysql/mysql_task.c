@@ -1,7 +1,9 @@
 /*
  * mysql_task.c — the mysql task kind: the query and parameters (copied),
  * dispatch through the pool or a session, the query phase, the wait and
- * query timeouts and cancel (a query cut off is KILLed on the server),
+ * query timeouts and cancel (a query cut off is KILLed on the server; a
+ * canceled stored query of its own runs on to its end, within its query
+ * timeout, and keeps its connection),
  * results and errors; and sessions, which pin one connection to a
  * sequence of tasks run one at a time.
  *
@@ -284,9 +286,29 @@ static void mf__task_dispatch(mf_task_t *task)
     mf__task_run(t);
 }
 
+/* Whether a canceled task's query may run on to its end instead of being
+ * KILLed: a query of its own (no session: an abandoned transaction must
+ * roll back now) that stores its result (a stream may be endless), with a
+ * query timeout to bound it. Most such queries are a point select a few
+ * hundred microseconds from done; killing it would cost a KILL, a new
+ * connection with its authentication and the statements prepared again. */
+static bool mf__task_may_run_on(const mf_mysql_task_t *t)
+{
+    return t->step == MF_MT_QUERY && !t->session &&
+           t->phase != &mf__mysql_stream_phase &&
+           t->client->opts.query_timeout_ms != 0;
+}
+
+/* The engine's per-task timeout comes here too, decided as a timeout: that
+ * one KILLs. A plain cancel (the caller left) lets a query that may run on
+ * finish; the engine frees the task when it completes (or when the query
+ * timeout KILLs it), and its connection goes back to the pool. */
 static void mf__task_cancel(mf_task_t *task)
 {
-    mf__task_abort(mf__mysql_task_of(task), MF_STATE_CANCELED, MF_ECANCELED);
+    mf_mysql_task_t *t = mf__mysql_task_of(task);
+    if (mf_task_state(task) == MF_STATE_CANCELED && mf__task_may_run_on(t))
+        return;
+    mf__task_abort(t, mf_task_state(task), mf_task_error(task));
 }
 
 static void mf__task_destroy(mf_task_t *task)

@@ -2,7 +2,8 @@
  * test_mysql_faults.c — what goes wrong on the way, against a real
  * mariadbd: queries past their timeout (killed on the server, gone from
  * its process list; a burst of them killed over one connection), the
- * engine's per-task timeout, a pooled connection
+ * engine's per-task timeout, a canceled query that runs on (its connection
+ * kept, or KILLed at its query timeout), a pooled connection
  * killed by the server, a refused port, a silent one past the connect
  * timeout, a name that does not resolve, and a server restart under load.
  */
@@ -116,6 +117,48 @@ TEST(a_burst_of_timeouts_sends_its_kills_over_one_connection)
     ASSERT_EQ(server_accepted() - before, 2);
     expect_gone("SELECT SLEEP(22)", ended);
     expect(c, "SELECT 3", "i:3");
+    teardown();
+}
+
+TEST(a_canceled_short_query_runs_on_and_keeps_its_connection)
+{
+    mf_mysql_client_t *c = setup();
+    expect(c, "SELECT 1", "i:1");
+    result_t r = {0};
+    mf_task_t *t = query_task(c, &r, "SELECT SLEEP(0.3) /* run on */");
+    mf_task_start(t);
+    spin(50);
+    ASSERT_EQ(r.done, 0);
+    mf_task_cancel(t);
+    run_until(&r.done, 1);
+    EXPECT_STATE(r, MF_STATE_CANCELED, MF_ECANCELED);
+    /* The caller moved on; the statement finishes on the server. */
+    ASSERT_EQ(running_like("SELECT SLEEP(0.3)"), 1);
+    spin(500);
+    ASSERT_EQ(running_like("SELECT SLEEP(0.3)"), 0);
+    expect(c, "SELECT 2", "i:2");
+    ASSERT_EQ(mf_mysql_client_connects(c), 1); /* no KILL, no reconnect */
+    teardown();
+}
+
+TEST(a_canceled_query_that_runs_on_is_killed_at_its_query_timeout)
+{
+    mf_mysql_opts_t o;
+    mf_mysql_opts_init(&o);
+    o.query_timeout_ms = 600;
+    mf_mysql_client_t *c = setup_with(&o);
+    result_t r = {0};
+    mf_task_t *t = query_task(c, &r, "SELECT SLEEP(23) /* run on */");
+    mf_task_start(t);
+    spin(50);
+    mf_task_cancel(t);
+    run_until(&r.done, 1);
+    EXPECT_STATE(r, MF_STATE_CANCELED, MF_ECANCELED);
+    ASSERT_EQ(running_like("SELECT SLEEP(23)"), 1);
+    spin(800); /* past the query timeout: KILLed */
+    expect_gone("SELECT SLEEP(23)", now_ms());
+    expect(c, "SELECT 3", "i:3");
+    ASSERT_EQ(mf_mysql_client_connects(c), 2);
     teardown();
 }
 
