@@ -67,7 +67,10 @@
  *   the server refused a statement MF_STATE_TASK_ERROR     / MF_ESQL
  *   connect timeout, task timeout  MF_STATE_TIMEOUT        / MF_ETIMEDOUT
  *     (a query past its timeout is killed on the server with KILL and its
- *      connection closed: nothing is left running)
+ *      connection closed: nothing is left running; a canceled task's
+ *      stored query outside a session runs on to its end within
+ *      query_timeout_ms and keeps its connection, other canceled ones
+ *      are killed)
  *   no connection within
  *   wait_timeout_ms                MF_STATE_TIMEOUT        / MF_ETIMEDOUT
  *   wait queue full                MF_STATE_TASK_ERROR     / MF_EBUSY
