@@ -33,6 +33,18 @@ static void mf_test_register(const char *name, void (*fn)(void))
     mf_test_count++;
 }
 
+/* Appends s[0..n) to the NUL-terminated text in buf (cap bytes), cutting
+ * what does not fit: how the tests render results to compare them. */
+static inline void mf_test_append(char *buf, size_t cap, const char *s,
+                                  size_t n)
+{
+    size_t len = strlen(buf);
+    if (len + n + 1 > cap)
+        n = cap - len - 1;
+    memcpy(buf + len, s, n);
+    buf[len + n] = 0;
+}
+
 #define TEST(name)                                                      \
     static void test_##name(void);                                      \
     __attribute__((constructor)) static void test_register_##name(void) \

@@ -162,6 +162,22 @@ def body_pattern(n):
     return (b"0123456789abcdef" * (n // 16 + 1))[:n]
 
 
+class Checks:
+    """check(name, cond, detail=""): prints "ok NAME" or "FAIL NAME" (and
+    the detail) and goes on; failures lists the names that failed, for
+    scripts that run every case before they exit."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, name, cond, detail=""):
+        print(("ok " if cond else "FAIL ") + name)
+        if not cond:
+            self.failures.append(name)
+            if detail:
+                print(detail)
+
+
 class Redis:
     """A redis-server for one test run: a free loopback port, its own
     directory, no persistence, a log file instead of a pipe (a full pipe

@@ -28,15 +28,8 @@ import harness  # noqa: E402
 MOONFLOW = os.path.abspath(os.environ["MF_MOONFLOW"])
 CLI = os.path.join(ROOT, "examples", "mysql_cli", "mysql_cli.lua")
 SITE = os.path.join(ROOT, "examples", "mysql_site")
-failures = []
-
-
-def check(name, cond, detail=""):
-    print(("ok " if cond else "FAIL ") + name)
-    if not cond:
-        failures.append(name)
-        if detail:
-            print(detail)
+check = harness.Checks()
+failures = check.failures
 
 
 # ---- mysql_cli ---------------------------------------------------------------

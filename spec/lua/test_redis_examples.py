@@ -27,15 +27,8 @@ import harness  # noqa: E402
 MOONFLOW = os.path.abspath(os.environ["MF_MOONFLOW"])
 FIXTURE = os.path.abspath(os.environ["MF_HTTP_FIXTURE"])
 CLI = os.path.join(ROOT, "examples", "redis", "redis_cli.lua")
-failures = []
-
-
-def check(name, cond, detail=""):
-    print(("ok " if cond else "FAIL ") + name)
-    if not cond:
-        failures.append(name)
-        if detail:
-            print(detail)
+check = harness.Checks()
+failures = check.failures
 
 
 def get(port, path):

@@ -334,11 +334,7 @@ typedef struct result {
 
 static inline void put(result_t *r, const char *s, size_t n)
 {
-    size_t len = strlen(r->text);
-    if (len + n + 1 > sizeof r->text)
-        n = sizeof r->text - len - 1;
-    memcpy(r->text + len, s, n);
-    r->text[len + n] = 0;
+    mf_test_append(r->text, sizeof r->text, s, n);
 }
 
 /* One value: NULL, i:-1, u:1, d:1.5, or the text (NUL as \0). */
