@@ -12,51 +12,17 @@
 #include "mysql_int.h"
 #include "net/net.h"
 
-static int mf__hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)(c | 0x20);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* A %-decoded, NUL-terminated copy of s[0..n) into *out; MF_EINVAL for a
- * bad escape or an encoded NUL (the connector takes C strings). */
+/* *out becomes the %-decoded copy of s[0..n) (a key given twice: the last
+ * one wins); MF_EINVAL for a bad escape or an encoded NUL (the connector
+ * takes C strings). */
 static int mf__decoded(char **out, const char *s, size_t n)
 {
-    char *d = mf_xmalloc(n + 1), *o = d;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            *o++ = s[i];
-            continue;
-        }
-        int hi = i + 2 < n ? mf__hex(s[i + 1]) : -1;
-        int lo = i + 2 < n ? mf__hex(s[i + 2]) : -1;
-        if (hi < 0 || lo < 0 || (hi | lo) == 0) {
-            mf_free(d);
-            return MF_EINVAL;
-        }
-        *o++ = (char)(hi * 16 + lo);
-        i += 2;
-    }
-    *o = '\0';
-    mf_free(*out); /* a key given twice: the last one wins */
+    char *d = mf__net_pct_decode(s, n, false);
+    if (!d)
+        return MF_EINVAL;
+    mf_free(*out);
     *out = d;
     return 0;
-}
-
-static bool mf__number(const char *s, size_t n, uint32_t max, uint32_t *v)
-{
-    uint64_t x = 0;
-    if (n == 0 || n > 10)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        x = x * 10 + (uint64_t)(s[i] - '0');
-    }
-    *v = (uint32_t)x;
-    return x <= max;
 }
 
 static const char *const mf__ssl_modes[] = {"disabled", "preferred", "required",
@@ -73,6 +39,16 @@ static int mf__parse_ssl(mf_mysql_endpoint_t *ep, const char *v, size_t n)
     return MF_EINVAL;
 }
 
+/* connect_timeout: 1 ms to an hour. */
+static int mf__parse_timeout(mf_mysql_endpoint_t *ep, const char *v, size_t n)
+{
+    uint64_t ms;
+    if (!mf__net_parse_decimal(v, n, 3600000, &ms) || ms == 0)
+        return MF_EINVAL;
+    ep->connect_timeout_ms = (uint32_t)ms;
+    return 0;
+}
+
 /* One key=value of the query string. */
 static int mf__parse_key(mf_mysql_endpoint_t *ep, const char *k, size_t kn,
                          const char *v, size_t vn)
@@ -85,10 +61,7 @@ static int mf__parse_key(mf_mysql_endpoint_t *ep, const char *k, size_t kn,
     if (MF__KEY("ssl"))
         return mf__parse_ssl(ep, v, vn);
     if (MF__KEY("connect_timeout"))
-        return mf__number(v, vn, 3600000, &ep->connect_timeout_ms) &&
-                       ep->connect_timeout_ms
-                   ? 0
-                   : MF_EINVAL;
+        return mf__parse_timeout(ep, v, vn);
     return MF_EINVAL;
 #undef MF__KEY
 }

@@ -1,5 +1,6 @@
 /*
- * net.c — socket helpers.
+ * net.c — socket helpers, and the URL pieces the clients share (host and
+ * port, %-decoding, decimals).
  */
 #include "net.h"
 
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "moonflow/common.h"
 #include "moonflow/error.h"
 
 static int mf__parse_port(const char *text, uint16_t *port)
@@ -205,4 +207,47 @@ int mf__net_parse_hostport(const char *s, size_t n,
     memcpy(host, name, hlen);
     host[hlen] = 0;
     return 0;
+}
+
+static int mf__net_hex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+char *mf__net_pct_decode(const char *s, size_t n, bool nul_ok)
+{
+    char *out = mf_xmalloc(n + 1), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') {
+            *o++ = s[i];
+            continue;
+        }
+        int hi = i + 2 < n ? mf__net_hex(s[i + 1]) : -1;
+        int lo = i + 2 < n ? mf__net_hex(s[i + 2]) : -1;
+        if (hi < 0 || lo < 0 || (!nul_ok && (hi | lo) == 0)) {
+            mf_free(out);
+            return NULL;
+        }
+        *o++ = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    *o = 0;
+    return out;
+}
+
+bool mf__net_parse_decimal(const char *s, size_t n, uint64_t max, uint64_t *v)
+{
+    uint64_t x = 0;
+    if (n == 0 || n > 10)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        x = x * 10 + (uint64_t)(s[i] - '0');
+    }
+    *v = x;
+    return x <= max;
 }

@@ -35,5 +35,11 @@ uint16_t mf__net_port(const mf_sockaddr_t *addr);
  * 65535) and left alone otherwise (the scheme's default). 0 or MF_EINVAL. */
 int mf__net_parse_hostport(const char *s, size_t n,
                            char host[MF_DNS_MAX_HOST + 1], uint16_t *port);
+/* A %-decoded, NUL-terminated copy of a URL piece s[0..n) (mf_xmalloc'd,
+ * the caller frees it), or NULL for a bad escape, or for an escaped NUL
+ * unless nul_ok (the piece goes where C strings go). */
+char *mf__net_pct_decode(const char *s, size_t n, bool nul_ok);
+/* s[0..n) as 1 to 10 decimal digits of a value up to max. */
+bool mf__net_parse_decimal(const char *s, size_t n, uint64_t max, uint64_t *v);
 
 #endif /* MF_NET_H */

@@ -30,51 +30,6 @@ void mf_redis_opts_init(mf_redis_opts_t *o)
 /* ---- URL -----------------------------------------------------------------
  */
 
-static int mf__hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)(c | 0x20);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Percent-decoded copy of s[0..n), or NULL when malformed. */
-static char *mf__decode(const char *s, size_t n)
-{
-    char *out = mf_xmalloc(n + 1), *o = out;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            *o++ = s[i];
-            continue;
-        }
-        int hi = i + 2 < n ? mf__hex(s[i + 1]) : -1;
-        int lo = i + 2 < n ? mf__hex(s[i + 2]) : -1;
-        if (hi >= 0 && lo >= 0) {
-            *o++ = (char)(hi * 16 + lo);
-            i += 2;
-            continue;
-        }
-        mf_free(out);
-        return NULL;
-    }
-    *o = 0;
-    return out;
-}
-
-static bool mf__digits(const char *s, size_t n, unsigned long max,
-                       unsigned long *v)
-{
-    *v = 0;
-    if (n == 0 || n > 10)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        *v = *v * 10 + (unsigned long)(s[i] - '0');
-    }
-    return *v <= max;
-}
-
 /* [[user]:password@] */
 static int mf__parse_userinfo(mf_redis_client_t *c, const char *s, size_t n)
 {
@@ -82,9 +37,9 @@ static int mf__parse_userinfo(mf_redis_client_t *c, const char *s, size_t n)
     if (!colon)
         return MF_EINVAL; /* a bare user name: Redis wants a password */
     size_t ulen = (size_t)(colon - s);
-    if (ulen && !(c->user = mf__decode(s, ulen)))
+    if (ulen && !(c->user = mf__net_pct_decode(s, ulen, true)))
         return MF_EINVAL;
-    c->password = mf__decode(colon + 1, n - ulen - 1);
+    c->password = mf__net_pct_decode(colon + 1, n - ulen - 1, true);
     return c->password ? 0 : MF_EINVAL;
 }
 
@@ -114,9 +69,9 @@ static int mf__parse_url(mf_redis_client_t *c, const char *url)
         return MF_EINVAL;
     const char *rest = auth + alen;
     if (*rest == '/') {
-        unsigned long db = 0;
+        uint64_t db = 0;
         size_t n = strlen(rest + 1);
-        if (n && !mf__digits(rest + 1, n, 1u << 30, &db))
+        if (n && !mf__net_parse_decimal(rest + 1, n, 1u << 30, &db))
             return MF_EINVAL;
         c->db = (long)db;
     } else if (*rest) {
