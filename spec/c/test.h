@@ -45,6 +45,14 @@ static inline void mf_test_append(char *buf, size_t cap, const char *s,
     buf[len + n] = 0;
 }
 
+/* The same for binary data: each NUL byte as the two characters \0. */
+static inline void mf_test_append_bytes(char *buf, size_t cap, const char *s,
+                                        size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        mf_test_append(buf, cap, s[i] ? &s[i] : "\\0", s[i] ? 1 : 2);
+}
+
 #define TEST(name)                                                      \
     static void test_##name(void);                                      \
     __attribute__((constructor)) static void test_register_##name(void) \

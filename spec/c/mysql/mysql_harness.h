@@ -356,8 +356,7 @@ static inline void render_value(result_t *r, const mf_mysql_value_t *v)
         break;
     default:
         ASSERT(v->s[v->len] == '\0');
-        for (size_t i = 0; i < v->len; i++)
-            put(r, v->s[i] ? &v->s[i] : "\\0", v->s[i] ? 1 : 2);
+        mf_test_append_bytes(r->text, sizeof r->text, v->s, v->len);
         return;
     }
     put(r, num, strlen(num));

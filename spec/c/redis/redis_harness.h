@@ -213,8 +213,7 @@ static inline void render(result_t *r, const mf_redis_reply_t *rep)
             : rep->type == MF_REDIS_ERROR ? "-"
                                           : "$",
             1);
-        for (size_t i = 0; i < rep->len; i++)
-            put(r, rep->str[i] ? &rep->str[i] : "\\0", rep->str[i] ? 1 : 2);
+        mf_test_append_bytes(r->text, sizeof r->text, rep->str, rep->len);
         ASSERT(rep->str[rep->len] == 0);
         return;
     case MF_REDIS_INTEGER:
