@@ -28,7 +28,7 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
            libhiredis-dev redis-server redis-tools strace \
-           libmariadb-dev mariadb-server mariadb-client
+           libmariadb-dev mariadb-server mariadb-client librdkafka-dev kcat
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -39,8 +39,11 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # redis-benchmark comes with redis-tools (bench/redis/ starts its own
 # redis-server the same way). MySQL: the tests start mariadbd (mariadb-server)
 # in a temporary datadir and check the mysql_cli example against the mariadb
-# client; make bench compares with sysbench on the same server.
-BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis sysbench
+# client; make bench compares with sysbench on the same server. Kafka: the
+# tests run librdkafka's mock cluster (librdkafka-dev) and check the
+# kafka_cli example against kcat; make bench compares with kcat -P and with
+# nginx + lua-resty-kafka (lua-nginx-kafka).
+BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis sysbench lua-nginx-kafka
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
         format

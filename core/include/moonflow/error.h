@@ -55,7 +55,8 @@
     XX(ETLS, -4089, "tls failure")                             \
     XX(ETOOMANYREDIRECTS, -4088, "too many redirects")         \
     XX(EINSECUREREDIRECT, -4087, "insecure redirect")          \
-    XX(ESQL, -4086, "the server refused the statement")
+    XX(ESQL, -4086, "the server refused the statement")       \
+    XX(EKAFKA, -4085, "kafka error")
 
 typedef enum mf_errno {
 #define MF_ERR_ENUM(name, value, msg) MF_##name = (value),
