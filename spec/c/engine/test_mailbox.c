@@ -143,3 +143,48 @@ TEST(defer_runs_on_the_next_phase_not_inside_the_call)
     ASSERT_EQ(deferred_ran, 1);
     mf_loop_destroy(loop);
 }
+
+/* A task kind that completes as soon as it is dispatched. */
+static void instant_dispatch(mf_task_t *task)
+{
+    mf_task_complete(task, MF_STATE_SUCCESS, 0);
+}
+
+static void instant_destroy(mf_task_t *task)
+{
+    free(task);
+}
+
+static const mf_task_ops_t instant_ops = {"instant", instant_dispatch, NULL,
+                                          instant_destroy};
+
+static int chain_left;
+static mf_post_t chain_post;
+
+static void chain_task_done(mf_task_t *task)
+{
+    if (--chain_left > 0)
+        mf_loop_defer(mf_task_loop(task), &chain_post);
+}
+
+static void chain_step(mf_post_t *post)
+{
+    mf_task_t *task = malloc(sizeof *task);
+    ASSERT(task != NULL);
+    mf_task_init(task, &instant_ops, post->data, chain_task_done, NULL);
+    mf_task_start(task);
+}
+
+/* A finished task whose callback defers the next step (a reply that makes
+ * a coroutine send the next query) must not wait for another poll: the
+ * whole chain runs in one iteration. */
+TEST(deferred_steps_and_finished_tasks_alternate_without_a_poll_between)
+{
+    mf_loop_t *loop = mf_loop_create();
+    chain_left = 8;
+    mf_post_init(&chain_post, chain_step, loop);
+    mf_loop_defer(loop, &chain_post);
+    mf_loop_run(loop, MF_RUN_NOWAIT);
+    ASSERT_EQ(chain_left, 0);
+    mf_loop_destroy(loop);
+}
