@@ -9,6 +9,24 @@
 
 #include "kafka_harness.h"
 
+static inline void kp_tick(mf_timer_t *timer)
+{
+    mf_timer_start(timer->data, timer, 100);
+}
+
+/* kh_run_until, with a timer that wakes the loop every 100 ms so that the
+ * time bound holds even while nothing arrives. */
+static inline bool kp_run_until(mf_loop_t *loop, const volatile bool *done,
+                                double max_s)
+{
+    mf_timer_t tick;
+    mf_timer_init(&tick, kp_tick, loop);
+    mf_timer_start(loop, &tick, 100);
+    bool ok = kh_run_until(loop, done, max_s);
+    mf_timer_stop(loop, &tick);
+    return ok;
+}
+
 /* A producer on the cluster with extra properties in pairs (NULL-ended). */
 static inline mf_kafka_t *kp_open(const char *const *extra)
 {
@@ -51,6 +69,8 @@ typedef struct kp_batch {
     int first_state, first_error;
     char first_text[256];
     bool finished;
+    int mark; /* marked turns true once done reaches mark */
+    bool marked;
 } kp_batch_t;
 
 static inline size_t kp_value(char *v, int id)
@@ -79,6 +99,7 @@ static inline void kp_sent(mf_task_t *t)
     }
     b->done++;
     b->finished = b->done == b->n;
+    b->marked = b->mark > 0 && b->done >= b->mark;
     kp_send_next(b);
 }
 
@@ -130,9 +151,57 @@ static inline void kp_batch_free(kp_batch_t *b)
 static inline void kp_batch_run(kp_batch_t *b, double max_s)
 {
     kp_send_next(b);
-    if (!kh_run_until(b->loop, &b->finished, max_s))
+    if (!kp_run_until(b->loop, &b->finished, max_s))
         MF_TEST_FAIL("%d of %d produce tasks done after %.0f s", b->done, b->n,
                      max_s);
+}
+
+/* Runs the loop until mark tasks completed (all of them sent by then). */
+static inline void kp_batch_run_to(kp_batch_t *b, int mark, double max_s)
+{
+    b->mark = mark;
+    b->marked = b->done >= mark;
+    kp_send_next(b);
+    if (!kp_run_until(b->loop, &b->marked, max_s))
+        MF_TEST_FAIL("%d of %d produce tasks done after %.0f s", b->done, mark,
+                     max_s);
+}
+
+/* Runs the loop for s seconds. */
+static inline void kp_run_for(mf_loop_t *loop, double s)
+{
+    static const bool never = false;
+    kp_run_until(loop, &never, s);
+}
+
+/* One produce task and what it ended with. */
+typedef struct {
+    mf_loop_t *loop;
+    bool done;
+    int state, error;
+    int32_t partition;
+    int64_t offset;
+    char text[256];
+} one_t;
+
+static inline void one_done(mf_task_t *t)
+{
+    one_t *o = t->user;
+    o->state = mf_task_state(t);
+    o->error = mf_task_error(t);
+    o->partition = mf_task_kafka_partition(t);
+    o->offset = mf_task_kafka_offset(t);
+    const char *text = mf_task_kafka_error(t);
+    snprintf(o->text, sizeof o->text, "%s", text ? text : "");
+    o->done = true;
+}
+
+static inline void produce_one(mf_loop_t *loop, mf_kafka_t *k,
+                               const mf_kafka_message_t *m, one_t *o)
+{
+    memset(o, 0, sizeof *o);
+    mf_task_start(mf_task_kafka_produce_create(loop, k, m, one_done, o));
+    ASSERT(kp_run_until(loop, &o->done, 60));
 }
 
 /* Reading a partition back: every value's id, in the order read. */

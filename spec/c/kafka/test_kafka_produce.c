@@ -41,35 +41,6 @@ TEST(a_hundred_thousand_messages_land_once_each_in_order_per_partition)
 /* ---- what a message carries ---------------------------------------------- */
 
 typedef struct {
-    mf_loop_t *loop;
-    bool done;
-    int state, error;
-    int32_t partition;
-    int64_t offset;
-    char text[256];
-} one_t;
-
-static void one_done(mf_task_t *t)
-{
-    one_t *o = t->user;
-    o->state = mf_task_state(t);
-    o->error = mf_task_error(t);
-    o->partition = mf_task_kafka_partition(t);
-    o->offset = mf_task_kafka_offset(t);
-    const char *text = mf_task_kafka_error(t);
-    snprintf(o->text, sizeof o->text, "%s", text ? text : "");
-    o->done = true;
-}
-
-static void produce_one(mf_loop_t *loop, mf_kafka_t *k,
-                        const mf_kafka_message_t *m, one_t *o)
-{
-    memset(o, 0, sizeof *o);
-    mf_task_start(mf_task_kafka_produce_create(loop, k, m, one_done, o));
-    ASSERT(kh_run_until(loop, &o->done, 60));
-}
-
-typedef struct {
     rd_kafka_message_t *copy[8];
     rd_kafka_headers_t *headers[8];
     int64_t ts[8];
