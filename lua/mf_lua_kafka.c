@@ -157,7 +157,8 @@ static const char *mf_lua__msg_string(lua_State *L, int idx, const char *key,
 }
 
 static lua_Number mf_lua__msg_integer(lua_State *L, int idx, const char *key,
-                                      lua_Number none, lua_Number min)
+                                      lua_Number none, lua_Number min,
+                                      lua_Number max)
 {
     lua_getfield(L, idx, key);
     if (lua_isnil(L, -1)) {
@@ -258,9 +259,10 @@ void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
         luaL_error(L, "kafka message: topic (a string) is required");
     m->key = mf_lua__msg_string(L, idx, "key", &m->key_len);
     m->value = mf_lua__msg_string(L, idx, "value", &m->value_len);
-    m->partition = (int32_t)mf_lua__msg_integer(L, idx, "partition",
-                                                MF_KAFKA_PARTITION_ANY, 0);
-    m->timestamp_ms = (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0);
+    m->partition = (int32_t)mf_lua__msg_integer(
+        L, idx, "partition", MF_KAFKA_PARTITION_ANY, 0, INT32_MAX);
+    m->timestamp_ms =
+        (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0, 9.2e18);
     lua_getfield(L, idx, "headers");
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
