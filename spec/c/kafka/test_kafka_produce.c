@@ -17,7 +17,9 @@ TEST(a_hundred_thousand_messages_land_once_each_in_order_per_partition)
     mf_kafka_t *k = kp_open(NULL);
     kp_batch_t b;
     kp_batch_init(&b, loop, k, topic, N, 1000, PARTS);
+    double start = kh_now();
     kp_batch_run(&b, 100);
+    printf("# %d messages produced in %.2f s\n", N, kh_now() - start);
     ASSERT_EQ(b.ok, N);
     ASSERT_EQ(mf_kafka_in_flight(k), 0);
     /* Offsets: 0..n-1 per partition, increasing in the order sent. */
