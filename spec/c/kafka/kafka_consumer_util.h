@@ -169,6 +169,16 @@ static inline bool kc_run_until_unique(kc_t *k, int unique, double max_s)
     return k->unique >= unique;
 }
 
+/* Stops polling: runs the loop until the poll task out is done. */
+static inline void kc_settle(kc_t *k)
+{
+    k->keep = false;
+    double end = kh_now() + 10;
+    while (k->polling && kh_now() < end)
+        mf_loop_run(k->loop, MF_RUN_ONCE);
+    ASSERT(!k->polling);
+}
+
 /* A topic name no other case uses. */
 static inline const char *kc_name(char *buf, size_t len, const char *what)
 {
