@@ -103,6 +103,11 @@ void mf__kafka_error_text(char *out, size_t len, rd_kafka_resp_err_t err,
              message && message[0] ? message : rd_kafka_err2str(err));
 }
 
+void mf_kafka_error_text(int err, char *buf, size_t len)
+{
+    mf__kafka_error_text(buf, len, (rd_kafka_resp_err_t)err, NULL);
+}
+
 /* ---- the tasks' error head ------------------------------------------------
  */
 

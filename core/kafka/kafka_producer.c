@@ -282,12 +282,12 @@ static void mf__kafka_background(rd_kafka_t *rk, rd_kafka_event_t *ev,
         mf__kafka_create_topics_result(k, ev);
         break;
     case RD_KAFKA_EVENT_ERROR:
-        /* Transient errors are librdkafka's to retry and reach the
-         * messages' reports when they give up; a fatal one (the idempotent
-         * producer's) fails every message after it: say so once here. */
-        fprintf(stderr, "moonflow: kafka: %s: %s%s\n", rd_kafka_name(rk),
-                rd_kafka_event_error_string(ev),
-                rd_kafka_event_error_is_fatal(ev) ? " (fatal)" : "");
+        /* Transient errors are librdkafka's to retry (and to log); they
+         * reach a message's report only when it gives up. A fatal one (the
+         * idempotent producer's) fails every message after it: say so. */
+        if (rd_kafka_event_error_is_fatal(ev))
+            fprintf(stderr, "moonflow: kafka: %s: fatal: %s\n",
+                    rd_kafka_name(rk), rd_kafka_event_error_string(ev));
         break;
     default:
         break;

@@ -136,6 +136,9 @@ MF_API int64_t mf_task_kafka_offset(const mf_task_t *t);
  * (rd_kafka_resp_err_t); NULL / 0 after success. */
 MF_API const char *mf_task_kafka_error(const mf_task_t *t);
 MF_API int mf_task_kafka_error_code(const mf_task_t *t);
+/* "<NAME>: <message>" for a librdkafka error code (a topic's or a
+ * partition's err in a metadata snapshot), written to buf (len bytes). */
+MF_API void mf_kafka_error_text(int err, char *buf, size_t len);
 
 /* ---- metadata and topics ------------------------------------------------ */
 
