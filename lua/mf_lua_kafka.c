@@ -563,6 +563,13 @@ static int mf_lua__create_topic(lua_State *L)
     return mf_lua__park_on(L, co, task);
 }
 
+/* k:consumer(opts): mf_lua_kafka_consumer.c opens it. */
+static int mf_lua__consumer(lua_State *L)
+{
+    mf_lua_kafka_check(L, 1);
+    return mf_lua_kafka_consumer_new(L, 1, 2);
+}
+
 /* ---- the module ------------------------------------------------------------
  */
 
@@ -571,6 +578,7 @@ int mf_lua_open_kafka(lua_State *L)
     static const luaL_Reg methods[] = {{"produce", mf_lua__produce},
                                        {"metadata", mf_lua__metadata},
                                        {"create_topic", mf_lua__create_topic},
+                                       {"consumer", mf_lua__consumer},
                                        {NULL, NULL}};
     if (luaL_newmetatable(L, MF_LUA_KAFKA)) {
         lua_newtable(L);

@@ -342,7 +342,8 @@ static void mf__offset_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 static void mf__consumer_check_closed(mf_kafka_consumer_t *c)
 {
-    if (c->closing && !c->destroying && rd_kafka_consumer_closed(c->rk))
+    if (c->closing && !c->finished && !c->destroying &&
+        rd_kafka_consumer_closed(c->rk))
         mf__consumer_finish(c);
 }
 
@@ -350,6 +351,8 @@ static void mf__consumer_io(mf_io_t *io, unsigned events)
 {
     (void)events;
     mf_kafka_consumer_t *c = io->data;
+    if (c->finished)
+        return;
     uint64_t v;
     while (read(c->efd, &v, sizeof v) == (ssize_t)sizeof v)
         ;
@@ -602,7 +605,8 @@ static int mf__tp_result(const rd_kafka_topic_partition_list_t *l, char *errbuf,
                          size_t errlen)
 {
     for (int i = 0; i < l->cnt; i++)
-        if (l->elems[i].err) {
+        if (l->elems[i].err &&
+            l->elems[i].err != RD_KAFKA_RESP_ERR__IN_PROGRESS) { /* seek */
             char text[256];
             mf__kafka_error_text(text, sizeof text, l->elems[i].err, NULL);
             snprintf(errbuf, errlen, "%s [%d]: %s", l->elems[i].topic,

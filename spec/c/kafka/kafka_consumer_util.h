@@ -27,8 +27,11 @@ typedef struct kc {
     bool polling; /* a poll task is out */
     int polls, empty_polls;
     int fail_state, fail_error, failures, closed_polls;
-    int assigned, revoked, lost; /* rebalance callbacks */
-    bool closed;                 /* the closed callback ran */
+    int assigned, revoked, lost;     /* rebalance callbacks */
+    int64_t committed[KC_MAX_PARTS]; /* as last sampled (kc_sample) */
+    int uncommitted; /* records handed out and not known committed when
+                        their partition was revoked */
+    bool closed;     /* the closed callback ran */
 } kc_t;
 
 static inline void kc_record(kc_t *k, const mf_kafka_record_t *r)
@@ -98,6 +101,13 @@ static void kc_rebalance(mf_kafka_consumer_t *c, mf_kafka_rebalance_t what,
     (void)parts;
     (void)n;
     kc_t *k = user;
+    for (size_t i = 0; what != MF_KAFKA_ASSIGNED && i < n; i++) {
+        int p = parts[i].partition;
+        if (p < KC_MAX_PARTS && k->last[p] >= 0)
+            k->uncommitted +=
+                (int)(k->last[p] + 1 -
+                      (k->committed[p] > 0 ? k->committed[p] : 0));
+    }
     if (what == MF_KAFKA_ASSIGNED)
         k->assigned++;
     else if (what == MF_KAFKA_REVOKED)
@@ -118,7 +128,7 @@ static inline void kc_open(kc_t *k, mf_loop_t *loop, const char *group,
     k->per_part = per_part;
     k->seen = calloc((size_t)(nparts * per_part), 1);
     for (int p = 0; p < KC_MAX_PARTS; p++)
-        k->last[p] = -1;
+        k->last[p] = k->committed[p] = -1;
     k->max = 500;
     k->wait_ms = 200;
     k->keep = true;
@@ -167,6 +177,58 @@ static inline bool kc_run_until_unique(kc_t *k, int unique, double max_s)
     while (k->unique < unique && kh_now() < end)
         mf_loop_run(k->loop, MF_RUN_ONCE);
     return k->unique >= unique;
+}
+
+/* Stops polling: runs the loop until the poll task out is done. */
+static inline void kc_settle(kc_t *k)
+{
+    k->keep = false;
+    double end = kh_now() + 10;
+    while (k->polling && kh_now() < end)
+        mf_loop_run(k->loop, MF_RUN_ONCE);
+    ASSERT(!k->polling);
+}
+
+/* Writes "p<partition>-<i>" for i in from..from+n-1 to topic/partition. */
+static inline void kc_produce(const char *topic, int32_t partition, int from,
+                              int n)
+{
+    rd_kafka_t *rk = kh_plain_producer(NULL);
+    char v[64];
+    for (int i = from; i < from + n; i++) {
+        int vl = snprintf(v, sizeof v, "p%d-%d", (int)partition, i);
+        rd_kafka_resp_err_t e;
+        while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
+                                      RD_KAFKA_V_PARTITION(partition),
+                                      RD_KAFKA_V_VALUE(v, (size_t)vl),
+                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                      RD_KAFKA_V_END)) ==
+               RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            rd_kafka_poll(rk, 10);
+        ASSERT(e == RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+    ASSERT(rd_kafka_flush(rk, 30000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_destroy(rk);
+}
+
+static inline size_t kc_nassigned(kc_t *k)
+{
+    const mf_kafka_tp_t *parts;
+    return k->c ? mf_kafka_consumer_assignment(k->c, &parts) : 0;
+}
+
+/* Samples the committed offsets of k's partitions. */
+static inline void kc_sample(kc_t *k)
+{
+    const mf_kafka_tp_t *parts;
+    size_t n = k->c ? mf_kafka_consumer_assignment(k->c, &parts) : 0;
+    for (size_t i = 0; i < n; i++) {
+        mf_kafka_lag_t lag;
+        if (parts[i].partition < KC_MAX_PARTS &&
+            mf_kafka_consumer_lag(k->c, parts[i].topic, parts[i].partition,
+                                  &lag) == 0)
+            k->committed[parts[i].partition] = lag.committed;
+    }
 }
 
 /* A topic name no other case uses. */
