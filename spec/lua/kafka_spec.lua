@@ -216,3 +216,32 @@ describe("k:create_topic", function()
         assert.has_error(function() k:create_topic(nil, 3) end)
     end)
 end)
+
+describe("k:consumer", function()
+    it("opens a consumer on k's brokers that reads what k:produce wrote", function()
+        local t = topic(1)
+        assert(k:produce { topic = t, key = "", value = nil })
+        assert(k:produce { topic = t, value = "v", headers = { { "x", "1" }, { "x", nil } } })
+        local c = k:consumer { group = "kp-" .. t, topics = { t },
+                               ["session.timeout.ms"] = 3000 }
+        assert.are.equal("moonflow.kafka.consumer", getmetatable(c))
+        local got = {}
+        for m in c:messages(10000) do
+            got[#got + 1] = m
+            if #got == 2 then break end
+        end
+        c:close()
+        assert.are.equal(2, #got)
+        assert.are.equal("", got[1].key)
+        assert.is_nil(got[1].value)
+        assert.is_nil(got[2].key)
+        assert.are.equal("v", got[2].value)
+        assert.are.same({ { "x", "1" }, { "x", nil } }, got[2].headers)
+    end)
+
+    it("raises naming a missing group", function()
+        local ok, err = pcall(k.consumer, k, { topics = { "t" } })
+        assert.is_false(ok)
+        assert.truthy(err:find("group", 1, true), err)
+    end)
+end)
