@@ -199,7 +199,10 @@ static void mf_lua__push_records(lua_State *L, const mf_task_t *task)
 
 /* ---- c:poll([max [, wait_ms]]) ---------------------------------------- */
 
-static void mf_lua__polled(mf_task_t *task)
+/* Resumes the task's coroutine (if it still waits) with nil, err, or with
+ * what push leaves on its thread. */
+static void mf_lua__answer(mf_task_t *task,
+                           void (*push)(lua_State *, const mf_task_t *))
 {
     mf_lua_kc_t *kc;
     mf_lua_co_t *co = mf_lua__op_done(task, &kc);
@@ -208,10 +211,15 @@ static void mf_lua__polled(mf_task_t *task)
     lua_State *L = mf_lua_co_thread(co);
     int n = mf_lua__push_failure(L, task);
     if (n == 0) {
-        mf_lua__push_records(L, task);
+        push(L, task);
         n = 1;
     }
     mf_lua_co_resume(co, n);
+}
+
+static void mf_lua__polled(mf_task_t *task)
+{
+    mf_lua__answer(task, mf_lua__push_records);
 }
 
 static int mf_lua__wait_arg(lua_State *L, int idx, int dflt)
@@ -413,19 +421,15 @@ static size_t mf_lua__parts(lua_State *L, int idx, bool offsets,
     return n;
 }
 
+static void mf_lua__push_true(lua_State *L, const mf_task_t *task)
+{
+    (void)task;
+    lua_pushboolean(L, 1);
+}
+
 static void mf_lua__committed(mf_task_t *task)
 {
-    mf_lua_kc_t *kc;
-    mf_lua_co_t *co = mf_lua__op_done(task, &kc);
-    if (!co)
-        return;
-    lua_State *L = mf_lua_co_thread(co);
-    int n = mf_lua__push_failure(L, task);
-    if (n == 0) {
-        lua_pushboolean(L, 1);
-        n = 1;
-    }
-    mf_lua_co_resume(co, n);
+    mf_lua__answer(task, mf_lua__push_true);
 }
 
 static int mf_lua__commit(lua_State *L)
