@@ -157,7 +157,8 @@ static const char *mf_lua__msg_string(lua_State *L, int idx, const char *key,
 }
 
 static lua_Number mf_lua__msg_integer(lua_State *L, int idx, const char *key,
-                                      lua_Number none, lua_Number min)
+                                      lua_Number none, lua_Number min,
+                                      lua_Number max)
 {
     lua_getfield(L, idx, key);
     if (lua_isnil(L, -1)) {
@@ -258,9 +259,10 @@ void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
         luaL_error(L, "kafka message: topic (a string) is required");
     m->key = mf_lua__msg_string(L, idx, "key", &m->key_len);
     m->value = mf_lua__msg_string(L, idx, "value", &m->value_len);
-    m->partition = (int32_t)mf_lua__msg_integer(L, idx, "partition",
-                                                MF_KAFKA_PARTITION_ANY, 0);
-    m->timestamp_ms = (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0);
+    m->partition = (int32_t)mf_lua__msg_integer(
+        L, idx, "partition", MF_KAFKA_PARTITION_ANY, 0, INT32_MAX);
+    m->timestamp_ms =
+        (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0, 9.2e18);
     lua_getfield(L, idx, "headers");
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
@@ -379,16 +381,6 @@ static int mf_lua__park_on(lua_State *L, mf_lua_co_t *co, mf_task_t *task)
     return lua_yield(L, 0);
 }
 
-/* The coroutine a finished task resumes, unparked; NULL when it let go. */
-static lua_State *mf_lua__resuming(mf_task_t *task, mf_lua_co_t **co)
-{
-    *co = task->user;
-    if (!*co)
-        return NULL;
-    mf_lua_co_unpark(*co);
-    return mf_lua_co_thread(*co);
-}
-
 /* Pushes nil, err for a failed task and returns 2; 0 on success. */
 static int mf_lua__push_failure(lua_State *L, const mf_task_t *task)
 {
@@ -399,6 +391,24 @@ static int mf_lua__push_failure(lua_State *L, const mf_task_t *task)
     lua_pushnil(L);
     lua_pushstring(L, err);
     return 2;
+}
+
+/* A waiting call's task completed: resumes its coroutine (if it still
+ * waits) with push's value, or nil, err. */
+typedef void (*mf_lua__push_fn)(lua_State *L, const mf_task_t *task);
+static void mf_lua__resume_with(mf_task_t *task, mf_lua__push_fn push)
+{
+    mf_lua_co_t *co = task->user;
+    if (!co)
+        return;
+    mf_lua_co_unpark(co);
+    lua_State *L = mf_lua_co_thread(co);
+    int n = mf_lua__push_failure(L, task);
+    if (n == 0) {
+        push(L, task);
+        n = 1;
+    }
+    mf_lua_co_resume(co, n);
 }
 
 /* ---- k:produce ------------------------------------------------------------
@@ -415,16 +425,7 @@ static void mf_lua__push_delivery(lua_State *L, const mf_task_t *task)
 
 static void mf_lua__produced(mf_task_t *task)
 {
-    mf_lua_co_t *co;
-    lua_State *L = mf_lua__resuming(task, &co);
-    if (!L)
-        return;
-    int n = mf_lua__push_failure(L, task);
-    if (n == 0) {
-        mf_lua__push_delivery(L, task);
-        n = 1;
-    }
-    mf_lua_co_resume(co, n);
+    mf_lua__resume_with(task, mf_lua__push_delivery);
 }
 
 static int mf_lua__produce(lua_State *L)
@@ -485,8 +486,9 @@ static void mf_lua__push_topic(lua_State *L, const mf_kafka_topic_info_t *t)
     lua_setfield(L, -2, "partitions");
 }
 
-static void mf_lua__push_metadata(lua_State *L, const mf_kafka_metadata_t *md)
+static void mf_lua__push_metadata(lua_State *L, const mf_task_t *task)
 {
+    const mf_kafka_metadata_t *md = mf_task_kafka_metadata(task);
     lua_checkstack(L, 8);
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, md->controller_id);
@@ -513,16 +515,7 @@ static void mf_lua__push_metadata(lua_State *L, const mf_kafka_metadata_t *md)
 
 static void mf_lua__metadata_done(mf_task_t *task)
 {
-    mf_lua_co_t *co;
-    lua_State *L = mf_lua__resuming(task, &co);
-    if (!L)
-        return;
-    int n = mf_lua__push_failure(L, task);
-    if (n == 0) {
-        mf_lua__push_metadata(L, mf_task_kafka_metadata(task));
-        n = 1;
-    }
-    mf_lua_co_resume(co, n);
+    mf_lua__resume_with(task, mf_lua__push_metadata);
 }
 
 static int mf_lua__metadata(lua_State *L)
@@ -542,18 +535,15 @@ static int mf_lua__metadata(lua_State *L)
 /* ---- k:create_topic ---------------------------------------------------------
  */
 
+static void mf_lua__push_true(lua_State *L, const mf_task_t *task)
+{
+    (void)task;
+    lua_pushboolean(L, 1);
+}
+
 static void mf_lua__created(mf_task_t *task)
 {
-    mf_lua_co_t *co;
-    lua_State *L = mf_lua__resuming(task, &co);
-    if (!L)
-        return;
-    int n = mf_lua__push_failure(L, task);
-    if (n == 0) {
-        lua_pushboolean(L, 1);
-        n = 1;
-    }
-    mf_lua_co_resume(co, n);
+    mf_lua__resume_with(task, mf_lua__push_true);
 }
 
 static int mf_lua__create_topic(lua_State *L)
@@ -573,6 +563,13 @@ static int mf_lua__create_topic(lua_State *L)
     return mf_lua__park_on(L, co, task);
 }
 
+/* k:consumer(opts): mf_lua_kafka_consumer.c opens it. */
+static int mf_lua__consumer(lua_State *L)
+{
+    mf_lua_kafka_check(L, 1);
+    return mf_lua_kafka_consumer_new(L, 1, 2);
+}
+
 /* ---- the module ------------------------------------------------------------
  */
 
@@ -581,6 +578,7 @@ int mf_lua_open_kafka(lua_State *L)
     static const luaL_Reg methods[] = {{"produce", mf_lua__produce},
                                        {"metadata", mf_lua__metadata},
                                        {"create_topic", mf_lua__create_topic},
+                                       {"consumer", mf_lua__consumer},
                                        {NULL, NULL}};
     if (luaL_newmetatable(L, MF_LUA_KAFKA)) {
         lua_newtable(L);

@@ -342,7 +342,8 @@ static void mf__offset_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 static void mf__consumer_check_closed(mf_kafka_consumer_t *c)
 {
-    if (c->closing && !c->destroying && rd_kafka_consumer_closed(c->rk))
+    if (c->closing && !c->finished && !c->destroying &&
+        rd_kafka_consumer_closed(c->rk))
         mf__consumer_finish(c);
 }
 
@@ -350,6 +351,8 @@ static void mf__consumer_io(mf_io_t *io, unsigned events)
 {
     (void)events;
     mf_kafka_consumer_t *c = io->data;
+    if (c->finished)
+        return;
     uint64_t v;
     while (read(c->efd, &v, sizeof v) == (ssize_t)sizeof v)
         ;

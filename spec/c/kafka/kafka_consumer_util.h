@@ -231,6 +231,38 @@ static inline void kc_sample(kc_t *k)
     }
 }
 
+/* A task's answer, for commit tasks and the like. */
+typedef struct kc_answer {
+    bool done;
+    int state, error;
+} kc_answer_t;
+
+static inline void kc_answer_cb(mf_task_t *t)
+{
+    kc_answer_t *a = t->user;
+    a->done = true;
+    a->state = mf_task_state(t);
+    a->error = mf_task_error(t);
+}
+
+/* Runs the loop for s seconds. */
+static inline void kc_run_for(mf_loop_t *loop, double s)
+{
+    double end = kh_now() + s;
+    while (kh_now() < end)
+        mf_loop_run(loop, MF_RUN_ONCE);
+}
+
+/* The end of a case: closes k's consumer, frees k, destroys its loop. */
+static inline void kc_finish(kc_t *k)
+{
+    mf_loop_t *loop = k->loop;
+    if (k->c)
+        kc_close(k);
+    kc_free(k);
+    mf_loop_destroy(loop);
+}
+
 /* A topic name no other case uses. */
 static inline const char *kc_name(char *buf, size_t len, const char *what)
 {

@@ -140,9 +140,7 @@ TEST(wait_ms_bounds_the_wait_and_zero_returns_at_once)
     while (bad[0] == 0 && kh_now() < t0 + 15)
         mf_loop_run(loop, MF_RUN_NOWAIT);
     ASSERT_EQ(bad[2], MF_EINVAL);
-    kc_close(&k);
-    kc_free(&k);
-    mf_loop_destroy(loop);
+    kc_finish(&k);
 }
 
 typedef struct fields {
@@ -221,9 +219,7 @@ TEST(records_carry_key_value_headers_and_timestamp)
     ASSERT_STR_EQ(f.hvalue, "abc");
     ASSERT(f.null_header);
     ASSERT(f.null_value);
-    kc_close(&k);
-    kc_free(&k);
-    mf_loop_destroy(loop);
+    kc_finish(&k);
 }
 
 static void stop_timer_cb(mf_timer_t *timer)
@@ -263,9 +259,7 @@ TEST(an_idle_consumer_costs_the_loop_no_iterations)
     ASSERT(iterations <= 3); /* the stop timer, and at most an auto commit */
     ASSERT(k.polling);
     ASSERT_EQ(k.unique, 10);
-    kc_close(&k);
-    kc_free(&k);
-    mf_loop_destroy(loop);
+    kc_finish(&k);
 }
 
 TEST(a_loop_destroyed_with_its_consumer_open_closes_it)
@@ -295,7 +289,5 @@ TEST(a_loop_destroyed_with_its_consumer_open_closes_it)
         mf_loop_run(loop, MF_RUN_ONCE);
     ASSERT_EQ(again.foreign, 1); /* "p0-late-0" only */
     ASSERT_EQ(again.unique, 0);
-    kc_close(&again);
-    kc_free(&again);
-    mf_loop_destroy(loop);
+    kc_finish(&again);
 }

@@ -6,26 +6,6 @@
  */
 #include "kafka_consumer_util.h"
 
-static void run_for(mf_loop_t *loop, double s)
-{
-    double end = kh_now() + s;
-    while (kh_now() < end)
-        mf_loop_run(loop, MF_RUN_ONCE);
-}
-
-typedef struct answer {
-    bool done;
-    int state, error;
-} answer_t;
-
-static void answer_cb(mf_task_t *t)
-{
-    answer_t *a = t->user;
-    a->done = true;
-    a->state = mf_task_state(t);
-    a->error = mf_task_error(t);
-}
-
 TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
 {
     char topic[64], group[64];
@@ -55,7 +35,7 @@ TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
 
     /* The leader goes: nothing comes, nothing fails; then it is back. */
     ASSERT(rd_kafka_mock_broker_set_down(kh_mock, 2) == 0);
-    run_for(loop, 2);
+    kc_run_for(loop, 2);
     ASSERT_EQ(k.failures, 0);
     ASSERT(k.polling);
     ASSERT(rd_kafka_mock_broker_set_up(kh_mock, 2) == 0);
@@ -72,8 +52,8 @@ TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
     ASSERT_EQ(k.failures, 0);
 
     kc_settle(&k);
-    answer_t a = {0};
-    mf_task_start(mf_task_kafka_commit_create(k.c, NULL, 0, answer_cb, &a));
+    kc_answer_t a = {0};
+    mf_task_start(mf_task_kafka_commit_create(k.c, NULL, 0, kc_answer_cb, &a));
     ASSERT(kh_run_until(loop, &a.done, 60));
     ASSERT_EQ(a.state, MF_STATE_SUCCESS);
     mf_kafka_lag_t lag;
@@ -90,15 +70,13 @@ TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
     kc_open(&again, loop, group, topic, 2, 1000, manual);
     kc_poll_start(&again);
     ASSERT(kc_run_until_unique(&again, 100, 60));
-    run_for(loop, 0.5);
+    kc_run_for(loop, 0.5);
     ASSERT_EQ(again.unique, 100);
     ASSERT_EQ(again.got[0], 50);
     ASSERT_EQ(again.got[1], 50);
     ASSERT_EQ(again.last[0], 449);
     ASSERT_EQ(again.disorder, 0); /* the first was 400 */
-    kc_close(&again);
-    kc_free(&again);
-    mf_loop_destroy(loop);
+    kc_finish(&again);
 }
 
 TEST(a_commit_while_the_consumer_closes_gets_an_answer)
@@ -114,12 +92,12 @@ TEST(a_commit_while_the_consumer_closes_gets_an_answer)
     kc_poll_start(&k);
     ASSERT(kc_run_until_unique(&k, 20, 30));
     kc_settle(&k);
-    answer_t a = {0}, late = {0};
-    mf_task_start(mf_task_kafka_commit_create(k.c, NULL, 0, answer_cb, &a));
+    kc_answer_t a = {0}, late = {0};
+    mf_task_start(mf_task_kafka_commit_create(k.c, NULL, 0, kc_answer_cb, &a));
     mf_kafka_consumer_close(k.c, kc_closed_cb, &k);
     /* Created after the close: refused. */
     mf_task_start(
-        mf_task_kafka_commit_create(k.c, NULL, 0, answer_cb, &late));
+        mf_task_kafka_commit_create(k.c, NULL, 0, kc_answer_cb, &late));
     ASSERT(kh_run_until(loop, &k.closed, 30));
     ASSERT(kh_run_until(loop, &a.done, 1));
     ASSERT(a.state == MF_STATE_SUCCESS || a.error == MF_ECLOSED);

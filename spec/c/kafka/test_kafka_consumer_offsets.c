@@ -5,24 +5,11 @@
  */
 #include "kafka_consumer_util.h"
 
-typedef struct answer {
-    bool done;
-    int state, error;
-} answer_t;
-
-static void answer_cb(mf_task_t *t)
-{
-    answer_t *a = t->user;
-    a->done = true;
-    a->state = mf_task_state(t);
-    a->error = mf_task_error(t);
-}
-
 static void commit_and_wait(kc_t *k, const mf_kafka_tp_t *parts, size_t n,
-                            answer_t *a)
+                            kc_answer_t *a)
 {
-    *a = (answer_t){0};
-    mf_task_start(mf_task_kafka_commit_create(k->c, parts, n, answer_cb, a));
+    *a = (kc_answer_t){0};
+    mf_task_start(mf_task_kafka_commit_create(k->c, parts, n, kc_answer_cb, a));
     ASSERT(kh_run_until(k->loop, &a->done, 30));
 }
 
@@ -57,7 +44,7 @@ TEST(a_manual_commit_is_where_the_group_resumes)
     kc_settle(&k);
     /* Partition 0 up to 40, partition 1: the records handed out (all). */
     mf_kafka_tp_t at40 = {topic, 0, 40};
-    answer_t a;
+    kc_answer_t a;
     commit_and_wait(&k, &at40, 1, &a);
     ASSERT_EQ(a.state, MF_STATE_SUCCESS);
     mf_kafka_lag_t lag;
@@ -71,7 +58,7 @@ TEST(a_manual_commit_is_where_the_group_resumes)
     kc_free(&k);
 
     kc_t again;
-    read_again(loop, group, topic, 2, 100, &again, 60);
+    read_again(loop, group, topic, 2, 100, &again, 160);
     ASSERT_EQ(again.unique, 160); /* 40..99 of 0, and all of 1 again */
     ASSERT_EQ(again.got[0], 60);
     ASSERT_EQ(again.got[1], 100);
@@ -95,9 +82,7 @@ TEST(a_manual_commit_is_where_the_group_resumes)
         mf_loop_run(loop, MF_RUN_ONCE);
     ASSERT_EQ(third.unique, 0);
     ASSERT_EQ(third.foreign, 3); /* only what came after the commit */
-    kc_close(&third);
-    kc_free(&third);
-    mf_loop_destroy(loop);
+    kc_finish(&third);
 }
 
 TEST(auto_commit_at_close_covers_every_record_handed_out)
@@ -124,9 +109,7 @@ TEST(auto_commit_at_close_covers_every_record_handed_out)
     ASSERT_EQ(again.unique, 300 - had);
     ASSERT_EQ(again.dups, 0);
     ASSERT_EQ(again.got[0], 300 - had); /* resumed right after */
-    kc_close(&again);
-    kc_free(&again);
-    mf_loop_destroy(loop);
+    kc_finish(&again);
 }
 
 static bool kc_assigned(kc_t *k, size_t n)
@@ -173,9 +156,7 @@ TEST(a_paused_partition_yields_nothing_while_the_others_flow)
     ASSERT_EQ(mf_kafka_consumer_pause(k.c, NULL, 0, err, sizeof err),
               MF_EINVAL);
     ASSERT_STR_EQ(err, "parts: at least one is required");
-    kc_close(&k);
-    kc_free(&k);
-    mf_loop_destroy(loop);
+    kc_finish(&k);
 }
 
 TEST(seek_back_replays_and_lag_is_produced_minus_consumed)
@@ -219,7 +200,5 @@ TEST(seek_back_replays_and_lag_is_produced_minus_consumed)
 
     mf_kafka_tp_t bad = {topic, 0, -7};
     ASSERT_EQ(mf_kafka_consumer_seek(k.c, &bad, 1, err, sizeof err), MF_EINVAL);
-    kc_close(&k);
-    kc_free(&k);
-    mf_loop_destroy(loop);
+    kc_finish(&k);
 }

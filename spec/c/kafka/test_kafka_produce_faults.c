@@ -155,6 +155,17 @@ static void wait_in_flight_zero(mf_loop_t *loop, mf_kafka_t *k, double max_s)
     ASSERT_EQ(mf_kafka_in_flight(k), 0);
 }
 
+/* n messages handed to librdkafka while their leader (broker 1) is down. */
+static void stall(kp_batch_t *b, mf_loop_t *loop, mf_kafka_t *k,
+                  const char *topic, int n)
+{
+    rd_kafka_mock_broker_set_down(kh_mock, 1);
+    kp_batch_init(b, loop, k, topic, n, n, 1);
+    kp_send_next(b);
+    for (int i = 0; i < 5; i++)
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+}
+
 TEST(a_canceled_task_completes_at_once_and_its_late_report_is_dropped)
 {
     const char *topic = led_topic("cancel", 1);
@@ -187,12 +198,8 @@ TEST(a_loop_destroyed_with_messages_in_flight_leaves_nothing_behind)
     const char *topic = led_topic("gone", 1);
     mf_loop_t *loop = mf_loop_create();
     mf_kafka_t *k = kp_open(NULL);
-    rd_kafka_mock_broker_set_down(kh_mock, 1);
     kp_batch_t b;
-    kp_batch_init(&b, loop, k, topic, 100, 100, 1);
-    kp_send_next(&b);
-    for (int i = 0; i < 5; i++)
-        mf_loop_run(loop, MF_RUN_NOWAIT);
+    stall(&b, loop, k, topic, 100);
     ASSERT_EQ(mf_kafka_in_flight(k), 100);
     mf_loop_destroy(loop);
     rd_kafka_mock_broker_set_up(kh_mock, 1);
@@ -209,12 +216,8 @@ TEST(closing_a_handle_fails_its_waiting_tasks_with_closed)
     mf_loop_t *loop = mf_loop_create();
     const char *extra[] = {"client.id", "closing", NULL};
     mf_kafka_t *k = kp_open(extra);
-    rd_kafka_mock_broker_set_down(kh_mock, 1);
     kp_batch_t b;
-    kp_batch_init(&b, loop, k, topic, 20, 20, 1);
-    kp_send_next(&b);
-    for (int i = 0; i < 5; i++)
-        mf_loop_run(loop, MF_RUN_NOWAIT);
+    stall(&b, loop, k, topic, 20);
     ASSERT_EQ(mf_kafka_in_flight(k), 20);
     double start = kh_now();
     mf_kafka_close(k, 0);
@@ -235,12 +238,8 @@ TEST(a_loop_destroyed_then_its_handle_closed_leaves_nothing_behind)
     mf_loop_t *loop = mf_loop_create();
     const char *extra[] = {"client.id", "both", NULL};
     mf_kafka_t *k = kp_open(extra);
-    rd_kafka_mock_broker_set_down(kh_mock, 1);
     kp_batch_t b;
-    kp_batch_init(&b, loop, k, topic, 10, 10, 1);
-    kp_send_next(&b);
-    for (int i = 0; i < 5; i++)
-        mf_loop_run(loop, MF_RUN_NOWAIT);
+    stall(&b, loop, k, topic, 10);
     mf_loop_destroy(loop);
     mf_kafka_close(k, 0); /* purged: the reports find no loop */
     rd_kafka_mock_broker_set_up(kh_mock, 1);
