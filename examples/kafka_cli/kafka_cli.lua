@@ -6,19 +6,21 @@
 --     metadata [-t TOPIC]
 --
 -- produce sends each MESSAGE, or each line of stdin, as one message (with
--- -K DELIM, "key<DELIM>value"; without it no key) through k:produce's
--- flow step, up to 1,000 in flight, and waits for every delivery report;
--- it prints nothing, and raises at the first failure (moonflow prints the
--- error and exits 1). consume reads TOPIC
--- from the beginning (a group of its own, no offset committed) and prints
--- each message with FORMAT (default "%s\n"): %t topic, %p partition, %o
--- offset, %k key, %s value, %S value bytes, %T timestamp (ms), %% a %, and
--- \n \t \r \\ escapes; it stops after COUNT messages, or with -e once no
--- message came for -w MS (default 3000). metadata prints the cluster's
--- brokers, topics, partitions, leaders, replicas and in-sync replicas in
--- kcat -L's layout (its first line names the controller, where kcat names
--- the broker that answered). BROKERS defaults to $KAFKA_BROKERS, else
--- 127.0.0.1:9092; -X passes any librdkafka property.
+-- -K DELIM, "key<DELIM>value"; without it no key) through
+-- mf.task.kafka_produce steps, up to 1,000 in flight, and waits for every
+-- delivery report; it prints nothing, and raises at the first failure
+-- (moonflow prints the error and exits 1). consume reads TOPIC from the
+-- beginning (a group of its own, no offset committed) and prints each
+-- message with FORMAT (default "%s\n"): %t topic, %p partition, %o offset,
+-- %k key, %s value, %S value bytes, %T timestamp (ms), %% a %, and the
+-- escapes \n \t \r \\; it stops after COUNT messages, or with -e once no
+-- message came for -w MS (default 3000) since the group assigned it the
+-- topic's partitions (joining takes seconds; up to 30 s are allowed).
+-- metadata prints the cluster's brokers, topics, partitions, leaders,
+-- replicas and in-sync replicas in kcat -L's layout (its first line names
+-- the controller, where kcat names the broker that answered). BROKERS
+-- defaults to $KAFKA_BROKERS, else 127.0.0.1:9092; -X passes any
+-- librdkafka property.
 local mf = require "moonflow"
 
 local usage = [==[
@@ -181,26 +183,41 @@ local function render(parts, m, out)
     end
 end
 
-local function consume(o)
-    if not o.t then fail("consume: -t TOPIC is required") end
-    local count = number_opt(o, "c", nil, 1)
-    if not count and not o.e then fail("consume: -c COUNT or -e is required") end
-    local wait_ms = number_opt(o, "w", 3000, 1)
-    local parts = compile_format(o.f or "%s\\n")
-    local c = open(o):consumer {
-        group = own_group(),
-        topics = { o.t },
-        ["auto.offset.reset"] = "earliest",
-        ["enable.auto.commit"] = "false",
-    }
-    local n = 0
-    for m in c:messages(o.e and wait_ms or nil) do
+-- With -e, how long the group may take to assign partitions before the
+-- idle wait (-w) starts counting (the join alone takes seconds).
+local JOIN_MS = 30000
+
+-- Prints messages until COUNT (true), or until idle for wait_ms (false).
+local function print_messages(c, parts, count, wait_ms, n)
+    for m in c:messages(wait_ms) do
         local out = {}
         render(parts, m, out)
         io.write(table.concat(out))
         n = n + 1
-        if count and n >= count then break end
+        if count and n >= count then return true, n end
     end
+    return false, n
+end
+
+local function consume(o)
+    if not o.t then fail("consume: -t TOPIC is required") end
+    local count = number_opt(o, "c", nil, 1)
+    if not count and not o.e then fail("consume: -c COUNT or -e is required") end
+    local wait_ms = o.e and number_opt(o, "w", 3000, 1) or nil
+    local parts = compile_format(o.f or "%s\\n")
+    local assigned_at -- mf.now() of the first assignment
+    local c = open(o):consumer {
+        group = own_group(),
+        topics = { o.t },
+        on_assign = function() assigned_at = assigned_at or mf.now() end,
+        ["auto.offset.reset"] = "earliest",
+        ["enable.auto.commit"] = "false",
+    }
+    local join_by, n, done = mf.now() + JOIN_MS, 0, false
+    -- An idle wait that began before the assignment does not count.
+    repeat
+        done, n = print_messages(c, parts, count, wait_ms, n)
+    until done or (assigned_at and assigned_at <= mf.now() - wait_ms) or mf.now() > join_by
     io.stdout:flush()
     c:close()
     if count and n < count then fail(("consume: %d of %d messages"):format(n, count)) end
