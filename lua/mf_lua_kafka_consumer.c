@@ -411,8 +411,10 @@ static size_t mf_lua__parts(lua_State *L, int idx, bool offsets,
                               "offset must be a number, "
                               "\"beginning\" or \"end\"");
         } else if (offsets) {
-            if (!lua_isnumber(L, -1))
-                luaL_argerror(L, idx, "each part needs offset=");
+            if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
+                luaL_argerror(L, idx,
+                              "each part needs offset= (a number >= "
+                              "0, \"beginning\" or \"end\")");
             tp[i].offset = (int64_t)lua_tonumber(L, -1);
         }
         lua_pop(L, 4);

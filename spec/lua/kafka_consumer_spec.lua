@@ -245,6 +245,8 @@ describe("mf.kafka consumer", function()
         assert.has_error(function() c:pause({}) end)
         assert.has_error(function() c:seek { { topic = t, partition = 0,
                                                offset = "later" } } end)
+        assert.has_error(function() c:commit { { topic = t, partition = 0,
+                                                 offset = -5 } } end)
         assert.is_true(c:close())
         assert.has_error(function() c:poll() end,
                          "c:poll: the consumer is closed")
