@@ -97,13 +97,8 @@ TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
 TEST(a_commit_while_the_consumer_closes_gets_an_answer)
 {
     char topic[64], group[64];
-    kh_setup();
-    kc_name(topic, sizeof topic, "closing");
-    kh_topic(topic, 1);
-    kc_produce(topic, 0, 0, 20);
-    mf_loop_t *loop = mf_loop_create();
     kc_t k;
-    kc_open(&k, loop, kc_name(group, sizeof group, "g"), topic, 1, 20, NULL);
+    mf_loop_t *loop = kc_case(&k, topic, group, "closing", 1, 20);
     kc_poll_start(&k);
     ASSERT(kc_run_until_unique(&k, 20, 30));
     kc_settle(&k);
