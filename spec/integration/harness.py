@@ -448,12 +448,18 @@ class KafkaMock:
         return line
 
     def command(self, line, timeout=10.0):
-        """Sends one command line; returns when it is done."""
+        """Sends one command line; returns when it is done. Raises
+        RuntimeError with the fixture's refusal, or with its exit status
+        and stderr when it is gone."""
         with self.lock:
             if self.proc is None:
                 raise RuntimeError("kafka_mock is closed")
-            self.proc.stdin.write(line.encode() + b"\n")
-            self.proc.stdin.flush()
+            try:
+                self.proc.stdin.write(line.encode() + b"\n")
+                self.proc.stdin.flush()
+            except OSError as e:
+                raise RuntimeError("kafka_mock is gone (%s, exit status %s):\n%s"
+                                   % (e, self.proc.poll(), self.stderr())) from None
             answer = self._read_line(timeout)
         if answer != "ok":
             raise RuntimeError("kafka_mock %r: %s" % (line, answer))

@@ -188,6 +188,10 @@ def main():
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
                               cwd=root, env=env, timeout=240)
+        if kafka.proc.poll() is not None:
+            sys.stderr.write("kafka_mock exited %s during the specs:\n%s\n" %
+                             (kafka.proc.returncode, kafka.stderr()))
+            return 1
         code, _, err = serve.stop(sig=signal.SIGTERM)
         serve = None
         if code != 0:

@@ -5,8 +5,9 @@ kcat (Debian's, a librdkafka client of its own):
 
 kafka_cli.lua under `moonflow run`: the same lines produced by it and by
 `kcat -P` read back by `kcat -C` identically (partition, offset, key,
-value); a topic written by kcat consumed by it and by `kcat -C` with the
-same format, identically; messages given as arguments to one partition;
+value), also through injected produce errors (retried without
+duplicates); a topic written by kcat consumed by it and by `kcat -C` with
+the same format, identically; messages given as arguments to one partition;
 its metadata agrees with `kcat -L` (brokers, topics, partitions, leaders,
 replicas, in-sync replicas); a produce nobody receives fails with
 librdkafka's error and exit status 1.
@@ -80,6 +81,17 @@ def test_produce(mock):
           "ours %d lines, kcat's %d; first difference: %r" % (
               len(a), len(b), next(((x, y) for x, y in zip(a, b) if x != y), None)))
 
+    # The same through refused and cut produce requests: librdkafka
+    # retries, idempotence keeps each line once and in order.
+    mock.topic("cli-faults", 4)
+    mock.errors("Produce", "NOT_LEADER_FOR_PARTITION", "_TRANSPORT",
+                "REQUEST_TIMED_OUT", "NOT_ENOUGH_REPLICAS")
+    ours = cli(mock, "produce", "-t", "cli-faults", "-K", ":", stdin=LINES)
+    c = kcat_read(mock, "cli-faults")
+    check("kafka_cli produce through request errors: the same lines once each",
+          ours.returncode == 0 and c == b, "exit %d, %d lines; %r" % (
+              ours.returncode, len(c), ours.stderr[-500:]))
+
     mock.topic("cli-args", 3)
     ours = cli(mock, "produce", "-t", "cli-args", "-p", "2", "one", "two", "three")
     check("kafka_cli produce MESSAGE...: exit 0", ours.returncode == 0, ours)
@@ -146,6 +158,15 @@ def test_failures(mock):
     err = done.stderr.decode(errors="replace")
     check("kafka_cli produce to no broker: exit 1 and librdkafka's error",
           done.returncode == 1 and "kafka _MSG_TIMED_OUT" in err, err[-1000:])
+    for cmd in ("down 9", "leader nosuch", "errors Produce NO_SUCH_ERROR",
+                "bogus"):
+        try:
+            mock.command(cmd)
+            refused = None
+        except RuntimeError as e:
+            refused = str(e)
+        check("kafka_mock refuses %r with why" % cmd,
+              refused is not None and "error " in refused, refused)
     bad = cli(mock, "consume", "-t", "x")
     check("kafka_cli consume without -c or -e: exit 1 and why",
           bad.returncode == 1 and b"-c COUNT or -e" in bad.stderr, bad.stderr)
@@ -220,6 +241,8 @@ def test_site_load(mock, port, topic):
           ok > 1000 and non2xx == 0 and errors is None,
           "%d requests, %d non-2xx, errors %s" % (total, non2xx, errors))
     keys = kcat_read(mock, topic, "%k\\n")
+    print("wrk -c256 5 s: %d answers (%d non-2xx); server %r; topic %d "
+          "messages, %d keys" % (total, non2xx, stats, len(keys), len(set(keys))))
     check("wrk -c256: no duplicate (each key once in the topic)",
           len(set(keys)) == len(keys), "%d keys, %d distinct" % (len(keys), len(set(keys))))
     # Counts since the server started (test_site_answers' two included).
