@@ -48,6 +48,7 @@ static int mf_lua__preload(lua_State *L)
                                          {"moonflow.timer", mf_lua_open_timer},
                                          {"moonflow.redis", mf_lua_open_redis},
                                          {"moonflow.mysql", mf_lua_open_mysql},
+                                         {"moonflow.kafka", mf_lua_open_kafka},
                                          {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");

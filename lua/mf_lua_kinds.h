@@ -15,6 +15,7 @@
     X(go)                       \
     X(redis)                    \
     X(mysql)                    \
+    X(kafka_produce)            \
     /* end of the list */
 
 #define MF_LUA_KIND_DECLARE(name) \

@@ -156,9 +156,15 @@ void mf_lua_leaf_result(lua_State *L, const mf_lua_kind_t *kind,
     lua_pushstring(L, mf_state_name(state));
     lua_setfield(L, -2, "state");
     const char *err = mf_lua_errstr(state, mf_task_error(task));
+    char own[512];
+    const char *whole =
+        err && kind->error ? kind->error(task, data, own, sizeof own) : NULL;
     const char *detail =
         err && kind->error_detail ? kind->error_detail(task, data) : NULL;
-    if (detail) {
+    if (whole) {
+        lua_pushstring(L, whole);
+        lua_setfield(L, -2, "error");
+    } else if (detail) {
         lua_pushfstring(L, "%s: %s", err, detail);
         lua_setfield(L, -2, "error");
     } else if (err) {

@@ -337,11 +337,13 @@ def check_answer(port, want, path="/"):
 
 
 @contextmanager
-def running(peer, size, conns, workdir, cpu=SERVER_CPU, path="/", want=None):
+def running(peer, size, conns, workdir, cpu=SERVER_CPU, path="/", want=None,
+            check=None):
     """Yields (process, port) of a started, listening, checked server (GET
-    path must answer want, by default the body of size bytes); stops it on
-    every way out. A free port can be taken between our probe and the
-    server's bind, so a server that fails to start is tried on a new port."""
+    path must answer want, by default the body of size bytes; or check(port)
+    raises PointFailed); stops it on every way out. A free port can be taken
+    between our probe and the server's bind, so a server that fails to
+    start is tried on a new port."""
     for attempt in range(3):
         port = free_port()
         log_path = os.path.join(workdir, f"{peer.name}-{port}.log")
@@ -356,7 +358,10 @@ def running(peer, size, conns, workdir, cpu=SERVER_CPU, path="/", want=None):
                 if attempt == 2:
                     raise
                 continue
-            check_answer(port, body_of(size) if want is None else want, path)
+            if check:
+                check(port)
+            else:
+                check_answer(port, body_of(size) if want is None else want, path)
             try:
                 yield proc, port
             except PointFailed as e:

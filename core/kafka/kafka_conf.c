@@ -1,7 +1,8 @@
 /*
  * kafka_conf.c — properties into librdkafka configurations, librdkafka's
- * errors into moonflow's. Owns nothing: the conf it builds is the caller's
- * (rd_kafka_new takes it over).
+ * errors into moonflow's, and the error head every Kafka task kind embeds
+ * (mf__kafka_task_t: mf_task_kafka_error reads it). Owns nothing else: the
+ * conf it builds is the caller's (rd_kafka_new takes it over).
  */
 #include "kafka/kafka_int.h"
 
@@ -85,6 +86,8 @@ void mf__kafka_error_map(rd_kafka_resp_err_t err, int *state, int *error)
         *error = MF_EEXIST;
         return;
     case RD_KAFKA_RESP_ERR__DESTROY:
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
         *error = MF_ECLOSED;
         return;
     default:
@@ -98,4 +101,61 @@ void mf__kafka_error_text(char *out, size_t len, rd_kafka_resp_err_t err,
 {
     snprintf(out, len, "%s: %s", rd_kafka_err2name(err),
              message && message[0] ? message : rd_kafka_err2str(err));
+}
+
+void mf_kafka_error_text(int err, char *buf, size_t len)
+{
+    mf__kafka_error_text(buf, len, (rd_kafka_resp_err_t)err, NULL);
+}
+
+/* ---- the tasks' error head ------------------------------------------------
+ */
+
+void mf__kafka_task_init(mf__kafka_task_t *t)
+{
+    t->err = 0;
+    t->errtext = NULL;
+    t->errsize = 0;
+}
+
+void mf__kafka_task_fail(mf__kafka_task_t *t, rd_kafka_resp_err_t err,
+                         const char *message)
+{
+    char text[512];
+    mf__kafka_error_text(text, sizeof text, err, message);
+    mf__kafka_task_release(t);
+    t->err = (int)err;
+    t->errsize = strlen(text) + 1;
+    t->errtext = mf_loop_alloc(t->base._loop, t->errsize);
+    memcpy(t->errtext, text, t->errsize);
+    int state, error;
+    mf__kafka_error_map(err, &state, &error);
+    mf_task_complete(&t->base, state, error);
+}
+
+void mf__kafka_task_release(mf__kafka_task_t *t)
+{
+    if (t->errtext)
+        mf_loop_free(t->base._loop, t->errtext, t->errsize);
+    t->errtext = NULL;
+    t->errsize = 0;
+}
+
+static const mf__kafka_task_t *mf__kafka_task_of(const mf_task_t *t)
+{
+    if (!t || strncmp(mf_task_kind(t), "kafka_", 6) != 0)
+        return NULL;
+    return (const mf__kafka_task_t *)(const void *)t;
+}
+
+const char *mf_task_kafka_error(const mf_task_t *t)
+{
+    const mf__kafka_task_t *kt = mf__kafka_task_of(t);
+    return kt ? kt->errtext : NULL;
+}
+
+int mf_task_kafka_error_code(const mf_task_t *t)
+{
+    const mf__kafka_task_t *kt = mf__kafka_task_of(t);
+    return kt ? kt->err : 0;
 }

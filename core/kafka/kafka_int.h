@@ -54,4 +54,75 @@ void mf__kafka_error_map(rd_kafka_resp_err_t err, int *state, int *error);
 void mf__kafka_error_text(char *out, size_t len, rd_kafka_resp_err_t err,
                           const char *message);
 
+/* ---- what every Kafka task shares -------------------------------------- */
+
+/* The head every Kafka task kind embeds first (produce, metadata,
+ * create-topic, poll, commit), so that mf_task_kafka_error() and
+ * mf_task_kafka_error_code() read any of them. Kinds name their ops
+ * "kafka_..." (the accessors check it). */
+typedef struct mf__kafka_task {
+    mf_task_t base;
+    int err;       /* rd_kafka_resp_err_t; 0 after success */
+    char *errtext; /* "<NAME>: <message>" in loop memory; NULL: none */
+    size_t errsize;
+} mf__kafka_task_t;
+
+/* Zeroes the head's error (call after mf_task_init). */
+void mf__kafka_task_init(mf__kafka_task_t *t);
+/* Records err and its text (mf__kafka_error_text, message as there) and
+ * completes the task with mf__kafka_error_map's (state, error). */
+void mf__kafka_task_fail(mf__kafka_task_t *t, rd_kafka_resp_err_t err,
+                         const char *message);
+/* Releases the error text (call from the kind's destroy). */
+void mf__kafka_task_release(mf__kafka_task_t *t);
+
+/* ---- the loop's Kafka slot ------------------------------------------------
+ */
+
+/* MF_LOOP_EXT_KAFKA holds one of these for both sides (a loop may produce
+ * and consume): mf__kafka_loop() creates it on first use. When the loop is
+ * destroyed, consumers_dtor (set by kafka_consumer.c) runs first, then the
+ * producer side lets go of the loop's report mailbox (kafka_producer.c). */
+typedef struct mf__kafka_loop {
+    struct mf__kafka_mailbox *mailbox; /* kafka_producer.c; NULL: none yet */
+    void *consumers;                   /* kafka_consumer.c's */
+    void (*consumers_dtor)(mf_loop_t *loop, void *consumers);
+} mf__kafka_loop_t;
+
+mf__kafka_loop_t *mf__kafka_loop(mf_loop_t *loop);
+
+/* ---- the producer side (kafka_producer.c) -------------------------------- */
+
+/* A report: what librdkafka's background thread learned about one message
+ * or admin request, carried to the loop that waits for it. Allocated from
+ * the loop's mailbox (never from the task: it must outlive a canceled task
+ * and its loop); its address is librdkafka's opaque. */
+typedef struct mf__kafka_report mf__kafka_report_t;
+struct mf__kafka_report {
+    mf_post_t post;
+    struct mf__kafka_mailbox *box;
+    mf_task_t *task; /* the waiting task; NULL once it gave up */
+    void (*arrived)(mf__kafka_report_t *r); /* on the loop, task set */
+    rd_kafka_resp_err_t err;
+    int32_t partition;
+    int64_t offset;
+    char *detail; /* the broker's words (admin results), malloc'd */
+    mf__kafka_report_t *next_free;
+};
+
+/* A report for a task of loop, which waits for it from now on (the loop is
+ * kept alive until it arrives or the task lets go). */
+mf__kafka_report_t *
+mf__kafka_report_take(mf_loop_t *loop, mf_task_t *task,
+                      void (*arrived)(mf__kafka_report_t *));
+/* librdkafka refused the request: the report goes back unused. */
+void mf__kafka_report_unused(mf__kafka_report_t *r);
+/* The task gives up (cancel): the report, when it comes, is dropped. */
+void mf__kafka_report_abandon(mf__kafka_report_t *r);
+
+rd_kafka_t *mf__kafka_rk(const mf_kafka_t *k);
+/* Messages handed to librdkafka: counted in and out for mf_kafka_close. */
+void mf__kafka_message_out(mf_kafka_t *k, int delta);
+void mf__kafka_admin_out(mf_kafka_t *k, int delta);
+
 #endif /* MF_KAFKA_INT_H */

@@ -261,6 +261,32 @@ function mf.task.mysql(db, sql, ...)
     return step("mysql", copy_opts(opts, { db = db, sql = sql, args = args }))
 end
 
+-- Kafka. mf.kafka(conf): the producer object for these librdkafka
+-- properties on this host (the C side caches it by its sorted properties,
+-- and every host shares the process's one librdkafka producer for them).
+-- k:produce, k:metadata, k:create_topic and k:consumer are C methods.
+local ckafka = require "moonflow.kafka"
+function mf.kafka(conf)
+    if type(conf) ~= "table" then
+        raise("mf.kafka(conf): conf must be a table of librdkafka properties")
+    end
+    local ok, k = pcall(ckafka.open, conf)
+    if not ok then raise(k) end
+    return k
+end
+
+-- mf.task.kafka_produce(k, msg[, opts]): a trailing table holds the task
+-- options (timeout, callback); the result has partition and offset.
+function mf.task.kafka_produce(k, msg, opts)
+    if getmetatable(k) ~= "moonflow.kafka" then
+        raise("mf.task.kafka_produce(k, msg): k must be a producer from mf.kafka")
+    end
+    if type(msg) ~= "table" then
+        raise("mf.task.kafka_produce(k, msg): msg must be a table")
+    end
+    return step("kafka_produce", copy_opts(opts, { producer = k, message = msg }))
+end
+
 -- mf.task.NAME{fields}: a task of any kind registered from C
 -- (mf_lua_kind_register) that has no constructor of its own above. The C
 -- side checks the fields when the task is waited on or built into a flow.

@@ -1,16 +1,19 @@
 """Shared helpers for the integration tests: free ports, processes that are
 always stopped, raw HTTP over sockets, self-signed certificates, and
-redis-server and mariadbd instances of their own.
+redis-server and mariadbd instances of their own, and librdkafka's mock
+cluster in a process (spec/fixture/kafka_mock).
 
 Every server a test starts listens on 127.0.0.1 and is killed by PID when
 the test ends, whatever happens."""
 import atexit
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 
@@ -383,3 +386,126 @@ class MariaDB:
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+def kafka_mock_path():
+    """The kafka_mock fixture: MF_KAFKA_MOCK, or beside MF_HTTP_FIXTURE
+    (both are built in spec/fixture)."""
+    path = os.environ.get("MF_KAFKA_MOCK")
+    if path:
+        return path
+    fixture = os.environ.get("MF_HTTP_FIXTURE")
+    if not fixture:
+        raise RuntimeError("neither MF_KAFKA_MOCK nor MF_HTTP_FIXTURE is set")
+    return os.path.join(os.path.dirname(fixture), "kafka_mock")
+
+
+class KafkaMock:
+    """librdkafka's mock cluster in a process of its own (spec/fixture/
+    kafka_mock): `brokers` mock brokers on loopback ports, topics given as
+    {name: partitions}. bootstrap is its bootstrap.servers list. The
+    methods send one command each and raise with the fixture's words when
+    it refuses; the process is stopped at close(), and at exit whatever
+    happened. argv_prefix runs it under another command (taskset -c N)."""
+
+    START_TIMEOUT = 30.0
+
+    def __init__(self, brokers=3, topics=None, argv_prefix=(), path=None):
+        argv = list(argv_prefix) + [path or kafka_mock_path(),
+                                    "--brokers", str(brokers)]
+        argv += ["%s:%d" % (name, parts)
+                 for name, parts in (topics or {}).items()]
+        self.brokers = brokers
+        self.log = tempfile.TemporaryFile()
+        # Unbuffered: select() must see every answer line still unread.
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log,
+                                     bufsize=0)
+        self.lock = threading.Lock()
+        atexit.register(self.close)
+        try:
+            line = self._read_line(self.START_TIMEOUT)
+            if not line.startswith("bootstrap "):
+                raise RuntimeError("kafka_mock said %r" % line)
+            self.bootstrap = line.split(" ", 1)[1]
+        except Exception:
+            self.close()
+            raise
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def _read_line(self, timeout):
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise RuntimeError("kafka_mock did not answer within %gs:\n%s" %
+                               (timeout, self.stderr()))
+        line = self.proc.stdout.readline().decode().strip()
+        if not line:
+            raise RuntimeError("kafka_mock exited (%s):\n%s" %
+                               (self.proc.poll(), self.stderr()))
+        return line
+
+    def command(self, line, timeout=10.0):
+        """Sends one command line; returns when it is done. Raises
+        RuntimeError with the fixture's refusal, or with its exit status
+        and stderr when it is gone."""
+        with self.lock:
+            if self.proc is None:
+                raise RuntimeError("kafka_mock is closed")
+            try:
+                self.proc.stdin.write(line.encode() + b"\n")
+                self.proc.stdin.flush()
+            except OSError as e:
+                raise RuntimeError("kafka_mock is gone (%s, exit status %s):\n%s"
+                                   % (e, self.proc.poll(), self.stderr())) from None
+            answer = self._read_line(timeout)
+        if answer != "ok":
+            raise RuntimeError("kafka_mock %r: %s" % (line, answer))
+
+    def topic(self, name, partitions, replication=None):
+        self.command("topic %s %d%s" % (name, partitions,
+                                        "" if replication is None
+                                        else " %d" % replication))
+
+    def down(self, broker):
+        self.command("down %d" % broker)
+
+    def up(self, broker):
+        self.command("up %d" % broker)
+
+    def leader(self, topic, partition, broker):
+        self.command("leader %s %d %d" % (topic, partition, broker))
+
+    def errors(self, api, *errs):
+        """The next len(errs) requests of kind api (a number or a name:
+        Produce, Fetch ...) fail with errs (numbers or librdkafka's names:
+        NOT_LEADER_FOR_PARTITION, _TRANSPORT ...), in turn."""
+        self.command("errors %s %s" % (api, " ".join(str(e) for e in errs)))
+
+    def rtt(self, broker, ms):
+        self.command("rtt %d %d" % (broker, ms))
+
+    def stderr(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-4000:]
+
+    def close(self):
+        """Stops the cluster (stdin closed, then kill past 10 s); safe to
+        repeat. Returns the exit status."""
+        with self.lock:
+            proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        return proc.returncode

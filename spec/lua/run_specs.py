@@ -15,7 +15,12 @@ datadirs, unprivileged when run as root): one for the specs and `moonflow
 serve` (MF_MYSQL_URL, over TCP; MF_MYSQL_SOCKET_URL, the same server
 through its unix socket MF_MYSQL_SOCKET) and one the specs may kill -9 and
 start again (MF_MYSQL_FLAKY_URL; GET /mysql-kill and /mysql-start on
-MF_ODD_PORT). ctest's lua.specs and asan.lua.specs.
+MF_ODD_PORT), and librdkafka's mock cluster (spec/fixture/kafka_mock, three
+brokers: MF_KAFKA_BROKERS, also given to `moonflow serve`) that the specs
+drive with GET /kafka?cmd=COMMAND on MF_ODD_PORT (a kafka_mock command line:
+"topic NAME PARTS", "down ID", "up ID", "leader TOPIC PART ID",
+"errors APIKEY ERR...", "rtt ID MS"; 204 when done, 500 with the mock's
+words when refused). ctest's lua.specs and asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_FIXTURE=build/spec/fixture/http_fixture \\
       python3 spec/lua/run_specs.py [busted options...]
@@ -41,15 +46,21 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
     /redirect-loop answers 302 to itself; /cut sends part of a head and
     closes; /garbage answers no HTTP; /redis-kill and /redis-start stop
     (kill -9) and start the flaky redis-server, /mysql-kill and
-    /mysql-start the flaky mariadbd, and answer 204 when done."""
+    /mysql-start the flaky mariadbd, and answer 204 when done;
+    /kafka?cmd=COMMAND runs a command of the Kafka mock cluster (204, or
+    500 with its refusal)."""
     fixture_port = None
     flaky = None
     flaky_mysql = None
+    kafka = None
 
     def do_GET(self):
         flaky = {"redis": self.flaky, "mysql": self.flaky_mysql}
         name, _, verb = self.path[1:].partition("-")
-        if verb in ("kill", "start") and name in flaky:
+        if self.path.startswith("/kafka?cmd="):
+            self.kafka_command(urllib.parse.unquote_plus(
+                self.path[len("/kafka?cmd="):]))
+        elif verb in ("kill", "start") and name in flaky:
             getattr(flaky[name], verb)()
             self.send_response(204)
             self.end_headers()
@@ -70,15 +81,29 @@ class OddHandler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"NOT HTTP AT ALL\r\n\r\n")
             self.close_connection = True
 
+    def kafka_command(self, cmd):
+        try:
+            self.kafka.command(cmd)
+        except RuntimeError as e:
+            body = str(e).encode()
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(204)
+        self.end_headers()
+
     def log_message(self, *args):
         pass
 
 
-def start_odd(fixture_port, flaky, flaky_mysql, tls=None):
+def start_odd(fixture_port, flaky, flaky_mysql, kafka, tls=None):
     """The odd server; over TLS with tls = (cert, key)."""
     OddHandler.fixture_port = fixture_port
     OddHandler.flaky = flaky
     OddHandler.flaky_mysql = flaky_mysql
+    OddHandler.kafka = kafka
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OddHandler)
     if tls:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -127,15 +152,16 @@ def main():
     redis = []
     servers = []
     mysql = []
-    odd = odd_tls = serve = None
+    odd = odd_tls = serve = kafka = None
     try:
+        kafka = harness.KafkaMock(brokers=3)
         mysql = start_mariadbs(2)
         for password in (None, "s3cret", None):
             redis.append(harness.Redis(tmp, password=password))
         redis.append(harness.Redis(tmp, tls=(cert, key)))
         servers.append(start(fixture))
-        odd = start_odd(servers[0].port, redis[2], mysql[1])
-        odd_tls = start_odd(servers[0].port, redis[2], mysql[1],
+        odd = start_odd(servers[0].port, redis[2], mysql[1], kafka)
+        odd_tls = start_odd(servers[0].port, redis[2], mysql[1], kafka,
                             tls=(cert, key))
         servers.append(start(fixture, "--tls-cert", cert, "--tls-key", key))
         serve_port = harness.free_port()
@@ -147,7 +173,8 @@ def main():
                          MF_MYSQL_URL=mysql[0].url(),
                          MF_MYSQL_SOCKET=mysql[0].socket,
                          MF_MYSQL_SOCKET_URL=mysql[0].socket_url(),
-                         MF_MYSQL_FLAKY_URL=mysql[1].url())
+                         MF_MYSQL_FLAKY_URL=mysql[1].url(),
+                         MF_KAFKA_BROKERS=kafka.bootstrap)
         serve = harness.Server([moonflow, "serve", os.path.join(HERE, "site"),
                                 "--workers", "1", "--listen",
                                 "127.0.0.1:%d" % serve_port], serve_port,
@@ -161,6 +188,10 @@ def main():
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
                               cwd=root, env=env, timeout=240)
+        if kafka.proc.poll() is not None:
+            sys.stderr.write("kafka_mock exited %s during the specs:\n%s\n" %
+                             (kafka.proc.returncode, kafka.stderr()))
+            return 1
         code, _, err = serve.stop(sig=signal.SIGTERM)
         serve = None
         if code != 0:
@@ -180,6 +211,8 @@ def main():
             r.kill()
         for m in mysql:
             m.close()
+        if kafka:
+            kafka.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

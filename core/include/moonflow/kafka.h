@@ -136,6 +136,9 @@ MF_API int64_t mf_task_kafka_offset(const mf_task_t *t);
  * (rd_kafka_resp_err_t); NULL / 0 after success. */
 MF_API const char *mf_task_kafka_error(const mf_task_t *t);
 MF_API int mf_task_kafka_error_code(const mf_task_t *t);
+/* "<NAME>: <message>" for a librdkafka error code (a topic's or a
+ * partition's err in a metadata snapshot), written to buf (len bytes). */
+MF_API void mf_kafka_error_text(int err, char *buf, size_t len);
 
 /* ---- metadata and topics ------------------------------------------------ */
 
@@ -174,8 +177,7 @@ typedef struct mf_kafka_metadata {
  * k's connections. librdkafka's metadata call waits, so it runs on the
  * loop's compute pool (MF_ENOPOOL without one); the task's timeout_ms bounds
  * it (0: 10000). */
-MF_API mf_task_t *mf_task_kafka_metadata_create(mf_loop_t *loop,
-                                                mf_kafka_t *k,
+MF_API mf_task_t *mf_task_kafka_metadata_create(mf_loop_t *loop, mf_kafka_t *k,
                                                 const char *topic,
                                                 int timeout_ms, mf_task_cb cb,
                                                 void *user);
@@ -183,9 +185,10 @@ MF_API const mf_kafka_metadata_t *mf_task_kafka_metadata(const mf_task_t *t);
 
 /* Creates a topic (replication -1: the broker's default). Fails with MF_EEXIST
  * when it exists, with MF_EKAFKA and the broker's words otherwise. */
-MF_API mf_task_t *mf_task_kafka_create_topic_create(
-    mf_loop_t *loop, mf_kafka_t *k, const char *topic, int partitions,
-    int replication, mf_task_cb cb, void *user);
+MF_API mf_task_t *
+mf_task_kafka_create_topic_create(mf_loop_t *loop, mf_kafka_t *k,
+                                  const char *topic, int partitions,
+                                  int replication, mf_task_cb cb, void *user);
 
 /* ---- consumer ------------------------------------------------------------ */
 
@@ -227,15 +230,23 @@ typedef struct mf_kafka_consumer_opts {
 /* A consumer on loop, subscribed to opts->topics. NULL with librdkafka's
  * message in errbuf for a bad property, a missing group.id or an empty
  * subscription. moonflow's defaults, where the caller gives none:
- * auto.offset.reset=earliest, enable.partition.eof=false. */
+ * auto.offset.reset=earliest, enable.partition.eof=false,
+ * enable.auto.offset.store=false (offsets are stored by moonflow once the
+ * application has had the records: see mf_task_kafka_poll_create). */
 MF_API mf_kafka_consumer_t *
 mf_kafka_consumer_open(mf_loop_t *loop, const mf_kafka_consumer_opts_t *opts,
                        char *errbuf, size_t errlen);
 
-/* Starts the close: revokes the assignment (commits it when auto commit is
- * on), leaves the group, then frees the consumer; its pending tasks fail
- * with MF_ECLOSED. Done in the background on the loop; cb (may be NULL) runs
- * when closed. Idempotent. */
+/* Starts the close: stores the offsets of the records handed out, revokes
+ * the assignment (commits it when auto commit is on), leaves the group,
+ * then frees the consumer; its waiting poll task fails with MF_ECLOSED at
+ * once, commit tasks get their answer or MF_ECLOSED. Done in the
+ * background on the loop (the rebalance callback still runs for the
+ * revocation); cb (may be NULL) runs when closed, then c is freed: until
+ * then c's calls fail with MF_ECLOSED. librdkafka's final destroy (which
+ * joins its threads) runs on a thread of its own. Idempotent. A loop that
+ * is destroyed closes its consumers still open (waiting, without
+ * callbacks). */
 typedef void (*mf_kafka_closed_cb)(void *user);
 MF_API void mf_kafka_consumer_close(mf_kafka_consumer_t *c,
                                     mf_kafka_closed_cb cb, void *user);
@@ -258,16 +269,26 @@ typedef struct mf_kafka_record {
  * Transient errors (a broker down, a leader moving) are librdkafka's to
  * retry: they are logged, counted (mf_kafka_consumer_errors) and do not end
  * the task; a fatal consumer error fails it with MF_EKAFKA and librdkafka's
- * words. One poll task at a time per consumer (a second fails with MF_EBUSY).
- * The records' offsets are stored for auto commit when the task completes. */
-MF_API mf_task_t *mf_task_kafka_poll_create(mf_kafka_consumer_t *c,
-                                            size_t max, int wait_ms,
-                                            mf_task_cb cb, void *user);
+ * words. One poll task at a time per consumer (a second fails with MF_EBUSY);
+ * max is 1..100000 (else MF_EINVAL). Rebalances and the consumer's other
+ * events are served while a poll task waits (and when the next one
+ * starts): poll within max.poll.interval.ms to stay in the group.
+ * Offsets: the records a poll task handed out count as done when the next
+ * poll task starts, when a commit task of the current positions is created,
+ * when their partition is revoked, and at close; then the offset after each
+ * partition's last record is stored (rd_kafka_offsets_store), so auto commit
+ * (and a commit of the current positions) never commits records the
+ * application has not had back. mf_kafka_consumer_store narrows that. */
+MF_API mf_task_t *mf_task_kafka_poll_create(mf_kafka_consumer_t *c, size_t max,
+                                            int wait_ms, mf_task_cb cb,
+                                            void *user);
 MF_API const mf_kafka_record_t *mf_task_kafka_records(const mf_task_t *t,
                                                       size_t *n);
 
-/* Commits parts (NULL: the consumer's current positions) and completes on
- * the broker's answer. */
+/* Commits parts (offset: the next to read) and completes on the broker's
+ * answer. parts NULL: the records handed out so far count as done (see
+ * above) and the stored offsets are committed (nothing to commit is a
+ * success). The committed offsets show in mf_kafka_consumer_lag. */
 MF_API mf_task_t *mf_task_kafka_commit_create(mf_kafka_consumer_t *c,
                                               const mf_kafka_tp_t *parts,
                                               size_t n, mf_task_cb cb,
@@ -284,6 +305,15 @@ MF_API int mf_kafka_consumer_resume(mf_kafka_consumer_t *c,
 MF_API int mf_kafka_consumer_seek(mf_kafka_consumer_t *c,
                                   const mf_kafka_tp_t *parts, size_t n,
                                   char *errbuf, size_t errlen);
+
+/* Sets, for each part, the offset to store at the next of those points
+ * (part.offset: the next offset to read; what is below it is done),
+ * replacing what the last poll task's records would store: for callers
+ * that hand records on one at a time and may stop in the middle of a batch
+ * (the Lua binding's messages()). 0, or MF_ENOENT when a part is not
+ * assigned or its offset is negative (the others are set). */
+MF_API int mf_kafka_consumer_store(mf_kafka_consumer_t *c,
+                                   const mf_kafka_tp_t *parts, size_t n);
 
 /* The current assignment (topic strings live until the next rebalance). */
 MF_API size_t mf_kafka_consumer_assignment(mf_kafka_consumer_t *c,

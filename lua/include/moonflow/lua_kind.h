@@ -29,6 +29,10 @@
  *   "permission denied: WRONGPASS ..." (the redis kind gives Redis's own
  *   refusal), or NULL for none. The string must live until the callback
  *   returns.
+ * - error(task, data, buf, len) (may be NULL): the task failed; the whole
+ *   error string, written to buf (len bytes) and returned, in place of the
+ *   stable words and error_detail: for a kind whose errors have a form of
+ *   their own ("kafka _MSG_TIMED_OUT: ..."). NULL: the default form.
  * - data_size / release (optional): the kind's own data per task:
  *   data_size bytes, zeroed, suitably aligned, allocated by the host with
  *   the task's record and given to create and result. release(data) frees
@@ -64,6 +68,8 @@ typedef struct mf_lua_kind {
     void (*result)(lua_State *L, mf_task_t *task, void *data);
     void (*release)(void *data);
     const char *(*error_detail)(const mf_task_t *task, void *data);
+    const char *(*error)(const mf_task_t *task, void *data, char *buf,
+                         size_t len);
 } mf_lua_kind_t;
 
 /* Makes kind usable by the host's Lua code. Returns 0, MF_EEXIST for a

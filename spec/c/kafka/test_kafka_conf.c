@@ -6,8 +6,8 @@
 
 #include "kafka_harness.h"
 
-static const mf_kafka_prop_t defaults[] = {
-    {"enable.idempotence", "true"}, {"message.timeout.ms", "30000"}};
+static const mf_kafka_prop_t defaults[] = {{"enable.idempotence", "true"},
+                                           {"message.timeout.ms", "30000"}};
 
 static void conf_get(rd_kafka_conf_t *conf, const char *name, char *out,
                      size_t len)
@@ -21,8 +21,8 @@ TEST(defaults_apply_where_the_caller_gives_none)
     mf_kafka_prop_t props[] = {{"bootstrap.servers", "127.0.0.1:1"},
                                {"message.timeout.ms", "1234"}};
     char err[256], v[64];
-    rd_kafka_conf_t *conf = mf__kafka_conf_new(props, 2, defaults, 2, err,
-                                               sizeof err);
+    rd_kafka_conf_t *conf =
+        mf__kafka_conf_new(props, 2, defaults, 2, err, sizeof err);
     ASSERT(conf != NULL);
     conf_get(conf, "message.timeout.ms", v, sizeof v);
     ASSERT_STR_EQ(v, "1234");
@@ -68,8 +68,7 @@ TEST(errors_map_to_states_and_codes)
     ASSERT(error == MF_ENOENT);
     mf__kafka_error_map(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, &state, &error);
     ASSERT(error == MF_EMSGSIZE);
-    mf__kafka_error_map(RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS, &state,
-                        &error);
+    mf__kafka_error_map(RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS, &state, &error);
     ASSERT(error == MF_EEXIST);
     mf__kafka_error_map(RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, &state,
                         &error);
@@ -108,4 +107,3 @@ TEST(the_mock_cluster_takes_and_gives_back_messages)
     ASSERT(kh_read_plain("harness", 1, 50, 30, count_ordered, &next) == 50);
     ASSERT(next == 50);
 }
-

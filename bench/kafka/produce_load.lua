@@ -1,0 +1,88 @@
+-- bench/kafka/produce_load.lua — produce load from `moonflow run`, the
+-- peer of bench_kafka_plain (bench/kafka/plain_producer.c) and `kcat -P`
+-- on the same mock cluster.
+--
+--   moonflow run bench/kafka/produce_load.lua BROKERS TOPIC MESSAGES [VALUE_BYTES [CONC [MAX_S]]]
+--
+-- CONC coroutines (default 10000) share one mf.kafka producer (acks=all,
+-- idempotence: moonflow's defaults, as the peers are configured). Each
+-- loops k:produce{topic, value} — VALUE_BYTES (default 100) bytes of
+-- "0123456789abcdef" repeated, no key: the partitioner spreads them — and
+-- waits for its delivery report, until MESSAGES were produced or MAX_S
+-- seconds (default 60) passed. CONC messages in flight keep librdkafka's
+-- batches full, as the plain producer's unbounded queue does (fewer leave
+-- it waiting on the brokers: 2000 take twice as long; batches of
+-- mf.task.kafka_produce steps in mf.parallel move in lockstep and fare
+-- worse still).
+--
+-- The first message is produced alone, before the others (see below).
+--
+-- Prints one line for bench/kafka/compare_kafka.py:
+--   bench-summary messages=N seconds=S cpu_s=S errors=N timed_out=0|1
+-- seconds: the first produce to the last delivery report (monotonic
+-- clock); cpu_s: the process's utime + stime over that window (every
+-- thread: librdkafka's too). Exits 1 if any message failed.
+local mf = require "moonflow"
+
+-- The clocks (bench/lua/_clock.lua), found from this script's folder.
+package.path = arg[0]:gsub("[^/]*$", "") .. "../lua/?.lua;" .. package.path
+local clock = require "_clock"
+local wall, cpu = clock.wall, clock.cpu
+
+local usage = "usage: produce_load.lua BROKERS TOPIC MESSAGES [VALUE_BYTES [CONC [MAX_S]]]"
+local brokers = assert(arg[1], usage)
+local topic = assert(arg[2], usage)
+local messages = assert(tonumber(arg[3]), usage)
+local value_bytes = tonumber(arg[4] or 100)
+local conc = math.min(tonumber(arg[5] or 10000), messages)
+local max_s = tonumber(arg[6] or 60)
+
+local k = mf.kafka { brokers = brokers, acks = "all" }
+local value = ("0123456789abcdef"):rep(math.ceil(value_bytes / 16)):sub(1, value_bytes)
+local msg = { topic = topic, value = value }
+
+local issued, errors, finished = 0, 0, 0
+local first_error, t1, cpu1
+local deadline_ms
+
+local function count(r, err)
+    if not r then
+        errors = errors + 1
+        first_error = first_error or err
+    end
+end
+
+local function worker()
+    while issued < messages and mf.now() < deadline_ms do
+        issued = issued + 1
+        count(k:produce(msg))
+    end
+    finished = finished + 1
+    if finished == conc then -- the last report
+        t1, cpu1 = wall(), cpu()
+    end
+end
+
+-- The first message goes alone and is waited for: librdkafka 2.0.2 holds
+-- messages to a topic whose metadata it has not fetched yet for up to a
+-- second (its next topic scan) when they come a millisecond or more after
+-- the handle opened, as they do here; the plain producer and kcat send
+-- their first message within that millisecond. It counts in MESSAGES.
+local t0, cpu0 = wall(), cpu()
+issued = 1
+count(k:produce(msg))
+deadline_ms = mf.now() + max_s * 1000
+for _ = 1, conc do mf.timer.at(0, worker) end
+local give_up = mf.now() + (max_s + 30) * 1000
+while finished < conc and mf.now() < give_up do mf.sleep(10) end
+if finished < conc then
+    io.stderr:write("produce_load.lua: the workers did not finish\n")
+    os.exit(1)
+end
+
+io.write(("bench-summary messages=%d seconds=%.6f cpu_s=%.6f errors=%d timed_out=%d\n")
+    :format(issued - errors, t1 - t0, cpu1 - cpu0, errors, issued < messages and 1 or 0))
+if errors > 0 then
+    io.stderr:write("produce_load.lua: ", errors, " errors (first: ", tostring(first_error), ")\n")
+    os.exit(1)
+end

@@ -1,0 +1,201 @@
+/*
+ * kafka_produce.c — the produce task: one message, copied when the task is
+ * created, handed to librdkafka when dispatched, completed on its delivery
+ * report.
+ *
+ * Ownership: the task is one block of loop memory holding the task and
+ * its copy of the message (topic, key, value, headers). librdkafka copies
+ * the message again at dispatch (RD_KAFKA_MSG_F_COPY): the task may go
+ * away before the report. While the report is due, the task waits on a
+ * report of its loop's mailbox (kafka_producer.c); a cancel unhooks it.
+ *
+ * May call: the engine, kafka_producer.c, kafka_conf.c and librdkafka.
+ */
+#include "kafka/kafka_int.h"
+
+#include <string.h>
+
+typedef struct mf__kafka_produce {
+    mf__kafka_task_t head;
+    mf_kafka_t *k;
+    mf__kafka_report_t *report; /* while the delivery report is due */
+    size_t size;                /* of the whole block */
+    mf_kafka_message_t msg;     /* pointers into the block */
+    int64_t offset;
+} mf__kafka_produce_t;
+
+static mf__kafka_produce_t *mf__produce_of(const mf_task_t *t)
+{
+    return (mf__kafka_produce_t *)(void *)t;
+}
+
+/* ---- the copy --------------------------------------------------------- */
+
+/* A NULL topic or header name is copied as "": librdkafka refuses it at
+ * dispatch, in the task's completion. */
+static const char *mf__str(const char *s)
+{
+    return s ? s : "";
+}
+
+static size_t mf__produce_size(const mf_kafka_message_t *m)
+{
+    size_t n = sizeof(mf__kafka_produce_t) + strlen(mf__str(m->topic)) + 1;
+    n += m->key ? m->key_len : 0;
+    n += m->value ? m->value_len : 0;
+    n += m->nheaders * sizeof(mf_kafka_header_t);
+    for (size_t i = 0; i < m->nheaders; i++)
+        n += strlen(mf__str(m->headers[i].name)) + 1 +
+             (m->headers[i].value ? m->headers[i].len : 0);
+    return n;
+}
+
+static void *mf__put(char **p, const void *src, size_t n)
+{
+    void *at = *p;
+    if (n)
+        memcpy(at, src, n);
+    *p += n;
+    return at;
+}
+
+static void mf__produce_copy(mf__kafka_produce_t *t,
+                             const mf_kafka_message_t *m)
+{
+    /* Headers first: their array needs the block's alignment. */
+    char *p = (char *)(t + 1);
+    mf_kafka_header_t *hs = (mf_kafka_header_t *)(void *)p;
+    p += m->nheaders * sizeof *hs;
+    t->msg = *m;
+    t->msg.headers = m->nheaders ? hs : NULL;
+    for (size_t i = 0; i < m->nheaders; i++) {
+        const mf_kafka_header_t *h = &m->headers[i];
+        hs[i].name =
+            mf__put(&p, mf__str(h->name), strlen(mf__str(h->name)) + 1);
+        hs[i].value = h->value ? mf__put(&p, h->value, h->len) : NULL;
+        hs[i].len = h->value ? h->len : 0;
+    }
+    t->msg.topic =
+        mf__put(&p, mf__str(m->topic), strlen(mf__str(m->topic)) + 1);
+    t->msg.key = m->key ? mf__put(&p, m->key, m->key_len) : NULL;
+    t->msg.key_len = m->key ? m->key_len : 0;
+    t->msg.value = m->value ? mf__put(&p, m->value, m->value_len) : NULL;
+    t->msg.value_len = m->value ? m->value_len : 0;
+}
+
+/* ---- the kind -------------------------------------------------------------
+ */
+
+static void mf__produce_arrived(mf__kafka_report_t *r)
+{
+    mf__kafka_produce_t *t = mf__produce_of(r->task);
+    t->report = NULL;
+    t->msg.partition = r->partition;
+    if (r->err) {
+        mf__kafka_task_fail(&t->head, r->err, NULL);
+        return;
+    }
+    t->offset = r->offset;
+    mf_task_complete(&t->head.base, MF_STATE_SUCCESS, 0);
+}
+
+static rd_kafka_headers_t *mf__produce_headers(const mf_kafka_message_t *m)
+{
+    if (!m->nheaders)
+        return NULL;
+    rd_kafka_headers_t *hs = rd_kafka_headers_new(m->nheaders);
+    for (size_t i = 0; i < m->nheaders; i++) {
+        const mf_kafka_header_t *h = &m->headers[i];
+        rd_kafka_header_add(hs, h->name, -1, h->value,
+                            h->value ? (ssize_t)h->len : 0);
+    }
+    return hs;
+}
+
+static rd_kafka_resp_err_t mf__produce_send(mf__kafka_produce_t *t,
+                                            mf__kafka_report_t *r)
+{
+    const mf_kafka_message_t *m = &t->msg;
+    rd_kafka_headers_t *hs = mf__produce_headers(m);
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        mf__kafka_rk(t->k), RD_KAFKA_V_TOPIC(m->topic),
+        RD_KAFKA_V_PARTITION(m->partition), RD_KAFKA_V_KEY(m->key, m->key_len),
+        RD_KAFKA_V_VALUE((void *)m->value, m->value_len),
+        RD_KAFKA_V_HEADERS(hs), RD_KAFKA_V_TIMESTAMP(m->timestamp_ms),
+        RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_END);
+    if (err && hs)
+        rd_kafka_headers_destroy(hs); /* librdkafka took them only on success */
+    return err;
+}
+
+static void mf__produce_dispatch(mf_task_t *task)
+{
+    mf__kafka_produce_t *t = mf__produce_of(task);
+    mf__kafka_report_t *r =
+        mf__kafka_report_take(task->_loop, task, mf__produce_arrived);
+    /* Counted before librdkafka has it: its report may come at once. */
+    mf__kafka_message_out(t->k, 1);
+    rd_kafka_resp_err_t err = mf__produce_send(t, r);
+    if (err) {
+        mf__kafka_message_out(t->k, -1);
+        mf__kafka_report_unused(r);
+        mf__kafka_task_fail(&t->head, err, NULL); /* queue full: MF_EBUSY */
+        return;
+    }
+    t->report = r;
+}
+
+/* The message cannot be recalled: its report is dropped when it comes. */
+static void mf__produce_cancel(mf_task_t *task)
+{
+    mf__kafka_produce_t *t = mf__produce_of(task);
+    if (!t->report)
+        return;
+    mf__kafka_report_abandon(t->report);
+    t->report = NULL;
+    mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
+}
+
+static void mf__produce_destroy(mf_task_t *task)
+{
+    mf__kafka_produce_t *t = mf__produce_of(task);
+    if (t->report)
+        mf__kafka_report_abandon(t->report);
+    mf__kafka_task_release(&t->head);
+    mf_loop_free(task->_loop, t, t->size);
+}
+
+static const mf_task_ops_t mf__produce_ops = {
+    "kafka_produce", mf__produce_dispatch, mf__produce_cancel,
+    mf__produce_destroy};
+
+mf_task_t *mf_task_kafka_produce_create(mf_loop_t *loop, mf_kafka_t *k,
+                                        const mf_kafka_message_t *msg,
+                                        mf_task_cb cb, void *user)
+{
+    size_t size = mf__produce_size(msg);
+    mf__kafka_produce_t *t = mf_loop_alloc(loop, size);
+    mf_task_init(&t->head.base, &mf__produce_ops, loop, cb, user);
+    mf__kafka_task_init(&t->head);
+    t->k = k;
+    t->report = NULL;
+    t->size = size;
+    t->offset = -1;
+    mf__produce_copy(t, msg);
+    return &t->head.base;
+}
+
+int32_t mf_task_kafka_partition(const mf_task_t *t)
+{
+    if (strcmp(mf_task_kind(t), "kafka_produce") != 0)
+        return -1;
+    return mf__produce_of(t)->msg.partition;
+}
+
+int64_t mf_task_kafka_offset(const mf_task_t *t)
+{
+    if (strcmp(mf_task_kind(t), "kafka_produce") != 0)
+        return -1;
+    return mf__produce_of(t)->offset;
+}

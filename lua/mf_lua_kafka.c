@@ -1,0 +1,616 @@
+/*
+ * lua/mf_lua_kafka.c — moonflow.kafka, the C side of mf.kafka: producer
+ * objects (one per property list and host, each holding one reference to
+ * the process's mf_kafka_t), k:produce, k:metadata, k:create_topic,
+ * k:consumer (opened by mf_lua_kafka_consumer.c), and what the
+ * "kafka_produce" task kind shares: message tables, error strings.
+ *
+ * Owns: the producer objects (the host's cache table keeps them until the
+ * host closes; their __gc closes the handle with a bounded flush). A call
+ * that waits starts its task straight from C and parks the coroutine on
+ * it (task->user names the coroutine; the cleanup hook clears it and
+ * cancels the task, so a late completion touches no Lua).
+ *
+ * May call: moonflow/kafka.h, the engine's public headers and the host's
+ * coroutine API.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include <moonflow/common.h>
+
+#include "mf_lua_int.h"
+#include "mf_lua_kafka.h"
+
+/* Handles still flushing at host close wait at most this long. */
+#define MF_LUA_KAFKA_CLOSE_MS 5000
+
+mf_lua_kafka_t *mf_lua_kafka_check(lua_State *L, int idx)
+{
+    return luaL_checkudata(L, idx, MF_LUA_KAFKA);
+}
+
+const char *mf_lua_kafka_error(const mf_task_t *task, char *buf, size_t len)
+{
+    int state = mf_task_state(task);
+    if (state == MF_STATE_SUCCESS)
+        return NULL;
+    const char *text = mf_task_kafka_error(task);
+    if (text)
+        snprintf(buf, len, "kafka %s", text);
+    else
+        snprintf(buf, len, "%s: %s", mf_state_name(state),
+                 mf_strerror(mf_task_error(task)));
+    return buf;
+}
+
+/* ---- properties ------------------------------------------------------- */
+
+/* The value at -1 as librdkafka wants it; raises naming the key. */
+static const char *mf_lua__prop_value(lua_State *L, const char *name, char *tmp,
+                                      size_t len)
+{
+    switch (lua_type(L, -1)) {
+    case LUA_TSTRING:
+        return lua_tostring(L, -1);
+    case LUA_TBOOLEAN:
+        return lua_toboolean(L, -1) ? "true" : "false";
+    case LUA_TNUMBER: {
+        lua_Number d = lua_tonumber(L, -1);
+        if (d == floor(d) && fabs(d) < 9.2e18)
+            snprintf(tmp, len, "%lld", (long long)d);
+        else
+            snprintf(tmp, len, "%.17g", d);
+        return tmp;
+    }
+    default:
+        luaL_error(L,
+                   "mf.kafka: property '%s' must be a string, number or "
+                   "boolean, got %s",
+                   name, luaL_typename(L, -1));
+        return NULL;
+    }
+}
+
+static int mf_lua__prop_cmp(const void *a, const void *b)
+{
+    return strcmp(((const mf_kafka_prop_t *)a)->name,
+                  ((const mf_kafka_prop_t *)b)->name);
+}
+
+static char *mf_lua__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(mf_xmalloc(n), s, n);
+}
+
+static void mf_lua__props_free(mf_kafka_prop_t *props, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        mf_free((void *)props[i].name);
+        mf_free((void *)props[i].value);
+    }
+    mf_free(props);
+}
+
+/* Raises unless every key of the conf table at idx is a string and every
+ * value a string, number or boolean. */
+static void mf_lua__props_check(lua_State *L, int idx, size_t *n)
+{
+    char tmp[64];
+    *n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            luaL_error(L, "mf.kafka: property names must be strings");
+        mf_lua__prop_value(L, lua_tostring(L, -2), tmp, sizeof tmp);
+        (*n)++;
+        lua_pop(L, 1);
+    }
+}
+
+/* The checked conf table at idx as a property list sorted by name
+ * (copied; brokers is bootstrap.servers). */
+static mf_kafka_prop_t *mf_lua__props(lua_State *L, int idx, size_t *n)
+{
+    mf_lua__props_check(L, idx, n);
+    mf_kafka_prop_t *props = mf_xcalloc(*n ? *n : 1, sizeof *props);
+    size_t i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *name = lua_tostring(L, -2);
+        char tmp[64];
+        props[i].value =
+            mf_lua__strdup(mf_lua__prop_value(L, name, tmp, sizeof tmp));
+        props[i].name = mf_lua__strdup(
+            strcmp(name, "brokers") == 0 ? "bootstrap.servers" : name);
+        i++;
+        lua_pop(L, 1);
+    }
+    qsort(props, *n, sizeof *props, mf_lua__prop_cmp);
+    for (size_t j = 1; j < *n; j++)
+        if (strcmp(props[j - 1].name, props[j].name) == 0) {
+            mf_lua__props_free(props, *n);
+            luaL_error(L, "mf.kafka: brokers and bootstrap.servers both given");
+        }
+    return props;
+}
+
+/* ---- messages --------------------------------------------------------------
+ */
+
+static const char *mf_lua__msg_string(lua_State *L, int idx, const char *key,
+                                      size_t *len)
+{
+    lua_getfield(L, idx, key);
+    int t = lua_type(L, -1);
+    if (t != LUA_TNIL && t != LUA_TSTRING)
+        luaL_error(L, "kafka message: %s must be a string, got %s", key,
+                   luaL_typename(L, -1));
+    const char *s = lua_tolstring(L, -1, len); /* the table keeps it */
+    lua_pop(L, 1);
+    return s;
+}
+
+static lua_Number mf_lua__msg_integer(lua_State *L, int idx, const char *key,
+                                      lua_Number none, lua_Number min,
+                                      lua_Number max, int *present)
+{
+    lua_getfield(L, idx, key);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return none;
+    }
+    lua_Number d = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || d != floor(d) || d < min || d > max)
+        luaL_error(L, "kafka message: %s must be an integer from %.0f to %.0f",
+                   key, min, max);
+    lua_pop(L, 1);
+    (*present)++;
+    return d;
+}
+
+/* Raises naming a key of the message at idx that is none of ours. */
+static void mf_lua__msg_unknown_key(lua_State *L, int idx)
+{
+    static const char *const known[] = {"topic",     "value",   "key",
+                                        "partition", "headers", "timestamp"};
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *k =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        size_t i = 0;
+        while (k && i < MF_ARRAY_SIZE(known) && strcmp(k, known[i]) != 0)
+            i++;
+        if (!k || i == MF_ARRAY_SIZE(known))
+            luaL_error(L, "kafka message: unknown key '%s'",
+                       k ? k : luaL_typename(L, -2));
+        lua_pop(L, 1);
+    }
+}
+
+/* {name, value|nil} at -1 into h; raises naming the entry. */
+static void mf_lua__header_pair(lua_State *L, size_t i, mf_kafka_header_t *h)
+{
+    if (!lua_istable(L, -1))
+        luaL_error(L, "kafka message: headers[%d] must be {name, value}",
+                   (int)i);
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);
+    if (lua_type(L, -2) != LUA_TSTRING ||
+        (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING))
+        luaL_error(L, "kafka message: headers[%d] must be {name, value}",
+                   (int)i);
+    h->name = lua_tostring(L, -2); /* the pair table keeps both */
+    h->value = lua_tolstring(L, -1, &h->len);
+    lua_pop(L, 2);
+}
+
+/* The headers table at idx into a userdata array pushed on the stack. */
+static mf_kafka_header_t *mf_lua__headers(lua_State *L, int idx, size_t *n)
+{
+    size_t count = lua_objlen(L, idx);
+    bool pairs = count > 0;
+    if (!pairs) {
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            if (lua_type(L, -2) != LUA_TSTRING ||
+                lua_type(L, -1) != LUA_TSTRING)
+                luaL_error(L, "kafka message: headers must map names to "
+                              "strings or list {name, value} pairs");
+            count++;
+            lua_pop(L, 1);
+        }
+    }
+    mf_kafka_header_t *hs =
+        lua_newuserdata(L, (count ? count : 1) * sizeof *hs);
+    if (pairs) {
+        for (size_t i = 0; i < count; i++) {
+            lua_rawgeti(L, idx, (int)i + 1);
+            mf_lua__header_pair(L, i + 1, &hs[i]);
+            lua_pop(L, 1);
+        }
+    } else {
+        size_t i = 0;
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            hs[i].name = lua_tostring(L, -2);
+            hs[i].value = lua_tolstring(L, -1, &hs[i].len);
+            i++;
+            lua_pop(L, 1);
+        }
+    }
+    *n = count;
+    return hs;
+}
+
+/* The message's headers (present at -1) into m; the array's userdata
+ * stays on the stack. */
+static void mf_lua__msg_headers(lua_State *L, mf_kafka_message_t *m)
+{
+    if (!lua_istable(L, -1))
+        luaL_error(L, "kafka message: headers must be a table, got %s",
+                   luaL_typename(L, -1));
+    /* The headers table stays referenced by the message table. */
+    int hidx = lua_gettop(L);
+    m->headers = mf_lua__headers(L, hidx, &m->nheaders);
+    lua_remove(L, hidx);
+}
+
+void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
+{
+    if (!lua_istable(L, idx))
+        luaL_error(L, "kafka message: a table expected, got %s",
+                   luaL_typename(L, idx));
+    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    memset(m, 0, sizeof *m);
+    m->topic = mf_lua__msg_string(L, idx, "topic", NULL);
+    if (!m->topic)
+        luaL_error(L, "kafka message: topic (a string) is required");
+    m->key = mf_lua__msg_string(L, idx, "key", &m->key_len);
+    m->value = mf_lua__msg_string(L, idx, "value", &m->value_len);
+    int known = 1 + (m->key != NULL) + (m->value != NULL);
+    m->partition = (int32_t)mf_lua__msg_integer(
+        L, idx, "partition", MF_KAFKA_PARTITION_ANY, 0, INT32_MAX, &known);
+    m->timestamp_ms =
+        (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0, 9.2e18, &known);
+    /* Any key beyond the ones read is unknown: count, compare no names. */
+    int keys = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        keys++;
+        lua_pop(L, 1);
+    }
+    lua_getfield(L, idx, "headers");
+    if (keys != known + !lua_isnil(L, -1))
+        mf_lua__msg_unknown_key(L, idx);
+    if (lua_isnil(L, -1))
+        lua_pop(L, 1);
+    else
+        mf_lua__msg_headers(L, m);
+}
+
+/* ---- producer objects ---------------------------------------------------- */
+
+static const char mf_lua__kafka_cache_key = 0;
+
+/* The host's cache (registry) pushed; created on first use. */
+static void mf_lua__cache_push(lua_State *L)
+{
+    lua_pushlightuserdata(L, (void *)&mf_lua__kafka_cache_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (!lua_isnil(L, -1))
+        return;
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushlightuserdata(L, (void *)&mf_lua__kafka_cache_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+/* The cache key: names and values, NUL-separated (sorted already). */
+static void mf_lua__cache_key(lua_State *L, const mf_kafka_prop_t *props,
+                              size_t n)
+{
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (size_t i = 0; i < n; i++) {
+        luaL_addstring(&b, props[i].name);
+        luaL_addchar(&b, '\0');
+        luaL_addstring(&b, props[i].value);
+        luaL_addchar(&b, '\0');
+    }
+    luaL_pushresult(&b);
+}
+
+/* open(conf) -> the producer object for conf on this host. */
+static int mf_lua__open(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    size_t n = 0;
+    mf_kafka_prop_t *props = mf_lua__props(L, 1, &n);
+    mf_lua__cache_push(L);          /* 2 */
+    mf_lua__cache_key(L, props, n); /* 3 */
+    lua_pushvalue(L, 3);
+    lua_rawget(L, 2);
+    if (!lua_isnil(L, -1)) {
+        mf_lua__props_free(props, n);
+        return 1;
+    }
+    lua_pop(L, 1);
+    char err[512];
+    mf_kafka_t *k = mf_kafka_open(props, n, err, sizeof err);
+    if (!k) {
+        mf_lua__props_free(props, n);
+        return luaL_error(L, "mf.kafka: %s", err);
+    }
+    mf_lua_kafka_t *obj = lua_newuserdata(L, sizeof *obj);
+    *obj = (mf_lua_kafka_t){k, props, n};
+    luaL_getmetatable(L, MF_LUA_KAFKA);
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, 3);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 2);
+    return 1;
+}
+
+/* At host close: the last reference flushes (bounded) and destroys. */
+static int mf_lua__gc(lua_State *L)
+{
+    mf_lua_kafka_t *obj = luaL_checkudata(L, 1, MF_LUA_KAFKA);
+    if (obj->k)
+        mf_kafka_close(obj->k, MF_LUA_KAFKA_CLOSE_MS);
+    obj->k = NULL;
+    mf_lua__props_free(obj->props, obj->nprops);
+    obj->props = NULL;
+    obj->nprops = 0;
+    return 0;
+}
+
+static int mf_lua__tostring(lua_State *L)
+{
+    lua_pushfstring(L, "mf.kafka: %p", lua_touserdata(L, 1));
+    return 1;
+}
+
+/* ---- waiting on a task ----------------------------------------------------
+ */
+
+/* Cleanup hook (abort, shutdown): the task forgets the coroutine and is
+ * canceled; its callback still runs, with nothing to resume. */
+static void mf_lua__task_detach(void *op)
+{
+    mf_task_t *task = op;
+    task->user = NULL;
+    mf_task_cancel(task);
+}
+
+static int mf_lua__park_on(lua_State *L, mf_lua_co_t *co, mf_task_t *task)
+{
+    task->user = co;
+    mf_task_start(task);
+    mf_lua_co_park(co, mf_lua__task_detach, task);
+    return lua_yield(L, 0);
+}
+
+/* Pushes nil, err for a failed task and returns 2; 0 on success. */
+static int mf_lua__push_failure(lua_State *L, const mf_task_t *task)
+{
+    char buf[MF_LUA_KAFKA_ERR_MAX];
+    const char *err = mf_lua_kafka_error(task, buf, sizeof buf);
+    if (!err)
+        return 0;
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+}
+
+/* A waiting call's task completed: resumes its coroutine (if it still
+ * waits) with push's value, or nil, err. */
+typedef void (*mf_lua__push_fn)(lua_State *L, const mf_task_t *task);
+static void mf_lua__resume_with(mf_task_t *task, mf_lua__push_fn push)
+{
+    mf_lua_co_t *co = task->user;
+    if (!co)
+        return;
+    mf_lua_co_unpark(co);
+    lua_State *L = mf_lua_co_thread(co);
+    int n = mf_lua__push_failure(L, task);
+    if (n == 0) {
+        push(L, task);
+        n = 1;
+    }
+    mf_lua_co_resume(co, n);
+}
+
+/* ---- k:produce ------------------------------------------------------------
+ */
+
+static void mf_lua__push_delivery(lua_State *L, const mf_task_t *task)
+{
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, mf_task_kafka_partition(task));
+    lua_setfield(L, -2, "partition");
+    lua_pushnumber(L, (lua_Number)mf_task_kafka_offset(task));
+    lua_setfield(L, -2, "offset");
+}
+
+static void mf_lua__produced(mf_task_t *task)
+{
+    mf_lua__resume_with(task, mf_lua__push_delivery);
+}
+
+static int mf_lua__produce(lua_State *L)
+{
+    mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
+    lua_settop(L, 2);
+    mf_kafka_message_t m;
+    mf_lua_kafka_check_message(L, 2, &m);
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
+    mf_task_t *task =
+        mf_task_kafka_produce_create(loop, obj->k, &m, mf_lua__produced, co);
+    return mf_lua__park_on(L, co, task);
+}
+
+/* ---- k:metadata -----------------------------------------------------------
+ */
+
+static void mf_lua__push_ids(lua_State *L, const int32_t *ids, size_t n)
+{
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushinteger(L, ids[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+static void mf_lua__push_partition(lua_State *L,
+                                   const mf_kafka_partition_info_t *p)
+{
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, p->id);
+    lua_setfield(L, -2, "id");
+    lua_pushinteger(L, p->leader);
+    lua_setfield(L, -2, "leader");
+    mf_lua__push_ids(L, p->replicas, p->nreplicas);
+    lua_setfield(L, -2, "replicas");
+    mf_lua__push_ids(L, p->isrs, p->nisrs);
+    lua_setfield(L, -2, "isrs");
+}
+
+static void mf_lua__push_topic(lua_State *L, const mf_kafka_topic_info_t *t)
+{
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, t->name);
+    lua_setfield(L, -2, "name");
+    if (t->err) {
+        char text[MF_LUA_KAFKA_ERR_MAX];
+        mf_kafka_error_text(t->err, text, sizeof text);
+        lua_pushfstring(L, "kafka %s", text);
+        lua_setfield(L, -2, "error");
+    }
+    lua_createtable(L, (int)t->npartitions, 0);
+    for (size_t j = 0; j < t->npartitions; j++) {
+        mf_lua__push_partition(L, &t->partitions[j]);
+        lua_rawseti(L, -2, (int)j + 1);
+    }
+    lua_setfield(L, -2, "partitions");
+}
+
+static void mf_lua__push_metadata(lua_State *L, const mf_task_t *task)
+{
+    const mf_kafka_metadata_t *md = mf_task_kafka_metadata(task);
+    lua_checkstack(L, 8);
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, md->controller_id);
+    lua_setfield(L, -2, "controller");
+    lua_createtable(L, (int)md->nbrokers, 0);
+    for (size_t i = 0; i < md->nbrokers; i++) {
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, md->brokers[i].id);
+        lua_setfield(L, -2, "id");
+        lua_pushstring(L, md->brokers[i].host);
+        lua_setfield(L, -2, "host");
+        lua_pushinteger(L, md->brokers[i].port);
+        lua_setfield(L, -2, "port");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "brokers");
+    lua_createtable(L, 0, (int)md->ntopics);
+    for (size_t i = 0; i < md->ntopics; i++) {
+        mf_lua__push_topic(L, &md->topics[i]);
+        lua_setfield(L, -2, md->topics[i].name);
+    }
+    lua_setfield(L, -2, "topics");
+}
+
+static void mf_lua__metadata_done(mf_task_t *task)
+{
+    mf_lua__resume_with(task, mf_lua__push_metadata);
+}
+
+static int mf_lua__metadata(lua_State *L)
+{
+    mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
+    const char *topic = luaL_optstring(L, 2, NULL);
+    lua_Integer timeout = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, timeout >= 0 && timeout <= INT32_MAX, 3,
+                  "timeout_ms must be a number of ms");
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
+    mf_task_t *task = mf_task_kafka_metadata_create(
+        loop, obj->k, topic, (int)timeout, mf_lua__metadata_done, co);
+    return mf_lua__park_on(L, co, task);
+}
+
+/* ---- k:create_topic ---------------------------------------------------------
+ */
+
+static void mf_lua__push_true(lua_State *L, const mf_task_t *task)
+{
+    (void)task;
+    lua_pushboolean(L, 1);
+}
+
+static void mf_lua__created(mf_task_t *task)
+{
+    mf_lua__resume_with(task, mf_lua__push_true);
+}
+
+static int mf_lua__create_topic(lua_State *L)
+{
+    mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    lua_Integer parts = luaL_checkinteger(L, 3);
+    lua_Integer repl = luaL_optinteger(L, 4, -1);
+    luaL_argcheck(L, parts > 0 && parts <= INT32_MAX, 3,
+                  "partitions must be a positive number");
+    luaL_argcheck(L, repl == -1 || (repl > 0 && repl <= INT16_MAX), 4,
+                  "replication must be a positive number (or -1)");
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
+    mf_task_t *task = mf_task_kafka_create_topic_create(
+        loop, obj->k, name, (int)parts, (int)repl, mf_lua__created, co);
+    return mf_lua__park_on(L, co, task);
+}
+
+/* k:consumer(opts): mf_lua_kafka_consumer.c opens it. */
+static int mf_lua__consumer(lua_State *L)
+{
+    mf_lua_kafka_check(L, 1);
+    return mf_lua_kafka_consumer_new(L, 1, 2);
+}
+
+/* ---- the module ------------------------------------------------------------
+ */
+
+int mf_lua_open_kafka(lua_State *L)
+{
+    static const luaL_Reg methods[] = {{"produce", mf_lua__produce},
+                                       {"metadata", mf_lua__metadata},
+                                       {"create_topic", mf_lua__create_topic},
+                                       {"consumer", mf_lua__consumer},
+                                       {NULL, NULL}};
+    if (luaL_newmetatable(L, MF_LUA_KAFKA)) {
+        lua_newtable(L);
+        luaL_register(L, NULL, methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, mf_lua__gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, mf_lua__tostring);
+        lua_setfield(L, -2, "__tostring");
+        lua_pushliteral(L, MF_LUA_KAFKA);
+        lua_setfield(L, -2, "__metatable");
+    }
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushcfunction(L, mf_lua__open);
+    lua_setfield(L, -2, "open");
+    return 1;
+}

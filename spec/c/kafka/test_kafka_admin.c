@@ -1,0 +1,158 @@
+/*
+ * test_kafka_admin.c — the metadata task (on the compute pool) and the
+ * create-topic task against the mock cluster.
+ */
+#include <moonflow/pool.h>
+
+#include "kafka_prod.h"
+
+typedef struct {
+    bool done;
+    int state, error;
+    char text[256];
+    /* what the metadata said about the asked topic */
+    int nbrokers, controller;
+    int ntopics, npartitions, leader0, sorted, nreplicas0, topic_err;
+    char host0[64];
+} admin_t;
+
+static void admin_text(admin_t *a, mf_task_t *t)
+{
+    a->state = mf_task_state(t);
+    a->error = mf_task_error(t);
+    const char *text = mf_task_kafka_error(t);
+    snprintf(a->text, sizeof a->text, "%s", text ? text : "");
+    a->done = true;
+}
+
+static const char *asked;
+
+static void metadata_done(mf_task_t *t)
+{
+    admin_t *a = t->user;
+    admin_text(a, t);
+    const mf_kafka_metadata_t *md = mf_task_kafka_metadata(t);
+    if (!md)
+        return;
+    a->nbrokers = (int)md->nbrokers;
+    a->controller = md->controller_id;
+    snprintf(a->host0, sizeof a->host0, "%s", md->brokers[0].host);
+    a->ntopics = (int)md->ntopics;
+    for (size_t i = 0; i < md->ntopics; i++) {
+        const mf_kafka_topic_info_t *ti = &md->topics[i];
+        if (strcmp(ti->name, asked) != 0)
+            continue;
+        a->topic_err = ti->err;
+        a->npartitions = (int)ti->npartitions;
+        a->leader0 = ti->npartitions ? ti->partitions[0].leader : -1;
+        a->nreplicas0 = ti->npartitions ? (int)ti->partitions[0].nreplicas : 0;
+        a->sorted = 1;
+        for (size_t j = 0; j < ti->npartitions; j++)
+            if (ti->partitions[j].id != (int32_t)j)
+                a->sorted = 0;
+    }
+}
+
+static void metadata(mf_loop_t *loop, mf_kafka_t *k, const char *topic,
+                     admin_t *a)
+{
+    memset(a, 0, sizeof *a);
+    mf_task_start(
+        mf_task_kafka_metadata_create(loop, k, topic, 10000, metadata_done, a));
+    ASSERT(kp_run_until(loop, &a->done, 30));
+}
+
+static void admin_done(mf_task_t *t)
+{
+    admin_text(t->user, t);
+}
+
+static void create_topic(mf_loop_t *loop, mf_kafka_t *k, const char *name,
+                         int parts, admin_t *a)
+{
+    memset(a, 0, sizeof *a);
+    mf_task_start(mf_task_kafka_create_topic_create(loop, k, name, parts, -1,
+                                                    admin_done, a));
+    ASSERT(kp_run_until(loop, &a->done, 30));
+}
+
+TEST(metadata_lists_brokers_topics_partitions_and_leaders)
+{
+    asked = kp_topic("md", 5);
+    rd_kafka_mock_partition_set_leader(kh_mock, asked, 0, 2);
+    mf_loop_t *loop = mf_loop_create();
+    mf_pool_t *pool = mf_pool_create(1);
+    mf_loop_set_pool(loop, pool);
+    mf_kafka_t *k = kp_open(NULL);
+    admin_t a;
+    metadata(loop, k, NULL, &a); /* every topic */
+    ASSERT_EQ(a.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(a.nbrokers, KH_BROKERS);
+    ASSERT_STR_EQ(a.host0, "127.0.0.1");
+    /* Known (not -1); librdkafka's mock cluster answers 0, naming none. */
+    ASSERT(a.controller >= 0 && a.controller <= KH_BROKERS);
+    ASSERT(a.ntopics >= 1);
+    ASSERT_EQ(a.npartitions, 5);
+    ASSERT_EQ(a.sorted, 1);
+    ASSERT_EQ(a.leader0, 2);
+    ASSERT_EQ(a.nreplicas0, KH_BROKERS);
+    /* The leader moves: a new snapshot says so. */
+    rd_kafka_mock_partition_set_leader(kh_mock, asked, 0, 3);
+    metadata(loop, k, asked, &a);
+    ASSERT_EQ(a.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(a.ntopics, 1);
+    ASSERT_EQ(a.leader0, 3);
+    mf_kafka_close(k, 1000);
+    mf_loop_destroy(loop);
+    mf_pool_destroy(pool);
+}
+
+TEST(metadata_without_a_compute_pool_fails_with_enopool)
+{
+    asked = "none";
+    mf_loop_t *loop = mf_loop_create();
+    mf_kafka_t *k = kp_open(NULL);
+    admin_t a;
+    metadata(loop, k, NULL, &a);
+    ASSERT_EQ(a.state, MF_STATE_SYS_ERROR);
+    ASSERT_EQ(a.error, MF_ENOPOOL);
+    mf_kafka_close(k, 1000);
+    mf_loop_destroy(loop);
+}
+
+/* librdkafka 2.0.2's mock cluster has no CreateTopics handler and names no
+ * controller (metadata says 0): the request waits for a controller until
+ * the admin request timeout (socket.timeout.ms) and fails with
+ * librdkafka's words. What this checks: the answer travels from the
+ * background queue to the waiting task on its loop, bounded in time. */
+TEST(create_topic_reports_the_cluster_answer_on_the_loop)
+{
+    mf_loop_t *loop = mf_loop_create();
+    const char *extra[] = {"socket.timeout.ms", "1500", NULL};
+    mf_kafka_t *k = kp_open(extra);
+    admin_t a;
+    double start = kh_now();
+    create_topic(loop, k, kp_topic("created", 0), 3, &a);
+    ASSERT(kh_now() - start < 15);
+    ASSERT_EQ(a.state, MF_STATE_TIMEOUT);
+    ASSERT_EQ(a.error, MF_ETIMEDOUT);
+    ASSERT_STR_EQ(a.text, "_TIMED_OUT: Failed while waiting for controller: "
+                          "Local: Timed out");
+    mf_kafka_close(k, 1000);
+    mf_loop_destroy(loop);
+}
+
+TEST(create_topic_refuses_bad_arguments_in_its_completion)
+{
+    mf_loop_t *loop = mf_loop_create();
+    const char *extra[] = {"socket.timeout.ms", "1500", NULL};
+    mf_kafka_t *k = kp_open(extra);
+    admin_t a;
+    create_topic(loop, k, "bad-parts", -5, &a);
+    ASSERT_EQ(a.state, MF_STATE_TASK_ERROR);
+    ASSERT_EQ(a.error, MF_EKAFKA);
+    ASSERT(strncmp(a.text, "_INVALID_ARG: ", 14) == 0);
+    ASSERT(strstr(a.text, "partitions") != NULL);
+    mf_kafka_close(k, 1000);
+    mf_loop_destroy(loop);
+}

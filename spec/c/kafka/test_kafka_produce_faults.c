@@ -1,0 +1,248 @@
+/*
+ * test_kafka_produce_faults.c — the produce task when things go wrong:
+ * request errors, a leader down and moving while messages flow (all
+ * delivered, none twice); a message timeout, a full queue, an unknown
+ * partition; and the lifetimes: a canceled task, a loop destroyed with
+ * messages in flight, a handle closed with messages in flight.
+ */
+#include "kafka_prod.h"
+
+/* The topic's partitions led by broker 1, 2, 3, 1 ... */
+static const char *led_topic(const char *base, int parts)
+{
+    const char *topic = kp_topic(base, parts);
+    for (int p = 0; p < parts; p++)
+        rd_kafka_mock_partition_set_leader(kh_mock, topic, p,
+                                           1 + p % KH_BROKERS);
+    return topic;
+}
+
+/* Every id sent to partition p (id % parts == p) read back once, in the
+ * order sent. */
+static void assert_exactly_once(const char *topic, int n, int parts)
+{
+    int per = n / parts;
+    int *ids = malloc(sizeof(int) * (size_t)per);
+    rd_kafka_t *rk = kh_plain_producer(NULL);
+    for (int p = 0; p < parts; p++) {
+        /* A duplicate would take an offset of its own. */
+        int64_t lo = -1, hi = -1;
+        ASSERT(rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi,
+                                                10000) == 0);
+        ASSERT_EQ(lo, 0);
+        ASSERT_EQ(hi, per);
+        ASSERT_EQ(kp_read_ids(topic, p, per, ids), per);
+        for (int i = 0; i < per; i++)
+            ASSERT_EQ(ids[i], i * parts + p);
+    }
+    rd_kafka_destroy(rk);
+    free(ids);
+}
+
+TEST(request_errors_and_a_moving_leader_lose_and_duplicate_nothing)
+{
+    enum { N = 20000, PARTS = 4 };
+    const char *topic = led_topic("faults", PARTS);
+    mf_loop_t *loop = mf_loop_create();
+    mf_kafka_t *k = kp_open(NULL);
+    kp_batch_t b;
+    kp_batch_init(&b, loop, k, topic, N, 500, PARTS);
+    kp_batch_run_to(&b, 2000, 60);
+    /* Produce is API key 0. */
+    rd_kafka_mock_push_request_errors(
+        kh_mock, 0, 4, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+        RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+        RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS);
+    rd_kafka_mock_broker_push_request_error_rtts(
+        kh_mock, 2, 0, 2, RD_KAFKA_RESP_ERR__TRANSPORT, 0,
+        RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, 50);
+    kp_batch_run_to(&b, 6000, 60);
+    rd_kafka_mock_broker_set_down(kh_mock, 1);
+    kp_run_for(loop, 1.0);
+    rd_kafka_mock_broker_set_up(kh_mock, 1);
+    kp_batch_run_to(&b, 12000, 60);
+    rd_kafka_mock_partition_set_leader(kh_mock, topic, 0, 2);
+    rd_kafka_mock_partition_set_leader(kh_mock, topic, 1, 3);
+    kp_batch_run(&b, 90);
+    ASSERT_EQ(b.ok, N);
+    int64_t next[PARTS] = {0};
+    for (int id = 0; id < N; id++)
+        ASSERT_EQ(b.offset[id], next[id % PARTS]++);
+    kp_batch_free(&b);
+    assert_exactly_once(topic, N, PARTS);
+    mf_kafka_close(k, 5000);
+    mf_loop_destroy(loop);
+}
+
+TEST(a_message_not_delivered_in_time_fails_with_timeout)
+{
+    const char *topic = led_topic("timeout", 1);
+    mf_loop_t *loop = mf_loop_create();
+    const char *extra[] = {"message.timeout.ms", "1000", NULL};
+    mf_kafka_t *k = kp_open(extra);
+    rd_kafka_mock_broker_set_down(kh_mock, 1);
+    mf_kafka_message_t m = {
+        .topic = topic, .partition = 0, .value = "late", .value_len = 4};
+    one_t o;
+    produce_one(loop, k, &m, &o);
+    rd_kafka_mock_broker_set_up(kh_mock, 1);
+    ASSERT_EQ(o.state, MF_STATE_TIMEOUT);
+    ASSERT_EQ(o.error, MF_ETIMEDOUT);
+    ASSERT_STR_EQ(o.text, "_MSG_TIMED_OUT: Local: Message timed out");
+    mf_kafka_close(k, 5000);
+    mf_loop_destroy(loop);
+}
+
+TEST(a_full_queue_fails_at_once_with_busy)
+{
+    const char *topic = kp_topic("full", 1);
+    mf_loop_t *loop = mf_loop_create();
+    const char *extra[] = {"queue.buffering.max.messages", "1", "linger.ms",
+                           "200", NULL};
+    mf_kafka_t *k = kp_open(extra);
+    kp_batch_t b;
+    kp_batch_init(&b, loop, k, topic, 50, 50, 1);
+    kp_batch_run(&b, 60);
+    ASSERT(b.ok >= 1 && b.ok < 50);
+    ASSERT_EQ(b.first_state, MF_STATE_TASK_ERROR);
+    ASSERT_EQ(b.first_error, MF_EBUSY);
+    ASSERT_STR_EQ(b.first_text, "_QUEUE_FULL: Local: Queue full");
+    kp_batch_free(&b);
+    mf_kafka_close(k, 5000);
+    mf_loop_destroy(loop);
+}
+
+TEST(an_unknown_partition_fails_with_enoent)
+{
+    const char *topic = kp_topic("parts", 2);
+    mf_loop_t *loop = mf_loop_create();
+    mf_kafka_t *k = kp_open(NULL);
+    mf_kafka_message_t m = {
+        .topic = topic, .partition = 7, .value = "x", .value_len = 1};
+    one_t o;
+    produce_one(loop, k, &m, &o);
+    ASSERT_EQ(o.state, MF_STATE_TASK_ERROR);
+    ASSERT_EQ(o.error, MF_ENOENT);
+    ASSERT(strstr(o.text, "UNKNOWN_PARTITION") != NULL);
+    mf_kafka_close(k, 5000);
+    mf_loop_destroy(loop);
+}
+
+/* ---- lifetimes ------------------------------------------------------------
+ */
+
+static int callbacks;
+
+static void count_done(mf_task_t *t)
+{
+    one_t *o = t->user;
+    callbacks++;
+    o->state = mf_task_state(t);
+    o->error = mf_task_error(t);
+    o->done = true;
+}
+
+static void wait_in_flight_zero(mf_loop_t *loop, mf_kafka_t *k, double max_s)
+{
+    double end = kh_now() + max_s;
+    while (mf_kafka_in_flight(k) > 0 && kh_now() < end) {
+        if (loop)
+            mf_loop_run(loop, MF_RUN_NOWAIT);
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    ASSERT_EQ(mf_kafka_in_flight(k), 0);
+}
+
+/* n messages handed to librdkafka while their leader (broker 1) is down. */
+static void stall(kp_batch_t *b, mf_loop_t *loop, mf_kafka_t *k,
+                  const char *topic, int n)
+{
+    rd_kafka_mock_broker_set_down(kh_mock, 1);
+    kp_batch_init(b, loop, k, topic, n, n, 1);
+    kp_send_next(b);
+    for (int i = 0; i < 5; i++)
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+}
+
+TEST(a_canceled_task_completes_at_once_and_its_late_report_is_dropped)
+{
+    const char *topic = led_topic("cancel", 1);
+    mf_loop_t *loop = mf_loop_create();
+    mf_kafka_t *k = kp_open(NULL);
+    rd_kafka_mock_broker_set_down(kh_mock, 1);
+    mf_kafka_message_t m = {
+        .topic = topic, .partition = 0, .value = "c", .value_len = 1};
+    one_t o = {0};
+    callbacks = 0;
+    mf_task_t *t = mf_task_kafka_produce_create(loop, k, &m, count_done, &o);
+    mf_task_set_timeout(t, 100);
+    double start = kh_now();
+    mf_task_start(t);
+    ASSERT(kp_run_until(loop, &o.done, 10));
+    ASSERT(kh_now() - start < 5);
+    ASSERT_EQ(o.state, MF_STATE_TIMEOUT);
+    ASSERT_EQ(mf_kafka_in_flight(k), 1);
+    rd_kafka_mock_broker_set_up(kh_mock, 1);
+    wait_in_flight_zero(loop, k, 30);
+    kp_run_for(loop, 0.2); /* the report reaches the loop and is dropped */
+    ASSERT_EQ(callbacks, 1);
+    ASSERT_EQ(kh_read_plain(topic, 0, 1, 15, NULL, NULL), 1);
+    mf_kafka_close(k, 5000);
+    mf_loop_destroy(loop);
+}
+
+TEST(a_loop_destroyed_with_messages_in_flight_leaves_nothing_behind)
+{
+    const char *topic = led_topic("gone", 1);
+    mf_loop_t *loop = mf_loop_create();
+    mf_kafka_t *k = kp_open(NULL);
+    kp_batch_t b;
+    stall(&b, loop, k, topic, 100);
+    ASSERT_EQ(mf_kafka_in_flight(k), 100);
+    mf_loop_destroy(loop);
+    rd_kafka_mock_broker_set_up(kh_mock, 1);
+    wait_in_flight_zero(NULL, k, 30);
+    ASSERT_EQ(b.done, 0);
+    ASSERT_EQ(kh_read_plain(topic, 0, 100, 15, NULL, NULL), 100);
+    kp_batch_free(&b);
+    mf_kafka_close(k, 5000);
+}
+
+TEST(closing_a_handle_fails_its_waiting_tasks_with_closed)
+{
+    const char *topic = led_topic("closing", 1);
+    mf_loop_t *loop = mf_loop_create();
+    const char *extra[] = {"client.id", "closing", NULL};
+    mf_kafka_t *k = kp_open(extra);
+    kp_batch_t b;
+    stall(&b, loop, k, topic, 20);
+    ASSERT_EQ(mf_kafka_in_flight(k), 20);
+    double start = kh_now();
+    mf_kafka_close(k, 0);
+    ASSERT(kh_now() - start < 10);
+    ASSERT(kp_run_until(loop, &b.finished, 10));
+    rd_kafka_mock_broker_set_up(kh_mock, 1);
+    ASSERT_EQ(b.ok, 0);
+    ASSERT_EQ(b.first_state, MF_STATE_TASK_ERROR);
+    ASSERT_EQ(b.first_error, MF_ECLOSED);
+    ASSERT(strncmp(b.first_text, "_PURGE_", 7) == 0);
+    kp_batch_free(&b);
+    mf_loop_destroy(loop);
+}
+
+TEST(a_loop_destroyed_then_its_handle_closed_leaves_nothing_behind)
+{
+    const char *topic = led_topic("both", 1);
+    mf_loop_t *loop = mf_loop_create();
+    const char *extra[] = {"client.id", "both", NULL};
+    mf_kafka_t *k = kp_open(extra);
+    kp_batch_t b;
+    stall(&b, loop, k, topic, 10);
+    mf_loop_destroy(loop);
+    mf_kafka_close(k, 0); /* purged: the reports find no loop */
+    rd_kafka_mock_broker_set_up(kh_mock, 1);
+    ASSERT_EQ(b.done, 0);
+    kp_batch_free(&b);
+}
