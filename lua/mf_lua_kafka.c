@@ -158,7 +158,7 @@ static const char *mf_lua__msg_string(lua_State *L, int idx, const char *key,
 
 static lua_Number mf_lua__msg_integer(lua_State *L, int idx, const char *key,
                                       lua_Number none, lua_Number min,
-                                      lua_Number max)
+                                      lua_Number max, int *present)
 {
     lua_getfield(L, idx, key);
     if (lua_isnil(L, -1)) {
@@ -166,14 +166,16 @@ static lua_Number mf_lua__msg_integer(lua_State *L, int idx, const char *key,
         return none;
     }
     lua_Number d = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || d != floor(d) || d < min ||
-        d > 9.2e18)
-        luaL_error(L, "kafka message: %s must be an integer >= %.0f", key, min);
+    if (lua_type(L, -1) != LUA_TNUMBER || d != floor(d) || d < min || d > max)
+        luaL_error(L, "kafka message: %s must be an integer from %.0f to %.0f",
+                   key, min, max);
     lua_pop(L, 1);
+    (*present)++;
     return d;
 }
 
-static void mf_lua__msg_keys(lua_State *L, int idx)
+/* Raises naming a key of the message at idx that is none of ours. */
+static void mf_lua__msg_unknown_key(lua_State *L, int idx)
 {
     static const char *const known[] = {"topic",     "value",   "key",
                                         "partition", "headers", "timestamp"};
@@ -246,35 +248,50 @@ static mf_kafka_header_t *mf_lua__headers(lua_State *L, int idx, size_t *n)
     return hs;
 }
 
-void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
+/* The message's headers (present at -1) into m; the array's userdata
+ * stays on the stack. */
+static void mf_lua__msg_headers(lua_State *L, mf_kafka_message_t *m)
 {
-    if (!lua_istable(L, idx))
-        luaL_error(L, "kafka message: a table expected, got %s",
-                   luaL_typename(L, idx));
-    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
-    mf_lua__msg_keys(L, idx);
-    memset(m, 0, sizeof *m);
-    m->topic = mf_lua__msg_string(L, idx, "topic", NULL);
-    if (!m->topic)
-        luaL_error(L, "kafka message: topic (a string) is required");
-    m->key = mf_lua__msg_string(L, idx, "key", &m->key_len);
-    m->value = mf_lua__msg_string(L, idx, "value", &m->value_len);
-    m->partition = (int32_t)mf_lua__msg_integer(
-        L, idx, "partition", MF_KAFKA_PARTITION_ANY, 0, INT32_MAX);
-    m->timestamp_ms =
-        (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0, 9.2e18);
-    lua_getfield(L, idx, "headers");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return;
-    }
     if (!lua_istable(L, -1))
         luaL_error(L, "kafka message: headers must be a table, got %s",
                    luaL_typename(L, -1));
     /* The headers table stays referenced by the message table. */
     int hidx = lua_gettop(L);
     m->headers = mf_lua__headers(L, hidx, &m->nheaders);
-    lua_remove(L, hidx); /* leaves the array's userdata on the stack */
+    lua_remove(L, hidx);
+}
+
+void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
+{
+    if (!lua_istable(L, idx))
+        luaL_error(L, "kafka message: a table expected, got %s",
+                   luaL_typename(L, idx));
+    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    memset(m, 0, sizeof *m);
+    m->topic = mf_lua__msg_string(L, idx, "topic", NULL);
+    if (!m->topic)
+        luaL_error(L, "kafka message: topic (a string) is required");
+    m->key = mf_lua__msg_string(L, idx, "key", &m->key_len);
+    m->value = mf_lua__msg_string(L, idx, "value", &m->value_len);
+    int known = 1 + (m->key != NULL) + (m->value != NULL);
+    m->partition = (int32_t)mf_lua__msg_integer(
+        L, idx, "partition", MF_KAFKA_PARTITION_ANY, 0, INT32_MAX, &known);
+    m->timestamp_ms =
+        (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0, 9.2e18, &known);
+    /* Any key beyond the ones read is unknown: count, compare no names. */
+    int keys = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        keys++;
+        lua_pop(L, 1);
+    }
+    lua_getfield(L, idx, "headers");
+    if (keys != known + !lua_isnil(L, -1))
+        mf_lua__msg_unknown_key(L, idx);
+    if (lua_isnil(L, -1))
+        lua_pop(L, 1);
+    else
+        mf_lua__msg_headers(L, m);
 }
 
 /* ---- producer objects ---------------------------------------------------- */

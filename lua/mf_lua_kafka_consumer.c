@@ -411,8 +411,10 @@ static size_t mf_lua__parts(lua_State *L, int idx, bool offsets,
                               "offset must be a number, "
                               "\"beginning\" or \"end\"");
         } else if (offsets) {
-            if (!lua_isnumber(L, -1))
-                luaL_argerror(L, idx, "each part needs offset=");
+            if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
+                luaL_argerror(L, idx,
+                              "each part needs offset= (a number >= "
+                              "0, \"beginning\" or \"end\")");
             tp[i].offset = (int64_t)lua_tonumber(L, -1);
         }
         lua_pop(L, 4);
@@ -549,22 +551,29 @@ static int mf_lua__errors(lua_State *L)
 
 /* ---- close ------------------------------------------------------------ */
 
+/* The C consumer lets go of kc: it is freed now if the object is gone,
+ * else by __gc; a collection while a closer resumes may free it, so the
+ * closers are taken out first and kc is not touched after. */
 static void mf_lua__closed(void *user)
 {
     mf_lua_kc_t *kc = user;
+    mf_loop_t *loop = kc->loop;
+    mf_list_t closers;
+    mf_list_init(&closers);
+    mf_list_splice_back(&closers, &kc->closers);
     kc->c = NULL;
-    while (!mf_list_empty(&kc->closers)) {
+    if (!kc->host)
+        mf_lua__kc_free(kc);
+    while (!mf_list_empty(&closers)) {
         mf_lua_kc_op_t *op =
-            mf_container_of(kc->closers.next, mf_lua_kc_op_t, link);
+            mf_container_of(closers.next, mf_lua_kc_op_t, link);
         mf_list_remove(&op->link);
         mf_lua_co_t *co = op->co;
-        mf_loop_free(kc->loop, op, sizeof *op);
+        mf_loop_free(loop, op, sizeof *op);
         mf_lua_co_unpark(co);
         lua_pushboolean(mf_lua_co_thread(co), 1);
         mf_lua_co_resume(co, 1);
     }
-    if (!kc->host) /* the object is gone too */
-        mf_lua__kc_free(kc);
 }
 
 static void mf_lua__start_close(mf_lua_kc_t *kc)

@@ -607,10 +607,10 @@ static int mf__tp_result(const rd_kafka_topic_partition_list_t *l, char *errbuf,
     for (int i = 0; i < l->cnt; i++)
         if (l->elems[i].err &&
             l->elems[i].err != RD_KAFKA_RESP_ERR__IN_PROGRESS) { /* seek */
-            char text[256];
-            mf__kafka_error_text(text, sizeof text, l->elems[i].err, NULL);
-            snprintf(errbuf, errlen, "%s [%d]: %s", l->elems[i].topic,
-                     (int)l->elems[i].partition, text);
+            snprintf(errbuf, errlen, "%s: %s [%d]: %s",
+                     rd_kafka_err2name(l->elems[i].err), l->elems[i].topic,
+                     (int)l->elems[i].partition,
+                     rd_kafka_err2str(l->elems[i].err));
             return MF_EKAFKA;
         }
     return 0;

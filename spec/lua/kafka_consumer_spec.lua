@@ -89,6 +89,22 @@ describe("mf.kafka consumer", function()
         assert.equals(0, after)
     end)
 
+    it("ends a messages() loop waiting with no limit when another "
+       .. "coroutine closes the consumer", function()
+        local t = fresh(1)
+        local c = k:consumer(opts { group = "g-" .. t, topics = { t } })
+        local closed
+        mf.timer.at(1500, function() closed = c:close() end)
+        local n = 0
+        for _ in c:messages() do n = n + 1 end -- only the close ends it
+        assert.equals(0, n)
+        local deadline = mf.now() + 10000
+        while closed == nil and mf.now() < deadline do mf.sleep(10) end
+        assert.is_true(closed)
+        assert.has_error(function() c:lag(t, 0) end,
+                         "c:lag: the consumer is closed")
+    end)
+
     it("stores a message's offset when the loop asks for the next one, "
        .. "or at close", function()
         local t = fresh(1)
@@ -229,6 +245,8 @@ describe("mf.kafka consumer", function()
         assert.has_error(function() c:pause({}) end)
         assert.has_error(function() c:seek { { topic = t, partition = 0,
                                                offset = "later" } } end)
+        assert.has_error(function() c:commit { { topic = t, partition = 0,
+                                                 offset = -5 } } end)
         assert.is_true(c:close())
         assert.has_error(function() c:poll() end,
                          "c:poll: the consumer is closed")

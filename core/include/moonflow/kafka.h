@@ -230,7 +230,9 @@ typedef struct mf_kafka_consumer_opts {
 /* A consumer on loop, subscribed to opts->topics. NULL with librdkafka's
  * message in errbuf for a bad property, a missing group.id or an empty
  * subscription. moonflow's defaults, where the caller gives none:
- * auto.offset.reset=earliest, enable.partition.eof=false. */
+ * auto.offset.reset=earliest, enable.partition.eof=false,
+ * enable.auto.offset.store=false (offsets are stored by moonflow once the
+ * application has had the records: see mf_task_kafka_poll_create). */
 MF_API mf_kafka_consumer_t *
 mf_kafka_consumer_open(mf_loop_t *loop, const mf_kafka_consumer_opts_t *opts,
                        char *errbuf, size_t errlen);

@@ -271,4 +271,21 @@ static inline const char *kc_name(char *buf, size_t len, const char *what)
     return buf;
 }
 
+/* The start of most cases: a topic of nparts partitions with n records
+ * "p0-<i>" in partition 0, a new loop, and k a consumer of the topic in a
+ * group of its own. Returns the loop. */
+static inline mf_loop_t *kc_case(kc_t *k, char *topic, char *group,
+                                 const char *what, int nparts, int n)
+{
+    kh_setup();
+    kc_name(topic, 64, what);
+    kh_topic(topic, nparts);
+    if (n > 0)
+        kc_produce(topic, 0, 0, n);
+    mf_loop_t *loop = mf_loop_create();
+    kc_open(k, loop, kc_name(group, 64, "g"), topic, nparts, n > 0 ? n : 1,
+            NULL);
+    return loop;
+}
+
 #endif /* MF_TEST_KAFKA_CONSUMER_UTIL_H */

@@ -82,12 +82,8 @@ static void count_cb(mf_task_t *t)
 TEST(one_poll_task_at_a_time_and_a_close_fails_the_waiting_one)
 {
     char topic[64], group[64];
-    kh_setup();
-    kc_name(topic, sizeof topic, "busy");
-    kh_topic(topic, 1);
-    mf_loop_t *loop = mf_loop_create();
     kc_t k;
-    kc_open(&k, loop, kc_name(group, sizeof group, "g"), topic, 1, 1, NULL);
+    mf_loop_t *loop = kc_case(&k, topic, group, "busy", 1, 0);
     k.wait_ms = -1;
     kc_poll_start(&k); /* waits: the topic is empty */
     int second[4] = {0};
@@ -110,12 +106,8 @@ TEST(one_poll_task_at_a_time_and_a_close_fails_the_waiting_one)
 TEST(wait_ms_bounds_the_wait_and_zero_returns_at_once)
 {
     char topic[64], group[64];
-    kh_setup();
-    kc_name(topic, sizeof topic, "wait");
-    kh_topic(topic, 1);
-    mf_loop_t *loop = mf_loop_create();
     kc_t k;
-    kc_open(&k, loop, kc_name(group, sizeof group, "g"), topic, 1, 1, NULL);
+    mf_loop_t *loop = kc_case(&k, topic, group, "wait", 1, 0);
     k.keep = false;
     int now[4] = {0};
     mf_task_start(mf_task_kafka_poll_create(k.c, 10, 0, count_cb, now));
@@ -230,13 +222,8 @@ static void stop_timer_cb(mf_timer_t *timer)
 TEST(an_idle_consumer_costs_the_loop_no_iterations)
 {
     char topic[64], group[64];
-    kh_setup();
-    kc_name(topic, sizeof topic, "idle");
-    kh_topic(topic, 2);
-    kh_produce_plain(topic, 0, "p0", 10);
-    mf_loop_t *loop = mf_loop_create();
     kc_t k;
-    kc_open(&k, loop, kc_name(group, sizeof group, "g"), topic, 2, 10, NULL);
+    mf_loop_t *loop = kc_case(&k, topic, group, "idle", 2, 10);
     k.wait_ms = -1; /* no timer of ours */
     kc_poll_start(&k);
     ASSERT(kc_run_until_unique(&k, 10, 30));
@@ -265,13 +252,8 @@ TEST(an_idle_consumer_costs_the_loop_no_iterations)
 TEST(a_loop_destroyed_with_its_consumer_open_closes_it)
 {
     char topic[64], group[64];
-    kh_setup();
-    kc_name(topic, sizeof topic, "leftover");
-    kh_topic(topic, 1);
-    kh_produce_plain(topic, 0, "p0", 5);
-    mf_loop_t *loop = mf_loop_create();
     kc_t k;
-    kc_open(&k, loop, kc_name(group, sizeof group, "g"), topic, 1, 5, NULL);
+    mf_loop_t *loop = kc_case(&k, topic, group, "leftover", 1, 5);
     kc_poll_start(&k);
     ASSERT(kc_run_until_unique(&k, 5, 30));
     k.keep = false;

@@ -25,8 +25,17 @@ TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
     kc_produce(topic, 0, 0, 200);
     kc_produce(topic, 1, 0, 200);
     ASSERT(kc_run_until_unique(&k, 400, 60));
+    kc_settle(&k);
+    kc_answer_t first = {0};
+    mf_task_start(
+        mf_task_kafka_commit_create(k.c, NULL, 0, kc_answer_cb, &first));
+    ASSERT(kh_run_until(loop, &first.done, 60));
+    ASSERT_EQ(first.state, MF_STATE_SUCCESS);
+    k.keep = true;
+    kc_poll_start(&k);
 
-    /* The coordinator goes: fetching goes on. */
+    /* The coordinator goes: fetching goes on. (If the member's session
+     * lapses meanwhile, it rejoins and rereads from the commit.) */
     ASSERT(rd_kafka_mock_broker_set_down(kh_mock, 1) == 0);
     kc_produce(topic, 0, 200, 100);
     kc_produce(topic, 1, 200, 100);
@@ -47,8 +56,14 @@ TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
     fprintf(stderr, "%llu transient errors, the last: %s\n",
             (unsigned long long)errors, last ? last : "none");
     ASSERT((errors == 0) == (last == NULL));
-    ASSERT_EQ(k.dups, 0);
-    ASSERT_EQ(k.disorder, 0);
+    fprintf(stderr, "%d rebalances, %d records read twice\n",
+            k.revoked + k.lost, k.dups);
+    ASSERT_EQ(k.unique, 800);
+    ASSERT(k.dups <= 400); /* at most what came after the commit */
+    if (k.revoked + k.lost == 0) {
+        ASSERT_EQ(k.dups, 0);
+        ASSERT_EQ(k.disorder, 0);
+    }
     ASSERT_EQ(k.failures, 0);
 
     kc_settle(&k);
@@ -82,13 +97,8 @@ TEST(consumption_resumes_after_the_coordinator_and_the_leader_come_back)
 TEST(a_commit_while_the_consumer_closes_gets_an_answer)
 {
     char topic[64], group[64];
-    kh_setup();
-    kc_name(topic, sizeof topic, "closing");
-    kh_topic(topic, 1);
-    kc_produce(topic, 0, 0, 20);
-    mf_loop_t *loop = mf_loop_create();
     kc_t k;
-    kc_open(&k, loop, kc_name(group, sizeof group, "g"), topic, 1, 20, NULL);
+    mf_loop_t *loop = kc_case(&k, topic, group, "closing", 1, 20);
     kc_poll_start(&k);
     ASSERT(kc_run_until_unique(&k, 20, 30));
     kc_settle(&k);

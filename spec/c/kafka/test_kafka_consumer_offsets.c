@@ -162,13 +162,8 @@ TEST(a_paused_partition_yields_nothing_while_the_others_flow)
 TEST(seek_back_replays_and_lag_is_produced_minus_consumed)
 {
     char topic[64], group[64];
-    kh_setup();
-    kc_name(topic, sizeof topic, "seek");
-    kh_topic(topic, 1);
-    kh_produce_plain(topic, 0, "p0", 100);
-    mf_loop_t *loop = mf_loop_create();
     kc_t k;
-    kc_open(&k, loop, kc_name(group, sizeof group, "g"), topic, 1, 100, NULL);
+    mf_loop_t *loop = kc_case(&k, topic, group, "seek", 1, 100);
     k.max = 10;
     kc_poll_start(&k);
     ASSERT(kc_run_until_unique(&k, 30, 30));
