@@ -147,15 +147,19 @@ class Kcat:
                 "-X", "enable.idempotence=true", "-l", args.lines_file]
 
 
-class MoonflowLoad:
-    name = "moonflow"
+class MoonflowPeer:
+    """A peer run by build/moonflow, which must have mf.kafka (probed once)."""
     _missing = {}
 
     def __init__(self, build):
         self.exe = os.path.join(build, "moonflow")
 
     def missing(self):
-        return R.moonflow_missing(self.exe, "kafka", self._missing)
+        return R.moonflow_missing(self.exe, "kafka", MoonflowPeer._missing)
+
+
+class MoonflowLoad(MoonflowPeer):
+    name = "moonflow"
 
     def command(self, mock, topic, args):
         return [self.exe, "run", PRODUCE_LOAD, mock.bootstrap, topic,
@@ -263,16 +267,9 @@ class NginxRestyKafka(C.NginxLua):
         return body == b'{"queued":true}'
 
 
-class MoonflowSite:
+class MoonflowSite(MoonflowPeer):
     """moonflow serve examples/kafka_site: /event answers after the report."""
     name = "moonflow-lua"
-    _missing = {}
-
-    def __init__(self, build):
-        self.exe = os.path.join(build, "moonflow")
-
-    def missing(self):
-        return R.moonflow_missing(self.exe, "kafka", self._missing)
 
     def command(self, port, size, conns, workdir):
         # env execs the server: the PID measured is moonflow's own.
