@@ -1,8 +1,8 @@
 /*
  * lua/mf_lua_kafka.c — moonflow.kafka, the C side of mf.kafka: producer
  * objects (one per property list and host, each holding one reference to
- * the process's mf_kafka_t), k:produce, k:metadata, k:create_topic,
- * k:consumer (opened by mf_lua_kafka_consumer.c), and what the
+ * the process's mf_kafka_t), k:produce, k:produce_batch, k:metadata,
+ * k:create_topic, k:consumer (opened by mf_lua_kafka_consumer.c), and what the
  * "kafka_produce" task kind shares: message tables, error strings.
  *
  * Owns: the producer objects (the host's cache table keeps them until the
@@ -458,6 +458,82 @@ static int mf_lua__produce(lua_State *L)
     return mf_lua__park_on(L, co, task);
 }
 
+/* ---- k:produce_batch -------------------------------------------------------
+ */
+
+/* More than librdkafka's default queue (queue.buffering.max.messages)
+ * holds could only fail. */
+#define MF_LUA_KAFKA_BATCH_MAX 100000
+
+static void mf_lua__push_outcome(lua_State *L, const mf_kafka_delivery_t *d)
+{
+    if (d->err) {
+        char text[MF_LUA_KAFKA_ERR_MAX];
+        mf_kafka_error_text(d->err, text, sizeof text);
+        lua_createtable(L, 0, 1);
+        lua_pushfstring(L, "kafka %s", text);
+        lua_setfield(L, -2, "error");
+        return;
+    }
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, d->partition);
+    lua_setfield(L, -2, "partition");
+    lua_pushnumber(L, (lua_Number)d->offset);
+    lua_setfield(L, -2, "offset");
+}
+
+static void mf_lua__push_deliveries(lua_State *L, const mf_task_t *task)
+{
+    size_t n = 0;
+    const mf_kafka_delivery_t *d = mf_task_kafka_deliveries(task, &n);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        mf_lua__push_outcome(L, &d[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+static void mf_lua__batch_produced(mf_task_t *task)
+{
+    mf_lua__resume_with(task, mf_lua__push_deliveries);
+}
+
+/* The message tables of the array at 2 into ms; headers' arrays are
+ * anchored in the table at 4 (the message tables keep the strings). */
+static void mf_lua__batch_check(lua_State *L, mf_kafka_message_t *ms, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, (int)i + 1);
+        int top = lua_gettop(L);
+        mf_lua_kafka_check_message(L, top, &ms[i]);
+        if (lua_gettop(L) > top) /* the headers' array */
+            lua_rawseti(L, 4, (int)i + 1);
+        lua_pop(L, 1);
+    }
+}
+
+static int mf_lua__produce_batch(lua_State *L)
+{
+    mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    size_t n = lua_objlen(L, 2);
+    luaL_argcheck(L, n <= MF_LUA_KAFKA_BATCH_MAX, 2, "at most 100000 messages");
+    if (n == 0) {
+        lua_newtable(L);
+        return 1;
+    }
+    mf_kafka_message_t *ms = lua_newuserdata(L, n * sizeof *ms); /* 3 */
+    lua_newtable(L);                                             /* 4 */
+    mf_lua__batch_check(L, ms, n);
+    mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
+    mf_task_t *task = mf_task_kafka_produce_batch_create(
+        loop, obj->k, ms, n, mf_lua__batch_produced, co);
+    lua_settop(L, 2); /* the task has its copy */
+    return mf_lua__park_on(L, co, task);
+}
+
 /* ---- k:metadata -----------------------------------------------------------
  */
 
@@ -593,6 +669,7 @@ static int mf_lua__consumer(lua_State *L)
 int mf_lua_open_kafka(lua_State *L)
 {
     static const luaL_Reg methods[] = {{"produce", mf_lua__produce},
+                                       {"produce_batch", mf_lua__produce_batch},
                                        {"metadata", mf_lua__metadata},
                                        {"create_topic", mf_lua__create_topic},
                                        {"consumer", mf_lua__consumer},
