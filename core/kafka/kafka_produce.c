@@ -242,21 +242,100 @@ static void mf__batch_arrived(mf__kafka_report_t *r)
         mf_task_complete(&t->head.base, MF_STATE_SUCCESS, 0);
 }
 
+/* Messages of one run through rd_kafka_produce_batch at most: its array
+ * lives on the loop thread's stack. */
+#define MF__BATCH_RUN 128
+
+/* Sends message i through rd_kafka_producev. */
+static void mf__batch_send_one(mf__kafka_batch_t *t, size_t i)
+{
+    mf__kafka_report_t *r = mf__kafka_report_take(
+        t->head.base._loop, &t->head.base, mf__batch_arrived);
+    r->index = i;
+    rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msgs[i], r);
+    if (err) { /* a full queue: _QUEUE_FULL */
+        mf__kafka_report_unused(r);
+        t->out[i].err = (int)err;
+        return;
+    }
+    t->reports[i] = r;
+    t->pending++;
+}
+
+/* rd_kafka_produce_batch takes neither headers nor timestamps. */
+static bool mf__batch_plain(const mf_kafka_message_t *m)
+{
+    return !m->nheaders && !m->timestamp_ms;
+}
+
+/* The end of the run of plain messages to one topic that starts at i (i
+ * itself when message i is not plain). Topics copied from one pointer
+ * share their copy (mf__batch_copy), so names are rarely compared. */
+static size_t mf__batch_run_end(const mf__kafka_batch_t *t, size_t i)
+{
+    const char *topic = t->msgs[i].topic;
+    size_t j = i;
+    while (j < t->n && j - i < MF__BATCH_RUN && mf__batch_plain(&t->msgs[j]) &&
+           (t->msgs[j].topic == topic || strcmp(t->msgs[j].topic, topic) == 0))
+        j++;
+    return j;
+}
+
+/* Messages i..j-1 through rd_kafka_produce_batch: one topic lock and one
+ * clock read for the run instead of one per message. */
+static void mf__batch_send_run(mf__kafka_batch_t *t, rd_kafka_topic_t *rkt,
+                               size_t i, size_t j)
+{
+    rd_kafka_message_t rms[MF__BATCH_RUN];
+    size_t n = j - i;
+    memset(rms, 0, n * sizeof *rms);
+    for (size_t x = 0; x < n; x++) {
+        const mf_kafka_message_t *m = &t->msgs[i + x];
+        mf__kafka_report_t *r = mf__kafka_report_take(
+            t->head.base._loop, &t->head.base, mf__batch_arrived);
+        r->index = i + x;
+        t->reports[i + x] = r;
+        rms[x].partition = m->partition;
+        rms[x].payload = (void *)m->value;
+        rms[x].len = m->value_len;
+        rms[x].key = (void *)m->key;
+        rms[x].key_len = m->key_len;
+        rms[x]._private = r;
+    }
+    /* Counted before librdkafka has them: reports may come at once. */
+    mf__kafka_message_out(t->k, (int)n);
+    rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA,
+                           RD_KAFKA_MSG_F_COPY | RD_KAFKA_MSG_F_PARTITION, rms,
+                           (int)n);
+    for (size_t x = 0; x < n; x++) {
+        if (!rms[x].err) {
+            t->pending++;
+            continue;
+        }
+        mf__kafka_message_out(t->k, -1);
+        mf__kafka_report_unused(t->reports[i + x]);
+        t->reports[i + x] = NULL;
+        t->out[i + x].err = (int)rms[x].err;
+    }
+}
+
 static void mf__batch_dispatch(mf_task_t *task)
 {
     mf__kafka_batch_t *t = mf__batch_of(task);
-    for (size_t i = 0; i < t->n; i++) {
-        mf__kafka_report_t *r =
-            mf__kafka_report_take(task->_loop, task, mf__batch_arrived);
-        r->index = i;
-        rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msgs[i], r);
-        if (err) { /* a full queue: _QUEUE_FULL */
-            mf__kafka_report_unused(r);
-            t->out[i].err = (int)err;
-            continue;
+    size_t i = 0;
+    while (i < t->n) {
+        size_t j = mf__batch_run_end(t, i);
+        rd_kafka_topic_t *rkt =
+            j > i + 1
+                ? rd_kafka_topic_new(mf__kafka_rk(t->k), t->msgs[i].topic, NULL)
+                : NULL;
+        if (rkt) {
+            mf__batch_send_run(t, rkt, i, j);
+            rd_kafka_topic_destroy(rkt);
+            i = j;
+        } else { /* one message, or a name librdkafka refuses: its error */
+            mf__batch_send_one(t, i++);
         }
-        t->reports[i] = r;
-        t->pending++;
     }
     /* Reports arrive through the loop's mailbox: none came meanwhile. */
     if (t->pending == 0)
@@ -318,6 +397,8 @@ static void mf__batch_copy(mf__kafka_batch_t *t, const mf_kafka_message_t *msgs)
     for (size_t i = 0; i < t->n; i++) {
         mf__message_copy(p, &t->msgs[i], &msgs[i]);
         p += mf__message_size(&msgs[i]);
+        if (i > 0 && msgs[i].topic == msgs[i - 1].topic)
+            t->msgs[i].topic = t->msgs[i - 1].topic;
         t->reports[i] = NULL;
         t->out[i] = (mf_kafka_delivery_t){msgs[i].partition, -1, 0};
     }
