@@ -510,12 +510,10 @@ static void mf_lua__resume_with(mf_task_t *task, mf_lua__push_fn push)
 /* ---- k:produce ------------------------------------------------------------
  */
 
-/* t[name] = the value at -1, popped; names at nidx (the names' table). */
-static void mf_lua__set_named(lua_State *L, int nidx, int name)
+/* The interned name pushed; nidx: the names' table. */
+static void mf_lua__push_name(lua_State *L, int nidx, int name)
 {
     lua_rawgeti(L, nidx, name + 1);
-    lua_insert(L, -2);
-    lua_rawset(L, -3);
 }
 
 /* {partition=, offset=}, or {error=} for a failure; nidx: the names'
@@ -527,15 +525,18 @@ static void mf_lua__push_outcome(lua_State *L, int nidx, int err,
         char text[MF_LUA_KAFKA_ERR_MAX];
         mf_kafka_error_text(err, text, sizeof text);
         lua_createtable(L, 0, 1);
+        mf_lua__push_name(L, nidx, MF_LUA__K_ERROR);
         lua_pushfstring(L, "kafka %s", text);
-        mf_lua__set_named(L, nidx, MF_LUA__K_ERROR);
+        lua_rawset(L, -3);
         return;
     }
     lua_createtable(L, 0, 2);
+    mf_lua__push_name(L, nidx, MF_LUA__K_PARTITION);
     lua_pushinteger(L, partition);
-    mf_lua__set_named(L, nidx, MF_LUA__K_PARTITION);
+    lua_rawset(L, -3);
+    mf_lua__push_name(L, nidx, MF_LUA__K_OFFSET);
     lua_pushnumber(L, (lua_Number)offset);
-    mf_lua__set_named(L, nidx, MF_LUA__K_OFFSET);
+    lua_rawset(L, -3);
 }
 
 /* The names' table pushed; its index. */
