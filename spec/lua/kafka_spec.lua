@@ -90,7 +90,14 @@ describe("k:produce", function()
         local t = topic(1)
         cluster(("leader %s 0 3"):format(t))
         local quick = mf.kafka { brokers = brokers, ["message.timeout.ms"] = 500 }
-        assert(quick:produce { topic = t, value = "warm" })
+        -- A new handle may hold its first message to a new topic up to a
+        -- second (its next topic scan): on a loaded machine past 500 ms.
+        local warm, werr
+        for _ = 1, 5 do
+            warm, werr = quick:produce { topic = t, value = "warm" }
+            if warm then break end
+        end
+        assert(warm, werr)
         cluster("down 3")
         local r, err = quick:produce { topic = t, value = "late" }
         cluster("up 3")
