@@ -553,6 +553,10 @@ static void mf_lua__closed(void *user)
 {
     mf_lua_kc_t *kc = user;
     kc->c = NULL;
+    /* A resumed closer may collect the object (its __gc then frees kc):
+     * held as a pending deferred step holds it, until the loop is done. */
+    bool was_posted = kc->posted;
+    kc->posted = true;
     while (!mf_list_empty(&kc->closers)) {
         mf_lua_kc_op_t *op =
             mf_container_of(kc->closers.next, mf_lua_kc_op_t, link);
@@ -563,7 +567,10 @@ static void mf_lua__closed(void *user)
         lua_pushboolean(mf_lua_co_thread(co), 1);
         mf_lua_co_resume(co, 1);
     }
-    if (!kc->host) /* the object is gone too */
+    kc->posted = was_posted;
+    if (!was_posted && kc->free_after_post) /* collected meanwhile */
+        mf_lua__kc_free(kc);
+    else if (!kc->host && !kc->free_after_post) /* the object is gone too */
         mf_lua__kc_free(kc);
 }
 
