@@ -1,8 +1,8 @@
 /*
  * lua/mf_lua_kafka.c — moonflow.kafka, the C side of mf.kafka: producer
  * objects (one per property list and host, each holding one reference to
- * the process's mf_kafka_t), k:produce, k:metadata, k:create_topic,
- * k:consumer (opened by mf_lua_kafka_consumer.c), and what the
+ * the process's mf_kafka_t), k:produce, k:produce_batch, k:metadata,
+ * k:create_topic, k:consumer (opened by mf_lua_kafka_consumer.c), and what the
  * "kafka_produce" task kind shares: message tables, error strings.
  *
  * Owns: the producer objects (the host's cache table keeps them until the
@@ -143,53 +143,141 @@ static mf_kafka_prop_t *mf_lua__props(lua_State *L, int idx, size_t *n)
 /* ---- messages --------------------------------------------------------------
  */
 
-static const char *mf_lua__msg_string(lua_State *L, int idx, const char *key,
-                                      size_t *len)
+/* ---- the names a message and its outcome use ----------------------------
+ *
+ * LuaJIT interns every string: while this state keeps its own copy of a
+ * name alive, any string with that name is that very object. So a message
+ * table's keys are told apart by their addresses (no strlen, no hashing,
+ * no compare per key), and outcome tables are filled with rawset of the
+ * interned names (no lookup of the name per field).
+ */
+
+enum {
+    MF_LUA__K_TOPIC,
+    MF_LUA__K_VALUE,
+    MF_LUA__K_KEY,
+    MF_LUA__K_PARTITION,
+    MF_LUA__K_HEADERS,
+    MF_LUA__K_TIMESTAMP,
+    MF_LUA__K_MESSAGE_KEYS, /* the keys a message may have end here */
+    MF_LUA__K_OFFSET = MF_LUA__K_MESSAGE_KEYS,
+    MF_LUA__K_ERROR,
+    MF_LUA__K_COUNT
+};
+
+static const char *const mf_lua__names[MF_LUA__K_COUNT] = {
+    "topic",   "value",     "key",    "partition",
+    "headers", "timestamp", "offset", "error"};
+
+/* A userdata of the state's registry: the interned names' addresses; its
+ * environment (the table of the names, 1-based) keeps them alive. */
+typedef struct mf_lua__names {
+    const char *at[MF_LUA__K_COUNT];
+} mf_lua__names_t;
+
+static const char mf_lua__names_key = 0;
+
+static const mf_lua__names_t *mf_lua__names_new(lua_State *L)
 {
-    lua_getfield(L, idx, key);
-    int t = lua_type(L, -1);
-    if (t != LUA_TNIL && t != LUA_TSTRING)
-        luaL_error(L, "kafka message: %s must be a string, got %s", key,
-                   luaL_typename(L, -1));
-    const char *s = lua_tolstring(L, -1, len); /* the table keeps it */
-    lua_pop(L, 1);
-    return s;
+    mf_lua__names_t *ns = lua_newuserdata(L, sizeof *ns);
+    lua_createtable(L, MF_LUA__K_COUNT, 0);
+    for (int i = 0; i < MF_LUA__K_COUNT; i++) {
+        lua_pushstring(L, mf_lua__names[i]);
+        ns->at[i] = lua_tostring(L, -1);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfenv(L, -2);
+    lua_pushlightuserdata(L, (void *)&mf_lua__names_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+    return ns;
 }
 
-static lua_Number mf_lua__msg_integer(lua_State *L, int idx, const char *key,
-                                      lua_Number none, lua_Number min,
-                                      lua_Number max, int *present)
+/* This state's names, their userdata pushed. */
+static const mf_lua__names_t *mf_lua__names_push(lua_State *L)
 {
-    lua_getfield(L, idx, key);
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return none;
-    }
+    lua_pushlightuserdata(L, (void *)&mf_lua__names_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    const mf_lua__names_t *ns = lua_touserdata(L, -1);
+    if (ns)
+        return ns;
+    lua_pop(L, 1);
+    return mf_lua__names_new(L);
+}
+
+/* Which of the message's keys the key at -2 is; MF_LUA__K_MESSAGE_KEYS:
+ * none of them. */
+static int mf_lua__msg_key(lua_State *L, const mf_lua__names_t *ns)
+{
+    if (lua_type(L, -2) != LUA_TSTRING)
+        return MF_LUA__K_MESSAGE_KEYS;
+    const char *k = lua_tostring(L, -2);
+    int i = 0;
+    while (i < MF_LUA__K_MESSAGE_KEYS && ns->at[i] != k)
+        i++;
+    return i;
+}
+
+/* ---- messages --------------------------------------------------------------
+ */
+
+/* The string at -1 (the message's value for key); the table keeps it. */
+static const char *mf_lua__msg_string(lua_State *L, const char *key,
+                                      size_t *len)
+{
+    if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "kafka message: %s must be a string, got %s", key,
+                   luaL_typename(L, -1));
+    return lua_tolstring(L, -1, len);
+}
+
+/* The integer at -1 (the message's value for key), min..max. */
+static lua_Number mf_lua__msg_integer(lua_State *L, const char *key,
+                                      lua_Number min, lua_Number max)
+{
     lua_Number d = lua_tonumber(L, -1);
     if (lua_type(L, -1) != LUA_TNUMBER || d != floor(d) || d < min || d > max)
         luaL_error(L, "kafka message: %s must be an integer from %.0f to %.0f",
                    key, min, max);
-    lua_pop(L, 1);
-    (*present)++;
     return d;
 }
 
-/* Raises naming a key of the message at idx that is none of ours. */
-static void mf_lua__msg_unknown_key(lua_State *L, int idx)
+/* Raises naming the key at -2, none of a message's. */
+static void mf_lua__msg_unknown_key(lua_State *L)
 {
-    static const char *const known[] = {"topic",     "value",   "key",
-                                        "partition", "headers", "timestamp"};
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        const char *k =
-            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        size_t i = 0;
-        while (k && i < MF_ARRAY_SIZE(known) && strcmp(k, known[i]) != 0)
-            i++;
-        if (!k || i == MF_ARRAY_SIZE(known))
-            luaL_error(L, "kafka message: unknown key '%s'",
-                       k ? k : luaL_typename(L, -2));
-        lua_pop(L, 1);
+    luaL_error(L, "kafka message: unknown key '%s'",
+               lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2)
+                                              : luaL_typename(L, -2));
+}
+
+/* The message's field at -1 (key at -2) into m; false for headers (read
+ * after the walk: reading them pushes). */
+static bool mf_lua__msg_field(lua_State *L, const mf_lua__names_t *ns,
+                              mf_kafka_message_t *m)
+{
+    switch (mf_lua__msg_key(L, ns)) {
+    case MF_LUA__K_TOPIC:
+        m->topic = mf_lua__msg_string(L, "topic", NULL);
+        return true;
+    case MF_LUA__K_VALUE:
+        m->value = mf_lua__msg_string(L, "value", &m->value_len);
+        return true;
+    case MF_LUA__K_KEY:
+        m->key = mf_lua__msg_string(L, "key", &m->key_len);
+        return true;
+    case MF_LUA__K_PARTITION:
+        m->partition =
+            (int32_t)mf_lua__msg_integer(L, "partition", 0, INT32_MAX);
+        return true;
+    case MF_LUA__K_TIMESTAMP:
+        m->timestamp_ms =
+            (int64_t)mf_lua__msg_integer(L, "timestamp", 0, 9.2e18);
+        return true;
+    case MF_LUA__K_HEADERS:
+        return false;
+    default:
+        mf_lua__msg_unknown_key(L);
+        return true;
     }
 }
 
@@ -268,30 +356,21 @@ void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
                    luaL_typename(L, idx));
     idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
     memset(m, 0, sizeof *m);
-    m->topic = mf_lua__msg_string(L, idx, "topic", NULL);
-    if (!m->topic)
-        luaL_error(L, "kafka message: topic (a string) is required");
-    m->key = mf_lua__msg_string(L, idx, "key", &m->key_len);
-    m->value = mf_lua__msg_string(L, idx, "value", &m->value_len);
-    int known = 1 + (m->key != NULL) + (m->value != NULL);
-    m->partition = (int32_t)mf_lua__msg_integer(
-        L, idx, "partition", MF_KAFKA_PARTITION_ANY, 0, INT32_MAX, &known);
-    m->timestamp_ms =
-        (int64_t)mf_lua__msg_integer(L, idx, "timestamp", 0, 0, 9.2e18, &known);
-    /* Any key beyond the ones read is unknown: count, compare no names. */
-    int keys = 0;
+    m->partition = MF_KAFKA_PARTITION_ANY;
+    const mf_lua__names_t *ns = mf_lua__names_push(L);
+    bool headers = false;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
-        keys++;
+        headers |= !mf_lua__msg_field(L, ns, m);
         lua_pop(L, 1);
     }
-    lua_getfield(L, idx, "headers");
-    if (keys != known + !lua_isnil(L, -1))
-        mf_lua__msg_unknown_key(L, idx);
-    if (lua_isnil(L, -1))
-        lua_pop(L, 1);
-    else
+    lua_pop(L, 1); /* the names */
+    if (!m->topic)
+        luaL_error(L, "kafka message: topic (a string) is required");
+    if (headers) {
+        lua_getfield(L, idx, "headers");
         mf_lua__msg_headers(L, m);
+    }
 }
 
 /* ---- producer objects ---------------------------------------------------- */
@@ -431,13 +510,50 @@ static void mf_lua__resume_with(mf_task_t *task, mf_lua__push_fn push)
 /* ---- k:produce ------------------------------------------------------------
  */
 
+/* The interned name pushed; nidx: the names' table. */
+static void mf_lua__push_name(lua_State *L, int nidx, int name)
+{
+    lua_rawgeti(L, nidx, name + 1);
+}
+
+/* {partition=, offset=}, or {error=} for a failure; nidx: the names'
+ * table. */
+static void mf_lua__push_outcome(lua_State *L, int nidx, int err,
+                                 int32_t partition, int64_t offset)
+{
+    if (err) {
+        char text[MF_LUA_KAFKA_ERR_MAX];
+        mf_kafka_error_text(err, text, sizeof text);
+        lua_createtable(L, 0, 1);
+        mf_lua__push_name(L, nidx, MF_LUA__K_ERROR);
+        lua_pushfstring(L, "kafka %s", text);
+        lua_rawset(L, -3);
+        return;
+    }
+    lua_createtable(L, 0, 2);
+    mf_lua__push_name(L, nidx, MF_LUA__K_PARTITION);
+    lua_pushinteger(L, partition);
+    lua_rawset(L, -3);
+    mf_lua__push_name(L, nidx, MF_LUA__K_OFFSET);
+    lua_pushnumber(L, (lua_Number)offset);
+    lua_rawset(L, -3);
+}
+
+/* The names' table pushed; its index. */
+static int mf_lua__names_table(lua_State *L)
+{
+    mf_lua__names_push(L);
+    lua_getfenv(L, -1);
+    lua_remove(L, -2);
+    return lua_gettop(L);
+}
+
 static void mf_lua__push_delivery(lua_State *L, const mf_task_t *task)
 {
-    lua_createtable(L, 0, 2);
-    lua_pushinteger(L, mf_task_kafka_partition(task));
-    lua_setfield(L, -2, "partition");
-    lua_pushnumber(L, (lua_Number)mf_task_kafka_offset(task));
-    lua_setfield(L, -2, "offset");
+    int nidx = mf_lua__names_table(L);
+    mf_lua__push_outcome(L, nidx, 0, mf_task_kafka_partition(task),
+                         mf_task_kafka_offset(task));
+    lua_remove(L, nidx);
 }
 
 static void mf_lua__produced(mf_task_t *task)
@@ -455,6 +571,67 @@ static int mf_lua__produce(lua_State *L)
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
     mf_task_t *task =
         mf_task_kafka_produce_create(loop, obj->k, &m, mf_lua__produced, co);
+    return mf_lua__park_on(L, co, task);
+}
+
+/* ---- k:produce_batch -------------------------------------------------------
+ */
+
+/* More than librdkafka's default queue (queue.buffering.max.messages)
+ * holds could only fail. */
+#define MF_LUA_KAFKA_BATCH_MAX 100000
+
+static void mf_lua__push_deliveries(lua_State *L, const mf_task_t *task)
+{
+    size_t n = 0;
+    const mf_kafka_delivery_t *d = mf_task_kafka_deliveries(task, &n);
+    int nidx = mf_lua__names_table(L);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        mf_lua__push_outcome(L, nidx, d[i].err, d[i].partition, d[i].offset);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_remove(L, nidx);
+}
+
+static void mf_lua__batch_produced(mf_task_t *task)
+{
+    mf_lua__resume_with(task, mf_lua__push_deliveries);
+}
+
+/* The message tables of the array at 2 into ms; headers' arrays are
+ * anchored in the table at 4 (the message tables keep the strings). */
+static void mf_lua__batch_check(lua_State *L, mf_kafka_message_t *ms, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, (int)i + 1);
+        int top = lua_gettop(L);
+        mf_lua_kafka_check_message(L, top, &ms[i]);
+        if (lua_gettop(L) > top) /* the headers' array */
+            lua_rawseti(L, 4, (int)i + 1);
+        lua_pop(L, 1);
+    }
+}
+
+static int mf_lua__produce_batch(lua_State *L)
+{
+    mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    size_t n = lua_objlen(L, 2);
+    luaL_argcheck(L, n <= MF_LUA_KAFKA_BATCH_MAX, 2, "at most 100000 messages");
+    if (n == 0) {
+        lua_newtable(L);
+        return 1;
+    }
+    mf_kafka_message_t *ms = lua_newuserdata(L, n * sizeof *ms); /* 3 */
+    lua_newtable(L);                                             /* 4 */
+    mf_lua__batch_check(L, ms, n);
+    mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
+    mf_task_t *task = mf_task_kafka_produce_batch_create(
+        loop, obj->k, ms, n, mf_lua__batch_produced, co);
+    lua_settop(L, 2); /* the task has its copy */
     return mf_lua__park_on(L, co, task);
 }
 
@@ -593,6 +770,7 @@ static int mf_lua__consumer(lua_State *L)
 int mf_lua_open_kafka(lua_State *L)
 {
     static const luaL_Reg methods[] = {{"produce", mf_lua__produce},
+                                       {"produce_batch", mf_lua__produce_batch},
                                        {"metadata", mf_lua__metadata},
                                        {"create_topic", mf_lua__create_topic},
                                        {"consumer", mf_lua__consumer},

@@ -2,18 +2,20 @@
 -- peer of bench_kafka_plain (bench/kafka/plain_producer.c) and `kcat -P`
 -- on the same mock cluster.
 --
---   moonflow run bench/kafka/produce_load.lua BROKERS TOPIC MESSAGES [VALUE_BYTES [CONC [MAX_S]]]
+--   moonflow run bench/kafka/produce_load.lua BROKERS TOPIC MESSAGES [VALUE_BYTES [CONC [MAX_S [BATCH]]]]
 --
--- CONC coroutines (default 10000) share one mf.kafka producer (acks=all,
--- idempotence: moonflow's defaults, as the peers are configured). Each
--- loops k:produce{topic, value} — VALUE_BYTES (default 100) bytes of
--- "0123456789abcdef" repeated, no key: the partitioner spreads them — and
--- waits for its delivery report, until MESSAGES were produced or MAX_S
--- seconds (default 60) passed. CONC messages in flight keep librdkafka's
--- batches full, as the plain producer's unbounded queue does (fewer leave
--- it waiting on the brokers: 2000 take twice as long; batches of
--- mf.task.kafka_produce steps in mf.parallel move in lockstep and fare
--- worse still).
+-- CONC messages (default 10000) are in flight on one mf.kafka producer
+-- (acks=all, idempotence: moonflow's defaults, as the peers are
+-- configured), as CONC / BATCH coroutines. Each loops
+-- k:produce_batch(msgs) with BATCH (default 1000) messages of
+-- {topic, value} — VALUE_BYTES (default 100) bytes of "0123456789abcdef"
+-- repeated, no key: the partitioner spreads them — and checks every
+-- message's outcome, until MESSAGES were produced or MAX_S seconds
+-- (default 60) passed. BATCH 1 uses k:produce, one message per call.
+-- CONC messages in flight keep librdkafka's batches full, as the plain
+-- producer's unbounded queue does (fewer leave it waiting on the brokers:
+-- 2000 take twice as long); ten batches in flight rather than one keep
+-- the brokers busy while a batch's outcomes are read.
 --
 -- The first message is produced alone, before the others (see below).
 --
@@ -29,13 +31,15 @@ package.path = arg[0]:gsub("[^/]*$", "") .. "../lua/?.lua;" .. package.path
 local clock = require "_clock"
 local wall, cpu = clock.wall, clock.cpu
 
-local usage = "usage: produce_load.lua BROKERS TOPIC MESSAGES [VALUE_BYTES [CONC [MAX_S]]]"
+local usage = "usage: produce_load.lua BROKERS TOPIC MESSAGES [VALUE_BYTES [CONC [MAX_S [BATCH]]]]"
 local brokers = assert(arg[1], usage)
 local topic = assert(arg[2], usage)
 local messages = assert(tonumber(arg[3]), usage)
 local value_bytes = tonumber(arg[4] or 100)
 local conc = math.min(tonumber(arg[5] or 10000), messages)
 local max_s = tonumber(arg[6] or 60)
+local batch = math.max(1, math.min(tonumber(arg[7] or 1000), conc))
+local workers = math.ceil(conc / batch)
 
 local k = mf.kafka { brokers = brokers, acks = "all" }
 local value = ("0123456789abcdef"):rep(math.ceil(value_bytes / 16)):sub(1, value_bytes)
@@ -52,13 +56,35 @@ local function count(r, err)
     end
 end
 
+-- One call of BATCH messages (fewer at the end); every outcome counts.
+local function produce_batch(msgs)
+    local n = math.min(batch, messages - issued)
+    for i = n + 1, #msgs do msgs[i] = nil end
+    for i = #msgs + 1, n do msgs[i] = msg end
+    issued = issued + n
+    local rs, err = k:produce_batch(msgs)
+    if not rs then
+        for _ = 1, n do count(nil, err) end
+        return
+    end
+    for i = 1, n do
+        local r = rs[i]
+        if not (r and r.offset) then count(nil, r and r.error or "no outcome") end
+    end
+end
+
 local function worker()
+    local msgs = {}
     while issued < messages and mf.now() < deadline_ms do
-        issued = issued + 1
-        count(k:produce(msg))
+        if batch == 1 then
+            issued = issued + 1
+            count(k:produce(msg))
+        else
+            produce_batch(msgs)
+        end
     end
     finished = finished + 1
-    if finished == conc then -- the last report
+    if finished == workers then -- the last report
         t1, cpu1 = wall(), cpu()
     end
 end
@@ -72,10 +98,10 @@ local t0, cpu0 = wall(), cpu()
 issued = 1
 count(k:produce(msg))
 deadline_ms = mf.now() + max_s * 1000
-for _ = 1, conc do mf.timer.at(0, worker) end
+for _ = 1, workers do mf.timer.at(0, worker) end
 local give_up = mf.now() + (max_s + 30) * 1000
-while finished < conc and mf.now() < give_up do mf.sleep(10) end
-if finished < conc then
+while finished < workers and mf.now() < give_up do mf.sleep(10) end
+if finished < workers then
     io.stderr:write("produce_load.lua: the workers did not finish\n")
     os.exit(1)
 end

@@ -106,6 +106,7 @@ struct mf__kafka_report {
     rd_kafka_resp_err_t err;
     int32_t partition;
     int64_t offset;
+    size_t index; /* which message of a batch task (0 otherwise) */
     char *detail; /* the broker's words (admin results), malloc'd */
     mf__kafka_report_t *next_free;
 };

@@ -15,6 +15,9 @@
 
 #include <string.h>
 
+/* Every copy of a message starts at this alignment (its header array). */
+#define MF__ALIGN 16
+
 typedef struct mf__kafka_produce {
     mf__kafka_task_t head;
     mf_kafka_t *k;
@@ -38,16 +41,19 @@ static const char *mf__str(const char *s)
     return s ? s : "";
 }
 
-static size_t mf__produce_size(const mf_kafka_message_t *m)
+/* Bytes a copy of m takes after its mf_kafka_message_t: its header array
+ * first (it needs the block's alignment), then the strings and bytes;
+ * rounded up so that the next copy's array is aligned too. */
+static size_t mf__message_size(const mf_kafka_message_t *m)
 {
-    size_t n = sizeof(mf__kafka_produce_t) + strlen(mf__str(m->topic)) + 1;
+    size_t n = strlen(mf__str(m->topic)) + 1;
     n += m->key ? m->key_len : 0;
     n += m->value ? m->value_len : 0;
     n += m->nheaders * sizeof(mf_kafka_header_t);
     for (size_t i = 0; i < m->nheaders; i++)
         n += strlen(mf__str(m->headers[i].name)) + 1 +
              (m->headers[i].value ? m->headers[i].len : 0);
-    return n;
+    return (n + MF__ALIGN - 1) & ~(size_t)(MF__ALIGN - 1);
 }
 
 static void *mf__put(char **p, const void *src, size_t n)
@@ -59,15 +65,14 @@ static void *mf__put(char **p, const void *src, size_t n)
     return at;
 }
 
-static void mf__produce_copy(mf__kafka_produce_t *t,
+/* Copies m to dst, its data to p (mf__message_size(m) bytes, aligned). */
+static void mf__message_copy(char *p, mf_kafka_message_t *dst,
                              const mf_kafka_message_t *m)
 {
-    /* Headers first: their array needs the block's alignment. */
-    char *p = (char *)(t + 1);
     mf_kafka_header_t *hs = (mf_kafka_header_t *)(void *)p;
     p += m->nheaders * sizeof *hs;
-    t->msg = *m;
-    t->msg.headers = m->nheaders ? hs : NULL;
+    *dst = *m;
+    dst->headers = m->nheaders ? hs : NULL;
     for (size_t i = 0; i < m->nheaders; i++) {
         const mf_kafka_header_t *h = &m->headers[i];
         hs[i].name =
@@ -75,12 +80,11 @@ static void mf__produce_copy(mf__kafka_produce_t *t,
         hs[i].value = h->value ? mf__put(&p, h->value, h->len) : NULL;
         hs[i].len = h->value ? h->len : 0;
     }
-    t->msg.topic =
-        mf__put(&p, mf__str(m->topic), strlen(mf__str(m->topic)) + 1);
-    t->msg.key = m->key ? mf__put(&p, m->key, m->key_len) : NULL;
-    t->msg.key_len = m->key ? m->key_len : 0;
-    t->msg.value = m->value ? mf__put(&p, m->value, m->value_len) : NULL;
-    t->msg.value_len = m->value ? m->value_len : 0;
+    dst->topic = mf__put(&p, mf__str(m->topic), strlen(mf__str(m->topic)) + 1);
+    dst->key = m->key ? mf__put(&p, m->key, m->key_len) : NULL;
+    dst->key_len = m->key ? m->key_len : 0;
+    dst->value = m->value ? mf__put(&p, m->value, m->value_len) : NULL;
+    dst->value_len = m->value ? m->value_len : 0;
 }
 
 /* ---- the kind -------------------------------------------------------------
@@ -112,20 +116,26 @@ static rd_kafka_headers_t *mf__produce_headers(const mf_kafka_message_t *m)
     return hs;
 }
 
-static rd_kafka_resp_err_t mf__produce_send(mf__kafka_produce_t *t,
+/* Hands m to librdkafka with r as its opaque; counted in flight (before
+ * librdkafka has it: its report may come at once) unless refused. */
+static rd_kafka_resp_err_t mf__message_send(mf_kafka_t *k,
+                                            const mf_kafka_message_t *m,
                                             mf__kafka_report_t *r)
 {
-    const mf_kafka_message_t *m = &t->msg;
     rd_kafka_headers_t *hs = mf__produce_headers(m);
+    mf__kafka_message_out(k, 1);
     rd_kafka_resp_err_t err = rd_kafka_producev(
-        mf__kafka_rk(t->k), RD_KAFKA_V_TOPIC(m->topic),
+        mf__kafka_rk(k), RD_KAFKA_V_TOPIC(m->topic),
         RD_KAFKA_V_PARTITION(m->partition), RD_KAFKA_V_KEY(m->key, m->key_len),
         RD_KAFKA_V_VALUE((void *)m->value, m->value_len),
         RD_KAFKA_V_HEADERS(hs), RD_KAFKA_V_TIMESTAMP(m->timestamp_ms),
         RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_END);
-    if (err && hs)
-        rd_kafka_headers_destroy(hs); /* librdkafka took them only on success */
+    if (err) {
+        mf__kafka_message_out(k, -1);
+        if (hs) /* librdkafka took them only on success */
+            rd_kafka_headers_destroy(hs);
+    }
     return err;
 }
 
@@ -134,11 +144,8 @@ static void mf__produce_dispatch(mf_task_t *task)
     mf__kafka_produce_t *t = mf__produce_of(task);
     mf__kafka_report_t *r =
         mf__kafka_report_take(task->_loop, task, mf__produce_arrived);
-    /* Counted before librdkafka has it: its report may come at once. */
-    mf__kafka_message_out(t->k, 1);
-    rd_kafka_resp_err_t err = mf__produce_send(t, r);
+    rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msg, r);
     if (err) {
-        mf__kafka_message_out(t->k, -1);
         mf__kafka_report_unused(r);
         mf__kafka_task_fail(&t->head, err, NULL); /* queue full: MF_EBUSY */
         return;
@@ -174,7 +181,7 @@ mf_task_t *mf_task_kafka_produce_create(mf_loop_t *loop, mf_kafka_t *k,
                                         const mf_kafka_message_t *msg,
                                         mf_task_cb cb, void *user)
 {
-    size_t size = mf__produce_size(msg);
+    size_t size = sizeof(mf__kafka_produce_t) + mf__message_size(msg);
     mf__kafka_produce_t *t = mf_loop_alloc(loop, size);
     mf_task_init(&t->head.base, &mf__produce_ops, loop, cb, user);
     mf__kafka_task_init(&t->head);
@@ -182,7 +189,7 @@ mf_task_t *mf_task_kafka_produce_create(mf_loop_t *loop, mf_kafka_t *k,
     t->report = NULL;
     t->size = size;
     t->offset = -1;
-    mf__produce_copy(t, msg);
+    mf__message_copy((char *)(t + 1), &t->msg, msg);
     return &t->head.base;
 }
 
@@ -198,4 +205,231 @@ int64_t mf_task_kafka_offset(const mf_task_t *t)
     if (strcmp(mf_task_kind(t), "kafka_produce") != 0)
         return -1;
     return mf__produce_of(t)->offset;
+}
+
+/* ---- the batch task ------------------------------------------------------
+ *
+ * One block of loop memory: the task, then n outcomes, n report pointers,
+ * n message copies and their data. Each message has a report of its own
+ * (index: its place); the task completes when the last one arrived.
+ */
+
+typedef struct mf__kafka_batch {
+    mf__kafka_task_t head;
+    mf_kafka_t *k;
+    size_t size; /* of the whole block */
+    size_t n;
+    size_t pending; /* reports still due */
+    mf_kafka_delivery_t *out;
+    mf__kafka_report_t **reports; /* NULL: arrived, or never sent */
+    mf_kafka_message_t *msgs;
+} mf__kafka_batch_t;
+
+static mf__kafka_batch_t *mf__batch_of(const mf_task_t *t)
+{
+    return (mf__kafka_batch_t *)(void *)t;
+}
+
+static void mf__batch_arrived(mf__kafka_report_t *r)
+{
+    mf__kafka_batch_t *t = mf__batch_of(r->task);
+    mf_kafka_delivery_t *d = &t->out[r->index];
+    t->reports[r->index] = NULL;
+    d->partition = r->partition;
+    d->offset = r->err ? -1 : r->offset;
+    d->err = (int)r->err;
+    if (--t->pending == 0)
+        mf_task_complete(&t->head.base, MF_STATE_SUCCESS, 0);
+}
+
+/* Messages of one run through rd_kafka_produce_batch at most: its array
+ * lives on the loop thread's stack. */
+#define MF__BATCH_RUN 128
+
+/* Sends message i through rd_kafka_producev. */
+static void mf__batch_send_one(mf__kafka_batch_t *t, size_t i)
+{
+    mf__kafka_report_t *r = mf__kafka_report_take(
+        t->head.base._loop, &t->head.base, mf__batch_arrived);
+    r->index = i;
+    rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msgs[i], r);
+    if (err) { /* a full queue: _QUEUE_FULL */
+        mf__kafka_report_unused(r);
+        t->out[i].err = (int)err;
+        return;
+    }
+    t->reports[i] = r;
+    t->pending++;
+}
+
+/* rd_kafka_produce_batch takes neither headers nor timestamps. */
+static bool mf__batch_plain(const mf_kafka_message_t *m)
+{
+    return !m->nheaders && !m->timestamp_ms;
+}
+
+/* The end of the run of plain messages to one topic that starts at i (i
+ * itself when message i is not plain). Topics copied from one pointer
+ * share their copy (mf__batch_copy), so names are rarely compared. */
+static size_t mf__batch_run_end(const mf__kafka_batch_t *t, size_t i)
+{
+    const char *topic = t->msgs[i].topic;
+    size_t j = i;
+    while (j < t->n && j - i < MF__BATCH_RUN && mf__batch_plain(&t->msgs[j]) &&
+           (t->msgs[j].topic == topic || strcmp(t->msgs[j].topic, topic) == 0))
+        j++;
+    return j;
+}
+
+/* Messages i..j-1 through rd_kafka_produce_batch: one topic lock and one
+ * clock read for the run instead of one per message. */
+static void mf__batch_send_run(mf__kafka_batch_t *t, rd_kafka_topic_t *rkt,
+                               size_t i, size_t j)
+{
+    rd_kafka_message_t rms[MF__BATCH_RUN];
+    size_t n = j - i;
+    memset(rms, 0, n * sizeof *rms);
+    for (size_t x = 0; x < n; x++) {
+        const mf_kafka_message_t *m = &t->msgs[i + x];
+        mf__kafka_report_t *r = mf__kafka_report_take(
+            t->head.base._loop, &t->head.base, mf__batch_arrived);
+        r->index = i + x;
+        t->reports[i + x] = r;
+        rms[x].partition = m->partition;
+        rms[x].payload = (void *)m->value;
+        rms[x].len = m->value_len;
+        rms[x].key = (void *)m->key;
+        rms[x].key_len = m->key_len;
+        rms[x]._private = r;
+    }
+    /* Counted before librdkafka has them: reports may come at once. */
+    mf__kafka_message_out(t->k, (int)n);
+    rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA,
+                           RD_KAFKA_MSG_F_COPY | RD_KAFKA_MSG_F_PARTITION, rms,
+                           (int)n);
+    for (size_t x = 0; x < n; x++) {
+        if (!rms[x].err) {
+            t->pending++;
+            continue;
+        }
+        mf__kafka_message_out(t->k, -1);
+        mf__kafka_report_unused(t->reports[i + x]);
+        t->reports[i + x] = NULL;
+        t->out[i + x].err = (int)rms[x].err;
+    }
+}
+
+static void mf__batch_dispatch(mf_task_t *task)
+{
+    mf__kafka_batch_t *t = mf__batch_of(task);
+    size_t i = 0;
+    while (i < t->n) {
+        size_t j = mf__batch_run_end(t, i);
+        rd_kafka_topic_t *rkt =
+            j > i + 1
+                ? rd_kafka_topic_new(mf__kafka_rk(t->k), t->msgs[i].topic, NULL)
+                : NULL;
+        if (rkt) {
+            mf__batch_send_run(t, rkt, i, j);
+            rd_kafka_topic_destroy(rkt);
+            i = j;
+        } else { /* one message, or a name librdkafka refuses: its error */
+            mf__batch_send_one(t, i++);
+        }
+    }
+    /* Reports arrive through the loop's mailbox: none came meanwhile. */
+    if (t->pending == 0)
+        mf_task_complete(task, MF_STATE_SUCCESS, 0);
+}
+
+/* Lets go of every report still due: they are dropped when they come. */
+static void mf__batch_abandon(mf__kafka_batch_t *t)
+{
+    for (size_t i = 0; i < t->n && t->pending; i++) {
+        if (!t->reports[i])
+            continue;
+        mf__kafka_report_abandon(t->reports[i]);
+        t->reports[i] = NULL;
+        t->pending--;
+    }
+}
+
+static void mf__batch_cancel(mf_task_t *task)
+{
+    mf__kafka_batch_t *t = mf__batch_of(task);
+    if (!t->pending)
+        return;
+    mf__batch_abandon(t);
+    mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
+}
+
+static void mf__batch_destroy(mf_task_t *task)
+{
+    mf__kafka_batch_t *t = mf__batch_of(task);
+    mf__batch_abandon(t);
+    mf__kafka_task_release(&t->head);
+    mf_loop_free(task->_loop, t, t->size);
+}
+
+static const mf_task_ops_t mf__batch_ops = {
+    "kafka_produce_batch", mf__batch_dispatch, mf__batch_cancel,
+    mf__batch_destroy};
+
+/* The fixed part of a batch's block: the task and its arrays, rounded up
+ * so that the messages' data that follows is aligned. */
+static size_t mf__batch_head_size(size_t n)
+{
+    size_t size = sizeof(mf__kafka_batch_t) + n * sizeof(mf_kafka_delivery_t) +
+                  n * sizeof(mf__kafka_report_t *) +
+                  n * sizeof(mf_kafka_message_t);
+    return (size + MF__ALIGN - 1) & ~(size_t)(MF__ALIGN - 1);
+}
+
+static void mf__batch_copy(mf__kafka_batch_t *t, const mf_kafka_message_t *msgs)
+{
+    char *p = (char *)(t + 1);
+    t->out = (mf_kafka_delivery_t *)(void *)p;
+    p += t->n * sizeof *t->out;
+    t->reports = (mf__kafka_report_t **)(void *)p;
+    p += t->n * sizeof *t->reports;
+    t->msgs = (mf_kafka_message_t *)(void *)p;
+    p = (char *)t + mf__batch_head_size(t->n);
+    for (size_t i = 0; i < t->n; i++) {
+        mf__message_copy(p, &t->msgs[i], &msgs[i]);
+        p += mf__message_size(&msgs[i]);
+        if (i > 0 && msgs[i].topic == msgs[i - 1].topic)
+            t->msgs[i].topic = t->msgs[i - 1].topic;
+        t->reports[i] = NULL;
+        t->out[i] = (mf_kafka_delivery_t){msgs[i].partition, -1, 0};
+    }
+}
+
+mf_task_t *mf_task_kafka_produce_batch_create(mf_loop_t *loop, mf_kafka_t *k,
+                                              const mf_kafka_message_t *msgs,
+                                              size_t n, mf_task_cb cb,
+                                              void *user)
+{
+    size_t size = mf__batch_head_size(n);
+    for (size_t i = 0; i < n; i++)
+        size += mf__message_size(&msgs[i]);
+    mf__kafka_batch_t *t = mf_loop_alloc(loop, size);
+    mf_task_init(&t->head.base, &mf__batch_ops, loop, cb, user);
+    mf__kafka_task_init(&t->head);
+    t->k = k;
+    t->size = size;
+    t->n = n;
+    t->pending = 0;
+    mf__batch_copy(t, msgs);
+    return &t->head.base;
+}
+
+const mf_kafka_delivery_t *mf_task_kafka_deliveries(const mf_task_t *t,
+                                                    size_t *n)
+{
+    if (strcmp(mf_task_kind(t), "kafka_produce_batch") != 0) {
+        *n = 0;
+        return NULL;
+    }
+    *n = mf__batch_of(t)->n;
+    return mf__batch_of(t)->out;
 }

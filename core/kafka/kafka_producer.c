@@ -162,6 +162,7 @@ mf__kafka_report_t *mf__kafka_report_take(mf_loop_t *loop, mf_task_t *task,
     r->err = RD_KAFKA_RESP_ERR_NO_ERROR;
     r->partition = -1;
     r->offset = -1;
+    r->index = 0;
     r->detail = NULL;
     atomic_fetch_add_explicit(&box->refs, 1, memory_order_relaxed);
     mf_loop_ref(loop);
@@ -236,17 +237,44 @@ unsigned mf_kafka_in_flight(const mf_kafka_t *k)
                                 memory_order_relaxed);
 }
 
+/* Lets go of the lock of box and of n of its references (reports handed
+ * out under it). */
+static void mf__kafka_mailbox_release(mf__kafka_mailbox_t *box, unsigned n)
+{
+    if (!box)
+        return;
+    pthread_mutex_unlock(&box->lock);
+    if (atomic_fetch_sub_explicit(&box->refs, n, memory_order_acq_rel) == n)
+        mf__kafka_mailbox_free(box);
+}
+
+/* One delivery-report event: a batch of messages, mostly for one loop.
+ * Each mailbox's lock is taken once per run of its reports, not once per
+ * report; r is not touched once posted (its loop may reuse it at once). */
 static void mf__kafka_deliveries(mf_kafka_t *k, rd_kafka_event_t *ev)
 {
+    mf__kafka_mailbox_t *box = NULL;
+    unsigned held = 0;
     const rd_kafka_message_t *m;
     while ((m = rd_kafka_event_message_next(ev)) != NULL) {
         mf__kafka_report_t *r = m->_private;
         r->err = m->err;
         r->partition = m->partition;
         r->offset = m->offset;
-        mf__kafka_message_out(k, -1);
-        mf__kafka_report_post(r);
+        if (r->box != box) {
+            mf__kafka_mailbox_release(box, held);
+            box = r->box;
+            held = 0;
+            pthread_mutex_lock(&box->lock);
+        }
+        held++;
+        mf__kafka_message_out(k, -1); /* before its task can see it */
+        if (box->alive) {
+            mf_post_init(&r->post, mf__kafka_report_delivered, r);
+            mf_loop_post(box->loop, &r->post);
+        }
     }
+    mf__kafka_mailbox_release(box, held);
 }
 
 static void mf__kafka_create_topics_result(mf_kafka_t *k, rd_kafka_event_t *ev)

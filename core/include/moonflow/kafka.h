@@ -132,6 +132,30 @@ MF_API mf_task_t *mf_task_kafka_produce_create(mf_loop_t *loop, mf_kafka_t *k,
 MF_API int32_t mf_task_kafka_partition(const mf_task_t *t);
 MF_API int64_t mf_task_kafka_offset(const mf_task_t *t);
 
+/* One message's outcome in a batch. */
+typedef struct mf_kafka_delivery {
+    int32_t partition; /* where it landed (or was aimed); -1: unknown */
+    int64_t offset;    /* -1: none (acks=0, or the message failed) */
+    int err;           /* rd_kafka_resp_err_t; 0: delivered */
+} mf_kafka_delivery_t;
+
+/* A task that produces n messages (all copied now, in one block of loop
+ * memory), hands them to librdkafka one after the other when dispatched
+ * and completes once every one has its delivery report: the cost of one
+ * task and one callback for the whole batch. It succeeds even when some
+ * messages failed (each one's err says; mf_kafka_error_text words it: a
+ * full queue at dispatch is _QUEUE_FULL); it fails only when canceled
+ * (MF_STATE_CANCELED: the messages already handed over may still be
+ * delivered). n 0 succeeds at once. */
+MF_API mf_task_t *
+mf_task_kafka_produce_batch_create(mf_loop_t *loop, mf_kafka_t *k,
+                                   const mf_kafka_message_t *msgs, size_t n,
+                                   mf_task_cb cb, void *user);
+/* After success: the n outcomes, in the messages' order (NULL, *n 0 for
+ * another kind of task). */
+MF_API const mf_kafka_delivery_t *mf_task_kafka_deliveries(const mf_task_t *t,
+                                                           size_t *n);
+
 /* Any Kafka task after a failure: librdkafka's message and error code
  * (rd_kafka_resp_err_t); NULL / 0 after success. */
 MF_API const char *mf_task_kafka_error(const mf_task_t *t);

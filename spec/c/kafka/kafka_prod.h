@@ -231,4 +231,17 @@ static inline int kp_read_ids(const char *topic, int32_t partition, int want,
     return got;
 }
 
+/* Asserts that ids 0..n-1, sent to partition id % parts, read back from
+ * topic in the order sent, n / parts per partition. */
+static inline void kp_check_read_back(const char *topic, int n, int parts)
+{
+    int *ids = malloc(sizeof(int) * (size_t)(n / parts));
+    for (int p = 0; p < parts; p++) {
+        ASSERT_EQ(kp_read_ids(topic, p, n / parts, ids), n / parts);
+        for (int i = 0; i < n / parts; i++)
+            ASSERT_EQ(ids[i], i * parts + p);
+    }
+    free(ids);
+}
+
 #endif /* MF_TEST_KAFKA_PROD_H */
