@@ -13,8 +13,9 @@ raw   MESSAGES values of 100 bytes, no key, acks=all and idempotence on,
                   rd_kafka_poll, flush (the reference)
         kcat      kcat -P -l FILE (FILE: MESSAGES lines of 100 bytes)
         moonflow  moonflow run bench/kafka/produce_load.lua: CONC
-                  coroutines on one mf.kafka producer, each k:produce
-                  waiting for its delivery report
+                  messages in flight on one mf.kafka producer, as
+                  CONC / 1000 coroutines each looping k:produce_batch of
+                  1000 messages and checking every delivery report
       Per run: messages/s over the whole process's life (start to exit,
       the same clock for every client: kcat has no clock of its own), the
       client's CPU per message (utime + stime of the waited child: every
@@ -395,8 +396,11 @@ def markdown_raw(meta, raw):
             f"{raw['messages']:,} lines of {len(VALUE)} bytes). moonflow: "
             f"`moonflow run bench/kafka/produce_load.lua BOOTSTRAP TOPIC "
             f"{raw['messages']} {len(VALUE)} {raw['conc']}`: {raw['conc']} "
-            "coroutines on one mf.kafka producer, each `k:produce{topic=, "
-            "value=}` in a loop, waiting for its delivery report. Every "
+            "messages in flight on one mf.kafka producer, as "
+            f"{raw['conc'] // 1000} coroutines each looping "
+            "`k:produce_batch(msgs)` of 1,000 `{topic=, value=}` messages "
+            "(one wait for all their delivery reports, every outcome "
+            "checked). Every "
             "client uses librdkafka's defaults otherwise (linger.ms 5, "
             "batch.num.messages 10000). messages/s: messages ÷ the client "
             "process's life, start to exit (connecting and the final flush "
