@@ -125,6 +125,26 @@ static int mf_lua__counts(lua_State *L)
     return 1;
 }
 
+void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                  lua_CFunction gc, lua_CFunction tostring)
+{
+    if (!luaL_newmetatable(L, name))
+        return;
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "__index");
+    if (gc) {
+        lua_pushcfunction(L, gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    if (tostring) {
+        lua_pushcfunction(L, tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_pushstring(L, name);
+    lua_setfield(L, -2, "__metatable");
+}
+
 int mf_lua_open_core(lua_State *L)
 {
     static const luaL_Reg funcs[] = {{"sleep", mf_lua__sleep},

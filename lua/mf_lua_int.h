@@ -149,6 +149,12 @@ static inline void mf_lua_slice_leave(mf_lua_host_t *host, mf_lua_slice_t prev)
 /* The registry key of the host pointer (a light userdata). */
 extern const char mf_lua_host_key;
 
+/* Pushes the metatable `name` of a userdata class, made on first use:
+ * __index a table of the methods, __gc and __tostring when not NULL, and
+ * __metatable the name (scripts can neither read nor replace it). */
+void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                  lua_CFunction gc, lua_CFunction tostring);
+
 /* Openers of the private C modules, each pushing one table. */
 int mf_lua_open_core(lua_State *L);  /* moonflow.core: sleep, now, debug */
 int mf_lua_open_flow(lua_State *L);  /* moonflow.flow: wait, push */

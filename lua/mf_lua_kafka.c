@@ -775,17 +775,7 @@ int mf_lua_open_kafka(lua_State *L)
                                        {"create_topic", mf_lua__create_topic},
                                        {"consumer", mf_lua__consumer},
                                        {NULL, NULL}};
-    if (luaL_newmetatable(L, MF_LUA_KAFKA)) {
-        lua_newtable(L);
-        luaL_register(L, NULL, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, mf_lua__gc);
-        lua_setfield(L, -2, "__gc");
-        lua_pushcfunction(L, mf_lua__tostring);
-        lua_setfield(L, -2, "__tostring");
-        lua_pushliteral(L, MF_LUA_KAFKA);
-        lua_setfield(L, -2, "__metatable");
-    }
+    mf_lua_class(L, MF_LUA_KAFKA, methods, mf_lua__gc, mf_lua__tostring);
     lua_pop(L, 1);
     lua_newtable(L);
     lua_pushcfunction(L, mf_lua__open);

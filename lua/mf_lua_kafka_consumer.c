@@ -860,17 +860,8 @@ static void mf_lua__kc_metatable(lua_State *L)
                                        {"errors", mf_lua__errors},
                                        {"close", mf_lua__close},
                                        {NULL, NULL}};
-    if (luaL_newmetatable(L, MF_LUA_KAFKA_CONSUMER)) {
-        lua_newtable(L);
-        luaL_register(L, NULL, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, mf_lua__gc);
-        lua_setfield(L, -2, "__gc");
-        lua_pushcfunction(L, mf_lua__tostring);
-        lua_setfield(L, -2, "__tostring");
-        lua_pushliteral(L, MF_LUA_KAFKA_CONSUMER);
-        lua_setfield(L, -2, "__metatable");
-    }
+    mf_lua_class(L, MF_LUA_KAFKA_CONSUMER, methods, mf_lua__gc,
+                 mf_lua__tostring);
 }
 
 static mf_lua_kc_t *mf_lua__kc_new(lua_State *L, mf_loop_t *loop)

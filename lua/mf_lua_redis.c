@@ -567,15 +567,7 @@ int mf_lua_open_redis(lua_State *L)
                                        {"psubscribe", mf_lua_redis_psubscribe},
                                        {"connects", mf_lua__connects},
                                        {NULL, NULL}};
-    if (luaL_newmetatable(L, MF_LUA_REDIS)) {
-        lua_newtable(L);
-        luaL_register(L, NULL, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, mf_lua__client_tostring);
-        lua_setfield(L, -2, "__tostring");
-        lua_pushliteral(L, MF_LUA_REDIS);
-        lua_setfield(L, -2, "__metatable");
-    }
+    mf_lua_class(L, MF_LUA_REDIS, methods, NULL, mf_lua__client_tostring);
     lua_pop(L, 1);
     mf_lua_redis_sub_init(L);
     lua_newtable(L);

@@ -497,14 +497,6 @@ void mf_lua_redis_sub_init(lua_State *L)
         {"punsubscribe", mf_lua__sub_punsubscribe},
         {"close", mf_lua__sub_close_m},
         {NULL, NULL}};
-    if (luaL_newmetatable(L, MF_LUA_REDIS_SUB)) {
-        lua_newtable(L);
-        luaL_register(L, NULL, methods);
-        lua_setfield(L, -2, "__index");
-        lua_pushcfunction(L, mf_lua__sub_gc);
-        lua_setfield(L, -2, "__gc");
-        lua_pushliteral(L, MF_LUA_REDIS_SUB);
-        lua_setfield(L, -2, "__metatable");
-    }
+    mf_lua_class(L, MF_LUA_REDIS_SUB, methods, mf_lua__sub_gc, NULL);
     lua_pop(L, 1);
 }

@@ -640,6 +640,19 @@ def write_atomically(path, text):
     os.replace(tmp, path)
 
 
+def write_tables(out, name, lines, data, rows):
+    """Prints the tables (lines), writes them to OUT/NAME.md and data to
+    OUT/NAME.json; returns the exit status: 1 if a row (a dict with a
+    "status") failed."""
+    table = "\n".join(lines) + "\n"
+    print(table)
+    os.makedirs(out, exist_ok=True)
+    write_atomically(os.path.join(out, name + ".md"), table)
+    write_atomically(os.path.join(out, name + ".json"),
+                     json.dumps(data, indent=1) + "\n")
+    return 1 if any(r["status"].startswith("FAILED") for r in rows) else 0
+
+
 # ---- setup ----------------------------------------------------------------------
 
 

@@ -509,15 +509,10 @@ def main(argv):
             mock.close()
     lines = markdown_raw(meta, raw) if raw is not None else []
     lines += markdown_http(meta, http) if http is not None else []
-    table = "\n".join(lines) + "\n"
-    print(table)
-    os.makedirs(args.out, exist_ok=True)
-    C.write_atomically(os.path.join(args.out, "kafka.md"), table)
-    C.write_atomically(os.path.join(args.out, "kafka.json"), json.dumps(
-        {"meta": meta, "raw": raw, "http": http}, indent=1) + "\n")
     rows = [r for pt in http or [] for r in pt["servers"].values()]
     rows += list(raw["clients"].values()) if raw else []
-    return 1 if any(r["status"].startswith("FAILED") for r in rows) else 0
+    return C.write_tables(args.out, "kafka", lines,
+                          {"meta": meta, "raw": raw, "http": http}, rows)
 
 
 if __name__ == "__main__":

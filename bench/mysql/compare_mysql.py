@@ -545,15 +545,10 @@ def main(argv):
                 raw = run_raw(args, db)
     lines = markdown_http(meta, http) if http is not None else []
     lines += markdown_raw(meta, raw) if raw is not None else []
-    table = "\n".join(lines) + "\n"
-    print(table)
-    os.makedirs(args.out, exist_ok=True)
-    C.write_atomically(os.path.join(args.out, "mysql.md"), table)
-    C.write_atomically(os.path.join(args.out, "mysql.json"), json.dumps(
-        {"meta": meta, "http": http, "raw": raw}, indent=1) + "\n")
     rows = [r for pt in http or [] for r in pt["servers"].values()]
     rows += list(raw["clients"].values()) if raw else []
-    return 1 if any(r["status"].startswith("FAILED") for r in rows) else 0
+    return C.write_tables(args.out, "mysql", lines,
+                          {"meta": meta, "http": http, "raw": raw}, rows)
 
 
 if __name__ == "__main__":
