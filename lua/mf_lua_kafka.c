@@ -349,28 +349,40 @@ static void mf_lua__msg_headers(lua_State *L, mf_kafka_message_t *m)
     lua_remove(L, hidx);
 }
 
-void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
+/* The message table at idx (absolute) into m; topic: the topic of a
+ * message that names none (NULL: it must name one). Pushes the headers'
+ * array when it has headers. */
+static void mf_lua__check_table(lua_State *L, int idx,
+                                const mf_lua__names_t *ns, const char *topic,
+                                mf_kafka_message_t *m)
 {
-    if (!lua_istable(L, idx))
-        luaL_error(L, "kafka message: a table expected, got %s",
-                   luaL_typename(L, idx));
-    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
     memset(m, 0, sizeof *m);
     m->partition = MF_KAFKA_PARTITION_ANY;
-    const mf_lua__names_t *ns = mf_lua__names_push(L);
     bool headers = false;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         headers |= !mf_lua__msg_field(L, ns, m);
         lua_pop(L, 1);
     }
-    lua_pop(L, 1); /* the names */
+    if (!m->topic)
+        m->topic = topic;
     if (!m->topic)
         luaL_error(L, "kafka message: topic (a string) is required");
     if (headers) {
         lua_getfield(L, idx, "headers");
         mf_lua__msg_headers(L, m);
     }
+}
+
+void mf_lua_kafka_check_message(lua_State *L, int idx, mf_kafka_message_t *m)
+{
+    if (!lua_istable(L, idx))
+        luaL_error(L, "kafka message: a table expected, got %s",
+                   luaL_typename(L, idx));
+    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    const mf_lua__names_t *ns = mf_lua__names_push(L);
+    lua_pop(L, 1); /* the registry keeps them */
+    mf_lua__check_table(L, idx, ns, NULL, m);
 }
 
 /* ---- producer objects ---------------------------------------------------- */
@@ -581,17 +593,59 @@ static int mf_lua__produce(lua_State *L)
  * holds could only fail. */
 #define MF_LUA_KAFKA_BATCH_MAX 100000
 
+/* An array of n numbers from the deliveries, one field of each. */
+static void mf_lua__push_column(lua_State *L, const mf_kafka_delivery_t *d,
+                                size_t n, bool offsets)
+{
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushnumber(L, offsets ? (lua_Number)d[i].offset
+                                  : (lua_Number)d[i].partition);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+/* {[i] = "kafka NAME: ..."} of the failed messages; their count. */
+static size_t mf_lua__push_errors(lua_State *L, const mf_kafka_delivery_t *d,
+                                  size_t n)
+{
+    size_t failed = 0;
+    lua_newtable(L);
+    for (size_t i = 0; i < n; i++) {
+        if (!d[i].err)
+            continue;
+        char text[MF_LUA_KAFKA_ERR_MAX];
+        mf_kafka_error_text(d[i].err, text, sizeof text);
+        lua_pushfstring(L, "kafka %s", text);
+        lua_rawseti(L, -2, (int)i + 1);
+        failed++;
+    }
+    return failed;
+}
+
+/* The batch's outcome: {delivered=, failed=, errors=, partitions=,
+ * offsets=}, a column per field rather than a table per message. */
+static void mf_lua__push_batch_outcome(lua_State *L,
+                                       const mf_kafka_delivery_t *d, size_t n)
+{
+    lua_createtable(L, 0, 5);
+    size_t failed = mf_lua__push_errors(L, d, n);
+    lua_setfield(L, -2, "errors");
+    lua_pushinteger(L, (lua_Integer)failed);
+    lua_setfield(L, -2, "failed");
+    lua_pushinteger(L, (lua_Integer)(n - failed));
+    lua_setfield(L, -2, "delivered");
+    mf_lua__push_column(L, d, n, false);
+    lua_setfield(L, -2, "partitions");
+    mf_lua__push_column(L, d, n, true);
+    lua_setfield(L, -2, "offsets");
+}
+
 static void mf_lua__push_deliveries(lua_State *L, const mf_task_t *task)
 {
     size_t n = 0;
     const mf_kafka_delivery_t *d = mf_task_kafka_deliveries(task, &n);
-    int nidx = mf_lua__names_table(L);
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
-        mf_lua__push_outcome(L, nidx, d[i].err, d[i].partition, d[i].offset);
-        lua_rawseti(L, -2, (int)i + 1);
-    }
-    lua_remove(L, nidx);
+    mf_lua__push_batch_outcome(L, d, n);
 }
 
 static void mf_lua__batch_produced(mf_task_t *task)
@@ -599,39 +653,83 @@ static void mf_lua__batch_produced(mf_task_t *task)
     mf_lua__resume_with(task, mf_lua__push_deliveries);
 }
 
-/* The message tables of the array at 2 into ms; headers' arrays are
- * anchored in the table at 4 (the message tables keep the strings). */
-static void mf_lua__batch_check(lua_State *L, mf_kafka_message_t *ms, size_t n)
+/* The messages of the array at 2 into ms: tables, or strings (a value for
+ * opts.topic). Headers' arrays are anchored in the table at 5; the
+ * message tables keep their strings. */
+static void mf_lua__batch_check(lua_State *L, mf_kafka_message_t *ms, size_t n,
+                                const char *topic)
 {
+    const mf_lua__names_t *ns = mf_lua__names_push(L);
+    lua_pop(L, 1); /* the registry keeps them */
     for (size_t i = 0; i < n; i++) {
         lua_rawgeti(L, 2, (int)i + 1);
         int top = lua_gettop(L);
-        mf_lua_kafka_check_message(L, top, &ms[i]);
-        if (lua_gettop(L) > top) /* the headers' array */
-            lua_rawseti(L, 4, (int)i + 1);
+        switch (lua_type(L, top)) {
+        case LUA_TSTRING:
+            if (!topic)
+                luaL_error(L, "kafka message %d: a string message needs "
+                              "opts.topic", (int)i + 1);
+            memset(&ms[i], 0, sizeof ms[i]);
+            ms[i].partition = MF_KAFKA_PARTITION_ANY;
+            ms[i].topic = topic;
+            ms[i].value = lua_tolstring(L, top, &ms[i].value_len);
+            break;
+        case LUA_TTABLE:
+            mf_lua__check_table(L, top, ns, topic, &ms[i]);
+            if (lua_gettop(L) > top) /* the headers' array */
+                lua_rawseti(L, 5, (int)i + 1);
+            break;
+        default:
+            luaL_error(L, "kafka message %d: a table or a string expected, "
+                          "got %s", (int)i + 1, luaL_typename(L, top));
+        }
+        lua_settop(L, top - 1);
+    }
+}
+
+/* opts.topic of the options at 3 (none: NULL); the options table keeps
+ * it. */
+static const char *mf_lua__batch_topic(lua_State *L)
+{
+    if (lua_isnoneornil(L, 3))
+        return NULL;
+    luaL_checktype(L, 3, LUA_TTABLE);
+    const char *topic = NULL;
+    lua_pushnil(L);
+    while (lua_next(L, 3)) {
+        if (lua_type(L, -2) != LUA_TSTRING ||
+            strcmp(lua_tostring(L, -2), "topic") != 0)
+            luaL_error(L, "kafka produce_batch: unknown option '%s'",
+                       lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2)
+                                                      : luaL_typename(L, -2));
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "kafka produce_batch: topic must be a string");
+        topic = lua_tostring(L, -1);
         lua_pop(L, 1);
     }
+    return topic;
 }
 
 static int mf_lua__produce_batch(lua_State *L)
 {
     mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    lua_settop(L, 2);
+    lua_settop(L, 3);
+    const char *topic = mf_lua__batch_topic(L);
     mf_lua_co_t *co = mf_lua_co_check(L);
     size_t n = lua_objlen(L, 2);
     luaL_argcheck(L, n <= MF_LUA_KAFKA_BATCH_MAX, 2, "at most 100000 messages");
     if (n == 0) {
-        lua_newtable(L);
+        mf_lua__push_batch_outcome(L, NULL, 0);
         return 1;
     }
-    mf_kafka_message_t *ms = lua_newuserdata(L, n * sizeof *ms); /* 3 */
-    lua_newtable(L);                                             /* 4 */
-    mf_lua__batch_check(L, ms, n);
+    mf_kafka_message_t *ms = lua_newuserdata(L, n * sizeof *ms); /* 4 */
+    lua_newtable(L);                                             /* 5 */
+    mf_lua__batch_check(L, ms, n, topic);
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
     mf_task_t *task = mf_task_kafka_produce_batch_create(
         loop, obj->k, ms, n, mf_lua__batch_produced, co);
-    lua_settop(L, 2); /* the task has its copy */
+    lua_settop(L, 3); /* the task has its copy */
     return mf_lua__park_on(L, co, task);
 }
 

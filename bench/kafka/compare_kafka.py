@@ -14,8 +14,9 @@ raw   MESSAGES values of 100 bytes, no key, acks=all and idempotence on,
         kcat      kcat -P -l FILE (FILE: MESSAGES lines of 100 bytes)
         moonflow  moonflow run bench/kafka/produce_load.lua: CONC
                   messages in flight on one mf.kafka producer, as
-                  CONC / 1000 coroutines each looping k:produce_batch of
-                  1000 messages and checking every delivery report
+                  CONC / 1000 coroutines each looping
+                  k:produce_batch(values, {topic = TOPIC}) of 1000 values
+                  and checking the outcome of every message
       Per run: messages/s over the whole process's life (start to exit,
       the same clock for every client: kcat has no clock of its own), the
       client's CPU per message (utime + stime of the waited child: every
@@ -398,7 +399,7 @@ def markdown_raw(meta, raw):
             f"{raw['messages']} {len(VALUE)} {raw['conc']}`: {raw['conc']} "
             "messages in flight on one mf.kafka producer, as "
             f"{raw['conc'] // 1000} coroutines each looping "
-            "`k:produce_batch(msgs)` of 1,000 `{topic=, value=}` messages "
+            "`k:produce_batch(values, {topic = TOPIC})` of 1,000 values "
             "(one wait for all their delivery reports, every outcome "
             "checked). Every "
             "client uses librdkafka's defaults otherwise (linger.ms 5, "

@@ -7,10 +7,10 @@
 -- CONC messages (default 10000) are in flight on one mf.kafka producer
 -- (acks=all, idempotence: moonflow's defaults, as the peers are
 -- configured), as CONC / BATCH coroutines. Each loops
--- k:produce_batch(msgs) with BATCH (default 1000) messages of
--- {topic, value} — VALUE_BYTES (default 100) bytes of "0123456789abcdef"
--- repeated, no key: the partitioner spreads them — and checks every
--- message's outcome, until MESSAGES were produced or MAX_S seconds
+-- k:produce_batch(values, {topic = TOPIC}) with BATCH (default 1000)
+-- values — VALUE_BYTES (default 100) bytes of "0123456789abcdef" repeated,
+-- no key: the partitioner spreads them — and checks the batch's outcome
+-- (every message's), until MESSAGES were produced or MAX_S seconds
 -- (default 60) passed. BATCH 1 uses k:produce, one message per call.
 -- CONC messages in flight keep librdkafka's batches full, as the plain
 -- producer's unbounded queue does (fewer leave it waiting on the brokers:
@@ -44,6 +44,7 @@ local workers = math.ceil(conc / batch)
 local k = mf.kafka { brokers = brokers, acks = "all" }
 local value = ("0123456789abcdef"):rep(math.ceil(value_bytes / 16)):sub(1, value_bytes)
 local msg = { topic = topic, value = value }
+local opts = { topic = topic }
 
 local issued, errors, finished = 0, 0, 0
 local first_error, t1, cpu1
@@ -60,16 +61,16 @@ end
 local function produce_batch(msgs)
     local n = math.min(batch, messages - issued)
     for i = n + 1, #msgs do msgs[i] = nil end
-    for i = #msgs + 1, n do msgs[i] = msg end
+    for i = #msgs + 1, n do msgs[i] = value end
     issued = issued + n
-    local rs, err = k:produce_batch(msgs)
+    local rs, err = k:produce_batch(msgs, opts)
     if not rs then
         for _ = 1, n do count(nil, err) end
         return
     end
-    for i = 1, n do
-        local r = rs[i]
-        if not (r and r.offset) then count(nil, r and r.error or "no outcome") end
+    if rs.delivered ~= n then -- rs.errors: {[i] = err} of the failed ones
+        errors = errors + (n - rs.delivered)
+        first_error = first_error or select(2, next(rs.errors)) or "no outcome"
     end
 end
 

@@ -247,8 +247,8 @@ static void mf__ct_arrived(mf__kafka_report_t *r)
 {
     mf__kafka_create_topic_t *t = mf__ct_of(r->task);
     t->report = NULL;
-    if (r->err)
-        mf__kafka_task_fail(&t->head, r->err, r->detail);
+    if (r->one.err)
+        mf__kafka_task_fail(&t->head, r->one.err, r->detail);
     else
         mf_task_complete(&t->head.base, MF_STATE_SUCCESS, 0);
 }

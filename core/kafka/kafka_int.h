@@ -27,6 +27,8 @@
 #ifndef MF_KAFKA_INT_H
 #define MF_KAFKA_INT_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <librdkafka/rdkafka.h>
 
 #include <moonflow/kafka.h>
@@ -93,29 +95,51 @@ mf__kafka_loop_t *mf__kafka_loop(mf_loop_t *loop);
 
 /* ---- the producer side (kafka_producer.c) -------------------------------- */
 
-/* A report: what librdkafka's background thread learned about one message
- * or admin request, carried to the loop that waits for it. Allocated from
- * the loop's mailbox (never from the task: it must outlive a canceled task
- * and its loop); its address is librdkafka's opaque. */
+/* A report: what librdkafka's background thread learned about one message,
+ * a batch of messages or an admin request, carried to the loop that waits
+ * for it. Allocated from the loop's mailbox (never from the task: it must
+ * outlive a canceled task and its loop).
+ *
+ * Each message's opaque is an outcome: the report's own (one message) or
+ * one of a batch's array (mf__kafka_report_expect). The background thread
+ * fills the outcome and counts the report's remaining messages down; the
+ * report is posted once, when the last of them is in. An admin request's
+ * opaque is the report itself. */
 typedef struct mf__kafka_report mf__kafka_report_t;
+typedef struct mf__kafka_outcome {
+    mf__kafka_report_t *report;
+    rd_kafka_resp_err_t err;
+    int32_t partition;
+    int64_t offset;
+} mf__kafka_outcome_t;
+
 struct mf__kafka_report {
     mf_post_t post;
     struct mf__kafka_mailbox *box;
     mf_task_t *task; /* the waiting task; NULL once it gave up */
     void (*arrived)(mf__kafka_report_t *r); /* on the loop, task set */
-    rd_kafka_resp_err_t err;
-    int32_t partition;
-    int64_t offset;
-    size_t index; /* which message of a batch task (0 otherwise) */
+    mf__kafka_outcome_t one;       /* one message's, or an admin result's */
+    mf__kafka_outcome_t *outcomes; /* a batch's, or NULL */
+    size_t capacity; /* of outcomes (malloc'd; kept for the next batch) */
+    atomic_size_t remaining; /* messages not reported yet */
     char *detail; /* the broker's words (admin results), malloc'd */
     mf__kafka_report_t *next_free;
 };
 
 /* A report for a task of loop, which waits for it from now on (the loop is
- * kept alive until it arrives or the task lets go). */
+ * kept alive until it arrives or the task lets go). It expects one message
+ * (opaque: &r->one) or an admin result (opaque: r). */
 mf__kafka_report_t *
 mf__kafka_report_take(mf_loop_t *loop, mf_task_t *task,
                       void (*arrived)(mf__kafka_report_t *));
+/* Makes r expect n messages of a batch instead, the opaque of message i
+ * being &r->outcomes[i], and holds it back until mf__kafka_report_sent. */
+void mf__kafka_report_expect(mf__kafka_report_t *r, size_t n);
+/* Every message of r's batch was offered to librdkafka, `refused` of them
+ * refused (their outcomes filled by the caller): lets r go to its loop when
+ * the rest are in. True when they are in already: r is not posted then,
+ * and the caller takes its outcomes and gives it back unused. */
+bool mf__kafka_report_sent(mf__kafka_report_t *r, size_t refused);
 /* librdkafka refused the request: the report goes back unused. */
 void mf__kafka_report_unused(mf__kafka_report_t *r);
 /* The task gives up (cancel): the report, when it comes, is dropped. */

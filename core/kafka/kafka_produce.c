@@ -94,12 +94,12 @@ static void mf__produce_arrived(mf__kafka_report_t *r)
 {
     mf__kafka_produce_t *t = mf__produce_of(r->task);
     t->report = NULL;
-    t->msg.partition = r->partition;
-    if (r->err) {
-        mf__kafka_task_fail(&t->head, r->err, NULL);
+    t->msg.partition = r->one.partition;
+    if (r->one.err) {
+        mf__kafka_task_fail(&t->head, r->one.err, NULL);
         return;
     }
-    t->offset = r->offset;
+    t->offset = r->one.offset;
     mf_task_complete(&t->head.base, MF_STATE_SUCCESS, 0);
 }
 
@@ -116,11 +116,11 @@ static rd_kafka_headers_t *mf__produce_headers(const mf_kafka_message_t *m)
     return hs;
 }
 
-/* Hands m to librdkafka with r as its opaque; counted in flight (before
+/* Hands m to librdkafka with o as its opaque; counted in flight (before
  * librdkafka has it: its report may come at once) unless refused. */
 static rd_kafka_resp_err_t mf__message_send(mf_kafka_t *k,
                                             const mf_kafka_message_t *m,
-                                            mf__kafka_report_t *r)
+                                            mf__kafka_outcome_t *o)
 {
     rd_kafka_headers_t *hs = mf__produce_headers(m);
     mf__kafka_message_out(k, 1);
@@ -129,7 +129,7 @@ static rd_kafka_resp_err_t mf__message_send(mf_kafka_t *k,
         RD_KAFKA_V_PARTITION(m->partition), RD_KAFKA_V_KEY(m->key, m->key_len),
         RD_KAFKA_V_VALUE((void *)m->value, m->value_len),
         RD_KAFKA_V_HEADERS(hs), RD_KAFKA_V_TIMESTAMP(m->timestamp_ms),
-        RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_OPAQUE(o), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_END);
     if (err) {
         mf__kafka_message_out(k, -1);
@@ -144,7 +144,7 @@ static void mf__produce_dispatch(mf_task_t *task)
     mf__kafka_produce_t *t = mf__produce_of(task);
     mf__kafka_report_t *r =
         mf__kafka_report_take(task->_loop, task, mf__produce_arrived);
-    rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msg, r);
+    rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msg, &r->one);
     if (err) {
         mf__kafka_report_unused(r);
         mf__kafka_task_fail(&t->head, err, NULL); /* queue full: MF_EBUSY */
@@ -209,9 +209,10 @@ int64_t mf_task_kafka_offset(const mf_task_t *t)
 
 /* ---- the batch task ------------------------------------------------------
  *
- * One block of loop memory: the task, then n outcomes, n report pointers,
- * n message copies and their data. Each message has a report of its own
- * (index: its place); the task completes when the last one arrived.
+ * One block of loop memory: the task, then n outcomes, n message copies
+ * and their data. The batch has one report, expecting n messages: the
+ * background thread fills their outcomes and posts the report once, after
+ * the last; the task copies the outcomes and completes.
  */
 
 typedef struct mf__kafka_batch {
@@ -219,9 +220,9 @@ typedef struct mf__kafka_batch {
     mf_kafka_t *k;
     size_t size; /* of the whole block */
     size_t n;
-    size_t pending; /* reports still due */
+    mf__kafka_report_t *report; /* while outcomes are due */
+    size_t refused;             /* by librdkafka at dispatch */
     mf_kafka_delivery_t *out;
-    mf__kafka_report_t **reports; /* NULL: arrived, or never sent */
     mf_kafka_message_t *msgs;
 } mf__kafka_batch_t;
 
@@ -230,36 +231,45 @@ static mf__kafka_batch_t *mf__batch_of(const mf_task_t *t)
     return (mf__kafka_batch_t *)(void *)t;
 }
 
+/* The report's outcomes into the task's; completes it. */
+static void mf__batch_take(mf__kafka_batch_t *t, const mf__kafka_report_t *r)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const mf__kafka_outcome_t *o = &r->outcomes[i];
+        t->out[i].partition = o->partition;
+        t->out[i].offset = o->err ? -1 : o->offset;
+        t->out[i].err = (int)o->err;
+    }
+    mf_task_complete(&t->head.base, MF_STATE_SUCCESS, 0);
+}
+
 static void mf__batch_arrived(mf__kafka_report_t *r)
 {
     mf__kafka_batch_t *t = mf__batch_of(r->task);
-    mf_kafka_delivery_t *d = &t->out[r->index];
-    t->reports[r->index] = NULL;
-    d->partition = r->partition;
-    d->offset = r->err ? -1 : r->offset;
-    d->err = (int)r->err;
-    if (--t->pending == 0)
-        mf_task_complete(&t->head.base, MF_STATE_SUCCESS, 0);
+    t->report = NULL;
+    mf__batch_take(t, r);
 }
 
 /* Messages of one run through rd_kafka_produce_batch at most: its array
  * lives on the loop thread's stack. */
 #define MF__BATCH_RUN 128
 
+/* Message i was refused at once (a full queue, an unknown partition). */
+static void mf__batch_refused(mf__kafka_batch_t *t, size_t i,
+                              rd_kafka_resp_err_t err)
+{
+    t->report->outcomes[i].err = err;
+    t->report->outcomes[i].partition = t->msgs[i].partition;
+    t->refused++;
+}
+
 /* Sends message i through rd_kafka_producev. */
 static void mf__batch_send_one(mf__kafka_batch_t *t, size_t i)
 {
-    mf__kafka_report_t *r = mf__kafka_report_take(
-        t->head.base._loop, &t->head.base, mf__batch_arrived);
-    r->index = i;
-    rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msgs[i], r);
-    if (err) { /* a full queue: _QUEUE_FULL */
-        mf__kafka_report_unused(r);
-        t->out[i].err = (int)err;
-        return;
-    }
-    t->reports[i] = r;
-    t->pending++;
+    rd_kafka_resp_err_t err =
+        mf__message_send(t->k, &t->msgs[i], &t->report->outcomes[i]);
+    if (err)
+        mf__batch_refused(t, i, err);
 }
 
 /* rd_kafka_produce_batch takes neither headers nor timestamps; and a
@@ -296,36 +306,30 @@ static void mf__batch_send_run(mf__kafka_batch_t *t, rd_kafka_topic_t *rkt,
     memset(rms, 0, n * sizeof *rms);
     for (size_t x = 0; x < n; x++) {
         const mf_kafka_message_t *m = &t->msgs[i + x];
-        mf__kafka_report_t *r = mf__kafka_report_take(
-            t->head.base._loop, &t->head.base, mf__batch_arrived);
-        r->index = i + x;
-        t->reports[i + x] = r;
         rms[x].partition = RD_KAFKA_PARTITION_UA; /* the partitioner's */
         rms[x].payload = (void *)m->value;
         rms[x].len = m->value_len;
         rms[x].key = (void *)m->key;
         rms[x].key_len = m->key_len;
-        rms[x]._private = r;
+        rms[x]._private = &t->report->outcomes[i + x];
     }
     /* Counted before librdkafka has them: reports may come at once. */
     mf__kafka_message_out(t->k, (int)n);
     rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY,
                            rms, (int)n);
     for (size_t x = 0; x < n; x++) {
-        if (!rms[x].err) {
-            t->pending++;
-            continue;
+        if (rms[x].err) {
+            mf__kafka_message_out(t->k, -1);
+            mf__batch_refused(t, i + x, rms[x].err);
         }
-        mf__kafka_message_out(t->k, -1);
-        mf__kafka_report_unused(t->reports[i + x]);
-        t->reports[i + x] = NULL;
-        t->out[i + x].err = (int)rms[x].err;
     }
 }
 
 static void mf__batch_dispatch(mf_task_t *task)
 {
     mf__kafka_batch_t *t = mf__batch_of(task);
+    t->report = mf__kafka_report_take(task->_loop, task, mf__batch_arrived);
+    mf__kafka_report_expect(t->report, t->n);
     size_t i = 0;
     while (i < t->n) {
         size_t j = mf__batch_run_end(t, i);
@@ -341,36 +345,30 @@ static void mf__batch_dispatch(mf_task_t *task)
             mf__batch_send_one(t, i++);
         }
     }
-    /* Reports arrive through the loop's mailbox: none came meanwhile. */
-    if (t->pending == 0)
-        mf_task_complete(task, MF_STATE_SUCCESS, 0);
-}
-
-/* Lets go of every report still due: they are dropped when they come. */
-static void mf__batch_abandon(mf__kafka_batch_t *t)
-{
-    for (size_t i = 0; i < t->n && t->pending; i++) {
-        if (!t->reports[i])
-            continue;
-        mf__kafka_report_abandon(t->reports[i]);
-        t->reports[i] = NULL;
-        t->pending--;
-    }
+    if (!mf__kafka_report_sent(t->report, t->refused))
+        return; /* the report comes through the loop's mailbox */
+    /* Every outcome is in already (all refused, or reported meanwhile). */
+    mf__kafka_report_t *r = t->report;
+    t->report = NULL;
+    mf__batch_take(t, r);
+    mf__kafka_report_unused(r);
 }
 
 static void mf__batch_cancel(mf_task_t *task)
 {
     mf__kafka_batch_t *t = mf__batch_of(task);
-    if (!t->pending)
+    if (!t->report)
         return;
-    mf__batch_abandon(t);
+    mf__kafka_report_abandon(t->report);
+    t->report = NULL;
     mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
 }
 
 static void mf__batch_destroy(mf_task_t *task)
 {
     mf__kafka_batch_t *t = mf__batch_of(task);
-    mf__batch_abandon(t);
+    if (t->report)
+        mf__kafka_report_abandon(t->report);
     mf__kafka_task_release(&t->head);
     mf_loop_free(task->_loop, t, t->size);
 }
@@ -384,7 +382,6 @@ static const mf_task_ops_t mf__batch_ops = {
 static size_t mf__batch_head_size(size_t n)
 {
     size_t size = sizeof(mf__kafka_batch_t) + n * sizeof(mf_kafka_delivery_t) +
-                  n * sizeof(mf__kafka_report_t *) +
                   n * sizeof(mf_kafka_message_t);
     return (size + MF__ALIGN - 1) & ~(size_t)(MF__ALIGN - 1);
 }
@@ -394,8 +391,6 @@ static void mf__batch_copy(mf__kafka_batch_t *t, const mf_kafka_message_t *msgs)
     char *p = (char *)(t + 1);
     t->out = (mf_kafka_delivery_t *)(void *)p;
     p += t->n * sizeof *t->out;
-    t->reports = (mf__kafka_report_t **)(void *)p;
-    p += t->n * sizeof *t->reports;
     t->msgs = (mf_kafka_message_t *)(void *)p;
     p = (char *)t + mf__batch_head_size(t->n);
     for (size_t i = 0; i < t->n; i++) {
@@ -403,7 +398,6 @@ static void mf__batch_copy(mf__kafka_batch_t *t, const mf_kafka_message_t *msgs)
         p += mf__message_size(&msgs[i]);
         if (i > 0 && msgs[i].topic == msgs[i - 1].topic)
             t->msgs[i].topic = t->msgs[i - 1].topic;
-        t->reports[i] = NULL;
         t->out[i] = (mf_kafka_delivery_t){msgs[i].partition, -1, 0};
     }
 }
@@ -422,7 +416,8 @@ mf_task_t *mf_task_kafka_produce_batch_create(mf_loop_t *loop, mf_kafka_t *k,
     t->k = k;
     t->size = size;
     t->n = n;
-    t->pending = 0;
+    t->report = NULL;
+    t->refused = 0;
     mf__batch_copy(t, msgs);
     return &t->head.base;
 }

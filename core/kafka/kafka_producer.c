@@ -10,9 +10,11 @@
  * How a report travels. librdkafka's main queue is forwarded to its
  * background queue, whose thread calls mf__kafka_background() for every
  * event: delivery reports (a batch of messages), admin results, errors.
- * For each message it fills the report the message's opaque points to and
- * posts it to the report's loop (mf_loop_post: lock-free, no allocation);
- * the task is touched only there, on its loop.
+ * For each message it fills the outcome the message's opaque points to,
+ * and posts the outcome's report to its loop (mf_loop_post: lock-free, no
+ * allocation) when that was the last message the report waited for: one
+ * post per message produced alone, one per batch task. The task is
+ * touched only there, on its loop.
  *
  * Lifetimes. Reports come from a mailbox of the loop (malloc'd, in chunks
  * reused through a free list, so a steady stream of messages allocates
@@ -38,6 +40,10 @@
 /* ---- the loop's slot -------------------------------------------------- */
 
 #define MF__REPORTS_PER_CHUNK 64
+/* A report keeps a batch's outcome array of up to this many messages for
+ * the next batch (steady batches allocate nothing); a bigger one is freed
+ * when the report goes back. */
+#define MF__OUTCOMES_KEPT 8192
 
 typedef struct mf__kafka_chunk {
     struct mf__kafka_chunk *next;
@@ -58,8 +64,10 @@ static void mf__kafka_mailbox_free(mf__kafka_mailbox_t *box)
     while (box->chunks) {
         mf__kafka_chunk_t *c = box->chunks;
         box->chunks = c->next;
-        for (size_t i = 0; i < MF__REPORTS_PER_CHUNK; i++)
-            free(c->reports[i].detail);
+        for (size_t i = 0; i < MF__REPORTS_PER_CHUNK; i++) {
+            free(c->reports[i].detail); /* of reports dropped for a dead loop */
+            mf_free(c->reports[i].outcomes);
+        }
         mf_free(c);
     }
     pthread_mutex_destroy(&box->lock);
@@ -131,6 +139,11 @@ static void mf__kafka_report_put(mf__kafka_report_t *r)
     mf__kafka_mailbox_t *box = r->box;
     free(r->detail);
     r->detail = NULL;
+    if (r->capacity > MF__OUTCOMES_KEPT) {
+        mf_free(r->outcomes);
+        r->outcomes = NULL;
+        r->capacity = 0;
+    }
     r->task = NULL;
     r->next_free = box->free;
     box->free = r;
@@ -159,14 +172,31 @@ mf__kafka_report_t *mf__kafka_report_take(mf_loop_t *loop, mf_task_t *task,
     r->box = box;
     r->task = task;
     r->arrived = arrived;
-    r->err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    r->partition = -1;
-    r->offset = -1;
-    r->index = 0;
+    r->one = (mf__kafka_outcome_t){r, RD_KAFKA_RESP_ERR_NO_ERROR, -1, -1};
+    atomic_init(&r->remaining, 1);
     r->detail = NULL;
     atomic_fetch_add_explicit(&box->refs, 1, memory_order_relaxed);
     mf_loop_ref(loop);
     return r;
+}
+
+void mf__kafka_report_expect(mf__kafka_report_t *r, size_t n)
+{
+    if (n > r->capacity) {
+        mf_free(r->outcomes);
+        r->outcomes = mf_xmalloc(n * sizeof *r->outcomes);
+        r->capacity = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        r->outcomes[i] = (mf__kafka_outcome_t){r, 0, -1, -1};
+    /* One more than the messages: held until every one was offered. */
+    atomic_store_explicit(&r->remaining, n + 1, memory_order_relaxed);
+}
+
+bool mf__kafka_report_sent(mf__kafka_report_t *r, size_t refused)
+{
+    return atomic_fetch_sub_explicit(&r->remaining, refused + 1,
+                                     memory_order_acq_rel) == refused + 1;
 }
 
 void mf__kafka_report_unused(mf__kafka_report_t *r)
@@ -249,18 +279,26 @@ static void mf__kafka_mailbox_release(mf__kafka_mailbox_t *box, unsigned n)
 }
 
 /* One delivery-report event: a batch of messages, mostly for one loop.
- * Each mailbox's lock is taken once per run of its reports, not once per
- * report; r is not touched once posted (its loop may reuse it at once). */
+ * Each message fills its outcome; a report whose last message this was
+ * goes to its loop. Each mailbox's lock is taken once per run of posted
+ * reports, not once per report; r is not touched once posted (its loop may
+ * reuse it at once). */
 static void mf__kafka_deliveries(mf_kafka_t *k, rd_kafka_event_t *ev)
 {
+    /* Out of flight before any task can see its outcome. */
+    mf__kafka_message_out(k, -(int)rd_kafka_event_message_count(ev));
     mf__kafka_mailbox_t *box = NULL;
     unsigned held = 0;
     const rd_kafka_message_t *m;
     while ((m = rd_kafka_event_message_next(ev)) != NULL) {
-        mf__kafka_report_t *r = m->_private;
-        r->err = m->err;
-        r->partition = m->partition;
-        r->offset = m->offset;
+        mf__kafka_outcome_t *o = m->_private;
+        o->err = m->err;
+        o->partition = m->partition;
+        o->offset = m->offset;
+        mf__kafka_report_t *r = o->report;
+        if (atomic_fetch_sub_explicit(&r->remaining, 1, memory_order_acq_rel) !=
+            1)
+            continue; /* more of its batch to come */
         if (r->box != box) {
             mf__kafka_mailbox_release(box, held);
             box = r->box;
@@ -268,7 +306,6 @@ static void mf__kafka_deliveries(mf_kafka_t *k, rd_kafka_event_t *ev)
             pthread_mutex_lock(&box->lock);
         }
         held++;
-        mf__kafka_message_out(k, -1); /* before its task can see it */
         if (box->alive) {
             mf_post_init(&r->post, mf__kafka_report_delivered, r);
             mf_loop_post(box->loop, &r->post);
@@ -286,12 +323,12 @@ static void mf__kafka_create_topics_result(mf_kafka_t *k, rd_kafka_event_t *ev)
     const rd_kafka_topic_result_t **topics =
         res ? rd_kafka_CreateTopics_result_topics(res, &n) : NULL;
     const char *words = rd_kafka_event_error_string(ev);
-    r->err = rd_kafka_event_error(ev);
-    if (!r->err && n > 0) {
-        r->err = rd_kafka_topic_result_error(topics[0]);
+    r->one.err = rd_kafka_event_error(ev);
+    if (!r->one.err && n > 0) {
+        r->one.err = rd_kafka_topic_result_error(topics[0]);
         words = rd_kafka_topic_result_error_string(topics[0]);
     }
-    if (r->err && words)
+    if (r->one.err && words)
         r->detail = strdup(words); /* NULL on OOM: librdkafka's words then */
     mf__kafka_admin_out(k, -1);
     mf__kafka_report_post(r);

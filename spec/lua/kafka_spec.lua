@@ -145,43 +145,74 @@ describe("k:produce_batch", function()
                       headers = { { "x", "1" }, { "x", nil } }, partition = 0 }
         msgs[302] = { topic = t, value = "m", headers = { a = "1" }, partition = 1 }
         local rs = assert(k:produce_batch(msgs))
-        assert.are.equal(302, #rs)
+        assert.are.equal(302, rs.delivered)
+        assert.are.equal(0, rs.failed)
+        assert.are.same({}, rs.errors)
+        assert.are.equal(302, #rs.partitions)
+        assert.are.equal(302, #rs.offsets)
         local next_offset = { [0] = 0, [1] = 0 }
-        for i, r in ipairs(rs) do
-            assert.are.equal(msgs[i].partition, r.partition)
-            assert.are.equal(next_offset[r.partition], r.offset)
-            next_offset[r.partition] = r.offset + 1
+        for i = 1, 302 do
+            local p = rs.partitions[i]
+            assert.are.equal(msgs[i].partition, p)
+            assert.are.equal(next_offset[p], rs.offsets[i])
+            next_offset[p] = rs.offsets[i] + 1
         end
-        assert.are.same({ partition = 0, offset = 0 },
-                        assert(k:produce_batch { { topic = topic(1), value = "x" } })[1])
+        assert.are.same({ delivered = 1, failed = 0, errors = {},
+                          partitions = { 0 }, offsets = { 0 } },
+                        assert(k:produce_batch { { topic = topic(1), value = "x" } }))
     end)
 
-    it("gives a failed message {error=} and delivers the others", function()
+    it("takes strings as values for opts.topic, and tables without a topic", function()
+        local t = topic(1)
+        local rs = assert(k:produce_batch({ "a", "b", { value = "c", key = "k" },
+                                           { topic = t, value = "d" } },
+                                         { topic = t }))
+        assert.are.same({ 0, 1, 2, 3 }, rs.offsets)
+        assert.are.equal(4, rs.delivered)
+        local c = k:consumer { group = "pb-" .. t, topics = { t },
+                               ["session.timeout.ms"] = 3000 }
+        local got = {}
+        for msg in c:messages(10000) do
+            got[#got + 1] = (msg.key or "") .. msg.value
+            if #got == 4 then break end
+        end
+        c:close()
+        assert.are.same({ "a", "b", "kc", "d" }, got)
+    end)
+
+    it("gives a failed message its error and delivers the others", function()
         local t = topic(2)
         local rs = assert(k:produce_batch {
             { topic = t, value = "a", partition = 0 },
             { topic = t, value = "b", partition = 9 },
             { topic = t, value = "c", partition = 1 },
         })
-        assert.are.same({ partition = 0, offset = 0 }, rs[1])
-        assert.are.same({ error = "kafka _UNKNOWN_PARTITION: Local: Unknown partition" },
-                        rs[2])
-        assert.are.same({ partition = 1, offset = 0 }, rs[3])
+        assert.are.equal(2, rs.delivered)
+        assert.are.equal(1, rs.failed)
+        assert.are.same({ [2] = "kafka _UNKNOWN_PARTITION: Local: Unknown partition" },
+                        rs.errors)
+        assert.are.same({ 0, 9, 1 }, rs.partitions)
+        assert.are.same({ 0, -1, 0 }, rs.offsets)
     end)
 
-    it("returns an empty array for no messages", function()
-        assert.are.same({}, k:produce_batch {})
+    it("returns an empty outcome for no messages", function()
+        assert.are.same({ delivered = 0, failed = 0, errors = {},
+                          partitions = {}, offsets = {} },
+                        k:produce_batch {})
     end)
 
     it("raises on misuse, naming the key", function()
-        local function raises(msgs, what)
-            local ok, err = pcall(k.produce_batch, k, msgs)
+        local function raises(msgs, what, opts)
+            local ok, err = pcall(k.produce_batch, k, msgs, opts)
             assert.is_false(ok)
             assert.truthy(err:find(what, 1, true), err)
         end
         raises({ { topic = "t" }, { topic = "t", bogus = 1 } }, "'bogus'")
-        raises({ { topic = "t" }, "t" }, "a table")
+        raises({ { topic = "t" }, "v" }, "opts.topic")
+        raises({ { topic = "t" }, 5 }, "a table or a string")
         raises({ { value = "x" } }, "topic")
+        raises({ "v" }, "unknown option 'bogus'", { topic = "t", bogus = 1 })
+        raises({ "v" }, "topic must be a string", { topic = 1 })
         raises("t", "table")
         local big = {}
         for i = 1, 100001 do big[i] = false end
