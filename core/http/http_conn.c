@@ -95,6 +95,8 @@ struct mf_http_conn {
     bool close_after; /* close once the output is flushed */
     bool peer_closed; /* read returned EOF */
     bool rdhup;       /* the peer half-closed: read to EOF */
+    bool drained;     /* the last read found the socket empty (a short
+                         read or EAGAIN): no read is due until an edge */
     /* The one re-entrancy guard of the request path: set while the
      * exchange runs the handler (mf__conn_dispatch). A response may be
      * queued and the connection released from inside the handler; then
@@ -761,11 +763,15 @@ void mf__http_conn_release(mf_http_conn_t *conn)
     if (conn->dispatching)
         return; /* see `dispatching`: the dispatch goes on from here */
     /* A held exchange finished later: serve what was pipelined behind it
-     * and read what arrived meanwhile, then flush everything at once. */
+     * and read what arrived meanwhile, then flush everything at once.
+     * What arrived while it was held was read then (into spare room) at
+     * its edge; a read is due only if one stopped for lack of room, or
+     * TLS may hold bytes, or the peer half-closed (no edge follows). */
     mf__http_exchange_destroy(conn->ex);
     conn->ex = NULL;
     mf__conn_process(conn);
-    mf__conn_read(conn);
+    if (!conn->drained || conn->ssl || conn->rdhup)
+        mf__conn_read(conn);
     mf__http_conn_flush(conn);
 }
 
@@ -833,8 +839,10 @@ static void mf__conn_read(mf_http_conn_t *conn)
             return;
         }
         int rc = mf__conn_input_room(conn);
-        if (rc == MF_EAGAIN)
+        if (rc == MF_EAGAIN) {
+            conn->drained = false; /* bytes may wait in the socket */
             return;
+        }
         if (rc < 0) {
             mf__conn_fail(conn, 413);
             return;
@@ -842,6 +850,7 @@ static void mf__conn_read(mf_http_conn_t *conn)
         size_t room = conn->in.cap - conn->in.len;
         ssize_t n = mf__sock_read(conn->io.fd, conn->ssl,
                                   conn->in.data + conn->in.len, room);
+        conn->drained = n == MF_EAGAIN || (n > 0 && (size_t)n < room);
         if (n == MF_EAGAIN)
             break;
         if (n <= 0) {
