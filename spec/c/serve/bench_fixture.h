@@ -90,17 +90,18 @@ static inline void tmpdir_remove(const char *dir)
     ASSERT(system(cmd) == 0);
 }
 
-/* Runs the Python program source (in dir) with arg: its exit status. */
+/* Runs the Python program source (in dir) with two arguments (no single
+ * quotes in them): its exit status. */
 static inline int run_python(const char *dir, const char *source,
-                             const char *arg)
+                             const char *arg1, const char *arg2)
 {
-    char path[512], cmd[1200];
+    char path[512], cmd[2048];
     snprintf(path, sizeof path, "%s/check.py", dir);
     FILE *f = fopen(path, "w");
     ASSERT(f != NULL);
     fputs(source, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", path, arg);
+    snprintf(cmd, sizeof cmd, "python3 '%s' '%s' '%s'", path, arg1, arg2);
     return system(cmd);
 }
 

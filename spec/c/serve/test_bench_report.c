@@ -224,7 +224,7 @@ TEST(json_document_reads_back)
     tmpdir_make(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/run.json", dir);
     ASSERT_EQ(bench_report_json(path, &o, r), 0);
-    ASSERT_EQ(run_python(dir, json_check, path), 0);
+    ASSERT_EQ(run_python(dir, json_check, path, ""), 0);
     snprintf(path, sizeof path, "%s/missing/run.json", dir);
     errno = 0;
     ASSERT_EQ(bench_report_json(path, &o, r), -1);
