@@ -21,6 +21,7 @@
 #include <moonflow/moonflow.h>
 
 #include <moonflow/lua_host.h>
+#include "bench.h"
 #include "serve.h"
 
 static const char usage_main[] =
@@ -29,6 +30,7 @@ static const char usage_main[] =
     "  run FILE.lua [ARGS...]   run a Lua workflow script once\n"
     "  test [DIR] [BUSTED...]   run the busted specs (*_spec.lua) in DIR\n"
     "  serve [DIR] [OPTIONS]    serve the Lua handlers in DIR over HTTP\n"
+    "  bench [OPTIONS] URL...   load-test URLs (wrk's flags and scripts)\n"
     "  help [COMMAND]           show this help, or a command's\n"
     "\n"
     "moonflow COMMAND --help shows a command's help too;\n"
@@ -236,6 +238,11 @@ static int cmd_serve(int argc, char **argv)
     return mf_serve_main(argc, argv);
 }
 
+static int cmd_bench(int argc, char **argv)
+{
+    return mf_bench_main(argc, argv);
+}
+
 /* The commands; each takes the arguments after its name. */
 typedef struct command {
     const char *name;
@@ -243,7 +250,10 @@ typedef struct command {
 } command_t;
 
 static const command_t commands[] = {
-    {"run", cmd_run}, {"test", cmd_test}, {"serve", cmd_serve}};
+    {"run", cmd_run},
+    {"test", cmd_test},
+    {"serve", cmd_serve},
+    {"bench", cmd_bench}};
 
 static const command_t *find_command(const char *name)
 {
