@@ -193,18 +193,19 @@ static void mf__load_conn_send(mf_load_conn_t *c, uint64_t start_ns,
     mf__load_conn_write(c);
 }
 
-/* Constant rate: sends when the next request is due (at once when late),
- * measured from its due time. */
+/* Constant rate: sends when the next request is due, measured from its
+ * due time when late. The loop's timers count whole milliseconds, so a
+ * request less than one away goes now, measured from now: what it waits
+ * for is then the server alone, and the schedule of due times (the rate)
+ * stays as it was. */
 static void mf__load_conn_send_due(mf_load_conn_t *c, uint64_t now_ns)
 {
-    if (c->due_ns <= now_ns) {
-        mf__load_conn_send(c, c->due_ns, now_ns);
+    if (c->due_ns <= now_ns + MF_LOAD_EARLY_NS) {
+        mf__load_conn_send(c, c->due_ns < now_ns ? c->due_ns : now_ns, now_ns);
         return;
     }
-    /* Never early: round the wait up to the loop's millisecond. */
-    uint64_t ms = (c->due_ns - now_ns + 999999) / 1000000;
     c->state = MF_LOAD_CONN_IDLE;
-    mf_timer_start(c->load->loop, &c->timer, ms);
+    mf_timer_start(c->load->loop, &c->timer, (c->due_ns - now_ns) / 1000000);
 }
 
 static void mf__load_conn_next(mf_load_conn_t *c)

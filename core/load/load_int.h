@@ -103,6 +103,7 @@ struct mf_load {
 #define MF_LOAD_READ_BUF 16384
 #define MF_LOAD_MAX_HEAD 65536
 #define MF_LOAD_RECONNECT_MS 10
+#define MF_LOAD_EARLY_NS 1000000 /* the loop timers' resolution */
 
 static inline uint64_t mf__load_now_ns(void)
 {
