@@ -7,6 +7,7 @@
 #include <moonflow/load.h>
 
 #include "load_server.h"
+#include "test_cert.h"
 
 static mf_loop_t *loop;
 static uint16_t port;
@@ -486,4 +487,48 @@ TEST(stop_before_the_server_answers)
     ASSERT_EQ(errors(s), 0);
     ASSERT(r.wall_ns < 1000000000u);
     mf_load_destroy(r.load);
+}
+
+TEST(https_target_speaks_tls)
+{
+    setup();
+    mf_test_cert_t cert;
+    mf_test_cert_make(&cert);
+    mf_http_server_t *srv =
+        load_server_listen_tls(loop, 0, cert.cert, cert.key);
+    ASSERT(srv != NULL);
+    mf_load_target_t t = target(GET("/stream?n=5"));
+    t.addr.in4.sin_port = htons(mf_http_server_port(srv));
+    t.tls = true;
+    t.host = "localhost";
+    mf_load_config_t c = config(&t, 2, 500);
+    seen_t seen = {0};
+    mf_load_hooks_t h = {.response = on_stream, .user = &seen};
+    run_t r;
+    run(&r, &c, &h);
+    const mf_load_stats_t *s = mf_load_stats(r.load);
+    printf("  %" PRIu64 " requests over TLS\n", s->requests);
+    ASSERT(s->requests > 10);
+    ASSERT_EQ(errors(s), 0);
+    ASSERT(s->requests <= load_server.answered);
+    ASSERT(s->requests + 2 >= load_server.answered);
+    ASSERT_EQ(seen.good, seen.responses);
+    mf_load_destroy(r.load);
+    /* Plain bytes to a TLS port: no answer, the server closes. */
+    t.tls = false;
+    c.timeout_ns = 100000000u;
+    run(&r, &c, NULL);
+    s = mf_load_stats(r.load);
+    ASSERT_EQ(s->requests, 0);
+    ASSERT(s->errors.read + s->errors.timeout > 0);
+    mf_load_destroy(r.load);
+    t.tls = true;
+    t.addr.in4.sin_port = htons(port); /* TLS to a plain port */
+    run(&r, &c, NULL);
+    s = mf_load_stats(r.load);
+    ASSERT_EQ(s->requests, 0);
+    ASSERT(s->errors.connect > 0);
+    mf_load_destroy(r.load);
+    mf_http_server_stop(srv, NULL, NULL);
+    ASSERT(mf_test_cert_remove(&cert));
 }
