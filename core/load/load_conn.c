@@ -12,7 +12,10 @@
  * May call: the load (load_int.h), the loop, net (sockets, TLS) and the
  * HTTP parser. Owns mf_load_conn_t.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "load_int.h"
@@ -156,13 +159,32 @@ static bool mf__load_conn_take_request(mf_load_conn_t *c)
     return true;
 }
 
+/* One write of plain TCP as send(MSG_NOSIGNAL), straight through
+ * syscall(2) (no cancellation point): a server that closed costs an EPIPE
+ * error, never a SIGPIPE the embedding program did not ignore. */
+static ssize_t mf__load_conn_send_bytes(mf_load_conn_t *c, const char *buf,
+                                        size_t len)
+{
+    if (c->ssl) {
+        struct iovec iov = {(void *)buf, len};
+        return mf__sock_writev(c->io.fd, c->ssl, &iov, 1);
+    }
+    ssize_t n;
+    do {
+        n = (ssize_t)syscall(SYS_sendto, c->io.fd, buf, len, MSG_NOSIGNAL, NULL,
+                             0);
+    } while (n < 0 && errno == EINTR);
+    if (n >= 0)
+        return n;
+    return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
+}
+
 /* Writes what is left of the request. false when the connection failed. */
 static bool mf__load_conn_write(mf_load_conn_t *c)
 {
     while (c->written < c->req_len) {
-        struct iovec iov = {(void *)(c->req + c->written),
-                            c->req_len - c->written};
-        ssize_t n = mf__sock_writev(c->io.fd, c->ssl, &iov, 1);
+        ssize_t n = mf__load_conn_send_bytes(c, c->req + c->written,
+                                             c->req_len - c->written);
         if (n == MF_EAGAIN) {
             c->want_write = true; /* the WRITE edge comes when it drains */
             return true;
