@@ -284,17 +284,27 @@ static bool mf__load_conn_is_head(const mf_load_conn_t *c)
     return i < 64 && ((c->head_mask >> i) & 1);
 }
 
+/* Parses the head at rpos from len bytes into head (the load's header
+ * array): mf_http_parse_response's answer. */
+static int mf__load_conn_parse_at(mf_load_conn_t *c, size_t len,
+                                  mf_http_response_t *head, size_t *scanned)
+{
+    mf_load_t *load = c->load;
+    mf_http_limits_t limits = {MF_LOAD_MAX_HEAD, MF_LOAD_MAX_HEAD,
+                               MF_ARRAY_SIZE(load->headers)};
+    *head = (mf_http_response_t){.headers = load->headers,
+                                 .num_headers = MF_ARRAY_SIZE(load->headers)};
+    return mf_http_parse_response(c->rbuf + c->rpos, len, head,
+                                  mf__load_conn_is_head(c), &limits, scanned);
+}
+
 /* The response hook: the head parsed again (its pointers into rbuf as it
  * is now) and the kept body. false when the run ends. */
 static bool mf__load_conn_hook(mf_load_conn_t *c)
 {
     mf_load_t *load = c->load;
-    mf_http_response_t head = {.headers = load->headers,
-                               .num_headers = MF_ARRAY_SIZE(load->headers)};
-    mf_http_limits_t limits = {MF_LOAD_MAX_HEAD, MF_LOAD_MAX_HEAD,
-                               MF_ARRAY_SIZE(load->headers)};
-    (void)mf_http_parse_response(c->rbuf + c->rpos, c->head_len, &head,
-                                 mf__load_conn_is_head(c), &limits, NULL);
+    mf_http_response_t head;
+    (void)mf__load_conn_parse_at(c, c->head_len, &head, NULL);
     int rc = load->hooks.response(load->hooks.user, c->target, &head,
                                   c->rbuf + c->rpos + c->head_len, c->body_len);
     if (load->stopping)
@@ -333,13 +343,8 @@ static bool mf__load_conn_response_done(mf_load_conn_t *c, uint64_t now_ns)
 static int mf__load_conn_parse_head(mf_load_conn_t *c)
 {
     mf_load_t *load = c->load;
-    mf_http_response_t head = {.headers = load->headers,
-                               .num_headers = MF_ARRAY_SIZE(load->headers)};
-    mf_http_limits_t limits = {MF_LOAD_MAX_HEAD, MF_LOAD_MAX_HEAD,
-                               MF_ARRAY_SIZE(load->headers)};
-    int rc =
-        mf_http_parse_response(c->rbuf + c->rpos, c->rlen - c->rpos, &head,
-                               mf__load_conn_is_head(c), &limits, &c->scanned);
+    mf_http_response_t head;
+    int rc = mf__load_conn_parse_at(c, c->rlen - c->rpos, &head, &c->scanned);
     if (rc == MF_HTTP_INCOMPLETE)
         return 0;
     if (rc < 0)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <moonflow/http_server.h>
+#include <moonflow/load.h>
 #include <moonflow/moonflow.h>
 
 #include "test.h"
@@ -185,6 +186,16 @@ static inline pid_t load_server_fork(uint16_t port)
         usleep(10000);
     ASSERT(mf_test_port_open(port));
     return pid;
+}
+
+/* A target on 127.0.0.1:port sending request (a literal). */
+static inline mf_load_target_t load_target(uint16_t port, const char *request)
+{
+    mf_load_target_t t = {.request = request, .request_len = strlen(request)};
+    t.addr.in4.sin_family = AF_INET;
+    t.addr.in4.sin_port = htons(port);
+    t.addr.in4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return t;
 }
 
 static inline void load_server_kill(pid_t pid)

