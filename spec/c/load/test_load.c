@@ -220,6 +220,38 @@ TEST(requests_per_conn_reconnects_after_that_many)
     mf_load_destroy(r.load);
 }
 
+/* Runs request on 2 connections for 300 ms: no error, every answer read
+ * but those in flight at the end. */
+static void run_clean(const char *request, const mf_load_hooks_t *h)
+{
+    mf_load_target_t t = target(request);
+    mf_load_config_t c = config(&t, 2, 300);
+    run_t r;
+    run(&r, &c, h);
+    const mf_load_stats_t *s = mf_load_stats(r.load);
+    printf("  %" PRIu64 " requests\n", s->requests);
+    ASSERT(s->requests > 10);
+    ASSERT_EQ(errors(s), 0);
+    ASSERT(s->requests <= load_server.answered);
+    /* In flight at the end: the requests of one write a connection. */
+    ASSERT(s->requests + 2 * mf_load_count_requests(request, strlen(request)) >=
+           load_server.answered);
+    mf_load_destroy(r.load);
+}
+
+TEST(frames_every_kind_of_response)
+{
+    setup();
+    /* A HEAD answer has a Content-Length and no body. */
+    run_clean("HEAD / HTTP/1.1\r\nHost: h\r\n\r\n", NULL);
+    /* Chunked, framed without a hook (nothing kept). */
+    run_clean(GET("/stream?n=50"), NULL);
+    /* HTTP/1.0: the server closes after each answer; no error. */
+    run_clean("GET / HTTP/1.0\r\n\r\n", NULL);
+    /* GET, HEAD, GET pipelined: the HEAD's answer in the middle. */
+    run_clean(GET("/") "HEAD / HTTP/1.1\r\nHost: h\r\n\r\n" GET("/"), NULL);
+}
+
 TEST(status_404_counts_a_status_error_and_a_request)
 {
     setup();
