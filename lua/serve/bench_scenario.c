@@ -376,6 +376,40 @@ static int scen_l_prep(lua_State *L)
     return 1;
 }
 
+/* Whether the table at idx (a Redis reply) is an error reply {err = }. */
+static bool scen_is_error_reply(lua_State *L, int idx)
+{
+    if (lua_type(L, idx) != LUA_TTABLE)
+        return false;
+    lua_getfield(L, idx, "err");
+    bool err = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    return err;
+}
+
+/* Whether a task that succeeded carries a failure in its answer: a Redis
+ * error reply (value, or one of values), an HTTP status >= 400. */
+static bool scen_answer_failed(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "value");
+    bool failed = scen_is_error_reply(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "values");
+    if (!failed && lua_type(L, -1) == LUA_TTABLE) {
+        int vals = lua_gettop(L);
+        for (size_t i = 1; !failed && i <= lua_objlen(L, vals); i++) {
+            lua_rawgeti(L, vals, (int)i);
+            failed = scen_is_error_reply(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "status");
+    failed |= lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) >= 400;
+    lua_pop(L, 1);
+    return failed;
+}
+
 /* Whether the result at idx (a task's table, or an array of them for a
  * series or parallel) holds no failed task; *timeout when one timed out. */
 static bool scen_result_ok(lua_State *L, int idx, int depth, bool *timeout)
@@ -383,14 +417,13 @@ static bool scen_result_ok(lua_State *L, int idx, int depth, bool *timeout)
     if (lua_type(L, idx) != LUA_TTABLE || depth > 32)
         return true;
     lua_getfield(L, idx, "state");
-    if (!lua_isnil(L, -1)) {
-        bool ok = !strcmp(lua_tostring(L, -1), "success");
-        if (!ok && !strcmp(lua_tostring(L, -1), "timeout"))
+    const char *state = lua_tostring(L, -1);
+    lua_pop(L, 1); /* the state string stays interned in the result */
+    if (state) {
+        if (!strcmp(state, "timeout"))
             *timeout = true;
-        lua_pop(L, 1);
-        return ok;
+        return !strcmp(state, "success") && !scen_answer_failed(L, idx);
     }
-    lua_pop(L, 1);
     bool ok = true;
     size_t n = lua_objlen(L, idx);
     for (size_t i = 1; i <= n; i++) {
@@ -540,7 +573,8 @@ static int scen_setup(scen_thread_t *t)
     const bench_opts_t *o = t->run->o;
     lua_State *L = mf_lua_host_state(t->host);
     scen_add_script_dir(L, o->script);
-    if (luaL_loadstring(L, SCEN_SETUP) != 0 ||
+    if (luaL_loadbuffer(L, SCEN_SETUP, sizeof SCEN_SETUP - 1,
+                        "=[moonflow bench]") != 0 ||
         luaL_loadfile(L, o->script) != 0) {
         snprintf(t->err, sizeof t->err, "%s", lua_tostring(L, -1));
         return -1;
@@ -563,7 +597,8 @@ static int scen_setup(scen_thread_t *t)
 /* Pushes the runner of the users (SCEN_RUNNER over the C functions). */
 static int scen_push_runner(scen_thread_t *t, lua_State *L)
 {
-    if (luaL_loadstring(L, SCEN_RUNNER) != 0)
+    if (luaL_loadbuffer(L, SCEN_RUNNER, sizeof SCEN_RUNNER - 1,
+                        "=[moonflow bench]") != 0)
         return -1;
     lua_pushcfunction(L, scen_l_begin);
     lua_pushcfunction(L, scen_l_prep);
@@ -767,6 +802,10 @@ static bench_result_t *scen_merge(const scen_run_t *run)
             s->errors += t->series[k].errors;
             mf_hdr_merge(s->latency, t->series[k].latency);
         }
+    }
+    for (size_t i = n; i < r->nseries; i++) { /* steps named alike */
+        mf_hdr_destroy(r->series[i].latency);
+        r->series[i].latency = NULL;
     }
     r->nseries = n;
     qsort(r->series, n, sizeof *r->series, scen_series_cmp);
