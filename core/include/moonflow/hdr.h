@@ -1,11 +1,12 @@
 /*
  * moonflow/hdr.h — a log-linear histogram of non-negative integers (the
  * load generator records latencies in nanoseconds), in the manner of
- * HdrHistogram: every power of two is cut into MF_HDR_SUB_BUCKETS / 2
+ * HdrHistogram: every power of two is cut into MF_HDR_SUB_BUCKETS / 2 (128)
  * equal slices, so any value read back (a percentile, a bucket) is within
- * 1 / MF_HDR_SUB_BUCKETS (0.78%) of a recorded one; values below
- * MF_HDR_SUB_BUCKETS are exact. Recording is a shift, a count of leading
- * zeros and an increment: no allocation, no lock.
+ * 2 / MF_HDR_SUB_BUCKETS (0.78%) of a recorded one; values below
+ * MF_HDR_SUB_BUCKETS are exact (HdrHistogram's two significant digits).
+ * Recording is a shift, a count of leading zeros and an increment: no
+ * allocation, no lock.
  *
  * Histograms of the same shape merge exactly (counts add), so each thread
  * records into its own and the report merges them. min, max, the count and
@@ -13,7 +14,7 @@
  * exact sum and from the buckets.
  *
  * Ownership: mf_hdr_create returns a histogram the caller owns (one block,
- * about 24 KiB) and frees with mf_hdr_destroy. Threads: one writer; readers
+ * about 38 KiB) and frees with mf_hdr_destroy. Threads: one writer; readers
  * on other threads need the writer stopped (or their own copy, merged).
  */
 #ifndef MOONFLOW_HDR_H
@@ -27,10 +28,10 @@
 
 MF_EXTERN_C_BEGIN
 
-#define MF_HDR_SUB_BUCKETS 128
+#define MF_HDR_SUB_BUCKETS 256
 /* The largest value recorded as itself: 2^44 - 1 (in nanoseconds, about 4.9
- * hours). Larger values are recorded as MF_HDR_MAX and counted in
- * mf_hdr_clamped. */
+ * hours). Larger values are recorded as MF_HDR_MAX (in the buckets, min,
+ * max and sum) and counted in mf_hdr_clamped. */
 #define MF_HDR_MAX ((UINT64_C(1) << 44) - 1)
 
 typedef struct mf_hdr mf_hdr_t;
