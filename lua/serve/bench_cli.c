@@ -368,9 +368,11 @@ static int add_url(parse_state_t *ps, const char *arg)
 {
     bench_url_t u;
     char msg[192];
+    if (bench_url_parse(arg, &u, msg, sizeof msg) < 0) {
+        snprintf(ps->err, ps->errlen, "URL %s", msg);
+        return -1;
+    }
     ps->flag = "URL";
-    if (bench_url_parse(arg, &u, msg, sizeof msg) < 0)
-        return fail(ps, "%s", msg);
     bench_url_free(&u);
     if (ps->o->nurls == MF_BENCH_MAX_URLS)
         return fail(ps, "at most 64 URLs%s", "");
