@@ -855,6 +855,10 @@ static int scen_run_threads(scen_run_t *run, char *err, size_t errlen)
         pthread_cond_wait(&run->cond, &run->lock);
     if (started < run->nthreads)
         atomic_store(&run->failed, true);
+    if (!atomic_load(&run->failed)) { /* wrk's lines as the load starts */
+        bench_report_header(stdout, run->o);
+        fflush(stdout);
+    }
     run->open = true;
     pthread_cond_broadcast(&run->cond);
     pthread_mutex_unlock(&run->lock);
