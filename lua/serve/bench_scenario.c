@@ -23,6 +23,7 @@
  * and bench.h's result and progress functions.
  */
 #include "bench.h"
+#include "bench_http.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@
 
 #include <moonflow/loop.h>
 #include <moonflow/lua_host.h>
+#include <moonflow/lua_wrk.h>
 #include <moonflow/pool.h>
 
 #define SCEN_MAX_STEPS 16  /* top-level steps timed per flow */
@@ -84,6 +86,7 @@ struct scen_thread {
     uint64_t interval_ns; /* -R: between one user's iterations */
     uint64_t start_ns, warm_ns, end_ns, stopped_ns;
     bool setup_done, stopping;
+    bool main_only; /* done()'s state: the main chunk, no init() */
     mf_hdr_t *latency, *rate;
     uint64_t requests, errors, timeouts, tick_requests, tick_ns;
     unsigned ticks;
@@ -121,8 +124,9 @@ static uint64_t scen_now(void)
  * runner is each user's loop; the C functions are upvalues-free closures
  * taking the user as a light userdata. */
 static const char SCEN_SETUP[] =
-    "local chunk, args = ...\n"
+    "local chunk, args, main_only = ...\n"
     "chunk(unpack(args))\n"
+    "if main_only then return end\n"
     "if type(init) == 'function' then init(args) end\n"
     "if type(iteration) ~= 'function' then\n"
     "  error('the script defines no iteration(ctx) function', 0)\n"
@@ -584,7 +588,8 @@ static int scen_setup(scen_thread_t *t)
         lua_pushstring(L, o->script_args[i]);
         lua_rawseti(L, -2, (int)i + 1);
     }
-    mf_lua_host_spawn(t->host, 2, scen_setup_exit, t);
+    lua_pushboolean(L, t->main_only);
+    mf_lua_host_spawn(t->host, 3, scen_setup_exit, t);
     while (!t->setup_done && mf_loop_run(t->loop, MF_RUN_ONCE) == 1)
         ;
     if (!t->setup_done)
@@ -914,25 +919,67 @@ int bench_scenario_run(const bench_opts_t *o, bench_result_t **r, char *err,
     return rc;
 }
 
-/* A scenario defines a global function iteration: `function iteration(`
- * or `iteration = function`, outside comments. Read, not run (running a
- * script has effects). */
-bool bench_script_is_scenario(const char *path)
+/* Whether the script defines the global function name: `function name(`
+ * or `name = function`, outside comments. Read, not run (running a script
+ * has effects). */
+static bool scen_script_defines(const char *path, const char *name)
 {
     static const char probe[] =
-        "local f = io.open(...)\n"
+        "local path, name = ...\n"
+        "local f = io.open(path)\n"
         "if not f then return false end\n"
         "local s = f:read('*a') f:close()\n"
         "s = s:gsub('%-%-%[(=*)%[.-%]%1%]', ''):gsub('%-%-[^\\n]*', '')\n"
-        "return s:find('%f[%w_]function%s+iteration%s*%(') ~= nil\n"
-        "  or s:find('%f[%w_.]iteration%s*=%s*function%f[^%w_]') ~= nil\n";
+        "return s:find('%f[%w_]function%s+' .. name .. '%s*%(') ~= nil\n"
+        "  or s:find('%f[%w_.]' .. name .. '%s*=%s*function%f[^%w_]') ~= nil\n";
     lua_State *L = luaL_newstate();
     if (!L)
         return false;
     luaL_openlibs(L);
     bool yes = luaL_loadstring(L, probe) == 0 &&
-               (lua_pushstring(L, path), lua_pcall(L, 1, 1, 0) == 0) &&
+               (lua_pushstring(L, path), lua_pushstring(L, name),
+                lua_pcall(L, 2, 1, 0) == 0) &&
                lua_toboolean(L, -1);
     lua_close(L);
     return yes;
+}
+
+bool bench_script_is_scenario(const char *path)
+{
+    return scen_script_defines(path, "iteration");
+}
+
+int bench_scenario_done(const bench_opts_t *o, const bench_result_t *r,
+                        char *err, size_t errlen)
+{
+    if (!o->script || !scen_script_defines(o->script, "done"))
+        return 0;
+    scen_run_t run = {.o = o};
+    scen_thread_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    t->run = &run;
+    t->main_only = true;
+    static const mf_lua_wrk_url_t no_url = {NULL, NULL, NULL, NULL};
+    int rc = scen_open(t);
+    /* wrk's table, with the statistics objects done() is given */
+    if (rc == 0 &&
+        mf_lua_wrk_open(mf_lua_host_state(t->host), &no_url, NULL, 0) < 0) {
+        snprintf(t->err, sizeof t->err, "%s",
+                 lua_tostring(mf_lua_host_state(t->host), -1));
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = scen_setup(t);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", o->script, t->err);
+    else
+        rc = bench_lua_done(mf_lua_host_state(t->host), r, err, errlen);
+    scen_close(t);
+    mf_hdr_destroy(t->latency);
+    mf_hdr_destroy(t->rate);
+    free(t);
+    return rc;
 }

@@ -17,6 +17,8 @@ once for the file):
   step as a whole; the iteration the sum of its steps;
 - a Kafka produce step (after a warm-up: the producer's first delivery
   waits for the mock cluster's metadata);
+- done(summary, latency, requests) after the report, the main chunk given
+  the script's arguments;
 - a script whose init() raises ends the run with the error (exit 1).
 
 Every run is bounded by -d and a subprocess timeout. $MF_MOONFLOW is the
@@ -88,6 +90,18 @@ local k
 function init(args) k = mf.kafka{ brokers = args[1] } end
 function iteration(ctx)
   return mf.task.kafka_produce(k, { topic = "bench", value = "v" .. ctx.iteration })
+end
+"""
+
+DONE = """
+local mf = require "moonflow"
+local r
+local url = ...
+function init(args) r = mf.redis(args[1]) end
+function iteration(ctx) return mf.task.redis(r, "PING") end
+function done(summary, latency, requests)
+  io.write(("done: %s %d %d %d %d\\n"):format(url, summary.requests,
+    summary.errors.status, latency.min, latency:percentile(99)))
 end
 """
 
@@ -256,6 +270,19 @@ class BenchScenario(unittest.TestCase):
         self.assertGreater(s["1 kafka_produce bench"]["count"], 10, (out, err))
         self.assertEqual(s["1 kafka_produce bench"]["errors"], 0)
         self.assertEqual(doc["requests"], s["1 kafka_produce bench"]["count"])
+
+    def test_done_after_the_report(self):
+        path = self.script("done.lua", DONE)
+        code, out, err, doc = self.bench(
+            ["-t", "2", "-c", "2", "-d", "1s", path, "--", self.redis.url()])
+        self.assertEqual(code, 0, err)
+        m = re.search(r"^done: (\S+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)
+        self.assertIsNotNone(m, out)
+        self.assertEqual(m.group(1), self.redis.url())
+        self.assertEqual(int(m.group(2)), doc["requests"])
+        self.assertEqual(int(m.group(3)), 0)
+        self.assertEqual(int(m.group(4)), int(doc["latency_us"]["min"]))
+        self.assertLess(out.index("Requests/sec"), m.start())
 
     def test_init_error_ends_the_run(self):
         path = self.script("badinit.lua", BAD_INIT)
