@@ -24,8 +24,8 @@
  */
 #include "bench.h"
 #include "bench_http.h"
+#include "bench_scenario.h"
 
-#include <ctype.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -163,74 +163,17 @@ static void scen_lua_error(scen_thread_t *t, const char *msg)
 
 /* ---- naming the steps ---------------------------------------------------- */
 
-/* Pushes t[key] of the table at idx, or nil when idx is not a table. */
-static void scen_field(lua_State *L, int idx, const char *key)
-{
-    if (lua_type(L, idx) == LUA_TTABLE)
-        lua_getfield(L, idx, key);
-    else
-        lua_pushnil(L);
-}
-
-/* Pushes the short detail of a task description (the Redis command, the
- * HTTP method, the MySQL statement, the Kafka topic) or nil. */
-static void scen_push_detail(lua_State *L, int d, const char *kind)
-{
-    if (!strcmp(kind, "redis")) {
-        scen_field(L, d, "cmds");
-        lua_rawgeti(L, -1, 1);
-        lua_remove(L, -2);
-        if (lua_type(L, -1) == LUA_TTABLE) {
-            lua_rawgeti(L, -1, 1);
-            lua_remove(L, -2);
-        }
-    } else if (!strcmp(kind, "http")) {
-        scen_field(L, d, "method");
-    } else if (!strcmp(kind, "mysql")) {
-        scen_field(L, d, "sql");
-    } else if (!strcmp(kind, "kafka_produce")) {
-        scen_field(L, d, "message");
-        scen_field(L, lua_gettop(L), "topic");
-        lua_remove(L, -2);
-    } else {
-        lua_pushnil(L);
-    }
-    if (lua_type(L, -1) != LUA_TSTRING) {
-        lua_pop(L, 1);
-        lua_pushnil(L);
-    }
-}
-
-/* "2 redis GET": the index, the kind, the detail's first word in capitals
- * (a Redis command, an SQL verb) or as is (a method, a topic). */
-static void scen_series_name(scen_series_t *s, const char *kind,
-                             const char *detail)
-{
-    int n = snprintf(s->name, sizeof s->name, "%u %s", s->index, kind);
-    if (!detail || n < 0 || (size_t)n + 2 >= sizeof s->name)
-        return;
-    size_t at = (size_t)n;
-    s->name[at++] = ' ';
-    bool word = !strcmp(kind, "redis") || !strcmp(kind, "mysql");
-    for (; *detail && at + 1 < sizeof s->name; detail++) {
-        if (word && isspace((unsigned char)*detail))
-            break;
-        s->name[at++] = word ? (char)toupper((unsigned char)*detail) : *detail;
-    }
-    s->name[at] = '\0';
-}
-
 /* The thread's series of step index of the description at d (a new one
  * the first time), or -1 when there are too many. */
 static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
 {
-    scen_field(L, d, "kind");
+    bench_scen_field(L, d, "kind");
     const char *kind = lua_tostring(L, -1);
     if (!kind) {
         lua_pop(L, 1);
         return -1;
     }
-    scen_push_detail(L, d, kind);
+    bench_scen_push_detail(L, d, kind);
     const void *kp = lua_topointer(L, -2), *dp = lua_topointer(L, -1);
     for (unsigned i = 0; i < t->nseries; i++) {
         const scen_series_t *s = &t->series[i];
@@ -248,7 +191,8 @@ static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
     s->index = index;
     s->kind = kp;
     s->detail = dp;
-    scen_series_name(s, kind, lua_tostring(L, -1));
+    bench_scen_step_name(s->name, sizeof s->name, index, kind,
+                         lua_tostring(L, -1));
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->anchor_ref);
     for (int k = -3; k <= -2; k++) { /* the kind and the detail */
         if (!lua_isnil(L, k)) {
@@ -269,7 +213,7 @@ static void scen_name_steps(scen_user_t *u, lua_State *L, int idx)
     const void *p = lua_topointer(L, idx);
     if (p == u->desc)
         return;
-    scen_field(L, idx, "kind");
+    bench_scen_field(L, idx, "kind");
     const char *kind = lua_tostring(L, -1);
     bool series = kind && !strcmp(kind, "series");
     bool list = series || (kind && !strcmp(kind, "parallel"));
@@ -380,64 +324,6 @@ static int scen_l_prep(lua_State *L)
     return 1;
 }
 
-/* Whether the table at idx (a Redis reply) is an error reply {err = }. */
-static bool scen_is_error_reply(lua_State *L, int idx)
-{
-    if (lua_type(L, idx) != LUA_TTABLE)
-        return false;
-    lua_getfield(L, idx, "err");
-    bool err = !lua_isnil(L, -1);
-    lua_pop(L, 1);
-    return err;
-}
-
-/* Whether a task that succeeded carries a failure in its answer: a Redis
- * error reply (value, or one of values), an HTTP status >= 400. */
-static bool scen_answer_failed(lua_State *L, int idx)
-{
-    lua_getfield(L, idx, "value");
-    bool failed = scen_is_error_reply(L, -1);
-    lua_pop(L, 1);
-    lua_getfield(L, idx, "values");
-    if (!failed && lua_type(L, -1) == LUA_TTABLE) {
-        int vals = lua_gettop(L);
-        for (size_t i = 1; !failed && i <= lua_objlen(L, vals); i++) {
-            lua_rawgeti(L, vals, (int)i);
-            failed = scen_is_error_reply(L, -1);
-            lua_pop(L, 1);
-        }
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, idx, "status");
-    failed |= lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) >= 400;
-    lua_pop(L, 1);
-    return failed;
-}
-
-/* Whether the result at idx (a task's table, or an array of them for a
- * series or parallel) holds no failed task; *timeout when one timed out. */
-static bool scen_result_ok(lua_State *L, int idx, int depth, bool *timeout)
-{
-    if (lua_type(L, idx) != LUA_TTABLE || depth > 32)
-        return true;
-    lua_getfield(L, idx, "state");
-    const char *state = lua_tostring(L, -1);
-    lua_pop(L, 1); /* the state string stays interned in the result */
-    if (state) {
-        if (!strcmp(state, "timeout"))
-            *timeout = true;
-        return !strcmp(state, "success") && !scen_answer_failed(L, idx);
-    }
-    bool ok = true;
-    size_t n = lua_objlen(L, idx);
-    for (size_t i = 1; i <= n; i++) {
-        lua_rawgeti(L, idx, (int)i);
-        ok &= scen_result_ok(L, lua_gettop(L), depth + 1, timeout);
-        lua_pop(L, 1);
-    }
-    return ok;
-}
-
 /* Records each step of a flow that completed (res at index 2). */
 static bool scen_record_steps(scen_user_t *u, lua_State *L, bool record,
                               bool *timeout)
@@ -448,7 +334,7 @@ static bool scen_record_steps(scen_user_t *u, lua_State *L, bool record,
             lua_pushvalue(L, 2);
         else
             lua_rawgeti(L, 2, (int)i);
-        bool ok = scen_result_ok(L, lua_gettop(L), 0, timeout) &&
+        bool ok = bench_scen_result_ok(L, lua_gettop(L), 0, timeout) &&
                   u->step_ns[i] != UINT64_MAX;
         lua_pop(L, 1);
         all &= ok;
@@ -919,40 +805,15 @@ int bench_scenario_run(const bench_opts_t *o, bench_result_t **r, char *err,
     return rc;
 }
 
-/* Whether the script defines the global function name: `function name(`
- * or `name = function`, outside comments. Read, not run (running a script
- * has effects). */
-static bool scen_script_defines(const char *path, const char *name)
-{
-    static const char probe[] =
-        "local path, name = ...\n"
-        "local f = io.open(path)\n"
-        "if not f then return false end\n"
-        "local s = f:read('*a') f:close()\n"
-        "s = s:gsub('%-%-%[(=*)%[.-%]%1%]', ''):gsub('%-%-[^\\n]*', '')\n"
-        "return s:find('%f[%w_]function%s+' .. name .. '%s*%(') ~= nil\n"
-        "  or s:find('%f[%w_.]' .. name .. '%s*=%s*function%f[^%w_]') ~= nil\n";
-    lua_State *L = luaL_newstate();
-    if (!L)
-        return false;
-    luaL_openlibs(L);
-    bool yes = luaL_loadstring(L, probe) == 0 &&
-               (lua_pushstring(L, path), lua_pushstring(L, name),
-                lua_pcall(L, 2, 1, 0) == 0) &&
-               lua_toboolean(L, -1);
-    lua_close(L);
-    return yes;
-}
-
 bool bench_script_is_scenario(const char *path)
 {
-    return scen_script_defines(path, "iteration");
+    return bench_scen_script_defines(path, "iteration");
 }
 
 int bench_scenario_done(const bench_opts_t *o, const bench_result_t *r,
                         char *err, size_t errlen)
 {
-    if (!o->script || !scen_script_defines(o->script, "done"))
+    if (!o->script || !bench_scen_script_defines(o->script, "done"))
         return 0;
     scen_run_t run = {.o = o};
     scen_thread_t *t = calloc(1, sizeof *t);
