@@ -33,7 +33,6 @@
 #include <time.h>
 
 #include <lauxlib.h>
-#include <lualib.h>
 
 #include <moonflow/loop.h>
 #include <moonflow/lua_host.h>
