@@ -65,7 +65,6 @@ typedef struct scen_user {
     uint64_t flow0_ns, prev_ns;
     uint64_t step_ns[SCEN_MAX_STEPS + 1]; /* UINT64_MAX: not completed */
     int slot[SCEN_MAX_STEPS + 1];         /* series of each step; -1 none */
-    const void *desc;                     /* the flow the slots are for */
     unsigned nsteps;
     bool in_series; /* steps run one after another (a series flow) */
     bool single;    /* the flow is one task: its result is the step's */
@@ -108,7 +107,6 @@ struct scen_run {
     bool open;
     atomic_bool failed;   /* a thread could not set up */
     atomic_bool reported; /* the first Lua error was printed */
-    _Atomic uint64_t lua_errors;
 };
 
 static uint64_t scen_now(void)
@@ -152,7 +150,6 @@ static const char SCEN_RUNNER[] =
  * first one is printed with its traceback, every one is counted. */
 static void scen_lua_error(scen_thread_t *t, const char *msg)
 {
-    atomic_fetch_add_explicit(&t->run->lua_errors, 1, memory_order_relaxed);
     if (!atomic_exchange(&t->run->reported, true))
         fprintf(stderr,
                 "moonflow bench: error in the scenario (only the first is "
@@ -173,7 +170,8 @@ static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
         return -1;
     }
     bench_scen_push_detail(L, d, kind);
-    const void *kp = lua_topointer(L, -2), *dp = lua_topointer(L, -1);
+    /* interned strings: equal ones share their bytes */
+    const void *kp = kind, *dp = lua_tostring(L, -1);
     for (unsigned i = 0; i < t->nseries; i++) {
         const scen_series_t *s = &t->series[i];
         if (s->index == index && s->kind == kp && s->detail == dp) {
@@ -205,19 +203,15 @@ static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
 }
 
 /* The steps of the flow at idx: a series' or parallel's children, or the
- * flow itself when it is a task. Skipped when it is the same table as the
- * last iteration's (a prebuilt flow). */
+ * flow itself when it is a task. Read each iteration (a few lookups per
+ * step): a flow may change between iterations, even a prebuilt one. */
 static void scen_name_steps(scen_user_t *u, lua_State *L, int idx)
 {
-    const void *p = lua_topointer(L, idx);
-    if (p == u->desc)
-        return;
     bench_scen_field(L, idx, "kind");
     const char *kind = lua_tostring(L, -1);
     bool series = kind && !strcmp(kind, "series");
     bool list = series || (kind && !strcmp(kind, "parallel"));
     lua_pop(L, 1);
-    u->desc = p;
     u->in_series = series;
     u->single = !list;
     if (!list) {
@@ -362,7 +356,6 @@ static int scen_l_finish(lua_State *L)
     if (lua_toboolean(L, 4) || lua_isnil(L, 2)) {
         scen_lua_error(t, lua_tostring(L, 3));
         u->yield_first = true;
-        u->desc = NULL;
     } else {
         ok = scen_record_steps(u, L, record, &timeout);
     }
