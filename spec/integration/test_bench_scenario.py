@@ -16,8 +16,8 @@ once for the file):
   timers run on a millisecond loop clock: up to 1 ms early); a parallel
   step as a whole; the iteration the sum of its steps;
 - MySQL steps (a query, and one the server refuses: errors on that step);
-- a Kafka produce step (after a warm-up: the producer's first delivery
-  waits for the mock cluster's metadata);
+- a Kafka produce step (init() waits for a first delivery: it waits for
+  the mock cluster's metadata);
 - done(summary, latency, requests) after the report, the main chunk given
   the script's arguments;
 - a script whose init() raises ends the run with the error (exit 1).
@@ -88,7 +88,11 @@ end
 KAFKA = """
 local mf = require "moonflow"
 local k
-function init(args) k = mf.kafka{ brokers = args[1] } end
+function init(args)
+  k = mf.kafka{ brokers = args[1] }
+  -- the first delivery waits for the cluster's metadata: before the load
+  assert(k:produce{ topic = "bench", value = "first" })
+end
 function iteration(ctx)
   return mf.task.kafka_produce(k, { topic = "bench", value = "v" .. ctx.iteration })
 end
@@ -97,7 +101,10 @@ end
 MYSQL = """
 local mf = require "moonflow"
 local db
-function init(args) db = mf.mysql(args[1]) end
+function init(args)
+  db = mf.mysql(args[1])
+  assert(db:query("SELECT 1")) -- connected before the load
+end
 function iteration(ctx)
   return mf.series{ mf.task.mysql(db, "select ? + 1", ctx.iteration),
                     mf.task.mysql(db, "SELECT no_such_column") }
@@ -271,8 +278,7 @@ class BenchScenario(unittest.TestCase):
         try:
             path = self.script("kafka.lua", KAFKA)
             code, out, err, doc = self.bench(
-                ["-t", "1", "-c", "4", "--warmup", "2s", "-d", "1s", path, "--",
-                 mock.bootstrap])
+                ["-t", "1", "-c", "4", "-d", "1s", path, "--", mock.bootstrap])
         finally:
             mock.close()
         self.assertEqual(code, 0, err)
