@@ -17,7 +17,7 @@ import tempfile
 import time
 import unittest
 
-from harness import Server, free_port
+from harness import Server, free_port, self_signed
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 FIXTURE = os.environ.get("MF_HTTP_FIXTURE", "build/spec/fixture/http_fixture")
@@ -461,6 +461,46 @@ end
         self.ok(rc, out, err)
         n = requests_of(out)
         self.assertTrue(340 <= n <= 440, out)
+
+    def test_progress_line_only_when_asked_or_on_a_terminal(self):
+        rc, out, err = run([MOONFLOW, "bench", "--progress", "-t1", "-c2",
+                            "-d1500ms", self.base + "/"])
+        self.ok(rc, out, err)
+        self.assertRegex(err, r"\r  [\d.]+s/2s  \d+ requests  \d+ req/s  0 "
+                         r"errors  p99 [\d.]+(us|ms|s)")
+        self.assertTrue(err.endswith("\r\x1b[K"), repr(err[-40:]))
+        rc, out, err = run([MOONFLOW, "bench", "-t1", "-c2", "-d1s",
+                            self.base + "/"])
+        self.ok(rc, out, err)
+        self.assertEqual(err, "")  # stderr is a pipe here: no line
+
+    def test_https_urls_run_over_tls(self):
+        cert, key = self_signed(self.tmp)
+        port = free_port()
+        srv = Server([FIXTURE, "--listen", "127.0.0.1:%d" % port,
+                      "--workers", "1", "--tls-cert", cert, "--tls-key", key],
+                     port)
+        try:
+            rc, out, err = bench("-t1", "-c2", "-d1s",
+                                 "https://127.0.0.1:%d/" % port)
+        finally:
+            srv.stop(sig=signal.SIGTERM)
+        self.ok(rc, out, err)
+        self.assertGreater(requests_of(out), 10)
+        self.assertNotIn("Socket errors", out)
+
+    def test_connections_close_or_reconnect_as_asked(self):
+        for flags in (["--no-keepalive"], ["--requests-per-conn", "5"]):
+            mark = self.log_mark()
+            rc, out, err = bench("-t1", "-c2", "-d1s", "--warmup", "200ms",
+                                 *flags, self.base + "/")
+            self.ok(rc, out, err)
+            n = requests_of(out)
+            seen = len(self.log_since(mark))
+            self.assertGreater(n, 10, out)
+            self.assertNotIn("Socket errors", out)
+            # the warm-up's requests reached the server, unmeasured
+            self.assertGreater(seen, n, (flags, n, seen))
 
     # ---- agreement with wrk ---------------------------------------------
 
