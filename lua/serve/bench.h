@@ -45,13 +45,14 @@
 /* --threshold 'p99<50ms': a metric, a comparison and a bound. Metrics:
  * pNN[.N] (latency percentile), mean, max, stdev (latency), rps
  * (requests/s), errors (count), error_rate (share of requests, %); the
- * bound of a latency takes a unit (us, ms, s). */
+ * bound of a latency takes a unit (us, ms, s). text is malloc'd by
+ * bench_threshold_parse and freed with free() (bench_opts_free). */
 typedef struct bench_threshold {
     char *text; /* as given, for the report */
     enum { BENCH_T_PERCENTILE, BENCH_T_MEAN, BENCH_T_MAX, BENCH_T_STDEV,
            BENCH_T_RPS, BENCH_T_ERRORS, BENCH_T_ERROR_RATE } metric;
     double percentile; /* BENCH_T_PERCENTILE */
-    enum { BENCH_T_LT, BENCH_T_LE, BENCH_T_GT, BENCH_T_GE } cmp;
+    enum { BENCH_T_LT, BENCH_T_LE, BENCH_T_GT, BENCH_T_GE, BENCH_T_EQ } cmp;
     double bound; /* latencies in ns; rps in 1/s; error_rate in % */
 } bench_threshold_t;
 
@@ -113,9 +114,23 @@ int bench_threshold_parse(const char *text, bench_threshold_t *t, char *err,
 /* Prints each threshold's verdict to out; the number that failed. */
 size_t bench_thresholds_check(const bench_opts_t *o, const bench_result_t *r,
                               FILE *out);
+/* One threshold against r: whether it holds; *value is the measured metric
+ * (latencies in ns, rps in 1/s, errors a count, error_rate in %). */
+bool bench_threshold_eval(const bench_threshold_t *t, const bench_result_t *r,
+                          double *value);
+/* Failed requests: every socket error and non-2xx/3xx response. And the
+ * failed share, in %, of the attempts (responses, status errors included as
+ * in wrk, plus socket errors). */
+uint64_t bench_result_errors(const bench_result_t *r);
+double bench_result_error_rate(const bench_result_t *r);
 
-/* bench_report.c. wrk's text (with --latency the spectrum), per-series
- * lines when there are series. */
+/* bench_report.c. The lines wrk prints before its run ("Running 10s test @
+ * URL", "  2 threads and 10 connections"): the mode prints them when the
+ * run starts. */
+void bench_report_header(FILE *out, const bench_opts_t *o);
+/* wrk's text after the run, from "  Thread Stats" to "Transfer/sec" (with
+ * --latency wrk's distribution and wrk2's percentile spectrum), then a
+ * table of the series when there are some. */
 void bench_report_text(FILE *out, const bench_opts_t *o,
                        const bench_result_t *r);
 /* The JSON document (fields documented in the README). 0 or -1 (errno). */
@@ -125,6 +140,25 @@ int bench_report_json(const char *path, const bench_opts_t *o,
 int bench_plot_write(const char *path, const bench_opts_t *o,
                      const bench_result_t *r, char *err, size_t errlen);
 
+/* A time as wrk prints it (us, ms, s, m: "12.31ms") into buf. */
+void bench_format_time_ns(char *buf, size_t len, double ns);
+/* wrk2's percentile spectrum of h: levels 0, 10 .. 50, then 5 per halving
+ * of the distance to 100% (55 .. 75, 77.5 .. 87.5, ...), and 100 last.
+ * Each point: the value at the level (ns), the level (%), and the count of
+ * values up to the point's bucket. Writes at most max; returns the number
+ * written (0 when h is empty). */
+typedef struct bench_spectrum_point {
+    uint64_t value_ns;
+    double percentile;
+    uint64_t count;
+} bench_spectrum_point_t;
+#define BENCH_SPECTRUM_MAX 1024
+size_t bench_spectrum(const mf_hdr_t *h, bench_spectrum_point_t *points,
+                      size_t max);
+
+/* mode: a string that outlives the result ("http", "scenario"). Makes the
+ * latency and rate histograms and nseries series, each with its latency
+ * histogram; the mode sets series[i].name (malloc'd: freed with free()). */
 bench_result_t *bench_result_new(const char *mode, size_t nseries);
 void bench_result_free(bench_result_t *r);
 
