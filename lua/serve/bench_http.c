@@ -20,7 +20,6 @@
  * touches a thread's state only before its pthread starts and after it
  * ended.
  */
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -502,29 +501,11 @@ static bench_result_t *merge_result(const bench_wrk_t *w)
     return r;
 }
 
-/* wrk's lines before the run. */
-static void print_header(FILE *out, const bench_opts_t *o)
-{
-    uint64_t ms = o->duration_ns / 1000000;
-    fprintf(out, "Running ");
-    if (ms % 60000 == 0 && ms >= 60000)
-        fprintf(out, "%" PRIu64 "m", ms / 60000);
-    else if (ms % 1000 == 0)
-        fprintf(out, "%" PRIu64 "s", ms / 1000);
-    else
-        fprintf(out, "%" PRIu64 "ms", ms);
-    fprintf(out, " test @ %s", o->urls[0]);
-    for (size_t k = 1; k < o->nurls; k++)
-        fprintf(out, ", %s", o->urls[k]);
-    fprintf(out, "\n  %u threads and %u connections\n", o->threads,
-            o->connections);
-}
-
 int bench_http_execute(bench_wrk_t *w, bench_result_t **r, char *err,
                        size_t errlen)
 {
     *r = NULL;
-    print_header(stdout, w->o);
+    bench_report_header(stdout, w->o);
     fflush(stdout);
     if (run_threads(w, err, errlen) < 0 || check_threads(w, err, errlen) < 0)
         return -1;
