@@ -384,6 +384,47 @@ end
         self.assertGreater(n, 0)
         self.assertRegex(out, r"first bucket \d+ x\d+")
 
+    def test_wrk_format_builds_the_request_wrk_builds(self):
+        path = self.script("format.lua", r"""
+wrk.method = "PUT"
+wrk.headers["X-Table"] = "t"
+function init(args)
+  if wrk.thread:get("printed") then return end
+  wrk.thread:set("printed", true)
+  local function show(s)
+    for line in (s .. "\r\n"):gmatch("(.-)\r\n") do
+      print("line " .. line)
+    end
+    print("end " .. #s)
+  end
+  show(wrk.format("POST", "/x?y=1", { ["X-A"] = "1", ["X-N"] = 2 }, "body"))
+  show(wrk.format(nil, "/p"))
+  print("table", wrk.scheme, wrk.host, wrk.port, wrk.path, wrk.method)
+end
+""")
+        url = self.base + "/q?a=b"
+        w = run(["wrk", "-t1", "-c1", "-d1s", "-H", "X-Flag: on", "-s", path,
+                 url])
+        m = bench("-t1", "-c1", "-d1s", "-H", "X-Flag: on", "-s", path, url)
+        self.ok(*m)
+        self.assertEqual(w[0], 0, w)
+
+        def shown(out):
+            blocks, block = [], []
+            for line in out.splitlines():
+                if line.startswith("line "):
+                    block.append(line)
+                elif line.startswith("end "):
+                    # header order is the hash order of a Lua table: compare
+                    # the request line first, then the rest as a set
+                    blocks.append((block[0], sorted(block[1:]), line))
+                    block = []
+                elif line.startswith("table\t"):
+                    blocks.append(line)
+            return blocks
+        self.assertEqual(len(shown(m[1])), 3, m[1])
+        self.assertEqual(shown(w[1]), shown(m[1]))
+
     def test_init_gets_the_url_and_the_args_after_double_dash(self):
         path = self.script("args.lua", """
 function init(args)
