@@ -185,9 +185,17 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->deadline = 0;
     co->cause = MF_LUA_CAUSE_NONE;
     co->memory_refused = false;
+    co->step_fn = NULL;
+    co->step_ud = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
     return co;
+}
+
+void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn, void *ud)
+{
+    co->step_fn = fn;
+    co->step_ud = ud;
 }
 
 bool mf_lua_co_start(mf_lua_co_t *co, int nargs)

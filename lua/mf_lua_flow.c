@@ -58,6 +58,7 @@ struct mf_lua_node {
     int slot;                  /* its result table: state[1][slot] */
     bool has_cb;
     bool canceled;    /* by flow:cancel(): no callback, no more pushes */
+    unsigned step;    /* a top-level step's index (step observer); 0: not */
     MF_LUA_LEAF_DATA; /* task: kind->data_size bytes */
 };
 
@@ -71,6 +72,8 @@ struct mf_lua_flow {
     bool unwrap; /* a lone task or parallel: return results[root][1] */
     bool failed; /* a callback raised */
     mf_list_t nodes;
+    mf_lua_step_fn step_fn; /* the waiter's step observer, or NULL */
+    void *step_ud;
 };
 
 /* A build runs on one thread with the state table at index st. */
@@ -78,10 +81,25 @@ typedef struct mf_lua_build {
     lua_State *L;
     mf_lua_flow_t *flow;
     int st;
+    unsigned step; /* the top-level step the next node is (then 0) */
 } mf_lua_build_t;
 
 static void mf_lua__series_done(mf_series_t *series);
 static void mf_lua__leaf_done(mf_task_t *task);
+
+/* A top-level step completed: the waiter's observer hears it (not after an
+ * abort: nobody waits any more). */
+static void mf_lua__step_report(const mf_lua_node_t *n)
+{
+    if (n->step && n->flow->co)
+        n->flow->step_fn(n->flow->step_ud, n->step);
+}
+
+/* The callback of a parallel that is a top-level step. */
+static void mf_lua__step_done(mf_task_t *task)
+{
+    mf_lua__step_report(task->user);
+}
 
 /* ---- checking a description (nothing is built before it passes) ------ */
 
@@ -155,6 +173,8 @@ static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b,
     n->kind = kind;
     n->owner = owner;
     n->slot = mf_lua__slot_new(b, parent, pos);
+    n->step = b->step;
+    b->step = 0;
     mf_list_push_back(&flow->nodes, &n->link);
     return n;
 }
@@ -187,13 +207,22 @@ static mf_series_t *mf_lua__series_new(mf_lua_build_t *b, mf_lua_node_t *n)
     return s;
 }
 
+/* Whether node n is the root and its children are counted as steps. */
+static bool mf_lua__counts_steps(const mf_lua_build_t *b,
+                                 const mf_lua_node_t *n)
+{
+    return b->flow->step_fn && n->slot == b->flow->root_slot;
+}
+
 /* The series of description d, its tasks appended to node n's results. */
 static mf_series_t *mf_lua__build_series(mf_lua_build_t *b, int d,
                                          mf_lua_node_t *n)
 {
     mf_series_t *s = mf_lua__series_new(b, n);
     int count = (int)lua_objlen(b->L, d);
+    bool steps = mf_lua__counts_steps(b, n);
     for (int i = 1; i <= count; i++) {
+        b->step = steps ? (unsigned)i : 0;
         lua_rawgeti(b->L, d, i);
         mf_series_push_back(
             s, mf_lua__build_task(b, lua_gettop(b->L), n, n->slot, 0));
@@ -225,9 +254,12 @@ static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d,
                                          int pos)
 {
     mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos);
-    mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
+    mf_parallel_t *par = mf_parallel_create(
+        b->flow->loop, n->step ? mf_lua__step_done : NULL, n);
     int count = (int)lua_objlen(b->L, d);
+    bool steps = mf_lua__counts_steps(b, owner) && b->flow->unwrap;
     for (int i = 1; i <= count; i++) {
+        b->step = steps ? (unsigned)i : 0;
         lua_rawgeti(b->L, d, i);
         mf_lua__build_branch(b, lua_gettop(b->L), par, n, i);
         lua_pop(b->L, 1);
@@ -274,6 +306,8 @@ static mf_series_t *mf_lua__build_root(mf_lua_build_t *b, int d)
         return mf_lua__build_series(b, d, root);
     flow->unwrap = true;
     mf_series_t *s = mf_lua__series_new(b, root);
+    if (flow->step_fn && mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_TASK)
+        b->step = 1;
     mf_series_push_back(s, mf_lua__build_task(b, d, root, root->slot, 0));
     return s;
 }
@@ -357,6 +391,7 @@ static void mf_lua__series_done(mf_series_t *series)
 {
     mf_lua_node_t *n = mf_series_context(series);
     n->series = NULL;
+    mf_lua__step_report(n);
     if (n->slot == n->flow->root_slot)
         mf_lua__flow_done(n->flow);
 }
@@ -407,6 +442,7 @@ static void mf_lua__leaf_done(mf_task_t *task)
     mf_lua_node_t *n = task->user;
     mf_lua_flow_t *flow = n->flow;
     n->task = NULL;
+    mf_lua__step_report(n);
     if (!flow->co || flow->failed)
         return;
     lua_State *L = mf_lua_host_state(flow->host);
@@ -434,7 +470,7 @@ static int mf_lua__push(lua_State *L)
         return luaL_error(L, "flow:push after flow:cancel");
     lua_settop(L, 2);
     mf_lua__check(L, 2, 0);
-    mf_lua_build_t b = {L, n->flow, 0};
+    mf_lua_build_t b = {L, n->flow, 0, 0};
     lua_rawgeti(L, LUA_REGISTRYINDEX, n->flow->ref);
     b.st = lua_gettop(L);
     mf_series_push_back(n->series, mf_lua__build_task(&b, 2, n, n->slot, 0));
@@ -501,15 +537,19 @@ static int mf_lua__wait(lua_State *L)
     flow->host = host;
     flow->co = co;
     mf_list_init(&flow->nodes);
+    flow->step_fn = co->step_fn;
+    flow->step_ud = co->step_ud;
     host->counts.flows++;
     lua_createtable(L, 3, 0);
     lua_newtable(L);
     lua_rawseti(L, 2, MF_LUA_FLOW_RESULTS);
     lua_newtable(L);
     lua_rawseti(L, 2, MF_LUA_FLOW_CALLBACKS);
-    mf_lua_build_t b = {L, flow, 2};
+    mf_lua_build_t b = {L, flow, 2, 0};
     mf_series_t *root = mf_lua__build_root(&b, 1);
     flow->ref = mf_lua_ref(host, L);
+    if (flow->step_fn)
+        flow->step_fn(flow->step_ud, 0);
     mf_series_start(root);
     mf_lua_co_park(co, mf_lua__flow_detach, flow);
     return lua_yield(L, 0);

@@ -89,6 +89,8 @@ struct mf_lua_co {
     uint64_t deadline;        /* loop ms, 0: none (mf_lua_co_set_deadline) */
     mf_lua_co_cause_t cause;  /* set when the watchdog stopped it */
     bool memory_refused;      /* an allocation of its slice was refused */
+    mf_lua_step_fn step_fn;   /* mf_lua_co_set_step_observer; NULL: none */
+    void *step_ud;
 };
 
 /* ---- the watchdog (mf_lua_watchdog.c) -------------------------------- */

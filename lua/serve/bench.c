@@ -1,7 +1,7 @@
 /*
  * bench.c — `moonflow bench`: parses the flags, picks the mode (scenario
  * when the script defines iteration(), else HTTP), runs it, prints wrk's
- * report on stdout, calls the script's done() (HTTP, wrk's order: after
+ * report on stdout, calls the script's done() (both modes, wrk's order: after
  * the report), writes JSON and the plot, checks the thresholds, and
  * decides the exit code: 0 done, 1 the run could not be made or a
  * threshold failed, 2 bad flags.
@@ -107,7 +107,13 @@ static int run_scenario(const bench_opts_t *o)
     }
     bench_report_text(stdout, o, r);
     fflush(stdout);
-    int code = outputs(o, r);
+    int code = EXIT_OK;
+    if (bench_scenario_done(o, r, err, sizeof err) < 0) {
+        fprintf(stderr, "moonflow bench: %s\n", err);
+        code = EXIT_FAILED;
+    }
+    int out = outputs(o, r);
+    code = code ? code : out;
     bench_result_free(r);
     return code;
 }

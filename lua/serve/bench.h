@@ -168,6 +168,12 @@ int bench_http_run(const bench_opts_t *o, bench_result_t **r, char *err,
                    size_t errlen);
 int bench_scenario_run(const bench_opts_t *o, bench_result_t **r, char *err,
                        size_t errlen);
+/* After the report: the scenario script's done(summary, latency,
+ * requests), as wrk's, when the script defines it, in a Lua host of its
+ * own on the calling thread (its main chunk runs there first, with the
+ * script's arguments; init() does not). 0, or -1 with the error in err. */
+int bench_scenario_done(const bench_opts_t *o, const bench_result_t *r,
+                        char *err, size_t errlen);
 /* Whether the script defines iteration() (scenario mode). */
 bool bench_script_is_scenario(const char *path);
 

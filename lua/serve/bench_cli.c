@@ -368,6 +368,12 @@ static int add_url(parse_state_t *ps, const char *arg)
 {
     bench_url_t u;
     char msg[192];
+    /* A scenario script may stand where the URL would: a readable file
+     * that is no URL (-s FILE otherwise). */
+    if (!ps->o->script && !strstr(arg, "://") && access(arg, R_OK) == 0) {
+        ps->o->script = strdup(arg);
+        return 0;
+    }
     if (bench_url_parse(arg, &u, msg, sizeof msg) < 0) {
         snprintf(ps->err, ps->errlen, "URL %s", msg);
         return -1;

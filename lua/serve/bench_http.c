@@ -521,7 +521,12 @@ int bench_http_execute(bench_wrk_t *w, bench_result_t **r, char *err,
 int bench_http_done(bench_wrk_t *w, const bench_result_t *r, char *err,
                     size_t errlen)
 {
-    lua_State *L = w->main;
+    return bench_lua_done(w->main, r, err, errlen);
+}
+
+int bench_lua_done(lua_State *L, const bench_result_t *r, char *err,
+                   size_t errlen)
+{
     if (!is_function(L, "done"))
         return 0;
     const mf_load_errors_t *e = &r->errors;

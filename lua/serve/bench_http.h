@@ -11,6 +11,8 @@
 #ifndef MF_BENCH_HTTP_H
 #define MF_BENCH_HTTP_H
 
+#include <lua.h>
+
 #include "bench.h"
 
 typedef struct bench_wrk bench_wrk_t;
@@ -30,5 +32,12 @@ int bench_http_execute(bench_wrk_t *w, bench_result_t **r, char *err,
 int bench_http_done(bench_wrk_t *w, const bench_result_t *r, char *err,
                     size_t errlen);
 void bench_http_destroy(bench_wrk_t *w);
+
+/* done(summary, latency, requests) in L when the script defines it, with
+ * wrk's summary table and statistics objects over r (both modes: the
+ * scenario mode calls it in a state of its own). 0, or -1 with the error
+ * in err. */
+int bench_lua_done(lua_State *L, const bench_result_t *r, char *err,
+                   size_t errlen);
 
 #endif /* MF_BENCH_HTTP_H */

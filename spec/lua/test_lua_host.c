@@ -1,8 +1,8 @@
 /* The host's C API as the server will use it: spawn, exit callbacks for
  * done / error / abort, parking on a timer and on a flow, abort running the
  * cleanup hook (the task is canceled, the loop goes idle at once), host
- * shutdown with live coroutines and timers, counted references, and task
- * kinds registered from C. */
+ * shutdown with live coroutines and timers, counted references, task
+ * kinds registered from C, and the step observer of a coroutine's flows. */
 #include <lauxlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -371,6 +371,86 @@ static const mf_lua_kind_t twice_kind = {
     .result = twice_result,
     .release = twice_release,
 };
+
+/* ---- the step observer ------------------------------------------------ */
+
+typedef struct steps_heard {
+    unsigned n;
+    unsigned step[32];
+    uint64_t ms[32];
+} steps_heard_t;
+
+static uint64_t clock_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void on_step(void *ud, unsigned step)
+{
+    steps_heard_t *h = ud;
+    if (h->n < 32) {
+        h->step[h->n] = step;
+        h->ms[h->n++] = clock_ms();
+    }
+}
+
+TEST(the_step_observer_hears_each_flow_start_and_top_level_step_end)
+{
+    setup();
+    seen_t s = {0};
+    steps_heard_t h = {0};
+    mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
+    mf_lua_co_set_step_observer(co, on_step, &h);
+    lua_State *L = mf_lua_co_thread(co);
+    ASSERT_EQ(
+        luaL_loadstring(L, "local mf = require 'moonflow'\n"
+                           "local t = mf.task.timer\n"
+                           "mf.series{ t(20), mf.parallel{ t(5), t(30) },\n"
+                           "           mf.series{ t(1), t(1) } }:wait()\n"
+                           "t(10):wait()\n"
+                           "mf.parallel{ t(30), mf.series{ t(10) } }:wait()\n"
+                           "return 'ok'"),
+        0);
+    ASSERT(mf_lua_co_start(co, 0));
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_STR_EQ(s.text, "ok");
+    /* a series' steps in order; a lone task is step 1; a parallel's steps
+     * as they complete (the 10 ms series before the 30 ms timer) */
+    static const unsigned want[] = {0, 1, 2, 3, 0, 1, 0, 2, 1};
+    ASSERT_EQ(h.n, sizeof want / sizeof want[0]);
+    for (unsigned i = 0; i < h.n; i++)
+        ASSERT_EQ(h.step[i], want[i]);
+    /* ms timers may fire up to 1 ms early on the loop's cached clock */
+    ASSERT(h.ms[1] - h.ms[0] >= 19);
+    ASSERT(h.ms[2] - h.ms[1] >= 29);
+    ASSERT(h.ms[5] - h.ms[4] >= 9);
+    ASSERT(h.ms[7] - h.ms[6] >= 9);
+    ASSERT(h.ms[8] - h.ms[6] >= 29);
+    assert_released();
+    teardown();
+}
+
+TEST(a_coroutine_without_an_observer_is_not_timed)
+{
+    setup();
+    seen_t s = {0};
+    steps_heard_t h = {0};
+    mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
+    mf_lua_co_set_step_observer(co, on_step, &h);
+    mf_lua_co_set_step_observer(co, NULL, NULL);
+    ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co),
+                              "local mf = require 'moonflow'\n"
+                              "mf.series{ mf.task.timer(1) }:wait()\n"
+                              "return 'ok'"),
+              0);
+    ASSERT(mf_lua_co_start(co, 0));
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_STR_EQ(s.text, "ok");
+    ASSERT_EQ(h.n, 0);
+    teardown();
+}
 
 TEST(a_kind_registered_from_c_runs_alone_and_in_flows_from_lua)
 {

@@ -202,6 +202,21 @@ MF_API void mf_lua_co_abort(mf_lua_co_t *co, const char *reason);
 MF_API lua_State *mf_lua_co_thread(const mf_lua_co_t *co);
 MF_API mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
 
+/* Timing the steps of the flows a coroutine waits on (step:wait() of a
+ * task, a series or a parallel), for a load generator: the observer hears
+ * step 0 when a flow starts, then step i when its i-th top-level step
+ * completes: each child of the flow's series or parallel (a task, or a
+ * nested series or parallel as a whole), or the flow itself (step 1) when
+ * it is a single task. A series' step starts when the one before it
+ * completes, a parallel's steps all start with the flow; steps pushed by
+ * callbacks (flow:push) are not counted. Called on the loop thread outside
+ * Lua (it must not touch the state), before the step's result reaches
+ * Lua. NULL (the default for every new coroutine): none; the cost is then
+ * one test per step. */
+typedef void (*mf_lua_step_fn)(void *ud, unsigned step);
+MF_API void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn,
+                                        void *ud);
+
 /* ---- for C functions that park (see the pattern above) --------------- */
 
 /* The running host coroutine whose thread is L; raises a Lua error when L
