@@ -548,12 +548,13 @@ end
     @unittest.skipIf(SANITIZED, "the sanitized build is slower by design")
     def test_rate_and_mean_latency_agree_with_wrk(self):
         """Against a server slow enough (10 ms per request) that neither
-        generator is the bottleneck, with the same -t/-c/-d. The machine's
+        generator is the bottleneck, with the same -t/-c/-d (one thread
+        each, to leave the server a core). The machine's
         other load only ever pulls the two apart, so the pair is run again
         (up to four times) until one run of each agrees within 5%; a real
         difference fails every time."""
         url = self.fbase + "/sleep?ms=10"
-        flags = ["-t2", "-c20", "-d2s"]
+        flags = ["-t1", "-c20", "-d2s"]
         tries = []
         for _ in range(4):
             pair = []
@@ -567,8 +568,13 @@ end
             if (abs(m_rps - w_rps) / w_rps < 0.05 and
                     abs(m_lat - w_lat) / w_lat < 0.05):
                 return
-        self.fail("req/s and mean latency (us) of wrk and moonflow bench "
+        detail = ("req/s and mean latency (us) of wrk and moonflow bench "
                   "never agreed within 5%%: %s" % tries)
+        if os.getloadavg()[0] > 2 * (os.cpu_count() or 1):
+            # both generators starved of CPU: no agreement to measure
+            self.skipTest("machine overloaded (load %.1f); %s" %
+                          (os.getloadavg()[0], detail))
+        self.fail(detail)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
