@@ -276,8 +276,13 @@ static int hook_request(void *user, size_t target, const char **buf,
 {
     wrk_thread_t *t = user;
     lua_State *L = t->pub.L;
-    (void)target;
-    if (mf_lua_wrk_call(L, "request", 0, 1) < 0) {
+    int rc = mf_lua_wrk_call(L, "request", 0, 1);
+    if (rc == 1) { /* request was unset while running: wrk's default */
+        *buf = t->requests[target];
+        *len = t->request_lens[target];
+        return 0;
+    }
+    if (rc < 0) {
         report_lua_error(t, "request()", L);
         t->script_failed = true;
         return MF_EINVAL;
@@ -300,7 +305,10 @@ static uint64_t hook_delay(void *user)
 {
     wrk_thread_t *t = user;
     lua_State *L = t->pub.L;
-    if (mf_lua_wrk_call(L, "delay", 0, 1) < 0) {
+    int rc = mf_lua_wrk_call(L, "delay", 0, 1);
+    if (rc == 1) /* delay was unset while running */
+        return 0;
+    if (rc < 0) {
         report_lua_error(t, "delay()", L);
         t->script_failed = true;
         mf_load_stop(atomic_load(&t->load));

@@ -425,6 +425,24 @@ end
         self.assertEqual(len(shown(m[1])), 3, m[1])
         self.assertEqual(shown(w[1]), shown(m[1]))
 
+    def test_request_unset_while_running_falls_back_to_wrk_request(self):
+        path = self.script("unset.lua", """
+local n = 0
+function request()
+  n = n + 1
+  if n == 5 then request = nil end
+  return wrk.format(nil, "/authenticate")
+end
+""")
+        mark = self.log_mark()
+        rc, out, err = bench("-t1", "-c1", "-d1s", "-s", path,
+                             self.base + "/")
+        self.ok(rc, out, err)
+        uris = [u for _, u, _ in self.log_since(mark)]
+        self.assertEqual(uris[:5], ["/authenticate"] * 5)
+        self.assertGreater(len(uris), 10)
+        self.assertEqual(set(uris[5:]), {"/"})
+
     def test_init_gets_the_url_and_the_args_after_double_dash(self):
         path = self.script("args.lua", """
 function init(args)
