@@ -94,6 +94,10 @@ def mean_latency_us(out):
     return float(m.group(1)) * scale[m.group(2)] if m else None
 
 
+def wrk_script(name):
+    return os.path.join(WRK_SCRIPTS, name)
+
+
 def script_lines(out, pattern):
     return [l for l in out.splitlines() if re.match(pattern, l)]
 
@@ -150,6 +154,14 @@ class BenchCliTest(unittest.TestCase):
             return [(m.group(1).decode(), m.group(2).decode(),
                      int(m.group(3))) for m in LOG_LINE.finditer(f.read())]
 
+    def logged(self, *args):
+        """Runs moonflow bench ARGS, which must succeed: its stdout and the
+        access-log lines of the requests it sent."""
+        mark = self.log_mark()
+        rc, out, err = bench(*args)
+        self.ok(rc, out, err)
+        return out, self.log_since(mark)
+
     def script(self, name, text):
         path = os.path.join(self.tmp, name)
         with open(path, "w") as f:
@@ -175,7 +187,8 @@ class BenchCliTest(unittest.TestCase):
             (["--timeout", "abc", url], "--timeout: 'abc' is not a duration"),
             (["-t", "0", url], "-t: threads must be 1..1024"),
             (["-t", "1025", url], "-t: threads must be 1..1024"),
-            (["-c", "1000001", url], "-c: connections must be at most 1000000"),
+            (["-c", "1000001", url],
+             "-c: connections must be at most 1000000"),
             (["-c", "ten", url], "-c: connections must be a count"),
             (["-H", "NoColon", url], "-H: header must be \"Name: value\""),
             (["-R", "0", url], "-R: rate must be requests per second"),
@@ -220,7 +233,7 @@ class BenchCliTest(unittest.TestCase):
 
     def both(self, script, url, *args):
         """The script under wrk and under moonflow bench, same flags."""
-        flags = ["-t2", "-c4", "-d1s", "-s", os.path.join(WRK_SCRIPTS, script)]
+        flags = ["-t2", "-c4", "-d1s", "-s", wrk_script(script)]
         w = run(["wrk"] + flags + [url] + list(args))
         m = bench(*(flags + [url] + list(args)))
         self.ok(*m)
@@ -264,45 +277,34 @@ class BenchCliTest(unittest.TestCase):
         self.assertEqual(len(script_lines(mout, pat)), 2)
 
     def test_counter_lua_sends_its_paths_in_order(self):
-        mark = self.log_mark()
-        rc, out, err = bench("-t1", "-c1", "-d1s", "-s",
-                             os.path.join(WRK_SCRIPTS, "counter.lua"),
-                             self.base + "/")
-        self.ok(rc, out, err)
-        paths = [uri for _, uri, _ in self.log_since(mark)]
+        out, lines = self.logged("-t1", "-c1", "-d1s", "-s",
+                                 wrk_script("counter.lua"), self.base + "/")
+        paths = [uri for _, uri, _ in lines]
         self.assertGreater(len(paths), 10)
         self.assertEqual(paths, ["/%d" % i for i in range(len(paths))])
 
     def test_auth_lua_switches_to_the_resource_with_the_token(self):
-        mark = self.log_mark()
-        rc, out, err = bench("-t1", "-c1", "-d1s", "-s",
-                             os.path.join(WRK_SCRIPTS, "auth.lua"),
-                             self.base + "/")
-        self.ok(rc, out, err)
-        lines = self.log_since(mark)
+        out, lines = self.logged("-t1", "-c1", "-d1s", "-s",
+                                 wrk_script("auth.lua"),
+                                 self.base + "/")
         self.assertEqual(lines[0][1:], ("/authenticate", 200))
         rest = lines[1:]
         self.assertGreater(len(rest), 10)
         self.assertEqual({(u, s) for _, u, s in rest}, {("/resource", 200)})
 
     def test_post_lua_body_and_header_reach_the_server(self):
-        mark = self.log_mark()
-        rc, out, err = bench("-t1", "-c2", "-d1s", "-s",
-                             os.path.join(WRK_SCRIPTS, "post.lua"),
-                             self.base + "/echo")
-        self.ok(rc, out, err)
-        lines = self.log_since(mark)
+        out, lines = self.logged("-t1", "-c2", "-d1s", "-s",
+                                 wrk_script("post.lua"),
+                                 self.base + "/echo")
         self.assertGreater(len(lines), 10)
         self.assertEqual(set(lines), {("POST", "/echo", 200)})
         self.assertNotIn("Non-2xx", out)
 
     def test_pipeline_lua_sends_three_requests_per_buffer(self):
-        mark = self.log_mark()
-        rc, out, err = bench("-t1", "-c2", "-d1s", "-s",
-                             os.path.join(WRK_SCRIPTS, "pipeline.lua"),
-                             self.base + "/")
-        self.ok(rc, out, err)
-        uris = [u for _, u, _ in self.log_since(mark)]
+        out, lines = self.logged("-t1", "-c2", "-d1s", "-s",
+                                 wrk_script("pipeline.lua"),
+                                 self.base + "/")
+        uris = [u for _, u, _ in lines]
         counts = {q: uris.count("/?" + q) for q in ("foo", "bar", "baz")}
         self.assertEqual(len(uris), sum(counts.values()))
         self.assertGreater(counts["foo"], 10)
@@ -312,7 +314,7 @@ class BenchCliTest(unittest.TestCase):
 
     def test_delay_lua_spaces_the_requests(self):
         rc, out, err = bench("-t1", "-c2", "-d1s", "-s",
-                             os.path.join(WRK_SCRIPTS, "delay.lua"),
+                             wrk_script("delay.lua"),
                              self.base + "/")
         self.ok(rc, out, err)
         n = requests_of(out)
@@ -322,7 +324,7 @@ class BenchCliTest(unittest.TestCase):
     def test_stop_lua_ends_the_thread_after_100_responses(self):
         start = time.time()
         rc, out, err = bench("-t1", "-c1", "-d10s", "-s",
-                             os.path.join(WRK_SCRIPTS, "stop.lua"),
+                             wrk_script("stop.lua"),
                              self.base + "/")
         self.ok(rc, out, err)
         self.assertLess(time.time() - start, 8)
@@ -332,11 +334,8 @@ class BenchCliTest(unittest.TestCase):
 
     def test_headers_from_flags_and_script_reach_the_server(self):
         path = self.script("headers.lua", 'wrk.headers["X-Script"] = "1"\n')
-        mark = self.log_mark()
-        rc, out, err = bench("-t1", "-c2", "-d1s", "-H", "X-Flag: on", "-s",
-                             path, self.base + "/hdr")
-        self.ok(rc, out, err)
-        lines = self.log_since(mark)
+        out, lines = self.logged("-t1", "-c2", "-d1s", "-H", "X-Flag: on",
+                                 "-s", path, self.base + "/hdr")
         self.assertGreater(len(lines), 10)
         self.assertEqual({s for _, _, s in lines}, {200})
 
@@ -434,11 +433,9 @@ function request()
   return wrk.format(nil, "/authenticate")
 end
 """)
-        mark = self.log_mark()
-        rc, out, err = bench("-t1", "-c1", "-d1s", "-s", path,
-                             self.base + "/")
-        self.ok(rc, out, err)
-        uris = [u for _, u, _ in self.log_since(mark)]
+        out, lines = self.logged("-t1", "-c1", "-d1s", "-s", path,
+                                 self.base + "/")
+        uris = [u for _, u, _ in lines]
         self.assertEqual(uris[:5], ["/authenticate"] * 5)
         self.assertGreater(len(uris), 10)
         self.assertEqual(set(uris[5:]), {"/"})
@@ -478,11 +475,9 @@ end
     # ---- runs and results -------------------------------------------------
 
     def test_requests_printed_match_the_servers_count(self):
-        mark = self.log_mark()
-        rc, out, err = bench("-t2", "-c8", "-d1s", self.base + "/")
-        self.ok(rc, out, err)
+        out, lines = self.logged("-t2", "-c8", "-d1s", self.base + "/")
         n = requests_of(out)
-        seen = len(self.log_since(mark))
+        seen = len(lines)
         # no invented requests: each one counted reached the server; those
         # still in flight when the window closed reached it too (<= -c)
         self.assertGreater(n, 100)
@@ -491,11 +486,9 @@ end
                          r"connections\n" % re.escape(self.base))
 
     def test_several_urls_share_the_connections(self):
-        mark = self.log_mark()
-        rc, out, err = bench("-t1", "-c4", "-d1s", self.base + "/",
-                             self.base + "/resource")
-        self.ok(rc, out, err)
-        uris = [u for _, u, _ in self.log_since(mark)]
+        out, lines = self.logged("-t1", "-c4", "-d1s", self.base + "/",
+                                 self.base + "/resource")
+        uris = [u for _, u, _ in lines]
         self.assertGreater(uris.count("/"), 10)
         self.assertGreater(uris.count("/resource"), 10)
 
@@ -550,12 +543,10 @@ end
 
     def test_connections_close_or_reconnect_as_asked(self):
         for flags in (["--no-keepalive"], ["--requests-per-conn", "5"]):
-            mark = self.log_mark()
-            rc, out, err = bench("-t1", "-c2", "-d1s", "--warmup", "200ms",
-                                 *flags, self.base + "/")
-            self.ok(rc, out, err)
+            out, lines = self.logged("-t1", "-c2", "-d1s", "--warmup",
+                                     "200ms", *flags, self.base + "/")
             n = requests_of(out)
-            seen = len(self.log_since(mark))
+            seen = len(lines)
             self.assertGreater(n, 10, out)
             self.assertNotIn("Socket errors", out)
             # the warm-up's requests reached the server, unmeasured
