@@ -65,6 +65,35 @@ end
 """,
 }
 
+# nginx with echo_sleep (10 ms) for the agreement, and its own access log
+# (written per request) for the count.
+NGINX = shutil.which("nginx")
+NGINX_ECHO = "/usr/share/nginx/modules/ngx_http_echo_module.so"
+if not os.path.exists(NGINX_ECHO):
+    NGINX = None
+NGINX_CONF = """load_module %(echo)s;
+daemon off;
+master_process off;
+worker_processes 1;
+pid %%(prefix)s/nginx.pid;
+error_log %%(prefix)s/error.log warn;
+events { worker_connections 256; }
+http {
+    access_log %%(log)s;
+    keepalive_requests 1000000;
+    client_body_temp_path %%(prefix)s/body;
+    proxy_temp_path %%(prefix)s/proxy;
+    fastcgi_temp_path %%(prefix)s/fastcgi;
+    uwsgi_temp_path %%(prefix)s/uwsgi;
+    scgi_temp_path %%(prefix)s/scgi;
+    server {
+        listen 127.0.0.1:%%(port)d;
+        location / { return 200 "hello\\n"; }
+        location /sleep { echo_sleep 0.01; echo ok; }
+    }
+}
+""" % {"echo": NGINX_ECHO}
+
 LOG_LINE = re.compile(rb'"(\w+) (\S+) HTTP/1\.1" (\d{3}) ')
 
 
@@ -554,15 +583,13 @@ end
 
     # ---- agreement with wrk ---------------------------------------------
 
-    @unittest.skipIf(SANITIZED, "the sanitized build is slower by design")
-    def test_rate_and_mean_latency_agree_with_wrk(self):
-        """Against a server slow enough (10 ms per request) that neither
-        generator is the bottleneck, with the same -t/-c/-d (one thread
-        each, to leave the server a core). The machine's
-        other load only ever pulls the two apart, so the pair is run again
-        (up to four times) until one run of each agrees within 5%; a real
-        difference fails every time."""
-        url = self.fbase + "/sleep?ms=10"
+    def agree_with_wrk(self, url):
+        """moonflow bench and wrk with the same -t/-c/-d (one thread each,
+        to leave the server a core) against url, a server slow enough that
+        neither generator is the bottleneck: req/s and mean latency within
+        5%. The machine's other load only ever pulls the two apart, so the
+        pair is run again (up to four times) until one run of each agrees;
+        a real difference fails every time."""
         flags = ["-t1", "-c20", "-d2s"]
         tries = []
         for _ in range(4):
@@ -584,6 +611,36 @@ end
             self.skipTest("machine overloaded (load %.1f); %s" %
                           (os.getloadavg()[0], detail))
         self.fail(detail)
+
+    @unittest.skipIf(SANITIZED, "the sanitized build is slower by design")
+    def test_rate_and_mean_latency_agree_with_wrk(self):
+        self.agree_with_wrk(self.fbase + "/sleep?ms=10")
+
+    @unittest.skipIf(not NGINX, "nginx or its echo module is not installed")
+    def test_against_nginx_counts_match_and_wrk_agrees(self):
+        prefix = tempfile.mkdtemp(prefix="nginx-", dir=self.tmp)
+        port = free_port()
+        conf = os.path.join(prefix, "nginx.conf")
+        log = os.path.join(prefix, "access.log")
+        with open(conf, "w") as f:
+            f.write(NGINX_CONF % {"prefix": prefix, "port": port,
+                                  "log": log})
+        srv = Server([NGINX, "-p", prefix, "-c", conf, "-e",
+                      os.path.join(prefix, "error.log")], port)
+        try:
+            url = "http://127.0.0.1:%d" % port
+            rc, out, err = bench("-t2", "-c8", "-d1s", url + "/")
+            self.ok(rc, out, err)
+            time.sleep(0.2)
+            with open(log) as f:
+                seen = len(f.readlines())
+            n = requests_of(out)
+            self.assertGreater(n, 100)
+            self.assertTrue(n <= seen <= n + 8, (n, seen))
+            if not SANITIZED:
+                self.agree_with_wrk(url + "/sleep")
+        finally:
+            srv.stop(sig=signal.SIGTERM)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
