@@ -321,8 +321,9 @@ static int thread_set(lua_State *L)
 static int thread_stop(lua_State *L)
 {
     mf_lua_wrk_thread_t *t = check_thread(L);
-    if (t->stop)
-        t->stop(t);
+    if (!t->stop || t->stop(t) < 0)
+        return luaL_error(L, "thread:stop() works only while the thread "
+                             "runs (from its request, response or delay)");
     return 0;
 }
 

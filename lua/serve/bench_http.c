@@ -186,12 +186,14 @@ static int build_requests(bench_wrk_t *w, wrk_thread_t *t, char *err,
 
 /* thread:stop(): ends the thread's load, from its own hooks (wrk allows it
  * only while the thread runs). */
-static void thread_stop(mf_lua_wrk_thread_t *pub)
+static int thread_stop(mf_lua_wrk_thread_t *pub)
 {
     wrk_thread_t *t = (wrk_thread_t *)pub;
     mf_load_t *load = atomic_load(&t->load);
-    if (load && t->loop && mf_loop_on_thread(t->loop))
-        mf_load_stop(load);
+    if (!load || !t->loop || !mf_loop_on_thread(t->loop))
+        return -1;
+    mf_load_stop(load);
+    return 0;
 }
 
 /* setup(thread) in the main state, then init(args) in the thread's. */

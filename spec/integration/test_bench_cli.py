@@ -500,6 +500,16 @@ end
                              self.base + "/")
         self.assertEqual(rc, 1, out + err)
         self.assertIn("cannot transfer 'function' to thread", err)
+        path = self.script("early_stop.lua", 'function setup(t) t:stop() end\n')
+        rc, out, err = bench("-t1", "-c1", "-d1s", "-s", path,
+                             self.base + "/")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("thread:stop() works only while the thread runs", err)
+        path = self.script("syntax.lua", 'function request(\n')
+        rc, out, err = bench("-t1", "-c1", "-d1s", "-s", path,
+                             self.base + "/")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("syntax.lua:2:", err)
 
     # ---- runs and results -------------------------------------------------
 
