@@ -12,7 +12,10 @@
  * May call: the load (load_int.h), the loop, net (sockets, TLS) and the
  * HTTP parser. Owns mf_load_conn_t.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "load_int.h"
@@ -156,13 +159,32 @@ static bool mf__load_conn_take_request(mf_load_conn_t *c)
     return true;
 }
 
+/* One write of plain TCP as send(MSG_NOSIGNAL), straight through
+ * syscall(2) (no cancellation point): a server that closed costs an EPIPE
+ * error, never a SIGPIPE the embedding program did not ignore. */
+static ssize_t mf__load_conn_send_bytes(mf_load_conn_t *c, const char *buf,
+                                        size_t len)
+{
+    if (c->ssl) {
+        struct iovec iov = {(void *)buf, len};
+        return mf__sock_writev(c->io.fd, c->ssl, &iov, 1);
+    }
+    ssize_t n;
+    do {
+        n = (ssize_t)syscall(SYS_sendto, c->io.fd, buf, len, MSG_NOSIGNAL, NULL,
+                             0);
+    } while (n < 0 && errno == EINTR);
+    if (n >= 0)
+        return n;
+    return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
+}
+
 /* Writes what is left of the request. false when the connection failed. */
 static bool mf__load_conn_write(mf_load_conn_t *c)
 {
     while (c->written < c->req_len) {
-        struct iovec iov = {(void *)(c->req + c->written),
-                            c->req_len - c->written};
-        ssize_t n = mf__sock_writev(c->io.fd, c->ssl, &iov, 1);
+        ssize_t n = mf__load_conn_send_bytes(c, c->req + c->written,
+                                             c->req_len - c->written);
         if (n == MF_EAGAIN) {
             c->want_write = true; /* the WRITE edge comes when it drains */
             return true;
@@ -193,18 +215,19 @@ static void mf__load_conn_send(mf_load_conn_t *c, uint64_t start_ns,
     mf__load_conn_write(c);
 }
 
-/* Constant rate: sends when the next request is due (at once when late),
- * measured from its due time. */
+/* Constant rate: sends when the next request is due, measured from its
+ * due time when late. The loop's timers count whole milliseconds, so a
+ * request less than one away goes now, measured from now: what it waits
+ * for is then the server alone, and the schedule of due times (the rate)
+ * stays as it was. */
 static void mf__load_conn_send_due(mf_load_conn_t *c, uint64_t now_ns)
 {
-    if (c->due_ns <= now_ns) {
-        mf__load_conn_send(c, c->due_ns, now_ns);
+    if (c->due_ns <= now_ns + MF_LOAD_EARLY_NS) {
+        mf__load_conn_send(c, c->due_ns < now_ns ? c->due_ns : now_ns, now_ns);
         return;
     }
-    /* Never early: round the wait up to the loop's millisecond. */
-    uint64_t ms = (c->due_ns - now_ns + 999999) / 1000000;
     c->state = MF_LOAD_CONN_IDLE;
-    mf_timer_start(c->load->loop, &c->timer, ms);
+    mf_timer_start(c->load->loop, &c->timer, (c->due_ns - now_ns) / 1000000);
 }
 
 static void mf__load_conn_next(mf_load_conn_t *c)
@@ -261,17 +284,27 @@ static bool mf__load_conn_is_head(const mf_load_conn_t *c)
     return i < 64 && ((c->head_mask >> i) & 1);
 }
 
+/* Parses the head at rpos from len bytes into head (the load's header
+ * array): mf_http_parse_response's answer. */
+static int mf__load_conn_parse_at(mf_load_conn_t *c, size_t len,
+                                  mf_http_response_t *head, size_t *scanned)
+{
+    mf_load_t *load = c->load;
+    mf_http_limits_t limits = {MF_LOAD_MAX_HEAD, MF_LOAD_MAX_HEAD,
+                               MF_ARRAY_SIZE(load->headers)};
+    *head = (mf_http_response_t){.headers = load->headers,
+                                 .num_headers = MF_ARRAY_SIZE(load->headers)};
+    return mf_http_parse_response(c->rbuf + c->rpos, len, head,
+                                  mf__load_conn_is_head(c), &limits, scanned);
+}
+
 /* The response hook: the head parsed again (its pointers into rbuf as it
  * is now) and the kept body. false when the run ends. */
 static bool mf__load_conn_hook(mf_load_conn_t *c)
 {
     mf_load_t *load = c->load;
-    mf_http_response_t head = {.headers = load->headers,
-                               .num_headers = MF_ARRAY_SIZE(load->headers)};
-    mf_http_limits_t limits = {MF_LOAD_MAX_HEAD, MF_LOAD_MAX_HEAD,
-                               MF_ARRAY_SIZE(load->headers)};
-    (void)mf_http_parse_response(c->rbuf + c->rpos, c->head_len, &head,
-                                 mf__load_conn_is_head(c), &limits, NULL);
+    mf_http_response_t head;
+    (void)mf__load_conn_parse_at(c, c->head_len, &head, NULL);
     int rc = load->hooks.response(load->hooks.user, c->target, &head,
                                   c->rbuf + c->rpos + c->head_len, c->body_len);
     if (load->stopping)
@@ -310,13 +343,8 @@ static bool mf__load_conn_response_done(mf_load_conn_t *c, uint64_t now_ns)
 static int mf__load_conn_parse_head(mf_load_conn_t *c)
 {
     mf_load_t *load = c->load;
-    mf_http_response_t head = {.headers = load->headers,
-                               .num_headers = MF_ARRAY_SIZE(load->headers)};
-    mf_http_limits_t limits = {MF_LOAD_MAX_HEAD, MF_LOAD_MAX_HEAD,
-                               MF_ARRAY_SIZE(load->headers)};
-    int rc =
-        mf_http_parse_response(c->rbuf + c->rpos, c->rlen - c->rpos, &head,
-                               mf__load_conn_is_head(c), &limits, &c->scanned);
+    mf_http_response_t head;
+    int rc = mf__load_conn_parse_at(c, c->rlen - c->rpos, &head, &c->scanned);
     if (rc == MF_HTTP_INCOMPLETE)
         return 0;
     if (rc < 0)

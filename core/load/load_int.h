@@ -94,7 +94,7 @@ struct mf_load {
     mf_post_t done_post;
     void (*done)(mf_load_t *, void *);
     void *done_user;
-    mf_http_header_t headers[64]; /* a parsed head's fields, transient */
+    mf_http_header_t headers[128]; /* a parsed head's fields, transient */
     mf_load_stats_t stats;
     _Atomic uint64_t live_requests, live_errors, live_p99;
     _Atomic bool live_warming;
@@ -103,6 +103,7 @@ struct mf_load {
 #define MF_LOAD_READ_BUF 16384
 #define MF_LOAD_MAX_HEAD 65536
 #define MF_LOAD_RECONNECT_MS 10
+#define MF_LOAD_EARLY_NS 1000000 /* the loop timers' resolution */
 
 static inline uint64_t mf__load_now_ns(void)
 {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <moonflow/http_server.h>
+#include <moonflow/load.h>
 #include <moonflow/moonflow.h>
 
 #include "test.h"
@@ -135,17 +136,28 @@ static inline void load_server_reset(void)
     memset(load_server.ports, 0, sizeof load_server.ports);
 }
 
-static inline mf_http_server_t *load_server_listen(mf_loop_t *loop,
-                                                   uint16_t port)
+/* A server on port (0: any) of loop; HTTPS with cert and key when given. */
+static inline mf_http_server_t *load_server_listen_tls(mf_loop_t *loop,
+                                                       uint16_t port,
+                                                       const char *cert,
+                                                       const char *key)
 {
     mf_http_server_config_t c;
     mf_http_server_config_init(&c);
+    c.tls.cert_file = cert;
+    c.tls.key_file = key;
     char listen[32];
     snprintf(listen, sizeof listen, "127.0.0.1:%u", port);
     c.listen = listen;
     c.max_connections = 100000;
     return mf_http_server_start(loop, &c, load_server_handle, &load_server,
                                 NULL);
+}
+
+static inline mf_http_server_t *load_server_listen(mf_loop_t *loop,
+                                                   uint16_t port)
+{
+    return load_server_listen_tls(loop, port, NULL, NULL);
 }
 
 /* The server on the test's loop, on a port of its own. */
@@ -174,6 +186,16 @@ static inline pid_t load_server_fork(uint16_t port)
         usleep(10000);
     ASSERT(mf_test_port_open(port));
     return pid;
+}
+
+/* A target on 127.0.0.1:port sending request (a literal). */
+static inline mf_load_target_t load_target(uint16_t port, const char *request)
+{
+    mf_load_target_t t = {.request = request, .request_len = strlen(request)};
+    t.addr.in4.sin_family = AF_INET;
+    t.addr.in4.sin_port = htons(port);
+    t.addr.in4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return t;
 }
 
 static inline void load_server_kill(pid_t pid)

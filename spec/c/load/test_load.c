@@ -7,6 +7,7 @@
 #include <moonflow/load.h>
 
 #include "load_server.h"
+#include "test_cert.h"
 
 static mf_loop_t *loop;
 static uint16_t port;
@@ -29,6 +30,7 @@ static void setup(void)
 {
     if (loop)
         return;
+    signal(SIGPIPE, SIG_IGN); /* as moonflow's main: a closed peer is EPIPE */
     loop = mf_loop_create();
     ASSERT(loop != NULL);
     port = load_server_start(loop);
@@ -36,11 +38,7 @@ static void setup(void)
 
 static mf_load_target_t target(const char *request)
 {
-    mf_load_target_t t = {.request = request, .request_len = strlen(request)};
-    t.addr.in4.sin_family = AF_INET;
-    t.addr.in4.sin_port = htons(port);
-    t.addr.in4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return t;
+    return load_target(port, request);
 }
 
 static mf_load_config_t config(const mf_load_target_t *t, unsigned conns,
@@ -148,7 +146,8 @@ TEST(closed_loop_counts_every_answered_request)
     ASSERT_EQ(mf_hdr_count(s->latency), s->requests);
     ASSERT_EQ(s->ntargets, 1);
     ASSERT_EQ(s->target_requests[0], s->requests);
-    ASSERT(mf_hdr_count(s->rate) >= 8 && mf_hdr_count(s->rate) <= 11);
+    /* One sample each 100 ms tick (fewer when the machine starves us). */
+    ASSERT(mf_hdr_count(s->rate) >= 3 && mf_hdr_count(s->rate) <= 11);
     ASSERT(mf_hdr_max(s->rate) > 0);
     mf_load_progress_t p;
     mf_load_progress(r.load, &p);
@@ -470,7 +469,9 @@ TEST(constant_rate_sends_at_the_rate)
            (double)mf_hdr_percentile(s->latency, 50) / 1e6);
     ASSERT(s->requests >= 180 && s->requests <= 210);
     ASSERT_EQ(errors(s), 0);
-    ASSERT(mf_hdr_percentile(s->latency, 50) < 20000000u);
+    ASSERT_EQ(mf_hdr_count(s->latency), s->requests);
+    /* The Req/Sec samples (every 100 ms) average the rate. */
+    ASSERT(mf_hdr_mean(s->rate) > 150 && mf_hdr_mean(s->rate) < 250);
     mf_load_destroy(r.load);
 }
 
@@ -486,4 +487,48 @@ TEST(stop_before_the_server_answers)
     ASSERT_EQ(errors(s), 0);
     ASSERT(r.wall_ns < 1000000000u);
     mf_load_destroy(r.load);
+}
+
+TEST(https_target_speaks_tls)
+{
+    setup();
+    mf_test_cert_t cert;
+    mf_test_cert_make(&cert);
+    mf_http_server_t *srv =
+        load_server_listen_tls(loop, 0, cert.cert, cert.key);
+    ASSERT(srv != NULL);
+    mf_load_target_t t = target(GET("/stream?n=5"));
+    t.addr.in4.sin_port = htons(mf_http_server_port(srv));
+    t.tls = true;
+    t.host = "localhost";
+    mf_load_config_t c = config(&t, 2, 500);
+    seen_t seen = {0};
+    mf_load_hooks_t h = {.response = on_stream, .user = &seen};
+    run_t r;
+    run(&r, &c, &h);
+    const mf_load_stats_t *s = mf_load_stats(r.load);
+    printf("  %" PRIu64 " requests over TLS\n", s->requests);
+    ASSERT(s->requests > 10);
+    ASSERT_EQ(errors(s), 0);
+    ASSERT(s->requests <= load_server.answered);
+    ASSERT(s->requests + 2 >= load_server.answered);
+    ASSERT_EQ(seen.good, seen.responses);
+    mf_load_destroy(r.load);
+    /* Plain bytes to a TLS port: no answer, the server closes. */
+    t.tls = false;
+    c.timeout_ns = 100000000u;
+    run(&r, &c, NULL);
+    s = mf_load_stats(r.load);
+    ASSERT_EQ(s->requests, 0);
+    ASSERT(s->errors.read + s->errors.timeout > 0);
+    mf_load_destroy(r.load);
+    t.tls = true;
+    t.addr.in4.sin_port = htons(port); /* TLS to a plain port */
+    run(&r, &c, NULL);
+    s = mf_load_stats(r.load);
+    ASSERT_EQ(s->requests, 0);
+    ASSERT(s->errors.connect > 0);
+    mf_load_destroy(r.load);
+    mf_http_server_stop(srv, NULL, NULL);
+    ASSERT(mf_test_cert_remove(&cert));
 }
