@@ -8,6 +8,16 @@
  * (switching at 85% of the next unit), rates in k/M/G/T, sizes in
  * K/M/G/T (1024s). Latencies are kept in ns; wrk works in us.
  *
+ * The JSON document (version 1; fields are only ever added): version,
+ * label (null without --label), mode ("http", "scenario"), urls, threads,
+ * connections, duration_s (the measured window), rate (-R; 0: closed
+ * loop), requests, bytes, requests_per_s, transfer_per_s (bytes/s),
+ * errors {connect, read, write, status, timeout}, latency_us {min, mean,
+ * stdev, max, percentiles {"50", "75", "90", "99", "99.9", "99.99"}},
+ * spectrum [[value_us, percentile (0..100), count up to it], ...],
+ * series [{name, count, errors, latency_us}], thresholds [{text, ok,
+ * value (latencies in us, rps, errors, error_rate in %)}].
+ *
  * Owns: bench_result_t (its histograms, series and their names). Calls:
  * the histogram (hdr.h), bench_threshold_eval for the JSON verdicts.
  */

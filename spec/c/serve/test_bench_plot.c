@@ -109,6 +109,11 @@ TEST(a_file_that_is_not_ours_is_refused_and_kept)
     fclose(f);
     ASSERT_EQ(plot(path, "x", 1000, err, sizeof err), -1);
     ASSERT_STR_EQ(err, want);
+    /* an empty file is a new plot */
+    f = fopen(path, "w");
+    fclose(f);
+    ASSERT_EQ(plot(path, "x", 1000, err, sizeof err), 0);
+    ASSERT_EQ(run_python(dir, svg_check, path, "x"), 0);
     tmpdir_remove(dir);
 }
 

@@ -31,6 +31,26 @@ TEST(text_has_wrk_layout)
     bench_result_free(r);
 }
 
+TEST(rates_in_thousands_keep_wrk_columns)
+{
+    bench_opts_t o;
+    fixture_opts(&o);
+    bench_result_t *r = fixture_result(0);
+    mf_hdr_reset(r->rate);
+    mf_hdr_record(r->rate, 20000);
+    mf_hdr_record(r->rate, 30000);
+    mf_hdr_reset(r->latency);
+    mf_hdr_record(r->latency, 833840);
+    char *text = report(&o, r);
+    /* the columns of wrk's "    Req/Sec    24.92k    11.71k   55.26k
+     * 80.95%"; the stdev from the slots' midpoints within [min, max]:
+     * 20031.5 and 30000 */
+    ASSERT_LINE(text, "    Req/Sec    25.00k     4.98k   30.00k    50.00%");
+    ASSERT_LINE(text, "    Latency   833.84us    0.00us 833.84us  100.00%");
+    free(text);
+    bench_result_free(r);
+}
+
 TEST(header_names_duration_urls_threads_and_connections)
 {
     bench_opts_t o;
