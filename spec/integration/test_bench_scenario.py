@@ -15,6 +15,7 @@ once for the file):
 - HTTP steps against /sleep?ms=6 measure at least 5 ms each (the fixture's
   timers run on a millisecond loop clock: up to 1 ms early); a parallel
   step as a whole; the iteration the sum of its steps;
+- MySQL steps (a query, and one the server refuses: errors on that step);
 - a Kafka produce step (after a warm-up: the producer's first delivery
   waits for the mock cluster's metadata);
 - done(summary, latency, requests) after the report, the main chunk given
@@ -33,7 +34,7 @@ import tempfile
 import time
 import unittest
 
-from harness import KafkaMock, Redis, Server, free_port
+from harness import KafkaMock, MariaDB, Redis, Server, free_port
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 FIXTURE = os.environ.get("MF_HTTP_FIXTURE", "build/spec/fixture/http_fixture")
@@ -90,6 +91,16 @@ local k
 function init(args) k = mf.kafka{ brokers = args[1] } end
 function iteration(ctx)
   return mf.task.kafka_produce(k, { topic = "bench", value = "v" .. ctx.iteration })
+end
+"""
+
+MYSQL = """
+local mf = require "moonflow"
+local db
+function init(args) db = mf.mysql(args[1]) end
+function iteration(ctx)
+  return mf.series{ mf.task.mysql(db, "select ? + 1", ctx.iteration),
+                    mf.task.mysql(db, "SELECT no_such_column") }
 end
 """
 
@@ -270,6 +281,26 @@ class BenchScenario(unittest.TestCase):
         self.assertGreater(s["1 kafka_produce bench"]["count"], 10, (out, err))
         self.assertEqual(s["1 kafka_produce bench"]["errors"], 0)
         self.assertEqual(doc["requests"], s["1 kafka_produce bench"]["count"])
+
+    def test_mysql_steps(self):
+        db = MariaDB()
+        try:
+            path = self.script("mysql.lua", MYSQL)
+            code, out, err, doc = self.bench(
+                ["-t", "1", "-c", "2", "-d", "1s", path, "--", db.url()])
+        finally:
+            db.close()
+        self.assertEqual(code, 0, err)
+        s = self.series(doc)
+        self.assertEqual(sorted(s), ["1 mysql SELECT", "2 mysql SELECT"])
+        ok, bad = s["1 mysql SELECT"], s["2 mysql SELECT"]
+        self.assertGreater(ok["count"], 10, (out, err))
+        self.assertEqual(ok["errors"], 0)
+        # the unknown column fails every second step: no iteration succeeds
+        self.assertEqual(bad["count"], 0)
+        self.assertEqual(bad["errors"], ok["count"])
+        self.assertEqual(doc["requests"], 0)
+        self.assertEqual(doc["errors"]["status"], ok["count"])
 
     def test_done_after_the_report(self):
         path = self.script("done.lua", DONE)
