@@ -27,7 +27,7 @@
 
 const char bench_usage[] =
     "usage: moonflow bench [OPTIONS] URL... [-- SCRIPT ARGS]\n"
-    "       moonflow bench [OPTIONS] -s SCENARIO.lua [-- SCRIPT ARGS]\n"
+    "       moonflow bench [OPTIONS] [-s] SCENARIO.lua [-- SCRIPT ARGS]\n"
     "\n"
     "Load-tests HTTP URLs with wrk's flags, output and Lua scripts; with -R\n"
     "at a constant rate (wrk2: latency counted from each request's due\n"
@@ -75,12 +75,17 @@ const char bench_usage[] =
     "2 bad flags.\n"
     "\n"
     "Examples:\n"
+    "  # wrk's first command, as is\n"
     "  moonflow bench -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n"
+    "  # 20000 requests/s for a minute; exit 1 if p99 or errors go over\n"
     "  moonflow bench -t4 -c200 -d1m -R 20000 --threshold 'p99<20ms' \\\n"
     "      --threshold 'error_rate<0.1' --json run.json --plot runs.svg \\\n"
     "      --label v2 http://127.0.0.1:8080/api\n"
+    "  # a wrk script with arguments for its init(args)\n"
     "  moonflow bench -c10 -d10s -s ids.lua http://127.0.0.1:8080/ -- 1000\n"
-    "  moonflow bench -t2 -c50 -d20s -s scripts/load/redis_get.lua\n";
+    "  # a scenario: Redis GETs, 16 pipelined, from 50 virtual users\n"
+    "  moonflow bench -t1 -c50 -d20s bench/load/redis_get.lua \\\n"
+    "      -- redis://127.0.0.1:6379 16\n";
 
 /* ---- values ---------------------------------------------------------- */
 
