@@ -505,6 +505,20 @@ end
                              self.base + "/")
         self.assertEqual(rc, 1, out + err)
         self.assertIn("thread:stop() works only while the thread runs", err)
+        for name, text, message in (
+                ("cycle.lua",
+                 "function setup(t) local c = {} c.c = c t:set('c', c) end\n",
+                 "cannot transfer a table nested deeper than 32"),
+                ("lookup.lua",
+                 "function setup(t) wrk.lookup('no-such-host.invalid', "
+                 "'http') end\n",
+                 "unable to resolve no-such-host.invalid:http"),
+                ("addr.lua", "function setup(t) t.addr = 'x' end\n",
+                 "moonflow.wrk.addr expected")):
+            rc, out, err = bench("-t1", "-c1", "-d1s", "-s",
+                                 self.script(name, text), self.base + "/")
+            self.assertEqual(rc, 1, out + err)
+            self.assertIn(message, err)
         path = self.script("syntax.lua", 'function request(\n')
         rc, out, err = bench("-t1", "-c1", "-d1s", "-s", path,
                              self.base + "/")
