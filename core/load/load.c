@@ -115,8 +115,9 @@ static int mf__load_make_stats(mf_load_t *load)
 static int mf__load_make_conns(mf_load_t *load)
 {
     unsigned n = load->cfg.connections;
+    load->rbuf_shared = mf_try_malloc(MF_LOAD_READ_BUF);
     load->conns = mf_try_malloc(n * sizeof(*load->conns));
-    if (!load->conns)
+    if (!load->conns || !load->rbuf_shared)
         return MF_ENOMEM;
     memset(load->conns, 0, n * sizeof(*load->conns));
     for (unsigned i = 0; i < n; i++)
@@ -183,6 +184,7 @@ void mf_load_destroy(mf_load_t *load)
         mf__load_conn_free(&load->conns[i]);
     }
     mf_free(load->conns);
+    mf_free(load->rbuf_shared);
     mf_load_stats_t *s = &load->stats;
     for (size_t i = 0; s->target_latency && i < s->ntargets; i++)
         if (s->target_latency[i] != s->latency)

@@ -64,6 +64,7 @@ typedef struct mf_load_conn {
      * first unconsumed byte; kept heads and bodies (with a response hook)
      * start at rpos. */
     char *rbuf;
+    char *rbuf_own; /* rbuf, or the load's shared buffer during a read */
     size_t rcap, rpos, rlen;
     int rstate;
     size_t scanned;     /* head bytes the parser already judged */
@@ -95,6 +96,11 @@ struct mf_load {
     void (*done)(mf_load_t *, void *);
     void *done_user;
     mf_http_header_t headers[128]; /* a parsed head's fields, transient */
+    /* Reads land here when a connection holds no partial response (the
+     * common case, without a response hook): one hot buffer for every
+     * connection instead of one each, as wrk reads; only a partial
+     * response is copied to the connection's own buffer. */
+    char *rbuf_shared;
     mf_load_stats_t stats;
     _Atomic uint64_t live_requests, live_errors, live_p99;
     _Atomic bool live_warming;
