@@ -119,10 +119,13 @@ static int mf__load_make_conns(mf_load_t *load)
     load->conns = mf_try_malloc(n * sizeof(*load->conns));
     if (!load->conns || !load->rbuf_shared)
         return MF_ENOMEM;
-    memset(load->conns, 0, n * sizeof(*load->conns));
-    for (unsigned i = 0; i < n; i++)
-        if (!mf__load_conn_init(&load->conns[i], load, i % load->cfg.ntargets))
+    /* nconns: those made (a failed one is safe to close and free too). */
+    for (; load->nconns < n; load->nconns++)
+        if (!mf__load_conn_init(&load->conns[load->nconns], load,
+                                load->nconns % load->cfg.ntargets)) {
+            load->nconns++;
             return MF_ENOMEM;
+        }
     return 0;
 }
 
@@ -179,7 +182,7 @@ void mf_load_destroy(mf_load_t *load)
         return;
     mf_timer_stop(load->loop, &load->phase_timer);
     mf_timer_stop(load->loop, &load->tick_timer);
-    for (unsigned i = 0; load->conns && i < load->cfg.connections; i++) {
+    for (unsigned i = 0; i < load->nconns; i++) {
         mf__load_conn_close(&load->conns[i]);
         mf__load_conn_free(&load->conns[i]);
     }

@@ -84,6 +84,7 @@ struct mf_load {
     uint64_t *target_head_mask;
     mf_load_hooks_t hooks;
     mf_load_conn_t *conns;
+    unsigned nconns;      /* made so far (cfg.connections once created) */
     uint64_t interval_ns; /* constant rate: between one connection's
                              requests; 0 in a closed loop */
     /* The run. */
