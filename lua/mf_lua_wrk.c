@@ -33,6 +33,8 @@
  * Content-Length from the body); the thread's init sets Host, calls
  * init(args) and freezes the default request. Returns (wrk, thread_init). */
 static const char wrk_chunk[] =
+    "local concat, insert, pairs, tostring = table.concat, table.insert,\n"
+    "  pairs, tostring\n"
     "local wrk = { scheme = 'http', host = 'localhost', port = nil,\n"
     "  method = 'GET', path = '/', headers = {}, body = nil, thread = nil }\n"
     "function wrk.format(method, path, headers, body)\n"
@@ -48,11 +50,11 @@ static const char wrk_chunk[] =
     "      out[#out + 1] = name .. ': ' .. tostring(value)\n"
     "    end\n"
     "  end\n"
-    "  if host then table.insert(out, 2, 'Host: ' .. tostring(host)) end\n"
+    "  if host then insert(out, 2, 'Host: ' .. tostring(host)) end\n"
     "  if body then out[#out + 1] = 'Content-Length: ' .. #body end\n"
     "  out[#out + 1] = ''\n"
     "  out[#out + 1] = body or ''\n"
-    "  return table.concat(out, '\\r\\n')\n"
+    "  return concat(out, '\\r\\n')\n"
     "end\n"
     "function wrk.request() return wrk.format() end\n"
     "local function thread_init(args)\n"
@@ -319,8 +321,9 @@ static int thread_set(lua_State *L)
 static int thread_stop(lua_State *L)
 {
     mf_lua_wrk_thread_t *t = check_thread(L);
-    if (t->stop)
-        t->stop(t);
+    if (!t->stop || t->stop(t) < 0)
+        return luaL_error(L, "thread:stop() works only while the thread "
+                             "runs (from its request, response or delay)");
     return 0;
 }
 

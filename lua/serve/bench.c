@@ -66,6 +66,32 @@ static int outputs(const bench_opts_t *o, const bench_result_t *r)
     return code;
 }
 
+/* The script's done(summary, latency, requests) of a mode. */
+typedef int (*done_fn)(void *user, const bench_result_t *r, char *err,
+                       size_t errlen);
+
+/* After a run: the report, done() (wrk's order), then the outputs. */
+static int finish(const bench_opts_t *o, const bench_result_t *r, done_fn done,
+                  void *user)
+{
+    char err[1024];
+    int code = EXIT_OK;
+    bench_report_text(stdout, o, r);
+    fflush(stdout);
+    if (done(user, r, err, sizeof err) < 0) {
+        fprintf(stderr, "moonflow bench: %s\n", err);
+        code = EXIT_FAILED;
+    }
+    int out = outputs(o, r);
+    return code ? code : out;
+}
+
+static int http_done(void *user, const bench_result_t *r, char *err,
+                     size_t errlen)
+{
+    return bench_http_done(user, r, err, errlen);
+}
+
 static int run_http(const bench_opts_t *o)
 {
     char err[1024];
@@ -75,46 +101,34 @@ static int run_http(const bench_opts_t *o)
         fprintf(stderr, "moonflow bench: %s\n", err);
         return EXIT_FAILED;
     }
-    int code = EXIT_OK;
-    if (bench_http_execute(w, &r, err, sizeof err) < 0) {
+    int code = EXIT_FAILED;
+    if (bench_http_execute(w, &r, err, sizeof err) < 0)
         fprintf(stderr, "moonflow bench: %s\n", err);
-        code = EXIT_FAILED;
-    } else {
-        bench_report_text(stdout, o, r);
-        fflush(stdout);
-        if (bench_http_done(w, r, err, sizeof err) < 0) {
-            fprintf(stderr, "moonflow bench: %s\n", err);
-            code = EXIT_FAILED;
-        }
-        int out = outputs(o, r);
-        code = code ? code : out;
-    }
+    else
+        code = finish(o, r, http_done, w);
     bench_http_destroy(w);
     if (r)
         bench_result_free(r);
     return code;
 }
 
+static int scenario_done(void *user, const bench_result_t *r, char *err,
+                         size_t errlen)
+{
+    return bench_scenario_done(user, r, err, errlen);
+}
+
 static int run_scenario(const bench_opts_t *o)
 {
     char err[1024];
     bench_result_t *r = NULL;
-    if (bench_scenario_run(o, &r, err, sizeof err) < 0) {
+    int code = EXIT_FAILED;
+    if (bench_scenario_run(o, &r, err, sizeof err) < 0)
         fprintf(stderr, "moonflow bench: %s\n", err);
-        if (r)
-            bench_result_free(r);
-        return EXIT_FAILED;
-    }
-    bench_report_text(stdout, o, r);
-    fflush(stdout);
-    int code = EXIT_OK;
-    if (bench_scenario_done(o, r, err, sizeof err) < 0) {
-        fprintf(stderr, "moonflow bench: %s\n", err);
-        code = EXIT_FAILED;
-    }
-    int out = outputs(o, r);
-    code = code ? code : out;
-    bench_result_free(r);
+    else
+        code = finish(o, r, scenario_done, (void *)o);
+    if (r)
+        bench_result_free(r);
     return code;
 }
 

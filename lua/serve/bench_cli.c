@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <moonflow/common.h>
+
 #include "bench.h"
 #include "bench_url.h"
 
@@ -25,7 +27,7 @@
 
 const char bench_usage[] =
     "usage: moonflow bench [OPTIONS] URL... [-- SCRIPT ARGS]\n"
-    "       moonflow bench [OPTIONS] -s SCENARIO.lua [-- SCRIPT ARGS]\n"
+    "       moonflow bench [OPTIONS] [-s] SCENARIO.lua [-- SCRIPT ARGS]\n"
     "\n"
     "Load-tests HTTP URLs with wrk's flags, output and Lua scripts; with -R\n"
     "at a constant rate (wrk2: latency counted from each request's due\n"
@@ -73,14 +75,34 @@ const char bench_usage[] =
     "2 bad flags.\n"
     "\n"
     "Examples:\n"
+    "  # wrk's first command, as is\n"
     "  moonflow bench -t2 -c100 -d30s --latency http://127.0.0.1:8080/\n"
+    "  # 20000 requests/s for a minute; exit 1 if p99 or errors go over\n"
     "  moonflow bench -t4 -c200 -d1m -R 20000 --threshold 'p99<20ms' \\\n"
     "      --threshold 'error_rate<0.1' --json run.json --plot runs.svg \\\n"
     "      --label v2 http://127.0.0.1:8080/api\n"
+    "  # a wrk script with arguments for its init(args)\n"
     "  moonflow bench -c10 -d10s -s ids.lua http://127.0.0.1:8080/ -- 1000\n"
-    "  moonflow bench -t2 -c50 -d20s -s scripts/load/redis_get.lua\n";
+    "  # a scenario: Redis GETs, 16 pipelined, from 50 virtual users\n"
+    "  moonflow bench -t1 -c50 -d20s bench/load/redis_get.lua \\\n"
+    "      -- redis://127.0.0.1:6379 16\n";
 
 /* ---- values ---------------------------------------------------------- */
+
+/* Copies of flag values: small, so out of memory aborts (mf_xmalloc);
+ * freed with free() by bench_opts_free. */
+static char *copy_strn(const char *s, size_t n)
+{
+    char *d = mf_xmalloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+static char *copy_str(const char *s)
+{
+    return copy_strn(s, strlen(s));
+}
 
 /* wrk's metric suffixes: 1k = 1000, 1M, 1G. */
 static int parse_count(const char *s, uint64_t *out)
@@ -230,7 +252,7 @@ static int set_string(parse_state_t *ps, char **dst, const char *v)
     if (!*v)
         return fail(ps, "must not be empty%s", "");
     free(*dst);
-    *dst = strdup(v);
+    *dst = copy_str(v);
     return 0;
 }
 
@@ -268,7 +290,7 @@ static int add_header(parse_state_t *ps, const char *v)
             return fail(ps, "header must be \"Name: value\", not '%s'", v);
     if (ps->o->nheaders == MF_BENCH_MAX_HEADERS)
         return fail(ps, "at most 64 headers%s", "");
-    ps->o->headers[ps->o->nheaders++] = strdup(v);
+    ps->o->headers[ps->o->nheaders++] = copy_str(v);
     return 0;
 }
 
@@ -371,7 +393,7 @@ static int add_url(parse_state_t *ps, const char *arg)
     /* A scenario script may stand where the URL would: a readable file
      * that is no URL (-s FILE otherwise). */
     if (!ps->o->script && !strstr(arg, "://") && access(arg, R_OK) == 0) {
-        ps->o->script = strdup(arg);
+        ps->o->script = copy_str(arg);
         return 0;
     }
     if (bench_url_parse(arg, &u, msg, sizeof msg) < 0) {
@@ -382,7 +404,7 @@ static int add_url(parse_state_t *ps, const char *arg)
     bench_url_free(&u);
     if (ps->o->nurls == MF_BENCH_MAX_URLS)
         return fail(ps, "at most 64 URLs%s", "");
-    ps->o->urls[ps->o->nurls++] = strdup(arg);
+    ps->o->urls[ps->o->nurls++] = copy_str(arg);
     return 0;
 }
 
@@ -443,9 +465,9 @@ static int parse_args(parse_state_t *ps, int argc, char **argv)
         if (!strcmp(arg, "--")) {
             bench_opts_t *o = ps->o;
             o->nscript_args = (size_t)(argc - i - 1);
-            o->script_args = calloc(o->nscript_args + 1, sizeof(char *));
+            o->script_args = mf_xcalloc(o->nscript_args + 1, sizeof(char *));
             for (size_t k = 0; k < o->nscript_args; k++)
-                o->script_args[k] = strdup(argv[i + 1 + (int)k]);
+                o->script_args[k] = copy_str(argv[i + 1 + (int)k]);
             break;
         }
         int rc = arg[0] == '-' && arg[1] ? parse_flag(ps, argc, argv, &i)
@@ -516,13 +538,13 @@ static int url_authority(const char *a, const char *end, bench_url_t *u)
     }
     if (host_end == host || memchr(host, '@', (size_t)(host_end - host)))
         return -1;
-    u->host = strndup(host, (size_t)(host_end - host));
+    u->host = copy_strn(host, (size_t)(host_end - host));
     if (port) {
         char *p_end;
         long n = strtol(port, &p_end, 10);
         if (port == end || p_end != end || n < 1 || n > 65535)
             return -1;
-        u->port = strndup(port, (size_t)(end - port));
+        u->port = copy_strn(port, (size_t)(end - port));
     }
     return 0;
 }
@@ -548,14 +570,15 @@ int bench_url_parse(const char *text, bench_url_t *u, char *err, size_t errlen)
         bench_url_free(u);
         return url_fail(err, errlen, text, "bad host or port");
     }
-    u->scheme = strndup(text, slen);
+    u->scheme = copy_strn(text, slen);
     for (char *c = u->scheme; *c; c++)
         *c = (char)tolower((unsigned char)*c);
     u->tls = slen == 5;
-    u->path = *end == '/' ? strdup(end) : NULL;
-    if (!u->path) {
+    if (*end == '/') {
+        u->path = copy_str(end);
+    } else { /* "http://h" or "http://h?q": the path starts with '/' */
         size_t n = strlen(end);
-        u->path = malloc(n + 2);
+        u->path = mf_xmalloc(n + 2);
         u->path[0] = '/';
         memcpy(u->path + 1, end, n + 1);
     }

@@ -20,7 +20,6 @@
  * touches a thread's state only before its pthread starts and after it
  * ended.
  */
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -187,12 +186,14 @@ static int build_requests(bench_wrk_t *w, wrk_thread_t *t, char *err,
 
 /* thread:stop(): ends the thread's load, from its own hooks (wrk allows it
  * only while the thread runs). */
-static void thread_stop(mf_lua_wrk_thread_t *pub)
+static int thread_stop(mf_lua_wrk_thread_t *pub)
 {
     wrk_thread_t *t = (wrk_thread_t *)pub;
     mf_load_t *load = atomic_load(&t->load);
-    if (load && t->loop && mf_loop_on_thread(t->loop))
-        mf_load_stop(load);
+    if (!load || !t->loop || !mf_loop_on_thread(t->loop))
+        return -1;
+    mf_load_stop(load);
+    return 0;
 }
 
 /* setup(thread) in the main state, then init(args) in the thread's. */
@@ -277,8 +278,13 @@ static int hook_request(void *user, size_t target, const char **buf,
 {
     wrk_thread_t *t = user;
     lua_State *L = t->pub.L;
-    (void)target;
-    if (mf_lua_wrk_call(L, "request", 0, 1) < 0) {
+    int rc = mf_lua_wrk_call(L, "request", 0, 1);
+    if (rc == 1) { /* request was unset while running: wrk's default */
+        *buf = t->requests[target];
+        *len = t->request_lens[target];
+        return 0;
+    }
+    if (rc < 0) {
         report_lua_error(t, "request()", L);
         t->script_failed = true;
         return MF_EINVAL;
@@ -301,7 +307,10 @@ static uint64_t hook_delay(void *user)
 {
     wrk_thread_t *t = user;
     lua_State *L = t->pub.L;
-    if (mf_lua_wrk_call(L, "delay", 0, 1) < 0) {
+    int rc = mf_lua_wrk_call(L, "delay", 0, 1);
+    if (rc == 1) /* delay was unset while running */
+        return 0;
+    if (rc < 0) {
         report_lua_error(t, "delay()", L);
         t->script_failed = true;
         mf_load_stop(atomic_load(&t->load));
@@ -502,29 +511,11 @@ static bench_result_t *merge_result(const bench_wrk_t *w)
     return r;
 }
 
-/* wrk's lines before the run. */
-static void print_header(FILE *out, const bench_opts_t *o)
-{
-    uint64_t ms = o->duration_ns / 1000000;
-    fprintf(out, "Running ");
-    if (ms % 60000 == 0 && ms >= 60000)
-        fprintf(out, "%" PRIu64 "m", ms / 60000);
-    else if (ms % 1000 == 0)
-        fprintf(out, "%" PRIu64 "s", ms / 1000);
-    else
-        fprintf(out, "%" PRIu64 "ms", ms);
-    fprintf(out, " test @ %s", o->urls[0]);
-    for (size_t k = 1; k < o->nurls; k++)
-        fprintf(out, ", %s", o->urls[k]);
-    fprintf(out, "\n  %u threads and %u connections\n", o->threads,
-            o->connections);
-}
-
 int bench_http_execute(bench_wrk_t *w, bench_result_t **r, char *err,
                        size_t errlen)
 {
     *r = NULL;
-    print_header(stdout, w->o);
+    bench_report_header(stdout, w->o);
     fflush(stdout);
     if (run_threads(w, err, errlen) < 0 || check_threads(w, err, errlen) < 0)
         return -1;

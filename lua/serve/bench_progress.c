@@ -31,7 +31,6 @@ struct bench_progress {
     void (*sample)(void *user, bench_progress_sample_t *out);
     void *user;
     struct timespec start;
-    uint64_t measured_at_ns; /* when warm-up ended, as first seen */
     uint64_t last_requests, last_ns;
 };
 
@@ -61,8 +60,6 @@ static void draw(struct bench_progress *p, const bench_progress_sample_t *s,
         fflush(stderr);
         return;
     }
-    if (!p->measured_at_ns)
-        p->measured_at_ns = now;
     double dt = (double)(now - p->last_ns) / 1e9;
     double rate = dt > 0 ? (double)(s->requests - p->last_requests) / dt : 0;
     if (s->requests < p->last_requests)
@@ -74,7 +71,7 @@ static void draw(struct bench_progress *p, const bench_progress_sample_t *s,
     fprintf(stderr,
             "\r  %.1fs/%.0fs  %" PRIu64 " requests  %.0f req/s  %" PRIu64
             " errors  p99 %s\033[K",
-            (double)(now - p->measured_at_ns) / 1e9,
+            (double)(now > p->o->warmup_ns ? now - p->o->warmup_ns : 0) / 1e9,
             (double)p->o->duration_ns / 1e9, s->requests, rate, s->errors, p99);
     fflush(stderr);
 }

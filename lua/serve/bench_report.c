@@ -8,6 +8,16 @@
  * (switching at 85% of the next unit), rates in k/M/G/T, sizes in
  * K/M/G/T (1024s). Latencies are kept in ns; wrk works in us.
  *
+ * The JSON document (version 1; fields are only ever added): version,
+ * label (null without --label), mode ("http", "scenario"), urls, threads,
+ * connections, duration_s (the measured window), rate (-R; 0: closed
+ * loop), requests, bytes, requests_per_s, transfer_per_s (bytes/s),
+ * errors {connect, read, write, status, timeout}, latency_us {min, mean,
+ * stdev, max, percentiles {"50", "75", "90", "99", "99.9", "99.99"}},
+ * spectrum [[value_us, percentile (0..100), count up to it], ...],
+ * series [{name, count, errors, latency_us}], thresholds [{text, ok,
+ * value (latencies in us, rps, errors, error_rate in %)}].
+ *
  * Owns: bench_result_t (its histograms, series and their names). Calls:
  * the histogram (hdr.h), bench_threshold_eval for the JSON verdicts.
  */
@@ -263,26 +273,40 @@ static void print_totals(FILE *out, const bench_result_t *r)
     fprintf(out, "Transfer/sec: %10sB\n", rate);
 }
 
+/* name cut to fit width, a control character (a newline in a step's
+ * name) as '?' so that each series keeps one line. */
+static void series_name(char *buf, size_t len, const char *name)
+{
+    size_t n = 0;
+    for (; name && name[n] && n + 1 < len; n++)
+        buf[n] = (unsigned char)name[n] < 0x20 ? '?' : name[n];
+    buf[n] = 0;
+}
+
 static void print_series(FILE *out, const bench_result_t *r)
 {
+    char name[41];
     int width = 6;
     for (size_t i = 0; i < r->nseries; i++) {
-        int n = r->series[i].name ? (int)strlen(r->series[i].name) : 0;
-        width = n > width ? (n < 40 ? n : 40) : width;
+        series_name(name, sizeof name, r->series[i].name);
+        width = (int)strlen(name) > width ? (int)strlen(name) : width;
     }
     fprintf(out, "  %-*s %10s %8s %9s %9s %9s %9s\n", width, "Series", "Count",
             "Errors", "p50", "p90", "p99", "Max");
     for (size_t i = 0; i < r->nseries; i++) {
         const bench_series_t *s = &r->series[i];
-        char v[4][32];
         static const double levels[] = {50, 90, 99, 100};
-        for (int k = 0; k < 4; k++)
-            bench_format_time_ns(
-                v[k], sizeof v[k],
-                (double)mf_hdr_percentile(s->latency, levels[k]));
-        fprintf(out, "  %-*.*s %10" PRIu64 " %8" PRIu64 " %9s %9s %9s %9s\n",
-                width, width, s->name ? s->name : "", s->count, s->errors, v[0],
-                v[1], v[2], v[3]);
+        char v[4][32];
+        for (int k = 0; k < 4; k++) /* "-": no latency recorded */
+            if (mf_hdr_count(s->latency) == 0)
+                snprintf(v[k], sizeof v[k], "-");
+            else
+                bench_format_time_ns(
+                    v[k], sizeof v[k],
+                    (double)mf_hdr_percentile(s->latency, levels[k]));
+        series_name(name, sizeof name, s->name);
+        fprintf(out, "  %-*s %10" PRIu64 " %8" PRIu64 " %9s %9s %9s %9s\n",
+                width, name, s->count, s->errors, v[0], v[1], v[2], v[3]);
     }
 }
 

@@ -261,9 +261,10 @@ static void describe(const bench_threshold_t *t, double v, char *buf,
         bench_format_time_ns(value, sizeof value, v);
     else if (t->metric == BENCH_T_ERRORS)
         snprintf(value, sizeof value, "%.0f", v);
-    else
-        snprintf(value, sizeof value, "%.2f%s", v,
-                 t->metric == BENCH_T_ERROR_RATE ? "%" : "");
+    else if (t->metric == BENCH_T_RPS)
+        snprintf(value, sizeof value, "%.2f", v);
+    else /* enough digits to tell 0.995% from 1% */
+        snprintf(value, sizeof value, "%.4g%%", v);
     snprintf(buf, len, "%s %s", name, value);
 }
 

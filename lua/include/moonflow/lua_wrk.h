@@ -37,7 +37,9 @@ typedef struct mf_lua_wrk_url {
 typedef struct mf_lua_wrk_thread {
     lua_State *L;       /* the thread's own state: thread:get/set */
     mf_sockaddr_t addr; /* thread.addr */
-    void (*stop)(struct mf_lua_wrk_thread *t); /* thread:stop() */
+    /* thread:stop(): 0, or -1 when the thread is not running (wrk allows
+     * it only then; the call raises). */
+    int (*stop)(struct mf_lua_wrk_thread *t);
 } mf_lua_wrk_thread_t;
 
 /* Sets the global `wrk` in L for url, with headers ("Name: value" lines,
