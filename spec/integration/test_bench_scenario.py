@@ -19,7 +19,7 @@ once for the file):
 - a Kafka produce step (init() waits for a first delivery: it waits for
   the mock cluster's metadata);
 - done(summary, latency, requests) after the report, the main chunk given
-  the script's arguments;
+  the script's arguments and modules beside it;
 - a script whose init() raises ends the run with the error (exit 1).
 
 Every run is bounded by -d and a subprocess timeout. $MF_MOONFLOW is the
@@ -113,12 +113,13 @@ end
 
 DONE = """
 local mf = require "moonflow"
+local helper = require "scen_helper" -- beside the script
 local r
 local url = ...
 function init(args) r = mf.redis(args[1]) end
 function iteration(ctx) return mf.task.redis(r, "PING") end
 function done(summary, latency, requests)
-  io.write(("done: %s %d %d %d %d\\n"):format(url, summary.requests,
+  io.write(("done: %s %s %d %d %d %d\\n"):format(helper, url, summary.requests,
     summary.errors.status, latency.min, latency:percentile(99)))
 end
 """
@@ -309,11 +310,13 @@ class BenchScenario(unittest.TestCase):
         self.assertEqual(doc["errors"]["status"], ok["count"])
 
     def test_done_after_the_report(self):
+        self.script("scen_helper.lua", 'return "helper"\n')
         path = self.script("done.lua", DONE)
         code, out, err, doc = self.bench(
             ["-t", "2", "-c", "2", "-d", "1s", path, "--", self.redis.url()])
         self.assertEqual(code, 0, err)
-        m = re.search(r"^done: (\S+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)
+        m = re.search(r"^done: helper (\S+) (\d+) (\d+) (\d+) (\d+)$", out,
+                      re.M)
         self.assertIsNotNone(m, out)
         self.assertEqual(m.group(1), self.redis.url())
         self.assertEqual(int(m.group(2)), doc["requests"])
