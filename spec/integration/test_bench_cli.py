@@ -16,6 +16,8 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 from harness import Server, free_port, self_signed
 
@@ -132,6 +134,8 @@ def script_lines(out, pattern):
 
 
 class BenchCliTest(unittest.TestCase):
+    marks = 0
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="moonflow-test-")
@@ -159,29 +163,36 @@ class BenchCliTest(unittest.TestCase):
 
     # ---- helpers -------------------------------------------------------
 
-    def log_size(self):
-        return os.path.getsize(self.log) if os.path.exists(self.log) else 0
-
-    def log_settled(self):
-        """The log's size once the server's once-a-second flush has written
-        every line of the requests before."""
-        time.sleep(1.2)
-        size = -1
-        while size != self.log_size():
-            size = self.log_size()
-            time.sleep(0.3)
-        return size
-
     def log_mark(self):
-        return self.log_settled()
+        """Sends GET /mark-N and waits for the server's access log (flushed
+        once a second) to hold it: the offset just past its line. Every
+        request answered before it is in the log by then."""
+        BenchCliTest.marks += 1
+        tag = b'"GET /mark-%d HTTP/1.1"' % BenchCliTest.marks
+        try:
+            urllib.request.urlopen("%s/mark-%d" % (self.base, self.marks),
+                                   timeout=5)
+        except urllib.error.HTTPError:
+            pass
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            with open(self.log, "rb") as f:
+                text = f.read()
+            at = text.find(tag)
+            if at >= 0:
+                return text.index(b"\n", at) + 1, at
+            time.sleep(0.1)
+        self.fail("the access log never showed %s" % tag.decode())
 
     def log_since(self, mark):
-        """The access-log lines after mark as (method, uri, status)."""
-        self.log_settled()
+        """The access-log lines (method, uri, status) between mark and a
+        new mark."""
+        start, end = mark[0], self.log_mark()[1]
         with open(self.log, "rb") as f:
-            f.seek(mark)
-            return [(m.group(1).decode(), m.group(2).decode(),
-                     int(m.group(3))) for m in LOG_LINE.finditer(f.read())]
+            text = f.read()
+        text = text[start:text.rindex(b"\n", 0, end) + 1]
+        return [(m.group(1).decode(), m.group(2).decode(), int(m.group(3)))
+                for m in LOG_LINE.finditer(text)]
 
     def logged(self, *args):
         """Runs moonflow bench ARGS, which must succeed: its stdout and the
