@@ -576,7 +576,10 @@ end
                              self.base + "/")
         self.ok(rc, out, err)
         n = requests_of(out)
-        self.assertTrue(340 <= n <= 440, out)
+        # held to the rate (a closed loop makes thousands here); a loaded
+        # machine may stall the loops and send fewer, never more
+        self.assertTrue(200 <= n <= 440, out)
+        self.assertLessEqual(rps_of(out), 220, out)
 
     def test_progress_line_only_when_asked_or_on_a_terminal(self):
         rc, out, err = run([MOONFLOW, "bench", "--progress", "-t1", "-c2",
