@@ -564,9 +564,10 @@ end
         self.ok(rc, out, err)
         with open(jpath) as f:
             doc = json.load(f)
-        self.assertIsInstance(doc, dict)
-        self.assertEqual(json.dumps(doc).count(str(requests_of(out))) > 0,
-                         True)
+        self.assertEqual(doc["mode"], "http")
+        self.assertEqual(doc["requests"], requests_of(out))
+        self.assertEqual(doc["errors"]["connect"], 0)
+        self.assertEqual([t["ok"] for t in doc["thresholds"]], [True, True])
         rc, out, err = bench("-t1", "-c2", "-d1s", "--threshold", "p50<1us",
                              self.base + "/")
         self.assertEqual(rc, 1, out + err)
