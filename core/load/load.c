@@ -115,13 +115,17 @@ static int mf__load_make_stats(mf_load_t *load)
 static int mf__load_make_conns(mf_load_t *load)
 {
     unsigned n = load->cfg.connections;
+    load->rbuf_shared = mf_try_malloc(MF_LOAD_READ_BUF);
     load->conns = mf_try_malloc(n * sizeof(*load->conns));
-    if (!load->conns)
+    if (!load->conns || !load->rbuf_shared)
         return MF_ENOMEM;
-    memset(load->conns, 0, n * sizeof(*load->conns));
-    for (unsigned i = 0; i < n; i++)
-        if (!mf__load_conn_init(&load->conns[i], load, i % load->cfg.ntargets))
+    /* nconns: those made (a failed one is safe to close and free too). */
+    for (; load->nconns < n; load->nconns++)
+        if (!mf__load_conn_init(&load->conns[load->nconns], load,
+                                load->nconns % load->cfg.ntargets)) {
+            load->nconns++;
             return MF_ENOMEM;
+        }
     return 0;
 }
 
@@ -178,11 +182,12 @@ void mf_load_destroy(mf_load_t *load)
         return;
     mf_timer_stop(load->loop, &load->phase_timer);
     mf_timer_stop(load->loop, &load->tick_timer);
-    for (unsigned i = 0; load->conns && i < load->cfg.connections; i++) {
+    for (unsigned i = 0; i < load->nconns; i++) {
         mf__load_conn_close(&load->conns[i]);
         mf__load_conn_free(&load->conns[i]);
     }
     mf_free(load->conns);
+    mf_free(load->rbuf_shared);
     mf_load_stats_t *s = &load->stats;
     for (size_t i = 0; s->target_latency && i < s->ntargets; i++)
         if (s->target_latency[i] != s->latency)

@@ -33,14 +33,14 @@ bool mf__load_conn_init(mf_load_conn_t *c, mf_load_t *load, size_t target)
     c->target = target;
     mf_io_init(&c->io, -1, mf__load_conn_event, c);
     mf_timer_init(&c->timer, mf__load_conn_timer, c);
-    c->rbuf = mf_try_malloc(MF_LOAD_READ_BUF);
+    c->rbuf = c->rbuf_own = mf_try_malloc(MF_LOAD_READ_BUF);
     c->rcap = MF_LOAD_READ_BUF;
     return c->rbuf != NULL;
 }
 
 void mf__load_conn_free(mf_load_conn_t *c)
 {
-    mf_free(c->rbuf);
+    mf_free(c->rbuf_own);
     mf_free(c->own);
 }
 
@@ -459,8 +459,8 @@ static bool mf__load_conn_make_room(mf_load_conn_t *c)
     if (!p)
         return false;
     memcpy(p, c->rbuf, c->rlen);
-    mf_free(c->rbuf);
-    c->rbuf = p;
+    mf_free(c->rbuf_own);
+    c->rbuf = c->rbuf_own = p;
     c->rcap *= 2;
     return true;
 }
@@ -480,40 +480,75 @@ static void mf__load_conn_eof(mf_load_conn_t *c)
         mf__load_conn_reopen(c, false);
 }
 
-static void mf__load_conn_read(mf_load_conn_t *c)
+/* Back to the connection's own buffer after a read into the shared one,
+ * with what is left of a partial response. */
+static void mf__load_conn_settle(mf_load_conn_t *c)
+{
+    if (c->rbuf == c->rbuf_own)
+        return;
+    size_t keep = c->rlen - c->rpos;
+    memcpy(c->rbuf_own, c->rbuf + c->rpos, keep);
+    c->rbuf = c->rbuf_own;
+    c->rpos = 0;
+    c->rlen = keep;
+}
+
+/* One read into rbuf, or into the shared buffer when nothing partial is
+ * held. n as mf__sock_read; *want: what was asked. */
+static ssize_t mf__load_conn_read_some(mf_load_conn_t *c, size_t *want)
+{
+    mf_load_t *load = c->load;
+    if (!c->rlen && !load->hooks.response && c->rcap == MF_LOAD_READ_BUF)
+        c->rbuf = load->rbuf_shared;
+    *want = c->rcap - c->rlen;
+    ssize_t n = mf__sock_read(c->io.fd, c->ssl, c->rbuf + c->rlen, *want);
+    if (n > 0) {
+        if (load->measuring)
+            load->stats.bytes += (uint64_t)n;
+        c->rlen += (size_t)n;
+    }
+    return n;
+}
+
+/* Reads and frames until the socket is drained. false when the connection
+ * can read no more. */
+static bool mf__load_conn_read_frames(mf_load_conn_t *c)
 {
     for (;;) {
+        mf__load_conn_settle(c);
         if (!mf__load_conn_make_room(c)) {
             mf__load_conn_fail(c, &c->load->stats.errors.read);
-            return;
+            return false;
         }
-        size_t want = c->rcap - c->rlen;
-        ssize_t n = mf__sock_read(c->io.fd, c->ssl, c->rbuf + c->rlen, want);
+        size_t want;
+        ssize_t n = mf__load_conn_read_some(c, &want);
         if (n == MF_EAGAIN)
-            return;
-        if (n < 0) {
-            mf__load_conn_fail(c, &c->load->stats.errors.read);
-            return;
+            return true;
+        if (n <= 0) {
+            if (n == 0)
+                mf__load_conn_eof(c);
+            else
+                mf__load_conn_fail(c, &c->load->stats.errors.read);
+            return false;
         }
-        if (n == 0) {
-            mf__load_conn_eof(c);
-            return;
-        }
-        if (c->load->measuring)
-            c->load->stats.bytes += (uint64_t)n;
-        c->rlen += (size_t)n;
         uint64_t now = 0;
         if (!mf__load_conn_parse(c, &now))
-            return;
+            return false;
         if (!c->pending && c->rlen > c->rpos && c->state == MF_LOAD_CONN_IDLE) {
             mf__load_conn_fail(c, &c->load->stats.errors.read); /* unasked */
-            return;
+            return false;
         }
         /* A short read drained the socket: the next edge says when more
          * comes (TLS may hold a decrypted record back: read to EAGAIN). */
         if ((size_t)n < want && !c->ssl)
-            return;
+            return true;
     }
+}
+
+static void mf__load_conn_read(mf_load_conn_t *c)
+{
+    (void)mf__load_conn_read_frames(c);
+    mf__load_conn_settle(c);
 }
 
 /* ---- opening ---------------------------------------------------------------

@@ -64,6 +64,7 @@ typedef struct mf_load_conn {
      * first unconsumed byte; kept heads and bodies (with a response hook)
      * start at rpos. */
     char *rbuf;
+    char *rbuf_own; /* rbuf, or the load's shared buffer during a read */
     size_t rcap, rpos, rlen;
     int rstate;
     size_t scanned;     /* head bytes the parser already judged */
@@ -83,6 +84,7 @@ struct mf_load {
     uint64_t *target_head_mask;
     mf_load_hooks_t hooks;
     mf_load_conn_t *conns;
+    unsigned nconns;      /* made so far (cfg.connections once created) */
     uint64_t interval_ns; /* constant rate: between one connection's
                              requests; 0 in a closed loop */
     /* The run. */
@@ -95,6 +97,11 @@ struct mf_load {
     void (*done)(mf_load_t *, void *);
     void *done_user;
     mf_http_header_t headers[128]; /* a parsed head's fields, transient */
+    /* Reads land here when a connection holds no partial response (the
+     * common case, without a response hook): one hot buffer for every
+     * connection instead of one each, as wrk reads; only a partial
+     * response is copied to the connection's own buffer. */
+    char *rbuf_shared;
     mf_load_stats_t stats;
     _Atomic uint64_t live_requests, live_errors, live_p99;
     _Atomic bool live_warming;
