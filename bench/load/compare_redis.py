@@ -8,8 +8,11 @@ redis-benchmark's literal key; each client runs on core 1 (taskset):
 
   redis-benchmark  -t get -n N -c CONC [-P P]
   moonflow-bench   moonflow bench -t 1 -c CONC -d Ds bench/load/redis_get.lua
-                   -- URL P KEY: CONC virtual users, each iteration one GET
-                   task (P 1) or one task of P GETs sent together (P > 1)
+                   -- URL P KEY CONNS: CONC virtual users, each iteration one
+                   GET task (P 1) or one task of P GETs sent together (P >
+                   1), on the thread's mf.redis client with 1 pipelined
+                   connection (the users' GETs of one loop iteration go out
+                   in one write) or CONC (about one per user)
 
 with the same concurrency and pipelining (P 1, then P 16). Per run: GETs
 served (redis-server's INFO commandstats, before and after), the client's
@@ -47,11 +50,15 @@ SCENARIO = os.path.join(HERE, "redis_get.lua")
 
 
 class MoonflowBench:
-    name = "moonflow-bench"
+    """conns: the client's pipelined connections (1: every user's GETs share
+    one connection, those of one loop iteration in one write; CONC: about
+    one per user, as redis-benchmark's)."""
 
-    def __init__(self, build, seconds):
+    def __init__(self, build, seconds, conns):
         self.exe = os.path.join(build, "moonflow")
         self.seconds = seconds
+        self.conns = conns
+        self.name = f"moonflow-bench, {conns} conn{'s' if conns > 1 else ''}"
 
     def missing(self):
         return None if os.access(self.exe, os.X_OK) else f"{self.exe} not built"
@@ -59,7 +66,7 @@ class MoonflowBench:
     def command(self, redis, ops, conc, pipeline, max_s):
         return [self.exe, "bench", "-t", "1", "-c", str(conc), "-d",
                 f"{self.seconds}s", "--no-progress", SCENARIO, "--",
-                redis.url, str(pipeline), R.RAW_KEY]
+                redis.url, str(pipeline), R.RAW_KEY, str(self.conns)]
 
 
 def measure(client, redis, ops, conc, pipeline, max_s):
@@ -105,7 +112,8 @@ def run(args, redis):
     for pipeline in (1, args.pipeline):
         ops = args.ops * pipeline
         clients = [R.RedisBenchmark(build),
-                   MoonflowBench(build, args.seconds)]
+                   MoonflowBench(build, args.seconds, 1),
+                   MoonflowBench(build, args.seconds, args.conc)]
         rows = C.interleave(
             clients, args.repeats,
             lambda c: measure(c, redis, ops, args.conc, pipeline,
@@ -145,8 +153,12 @@ def markdown(meta, points):
     lines += ["", f"redis-benchmark: `-t get -n N -c {meta['conc']}` (and "
               f"`-P {meta['pipeline']}`), N = {meta['ops']:,} × P. "
               f"moonflow-bench: `moonflow bench -t 1 -c {meta['conc']} -d "
-              f"{meta['seconds']}s bench/load/redis_get.lua -- URL P KEY` "
-              "(each iteration one GET task, or one task of P GETs). GETs: "
+              f"{meta['seconds']}s bench/load/redis_get.lua -- URL P KEY "
+              "CONNS` (each iteration one GET task, or one task of P GETs; "
+              "the users share one mf.redis client of CONNS pipelined "
+              "connections: with 1, the GETs of one loop iteration go out "
+              f"in one write; with {meta['conc']}, about one connection per "
+              "user as redis-benchmark's clients). GETs: "
               "served by redis-server during the run (INFO commandstats). "
               "client CPU: utime + stime of the whole client process "
               "(getrusage of the waited child), startup included. "

@@ -121,7 +121,9 @@ static uint64_t scen_now(void)
  * runner is each user's loop; the C functions are upvalues-free closures
  * taking the user as a light userdata. */
 static const char SCEN_SETUP[] =
-    "local chunk, args, main_only = ...\n"
+    "local chunk, args, main_only, dir = ...\n"
+    "-- modules beside the script are found, as `moonflow run` finds them\n"
+    "package.path = dir .. '/?.lua;' .. dir .. '/?/init.lua;' .. package.path\n"
     "chunk(unpack(args))\n"
     "if main_only then return end\n"
     "if type(init) == 'function' then init(args) end\n"
@@ -431,30 +433,12 @@ static void scen_setup_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
         snprintf(t->err, sizeof t->err, "%s", ex->message);
 }
 
-/* package.path gets the script's folder, as `moonflow run` does. */
-static void scen_add_script_dir(lua_State *L, const char *script)
-{
-    const char *slash = strrchr(script, '/');
-    lua_getglobal(L, "package");
-    if (slash)
-        lua_pushlstring(L, script, (size_t)(slash - script));
-    else
-        lua_pushliteral(L, ".");
-    const char *d = lua_tostring(L, -1);
-    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
-    lua_getfield(L, -3, "path");
-    lua_concat(L, 2);
-    lua_setfield(L, -3, "path");
-    lua_pop(L, 2);
-}
-
 /* Loads the script and runs its main chunk and init(args) in a coroutine,
  * running the loop until that ends. 0, or -1 with t->err set. */
 static int scen_setup(scen_thread_t *t)
 {
     const bench_opts_t *o = t->run->o;
     lua_State *L = mf_lua_host_state(t->host);
-    scen_add_script_dir(L, o->script);
     if (luaL_loadbuffer(L, SCEN_SETUP, sizeof SCEN_SETUP - 1,
                         "=[moonflow bench]") != 0 ||
         luaL_loadfile(L, o->script) != 0) {
@@ -467,7 +451,12 @@ static int scen_setup(scen_thread_t *t)
         lua_rawseti(L, -2, (int)i + 1);
     }
     lua_pushboolean(L, t->main_only);
-    mf_lua_host_spawn(t->host, 3, scen_setup_exit, t);
+    const char *slash = strrchr(o->script, '/');
+    if (slash)
+        lua_pushlstring(L, o->script, (size_t)(slash - o->script));
+    else
+        lua_pushliteral(L, ".");
+    mf_lua_host_spawn(t->host, 4, scen_setup_exit, t);
     while (!t->setup_done && mf_loop_run(t->loop, MF_RUN_ONCE) == 1)
         ;
     if (!t->setup_done)

@@ -16,10 +16,10 @@ once for the file):
   timers run on a millisecond loop clock: up to 1 ms early); a parallel
   step as a whole; the iteration the sum of its steps;
 - MySQL steps (a query, and one the server refuses: errors on that step);
-- a Kafka produce step (after a warm-up: the producer's first delivery
-  waits for the mock cluster's metadata);
+- a Kafka produce step (init() waits for a first delivery: it waits for
+  the mock cluster's metadata);
 - done(summary, latency, requests) after the report, the main chunk given
-  the script's arguments;
+  the script's arguments and modules beside it;
 - a script whose init() raises ends the run with the error (exit 1).
 
 Every run is bounded by -d and a subprocess timeout. $MF_MOONFLOW is the
@@ -88,7 +88,11 @@ end
 KAFKA = """
 local mf = require "moonflow"
 local k
-function init(args) k = mf.kafka{ brokers = args[1] } end
+function init(args)
+  k = mf.kafka{ brokers = args[1] }
+  -- the first delivery waits for the cluster's metadata: before the load
+  assert(k:produce{ topic = "bench", value = "first" })
+end
 function iteration(ctx)
   return mf.task.kafka_produce(k, { topic = "bench", value = "v" .. ctx.iteration })
 end
@@ -97,7 +101,10 @@ end
 MYSQL = """
 local mf = require "moonflow"
 local db
-function init(args) db = mf.mysql(args[1]) end
+function init(args)
+  db = mf.mysql(args[1])
+  assert(db:query("SELECT 1")) -- connected before the load
+end
 function iteration(ctx)
   return mf.series{ mf.task.mysql(db, "select ? + 1", ctx.iteration),
                     mf.task.mysql(db, "SELECT no_such_column") }
@@ -106,12 +113,13 @@ end
 
 DONE = """
 local mf = require "moonflow"
+local helper = require "scen_helper" -- beside the script
 local r
 local url = ...
 function init(args) r = mf.redis(args[1]) end
 function iteration(ctx) return mf.task.redis(r, "PING") end
 function done(summary, latency, requests)
-  io.write(("done: %s %d %d %d %d\\n"):format(url, summary.requests,
+  io.write(("done: %s %s %d %d %d %d\\n"):format(helper, url, summary.requests,
     summary.errors.status, latency.min, latency:percentile(99)))
 end
 """
@@ -271,8 +279,7 @@ class BenchScenario(unittest.TestCase):
         try:
             path = self.script("kafka.lua", KAFKA)
             code, out, err, doc = self.bench(
-                ["-t", "1", "-c", "4", "--warmup", "2s", "-d", "1s", path, "--",
-                 mock.bootstrap])
+                ["-t", "1", "-c", "4", "-d", "1s", path, "--", mock.bootstrap])
         finally:
             mock.close()
         self.assertEqual(code, 0, err)
@@ -303,11 +310,13 @@ class BenchScenario(unittest.TestCase):
         self.assertEqual(doc["errors"]["status"], ok["count"])
 
     def test_done_after_the_report(self):
+        self.script("scen_helper.lua", 'return "helper"\n')
         path = self.script("done.lua", DONE)
         code, out, err, doc = self.bench(
             ["-t", "2", "-c", "2", "-d", "1s", path, "--", self.redis.url()])
         self.assertEqual(code, 0, err)
-        m = re.search(r"^done: (\S+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)
+        m = re.search(r"^done: helper (\S+) (\d+) (\d+) (\d+) (\d+)$", out,
+                      re.M)
         self.assertIsNotNone(m, out)
         self.assertEqual(m.group(1), self.redis.url())
         self.assertEqual(int(m.group(2)), doc["requests"])
