@@ -1,18 +1,103 @@
 /*
  * test_load_latency.c — the latencies the load generator records are the
- * ones the server causes: against a server that answers after 10 ms, and
+ * ones the server causes: against a server that answers 10 ms after each
+ * request arrived (a thread per connection sleeping to that instant on
+ * CLOCK_MONOTONIC, so the server adds no spread of its own), and
  * against a server process stopped (SIGSTOP) for one second in the middle
  * of a run, where a constant-rate run shows the stall in its percentiles
- * and a closed loop hides it (coordinated omission). The server runs in a
- * child process of its own (load_server_fork), started once.
+ * and a closed loop hides it (coordinated omission). Each server runs in a
+ * child process of its own, started once.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <time.h>
+
 #include <moonflow/load.h>
 
 #include "load_server.h"
 
+/* ---- the 10 ms server ------------------------------------------------------
+ * Blocking and plain on purpose: one thread per connection reads a request
+ * head (GETs only, no body), sleeps until 10 ms after the read returned,
+ * and answers. */
+
+#define DELAY_NS 10000000L
+
+static const char delay_answer[] =
+    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+/* Reads until the buffer holds a blank line at its end (one request per
+ * round trip: the load sends the next only after this answer). */
+static bool delay_read_head(int fd)
+{
+    char buf[1024];
+    size_t len = 0;
+    while (len < 4 || memcmp(buf + len - 4, "\r\n\r\n", 4) != 0) {
+        ssize_t n = read(fd, buf + len, sizeof buf - len);
+        if (n <= 0 || (len += (size_t)n) == sizeof buf)
+            return false;
+    }
+    return true;
+}
+
+static void *delay_connection(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    while (delay_read_head(fd)) {
+        struct timespec due;
+        clock_gettime(CLOCK_MONOTONIC, &due);
+        due.tv_nsec += DELAY_NS;
+        if (due.tv_nsec >= 1000000000L) {
+            due.tv_sec++;
+            due.tv_nsec -= 1000000000L;
+        }
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL))
+            ;
+        if (write(fd, delay_answer, sizeof delay_answer - 1) < 0)
+            break;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void delay_serve(uint16_t port)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) < 0 ||
+        listen(ls, 64) < 0)
+        _exit(3);
+    for (;;) {
+        int fd = accept(ls, NULL, NULL);
+        pthread_t t;
+        if (fd >= 0 && pthread_create(&t, NULL, delay_connection,
+                                      (void *)(intptr_t)fd) == 0)
+            pthread_detach(t);
+    }
+}
+
+static pid_t delay_server_fork(uint16_t port)
+{
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0)
+        delay_serve(port);
+    for (int i = 0; i < 500 && !mf_test_port_open(port); i++)
+        usleep(10000);
+    ASSERT(mf_test_port_open(port));
+    return pid;
+}
+
 static mf_loop_t *loop;
-static uint16_t port;
-static pid_t server;
+static uint16_t port, delay_port;
+static pid_t server, delay_server;
 
 static void setup(void)
 {
@@ -21,6 +106,8 @@ static void setup(void)
     signal(SIGPIPE, SIG_IGN); /* as moonflow's main: a closed peer is EPIPE */
     port = mf_test_free_port();
     server = load_server_fork(port);
+    delay_port = mf_test_free_port();
+    delay_server = delay_server_fork(delay_port);
     loop = mf_loop_create();
     ASSERT(loop != NULL);
 }
@@ -29,6 +116,8 @@ __attribute__((destructor)) static void teardown(void)
 {
     if (server > 0)
         load_server_kill(server);
+    if (delay_server > 0)
+        load_server_kill(delay_server);
     if (loop)
         mf_loop_destroy(loop);
 }
@@ -112,34 +201,50 @@ static void run_10_ms(const mf_load_config_t *c, const char *what,
     }
 }
 
+/* p99 within 10 ms +- 5%: held on a quiet machine. On a busy one (a load
+ * average over half its cores: ctest -j, a build beside it) either
+ * process is delayed by more than half a millisecond for more than 1% of
+ * the requests now and then (measured: p99 13-14 ms at a load of 1.8 on
+ * 2 cores, 10.3 ms quiet): then the p99 is printed and held only below
+ * 50 ms. The median is held to +- 5% always. */
+static void check_p99(uint64_t p99)
+{
+    double load = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (p99 > 10500000u && getloadavg(&load, 1) == 1 && load > (double)cores / 2) {
+        printf("  p99 %.3f ms with a load of %.1f on %ld cores: held below "
+               "50 ms only\n",
+               ms(p99), load, cores);
+        ASSERT(p99 < 50000000u);
+        return;
+    }
+    ASSERT(p99 >= 9500000u && p99 <= 10500000u);
+}
+
 TEST(a_10_ms_server_reads_10_ms)
 {
     setup();
-    mf_load_target_t t = target("GET /sleep?ms=10 HTTP/1.1\r\nHost: h\r\n\r\n");
+    mf_load_target_t t =
+        load_target(delay_port, "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
     mf_load_config_t c = {.targets = &t,
                           .ntargets = 1,
                           .connections = 4,
                           .duration_ns = 1000000000u,
                           .warmup_ns = 200000000u,
                           .keepalive = true};
-    /* The server's timer counts whole milliseconds of its loop's clock:
-     * it answers 10.2 to 10.3 ms after the request, now and then up to a
-     * millisecond early (never below 9 ms). The median is within 10 ms
-     * +- 5%. The p99 is the third slowest of about 300: a stall of either
-     * process longer than 10 ms on a shared machine moves it (wrk reads
-     * 13.6 ms against the same server at a load of 4.5 on 2 cores), so it
-     * is held to the server's 10 ms, not a multiple of it, in the best of
-     * three runs. */
+    /* The server answers 10 ms after each request arrived, to the
+     * microsecond: what the load adds is the loopback's round trip. Best
+     * of three runs (a shared machine may stall either process). */
     uint64_t p50, p99;
     run_10_ms(&c, "closed loop", &p50, &p99);
     ASSERT(p50 >= 9500000u && p50 <= 10500000u);
-    ASSERT(p99 >= 9500000u && p99 < 50000000u);
+    check_p99(p99);
 
     /* At a constant rate, each request measured from its due time. */
     c.rate = 200;
     run_10_ms(&c, "200/s", &p50, &p99);
     ASSERT(p50 >= 9500000u && p50 <= 10500000u);
-    ASSERT(p99 >= 9500000u && p99 < 50000000u);
+    check_p99(p99);
 }
 
 TEST(a_stalled_server_shows_at_a_constant_rate_not_in_a_closed_loop)
