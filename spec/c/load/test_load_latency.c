@@ -211,7 +211,8 @@ static void check_p99(uint64_t p99)
 {
     double load = 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (p99 > 10500000u && getloadavg(&load, 1) == 1 && load > (double)cores / 2) {
+    if (p99 > 10500000u && getloadavg(&load, 1) == 1 &&
+        load > (double)cores / 2) {
         printf("  p99 %.3f ms with a load of %.1f on %ld cores: held below "
                "50 ms only\n",
                ms(p99), load, cores);
