@@ -100,6 +100,7 @@ static int mf__load_make_stats(mf_load_t *load)
     s->latency = mf_hdr_create();
     s->rate = mf_hdr_create();
     s->target_requests = mf_xcalloc(n, sizeof(uint64_t));
+    s->target_errors = mf_xcalloc(n, sizeof(uint64_t));
     s->target_latency = mf_xcalloc(n, sizeof(mf_hdr_t *));
     if (!s->latency || !s->rate)
         return MF_ENOMEM;
@@ -196,6 +197,7 @@ void mf_load_destroy(mf_load_t *load)
     mf_hdr_destroy(s->rate);
     mf_free(s->target_latency);
     mf_free(s->target_requests);
+    mf_free(s->target_errors);
     for (size_t i = 0; load->targets && i < load->cfg.ntargets; i++) {
         free((char *)load->targets[i].host);
         mf_free((char *)load->targets[i].request);
@@ -341,14 +343,18 @@ void mf__load_record(mf_load_t *load, mf_load_conn_t *c, uint64_t now_ns)
     mf_hdr_record(s->latency, latency);
     if (s->ntargets > 1)
         mf_hdr_record(s->target_latency[c->target], latency);
-    if (c->status >= 400)
+    if (c->status >= 400) {
         s->errors.status++;
+        s->target_errors[c->target]++;
+    }
 }
 
-void mf__load_count_error(mf_load_t *load, uint64_t *field)
+void mf__load_count_error(mf_load_t *load, size_t target, uint64_t *field)
 {
-    if (load->measuring)
-        (*field)++;
+    if (!load->measuring)
+        return;
+    (*field)++;
+    load->stats.target_errors[target]++;
 }
 
 int mf_load_error(const mf_load_t *load)

@@ -90,7 +90,7 @@ static void mf__load_conn_reopen(mf_load_conn_t *c, bool failed)
 
 static void mf__load_conn_fail(mf_load_conn_t *c, uint64_t *error)
 {
-    mf__load_count_error(c->load, error);
+    mf__load_count_error(c->load, c->target, error);
     mf__load_conn_reopen(c, error == &c->load->stats.errors.connect);
 }
 

@@ -124,7 +124,7 @@ static inline uint64_t mf__load_now_ns(void)
 /* A response came whole at now_ns: count and record it. */
 void mf__load_record(mf_load_t *load, mf_load_conn_t *c, uint64_t now_ns);
 /* An error of the measured window (a field of mf_load_errors_t). */
-void mf__load_count_error(mf_load_t *load, uint64_t *field);
+void mf__load_count_error(mf_load_t *load, size_t target, uint64_t *field);
 /* Ends the run with a hook's error (0: a plain stop). */
 void mf__load_fail(mf_load_t *load, int error);
 /* Requests in buf, and which are HEAD (bit i for the i-th of the first

@@ -465,6 +465,7 @@ static void merge_stats(bench_result_t *r, const mf_load_stats_t *s)
     mf_hdr_merge(r->rate, s->rate);
     for (size_t k = 0; k < r->nseries && k < s->ntargets; k++) {
         r->series[k].count += s->target_requests[k];
+        r->series[k].errors += s->target_errors[k];
         mf_hdr_merge(r->series[k].latency, s->target_latency[k]);
     }
 }

@@ -110,10 +110,11 @@ typedef struct mf_load_stats {
     mf_hdr_t *latency;   /* every response's, ns */
     mf_hdr_t *rate;      /* this loop's requests/s, sampled every 100 ms
                             (wrk's Req/Sec per thread) */
-    /* Per target (cfg order): requests and latency (with one target,
+    /* Per target (cfg order): requests, errors and latency (with one target,
      * target_latency[0] is latency itself). */
     size_t ntargets;
     uint64_t *target_requests;
+    uint64_t *target_errors; /* every kind, status errors included */
     mf_hdr_t **target_latency;
 } mf_load_stats_t;
 

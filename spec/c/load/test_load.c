@@ -584,6 +584,8 @@ TEST(each_target_gets_its_connections_and_stats)
     ASSERT_EQ(mf_hdr_count(s->target_latency[0]), s->target_requests[0]);
     ASSERT_EQ(mf_hdr_count(s->target_latency[1]), s->target_requests[1]);
     ASSERT_EQ(s->errors.status, s->target_requests[1]); /* the 404s */
+    ASSERT_EQ(s->target_errors[0], 0);
+    ASSERT_EQ(s->target_errors[1], s->target_requests[1]);
     mf_load_destroy(r.load);
 }
 
