@@ -667,8 +667,10 @@ static void mf_lua__batch_check(lua_State *L, mf_kafka_message_t *ms, size_t n,
         switch (lua_type(L, top)) {
         case LUA_TSTRING:
             if (!topic)
-                luaL_error(L, "kafka message %d: a string message needs "
-                              "opts.topic", (int)i + 1);
+                luaL_error(L,
+                           "kafka message %d: a string message needs "
+                           "opts.topic",
+                           (int)i + 1);
             memset(&ms[i], 0, sizeof ms[i]);
             ms[i].partition = MF_KAFKA_PARTITION_ANY;
             ms[i].topic = topic;
@@ -680,8 +682,10 @@ static void mf_lua__batch_check(lua_State *L, mf_kafka_message_t *ms, size_t n,
                 lua_rawseti(L, 5, (int)i + 1);
             break;
         default:
-            luaL_error(L, "kafka message %d: a table or a string expected, "
-                          "got %s", (int)i + 1, luaL_typename(L, top));
+            luaL_error(L,
+                       "kafka message %d: a table or a string expected, "
+                       "got %s",
+                       (int)i + 1, luaL_typename(L, top));
         }
         lua_settop(L, top - 1);
     }

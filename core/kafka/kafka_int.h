@@ -122,7 +122,7 @@ struct mf__kafka_report {
     mf__kafka_outcome_t *outcomes; /* a batch's, or NULL */
     size_t capacity; /* of outcomes (malloc'd; kept for the next batch) */
     atomic_size_t remaining; /* messages not reported yet */
-    char *detail; /* the broker's words (admin results), malloc'd */
+    char *detail;            /* the broker's words (admin results), malloc'd */
     mf__kafka_report_t *next_free;
 };
 

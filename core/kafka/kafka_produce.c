@@ -315,8 +315,8 @@ static void mf__batch_send_run(mf__kafka_batch_t *t, rd_kafka_topic_t *rkt,
     }
     /* Counted before librdkafka has them: reports may come at once. */
     mf__kafka_message_out(t->k, (int)n);
-    rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY,
-                           rms, (int)n);
+    rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, rms,
+                           (int)n);
     for (size_t x = 0; x < n; x++) {
         if (rms[x].err) {
             mf__kafka_message_out(t->k, -1);

@@ -49,8 +49,15 @@
  * bench_threshold_parse and freed with free() (bench_opts_free). */
 typedef struct bench_threshold {
     char *text; /* as given, for the report */
-    enum { BENCH_T_PERCENTILE, BENCH_T_MEAN, BENCH_T_MAX, BENCH_T_STDEV,
-           BENCH_T_RPS, BENCH_T_ERRORS, BENCH_T_ERROR_RATE } metric;
+    enum {
+        BENCH_T_PERCENTILE,
+        BENCH_T_MEAN,
+        BENCH_T_MAX,
+        BENCH_T_STDEV,
+        BENCH_T_RPS,
+        BENCH_T_ERRORS,
+        BENCH_T_ERROR_RATE
+    } metric;
     double percentile; /* BENCH_T_PERCENTILE */
     enum { BENCH_T_LT, BENCH_T_LE, BENCH_T_GT, BENCH_T_GE, BENCH_T_EQ } cmp;
     double bound; /* latencies in ns; rps in 1/s; error_rate in % */
@@ -66,8 +73,8 @@ typedef struct bench_opts {
     bool latency;         /* --latency: the percentile spectrum */
     bool keepalive;       /* false with --no-keepalive */
     uint64_t requests_per_conn; /* --requests-per-conn, 0: unlimited */
-    char *script;         /* -s FILE */
-    char **script_args;   /* after "--" (init(args)) */
+    char *script;               /* -s FILE */
+    char **script_args;         /* after "--" (init(args)) */
     size_t nscript_args;
     char *headers[MF_BENCH_MAX_HEADERS]; /* -H "Name: value", as given */
     size_t nheaders;
@@ -85,8 +92,8 @@ typedef struct bench_opts {
  * a scenario ("2 redis GET"). */
 typedef struct bench_series {
     char *name;
-    uint64_t count;  /* requests, iterations or step runs completed */
-    uint64_t errors; /* failed ones (not in latency) */
+    uint64_t count;    /* requests, iterations or step runs completed */
+    uint64_t errors;   /* failed ones (not in latency) */
     mf_hdr_t *latency; /* ns */
 } bench_series_t;
 
@@ -96,8 +103,8 @@ typedef struct bench_result {
     uint64_t requests;    /* completed requests (iterations) */
     uint64_t bytes;       /* read (HTTP) */
     mf_load_errors_t errors;
-    mf_hdr_t *latency;    /* every request's (iteration's), ns */
-    mf_hdr_t *rate;       /* per-thread requests/s samples (Req/Sec) */
+    mf_hdr_t *latency; /* every request's (iteration's), ns */
+    mf_hdr_t *rate;    /* per-thread requests/s samples (Req/Sec) */
     bench_series_t *series;
     size_t nseries;
 } bench_result_t;

@@ -249,11 +249,10 @@ typedef struct command {
     int (*run)(int argc, char **argv);
 } command_t;
 
-static const command_t commands[] = {
-    {"run", cmd_run},
-    {"test", cmd_test},
-    {"serve", cmd_serve},
-    {"bench", cmd_bench}};
+static const command_t commands[] = {{"run", cmd_run},
+                                     {"test", cmd_test},
+                                     {"serve", cmd_serve},
+                                     {"bench", cmd_bench}};
 
 static const command_t *find_command(const char *name)
 {

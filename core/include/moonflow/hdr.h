@@ -71,7 +71,10 @@ typedef struct mf_hdr_iter {
     uint64_t value;
     uint64_t count;
 } mf_hdr_iter_t;
-#define MF_HDR_ITER_INIT {0, 0, 0}
+#define MF_HDR_ITER_INIT \
+    {                    \
+        0, 0, 0          \
+    }
 MF_API bool mf_hdr_next(const mf_hdr_t *h, mf_hdr_iter_t *it);
 
 MF_EXTERN_C_END

@@ -69,14 +69,14 @@ typedef struct mf_load_target {
 typedef struct mf_load_config {
     const mf_load_target_t *targets; /* connection i uses i % ntargets */
     size_t ntargets;
-    unsigned connections;   /* on this loop, >= 1 */
-    uint64_t duration_ns;   /* of the measured run (after warm-up) */
-    uint64_t warmup_ns;     /* load sent first, not recorded; 0: none */
-    uint64_t timeout_ns;    /* per response; 0: 2 s (wrk's default) */
-    double rate;            /* requests/s of this loop; 0: closed loop */
-    bool keepalive;         /* false: "Connection: close" requests are the
-                               caller's; the engine closes after each
-                               response and connects again */
+    unsigned connections;       /* on this loop, >= 1 */
+    uint64_t duration_ns;       /* of the measured run (after warm-up) */
+    uint64_t warmup_ns;         /* load sent first, not recorded; 0: none */
+    uint64_t timeout_ns;        /* per response; 0: 2 s (wrk's default) */
+    double rate;                /* requests/s of this loop; 0: closed loop */
+    bool keepalive;             /* false: "Connection: close" requests are the
+                                   caller's; the engine closes after each
+                                   response and connects again */
     uint64_t requests_per_conn; /* close and reconnect after this many; 0:
                                    never */
 } mf_load_config_t;
@@ -103,13 +103,13 @@ typedef struct mf_load_errors {
 } mf_load_errors_t;
 
 typedef struct mf_load_stats {
-    uint64_t requests;   /* responses completed in the measured window */
-    uint64_t bytes;      /* read in the measured window */
-    uint64_t duration_ns;/* the measured window as it ran */
+    uint64_t requests;    /* responses completed in the measured window */
+    uint64_t bytes;       /* read in the measured window */
+    uint64_t duration_ns; /* the measured window as it ran */
     mf_load_errors_t errors;
-    mf_hdr_t *latency;   /* every response's, ns */
-    mf_hdr_t *rate;      /* this loop's requests/s, sampled every 100 ms
-                            (wrk's Req/Sec per thread) */
+    mf_hdr_t *latency; /* every response's, ns */
+    mf_hdr_t *rate;    /* this loop's requests/s, sampled every 100 ms
+                          (wrk's Req/Sec per thread) */
     /* Per target (cfg order): requests, errors and latency (with one target,
      * target_latency[0] is latency itself). */
     size_t ntargets;
