@@ -246,14 +246,18 @@ void bench_report_header(FILE *out, const bench_opts_t *o)
             o->connections);
 }
 
-static void print_errors(FILE *out, const mf_load_errors_t *e)
+static void print_errors(FILE *out, const bench_result_t *r)
 {
+    const mf_load_errors_t *e = &r->errors;
+    bool scenario = r->mode && !strcmp(r->mode, "scenario");
     if (e->connect || e->read || e->write || e->timeout)
         fprintf(out,
                 "  Socket errors: connect %" PRIu64 ", read %" PRIu64
                 ", write %" PRIu64 ", timeout %" PRIu64 "\n",
                 e->connect, e->read, e->write, e->timeout);
-    if (e->status)
+    if (e->status && scenario) /* failed steps and Lua errors */
+        fprintf(out, "  Failed iterations: %" PRIu64 "\n", e->status);
+    else if (e->status)
         fprintf(out, "  Non-2xx or 3xx responses: %" PRIu64 "\n", e->status);
 }
 
@@ -265,7 +269,7 @@ static void print_totals(FILE *out, const bench_result_t *r)
     format_scaled(bytes, sizeof bytes, (double)r->bytes, &binary, 2);
     fprintf(out, "  %" PRIu64 " requests in %s, %sB read\n", r->requests,
             runtime, bytes);
-    print_errors(out, &r->errors);
+    print_errors(out, r);
     double per_s = seconds > 0 ? (double)r->requests / seconds : 0;
     double bytes_per_s = seconds > 0 ? (double)r->bytes / seconds : 0;
     format_scaled(rate, sizeof rate, bytes_per_s, &binary, 2);

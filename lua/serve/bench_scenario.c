@@ -105,8 +105,9 @@ struct scen_run {
     pthread_cond_t cond;
     unsigned arrived;
     bool open;
-    atomic_bool failed;   /* a thread could not set up */
-    atomic_bool reported; /* the first Lua error was printed */
+    atomic_bool failed;        /* a thread could not set up */
+    atomic_bool reported;      /* the first Lua error was printed */
+    atomic_bool step_reported; /* the first failed step was printed */
 };
 
 static uint64_t scen_now(void)
@@ -157,6 +158,22 @@ static void scen_lua_error(scen_thread_t *t, const char *msg)
                 "moonflow bench: error in the scenario (only the first is "
                 "printed; all are counted as errors):\n%s\n",
                 msg ? msg : "(error object is not a string)");
+}
+
+/* A failed step (a task error, a Redis error reply, an HTTP status >=
+ * 400), its result at idx: the first one is printed, every one is
+ * counted. */
+static void scen_step_error(scen_thread_t *t, lua_State *L, int idx,
+                            const char *step)
+{
+    if (atomic_exchange(&t->run->step_reported, true))
+        return;
+    char why[256];
+    bench_scen_result_why(L, idx, 0, why, sizeof why);
+    fprintf(stderr,
+            "moonflow bench: step '%s' failed (only the first failure is "
+            "printed; all are counted as errors): %s\n",
+            step, why[0] ? why : "it did not complete");
 }
 
 /* ---- naming the steps ---------------------------------------------------- */
@@ -331,6 +348,10 @@ static bool scen_record_steps(scen_user_t *u, lua_State *L, bool record,
             lua_rawgeti(L, 2, (int)i);
         bool ok = bench_scen_result_ok(L, lua_gettop(L), 0, timeout) &&
                   u->step_ns[i] != UINT64_MAX;
+        if (!ok && record)
+            scen_step_error(u->t, L, lua_gettop(L),
+                            u->slot[i] >= 0 ? u->t->series[u->slot[i]].name
+                                            : "?");
         lua_pop(L, 1);
         all &= ok;
         if (!record || u->slot[i] < 0)

@@ -26,6 +26,10 @@ void bench_scen_step_name(char *name, size_t len, unsigned index,
  * error reply ({err = }) in value or values, no HTTP status >= 400.
  * *timeout is set when a task timed out. */
 bool bench_scen_result_ok(lua_State *L, int idx, int depth, bool *timeout);
+/* Why the result at idx failed (its first failed task), in buf; "" when
+ * nothing failed. */
+void bench_scen_result_why(lua_State *L, int idx, int depth, char *buf,
+                           size_t n);
 /* Whether the script at path defines the global function name: `function
  * name(` or `name = function`, outside comments. */
 bool bench_scen_script_defines(const char *path, const char *name);

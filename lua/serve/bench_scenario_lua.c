@@ -127,6 +127,47 @@ bool bench_scen_result_ok(lua_State *L, int idx, int depth, bool *timeout)
     return ok;
 }
 
+/* Why the result at idx failed, in buf: the first failed task's error
+ * string ("connect: connection refused"), a Redis error reply, or an HTTP
+ * status; "" when nothing in it failed. */
+void bench_scen_result_why(lua_State *L, int idx, int depth, char *buf,
+                           size_t n)
+{
+    buf[0] = '\0';
+    if (lua_type(L, idx) != LUA_TTABLE || depth > 32)
+        return;
+    lua_getfield(L, idx, "state");
+    bool leaf = lua_type(L, -1) == LUA_TSTRING;
+    lua_pop(L, 1);
+    if (!leaf) {
+        size_t len = lua_objlen(L, idx);
+        for (size_t i = 1; i <= len && !buf[0]; i++) {
+            lua_rawgeti(L, idx, (int)i);
+            bench_scen_result_why(L, lua_gettop(L), depth + 1, buf, n);
+            lua_pop(L, 1);
+        }
+        return;
+    }
+    bool timeout = false;
+    if (bench_scen_result_ok(L, idx, depth, &timeout))
+        return;
+    lua_getfield(L, idx, "error");
+    lua_getfield(L, idx, "value");
+    lua_getfield(L, idx, "status");
+    if (lua_type(L, -3) == LUA_TSTRING)
+        snprintf(buf, n, "%s", lua_tostring(L, -3));
+    else if (lua_type(L, -1) == LUA_TNUMBER)
+        snprintf(buf, n, "HTTP status %d", (int)lua_tonumber(L, -1));
+    else if (lua_type(L, -2) == LUA_TTABLE) {
+        lua_getfield(L, -2, "err");
+        snprintf(buf, n, "%s",
+                 lua_isstring(L, -1) ? lua_tostring(L, -1) : "an error reply");
+        lua_pop(L, 1);
+    } else
+        snprintf(buf, n, "an error reply");
+    lua_pop(L, 3);
+}
+
 /* Whether the script defines the global function name: `function name(`
  * or `name = function`, outside comments. Read, not run (running a script
  * has effects). */

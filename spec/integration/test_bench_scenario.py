@@ -243,6 +243,10 @@ class BenchScenario(unittest.TestCase):
                          s["1 redis SET"]["count"])
         self.assertEqual(doc["requests"], 0)
         self.assertEqual(doc["errors"]["status"], s["1 redis SET"]["count"])
+        # the first failure is printed once, with Redis's words
+        self.assertEqual(err.count("step '2 redis INCR' failed"), 1, err)
+        self.assertIn("not an integer", err)
+        self.assertIn("Failed iterations: %d" % doc["errors"]["status"], out)
 
     def test_lua_error_reported_once(self):
         path = self.script("luaerror.lua", LUA_ERROR)
