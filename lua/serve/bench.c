@@ -58,7 +58,7 @@ static int outputs(const bench_opts_t *o, const bench_result_t *r)
         code = EXIT_FAILED;
     }
     if (o->plot && bench_plot_write(o->plot, o, r, err, sizeof err) < 0) {
-        fprintf(stderr, "moonflow bench: --plot %s: %s\n", o->plot, err);
+        fprintf(stderr, "moonflow bench: %s\n", err); /* names the file */
         code = EXIT_FAILED;
     }
     if (o->nthresholds && bench_thresholds_check(o, r, stdout) > 0)

@@ -302,8 +302,10 @@ static int add_threshold(parse_state_t *ps, const char *v)
     char msg[160];
     bench_threshold_t *t = &o->thresholds[o->nthresholds];
     memset(t, 0, sizeof *t);
-    if (bench_threshold_parse(v, t, msg, sizeof msg) < 0)
-        return fail(ps, "%s", msg);
+    if (bench_threshold_parse(v, t, msg, sizeof msg) < 0) {
+        snprintf(ps->err, ps->errlen, "%s", msg); /* names the flag */
+        return -1;
+    }
     o->nthresholds++;
     return 0;
 }
