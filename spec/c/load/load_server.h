@@ -37,16 +37,13 @@ static load_server_t load_server;
 static long load_server_query(const mf_http_request_t *req, const char *key,
                               long fallback)
 {
-    size_t klen = strlen(key);
-    const char *q = req->query, *end = q ? q + req->query_len : NULL;
-    while (q && q < end) {
-        if ((size_t)(end - q) > klen && memcmp(q, key, klen) == 0 &&
-            q[klen] == '=')
-            return strtol(q + klen + 1, NULL, 10);
-        q = memchr(q, '&', (size_t)(end - q));
-        if (q)
-            q++;
-    }
+    const char *pos = req->query;
+    const char *end = pos ? pos + req->query_len : NULL;
+    mf_http_query_pair_t kv;
+    while (mf_http_query_next(&pos, end, &kv))
+        if (kv.value && kv.key_len == strlen(key) &&
+            memcmp(kv.key, key, kv.key_len) == 0)
+            return strtol(kv.value, NULL, 10);
     return fallback;
 }
 
