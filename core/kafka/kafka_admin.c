@@ -286,18 +286,14 @@ static void mf__ct_dispatch(mf_task_t *task)
 static void mf__ct_cancel(mf_task_t *task)
 {
     mf__kafka_create_topic_t *t = mf__ct_of(task);
-    if (!t->report)
-        return;
-    mf__kafka_report_abandon(t->report);
-    t->report = NULL;
-    mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
+    if (mf__kafka_report_abandon(&t->report))
+        mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
 }
 
 static void mf__ct_destroy(mf_task_t *task)
 {
     mf__kafka_create_topic_t *t = mf__ct_of(task);
-    if (t->report)
-        mf__kafka_report_abandon(t->report);
+    mf__kafka_report_abandon(&t->report);
     mf__kafka_task_release(&t->head);
     mf_loop_free(task->_loop, t, mf__ct_size(t));
 }

@@ -142,8 +142,9 @@ void mf__kafka_report_expect(mf__kafka_report_t *r, size_t n);
 bool mf__kafka_report_sent(mf__kafka_report_t *r, size_t refused);
 /* librdkafka refused the request: the report goes back unused. */
 void mf__kafka_report_unused(mf__kafka_report_t *r);
-/* The task gives up (cancel): the report, when it comes, is dropped. */
-void mf__kafka_report_abandon(mf__kafka_report_t *r);
+/* The task gives up (cancel, destroy): the report in *slot, if any, is
+ * dropped when it comes; *slot is cleared. True when one was due. */
+bool mf__kafka_report_abandon(mf__kafka_report_t **slot);
 
 rd_kafka_t *mf__kafka_rk(const mf_kafka_t *k);
 /* Messages handed to librdkafka: counted in and out for mf_kafka_close. */

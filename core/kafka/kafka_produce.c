@@ -157,18 +157,14 @@ static void mf__produce_dispatch(mf_task_t *task)
 static void mf__produce_cancel(mf_task_t *task)
 {
     mf__kafka_produce_t *t = mf__produce_of(task);
-    if (!t->report)
-        return;
-    mf__kafka_report_abandon(t->report);
-    t->report = NULL;
-    mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
+    if (mf__kafka_report_abandon(&t->report))
+        mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
 }
 
 static void mf__produce_destroy(mf_task_t *task)
 {
     mf__kafka_produce_t *t = mf__produce_of(task);
-    if (t->report)
-        mf__kafka_report_abandon(t->report);
+    mf__kafka_report_abandon(&t->report);
     mf__kafka_task_release(&t->head);
     mf_loop_free(task->_loop, t, t->size);
 }
@@ -357,18 +353,14 @@ static void mf__batch_dispatch(mf_task_t *task)
 static void mf__batch_cancel(mf_task_t *task)
 {
     mf__kafka_batch_t *t = mf__batch_of(task);
-    if (!t->report)
-        return;
-    mf__kafka_report_abandon(t->report);
-    t->report = NULL;
-    mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
+    if (mf__kafka_report_abandon(&t->report))
+        mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
 }
 
 static void mf__batch_destroy(mf_task_t *task)
 {
     mf__kafka_batch_t *t = mf__batch_of(task);
-    if (t->report)
-        mf__kafka_report_abandon(t->report);
+    mf__kafka_report_abandon(&t->report);
     mf__kafka_task_release(&t->head);
     mf_loop_free(task->_loop, t, t->size);
 }

@@ -207,11 +207,16 @@ void mf__kafka_report_unused(mf__kafka_report_t *r)
     atomic_fetch_sub_explicit(&box->refs, 1, memory_order_relaxed);
 }
 
-void mf__kafka_report_abandon(mf__kafka_report_t *r)
+bool mf__kafka_report_abandon(mf__kafka_report_t **slot)
 {
+    mf__kafka_report_t *r = *slot;
+    if (!r)
+        return false;
+    *slot = NULL;
     if (r->task)
         mf_loop_unref(r->box->loop);
     r->task = NULL;
+    return true;
 }
 
 /* On the background thread: hands r to its loop, or drops it when the loop
