@@ -49,6 +49,7 @@ static int mf_lua__preload(lua_State *L)
                                          {"moonflow.redis", mf_lua_open_redis},
                                          {"moonflow.mysql", mf_lua_open_mysql},
                                          {"moonflow.kafka", mf_lua_open_kafka},
+                                         {"moonflow.json", mf_lua_open_json},
                                          {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");

@@ -164,6 +164,7 @@ int mf_lua_open_timer(lua_State *L); /* moonflow.timer: at, every */
 int mf_lua_open_redis(lua_State *L); /* moonflow.redis: client, null */
 int mf_lua_open_mysql(lua_State *L); /* moonflow.mysql: client, rows ... */
 int mf_lua_open_kafka(lua_State *L); /* moonflow.kafka: open */
+int mf_lua_open_json(lua_State *L);  /* moonflow.json: encode, null */
 
 /* Host teardown of background timers (mf_lua_timer.c). */
 void mf_lua_timers_shutdown(mf_lua_host_t *host);

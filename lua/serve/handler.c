@@ -39,6 +39,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <moonflow/lua_json.h>
+
 #include "serve.h"
 
 typedef struct mf_serve_request mf_serve_request_t;
@@ -70,6 +72,12 @@ struct mf_serve_request {
 };
 
 static const char mf__req_mt[] = "moonflow.request";
+/* The Content-Type of an answer whose resp.headers name none. */
+static const char mf__text_type[] =
+    "Content-Type: text/plain; charset=utf-8\r\n";
+static const char mf__json_type[] = "Content-Type: application/json\r\n";
+#define MF__TEXT_TYPE mf__text_type, sizeof mf__text_type - 1
+#define MF__JSON_TYPE mf__json_type, sizeof mf__json_type - 1
 static const char mf__resp_mt[] = "moonflow.response";
 
 /* ---- answering -------------------------------------------------------------
@@ -220,16 +228,17 @@ static int mf__request_copy_headers(lua_State *L, mf_serve_request_t *request,
     return rc;
 }
 
-/* Status, headers and the default Content-Type, before the first byte.
- * 0, or -1 when the headers cannot be sent (reported). */
-static int mf__request_set_head(lua_State *L, mf_serve_request_t *request)
+/* Status, headers and the Content-Type line given (a literal) unless
+ * resp.headers has one, before the first byte. 0, or -1 when the headers
+ * cannot be sent (reported). */
+static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
+                                const char *type_line, size_t type_len)
 {
-    static const char line[] = "Content-Type: text/plain; charset=utf-8\r\n";
     bool has_type = false;
     if (mf__request_copy_headers(L, request, &has_type) < 0)
         return -1;
     if (!has_type) /* a constant: no copy */
-        mf_http_exchange_add_header_static(request->ex, line, sizeof line - 1);
+        mf_http_exchange_add_header_static(request->ex, type_line, type_len);
     mf_http_exchange_set_status(request->ex, request->status);
     return 0;
 }
@@ -345,7 +354,8 @@ static void mf__request_answer_at_exit(mf_serve_request_t *request,
         return;
     if (ex->status == MF_LUA_CO_DONE) {
         lua_State *L = mf_lua_host_state(request->w->host);
-        if (!request->streaming && mf__request_set_head(L, request) < 0)
+        if (!request->streaming &&
+            mf__request_set_head(L, request, MF__TEXT_TYPE) < 0)
             mf__request_abort(request);
         else
             mf__request_send(request, NULL, 0);
@@ -686,6 +696,21 @@ static int mf__req_index(lua_State *L)
 /* ---- the response object ---------------------------------------------------
  */
 
+/* Sends data (copied) as the whole body, with the type given unless
+ * resp.headers has one. */
+static int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
+                           const char *data, size_t len, const char *type,
+                           size_t type_len)
+{
+    if (mf__request_set_head(L, request, type, type_len) < 0) {
+        mf__request_abort(request); /* a 500, reported */
+        return 0;
+    }
+    request->bytes = len;
+    mf__request_send(request, data, len);
+    return 0;
+}
+
 static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
                               int body)
 {
@@ -694,13 +719,32 @@ static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
     size_t len = 0;
     const char *data =
         lua_isnoneornil(L, body) ? "" : luaL_checklstring(L, body, &len);
-    if (mf__request_set_head(L, request) < 0) {
-        mf__request_abort(request); /* a 500, reported */
-        return 0;
-    }
-    request->bytes = len;
-    mf__request_send(request, data, len);
-    return 0;
+    return mf__resp_answer(L, request, data, len, MF__TEXT_TYPE);
+}
+
+static int mf__check_status(lua_State *L, int idx)
+{
+    int status = (int)luaL_checkinteger(L, idx);
+    if (status < 100 || status > 999)
+        return luaL_argerror(L, idx, "an HTTP status (100-999) expected");
+    return status;
+}
+
+/* resp:json(value [, status]): the value as JSON (moonflow/lua_json.h),
+ * encoded into the state's scratch buffer and copied straight out: no Lua
+ * string. Content-Type: application/json unless resp.headers has one. */
+static int mf__resp_json(lua_State *L)
+{
+    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    luaL_checkany(L, 2);
+    int status = lua_isnoneornil(L, 3) ? 0 : mf__check_status(L, 3);
+    if (request->sent || request->streaming)
+        return luaL_error(L, "the response was already sent");
+    size_t len;
+    const char *body = mf_lua_json_encode(L, 2, &len);
+    if (status)
+        request->status = status;
+    return mf__resp_answer(L, request, body, len, MF__JSON_TYPE);
 }
 
 static int mf__resp_send(lua_State *L)
@@ -814,7 +858,7 @@ static int mf__resp_write(lua_State *L)
         return luaL_error(L, "the response was already sent");
     int rc = 0;
     if (!request->streaming) {
-        rc = mf__request_set_head(L, request);
+        rc = mf__request_set_head(L, request, MF__TEXT_TYPE);
         request->streaming = rc == 0;
     }
     if (rc == 0) {
@@ -872,9 +916,7 @@ static int mf__resp_newindex(lua_State *L)
     mf_serve_request_t *request = mf__check_request(L, 1, 1);
     const char *key = luaL_checkstring(L, 2);
     if (!strcmp(key, "status")) {
-        int status = (int)luaL_checkinteger(L, 3);
-        if (status < 100 || status > 999)
-            return luaL_argerror(L, 3, "an HTTP status (100-999) expected");
+        int status = mf__check_status(L, 3);
         if (request->sent || request->streaming)
             return luaL_error(L, "the status was already sent");
         request->status = status;
@@ -901,10 +943,11 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     int mt = lua_gettop(L);
     lua_getglobal(L, "require");
     lua_pushliteral(L, "moonflow.serve");
-    lua_call(L, 1, 1); /* the Lua-side methods (json ...) */
+    lua_call(L, 1, 1); /* the Lua side: methods, index, headers_mt */
     static const luaL_Reg methods[] = {{"send", mf__resp_send},
                                        {"write", mf__resp_write},
                                        {"redirect", mf__resp_redirect},
+                                       {"json", mf__resp_json},
                                        {"set_header", mf__resp_set_header},
                                        {NULL, NULL}};
     lua_getfield(L, -1, "response");
