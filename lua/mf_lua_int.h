@@ -158,13 +158,16 @@ void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
                   lua_CFunction gc, lua_CFunction tostring);
 
 /* Openers of the private C modules, each pushing one table. */
-int mf_lua_open_core(lua_State *L);  /* moonflow.core: sleep, now, debug */
-int mf_lua_open_flow(lua_State *L);  /* moonflow.flow: wait, push */
-int mf_lua_open_timer(lua_State *L); /* moonflow.timer: at, every */
-int mf_lua_open_redis(lua_State *L); /* moonflow.redis: client, null */
-int mf_lua_open_mysql(lua_State *L); /* moonflow.mysql: client, rows ... */
-int mf_lua_open_kafka(lua_State *L); /* moonflow.kafka: open */
-int mf_lua_open_json(lua_State *L);  /* moonflow.json: encode, null */
+int mf_lua_open_core(lua_State *L);   /* moonflow.core: sleep, now, debug */
+int mf_lua_open_flow(lua_State *L);   /* moonflow.flow: wait, push */
+int mf_lua_open_timer(lua_State *L);  /* moonflow.timer: at, every */
+int mf_lua_open_redis(lua_State *L);  /* moonflow.redis: client, null */
+int mf_lua_open_mysql(lua_State *L);  /* moonflow.mysql: client, rows ... */
+int mf_lua_open_kafka(lua_State *L);  /* moonflow.kafka: open */
+int mf_lua_open_json(lua_State *L);   /* moonflow.json: encode, null */
+int mf_lua_open_codec(lua_State *L);  /* moonflow.codec: base64, hex */
+int mf_lua_open_crypto(lua_State *L); /* moonflow.crypto: digests, hmac */
+int mf_lua_open_uri(lua_State *L);    /* moonflow.uri: escape, args */
 
 /* Host teardown of background timers (mf_lua_timer.c). */
 void mf_lua_timers_shutdown(mf_lua_host_t *host);

@@ -315,6 +315,13 @@ mf.json = {
     null = cjson.null,
 }
 
+-- Bytes as text and back, digests, query strings (C: moonflow.codec,
+-- moonflow.crypto, moonflow.uri).
+local ccodec = require "moonflow.codec"
+mf.base64, mf.hex = ccodec.base64, ccodec.hex
+mf.crypto = require "moonflow.crypto"
+mf.uri = require "moonflow.uri"
+
 mf.debug = { counts = core.counts }
 
 return mf

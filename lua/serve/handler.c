@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include <moonflow/lua_json.h>
+#include <moonflow/lua_uri.h>
 
 #include "serve.h"
 
@@ -560,57 +561,9 @@ static void mf__fields_set(lua_State *L, mf_serve_request_t *request,
     lua_pop(L, 1);
 }
 
-/* Adds value under key; a repeated key becomes a list (OpenResty's shape). */
-static void mf__table_add(lua_State *L, int t)
-{
-    lua_pushvalue(L, -2);
-    lua_rawget(L, t);
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_rawset(L, t);
-        return;
-    }
-    if (!lua_istable(L, -1)) {
-        lua_createtable(L, 2, 0);
-        lua_insert(L, -2);
-        lua_rawseti(L, -2, 1);
-    }
-    lua_insert(L, -2);
-    lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
-    lua_rawset(L, t);
-}
-
-/* Pushes s %-decoded. A long one is decoded in a scratch userdata: Lua
- * raises "not enough memory" if refused (a 500 and a log line), and its
- * collector frees it. */
-static void mf__push_decoded(lua_State *L, const char *s, size_t n)
-{
-    char small[256];
-    char *buf = n <= sizeof small ? small : lua_newuserdata(L, n);
-    memcpy(buf, s, n);
-    ssize_t len = mf_http_url_decode(buf, n, true);
-    if (len < 0)
-        lua_pushlstring(L, s, n); /* a bad escape: keep it as sent */
-    else
-        lua_pushlstring(L, buf, (size_t)len);
-    if (buf != small)
-        lua_remove(L, -2); /* the scratch */
-}
-
 static int mf__req_query(lua_State *L, const mf_http_request_t *head)
 {
-    mf_http_query_pair_t kv;
-    const char *p = head->query, *end = p ? p + head->query_len : NULL;
-    lua_newtable(L);
-    int t = lua_gettop(L);
-    while (mf_http_query_next(&p, end, &kv)) {
-        mf__push_decoded(L, kv.key, kv.key_len);
-        if (kv.value)
-            mf__push_decoded(L, kv.value, kv.value_len);
-        else
-            lua_pushboolean(L, 1);
-        mf__table_add(L, t);
-    }
+    mf_lua_push_args(L, head->query, head->query_len, 0);
     return 1;
 }
 
@@ -628,7 +581,7 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
                        ((h->name[k] >= 'A' && h->name[k] <= 'Z') ? 0x20 : 0));
         lua_pushlstring(L, name, n);
         lua_pushlstring(L, h->value, h->value_len);
-        mf__table_add(L, t);
+        mf_lua_args_add(L, t);
     }
     luaL_getmetatable(L, "moonflow.headers"); /* case-insensitive reads */
     lua_setmetatable(L, t);
