@@ -54,6 +54,7 @@ static int mf_lua__preload(lua_State *L)
         {"moonflow.codec", mf_lua_open_codec},
         {"moonflow.crypto", mf_lua_open_crypto},
         {"moonflow.uri", mf_lua_open_uri},
+        {"moonflow.log", mf_lua_open_log},
         {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");
@@ -173,6 +174,10 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
     host->loop = loop;
     host->log = opts && opts->log ? opts->log : mf_lua__log_stderr;
     host->log_ud = opts ? opts->log_ud : NULL;
+    host->log_level =
+        opts && opts->log_level ? opts->log_level : MF_LUA_LOG_INFO;
+    host->worker_id = opts ? opts->worker_id : 0;
+    host->worker_count = opts && opts->worker_count ? opts->worker_count : 1;
     mf_list_init(&host->coroutines);
     mf_list_init(&host->timers);
     if (opts && opts->memory_limit)

@@ -322,6 +322,10 @@ mf.base64, mf.hex = ccodec.base64, ccodec.hex
 mf.crypto = require "moonflow.crypto"
 mf.uri = require "moonflow.uri"
 
+-- mf.log(level, ...) and mf.worker.id/count (C: moonflow.log).
+local clog = require "moonflow.log"
+mf.log, mf.worker = clog.log, clog.worker
+
 mf.debug = { counts = core.counts }
 
 return mf

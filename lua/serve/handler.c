@@ -447,6 +447,21 @@ static mf_serve_request_t *mf__request_create(mf_serve_worker_t *w,
     return request;
 }
 
+/* The label of the request's mf.log lines: "GET /path" while it is not
+ * answered (the head's memory goes with the exchange). */
+static void mf__describe_request(void *ud, char *buf, size_t cap)
+{
+    const mf_serve_request_t *request = ud;
+    if (!request->ex) {
+        snprintf(buf, cap, "(answered)");
+        return;
+    }
+    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    char path[200];
+    mf_http_log_escape(path, sizeof path, head->path, head->path_len);
+    snprintf(buf, cap, "%.*s %s", (int)head->method_len, head->method, path);
+}
+
 /* Runs the handler on top of the host's stack in a new coroutine, which
  * owns the request record from mf_lua_co_start on. */
 static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
@@ -458,6 +473,7 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
+    mf_lua_co_set_describer(request->co, mf__describe_request, request);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
     lua_State *T = mf_lua_co_thread(request->co);
@@ -628,10 +644,12 @@ static int mf__req_index(lua_State *L)
     else if (!strcmp(key, "peer"))
         return mf__req_peer(L, request);
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
-             !strcmp(key, "body")) {
+             !strcmp(key, "body") || !strcmp(key, "ctx")) {
         if (mf__fields_get(L, request, key))
             return 1;
-        if (key[0] == 'q')
+        if (key[0] == 'c')
+            lua_newtable(L); /* the request's own table, for the script */
+        else if (key[0] == 'q')
             mf__req_query(L, head);
         else if (key[0] == 'h')
             mf__req_headers(L, head);
