@@ -321,6 +321,7 @@ local ccodec = require "moonflow.codec"
 mf.base64, mf.hex = ccodec.base64, ccodec.hex
 mf.crypto = require "moonflow.crypto"
 mf.uri = require "moonflow.uri"
+mf.re = require "moonflow.re"
 
 -- mf.log(level, ...) and mf.worker.id/count (C: moonflow.log).
 local clog = require "moonflow.log"
