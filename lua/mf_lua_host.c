@@ -56,6 +56,7 @@ static int mf_lua__preload(lua_State *L)
         {"moonflow.uri", mf_lua_open_uri},
         {"moonflow.log", mf_lua_open_log},
         {"moonflow.re", mf_lua_open_re},
+        {"moonflow.wait", mf_lua_open_wait},
         {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");

@@ -323,6 +323,11 @@ mf.crypto = require "moonflow.crypto"
 mf.uri = require "moonflow.uri"
 mf.re = require "moonflow.re"
 
+-- Lua threads, semaphores and queues (moonflow.thread, on moonflow.wait).
+local thread = require "moonflow.thread"
+mf.spawn, mf.wait_any = thread.spawn, thread.wait_any
+mf.semaphore, mf.queue = thread.semaphore, thread.queue
+
 -- mf.log(level, ...) and mf.worker.id/count (C: moonflow.log).
 local clog = require "moonflow.log"
 mf.log, mf.worker = clog.log, clog.worker
