@@ -3,6 +3,7 @@
  * "moonflow": sleep (the model of a parking call), now, debug counters,
  * and the stable error strings every result uses.
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -87,6 +88,32 @@ static int mf_lua__sleep(lua_State *L)
     return lua_yield(L, 0);
 }
 
+/* nested_take(thread): whether thread just yielded for a moonflow wait
+ * (clearing the mark); the resumer must then yield the same way. */
+static int mf_lua__nested_take(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    mf_lua_co_t *co = host ? host->current : NULL;
+    bool waited =
+        co && co->nested_wait && co->nested_wait == lua_tothread(L, 1);
+    if (waited)
+        co->nested_wait = NULL;
+    lua_pushboolean(L, waited);
+    return 1;
+}
+
+/* nested_mark(thread): thread (a plain coroutine itself) yields for the
+ * wait of one it resumed: its own resumer passes it on. */
+static int mf_lua__nested_mark(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    if (host && host->current)
+        host->current->nested_wait = lua_tothread(L, 1);
+    return 0;
+}
+
 static int mf_lua__now(lua_State *L)
 {
     mf_lua_host_t *host = mf_lua_host_from_state(L);
@@ -150,6 +177,8 @@ int mf_lua_open_core(lua_State *L)
     static const luaL_Reg funcs[] = {{"sleep", mf_lua__sleep},
                                      {"now", mf_lua__now},
                                      {"counts", mf_lua__counts},
+                                     {"nested_take", mf_lua__nested_take},
+                                     {"nested_mark", mf_lua__nested_mark},
                                      {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, funcs);

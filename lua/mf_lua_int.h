@@ -95,6 +95,11 @@ struct mf_lua_co {
     void *step_ud;
     mf_lua_describe_fn describe; /* mf_lua_co_set_describer; NULL: none */
     void *describe_ud;
+    /* A plain coroutine resumed (through moonflow's coroutine.resume) from
+     * this one parked on a wait: the thread whose yield the wrapper of its
+     * resumer must pass on upward (mf_lua_co_check, moonflow.core's
+     * nested_take / nested_mark). */
+    lua_State *nested_wait;
 };
 
 /* ---- the watchdog (mf_lua_watchdog.c) -------------------------------- */
@@ -151,6 +156,10 @@ static inline void mf_lua_slice_leave(mf_lua_host_t *host, mf_lua_slice_t prev)
     if (atomic_load_explicit(&w->condemned, memory_order_relaxed) == s)
         mf_lua_watch_disarm(host);
 }
+
+/* The registry field of the weak-keyed table of plain coroutines being
+ * resumed through moonflow's coroutine.resume / wrap. */
+#define MF_LUA_NESTED_KEY "moonflow.nested"
 
 /* The registry key of the host pointer (a light userdata). */
 extern const char mf_lua_host_key;

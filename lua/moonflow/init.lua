@@ -11,6 +11,7 @@ local ctimer = require "moonflow.timer"
 local credis = require "moonflow.redis"
 local cmysql = require "moonflow.mysql"
 local cjson = require "moonflow.json"
+require "moonflow.coroutine" -- waits inside plain coroutines
 
 local select, setmetatable, getmetatable = select, setmetatable, getmetatable
 local type, error, pairs, pcall, unpack = type, error, pairs, pcall, unpack
