@@ -16,6 +16,7 @@
     X(redis)                    \
     X(mysql)                    \
     X(kafka_produce)            \
+    X(lua)                      \
     /* end of the list */
 
 #define MF_LUA_KIND_DECLARE(name) \

@@ -109,6 +109,19 @@ function mf.task.go(name, ...)
     return step("go", { name = name, args = { n = select("#", ...), ... } })
 end
 
+-- mf.task.lua(fn, ...) or mf.task.lua{fn = , args = {...}, timeout = }: fn
+-- runs in a coroutine of its own as one step; result.values = {n, ...}.
+function mf.task.lua(fn, ...)
+    if type(fn) == "table" then
+        local fields = copy_opts(fn, {})
+        local args = fields.args or {}
+        fields.args = { n = args.n or #args, unpack(args, 1, args.n or #args) }
+        return step("lua", fields)
+    end
+    if type(fn) ~= "function" then raise("mf.task.lua(fn, ...): a function expected") end
+    return step("lua", { fn = fn, args = { n = select("#", ...), ... } })
+end
+
 -- A result table of a failed task becomes nil, err.
 local function value_of(r)
     if r.state ~= "success" then return nil, r.error end
