@@ -5,7 +5,12 @@
  * branches of an mf.parallel, and the step ends when fn returns
  * (success: result.values = {n = N, ...}) or raises (state "task_error",
  * error: the message with its traceback). A timeout or a canceled flow
- * aborts the coroutine.
+ * aborts the coroutine. An optional `finally(how, thread)` runs once
+ * however the coroutine ended — how is "done", "error" or "aborted",
+ * thread the coroutine's — outside any coroutine: what must be given back
+ * (a resource pool's unit) is given back even when the coroutine never
+ * reaches its own code again. A step canceled before it started runs
+ * neither fn nor finally.
  *
  * Owns the task record (loop memory): fn and its arguments in a registry
  * table ({n, fn, args...}) from create to destroy, the coroutine while it
@@ -35,11 +40,36 @@ typedef struct mf_lua_task_lua {
     bool start_pending;
     bool destroyed; /* destroy came while the start was queued */
     bool canceled;
+    int finally_ref; /* finally(how), LUA_NOREF: none */
 } mf_lua_task_lua_t;
 
 static bool mf__lua_task_host_alive(const mf_lua_task_lua_t *t)
 {
     return mf_lua_host_of(t->base._loop) == t->host;
+}
+
+/* finally(how, thread), once, right as the coroutine ends (its thread is
+ * not yet back in the host's pool, so finally may key state on it). On
+ * the host's own state, which runs no Lua of its own meanwhile (every
+ * coroutine is resumed from C). */
+static void mf__lua_task_finally(mf_lua_task_lua_t *t, lua_State *T,
+                                 const char *how)
+{
+    if (t->finally_ref == LUA_NOREF)
+        return;
+    mf_lua_host_t *host = t->host;
+    lua_State *L = mf_lua_host_state(host);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->finally_ref);
+    mf_lua_unref(host, t->finally_ref);
+    t->finally_ref = LUA_NOREF;
+    lua_pushstring(L, how);
+    lua_pushthread(T);
+    lua_xmove(T, L, 1);
+    if (mf_lua_host_pcall(host, 2, 0, 0) != 0) {
+        mf_lua_host_log(host, "mf.task.lua: finally raised: %s",
+                        lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
 }
 
 static void mf__lua_task_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
@@ -59,9 +89,12 @@ static void mf__lua_task_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
         lua_pushinteger(L, ex->nret);
         lua_setfield(L, -2, "n");
         t->result_ref = mf_lua_ref(t->host, L);
+        mf__lua_task_finally(t, L, "done");
         mf_task_complete(&t->base, MF_STATE_SUCCESS, 0);
         return;
     }
+    mf__lua_task_finally(t, ex->L,
+                         ex->status == MF_LUA_CO_ABORTED ? "aborted" : "error");
     free(t->error);
     t->error = strdup(ex->message ? ex->message : "aborted");
     if (ex->status == MF_LUA_CO_ABORTED)
@@ -75,6 +108,7 @@ static void mf__lua_task_free(mf_lua_task_lua_t *t)
     if (mf__lua_task_host_alive(t)) {
         mf_lua_unref(t->host, t->call_ref);
         mf_lua_unref(t->host, t->result_ref);
+        mf_lua_unref(t->host, t->finally_ref); /* never ran */
     }
     free(t->error);
     mf_loop_free(t->base._loop, t, sizeof *t);
@@ -142,7 +176,10 @@ static void mf__lua_task_check(lua_State *L, int idx)
     lua_getfield(L, idx, "args");
     if (!lua_isnil(L, -1) && !lua_istable(L, -1))
         luaL_error(L, "lua task: args must be a table {n = N, ...}");
-    lua_pop(L, 2);
+    lua_getfield(L, idx, "finally");
+    if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+        luaL_error(L, "lua task: finally must be a function");
+    lua_pop(L, 3);
 }
 
 /* The call table {n = nargs, fn, args...}, referenced. */
@@ -182,6 +219,9 @@ static mf_task_t *mf__lua_task_create(lua_State *L, int idx, void *data,
     t->host = mf_lua_host_from_state(L);
     t->result_ref = LUA_NOREF;
     t->call_ref = mf__lua_task_call_ref(L, idx, t->host);
+    lua_getfield(L, idx, "finally");
+    t->finally_ref =
+        lua_isnil(L, -1) ? (lua_pop(L, 1), LUA_NOREF) : mf_lua_ref(t->host, L);
     mf_post_init(&t->start, mf__lua_task_start, t);
     return &t->base;
 }

@@ -122,6 +122,13 @@ function mf.task.lua(fn, ...)
     return step("lua", { fn = fn, args = { n = select("#", ...), ... } })
 end
 
+-- Workflow's primitives as steps (moonflow.workflow): named counters,
+-- conditionals waiting for a named signal, resource pools.
+local workflow = require "moonflow.workflow"
+function mf.task.counter(name, n) return workflow.counter(mf.task.lua, name, n) end
+function mf.task.conditional(name) return workflow.conditional(mf.task.lua, name) end
+mf.count, mf.signal = workflow.count, workflow.signal
+
 -- A result table of a failed task becomes nil, err.
 local function value_of(r)
     if r.state ~= "success" then return nil, r.error end
@@ -341,6 +348,9 @@ mf.re = require "moonflow.re"
 local thread = require "moonflow.thread"
 mf.spawn, mf.wait_any = thread.spawn, thread.wait_any
 mf.semaphore, mf.queue = thread.semaphore, thread.queue
+function mf.resource_pool(n)
+    return workflow.resource_pool(mf.semaphore, mf.task.lua, n)
+end
 
 -- mf.log(level, ...) and mf.worker.id/count (C: moonflow.log).
 local clog = require "moonflow.log"
