@@ -152,6 +152,53 @@ static int mf_lua__counts(lua_State *L)
     return 1;
 }
 
+void mf_lua_call_logged(mf_lua_host_t *host, int nargs, const char *what)
+{
+    lua_State *L = mf_lua_host_state(host);
+    if (mf_lua_host_pcall(host, nargs, 0, 0) != 0) {
+        mf_lua_host_log(host, "%s: %s", what, lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+}
+
+void mf_lua_pack(lua_State *L, int first, int n)
+{
+    lua_createtable(L, n, 1);
+    for (int i = 0; i < n; i++) {
+        lua_pushvalue(L, first + i);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushinteger(L, n);
+    lua_setfield(L, -2, "n");
+}
+
+int mf_lua_push_packed(lua_State *L, int ref, int extra)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    lua_getfield(L, -1, "n");
+    int n = (int)lua_tointeger(L, -1) + extra;
+    lua_pop(L, 1);
+    luaL_checkstack(L, n + 1, "packed values");
+    for (int i = 1; i <= n; i++)
+        lua_rawgeti(L, -i, i);
+    lua_remove(L, -(n + 1));
+    return n;
+}
+
+char *mf_lua_scratch(lua_State *L, char *small, size_t cap, size_t n,
+                     bool *pushed)
+{
+    *pushed = n > cap;
+    return *pushed ? lua_newuserdata(L, n ? n : 1) : small;
+}
+
+void mf_lua_push_scratch(lua_State *L, const char *s, size_t n, bool pushed)
+{
+    lua_pushlstring(L, s, n);
+    if (pushed)
+        lua_remove(L, -2);
+}
+
 void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
                   lua_CFunction gc, lua_CFunction tostring)
 {

@@ -167,6 +167,24 @@ extern const char mf_lua_host_key;
 /* Pushes the metatable `name` of a userdata class, made on first use:
  * __index a table of the methods, __gc and __tostring when not NULL, and
  * __metatable the name (scripts can neither read nor replace it). */
+/* Calls the function below nargs values on the host's state as a slice
+ * (mf_lua_host_pcall) with no result; a raise is logged as "WHAT: error". */
+void mf_lua_call_logged(mf_lua_host_t *host, int nargs, const char *what);
+/* Pushes a table {n = n, L[first] .. L[first + n - 1]} (values kept in
+ * place); for results and arguments that must wait in the registry. */
+void mf_lua_pack(lua_State *L, int first, int n);
+/* Pushes t[1] .. t[t.n + extra] of the table referenced by ref (t.n counts
+ * its values after `extra` leading ones: a function before its arguments);
+ * returns how many were pushed. */
+int mf_lua_push_packed(lua_State *L, int ref, int extra);
+/* Room for n bytes: small (cap bytes, on the caller's stack) when it fits,
+ * else a scratch userdata pushed on L that the collector takes (*pushed
+ * says so: the caller removes it once the bytes are copied out). */
+char *mf_lua_scratch(lua_State *L, char *small, size_t cap, size_t n,
+                     bool *pushed);
+/* Pushes s[0..n) as a string, then drops the scratch below it if any. */
+void mf_lua_push_scratch(lua_State *L, const char *s, size_t n, bool pushed);
+
 void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
                   lua_CFunction gc, lua_CFunction tostring);
 

@@ -65,11 +65,7 @@ static void mf__lua_task_finally(mf_lua_task_lua_t *t, lua_State *T,
     lua_pushstring(L, how);
     lua_pushthread(T);
     lua_xmove(T, L, 1);
-    if (mf_lua_host_pcall(host, 2, 0, 0) != 0) {
-        mf_lua_host_log(host, "mf.task.lua: finally raised: %s",
-                        lua_tostring(L, -1));
-        lua_pop(L, 1);
-    }
+    mf_lua_call_logged(host, 2, "mf.task.lua: finally raised");
 }
 
 static void mf__lua_task_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
@@ -80,14 +76,7 @@ static void mf__lua_task_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     t->co = NULL;
     if (ex->status == MF_LUA_CO_DONE) {
         lua_State *L = ex->L;
-        int base = lua_gettop(L) - ex->nret;
-        lua_createtable(L, ex->nret, 1);
-        for (int i = 1; i <= ex->nret; i++) {
-            lua_pushvalue(L, base + i);
-            lua_rawseti(L, -2, i);
-        }
-        lua_pushinteger(L, ex->nret);
-        lua_setfield(L, -2, "n");
+        mf_lua_pack(L, lua_gettop(L) - ex->nret + 1, ex->nret);
         t->result_ref = mf_lua_ref(t->host, L);
         mf__lua_task_finally(t, L, "done");
         mf_task_complete(&t->base, MF_STATE_SUCCESS, 0);
@@ -126,15 +115,7 @@ static void mf__lua_task_start(mf_post_t *post)
     if (t->canceled || !mf__lua_task_host_alive(t))
         return; /* cancel completed it */
     t->co = mf_lua_host_prepare(t->host, mf__lua_task_exit, t);
-    lua_State *T = mf_lua_co_thread(t->co);
-    lua_rawgeti(T, LUA_REGISTRYINDEX, t->call_ref);
-    lua_getfield(T, -1, "n");
-    int n = (int)lua_tointeger(T, -1);
-    lua_pop(T, 1);
-    luaL_checkstack(T, n + 2, "mf.task.lua's arguments");
-    for (int i = 1; i <= n + 1; i++)
-        lua_rawgeti(T, -i, i);
-    lua_remove(T, -(n + 2));
+    int n = mf_lua_push_packed(mf_lua_co_thread(t->co), t->call_ref, 1) - 1;
     mf_lua_co_start(t->co, n); /* may end at once: mf__lua_task_exit */
 }
 

@@ -20,17 +20,8 @@ local getinfo = debug.getinfo
 
 local mf = { _VERSION = "0.1.0" }
 
--- Raises msg at the first caller outside the embedded moonflow modules:
--- misuse is reported where the script made it.
-local function raise(msg)
-    local level = 2
-    while true do
-        local info = getinfo(level, "S")
-        if not info or info.source:sub(1, 11) ~= "=[moonflow]" then break end
-        level = level + 1
-    end
-    error(msg, level)
-end
+-- Misuse is raised at the script's line (moonflow.raise).
+local raise = require "moonflow.raise"
 
 -- A flow step (task, series or parallel) knows how to wait for itself.
 local Step = {}

@@ -9,20 +9,12 @@ local cwait = require "moonflow.wait"
 
 local park, wake, waiter = cwait.park, cwait.wake, cwait.waiter
 local type, setmetatable, select, unpack = type, setmetatable, select, unpack
-local floor, getinfo, error = math.floor, debug.getinfo, error
+local floor = math.floor
 local running = coroutine.running
 
 local M = {}
 
-local function raise(msg)
-    local level = 2
-    while true do
-        local info = getinfo(level, "S")
-        if not info or info.source:sub(1, 11) ~= "=[moonflow]" then break end
-        level = level + 1
-    end
-    error(msg, level)
-end
+local raise = require "moonflow.raise"
 
 local function count_arg(n, what)
     if type(n) ~= "number" or n < 1 or n ~= floor(n) then
