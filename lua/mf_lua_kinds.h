@@ -17,6 +17,7 @@
     X(mysql)                    \
     X(kafka_produce)            \
     X(lua)                      \
+    X(dns)                      \
     /* end of the list */
 
 #define MF_LUA_KIND_DECLARE(name) \

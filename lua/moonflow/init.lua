@@ -126,6 +126,21 @@ local function value_of(r)
     return r
 end
 
+-- mf.task.dns(host [, opts]): a step resolving host (result.addresses);
+-- mf.dns.resolve(host): the addresses, or nil, err.
+function mf.task.dns(host, opts)
+    if type(host) ~= "string" then raise("mf.task.dns(host): a name expected") end
+    return step("dns", copy_opts(opts, { host = host }))
+end
+
+mf.dns = {}
+
+function mf.dns.resolve(host)
+    local r, err = value_of(mf.task.dns(host):wait())
+    if not r then return nil, err end
+    return r.addresses
+end
+
 mf.http = {}
 
 function mf.http.request(req)
