@@ -629,6 +629,22 @@ static int mf__req_header(lua_State *L)
     return 1;
 }
 
+/* req:form([max]): the body as a form (moonflow/lua_uri.h), or nil, err. */
+static int mf__req_form(lua_State *L)
+{
+    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    lua_Integer max = luaL_optinteger(L, 2, 100);
+    luaL_argcheck(L, max >= 0 && max <= 1000000, 2, "a count of fields");
+    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    const mf_http_header_t *type =
+        mf_http_find_header(head->headers, head->num_headers, "Content-Type");
+    size_t len;
+    const char *body = mf_http_exchange_body(request->ex, &len);
+    return mf_lua_push_form(L, type ? type->value : NULL,
+                            type ? type->value_len : 0, body ? body : "", len,
+                            (unsigned)max);
+}
+
 static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
 {
     char addr[64];
@@ -653,6 +669,8 @@ static int mf__req_index(lua_State *L)
         lua_pushstring(L, head->minor_version ? "1.1" : "1.0");
     else if (!strcmp(key, "header"))
         lua_pushvalue(L, lua_upvalueindex(2)); /* made once, at open */
+    else if (!strcmp(key, "form"))
+        lua_pushvalue(L, lua_upvalueindex(3));
     else if (!strcmp(key, "peer"))
         return mf__req_peer(L, request);
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
@@ -919,7 +937,9 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     lua_pushvalue(L, -1);
     lua_pushvalue(L, -1);
     lua_pushcclosure(L, mf__req_header, 1);
-    lua_pushcclosure(L, mf__req_index, 2);
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, mf__req_form, 1);
+    lua_pushcclosure(L, mf__req_index, 3);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 

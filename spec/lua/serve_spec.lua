@@ -56,6 +56,39 @@ describe("moonflow serve", function()
         assert.matches("^false .*a cookie value without spaces", r.body)
     end)
 
+    it("reads urlencoded and multipart forms with req:form()", function()
+        local function post(type, body, path)
+            local r = assert(mf.http.request {
+                method = "POST", url = base .. (path or "/form"), body = body,
+                headers = type and { ["Content-Type"] = type } or nil,
+            })
+            return r.status, mf.json.decode(r.body)
+        end
+        local status, form = post("application/x-www-form-urlencoded",
+                                  "a=1&b=x+y&a=2&flag")
+        assert.equals(200, status)
+        assert.are.same({ a = { "1", "2" }, b = "x y", flag = true }, form)
+        local body = "--B0\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\n"
+            .. "hello\r\n--B0\r\nContent-Disposition: form-data; name=\"up\"; "
+            .. "filename=\"a.bin\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            .. "\0\1\r\n--B0-\r\n--B0--\r\n"
+        status, form = post("multipart/form-data; boundary=B0", body)
+        assert.equals(200, status)
+        assert.equals("hello", form.title)
+        assert.are.same({ filename = "a.bin", content_type = "application/octet-stream",
+                          data = "\0\1\r\n--B0-" }, form.up)
+        status, form = post("multipart/form-data; boundary=B0", body:sub(1, 60))
+        assert.equals(400, status)
+        assert.equals("bad multipart body (part 1)", form.error)
+        status, form = post("text/plain", "a=1")
+        assert.equals(400, status)
+        assert.equals("not a form (Content-Type text/plain)", form.error)
+        status, form = post("application/x-www-form-urlencoded", "a=1&b=2&c=3",
+                            "/form?max=2")
+        assert.equals(400, status)
+        assert.equals("too many form fields (more than 2)", form.error)
+    end)
+
     it("routes folders to index.lua and unknown paths to 404", function()
         assert.are.equal("api index", assert(get("/api/")).body)
         assert.are.equal("api index", assert(get("/api")).body)

@@ -237,6 +237,37 @@ MF_API bool mf_http_cookie_next(const char **pos, const char *end,
  * tokens: mf_http_field_name_valid. */
 MF_API bool mf_http_cookie_value_valid(const char *v, size_t n);
 
+/* ---- multipart/form-data (RFC 7578) ---------------------------------- */
+
+/* The boundary of a "multipart/form-data; boundary=..." Content-Type (token
+ * or quoted; 1 to 70 bytes): 0 with *b pointing into type, or -1 for
+ * another type or no usable boundary. */
+MF_API int mf_http_multipart_boundary(const char *type, size_t n,
+                                      const char **b, size_t *len);
+
+/* One part: pointers into the body. filename NULL for a plain field; type
+ * NULL when the part names none. */
+typedef struct mf_http_part {
+    const char *name, *filename, *type, *data;
+    size_t name_len, filename_len, type_len, data_len;
+} mf_http_part_t;
+
+/* A walk over a whole body held in memory. */
+typedef struct mf_http_multipart {
+    const char *pos, *end, *boundary;
+    size_t blen;
+    unsigned parts;
+    bool started, done;
+} mf_http_multipart_t;
+
+MF_API void mf_http_multipart_init(mf_http_multipart_t *mp, const char *body,
+                                   size_t n, const char *boundary, size_t blen);
+/* The next part: 1 (part filled), 0 after the closing delimiter, -1 for a
+ * malformed body (no opening delimiter, a part without Content-Disposition
+ * form-data and a name, headers or data that never end). */
+MF_API int mf_http_multipart_next(mf_http_multipart_t *mp,
+                                  mf_http_part_t *part);
+
 /* Decodes %XX and (if plus_is_space) '+' in place; returns the new length or
  * -1 on a bad escape. */
 MF_API ssize_t mf_http_url_decode(char *s, size_t len, bool plus_is_space);

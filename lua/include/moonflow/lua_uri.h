@@ -1,7 +1,8 @@
 /*
- * moonflow/lua_uri.h — query strings and cookies as Lua tables, for C
- * functions of the host: the parsers behind mf.uri.decode_args and the
- * HTTP server's req.query and req.cookies.
+ * moonflow/lua_uri.h — query strings, cookies and form bodies as Lua
+ * tables, for C functions of the host: the parsers behind
+ * mf.uri.decode_args and the HTTP server's req.query, req.cookies and
+ * req:form().
  *
  * Owns nothing: the table pushed belongs to the state.
  */
@@ -27,6 +28,15 @@ MF_API bool mf_lua_push_args(lua_State *L, const char *s, size_t n, size_t max);
  * (absolute index) as name = value; a name already in t keeps its value
  * (RFC 6265 §5.4: the first wins). */
 MF_API void mf_lua_cookies_add(lua_State *L, int t, const char *s, size_t n);
+
+/* A form body as a table (req:form()): urlencoded as req.query, or
+ * multipart/form-data — fields as strings, file parts as {filename,
+ * content_type, data}, a repeated name as a list; at most max fields (0:
+ * all). type: the Content-Type (NULL: none). Pushes the table and returns
+ * 1, or pushes nil and the reason ("not a form (...)", "bad multipart body
+ * (part N)", "too many form fields (more than N)") and returns 2. */
+MF_API int mf_lua_push_form(lua_State *L, const char *type, size_t tlen,
+                            const char *body, size_t n, unsigned max);
 
 /* t[key] = value, key and value on top of the stack (popped); a key
  * already in t becomes a list of its values, in order (OpenResty's shape
