@@ -19,6 +19,8 @@
  *                  drain = 5000 },      -- taken over: idle keep-alive grace
  *     jit = false,      -- true: compiled loops escape the limits above
  *     log_level = "info",  -- mf.log: the least severe level written
+ *     init = "init.lua",   -- run once, on worker 0, as the server starts
+ *     init_worker = "w.lua",  -- run on every worker as it starts
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *   }
@@ -219,6 +221,8 @@ static const mf_config_key_t mf__top_keys[] = {
     {"routes", LUA_TTABLE, 0, 0, NULL},
     {"jit", LUA_TBOOLEAN, 0, 0, NULL},
     {"log_level", LUA_TSTRING, 0, 0, NULL},
+    {"init", LUA_TSTRING, 0, 0, NULL},
+    {"init_worker", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -512,6 +516,10 @@ static int mf__config_read_table(lua_State *L, int t, mf_serve_config_t *c,
         c->root = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "access_log")))
         c->access_log = mf__config_path(c, dir, s);
+    if ((s = mf__field_string(L, t, "init")))
+        c->init = mf__config_path(c, dir, s);
+    if ((s = mf__field_string(L, t, "init_worker")))
+        c->init_worker = mf__config_path(c, dir, s);
     mf__rawfield(L, t, "jit");
     if (lua_isboolean(L, -1))
         c->jit = lua_toboolean(L, -1);

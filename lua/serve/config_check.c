@@ -111,5 +111,10 @@ int mf_serve_config_check(const mf_serve_config_t *c, char *err, size_t errlen)
 {
     if (mf__check_tls(c, err, errlen) < 0)
         return -1;
+    if (c->init && mf__check_file(c, "init", c->init, err, errlen) < 0)
+        return -1;
+    if (c->init_worker &&
+        mf__check_file(c, "init_worker", c->init_worker, err, errlen) < 0)
+        return -1;
     return mf__check_routes(c, err, errlen);
 }

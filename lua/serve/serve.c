@@ -44,7 +44,8 @@ static const char usage_serve[] =
     "reload when they change (inotify) and on SIGHUP; SIGINT/SIGTERM stop\n"
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
-    "root, access_log, tls, limits, timeouts, routes, jit, log_level);\n"
+    "root, access_log, tls, limits, timeouts, routes, jit, log_level, init,\n"
+    "init_worker);\n"
     "options given on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
@@ -111,6 +112,43 @@ static void mf__serve_watch(mf_serve_worker_t *w)
             root, mf_strerror(err));
 }
 
+static void mf__serve_init_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
+                                void *data)
+{
+    mf_serve_worker_t *w = data;
+    (void)co;
+    if (ex->status == MF_LUA_CO_DONE || ex->status == MF_LUA_CO_ABORTED)
+        return;      /* done, or still waiting when the server stopped */
+    if (w->server) { /* it waited first: the server runs; the log says it */
+        fprintf(stderr, "moonflow serve: worker %u: %s\n", w->id,
+                ex->message ? ex->message : "aborted");
+        return;
+    }
+    snprintf(w->init_error, sizeof w->init_error, "%s",
+             ex->message ? ex->message : "aborted");
+    w->error = MF_EINVAL;
+    w->error_what = w->init_error;
+}
+
+/* Runs an init script (config init / init_worker) in a coroutine of the
+ * worker's host: it may wait (it goes on while the server starts). A
+ * script that does not load, or raises before its first wait, stops the
+ * start with its message; a later raise is logged. 0 or -1. */
+static int mf__serve_run_init(mf_serve_worker_t *w, const char *file)
+{
+    lua_State *L = mf_lua_host_state(w->host);
+    if (luaL_loadfile(L, file) != 0) {
+        snprintf(w->init_error, sizeof w->init_error, "%s",
+                 lua_tostring(L, -1));
+        lua_pop(L, 1);
+        w->error = MF_EINVAL;
+        w->error_what = w->init_error;
+        return -1;
+    }
+    mf_lua_host_spawn(w->host, 0, mf__serve_init_exit, w);
+    return w->error ? -1 : 0;
+}
+
 /* Opens the worker's objects; a failure leaves w->error and w->error_what
  * (mf__serve_started reports it) and no server. */
 static void mf__serve_open_worker(mf_serve_worker_t *w)
@@ -141,6 +179,9 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
         return;
     }
     mf__serve_watch(w);
+    if ((c->init && w->id == 0 && mf__serve_run_init(w, c->init) < 0) ||
+        (c->init_worker && mf__serve_run_init(w, c->init_worker) < 0))
+        return;
     mf_http_server_config_t http = c->http; /* copied by the server */
     if (w->log_fd >= 0) /* refused requests get an access line too */
         http.on_reject = mf_serve_log_reject;
@@ -350,8 +391,11 @@ static bool mf__serve_started(const mf_serve_worker_t *ws, unsigned n)
 {
     for (unsigned i = 0; i < n; i++)
         if (!ws[i].server) {
-            fprintf(stderr, "moonflow serve: %s: %s\n", ws[i].error_what,
-                    mf_strerror(ws[i].error));
+            if (ws[i].error_what == ws[i].init_error) /* its own words */
+                fprintf(stderr, "moonflow serve: %s\n", ws[i].init_error);
+            else
+                fprintf(stderr, "moonflow serve: %s: %s\n", ws[i].error_what,
+                        mf_strerror(ws[i].error));
             return false;
         }
     return true;

@@ -42,6 +42,8 @@ typedef struct mf_serve_config {
     char *root;                  /* the scripts folder */
     unsigned workers;            /* 0: one per core */
     char *access_log;            /* NULL/"off", "-" (stdout) or a file */
+    char *init;                  /* run once, on worker 0, at start; NULL */
+    char *init_worker;           /* run on every worker at start; NULL */
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
     /* When taken over: how long an idle keep-alive connection may still
      * bring one more request (mf_http_server_drain). */
@@ -102,6 +104,7 @@ typedef struct mf_serve_worker {
     uint32_t drain_ms;      /* the stop: mf_http_server_drain's idle_ms */
     int error;              /* start failure (negative MF_E*) */
     const char *error_what; /* and what failed: the listen address ... */
+    char init_error[600];   /* an init script's error (error_what then) */
     /* access log: lines buffered, written when full or every second */
     int log_fd;
     char *log_buf;

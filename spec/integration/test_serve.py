@@ -1076,6 +1076,55 @@ class HandlerUtilities(ServeTest):
         self.assertEqual(out.returncode, 2)
         self.assertIn('log_level: "loud" is not a level', out.stderr)
 
+    def test_init_runs_once_and_init_worker_on_every_worker_and_may_wait(self):
+        out = temp_dir(self)
+        root = self.site({
+            "ok.lua": handler("ok"),
+            "init.lua": 'local f = assert(io.open(%r .. "/init-" .. '
+                        'require("moonflow").worker.id, "w")) f:close()\n' % out,
+            "boot.lua": 'local mf = require "moonflow"\n'
+                        'mf.sleep(20) -- waits: the server is up meanwhile\n'
+                        'local f = assert(io.open(%r .. "/worker-" .. mf.worker.id, "w"))\n'
+                        'f:write(mf.worker.count) f:close()\n' % out,
+        })
+        conf = os.path.join(root, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", init = "init.lua", init_worker = "boot.lua" }\n')
+        srv = self.serve("--config", conf, workers=2)
+        self.assertEqual(self.get(srv, "/ok").body, b"ok")
+        deadline = time.time() + 10
+        while time.time() < deadline and len(os.listdir(out)) < 3:
+            time.sleep(0.02)
+        self.assertEqual(sorted(os.listdir(out)), ["init-0", "worker-0", "worker-1"])
+        with open(os.path.join(out, "worker-1")) as f:
+            self.assertEqual(f.read(), "2")
+
+    def test_an_init_script_that_fails_stops_the_start_with_its_error(self):
+        root = self.site({
+            "raises.lua": 'error("no database at start")\n',
+            "broken.lua": 'local x = \n',
+            "late.lua": 'require("moonflow").sleep(5) error("after a wait")\n',
+        })
+        for key, script, words in (("init_worker", "raises.lua", "no database at start"),
+                                    ("init", "broken.lua", "broken.lua:2:"),
+                                    ("init_worker", "missing.lua", "init_worker")):
+            conf = os.path.join(root, "conf.lua")
+            with open(conf, "w") as f:
+                f.write('return { root = ".", %s = %r }\n' % (key, script))
+            out = subprocess.run([MOONFLOW, "serve", "--config", conf, "--listen",
+                                  "127.0.0.1:%d" % free_port()],
+                                 capture_output=True, text=True, timeout=20)
+            self.assertNotEqual(out.returncode, 0, (key, script))
+            self.assertIn(words, out.stderr, (key, script))
+        conf = os.path.join(root, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", init_worker = "late.lua" }\n')
+        srv = self.serve("--config", conf)
+        time.sleep(0.2)
+        code, _, err = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0)
+        self.assertIn(b"after a wait", err)
+
     def test_mf_worker_names_each_worker_and_req_ctx_is_per_request(self):
         root = self.site({
             "w.lua": 'local mf = require "moonflow"\n'
