@@ -1,0 +1,116 @@
+-- moonflow.ngx — OpenResty's `ngx` API, the part moonflow has an answer
+-- for, so Lua libraries written for OpenResty load unchanged: require
+-- "moonflow.ngx" installs the global `ngx` (in handlers and scripts alike)
+-- and returns it. Calls map onto moonflow's own:
+--
+--   ngx.null, ngx.log and the levels (ngx.ERR ...), ngx.sleep (seconds),
+--   ngx.now / ngx.time / ngx.update_time / ngx.today, ngx.re.*,
+--   ngx.encode_base64 / decode_base64, ngx.md5 / md5_bin, ngx.sha1_bin,
+--   ngx.hmac_sha1, ngx.escape_uri / unescape_uri, ngx.encode_args /
+--   decode_args, ngx.quote_sql_str, ngx.timer.at / every, ngx.thread.spawn
+--   / wait, ngx.worker.id / count / pid / exiting, ngx.config, ngx.shared
+--   (moonflow's shared dicts, when there are any).
+--
+-- What has no moonflow answer yet is left out rather than faked: a
+-- library that reaches for it gets nil (ngx.socket, ngx.var, ngx.req,
+-- ngx.say ...).
+local mf = require "moonflow"
+
+local select = select
+
+local ngx = rawget(_G, "ngx") or {}
+
+ngx.null = mf.null
+ngx.OK, ngx.ERROR, ngx.AGAIN, ngx.DONE, ngx.DECLINED = 0, -1, -2, -4, -5
+
+-- Levels: nginx's numbers, which mf.log's names follow in order.
+local levels = { "emerg", "alert", "crit", "error", "warn", "notice", "info", "debug" }
+ngx.STDERR, ngx.EMERG, ngx.ALERT, ngx.CRIT = 0, 1, 2, 3
+ngx.ERR, ngx.WARN, ngx.NOTICE, ngx.INFO, ngx.DEBUG = 4, 5, 6, 7, 8
+
+function ngx.log(level, ...)
+    local name = levels[level] or (level == 0 and "error")
+    if not name then error("ngx.log: bad log level " .. tostring(level), 2) end
+    return mf.log(name, ...)
+end
+
+function ngx.sleep(seconds) return mf.sleep(seconds * 1000) end
+function ngx.now() return mf.now() / 1000 end
+ngx.time = os.time
+function ngx.update_time() end -- mf.now() is the loop's time, updated each turn
+function ngx.today() return os.date("%Y-%m-%d") end
+
+ngx.re = {
+    match = mf.re.match, find = mf.re.find, gmatch = mf.re.gmatch,
+    sub = mf.re.sub, gsub = mf.re.gsub,
+}
+
+function ngx.encode_base64(s, no_padding)
+    local text = mf.base64.encode(s)
+    if no_padding then text = text:gsub("=+$", "") end
+    return text
+end
+function ngx.decode_base64(s) return (mf.base64.decode(s)) end
+function ngx.md5_bin(s) return mf.crypto.md5(s) end
+function ngx.md5(s) return mf.hex.encode(mf.crypto.md5(s)) end
+function ngx.sha1_bin(s) return mf.crypto.sha1(s) end
+function ngx.hmac_sha1(key, s) return mf.crypto.hmac("sha1", key, s) end
+function ngx.escape_uri(s) return mf.uri.escape(s) end
+function ngx.unescape_uri(s)
+    local plain = s:gsub("%+", " ")
+    return mf.uri.unescape(plain) or plain -- a bad escape stays as sent
+end
+ngx.encode_args = mf.uri.encode_args
+ngx.decode_args = mf.uri.decode_args
+
+-- SQL string literal as ngx.quote_sql_str writes it (MySQL escapes).
+local sql_escapes = { ["\0"] = "\\0", ["\b"] = "\\b", ["\n"] = "\\n", ["\r"] = "\\r",
+                      ["\t"] = "\\t", ["\26"] = "\\Z", ["\\"] = "\\\\", ["'"] = "\\'",
+                      ['"'] = '\\"' }
+function ngx.quote_sql_str(s)
+    return "'" .. s:gsub("[%z\b\n\r\t\26\\'\"]", sql_escapes) .. "'"
+end
+
+-- Timers: fn(premature, ...) as OpenResty calls them (premature is always
+-- false: moonflow aborts pending timers at shutdown instead).
+ngx.timer = {}
+function ngx.timer.at(delay, fn, ...)
+    local h = mf.timer.at(delay * 1000, fn, false, ...)
+    return h ~= nil and true or nil
+end
+function ngx.timer.every(delay, fn, ...)
+    local h = mf.timer.every(delay * 1000, fn, false, ...)
+    return h ~= nil and true or nil
+end
+
+ngx.thread = {}
+function ngx.thread.spawn(fn, ...) return mf.spawn(fn, ...) end
+local function drop_first(_, ...) return ... end
+function ngx.thread.wait(...)
+    if select("#", ...) == 1 then return (...):wait() end
+    return drop_first(mf.wait_any(...)) -- ok and results of the first to end
+end
+
+local ok_ffi, ffi = pcall(require, "ffi")
+if ok_ffi then pcall(ffi.cdef, "int getpid(void);") end
+ngx.worker = {
+    id = function() return mf.worker.id end,
+    count = function() return mf.worker.count end,
+    pid = function() return ok_ffi and ffi.C.getpid() or 0 end,
+    exiting = function() return false end,
+}
+
+ngx.config = {
+    subsystem = "http",
+    debug = false,
+    nginx_version = 1022001,
+    ngx_lua_version = 10023,
+    nginx_configure = function() return "" end,
+    prefix = function() return "" end,
+}
+
+-- mf.shared's dicts under their names (a table that looks them up).
+ngx.shared = mf.shared or setmetatable({}, { __index = function() return nil end })
+
+_G.ngx = ngx
+return ngx
