@@ -366,9 +366,16 @@ static void mf__rconn_check_backlog(mf_redis_conn_t *conn)
     mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ECONNABORTED);
 }
 
-static void mf__rconn_read(mf_redis_conn_t *conn)
+/* Reads and parses until the socket is drained. A short read drained it
+ * (plain TCP, edge-triggered: the next edge says when more comes), so no
+ * read is spent to see EAGAIN; over TLS (OpenSSL may hold a decrypted
+ * record back) and when the peer's close came with this edge (no edge will
+ * follow it), reading goes on to EAGAIN or the end. */
+static void mf__rconn_read(mf_redis_conn_t *conn, unsigned events)
 {
     char buf[16384];
+    bool to_end =
+        conn->ssl || (events & (MF_IO_ERROR | MF_IO_HUP | MF_IO_RDHUP));
     while (conn->state != MF_RCONN_CLOSED) {
         ssize_t n = mf__sock_read(conn->io.fd, conn->ssl, buf, sizeof buf);
         if (n == MF_EAGAIN)
@@ -386,6 +393,8 @@ static void mf__rconn_read(mf_redis_conn_t *conn)
         }
         mf__rconn_parse(conn);
         mf__rconn_check_backlog(conn);
+        if ((size_t)n < sizeof buf && !to_end)
+            return;
     }
 }
 
@@ -401,7 +410,7 @@ static void mf__rconn_on_io(mf_io_t *io, unsigned events)
     if (events & MF_IO_WRITE)
         mf__rconn_flush(conn);
     if (events & (MF_IO_READ | MF_IO_ERROR | MF_IO_HUP | MF_IO_RDHUP))
-        mf__rconn_read(conn);
+        mf__rconn_read(conn, events);
 }
 
 /* ---- closing -------------------------------------------------------------
