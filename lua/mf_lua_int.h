@@ -91,6 +91,7 @@ struct mf_lua_co {
     bool memory_refused;      /* an allocation of its slice was refused */
     mf_lua_step_fn step_fn;   /* mf_lua_co_set_step_observer; NULL: none */
     void *step_ud;
+    bool lean; /* mf_lua_co_set_lean_results */
 };
 
 /* ---- the watchdog (mf_lua_watchdog.c) -------------------------------- */

@@ -175,6 +175,13 @@ void mf_lua_leaf_result(lua_State *L, const mf_lua_kind_t *kind,
         kind->result(L, task, data);
 }
 
+bool mf_lua_leaf_lean(const mf_lua_kind_t *kind, const mf_task_t *task,
+                      void *data)
+{
+    return mf_task_state(task) == MF_STATE_SUCCESS &&
+           !(kind->answer_failed && kind->answer_failed(task, data));
+}
+
 void mf_lua_leaf_release(const mf_lua_kind_t *kind, void *data)
 {
     if (kind->release)

@@ -38,6 +38,10 @@ mf_task_t *mf_lua_leaf_create(lua_State *L, int idx, const mf_lua_kind_t *kind,
 /* Fills the result table on top of L from a finished task. */
 void mf_lua_leaf_result(lua_State *L, const mf_lua_kind_t *kind,
                         mf_task_t *task, void *data);
+/* Whether a waiter with lean results gets true for the finished task (it
+ * succeeded and its answer reports no failure) instead of its result. */
+bool mf_lua_leaf_lean(const mf_lua_kind_t *kind, const mf_task_t *task,
+                      void *data);
 void mf_lua_leaf_release(const mf_lua_kind_t *kind, void *data);
 
 /* Parks co on the task of the checked description at idx, alone

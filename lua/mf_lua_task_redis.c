@@ -306,6 +306,17 @@ static const char *mf_lua__redis_error_detail(const mf_task_t *task, void *data)
     return mf_task_redis_error_message(task);
 }
 
+/* An error reply (a reply, not a task failure) to any of the commands. */
+static bool mf_lua__redis_answer_failed(const mf_task_t *task, void *data)
+{
+    (void)data;
+    size_t n = mf_task_redis_nreplies(task);
+    for (size_t i = 0; i < n; i++)
+        if (mf_task_redis_reply(task, i)->type == MF_REDIS_ERROR)
+            return true;
+    return false;
+}
+
 const mf_lua_kind_t mf_lua_task_redis_kind = {
     .name = "redis",
     .data_size = sizeof(mf_lua_redis_data_t),
@@ -313,4 +324,5 @@ const mf_lua_kind_t mf_lua_task_redis_kind = {
     .create = mf_lua__redis_create,
     .result = mf_lua__redis_result,
     .error_detail = mf_lua__redis_error_detail,
+    .answer_failed = mf_lua__redis_answer_failed,
 };

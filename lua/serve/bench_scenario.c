@@ -12,7 +12,9 @@
  * iteration due at a fixed time and measured from it as wrk2 does, a late
  * one starting at once), prep() names the flow's top-level steps and arms
  * the step observer (mf_lua_co_set_step_observer), the flow is waited on
- * as any handler's, and finish() records the iteration and its steps.
+ * as any handler's, with lean results (true for a task that succeeded:
+ * mf_lua_co_set_lean_results), and finish() records the iteration and its
+ * steps.
  * Iterations completing after the warm-up and before the end are recorded;
  * those in flight at the end are aborted and not counted.
  *
@@ -534,6 +536,8 @@ static int scen_start_users(scen_thread_t *t)
         u->co = mf_lua_host_prepare(t->host, scen_user_exit, u);
         t->live++;
         mf_lua_co_set_step_observer(u->co, scen_on_step, u);
+        /* the results are only told apart: no table for a success */
+        mf_lua_co_set_lean_results(u->co, true);
         lua_xmove(L, mf_lua_co_thread(u->co), 3);
         mf_lua_co_start(u->co, 2);
     }
