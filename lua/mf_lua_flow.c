@@ -107,7 +107,9 @@ static void mf_lua__step_done(mf_task_t *task)
 
 /* ---- checking a description (nothing is built before it passes) ------ */
 
-static void mf_lua__check(lua_State *L, int idx, int depth)
+/* Raises on a malformed step at idx; for a task without a callback
+ * returns its kind (it can be waited on alone), else NULL. */
+static const mf_lua_kind_t *mf_lua__check(lua_State *L, int idx, int depth)
 {
     luaL_checkstack(L, 4, "flow nested too deeply");
     if (depth > 200)
@@ -116,16 +118,15 @@ static void mf_lua__check(lua_State *L, int idx, int depth)
         luaL_error(L, "flow step %d: expected a task, series or parallel",
                    depth);
     const mf_lua_kind_t *kind;
-    if (mf_lua_desc_step(L, idx, &kind) == MF_LUA_STEP_TASK) {
-        mf_lua_leaf_check(L, idx, kind);
-        return;
-    }
+    if (mf_lua_desc_step(L, idx, &kind) == MF_LUA_STEP_TASK)
+        return mf_lua_leaf_check(L, idx, kind) ? NULL : kind;
     int n = (int)lua_objlen(L, idx);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, idx, i);
         mf_lua__check(L, lua_gettop(L), depth + 1);
         lua_pop(L, 1);
     }
+    return NULL;
 }
 
 /* ---- result slots ------------------------------------------------------ */
@@ -557,26 +558,14 @@ static int mf_lua__cancel(lua_State *L)
     return 0;
 }
 
-/* A lone task without a callback needs no flow: it is waited on alone. */
-static const mf_lua_kind_t *mf_lua__lone_task(lua_State *L, int idx)
-{
-    const mf_lua_kind_t *kind;
-    if (mf_lua_desc_step(L, idx, &kind) != MF_LUA_STEP_TASK)
-        return NULL;
-    lua_getfield(L, idx, "callback");
-    bool has_cb = !lua_isnil(L, -1);
-    lua_pop(L, 1);
-    return has_cb ? NULL : kind;
-}
-
 /* flow.wait(desc) -> results | nil, message */
 static int mf_lua__wait(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     mf_lua_co_t *co = mf_lua_co_check(L);
     lua_settop(L, 1);
-    mf_lua__check(L, 1, 0);
-    const mf_lua_kind_t *lone = mf_lua__lone_task(L, 1);
+    /* a lone task without a callback needs no flow: it is waited on alone */
+    const mf_lua_kind_t *lone = mf_lua__check(L, 1, 0);
     if (lone)
         return mf_lua_park_task(L, co, 1, lone);
     mf_lua_host_t *host = mf_lua_co_host(co);

@@ -181,10 +181,10 @@ static void scen_step_error(scen_thread_t *t, lua_State *L, int idx,
 /* ---- naming the steps ---------------------------------------------------- */
 
 /* The thread's series of step index of the description at d (a new one
- * the first time), or -1 when there are too many. */
+ * the first time), or -1 when there are too many. Its kind is on top of
+ * the stack (popped here). */
 static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
 {
-    bench_scen_field(L, d, "kind");
     const char *kind = lua_tostring(L, -1);
     if (!kind) {
         lua_pop(L, 1);
@@ -232,7 +232,6 @@ static void scen_name_steps(scen_user_t *u, lua_State *L, int idx)
     const char *kind = lua_tostring(L, -1);
     bool series = kind && !strcmp(kind, "series");
     bool list = series || (kind && !strcmp(kind, "parallel"));
-    lua_pop(L, 1);
     u->in_series = series;
     u->single = !list;
     if (!list) {
@@ -240,11 +239,13 @@ static void scen_name_steps(scen_user_t *u, lua_State *L, int idx)
         u->slot[1] = scen_slot(u->t, L, idx, 1);
         return;
     }
+    lua_pop(L, 1);
     size_t n = lua_objlen(L, idx);
     u->nsteps = n > SCEN_MAX_STEPS ? SCEN_MAX_STEPS : (unsigned)n;
     for (unsigned i = 1; i <= u->nsteps; i++) {
         lua_rawgeti(L, idx, (int)i);
-        u->slot[i] = scen_slot(u->t, L, lua_gettop(L), i);
+        bench_scen_field(L, -1, "kind");
+        u->slot[i] = scen_slot(u->t, L, lua_gettop(L) - 1, i);
         lua_pop(L, 1);
     }
 }
