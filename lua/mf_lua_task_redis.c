@@ -310,11 +310,7 @@ static const char *mf_lua__redis_error_detail(const mf_task_t *task, void *data)
 static bool mf_lua__redis_answer_failed(const mf_task_t *task, void *data)
 {
     (void)data;
-    size_t n = mf_task_redis_nreplies(task);
-    for (size_t i = 0; i < n; i++)
-        if (mf_task_redis_reply(task, i)->type == MF_REDIS_ERROR)
-            return true;
-    return false;
+    return mf_task_redis_error_replies(task) > 0;
 }
 
 const mf_lua_kind_t mf_lua_task_redis_kind = {

@@ -182,6 +182,7 @@ struct mf_redis_task {
     mf_redis_conn_t *conn;
     mf_list_t link; /* conn->queue or client->waiters */
     size_t nread;   /* replies received */
+    size_t nerrors; /* ... of which error replies */
     mf_redis_reply_t *replies;
     mf_redis_arena_t arena;
     const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */

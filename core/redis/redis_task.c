@@ -251,6 +251,9 @@ void mf__redis_task_keep_refusal(mf_redis_task_t *t,
 
 void mf__redis_task_on_reply(mf_redis_task_t *t)
 {
+    const mf_redis_reply_t *r = mf__redis_task_slot(t);
+    if (r && r->type == MF_REDIS_ERROR)
+        t->nerrors++;
     if (++t->nread < t->ncmds)
         return;
     if (t->overflow)
@@ -441,6 +444,12 @@ size_t mf_task_redis_nreplies(const mf_task_t *task)
 {
     const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
     return mf_task_state(task) == MF_STATE_SUCCESS ? t->nread : 0;
+}
+
+size_t mf_task_redis_error_replies(const mf_task_t *task)
+{
+    const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
+    return mf_task_redis_nreplies(task) ? t->nerrors : 0;
 }
 
 const char *mf_task_redis_error_message(const mf_task_t *task)

@@ -155,6 +155,9 @@ MF_API void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated);
 MF_API size_t mf_task_redis_nreplies(const mf_task_t *task);
 MF_API const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task,
                                                    size_t i);
+/* How many of those replies are error replies (MF_REDIS_ERROR at the top):
+ * a caller that only asks whether a command failed reads no reply. */
+MF_API size_t mf_task_redis_error_replies(const mf_task_t *task);
 /* When the task failed with MF_EACCES (Redis refused the connection's AUTH
  * or SELECT): Redis's own message, e.g. "WRONGPASS invalid
  * username-password pair or user is disabled." or "ERR DB index is out of

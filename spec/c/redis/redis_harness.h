@@ -189,6 +189,7 @@ typedef struct result {
     int state;
     int error;
     size_t n;
+    size_t errors; /* error replies among the n */
     char text[8192];
 } result_t;
 
@@ -243,6 +244,7 @@ static inline void on_done(mf_task_t *task)
     r->state = mf_task_state(task);
     r->error = mf_task_error(task);
     r->n = mf_task_redis_nreplies(task);
+    r->errors = mf_task_redis_error_replies(task);
     r->text[0] = 0;
     for (size_t i = 0; i < r->n; i++) {
         if (i)

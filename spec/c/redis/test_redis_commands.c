@@ -22,6 +22,10 @@ TEST(replies_of_every_type_are_faithful)
     expect(c, "NOSUCHCOMMAND x; GET k",
            "-ERR unknown command 'NOSUCHCOMMAND', with args beginning with: "
            "'x'  | $v");
+    result_t e;
+    run(c, &e, "GET k; NOSUCHCOMMAND; GET k; NOSUCHCOMMAND y");
+    ASSERT_EQ(e.n, 4);
+    ASSERT_EQ(e.errors, 2); /* counted as they arrive */
     expect(c, "EVAL return{1,{2,{'x',{}}},'y',false} 0",
            "[:1,[:2,[$x,[]]],$y,nil]");
     expect(c, "BLPOP emptylist 0.01", "*nil"); /* a nil array */
@@ -39,6 +43,7 @@ TEST(replies_of_every_type_are_faithful)
     run_until(&r.done, 1);
     ASSERT_STR_EQ(r.text, "+OK | $a\\0b\r\nc");
     ASSERT_EQ(r.n, 2);
+    ASSERT_EQ(r.errors, 0);
     ASSERT_EQ(mf_redis_client_connects(c), 2); /* shared + one for BLPOP */
     teardown();
 }
