@@ -38,6 +38,19 @@ static lua_State *wrk_state(const char *host, const char *port,
     return L;
 }
 
+/* A state for url whose thread (*t, kept by the caller as long as the
+ * state) ran its init: wrk.thread and the Host header are set. */
+static lua_State *inited_state(mf_lua_wrk_thread_t *t, const char *host,
+                               const char *port, char *const *headers,
+                               size_t nheaders)
+{
+    lua_State *L = wrk_state(host, port, headers, nheaders);
+    memset(t, 0, sizeof *t);
+    t->L = L;
+    ASSERT_EQ(mf_lua_wrk_thread_init(L, t, "http://u/", NULL, 0), 0);
+    return L;
+}
+
 /* Runs code in L: its first result as a string, or "error: MESSAGE". */
 static const char *eval(lua_State *L, const char *code)
 {
@@ -116,10 +129,8 @@ TEST(format_takes_its_defaults_from_the_table)
 
 TEST(format_puts_host_second_and_counts_the_body)
 {
-    lua_State *L = wrk_state("127.0.0.1", "8080", NULL, 0);
-    mf_lua_wrk_thread_t t = thread_of(L);
-    ASSERT_EQ(mf_lua_wrk_thread_init(L, &t, "http://127.0.0.1:8080/", NULL, 0),
-              0);
+    mf_lua_wrk_thread_t t;
+    lua_State *L = inited_state(&t, "127.0.0.1", "8080", NULL, 0);
     EVAL_EQ(L, "return wrk.headers.Host", "127.0.0.1:8080");
     EVAL_EQ(L, "return wrk.format(nil, '/p')",
             "GET /p HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n");
@@ -140,21 +151,16 @@ TEST(format_puts_host_second_and_counts_the_body)
 
 TEST(the_host_header_brackets_an_ipv6_address_and_omits_a_missing_port)
 {
-    lua_State *L = wrk_state("::1", "9", NULL, 0);
-    mf_lua_wrk_thread_t t = thread_of(L);
-    ASSERT_EQ(mf_lua_wrk_thread_init(L, &t, "http://[::1]:9/", NULL, 0), 0);
+    mf_lua_wrk_thread_t t;
+    lua_State *L = inited_state(&t, "::1", "9", NULL, 0);
     EVAL_EQ(L, "return wrk.headers.Host", "[::1]:9");
     lua_close(L);
-    L = wrk_state("example.com", NULL, NULL, 0);
-    t = thread_of(L);
-    ASSERT_EQ(mf_lua_wrk_thread_init(L, &t, "http://example.com/", NULL, 0), 0);
+    L = inited_state(&t, "example.com", NULL, NULL, 0);
     EVAL_EQ(L, "return wrk.headers.Host", "example.com");
     lua_close(L);
     /* a Host header from -H is kept */
     char *headers[] = {"Host: given"};
-    L = wrk_state("example.com", "80", headers, 1);
-    t = thread_of(L);
-    ASSERT_EQ(mf_lua_wrk_thread_init(L, &t, "http://example.com/", NULL, 0), 0);
+    L = inited_state(&t, "example.com", "80", headers, 1);
     EVAL_EQ(L, "return wrk.headers.Host", "given");
     lua_close(L);
 }
@@ -215,14 +221,22 @@ TEST(call_runs_a_global_function_or_says_it_is_not_one)
 
 /* ---- wrk.lookup, wrk.connect and resolving ----------------------------- */
 
+/* A listening socket on 127.0.0.1 (returned, its port in *port) and a port
+ * where nothing listens any more (*closed). */
+static int listen_and_close(uint16_t *port, uint16_t *closed)
+{
+    int listener = mf_test_bind_loopback(port, 16);
+    ASSERT(listener >= 0);
+    int gone = mf_test_bind_loopback(closed, 0);
+    ASSERT(gone >= 0);
+    close(gone);
+    return listener;
+}
+
 TEST(lookup_and_connect_reach_a_listening_socket_and_not_a_closed_port)
 {
     uint16_t port = 0, closed = 0;
-    int listener = mf_test_bind_loopback(&port, 16);
-    ASSERT(listener >= 0);
-    int gone = mf_test_bind_loopback(&closed, 0);
-    ASSERT(gone >= 0);
-    close(gone); /* nothing listens there now */
+    int listener = listen_and_close(&port, &closed);
     lua_State *L = wrk_state("127.0.0.1", NULL, NULL, 0);
     char code[512], want[64];
     snprintf(code, sizeof code,
@@ -256,11 +270,7 @@ TEST(lookup_and_connect_reach_a_listening_socket_and_not_a_closed_port)
 TEST(resolve_keeps_the_addresses_that_accept_a_connection)
 {
     uint16_t port = 0, closed = 0;
-    int listener = mf_test_bind_loopback(&port, 16);
-    ASSERT(listener >= 0);
-    int gone = mf_test_bind_loopback(&closed, 0);
-    ASSERT(gone >= 0);
-    close(gone);
+    int listener = listen_and_close(&port, &closed);
     char service[8], err[256] = "";
     mf_sockaddr_t addrs[4];
     snprintf(service, sizeof service, "%u", port);

@@ -256,11 +256,12 @@ static inline void on_done(mf_task_t *task)
         put(r, refusal, strlen(refusal));
 }
 
-/* "SET a 1; GET a": commands split on ';', arguments on spaces. */
-static inline mf_task_t *task_of(mf_redis_client_t *c, result_t *r,
-                                 const char *line)
+/* "SET a 1; GET a": commands split on ';', arguments on spaces; add(ctx,
+ * argc, argv) for each. */
+static inline void
+split_commands(const char *line,
+               void (*add)(void *ctx, int argc, const char **argv), void *ctx)
 {
-    mf_task_t *t = mf_task_redis_create(c, on_done, r);
     char copy[1024];
     snprintf(copy, sizeof copy, "%s", line);
     char *save = NULL;
@@ -273,8 +274,20 @@ static inline mf_task_t *task_of(mf_redis_client_t *c, result_t *r,
              w = strtok_r(NULL, " ", &s2))
             argv[argc++] = w;
         if (argc)
-            mf_task_redis_add_command(t, argc, argv, NULL);
+            add(ctx, argc, argv);
     }
+}
+
+static inline void add_to_task(void *task, int argc, const char **argv)
+{
+    mf_task_redis_add_command(task, argc, argv, NULL);
+}
+
+static inline mf_task_t *task_of(mf_redis_client_t *c, result_t *r,
+                                 const char *line)
+{
+    mf_task_t *t = mf_task_redis_create(c, on_done, r);
+    split_commands(line, add_to_task, t);
     return t;
 }
 

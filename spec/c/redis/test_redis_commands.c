@@ -207,23 +207,16 @@ TEST(multi_exec_in_one_task_is_atomic_on_the_shared_connection)
 /* ---- prepared commands ----------------------------------------------------
  */
 
+static void add_to_prepared(void *p, int argc, const char **argv)
+{
+    ASSERT_EQ(mf_redis_prepared_add(p, argc, argv, NULL), 0);
+}
+
 /* A prepared list from "SET a 1; GET a". */
 static mf_redis_prepared_t *prepared_of(const char *line)
 {
     mf_redis_prepared_t *p = mf_redis_prepared_create();
-    char copy[1024];
-    snprintf(copy, sizeof copy, "%s", line);
-    char *save = NULL;
-    for (char *cmd = strtok_r(copy, ";", &save); cmd;
-         cmd = strtok_r(NULL, ";", &save)) {
-        const char *argv[32];
-        int argc = 0;
-        char *s2 = NULL;
-        for (char *w = strtok_r(cmd, " ", &s2); w && argc < 32;
-             w = strtok_r(NULL, " ", &s2))
-            argv[argc++] = w;
-        ASSERT_EQ(mf_redis_prepared_add(p, argc, argv, NULL), 0);
-    }
+    split_commands(line, add_to_prepared, p);
     return p;
 }
 
