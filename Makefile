@@ -28,7 +28,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libssl-dev libc-ares-dev python3 curl wrk nginx-light openssl \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
            libhiredis-dev redis-server redis-tools strace \
-           libmariadb-dev mariadb-server mariadb-client librdkafka-dev kcat
+           libmariadb-dev mariadb-server mariadb-client librdkafka-dev kcat \
+           libpcre2-dev
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -42,7 +43,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # client; make bench compares with sysbench on the same server. Kafka: the
 # tests run librdkafka's mock cluster (librdkafka-dev) and check the
 # kafka_cli example against kcat; make bench compares with kcat -P and with
-# nginx + lua-resty-kafka (lua-nginx-kafka).
+# nginx + lua-resty-kafka (lua-nginx-kafka). mf.re's regular expressions
+# are PCRE2's (libpcre2-dev: 8-bit, with its JIT).
 BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis sysbench lua-nginx-kafka
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \

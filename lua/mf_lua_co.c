@@ -188,6 +188,8 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->step_fn = NULL;
     co->step_ud = NULL;
     co->lean = false;
+    co->describe = NULL;
+    co->describe_ud = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
     return co;
@@ -202,6 +204,12 @@ void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn, void *ud)
 void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean)
 {
     co->lean = lean;
+}
+
+void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn, void *ud)
+{
+    co->describe = fn;
+    co->describe_ud = ud;
 }
 
 bool mf_lua_co_start(mf_lua_co_t *co, int nargs)

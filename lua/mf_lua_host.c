@@ -43,13 +43,21 @@ static void mf_lua__prepend_path(lua_State *L, const char *field,
  * if an embedded source does not compile (a defect of the build). */
 static int mf_lua__preload(lua_State *L)
 {
-    static const luaL_Reg c_modules[] = {{"moonflow.core", mf_lua_open_core},
-                                         {"moonflow.flow", mf_lua_open_flow},
-                                         {"moonflow.timer", mf_lua_open_timer},
-                                         {"moonflow.redis", mf_lua_open_redis},
-                                         {"moonflow.mysql", mf_lua_open_mysql},
-                                         {"moonflow.kafka", mf_lua_open_kafka},
-                                         {NULL, NULL}};
+    static const luaL_Reg c_modules[] = {
+        {"moonflow.core", mf_lua_open_core},
+        {"moonflow.flow", mf_lua_open_flow},
+        {"moonflow.timer", mf_lua_open_timer},
+        {"moonflow.redis", mf_lua_open_redis},
+        {"moonflow.mysql", mf_lua_open_mysql},
+        {"moonflow.kafka", mf_lua_open_kafka},
+        {"moonflow.json", mf_lua_open_json},
+        {"moonflow.codec", mf_lua_open_codec},
+        {"moonflow.crypto", mf_lua_open_crypto},
+        {"moonflow.uri", mf_lua_open_uri},
+        {"moonflow.log", mf_lua_open_log},
+        {"moonflow.re", mf_lua_open_re},
+        {"moonflow.wait", mf_lua_open_wait},
+        {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");
     for (const luaL_Reg *m = c_modules; m->name; m++) {
@@ -168,6 +176,10 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
     host->loop = loop;
     host->log = opts && opts->log ? opts->log : mf_lua__log_stderr;
     host->log_ud = opts ? opts->log_ud : NULL;
+    host->log_level =
+        opts && opts->log_level ? opts->log_level : MF_LUA_LOG_INFO;
+    host->worker_id = opts ? opts->worker_id : 0;
+    host->worker_count = opts && opts->worker_count ? opts->worker_count : 1;
     mf_list_init(&host->coroutines);
     mf_list_init(&host->timers);
     if (opts && opts->memory_limit)

@@ -51,9 +51,11 @@ struct mf_lua_host {
     mf_loop_t *loop;
     mf_lua_log_fn log;
     void *log_ud;
-    mf_lua_co_t *current; /* the coroutine being resumed, if any */
-    mf_list_t coroutines; /* live mf_lua_co_t */
-    mf_list_t timers;     /* armed background timers */
+    int log_level;                    /* mf.log's threshold (MF_LUA_LOG_*) */
+    unsigned worker_id, worker_count; /* mf.worker */
+    mf_lua_co_t *current;             /* the coroutine being resumed, if any */
+    mf_list_t coroutines;             /* live mf_lua_co_t */
+    mf_list_t timers;                 /* armed background timers */
     mf_lua_counts_t counts;
     mf_lua_watch_t *watch; /* NULL: not interruptible */
     unsigned depth;        /* slices running (nested ones count) */
@@ -91,7 +93,9 @@ struct mf_lua_co {
     bool memory_refused;      /* an allocation of its slice was refused */
     mf_lua_step_fn step_fn;   /* mf_lua_co_set_step_observer; NULL: none */
     void *step_ud;
-    bool lean; /* mf_lua_co_set_lean_results */
+    bool lean;                   /* mf_lua_co_set_lean_results */
+    mf_lua_describe_fn describe; /* mf_lua_co_set_describer; NULL: none */
+    void *describe_ud;
 };
 
 /* ---- the watchdog (mf_lua_watchdog.c) -------------------------------- */
@@ -159,12 +163,19 @@ void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
                   lua_CFunction gc, lua_CFunction tostring);
 
 /* Openers of the private C modules, each pushing one table. */
-int mf_lua_open_core(lua_State *L);  /* moonflow.core: sleep, now, debug */
-int mf_lua_open_flow(lua_State *L);  /* moonflow.flow: wait, push */
-int mf_lua_open_timer(lua_State *L); /* moonflow.timer: at, every */
-int mf_lua_open_redis(lua_State *L); /* moonflow.redis: client, null */
-int mf_lua_open_mysql(lua_State *L); /* moonflow.mysql: client, rows ... */
-int mf_lua_open_kafka(lua_State *L); /* moonflow.kafka: open */
+int mf_lua_open_core(lua_State *L);   /* moonflow.core: sleep, now, debug */
+int mf_lua_open_flow(lua_State *L);   /* moonflow.flow: wait, push */
+int mf_lua_open_timer(lua_State *L);  /* moonflow.timer: at, every */
+int mf_lua_open_redis(lua_State *L);  /* moonflow.redis: client, null */
+int mf_lua_open_mysql(lua_State *L);  /* moonflow.mysql: client, rows ... */
+int mf_lua_open_kafka(lua_State *L);  /* moonflow.kafka: open */
+int mf_lua_open_json(lua_State *L);   /* moonflow.json: encode, null */
+int mf_lua_open_codec(lua_State *L);  /* moonflow.codec: base64, hex */
+int mf_lua_open_crypto(lua_State *L); /* moonflow.crypto: digests, hmac */
+int mf_lua_open_uri(lua_State *L);    /* moonflow.uri: escape, args */
+int mf_lua_open_log(lua_State *L);    /* moonflow.log: log, worker */
+int mf_lua_open_re(lua_State *L);     /* moonflow.re: PCRE2 regexes */
+int mf_lua_open_wait(lua_State *L);   /* moonflow.wait: waiters, spawn */
 
 /* Host teardown of background timers (mf_lua_timer.c). */
 void mf_lua_timers_shutdown(mf_lua_host_t *host);

@@ -13,14 +13,15 @@
 local site = require "_kafka"
 
 return function(req, resp)
-    if req.method ~= "POST" and req.method ~= "GET" then
+    local method = req.method -- each read is a call into C
+    if method ~= "POST" and method ~= "GET" then
         resp.headers["Allow"] = "GET, POST"
         return resp:json({ error = "GET or POST" }, 405)
     end
     local counts = site.counts
     counts.requests = counts.requests + 1
     local id = site.request_id()
-    local value = req.method == "POST" and (req.body or "") or (req.uri:match("%?(.*)$") or "")
+    local value = method == "POST" and (req.body or "") or (req.uri:match("%?(.*)$") or "")
     local r, err = site.producer():produce { topic = site.topic, key = id, value = value }
     if not r then
         counts.failed = counts.failed + 1

@@ -10,6 +10,7 @@ local cflow = require "moonflow.flow"
 local ctimer = require "moonflow.timer"
 local credis = require "moonflow.redis"
 local cmysql = require "moonflow.mysql"
+local cjson = require "moonflow.json"
 
 local select, setmetatable, getmetatable = select, setmetatable, getmetatable
 local type, error, pairs, pcall, unpack = type, error, pairs, pcall, unpack
@@ -302,19 +303,34 @@ setmetatable(mf.task, { __index = function(task, name)
     return make
 end })
 
-local ok, cjson = pcall(require, "cjson.safe")
-if ok then
-    local strict = require "cjson"
-    mf.json = {
-        encode = strict.encode,
-        decode = cjson.decode,
-        null = strict.null,
-    }
-else
-    mf.json = setmetatable({}, { __index = function()
-        raise("mf.json needs lua-cjson (cjson.so on package.cpath)")
-    end })
+-- mf.json: our encoder (moonflow.json, C: integers in full, no copy for
+-- resp:json), lua-cjson's decoder when it is installed.
+local luacjson_ok, luacjson = pcall(require, "cjson.safe")
+local decode_missing = function()
+    raise("mf.json.decode needs lua-cjson (cjson.so on package.cpath)")
 end
+mf.json = {
+    encode = cjson.encode,
+    decode = luacjson_ok and luacjson.decode or decode_missing,
+    null = cjson.null,
+}
+
+-- Bytes as text and back, digests, query strings (C: moonflow.codec,
+-- moonflow.crypto, moonflow.uri).
+local ccodec = require "moonflow.codec"
+mf.base64, mf.hex = ccodec.base64, ccodec.hex
+mf.crypto = require "moonflow.crypto"
+mf.uri = require "moonflow.uri"
+mf.re = require "moonflow.re"
+
+-- Lua threads, semaphores and queues (moonflow.thread, on moonflow.wait).
+local thread = require "moonflow.thread"
+mf.spawn, mf.wait_any = thread.spawn, thread.wait_any
+mf.semaphore, mf.queue = thread.semaphore, thread.queue
+
+-- mf.log(level, ...) and mf.worker.id/count (C: moonflow.log).
+local clog = require "moonflow.log"
+mf.log, mf.worker = clog.log, clog.worker
 
 mf.debug = { counts = core.counts }
 

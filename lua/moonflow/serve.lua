@@ -1,8 +1,6 @@
 -- moonflow.serve — the Lua side of `moonflow serve`'s response object and
 -- the case-insensitive request header table. The C side (lua/serve/handler.c)
--- merges `response` into resp's methods.
-local mf = require "moonflow"
-
+-- merges `response` (methods written in Lua; none today) into resp's methods.
 local type, rawget, lower = type, rawget, string.lower
 
 local M = { response = {} }
@@ -16,14 +14,6 @@ M.headers_mt = {
         end
     end,
 }
-
--- resp:json(value [, status]): encodes, sets the type, sends.
-function M.response.json(resp, value, status)
-    local body = mf.json.encode(value)
-    resp:set_header("Content-Type", "application/json")
-    if status then resp.status = status end
-    return resp:send(body)
-end
 
 -- resp's __index: the methods (a table hit, no C call for resp:send),
 -- then the C-side properties (status, headers, sent).

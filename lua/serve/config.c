@@ -18,6 +18,7 @@
  *                  stop = 1000,         -- grace of a graceful stop
  *                  drain = 5000 },      -- taken over: idle keep-alive grace
  *     jit = false,      -- true: compiled loops escape the limits above
+ *     log_level = "info",  -- mf.log: the least severe level written
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *   }
@@ -217,6 +218,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"tls", LUA_TTABLE, 0, 0, NULL},
     {"routes", LUA_TTABLE, 0, 0, NULL},
     {"jit", LUA_TBOOLEAN, 0, 0, NULL},
+    {"log_level", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -514,6 +516,14 @@ static int mf__config_read_table(lua_State *L, int t, mf_serve_config_t *c,
     if (lua_isboolean(L, -1))
         c->jit = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    if ((s = mf__field_string(L, t, "log_level")) &&
+        !(c->log_level = mf_lua_log_level(s))) {
+        snprintf(err, errlen,
+                 "log_level: \"%s\" is not a level (debug, info, notice, "
+                 "warn, error, crit, alert or emerg)",
+                 s);
+        return -1;
+    }
     if (mf__field_number(L, t, "workers", &v))
         c->workers = (unsigned)v; /* checked: 0 to MF_SERVE_MAX_WORKERS */
     return mf__config_sections(L, t, c, dir, err, errlen);

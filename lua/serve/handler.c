@@ -39,6 +39,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <moonflow/lua_json.h>
+#include <moonflow/lua_uri.h>
+
 #include "serve.h"
 
 typedef struct mf_serve_request mf_serve_request_t;
@@ -70,6 +73,12 @@ struct mf_serve_request {
 };
 
 static const char mf__req_mt[] = "moonflow.request";
+/* The Content-Type of an answer whose resp.headers name none. */
+static const char mf__text_type[] =
+    "Content-Type: text/plain; charset=utf-8\r\n";
+static const char mf__json_type[] = "Content-Type: application/json\r\n";
+#define MF__TEXT_TYPE mf__text_type, sizeof mf__text_type - 1
+#define MF__JSON_TYPE mf__json_type, sizeof mf__json_type - 1
 static const char mf__resp_mt[] = "moonflow.response";
 
 /* ---- answering -------------------------------------------------------------
@@ -220,16 +229,17 @@ static int mf__request_copy_headers(lua_State *L, mf_serve_request_t *request,
     return rc;
 }
 
-/* Status, headers and the default Content-Type, before the first byte.
- * 0, or -1 when the headers cannot be sent (reported). */
-static int mf__request_set_head(lua_State *L, mf_serve_request_t *request)
+/* Status, headers and the Content-Type line given (a literal) unless
+ * resp.headers has one, before the first byte. 0, or -1 when the headers
+ * cannot be sent (reported). */
+static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
+                                const char *type_line, size_t type_len)
 {
-    static const char line[] = "Content-Type: text/plain; charset=utf-8\r\n";
     bool has_type = false;
     if (mf__request_copy_headers(L, request, &has_type) < 0)
         return -1;
     if (!has_type) /* a constant: no copy */
-        mf_http_exchange_add_header_static(request->ex, line, sizeof line - 1);
+        mf_http_exchange_add_header_static(request->ex, type_line, type_len);
     mf_http_exchange_set_status(request->ex, request->status);
     return 0;
 }
@@ -345,7 +355,8 @@ static void mf__request_answer_at_exit(mf_serve_request_t *request,
         return;
     if (ex->status == MF_LUA_CO_DONE) {
         lua_State *L = mf_lua_host_state(request->w->host);
-        if (!request->streaming && mf__request_set_head(L, request) < 0)
+        if (!request->streaming &&
+            mf__request_set_head(L, request, MF__TEXT_TYPE) < 0)
             mf__request_abort(request);
         else
             mf__request_send(request, NULL, 0);
@@ -436,6 +447,21 @@ static mf_serve_request_t *mf__request_create(mf_serve_worker_t *w,
     return request;
 }
 
+/* The label of the request's mf.log lines: "GET /path" while it is not
+ * answered (the head's memory goes with the exchange). */
+static void mf__describe_request(void *ud, char *buf, size_t cap)
+{
+    const mf_serve_request_t *request = ud;
+    if (!request->ex) {
+        snprintf(buf, cap, "(answered)");
+        return;
+    }
+    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    char path[200];
+    mf_http_log_escape(path, sizeof path, head->path, head->path_len);
+    snprintf(buf, cap, "%.*s %s", (int)head->method_len, head->method, path);
+}
+
 /* Runs the handler on top of the host's stack in a new coroutine, which
  * owns the request record from mf_lua_co_start on. */
 static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
@@ -447,6 +473,7 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
+    mf_lua_co_set_describer(request->co, mf__describe_request, request);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
     lua_State *T = mf_lua_co_thread(request->co);
@@ -550,57 +577,9 @@ static void mf__fields_set(lua_State *L, mf_serve_request_t *request,
     lua_pop(L, 1);
 }
 
-/* Adds value under key; a repeated key becomes a list (OpenResty's shape). */
-static void mf__table_add(lua_State *L, int t)
-{
-    lua_pushvalue(L, -2);
-    lua_rawget(L, t);
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        lua_rawset(L, t);
-        return;
-    }
-    if (!lua_istable(L, -1)) {
-        lua_createtable(L, 2, 0);
-        lua_insert(L, -2);
-        lua_rawseti(L, -2, 1);
-    }
-    lua_insert(L, -2);
-    lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
-    lua_rawset(L, t);
-}
-
-/* Pushes s %-decoded. A long one is decoded in a scratch userdata: Lua
- * raises "not enough memory" if refused (a 500 and a log line), and its
- * collector frees it. */
-static void mf__push_decoded(lua_State *L, const char *s, size_t n)
-{
-    char small[256];
-    char *buf = n <= sizeof small ? small : lua_newuserdata(L, n);
-    memcpy(buf, s, n);
-    ssize_t len = mf_http_url_decode(buf, n, true);
-    if (len < 0)
-        lua_pushlstring(L, s, n); /* a bad escape: keep it as sent */
-    else
-        lua_pushlstring(L, buf, (size_t)len);
-    if (buf != small)
-        lua_remove(L, -2); /* the scratch */
-}
-
 static int mf__req_query(lua_State *L, const mf_http_request_t *head)
 {
-    mf_http_query_pair_t kv;
-    const char *p = head->query, *end = p ? p + head->query_len : NULL;
-    lua_newtable(L);
-    int t = lua_gettop(L);
-    while (mf_http_query_next(&p, end, &kv)) {
-        mf__push_decoded(L, kv.key, kv.key_len);
-        if (kv.value)
-            mf__push_decoded(L, kv.value, kv.value_len);
-        else
-            lua_pushboolean(L, 1);
-        mf__table_add(L, t);
-    }
+    mf_lua_push_args(L, head->query, head->query_len, 0);
     return 1;
 }
 
@@ -618,7 +597,7 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
                        ((h->name[k] >= 'A' && h->name[k] <= 'Z') ? 0x20 : 0));
         lua_pushlstring(L, name, n);
         lua_pushlstring(L, h->value, h->value_len);
-        mf__table_add(L, t);
+        mf_lua_args_add(L, t);
     }
     luaL_getmetatable(L, "moonflow.headers"); /* case-insensitive reads */
     lua_setmetatable(L, t);
@@ -665,10 +644,12 @@ static int mf__req_index(lua_State *L)
     else if (!strcmp(key, "peer"))
         return mf__req_peer(L, request);
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
-             !strcmp(key, "body")) {
+             !strcmp(key, "body") || !strcmp(key, "ctx")) {
         if (mf__fields_get(L, request, key))
             return 1;
-        if (key[0] == 'q')
+        if (key[0] == 'c')
+            lua_newtable(L); /* the request's own table, for the script */
+        else if (key[0] == 'q')
             mf__req_query(L, head);
         else if (key[0] == 'h')
             mf__req_headers(L, head);
@@ -686,6 +667,21 @@ static int mf__req_index(lua_State *L)
 /* ---- the response object ---------------------------------------------------
  */
 
+/* Sends data (copied) as the whole body, with the type given unless
+ * resp.headers has one. */
+static int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
+                           const char *data, size_t len, const char *type,
+                           size_t type_len)
+{
+    if (mf__request_set_head(L, request, type, type_len) < 0) {
+        mf__request_abort(request); /* a 500, reported */
+        return 0;
+    }
+    request->bytes = len;
+    mf__request_send(request, data, len);
+    return 0;
+}
+
 static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
                               int body)
 {
@@ -694,13 +690,32 @@ static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
     size_t len = 0;
     const char *data =
         lua_isnoneornil(L, body) ? "" : luaL_checklstring(L, body, &len);
-    if (mf__request_set_head(L, request) < 0) {
-        mf__request_abort(request); /* a 500, reported */
-        return 0;
-    }
-    request->bytes = len;
-    mf__request_send(request, data, len);
-    return 0;
+    return mf__resp_answer(L, request, data, len, MF__TEXT_TYPE);
+}
+
+static int mf__check_status(lua_State *L, int idx)
+{
+    int status = (int)luaL_checkinteger(L, idx);
+    if (status < 100 || status > 999)
+        return luaL_argerror(L, idx, "an HTTP status (100-999) expected");
+    return status;
+}
+
+/* resp:json(value [, status]): the value as JSON (moonflow/lua_json.h),
+ * encoded into the state's scratch buffer and copied straight out: no Lua
+ * string. Content-Type: application/json unless resp.headers has one. */
+static int mf__resp_json(lua_State *L)
+{
+    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    luaL_checkany(L, 2);
+    int status = lua_isnoneornil(L, 3) ? 0 : mf__check_status(L, 3);
+    if (request->sent || request->streaming)
+        return luaL_error(L, "the response was already sent");
+    size_t len;
+    const char *body = mf_lua_json_encode(L, 2, &len);
+    if (status)
+        request->status = status;
+    return mf__resp_answer(L, request, body, len, MF__JSON_TYPE);
 }
 
 static int mf__resp_send(lua_State *L)
@@ -814,7 +829,7 @@ static int mf__resp_write(lua_State *L)
         return luaL_error(L, "the response was already sent");
     int rc = 0;
     if (!request->streaming) {
-        rc = mf__request_set_head(L, request);
+        rc = mf__request_set_head(L, request, MF__TEXT_TYPE);
         request->streaming = rc == 0;
     }
     if (rc == 0) {
@@ -872,9 +887,7 @@ static int mf__resp_newindex(lua_State *L)
     mf_serve_request_t *request = mf__check_request(L, 1, 1);
     const char *key = luaL_checkstring(L, 2);
     if (!strcmp(key, "status")) {
-        int status = (int)luaL_checkinteger(L, 3);
-        if (status < 100 || status > 999)
-            return luaL_argerror(L, 3, "an HTTP status (100-999) expected");
+        int status = mf__check_status(L, 3);
         if (request->sent || request->streaming)
             return luaL_error(L, "the status was already sent");
         request->status = status;
@@ -901,10 +914,11 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     int mt = lua_gettop(L);
     lua_getglobal(L, "require");
     lua_pushliteral(L, "moonflow.serve");
-    lua_call(L, 1, 1); /* the Lua-side methods (json ...) */
+    lua_call(L, 1, 1); /* the Lua side: methods, index, headers_mt */
     static const luaL_Reg methods[] = {{"send", mf__resp_send},
                                        {"write", mf__resp_write},
                                        {"redirect", mf__resp_redirect},
+                                       {"json", mf__resp_json},
                                        {"set_header", mf__resp_set_header},
                                        {NULL, NULL}};
     lua_getfield(L, -1, "response");

@@ -44,8 +44,8 @@ static const char usage_serve[] =
     "reload when they change (inotify) and on SIGHUP; SIGINT/SIGTERM stop\n"
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
-    "root, access_log, tls, limits, timeouts, routes, jit); options given\n"
-    "on the command line win.\n"
+    "root, access_log, tls, limits, timeouts, routes, jit, log_level);\n"
+    "options given on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -123,7 +123,10 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
                                .cpu_budget_ms = c->cpu_budget_ms,
                                .interruptible = true,
                                .jit = c->jit ? MF_LUA_JIT_ON : MF_LUA_JIT_AUTO,
-                               .memory_limit = (size_t)c->lua_memory_mib << 20};
+                               .memory_limit = (size_t)c->lua_memory_mib << 20,
+                               .log_level = c->log_level,
+                               .worker_id = w->id,
+                               .worker_count = w->count};
     w->host = mf_lua_host_create(w->loop, &opts);
     if (!w->host) {
         w->error = MF_ENOMEM;
@@ -506,6 +509,8 @@ static int mf__serve_run(mf_serve_config_t *c)
     mf_serve_worker_job_t *jobs = mf_xcalloc(n, sizeof(*jobs));
     for (unsigned i = 0; i < n; i++) {
         ws[i].config = c;
+        ws[i].id = i;
+        ws[i].count = n;
         ws[i].log_fd = -1; /* none until mf_serve_log_open */
         jobs[i].w = &ws[i];
     }

@@ -51,6 +51,7 @@ typedef struct mf_serve_config {
     uint32_t lua_memory_mib;  /* limits.lua_memory; 0: no cap */
     uint32_t stop_timeout_ms; /* timeouts.stop: the grace at SIGTERM */
     bool jit;                 /* jit = true: keep LuaJIT's compiler on */
+    int log_level;            /* mf.log's threshold (MF_LUA_LOG_*; 0: info) */
     mf_http_server_config_t http;
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
@@ -90,6 +91,7 @@ int mf_serve_config_check(const mf_serve_config_t *config, char *err,
 
 typedef struct mf_serve_worker {
     const mf_serve_config_t *config;
+    unsigned id, count; /* mf.worker.id (0-based) and .count */
     mf_loop_t *loop;
     mf_lua_host_t *host;
     mf_http_server_t *server;

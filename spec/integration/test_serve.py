@@ -1035,5 +1035,68 @@ class Takeover(ServeTest):
                                  b"\r\n").body, b"v")
 
 
+class HandlerUtilities(ServeTest):
+    """mf.log, mf.worker and req.ctx in handlers served by `moonflow
+    serve`."""
+
+    def test_mf_log_writes_level_route_and_message_at_or_above_log_level(self):
+        root = self.site({
+            "log.lua": 'local mf = require "moonflow"\n'
+                       'return function(req, resp)\n'
+                       '  mf.log("warn", "a=", 1, " b=", true, " nl:\\n", nil)\n'
+                       '  mf.log("debug", "hidden below the level")\n'
+                       '  resp:send("ok")\n'
+                       '  mf.log("error", "after the answer")\n'
+                       'end\n',
+            "bad.lua": 'local mf = require "moonflow"\n'
+                       'return function(req, resp) mf.log("loud", "x") end\n',
+        })
+        conf = os.path.join(root, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", log_level = "info" }\n')
+        srv = self.serve("--config", conf)
+        self.assertEqual(self.get(srv, "/log?q=1").body, b"ok")
+        self.assertEqual(self.get(srv, "/bad").status, 500)
+        code, _, err = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0)
+        err = err.decode(errors="replace")
+        self.assertRegex(err, r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[warn\] "
+                              r"GET /log: a=1 b=true nl:\\x0anil\n")
+        self.assertIn("[error] (answered): after the answer\n", err)
+        self.assertNotIn("hidden below the level", err)
+        self.assertIn("a level expected", err)
+
+    def test_a_log_level_that_is_no_level_is_refused_at_start(self):
+        root = self.site({})
+        conf = os.path.join(root, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", log_level = "loud" }\n')
+        out = subprocess.run([MOONFLOW, "serve", "--config", conf],
+                             capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn('log_level: "loud" is not a level', out.stderr)
+
+    def test_mf_worker_names_each_worker_and_req_ctx_is_per_request(self):
+        root = self.site({
+            "w.lua": 'local mf = require "moonflow"\n'
+                     'return function(req, resp)\n'
+                     '  local first = req.ctx.seen\n'
+                     '  req.ctx.seen = true\n'
+                     '  assert(req.ctx.seen and req.ctx == req.ctx)\n'
+                     '  resp:send(("%d %d %s"):format(mf.worker.id, mf.worker.count,\n'
+                     '                                tostring(first)))\n'
+                     'end\n',
+        })
+        srv = self.serve(root=root, workers=2)
+        seen = set()
+        for _ in range(40):
+            r = self.get(srv, "/w")
+            self.assertEqual(r.status, 200, r.body)
+            wid, count, first = r.body.decode().split()
+            self.assertEqual((count, first), ("2", "nil"))
+            seen.add(int(wid))
+        self.assertTrue(seen and seen <= {0, 1}, seen)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

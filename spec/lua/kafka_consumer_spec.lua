@@ -215,6 +215,34 @@ describe("mf.kafka consumer", function()
         assert.equals("a -2", events[#events])
     end)
 
+    it("closes a consumer the collector takes: it leaves the group, and "
+       .. "the other member gets its partitions", function()
+        local t = fresh(2)
+        local group = "g-" .. t
+        local function assigned(c, want)
+            local deadline = mf.now() + 30000
+            while mf.now() < deadline do
+                c:poll(10, 100)
+                if #c:assignment() == want then return true end
+            end
+            return false
+        end
+        local a = k:consumer(opts { group = group, topics = { t } })
+        assert.is_true(assigned(a, 2))
+        local dropped = k:consumer(opts { group = group, topics = { t } })
+        local deadline = mf.now() + 30000
+        while mf.now() < deadline and #dropped:assignment() == 0 do
+            dropped:poll(10, 100)
+            a:poll(10, 100)
+        end
+        assert.equals(1, #dropped:assignment())
+        dropped = nil
+        collectgarbage()
+        collectgarbage()
+        assert.is_true(assigned(a, 2))
+        assert.is_true(a:close())
+    end)
+
     it("logs and ignores a raise in a rebalance callback", function()
         local t = fresh(1)
         produce(t, 2)

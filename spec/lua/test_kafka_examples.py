@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -279,6 +280,50 @@ def test_site_brokers_down(mock, port):
     check("brokers back: 200 again", back.status == 200, back.body)
 
 
+def test_site_clients_leave(mock, port, topic):
+    """Clients that close while their handler waits for the delivery report
+    (every broker answers 1 s late): the handlers are aborted and their
+    produce tasks canceled, the server answers the next request, and the
+    messages, which a produce cannot recall, still land."""
+    before = http(port, "GET", "/stats").json
+    for broker in (1, 2, 3):
+        mock.rtt(broker, 1000)
+    try:
+        socks = []
+        for i in range(20):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"GET /event?left-%d HTTP/1.1\r\nHost: x\r\n\r\n" % i)
+            socks.append(s)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if http(port, "GET", "/stats").json["requests"] >= before["requests"] + 20:
+                break
+            time.sleep(0.05)
+        for s in socks:
+            s.close()
+    finally:
+        for broker in (1, 2, 3):
+            mock.rtt(broker, 0)
+    after = http(port, "GET", "/stats").json
+    check("20 clients gone while waiting: every request reached the handler, "
+          "none was answered as delivered or failed",
+          after["requests"] == before["requests"] + 20 and
+          after["delivered"] == before["delivered"] and
+          after["failed"] == before["failed"], "before %r after %r" % (before, after))
+    got = http(port, "GET", "/event?after-the-left")
+    check("the next request is answered 200", got.status == 200, got.body)
+    deadline = time.time() + 20
+    values = []
+    while time.time() < deadline:
+        values = [v for v in kcat_read(mock, topic, "%s\\n") if v.startswith("left-")]
+        if len(values) >= 20:
+            break
+        time.sleep(0.5)
+    check("their 20 messages still landed, once each",
+          sorted(values) == sorted("left-%d" % i for i in range(20)),
+          "%d found: %r" % (len(values), values[:25]))
+
+
 def test_site(mock):
     topic = "site-events"
     mock.topic(topic, 8)
@@ -291,6 +336,7 @@ def test_site(mock):
     try:
         test_site_answers(mock, port, topic)
         test_site_load(mock, port, topic)
+        test_site_clients_leave(mock, port, topic)
         test_site_brokers_down(mock, port)
         code, _, err = serve.stop(sig=signal.SIGTERM, timeout=60)
         stopped = True

@@ -9,6 +9,7 @@
 #ifndef MOONFLOW_H
 #define MOONFLOW_H
 
+#include "codec.h"
 #include "common.h"
 #include "dns.h"
 #include "error.h"

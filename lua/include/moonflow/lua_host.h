@@ -43,6 +43,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <moonflow/common.h>
 #include <moonflow/loop.h>
@@ -91,7 +92,43 @@ typedef struct mf_lua_host_opts {
      * and a full collection runs when it ends. The host's own bookkeeping
      * between slices is never refused (it may pass the cap by a little). */
     size_t memory_limit;
+    /* mf.log: the least severe level written (MF_LUA_LOG_*; 0: info). */
+    int log_level;
+    /* mf.worker.id / mf.worker.count: which of the process's workers this
+     * host serves (0-based) and how many there are (0: one). */
+    unsigned worker_id, worker_count;
 } mf_lua_host_opts_t;
+
+/* mf.log's levels, nginx's names and order: a host writes the lines of its
+ * log_level and the more severe ones. */
+enum {
+    MF_LUA_LOG_EMERG = 1,
+    MF_LUA_LOG_ALERT,
+    MF_LUA_LOG_CRIT,
+    MF_LUA_LOG_ERROR,
+    MF_LUA_LOG_WARN,
+    MF_LUA_LOG_NOTICE,
+    MF_LUA_LOG_INFO,
+    MF_LUA_LOG_DEBUG
+};
+/* The name of a level ("error", "warn" ...), or NULL. */
+static inline const char *mf_lua_log_level_name(int level)
+{
+    static const char *const names[] = {NULL,     "emerg", "alert",
+                                        "crit",   "error", "warn",
+                                        "notice", "info",  "debug"};
+    return level >= MF_LUA_LOG_EMERG && level <= MF_LUA_LOG_DEBUG ? names[level]
+                                                                  : NULL;
+}
+
+/* The level named name, or 0. */
+static inline int mf_lua_log_level(const char *name)
+{
+    for (int i = MF_LUA_LOG_EMERG; i <= MF_LUA_LOG_DEBUG; i++)
+        if (!strcmp(name, mf_lua_log_level_name(i)))
+            return i;
+    return 0;
+}
 
 /* Creates the state, opens the standard libraries, preloads the embedded
  * moonflow modules (require "moonflow") and registers the built-in task
@@ -226,6 +263,14 @@ MF_API void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn,
 MF_API void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean);
 
 /* ---- for C functions that park (see the pattern above) --------------- */
+
+/* What a coroutine works for, for the log lines its Lua code writes
+ * (mf.log): fn(ud, buf, cap) writes a short NUL-terminated label ("GET
+ * /route") into buf when a line is written. The server sets one per
+ * request; without one, lines carry no label. */
+typedef void (*mf_lua_describe_fn)(void *ud, char *buf, size_t cap);
+MF_API void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn,
+                                    void *ud);
 
 /* The running host coroutine whose thread is L; raises a Lua error when L
  * is not one (the main chunk of a plain state, a user coroutine). */
