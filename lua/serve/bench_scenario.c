@@ -12,9 +12,9 @@
  * iteration due at a fixed time and measured from it as wrk2 does, a late
  * one starting at once), prep() names the flow's top-level steps and arms
  * the step observer (mf_lua_co_set_step_observer), the flow is waited on
- * as any handler's, with lean results (true for a task that succeeded:
- * mf_lua_co_set_lean_results), and finish() records the iteration and its
- * steps.
+ * as any handler's but with lean results (true for a task that
+ * succeeded: mf_lua_co_set_lean_results; iteration() itself waits as any
+ * code does), and finish() records the iteration and its steps.
  * Iterations completing after the warm-up and before the end are recorded;
  * those in flight at the end are aborted and not counted.
  *
@@ -335,6 +335,9 @@ static int scen_l_prep(lua_State *L)
     for (unsigned i = 1; i <= u->nsteps; i++)
         u->step_ns[i] = UINT64_MAX;
     u->armed = true;
+    /* The flow's results are only told apart: no table for a success.
+     * Only this wait: iteration() itself may wait and read what it gets. */
+    mf_lua_co_set_lean_results(u->co, true);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -379,6 +382,7 @@ static int scen_l_finish(lua_State *L)
     bool record = u->start_ns >= t->warm_ns && now <= t->end_ns;
     bool ok = false, timeout = false;
     u->armed = false;
+    mf_lua_co_set_lean_results(u->co, false);
     if (lua_toboolean(L, 4) || lua_isnil(L, 2)) {
         scen_lua_error(t, lua_tostring(L, 3));
         u->yield_first = true;
@@ -537,8 +541,6 @@ static int scen_start_users(scen_thread_t *t)
         u->co = mf_lua_host_prepare(t->host, scen_user_exit, u);
         t->live++;
         mf_lua_co_set_step_observer(u->co, scen_on_step, u);
-        /* the results are only told apart: no table for a success */
-        mf_lua_co_set_lean_results(u->co, true);
         lua_xmove(L, mf_lua_co_thread(u->co), 3);
         mf_lua_co_start(u->co, 2);
     }
@@ -706,7 +708,8 @@ static bench_result_t *scen_merge(const scen_run_t *run)
         r->series[i].latency = NULL;
     }
     r->nseries = n;
-    qsort(r->series, n, sizeof *r->series, scen_series_cmp);
+    if (n > 1) /* no series at all when every iteration failed early */
+        qsort(r->series, n, sizeof *r->series, scen_series_cmp);
     return r;
 }
 
