@@ -190,6 +190,7 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->lean = false;
     co->describe = NULL;
     co->describe_ud = NULL;
+    co->nested_wait = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
     return co;
@@ -261,13 +262,36 @@ mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co)
     return co->host;
 }
 
+/* Whether L is a plain coroutine being resumed through moonflow's
+ * coroutine.resume (moonflow/coroutine.lua marks it in a weak table). */
+static bool mf_lua__managed(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, MF_LUA_NESTED_KEY);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return false;
+    }
+    lua_pushthread(L);
+    lua_rawget(L, -2);
+    bool managed = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    return managed;
+}
+
 mf_lua_co_t *mf_lua_co_check(lua_State *L)
 {
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     mf_lua_co_t *co = host ? host->current : NULL;
+    if (co && co->L != L && mf_lua__managed(L)) {
+        /* a plain coroutine inside co: its yield travels up to co's
+         * resumer, and the results come back down the same way */
+        co->nested_wait = L;
+        return co;
+    }
     if (!co || co->L != L)
         luaL_error(L, "cannot wait here: not in a moonflow coroutine "
-                      "(a plain coroutine or the main chunk of a state)");
+                      "(the main chunk of a state, or a coroutine resumed "
+                      "by other means than coroutine.resume/wrap)");
     return co;
 }
 

@@ -26,21 +26,6 @@
 
 #define MF_CODEC_STACK_BYTES 4096
 
-/* Room for n bytes: small on the C stack, else a scratch userdata pushed
- * on L (the caller removes it). */
-static char *mf__codec_room(lua_State *L, char *small, size_t n, bool *pushed)
-{
-    *pushed = n > MF_CODEC_STACK_BYTES;
-    return *pushed ? lua_newuserdata(L, n ? n : 1) : small;
-}
-
-static void mf__codec_push(lua_State *L, const char *s, size_t n, bool pushed)
-{
-    lua_pushlstring(L, s, n);
-    if (pushed)
-        lua_remove(L, -2);
-}
-
 static int mf__base64_encode_with(lua_State *L, unsigned flags)
 {
     size_t n;
@@ -49,8 +34,9 @@ static int mf__base64_encode_with(lua_State *L, unsigned flags)
     bool pushed;
     if (n > (SIZE_MAX / 4) * 3 - 2)
         return luaL_argerror(L, 1, "too long");
-    char *out = mf__codec_room(L, small, mf_base64_encoded_size(n), &pushed);
-    mf__codec_push(L, out, mf_base64_encode(out, s, n, flags), pushed);
+    char *out = mf_lua_scratch(L, small, sizeof small,
+                               mf_base64_encoded_size(n), &pushed);
+    mf_lua_push_scratch(L, out, mf_base64_encode(out, s, n, flags), pushed);
     return 1;
 }
 
@@ -60,7 +46,8 @@ static int mf__base64_decode_with(lua_State *L, unsigned flags)
     const char *s = luaL_checklstring(L, 1, &n);
     char small[MF_CODEC_STACK_BYTES];
     bool pushed;
-    char *out = mf__codec_room(L, small, mf_base64_decoded_size(n), &pushed);
+    char *out = mf_lua_scratch(L, small, sizeof small,
+                               mf_base64_decoded_size(n), &pushed);
     ssize_t len = mf_base64_decode(out, s, n, flags, &bad);
     if (len < 0) {
         lua_pushnil(L);
@@ -70,7 +57,7 @@ static int mf__base64_decode_with(lua_State *L, unsigned flags)
             lua_pushfstring(L, "invalid base64 at byte %d", (int)bad + 1);
         return 2;
     }
-    mf__codec_push(L, out, (size_t)len, pushed);
+    mf_lua_push_scratch(L, out, (size_t)len, pushed);
     return 1;
 }
 
@@ -102,9 +89,9 @@ static int mf__hex_encode(lua_State *L)
     bool pushed;
     if (n > SIZE_MAX / 2)
         return luaL_argerror(L, 1, "too long");
-    char *out = mf__codec_room(L, small, 2 * n, &pushed);
+    char *out = mf_lua_scratch(L, small, sizeof small, 2 * n, &pushed);
     mf_hex_encode(out, s, n);
-    mf__codec_push(L, out, 2 * n, pushed);
+    mf_lua_push_scratch(L, out, 2 * n, pushed);
     return 1;
 }
 
@@ -114,7 +101,7 @@ static int mf__hex_decode(lua_State *L)
     const char *s = luaL_checklstring(L, 1, &n);
     char small[MF_CODEC_STACK_BYTES];
     bool pushed;
-    char *out = mf__codec_room(L, small, n / 2, &pushed);
+    char *out = mf_lua_scratch(L, small, sizeof small, n / 2, &pushed);
     ssize_t len = mf_hex_decode(out, s, n, &bad);
     if (len < 0) {
         lua_pushnil(L);
@@ -124,7 +111,7 @@ static int mf__hex_decode(lua_State *L)
             lua_pushfstring(L, "invalid hex at byte %d", (int)bad + 1);
         return 2;
     }
-    mf__codec_push(L, out, (size_t)len, pushed);
+    mf_lua_push_scratch(L, out, (size_t)len, pushed);
     return 1;
 }
 

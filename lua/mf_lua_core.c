@@ -3,6 +3,7 @@
  * "moonflow": sleep (the model of a parking call), now, debug counters,
  * and the stable error strings every result uses.
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -87,6 +88,32 @@ static int mf_lua__sleep(lua_State *L)
     return lua_yield(L, 0);
 }
 
+/* nested_take(thread): whether thread just yielded for a moonflow wait
+ * (clearing the mark); the resumer must then yield the same way. */
+static int mf_lua__nested_take(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    mf_lua_co_t *co = host ? host->current : NULL;
+    bool waited =
+        co && co->nested_wait && co->nested_wait == lua_tothread(L, 1);
+    if (waited)
+        co->nested_wait = NULL;
+    lua_pushboolean(L, waited);
+    return 1;
+}
+
+/* nested_mark(thread): thread (a plain coroutine itself) yields for the
+ * wait of one it resumed: its own resumer passes it on. */
+static int mf_lua__nested_mark(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    if (host && host->current)
+        host->current->nested_wait = lua_tothread(L, 1);
+    return 0;
+}
+
 static int mf_lua__now(lua_State *L)
 {
     mf_lua_host_t *host = mf_lua_host_from_state(L);
@@ -125,6 +152,53 @@ static int mf_lua__counts(lua_State *L)
     return 1;
 }
 
+void mf_lua_call_logged(mf_lua_host_t *host, int nargs, const char *what)
+{
+    lua_State *L = mf_lua_host_state(host);
+    if (mf_lua_host_pcall(host, nargs, 0, 0) != 0) {
+        mf_lua_host_log(host, "%s: %s", what, lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+}
+
+void mf_lua_pack(lua_State *L, int first, int n)
+{
+    lua_createtable(L, n, 1);
+    for (int i = 0; i < n; i++) {
+        lua_pushvalue(L, first + i);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushinteger(L, n);
+    lua_setfield(L, -2, "n");
+}
+
+int mf_lua_push_packed(lua_State *L, int ref, int extra)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    lua_getfield(L, -1, "n");
+    int n = (int)lua_tointeger(L, -1) + extra;
+    lua_pop(L, 1);
+    luaL_checkstack(L, n + 1, "packed values");
+    for (int i = 1; i <= n; i++)
+        lua_rawgeti(L, -i, i);
+    lua_remove(L, -(n + 1));
+    return n;
+}
+
+char *mf_lua_scratch(lua_State *L, char *small, size_t cap, size_t n,
+                     bool *pushed)
+{
+    *pushed = n > cap;
+    return *pushed ? lua_newuserdata(L, n ? n : 1) : small;
+}
+
+void mf_lua_push_scratch(lua_State *L, const char *s, size_t n, bool pushed)
+{
+    lua_pushlstring(L, s, n);
+    if (pushed)
+        lua_remove(L, -2);
+}
+
 void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
                   lua_CFunction gc, lua_CFunction tostring)
 {
@@ -150,6 +224,8 @@ int mf_lua_open_core(lua_State *L)
     static const luaL_Reg funcs[] = {{"sleep", mf_lua__sleep},
                                      {"now", mf_lua__now},
                                      {"counts", mf_lua__counts},
+                                     {"nested_take", mf_lua__nested_take},
+                                     {"nested_mark", mf_lua__nested_mark},
                                      {NULL, NULL}};
     lua_newtable(L);
     luaL_register(L, NULL, funcs);

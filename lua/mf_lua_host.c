@@ -57,6 +57,7 @@ static int mf_lua__preload(lua_State *L)
         {"moonflow.log", mf_lua_open_log},
         {"moonflow.re", mf_lua_open_re},
         {"moonflow.wait", mf_lua_open_wait},
+        {"moonflow.cookie", mf_lua_open_cookie},
         {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");

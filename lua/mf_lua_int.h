@@ -96,6 +96,11 @@ struct mf_lua_co {
     bool lean;                   /* mf_lua_co_set_lean_results */
     mf_lua_describe_fn describe; /* mf_lua_co_set_describer; NULL: none */
     void *describe_ud;
+    /* A plain coroutine resumed (through moonflow's coroutine.resume) from
+     * this one parked on a wait: the thread whose yield the wrapper of its
+     * resumer must pass on upward (mf_lua_co_check, moonflow.core's
+     * nested_take / nested_mark). */
+    lua_State *nested_wait;
 };
 
 /* ---- the watchdog (mf_lua_watchdog.c) -------------------------------- */
@@ -153,12 +158,34 @@ static inline void mf_lua_slice_leave(mf_lua_host_t *host, mf_lua_slice_t prev)
         mf_lua_watch_disarm(host);
 }
 
+/* The registry field of the weak-keyed table of plain coroutines being
+ * resumed through moonflow's coroutine.resume / wrap. */
+#define MF_LUA_NESTED_KEY "moonflow.nested"
+
 /* The registry key of the host pointer (a light userdata). */
 extern const char mf_lua_host_key;
 
 /* Pushes the metatable `name` of a userdata class, made on first use:
  * __index a table of the methods, __gc and __tostring when not NULL, and
  * __metatable the name (scripts can neither read nor replace it). */
+/* Calls the function below nargs values on the host's state as a slice
+ * (mf_lua_host_pcall) with no result; a raise is logged as "WHAT: error". */
+void mf_lua_call_logged(mf_lua_host_t *host, int nargs, const char *what);
+/* Pushes a table {n = n, L[first] .. L[first + n - 1]} (values kept in
+ * place); for results and arguments that must wait in the registry. */
+void mf_lua_pack(lua_State *L, int first, int n);
+/* Pushes t[1] .. t[t.n + extra] of the table referenced by ref (t.n counts
+ * its values after `extra` leading ones: a function before its arguments);
+ * returns how many were pushed. */
+int mf_lua_push_packed(lua_State *L, int ref, int extra);
+/* Room for n bytes: small (cap bytes, on the caller's stack) when it fits,
+ * else a scratch userdata pushed on L that the collector takes (*pushed
+ * says so: the caller removes it once the bytes are copied out). */
+char *mf_lua_scratch(lua_State *L, char *small, size_t cap, size_t n,
+                     bool *pushed);
+/* Pushes s[0..n) as a string, then drops the scratch below it if any. */
+void mf_lua_push_scratch(lua_State *L, const char *s, size_t n, bool pushed);
+
 void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
                   lua_CFunction gc, lua_CFunction tostring);
 
@@ -176,6 +203,7 @@ int mf_lua_open_uri(lua_State *L);    /* moonflow.uri: escape, args */
 int mf_lua_open_log(lua_State *L);    /* moonflow.log: log, worker */
 int mf_lua_open_re(lua_State *L);     /* moonflow.re: PCRE2 regexes */
 int mf_lua_open_wait(lua_State *L);   /* moonflow.wait: waiters, spawn */
+int mf_lua_open_cookie(lua_State *L); /* moonflow.cookie: parse, format */
 
 /* Host teardown of background timers (mf_lua_timer.c). */
 void mf_lua_timers_shutdown(mf_lua_host_t *host);

@@ -16,6 +16,8 @@
     X(redis)                    \
     X(mysql)                    \
     X(kafka_produce)            \
+    X(lua)                      \
+    X(dns)                      \
     /* end of the list */
 
 #define MF_LUA_KIND_DECLARE(name) \

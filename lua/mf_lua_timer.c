@@ -43,16 +43,7 @@ static void mf_lua__timer_release(mf_lua_timer_t *t)
 /* Pushes fn and its arguments on the host's state; returns nargs. */
 static int mf_lua__timer_push_call(mf_lua_timer_t *t)
 {
-    lua_State *L = t->host->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, t->call_ref);
-    lua_getfield(L, -1, "n");
-    int n = (int)lua_tointeger(L, -1);
-    lua_pop(L, 1);
-    luaL_checkstack(L, n + 2, "timer arguments");
-    for (int i = 1; i <= n + 1; i++)
-        lua_rawgeti(L, -i, i);
-    lua_remove(L, -(n + 2));
-    return n;
+    return mf_lua_push_packed(t->host->L, t->call_ref, 1) - 1;
 }
 
 static void mf_lua__timer_fired(mf_timer_t *timer)

@@ -29,21 +29,6 @@
 #define MF_URI_STACK_BYTES 1024
 #define MF_URI_DEFAULT_MAX_ARGS 100
 
-/* Room for n bytes: on the C stack when small, else a scratch userdata
- * left on L (the caller removes it). */
-static char *mf__uri_room(lua_State *L, char *small, size_t n, bool *pushed)
-{
-    *pushed = n > MF_URI_STACK_BYTES;
-    return *pushed ? lua_newuserdata(L, n ? n : 1) : small;
-}
-
-static void mf__uri_push(lua_State *L, const char *s, size_t n, bool pushed)
-{
-    lua_pushlstring(L, s, n);
-    if (pushed)
-        lua_remove(L, -2);
-}
-
 static bool mf__uri_unreserved(unsigned char c)
 {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
@@ -78,8 +63,8 @@ static int mf__uri_escape(lua_State *L)
     bool pushed;
     if (n > SIZE_MAX / 3)
         return luaL_argerror(L, 1, "too long");
-    char *out = mf__uri_room(L, small, 3 * n, &pushed);
-    mf__uri_push(L, out, mf__uri_escape_to(out, s, n), pushed);
+    char *out = mf_lua_scratch(L, small, sizeof small, 3 * n, &pushed);
+    mf_lua_push_scratch(L, out, mf__uri_escape_to(out, s, n), pushed);
     return 1;
 }
 
@@ -89,7 +74,7 @@ static int mf__uri_unescape(lua_State *L)
     const char *s = luaL_checklstring(L, 1, &n);
     char small[MF_URI_STACK_BYTES];
     bool pushed;
-    char *out = mf__uri_room(L, small, n, &pushed);
+    char *out = mf_lua_scratch(L, small, sizeof small, n, &pushed);
     memcpy(out, s, n);
     ssize_t len = mf_http_url_decode(out, n, false);
     if (len < 0) {
@@ -102,7 +87,7 @@ static int mf__uri_unescape(lua_State *L)
                         bad ? (int)(bad - s) + 1 : 1);
         return 2;
     }
-    mf__uri_push(L, out, (size_t)len, pushed);
+    mf_lua_push_scratch(L, out, (size_t)len, pushed);
     return 1;
 }
 
@@ -114,7 +99,7 @@ static void mf__uri_push_decoded(lua_State *L, const char *s, size_t n)
 {
     char small[MF_URI_STACK_BYTES];
     bool pushed;
-    char *buf = mf__uri_room(L, small, n, &pushed);
+    char *buf = mf_lua_scratch(L, small, sizeof small, n, &pushed);
     memcpy(buf, s, n);
     ssize_t len = mf_http_url_decode(buf, n, true);
     if (len < 0)

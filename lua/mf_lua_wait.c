@@ -79,14 +79,7 @@ static int mf__waiter_push_values(lua_State *L, mf_lua_waiter_t *w)
     lua_pushboolean(L, 1);
     if (w->values_ref == LUA_NOREF)
         return 1;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, w->values_ref);
-    lua_getfield(L, -1, "n");
-    int n = (int)lua_tointeger(L, -1);
-    lua_pop(L, 1);
-    luaL_checkstack(L, n + 1, "wake's values");
-    for (int i = 1; i <= n; i++)
-        lua_rawgeti(L, -i, i);
-    lua_remove(L, -(n + 1));
+    int n = mf_lua_push_packed(L, w->values_ref, 0);
     mf_lua_unref(w->host, w->values_ref);
     w->values_ref = LUA_NOREF;
     return n + 1;
@@ -199,13 +192,7 @@ static int mf__waiter_wake(lua_State *L)
     }
     int n = lua_gettop(L) - 1;
     if (n > 0) {
-        lua_createtable(L, n, 1);
-        for (int i = 1; i <= n; i++) {
-            lua_pushvalue(L, i + 1);
-            lua_rawseti(L, -2, i);
-        }
-        lua_pushinteger(L, n);
-        lua_setfield(L, -2, "n");
+        mf_lua_pack(L, 2, n);
         w->values_ref = mf_lua_ref(w->host, L);
     }
     if (w->state == MF_WAITER_PARKED) {
@@ -248,22 +235,11 @@ static void mf__spawn_report(mf_post_t *post)
     }
     lua_State *L = mf_lua_host_state(host);
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->done_ref);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, s->result_ref);
-    lua_getfield(L, -1, "n");
-    int n = (int)lua_tointeger(L, -1);
-    lua_pop(L, 1);
-    luaL_checkstack(L, n + 2, "a thread's results");
-    for (int i = 1; i <= n; i++)
-        lua_rawgeti(L, -i, i);
-    lua_remove(L, -(n + 1));
+    int n = mf_lua_push_packed(L, s->result_ref, 0);
     mf_lua_unref(host, s->done_ref);
     mf_lua_unref(host, s->result_ref);
     mf__spawn_free(s);
-    if (mf_lua_host_pcall(host, n, 0, 0) != 0) {
-        mf_lua_host_log(host, "mf.spawn: reporting a thread's end: %s",
-                        lua_tostring(L, -1));
-        lua_pop(L, 1);
-    }
+    mf_lua_call_logged(host, n, "mf.spawn: reporting a thread's end");
 }
 
 /* The coroutine ended: its outcome goes into a table (true and its
@@ -274,20 +250,16 @@ static void mf__spawn_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     mf_lua_spawn_t *s = data;
     lua_State *L = ex->L;
     (void)co;
-    int n = ex->status == MF_LUA_CO_DONE ? ex->nret : 1;
-    int base = lua_gettop(L) - (ex->status == MF_LUA_CO_DONE ? n : 0);
-    lua_createtable(L, n + 1, 1);
-    lua_pushboolean(L, ex->status == MF_LUA_CO_DONE);
-    lua_rawseti(L, -2, 1);
-    for (int i = 1; i <= n; i++) {
-        if (ex->status == MF_LUA_CO_DONE)
-            lua_pushvalue(L, base + i);
-        else
-            lua_pushstring(L, ex->message ? ex->message : "aborted");
-        lua_rawseti(L, -2, i + 1);
+    /* {true, results...} or {false, the error}: pushed in a row, packed */
+    if (ex->status == MF_LUA_CO_DONE) {
+        lua_pushboolean(L, 1);
+        lua_insert(L, -(ex->nret + 1));
+        mf_lua_pack(L, lua_gettop(L) - ex->nret, ex->nret + 1);
+    } else {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, ex->message ? ex->message : "aborted");
+        mf_lua_pack(L, lua_gettop(L) - 1, 2);
     }
-    lua_pushinteger(L, n + 1);
-    lua_setfield(L, -2, "n");
     s->result_ref = mf_lua_ref(s->host, L);
     s->co = NULL;
     if (!s->started) /* aborted before its start: the start post reports */

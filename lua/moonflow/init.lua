@@ -11,6 +11,7 @@ local ctimer = require "moonflow.timer"
 local credis = require "moonflow.redis"
 local cmysql = require "moonflow.mysql"
 local cjson = require "moonflow.json"
+require "moonflow.coroutine" -- waits inside plain coroutines
 
 local select, setmetatable, getmetatable = select, setmetatable, getmetatable
 local type, error, pairs, pcall, unpack = type, error, pairs, pcall, unpack
@@ -19,17 +20,8 @@ local getinfo = debug.getinfo
 
 local mf = { _VERSION = "0.1.0" }
 
--- Raises msg at the first caller outside the embedded moonflow modules:
--- misuse is reported where the script made it.
-local function raise(msg)
-    local level = 2
-    while true do
-        local info = getinfo(level, "S")
-        if not info or info.source:sub(1, 11) ~= "=[moonflow]" then break end
-        level = level + 1
-    end
-    error(msg, level)
-end
+-- Misuse is raised at the script's line (moonflow.raise).
+local raise = require "moonflow.raise"
 
 -- A flow step (task, series or parallel) knows how to wait for itself.
 local Step = {}
@@ -108,10 +100,45 @@ function mf.task.go(name, ...)
     return step("go", { name = name, args = { n = select("#", ...), ... } })
 end
 
+-- mf.task.lua(fn, ...) or mf.task.lua{fn = , args = {...}, timeout = }: fn
+-- runs in a coroutine of its own as one step; result.values = {n, ...}.
+function mf.task.lua(fn, ...)
+    if type(fn) == "table" then
+        local fields = copy_opts(fn, {})
+        local args = fields.args or {}
+        fields.args = { n = args.n or #args, unpack(args, 1, args.n or #args) }
+        return step("lua", fields)
+    end
+    if type(fn) ~= "function" then raise("mf.task.lua(fn, ...): a function expected") end
+    return step("lua", { fn = fn, args = { n = select("#", ...), ... } })
+end
+
+-- Workflow's primitives as steps (moonflow.workflow): named counters,
+-- conditionals waiting for a named signal, resource pools.
+local workflow = require "moonflow.workflow"
+function mf.task.counter(name, n) return workflow.counter(mf.task.lua, name, n) end
+function mf.task.conditional(name) return workflow.conditional(mf.task.lua, name) end
+mf.count, mf.signal = workflow.count, workflow.signal
+
 -- A result table of a failed task becomes nil, err.
 local function value_of(r)
     if r.state ~= "success" then return nil, r.error end
     return r
+end
+
+-- mf.task.dns(host [, opts]): a step resolving host (result.addresses);
+-- mf.dns.resolve(host): the addresses, or nil, err.
+function mf.task.dns(host, opts)
+    if type(host) ~= "string" then raise("mf.task.dns(host): a name expected") end
+    return step("dns", copy_opts(opts, { host = host }))
+end
+
+mf.dns = {}
+
+function mf.dns.resolve(host)
+    local r, err = value_of(mf.task.dns(host):wait())
+    if not r then return nil, err end
+    return r.addresses
 end
 
 mf.http = {}
@@ -327,6 +354,9 @@ mf.re = require "moonflow.re"
 local thread = require "moonflow.thread"
 mf.spawn, mf.wait_any = thread.spawn, thread.wait_any
 mf.semaphore, mf.queue = thread.semaphore, thread.queue
+function mf.resource_pool(n)
+    return workflow.resource_pool(mf.semaphore, mf.task.lua, n)
+end
 
 -- mf.log(level, ...) and mf.worker.id/count (C: moonflow.log).
 local clog = require "moonflow.log"

@@ -1,7 +1,8 @@
 -- moonflow.serve — the Lua side of `moonflow serve`'s response object and
 -- the case-insensitive request header table. The C side (lua/serve/handler.c)
--- merges `response` (methods written in Lua; none today) into resp's methods.
+-- merges `response` (the methods written in Lua) into resp's methods.
 local type, rawget, lower = type, rawget, string.lower
+local cookie_format = require("moonflow.cookie").format
 
 local M = { response = {} }
 
@@ -14,6 +15,21 @@ M.headers_mt = {
         end
     end,
 }
+
+-- resp:set_cookie(name, value [, opts]): one more Set-Cookie header
+-- (moonflow.cookie.format checks and writes it; misuse raises).
+function M.response.set_cookie(resp, name, value, opts)
+    local line = cookie_format(name, value, opts)
+    local headers = resp.headers
+    local now = headers["Set-Cookie"]
+    if now == nil then
+        headers["Set-Cookie"] = line
+    elseif type(now) == "table" then
+        now[#now + 1] = line
+    else
+        headers["Set-Cookie"] = { now, line }
+    end
+end
 
 -- resp's __index: the methods (a table hit, no C call for resp:send),
 -- then the C-side properties (status, headers, sent).

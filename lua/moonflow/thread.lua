@@ -8,22 +8,14 @@
 local cwait = require "moonflow.wait"
 
 local park, wake, waiter = cwait.park, cwait.wake, cwait.waiter
-local select, setmetatable, type, unpack, error = select, setmetatable, type, unpack, error
+local select, setmetatable, type, unpack = select, setmetatable, type, unpack
 local pairs, getmetatable = pairs, getmetatable
-local getinfo, floor, huge = debug.getinfo, math.floor, math.huge
+local floor, huge = math.floor, math.huge
 
 local M = {}
 
 -- Raises msg at the caller's line (outside the embedded modules).
-local function raise(msg)
-    local level = 2
-    while true do
-        local info = getinfo(level, "S")
-        if not info or info.source:sub(1, 11) ~= "=[moonflow]" then break end
-        level = level + 1
-    end
-    error(msg, level)
-end
+local raise = require "moonflow.raise"
 
 local function check_timeout(ms, what)
     if ms ~= nil and (type(ms) ~= "number" or ms < 0 or ms ~= ms) then

@@ -583,6 +583,18 @@ static int mf__req_query(lua_State *L, const mf_http_request_t *head)
     return 1;
 }
 
+/* Every Cookie header's cookies; the first of a repeated name wins. */
+static void mf__req_cookies(lua_State *L, const mf_http_request_t *head)
+{
+    lua_newtable(L);
+    int t = lua_gettop(L);
+    for (size_t i = 0; i < head->num_headers; i++) {
+        const mf_http_header_t *h = &head->headers[i];
+        if (h->name_len == 6 && !strncasecmp(h->name, "cookie", 6))
+            mf_lua_cookies_add(L, t, h->value, h->value_len);
+    }
+}
+
 static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
 {
     char name[256];
@@ -644,11 +656,14 @@ static int mf__req_index(lua_State *L)
     else if (!strcmp(key, "peer"))
         return mf__req_peer(L, request);
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
-             !strcmp(key, "body") || !strcmp(key, "ctx")) {
+             !strcmp(key, "body") || !strcmp(key, "ctx") ||
+             !strcmp(key, "cookies")) {
         if (mf__fields_get(L, request, key))
             return 1;
-        if (key[0] == 'c')
+        if (!strcmp(key, "ctx"))
             lua_newtable(L); /* the request's own table, for the script */
+        else if (!strcmp(key, "cookies"))
+            mf__req_cookies(L, head);
         else if (key[0] == 'q')
             mf__req_query(L, head);
         else if (key[0] == 'h')

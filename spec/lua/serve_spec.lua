@@ -42,6 +42,20 @@ describe("moonflow serve", function()
         assert.matches("^false .*an HTTP status %(100%-999%) expected", r.body)
     end)
 
+    it("reads req.cookies and sets cookies with resp:set_cookie", function()
+        local r = assert(mf.http.request {
+            url = base .. "/cookies",
+            headers = { Cookie = 'a=1; b="quoted"; junk; a=second' },
+        })
+        assert.equals(200, r.status)
+        assert.are.same({ a = "1", b = "quoted" }, mf.json.decode(r.body))
+        -- two Set-Cookie fields, which the client joins with ", "
+        assert.equals("session=abc123; Max-Age=3600; Path=/; HttpOnly; SameSite=Lax, "
+                      .. "theme=dark", r.headers["set-cookie"])
+        r = assert(get("/cookies?case=bad"))
+        assert.matches("^false .*a cookie value without spaces", r.body)
+    end)
+
     it("routes folders to index.lua and unknown paths to 404", function()
         assert.are.equal("api index", assert(get("/api/")).body)
         assert.are.equal("api index", assert(get("/api")).body)

@@ -1,7 +1,8 @@
--- mf.spawn, thread:wait, mf.wait_any, mf.semaphore, mf.queue: results and
--- errors, timeouts on every wait, FIFO order, a queue's back-pressure and
--- close, waits that ended by timeout never take a unit or a value, and
--- nothing left behind (mf.debug.counts).
+-- mf.spawn, thread:wait, mf.wait_any, mf.semaphore, mf.queue, mf.task.lua:
+-- results and errors, timeouts on every wait, FIFO order, a queue's
+-- back-pressure and close, waits that ended by timeout never take a unit or
+-- a value, Lua steps side by side in flows, and nothing left behind
+-- (mf.debug.counts).
 local mf = require "moonflow"
 
 describe("mf.spawn", function()
@@ -175,6 +176,52 @@ describe("mf.queue", function()
     end)
 end)
 
+describe("mf.task.lua", function()
+    it("runs Lua functions side by side as steps of a parallel", function()
+        local t0 = mf.now()
+        local r = mf.parallel {
+            mf.task.lua(function(a) mf.sleep(30) return a * 2, nil, "x" end, 21),
+            mf.task.lua(function() mf.sleep(30) return "b" end),
+            mf.task.timer(30),
+        }:wait()
+        assert.is_true(mf.now() - t0 < 60, "ran one after the other")
+        assert.equals("success", r[1].state)
+        assert.are.same({ n = 3, 42, nil, "x" }, r[1].values)
+        assert.equals("b", r[2].values[1])
+    end)
+
+    it("fails the step with the error and its traceback when fn raises", function()
+        local r = mf.task.lua(function() mf.sleep(1) error("bad step") end):wait()
+        assert.equals("task error", r.state)
+        assert.matches("thread_spec.lua:%d+: bad step", r.error)
+        assert.matches("stack traceback", r.error)
+    end)
+
+    it("aborts fn at the step's timeout: its code after the wait never runs", function()
+        local after = false
+        local r = mf.task.lua { fn = function() mf.sleep(40) after = true end,
+                                timeout = 5 }:wait()
+        assert.equals("timeout", r.state)
+        assert.equals("timeout", r.error)
+        mf.sleep(60)
+        assert.is_false(after)
+    end)
+
+    it("runs in series, each step after the one before", function()
+        local order = {}
+        mf.series {
+            mf.task.lua(function() mf.sleep(2) order[#order + 1] = 1 end),
+            mf.task.lua(function() order[#order + 1] = 2 end),
+        }:wait()
+        assert.are.same({ 1, 2 }, order)
+    end)
+
+    it("raises on misuse", function()
+        assert.has_error(function() mf.task.lua(42) end, "mf.task.lua(fn, ...): a function expected")
+        assert.has_error(function() mf.task.lua { fn = 1 }:wait() end)
+    end)
+end)
+
 describe("threads and waits", function()
     it("leave no coroutine, reference or timer behind", function()
         local before = mf.debug.counts()
@@ -182,6 +229,7 @@ describe("threads and waits", function()
             local q, sem = mf.queue(), mf.semaphore()
             local t = mf.spawn(function() sem:wait(1) return q:pop(1) end)
             t:wait()
+            mf.task.lua(function() return q:pop(1) end):wait()
         end
         mf.sleep(5)
         collectgarbage()

@@ -216,6 +216,27 @@ typedef struct mf_http_query_pair {
 MF_API bool mf_http_query_next(const char **pos, const char *end,
                                mf_http_query_pair_t *pair);
 
+/* One cookie of a Cookie header: pointers into the header's value. */
+typedef struct mf_http_cookie {
+    const char *name;
+    size_t name_len;
+    const char *value; /* without the DQUOTEs of a quoted value */
+    size_t value_len;
+} mf_http_cookie_t;
+
+/* Splits the next cookie off a Cookie header's value ("a=1; b=\"2\"") at
+ * *pos, up to end, and moves *pos past it. Pairs end at ';'; spaces around
+ * names and values are skipped; a piece without '=' or whose name is not
+ * a token is passed over (RFC 6265 §5.2). Values are taken as sent (no
+ * decoding). Returns false when no cookie is left. */
+MF_API bool mf_http_cookie_next(const char **pos, const char *end,
+                                mf_http_cookie_t *cookie);
+
+/* Whether v[0..n) can be a Set-Cookie value (RFC 6265 §4.1.1: visible ASCII
+ * but '"', ',', ';' and '\\', optionally between DQUOTEs). Names are
+ * tokens: mf_http_field_name_valid. */
+MF_API bool mf_http_cookie_value_valid(const char *v, size_t n);
+
 /* Decodes %XX and (if plus_is_space) '+' in place; returns the new length or
  * -1 on a bad escape. */
 MF_API ssize_t mf_http_url_decode(char *s, size_t len, bool plus_is_space);
