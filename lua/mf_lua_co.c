@@ -187,6 +187,7 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->memory_refused = false;
     co->step_fn = NULL;
     co->step_ud = NULL;
+    co->lean = false;
     co->describe = NULL;
     co->describe_ud = NULL;
     co->nested_wait = NULL;
@@ -199,6 +200,11 @@ void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn, void *ud)
 {
     co->step_fn = fn;
     co->step_ud = ud;
+}
+
+void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean)
+{
+    co->lean = lean;
 }
 
 void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn, void *ud)

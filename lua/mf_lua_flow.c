@@ -13,10 +13,12 @@
  * touch Lua.
  *
  * Result placement is decided when a node is built: a series' tasks append
- * to its array, a parallel's branches fill their index. Per-task callbacks
- * run as plain Lua calls on the host's main thread (they cannot yield); they
- * may push steps onto their series or cancel the rest of it; one that
- * raises fails the flow: the rest is canceled and wait() raises.
+ * to its array, a parallel's branches fill their index. A waiter with lean
+ * results gets no table for a task without a callback: its place holds
+ * false until it completes, then true, or its whole result when it failed.
+ * Per-task callbacks run as plain Lua calls on the host's main thread (they
+ * cannot yield); they may push steps onto their series or cancel the rest of
+ * it; one that raises fails the flow: the rest is canceled and wait() raises.
  *
  * The flow knows no task kind: a task step is checked, created and turned
  * into its result table through its kind's ops (mf_lua_leaf.c), its data
@@ -55,7 +57,8 @@ struct mf_lua_node {
     mf_series_t *series;       /* series node: until its callback has run */
     mf_lua_node_t *owner;      /* the series or parallel node it runs in */
     const mf_lua_kind_t *kind; /* task: its kind; NULL otherwise */
-    int slot;                  /* its result table: state[1][slot] */
+    int slot;                  /* its result table: state[1][slot]; 0: lean */
+    int parent, pos;           /* lean task: its place, state[1][parent][pos] */
     bool has_cb;
     bool canceled;    /* by flow:cancel(): no callback, no more pushes */
     unsigned step;    /* a top-level step's index (step observer); 0: not */
@@ -71,6 +74,7 @@ struct mf_lua_flow {
     int root_slot;
     bool unwrap; /* a lone task or parallel: return results[root][1] */
     bool failed; /* a callback raised */
+    bool lean;   /* the waiter's lean results (mf_lua_co_set_lean_results) */
     mf_list_t nodes;
     mf_lua_step_fn step_fn; /* the waiter's step observer, or NULL */
     void *step_ud;
@@ -103,7 +107,9 @@ static void mf_lua__step_done(mf_task_t *task)
 
 /* ---- checking a description (nothing is built before it passes) ------ */
 
-static void mf_lua__check(lua_State *L, int idx, int depth)
+/* Raises on a malformed step at idx; for a task without a callback
+ * returns its kind (it can be waited on alone), else NULL. */
+static const mf_lua_kind_t *mf_lua__check(lua_State *L, int idx, int depth)
 {
     luaL_checkstack(L, 4, "flow nested too deeply");
     if (depth > 200)
@@ -112,16 +118,15 @@ static void mf_lua__check(lua_State *L, int idx, int depth)
         luaL_error(L, "flow step %d: expected a task, series or parallel",
                    depth);
     const mf_lua_kind_t *kind;
-    if (mf_lua_desc_step(L, idx, &kind) == MF_LUA_STEP_TASK) {
-        mf_lua_leaf_check(L, idx, kind);
-        return;
-    }
+    if (mf_lua_desc_step(L, idx, &kind) == MF_LUA_STEP_TASK)
+        return mf_lua_leaf_check(L, idx, kind) ? NULL : kind;
     int n = (int)lua_objlen(L, idx);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, idx, i);
         mf_lua__check(L, lua_gettop(L), depth + 1);
         lua_pop(L, 1);
     }
+    return NULL;
 }
 
 /* ---- result slots ------------------------------------------------------ */
@@ -153,16 +158,32 @@ static int mf_lua__slot_new(mf_lua_build_t *b, int parent, int pos)
     return slot;
 }
 
+/* A lean task's place in its parent, held by false until it completes;
+ * pos 0: appended. Returns the position. */
+static int mf_lua__slot_reserve(mf_lua_build_t *b, int parent, int pos)
+{
+    lua_State *L = b->L;
+    lua_rawgeti(L, b->st, MF_LUA_FLOW_RESULTS);
+    lua_rawgeti(L, -1, parent);
+    if (!pos)
+        pos = (int)lua_objlen(L, -1) + 1;
+    lua_pushboolean(L, 0);
+    lua_rawseti(L, -2, pos);
+    lua_pop(L, 2);
+    return pos;
+}
+
 static size_t mf_lua__node_size(const mf_lua_kind_t *kind)
 {
     return sizeof(mf_lua_node_t) + (kind ? kind->data_size : 0);
 }
 
-/* A node; kind NULL: a series or parallel. */
+/* A node; kind NULL: a series or parallel. A lean task (lean) gets no
+ * result table: a place in its parent's. */
 static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b,
                                        const mf_lua_kind_t *kind,
                                        mf_lua_node_t *owner, int parent,
-                                       int pos)
+                                       int pos, bool lean)
 {
     mf_lua_flow_t *flow = b->flow;
     mf_loop_t *loop = flow->loop;
@@ -172,7 +193,12 @@ static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b,
     n->flow = flow;
     n->kind = kind;
     n->owner = owner;
-    n->slot = mf_lua__slot_new(b, parent, pos);
+    if (lean) {
+        n->parent = parent;
+        n->pos = mf_lua__slot_reserve(b, parent, pos);
+    } else {
+        n->slot = mf_lua__slot_new(b, parent, pos);
+    }
     n->step = b->step;
     b->step = 0;
     mf_list_push_back(&flow->nodes, &n->link);
@@ -239,11 +265,11 @@ static void mf_lua__build_branch(mf_lua_build_t *b, int d, mf_parallel_t *par,
     int parent = pnode->slot;
     const mf_lua_kind_t *kind;
     if (mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_SERIES) {
-        mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, parent, pos);
+        mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, parent, pos, false);
         mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
         return;
     }
-    mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, 0, 0);
+    mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, 0, 0, false);
     mf_series_t *s = mf_lua__series_new(b, n);
     mf_series_push_back(s, mf_lua__build_task(b, d, n, parent, pos));
     mf_parallel_add_series(par, s);
@@ -253,7 +279,7 @@ static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d,
                                          mf_lua_node_t *owner, int parent,
                                          int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos, false);
     mf_parallel_t *par = mf_parallel_create(
         b->flow->loop, n->step ? mf_lua__step_done : NULL, n);
     int count = (int)lua_objlen(b->L, d);
@@ -272,7 +298,7 @@ static mf_task_t *mf_lua__build_nested(mf_lua_build_t *b, int d,
                                        mf_lua_node_t *owner, int parent,
                                        int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos);
+    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos, false);
     mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
     return mf_parallel_task(par);
@@ -288,8 +314,12 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
         return mf_lua__build_nested(b, d, owner, parent, pos);
     if (step == MF_LUA_STEP_PARALLEL)
         return mf_lua__build_parallel(b, d, owner, parent, pos);
-    mf_lua_node_t *n = mf_lua__node_new(b, kind, owner, parent, pos);
-    mf_lua__node_callback(b, d, n);
+    lua_getfield(b->L, d, "callback");
+    bool lean = b->flow->lean && !lua_isfunction(b->L, -1);
+    lua_pop(b->L, 1);
+    mf_lua_node_t *n = mf_lua__node_new(b, kind, owner, parent, pos, lean);
+    if (!lean)
+        mf_lua__node_callback(b, d, n);
     n->task = mf_lua_leaf_create(b->L, d, kind, n->data, b->flow->loop,
                                  mf_lua__leaf_done, n);
     return n->task;
@@ -299,7 +329,7 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
 static mf_series_t *mf_lua__build_root(mf_lua_build_t *b, int d)
 {
     mf_lua_flow_t *flow = b->flow;
-    mf_lua_node_t *root = mf_lua__node_new(b, NULL, NULL, 0, 0);
+    mf_lua_node_t *root = mf_lua__node_new(b, NULL, NULL, 0, 0, false);
     flow->root_slot = root->slot;
     const mf_lua_kind_t *kind;
     if (mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_SERIES)
@@ -437,6 +467,22 @@ static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
     return rc == 0;
 }
 
+/* A lean task's result in its place: true, or its whole result when it
+ * failed or its answer did. */
+static void mf_lua__place_lean(lua_State *L, int st, mf_lua_node_t *n,
+                               mf_task_t *task)
+{
+    mf_lua__push_slot(L, st, n->parent);
+    if (mf_lua_leaf_lean(n->kind, task, n->data)) {
+        lua_pushboolean(L, 1);
+    } else {
+        lua_createtable(L, 0, 6);
+        mf_lua_leaf_result(L, n->kind, task, n->data);
+    }
+    lua_rawseti(L, -2, n->pos);
+    lua_pop(L, 1);
+}
+
 static void mf_lua__leaf_done(mf_task_t *task)
 {
     mf_lua_node_t *n = task->user;
@@ -448,9 +494,13 @@ static void mf_lua__leaf_done(mf_task_t *task)
     lua_State *L = mf_lua_host_state(flow->host);
     lua_rawgeti(L, LUA_REGISTRYINDEX, flow->ref);
     int st = lua_gettop(L);
-    mf_lua__push_slot(L, st, n->slot);
-    mf_lua_leaf_result(L, n->kind, task, n->data);
-    lua_pop(L, 1);
+    if (n->slot) {
+        mf_lua__push_slot(L, st, n->slot);
+        mf_lua_leaf_result(L, n->kind, task, n->data);
+        lua_pop(L, 1);
+    } else {
+        mf_lua__place_lean(L, st, n, task);
+    }
     if (n->has_cb && !n->canceled && !mf_lua__call_back(L, st, n)) {
         flow->failed = true;
         lua_rawseti(L, st, MF_LUA_FLOW_ERROR);
@@ -508,26 +558,14 @@ static int mf_lua__cancel(lua_State *L)
     return 0;
 }
 
-/* A lone task without a callback needs no flow: it is waited on alone. */
-static const mf_lua_kind_t *mf_lua__lone_task(lua_State *L, int idx)
-{
-    const mf_lua_kind_t *kind;
-    if (mf_lua_desc_step(L, idx, &kind) != MF_LUA_STEP_TASK)
-        return NULL;
-    lua_getfield(L, idx, "callback");
-    bool has_cb = !lua_isnil(L, -1);
-    lua_pop(L, 1);
-    return has_cb ? NULL : kind;
-}
-
 /* flow.wait(desc) -> results | nil, message */
 static int mf_lua__wait(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     mf_lua_co_t *co = mf_lua_co_check(L);
     lua_settop(L, 1);
-    mf_lua__check(L, 1, 0);
-    const mf_lua_kind_t *lone = mf_lua__lone_task(L, 1);
+    /* a lone task without a callback needs no flow: it is waited on alone */
+    const mf_lua_kind_t *lone = mf_lua__check(L, 1, 0);
     if (lone)
         return mf_lua_park_task(L, co, 1, lone);
     mf_lua_host_t *host = mf_lua_co_host(co);
@@ -539,6 +577,7 @@ static int mf_lua__wait(lua_State *L)
     mf_list_init(&flow->nodes);
     flow->step_fn = co->step_fn;
     flow->step_ud = co->step_ud;
+    flow->lean = co->lean;
     host->counts.flows++;
     lua_createtable(L, 3, 0);
     lua_newtable(L);

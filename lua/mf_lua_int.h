@@ -93,6 +93,7 @@ struct mf_lua_co {
     bool memory_refused;      /* an allocation of its slice was refused */
     mf_lua_step_fn step_fn;   /* mf_lua_co_set_step_observer; NULL: none */
     void *step_ud;
+    bool lean;                   /* mf_lua_co_set_lean_results */
     mf_lua_describe_fn describe; /* mf_lua_co_set_describer; NULL: none */
     void *describe_ud;
     /* A plain coroutine resumed (through moonflow's coroutine.resume) from

@@ -110,7 +110,7 @@ mf_lua_step_t mf_lua_desc_step(lua_State *L, int idx,
 
 /* ---- helpers for the kinds ------------------------------------------- */
 
-void mf_lua_desc_opt_field(lua_State *L, int idx, const char *field, int t)
+int mf_lua_desc_opt_field(lua_State *L, int idx, const char *field, int t)
 {
     lua_getfield(L, idx, field);
     int got = lua_type(L, -1);
@@ -118,6 +118,7 @@ void mf_lua_desc_opt_field(lua_State *L, int idx, const char *field, int t)
     if (got != LUA_TNIL && got != t)
         luaL_error(L, "task field '%s': %s expected, got %s", field,
                    lua_typename(L, t), lua_typename(L, got));
+    return got;
 }
 
 lua_Number mf_lua_desc_number(lua_State *L, int idx, const char *field,
@@ -131,11 +132,13 @@ lua_Number mf_lua_desc_number(lua_State *L, int idx, const char *field,
 
 /* ---- a task through its kind's ops ------------------------------------ */
 
-void mf_lua_leaf_check(lua_State *L, int idx, const mf_lua_kind_t *kind)
+bool mf_lua_leaf_check(lua_State *L, int idx, const mf_lua_kind_t *kind)
 {
     mf_lua_desc_opt_field(L, idx, "timeout", LUA_TNUMBER);
-    mf_lua_desc_opt_field(L, idx, "callback", LUA_TFUNCTION);
+    bool cb = mf_lua_desc_opt_field(L, idx, "callback", LUA_TFUNCTION) ==
+              LUA_TFUNCTION;
     kind->check(L, idx);
+    return cb;
 }
 
 mf_task_t *mf_lua_leaf_create(lua_State *L, int idx, const mf_lua_kind_t *kind,
@@ -173,6 +176,13 @@ void mf_lua_leaf_result(lua_State *L, const mf_lua_kind_t *kind,
     }
     if (state == MF_STATE_SUCCESS && kind->result)
         kind->result(L, task, data);
+}
+
+bool mf_lua_leaf_lean(const mf_lua_kind_t *kind, const mf_task_t *task,
+                      void *data)
+{
+    return mf_task_state(task) == MF_STATE_SUCCESS &&
+           !(kind->answer_failed && kind->answer_failed(task, data));
 }
 
 void mf_lua_leaf_release(const mf_lua_kind_t *kind, void *data)

@@ -29,8 +29,9 @@ typedef enum mf_lua_step {
  * anything else. */
 mf_lua_step_t mf_lua_desc_step(lua_State *L, int idx,
                                const mf_lua_kind_t **kind);
-/* Raises on a malformed task description (before anything is built). */
-void mf_lua_leaf_check(lua_State *L, int idx, const mf_lua_kind_t *kind);
+/* Raises on a malformed task description (before anything is built);
+ * returns whether it has a callback. */
+bool mf_lua_leaf_check(lua_State *L, int idx, const mf_lua_kind_t *kind);
 /* The C task of a checked description, with its timeout set. */
 mf_task_t *mf_lua_leaf_create(lua_State *L, int idx, const mf_lua_kind_t *kind,
                               void *data, mf_loop_t *loop, mf_task_cb cb,
@@ -38,6 +39,10 @@ mf_task_t *mf_lua_leaf_create(lua_State *L, int idx, const mf_lua_kind_t *kind,
 /* Fills the result table on top of L from a finished task. */
 void mf_lua_leaf_result(lua_State *L, const mf_lua_kind_t *kind,
                         mf_task_t *task, void *data);
+/* Whether a waiter with lean results gets true for the finished task (it
+ * succeeded and its answer reports no failure) instead of its result. */
+bool mf_lua_leaf_lean(const mf_lua_kind_t *kind, const mf_task_t *task,
+                      void *data);
 void mf_lua_leaf_release(const mf_lua_kind_t *kind, void *data);
 
 /* Parks co on the task of the checked description at idx, alone
@@ -53,8 +58,8 @@ void mf_lua_kinds_init(mf_lua_host_t *host);
 int mf_lua_has_kind(lua_State *L);
 
 /* Helpers for kinds' check and create. desc[field] must be absent or of
- * type t (raises naming the field otherwise). */
-void mf_lua_desc_opt_field(lua_State *L, int idx, const char *field, int t);
+ * type t (raises naming the field otherwise); returns its type. */
+int mf_lua_desc_opt_field(lua_State *L, int idx, const char *field, int t);
 /* desc[field] as a number, fallback when it is not one. */
 lua_Number mf_lua_desc_number(lua_State *L, int idx, const char *field,
                               lua_Number fallback);

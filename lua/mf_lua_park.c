@@ -3,7 +3,8 @@
  * mf.http.request, mf.go, and step:wait() on a lone task without a
  * callback): the task is created from its description through its kind's
  * ops and started, and the coroutine resumes with the result table when it
- * completes. No flow, no registry reference, no table before the result.
+ * completes. No flow, no registry reference, no table before the result
+ * (and none at all for a lean waiter's success: true).
  *
  * Owns: the parked record with the kind's data (loop memory), freed in the
  * task's callback. Its co is cleared by the coroutine's cleanup hook
@@ -48,8 +49,12 @@ static void mf_lua__parked_done(mf_task_t *task)
         mf_lua_co_host(co)->counts.tasks--;
         mf_lua_co_unpark(co);
         lua_State *L = mf_lua_co_thread(co);
-        lua_createtable(L, 0, 6);
-        mf_lua_leaf_result(L, p->kind, task, p->data);
+        if (co->lean && mf_lua_leaf_lean(p->kind, task, p->data)) {
+            lua_pushboolean(L, 1);
+        } else {
+            lua_createtable(L, 0, 6);
+            mf_lua_leaf_result(L, p->kind, task, p->data);
+        }
     }
     mf_lua_leaf_release(p->kind, p->data);
     mf_loop_free(mf_task_loop(task), p, mf_lua__parked_size(p->kind));

@@ -245,6 +245,13 @@ static void mf_lua__http_result(lua_State *L, mf_task_t *task, void *data)
     }
 }
 
+/* A status >= 400: the server answered, refusing or failing the request. */
+static bool mf_lua__http_answer_failed(const mf_task_t *task, void *data)
+{
+    (void)data;
+    return mf_task_http_status(task) >= 400;
+}
+
 const mf_lua_kind_t mf_lua_task_http_kind = {
     .name = "http",
     .data_size = sizeof(mf_lua_http_data_t),
@@ -252,4 +259,5 @@ const mf_lua_kind_t mf_lua_task_http_kind = {
     .create = mf_lua__http_create,
     .result = mf_lua__http_result,
     .release = mf_lua__http_release,
+    .answer_failed = mf_lua__http_answer_failed,
 };

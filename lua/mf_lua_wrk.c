@@ -93,14 +93,29 @@ int mf_lua_wrk_call(lua_State *L, const char *name, int nargs, int nresults)
     return rc ? -1 : 0;
 }
 
+static void register_metatables(lua_State *L);
+
+/* Gives the userdata on top its metatable name, registering the module's
+ * metatables first in a state that has none yet (a state given statistics
+ * objects without mf_lua_wrk_open still gets working ones). */
+static void set_metatable(lua_State *L, const char *name)
+{
+    luaL_getmetatable(L, name);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        register_metatables(L);
+        luaL_getmetatable(L, name);
+    }
+    lua_setmetatable(L, -2);
+}
+
 /* ---- addresses ------------------------------------------------------- */
 
 void mf_lua_wrk_push_addr(lua_State *L, const mf_sockaddr_t *addr)
 {
     mf_sockaddr_t *a = lua_newuserdata(L, sizeof *a);
     *a = *addr;
-    luaL_getmetatable(L, ADDR_MT);
-    lua_setmetatable(L, -2);
+    set_metatable(L, ADDR_MT);
 }
 
 static int addr_tostring(lua_State *L)
@@ -358,8 +373,7 @@ void mf_lua_wrk_push_thread(lua_State *L, mf_lua_wrk_thread_t *t)
 {
     mf_lua_wrk_thread_t **p = lua_newuserdata(L, sizeof *p);
     *p = t;
-    luaL_getmetatable(L, THREAD_MT);
-    lua_setmetatable(L, -2);
+    set_metatable(L, THREAD_MT);
 }
 
 /* ---- statistics ------------------------------------------------------- */
@@ -441,8 +455,7 @@ void mf_lua_wrk_push_stats(lua_State *L, const mf_hdr_t *h, double div)
     stats_ud_t *s = lua_newuserdata(L, sizeof *s);
     s->h = h;
     s->div = div > 0 ? div : 1;
-    luaL_getmetatable(L, STATS_MT);
-    lua_setmetatable(L, -2);
+    set_metatable(L, STATS_MT);
 }
 
 /* ---- the wrk table ------------------------------------------------------ */

@@ -23,15 +23,22 @@ static void mf__rconn_free_cb(mf_post_t *post);
 static void mf__rconn_on_resolved(mf_dns_query_t *q, int status);
 
 /* ---- timer: connect, response, idle -------------------------------------
- */
+ * While opening, the timer is the connect timeout (it keeps the loop
+ * alive). Once ready it is armed lazily: each reply and each busy/idle
+ * change moves the deadline (due_ms), and the timer itself is touched only
+ * when the deadline comes before it; a timer that fires early re-arms for
+ * what is left. Busy with a reply every few microseconds, a connection then
+ * costs no timer work per reply. */
 
-static void mf__rconn_arm(mf_redis_conn_t *conn, uint32_t ms, bool ref)
+static void mf__rconn_arm(mf_redis_conn_t *conn, uint64_t ms, bool ref)
 {
     mf_timer_stop(conn->loop, &conn->timer);
+    conn->timer_at = 0;
     if (!ms)
         return;
     mf_timer_set_ref(conn->loop, &conn->timer, ref);
     mf_timer_start(conn->loop, &conn->timer, ms);
+    conn->timer_at = mf_loop_now(conn->loop) + ms;
 }
 
 /* The response timer while busy: none for a blocking command (BLPOP 0
@@ -47,6 +54,15 @@ static uint32_t mf__rconn_response_ms(const mf_redis_conn_t *conn)
     return conn->client->opts.response_timeout_ms;
 }
 
+/* A ready connection's deadline: ms from now (0: none). */
+static void mf__rconn_set_due(mf_redis_conn_t *conn, uint32_t ms)
+{
+    uint64_t now = mf_loop_now(conn->loop);
+    conn->due_ms = ms ? now + ms : 0;
+    if (conn->due_ms && (!conn->timer_at || conn->timer_at > conn->due_ms))
+        mf__rconn_arm(conn, ms, false);
+}
+
 /* Busy: the socket and the response timer keep the loop alive. Idle: the
  * connection waits for work without keeping the loop running. */
 void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy)
@@ -55,15 +71,23 @@ void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy)
         mf_io_set_ref(conn->loop, &conn->io, busy);
     if (conn->state != MF_RCONN_READY || conn->kind == MF_RCONN_SUB)
         return;
-    mf__rconn_arm(conn,
-                  busy ? mf__rconn_response_ms(conn)
-                       : conn->client->opts.idle_timeout_ms,
-                  false);
+    mf__rconn_set_due(conn, busy ? mf__rconn_response_ms(conn)
+                                 : conn->client->opts.idle_timeout_ms);
 }
 
 static void mf__rconn_on_timer(mf_timer_t *timer)
 {
     mf_redis_conn_t *conn = timer->data;
+    conn->timer_at = 0;
+    if (conn->state == MF_RCONN_READY) {
+        uint64_t now = mf_loop_now(conn->loop);
+        if (!conn->due_ms)
+            return; /* nothing due now (a blocking command) */
+        if (conn->due_ms > now) {
+            mf__rconn_arm(conn, conn->due_ms - now, false);
+            return;
+        }
+    }
     if (conn->state != MF_RCONN_READY || !mf_list_empty(&conn->queue))
         mf__redis_conn_close(conn, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
     else
@@ -149,6 +173,7 @@ static void mf__rconn_flush(mf_redis_conn_t *conn);
 static void mf__rconn_ready(mf_redis_conn_t *conn)
 {
     conn->state = MF_RCONN_READY;
+    mf__rconn_arm(conn, 0, false); /* the connect timeout is over */
     mf_list_t *node;
     mf_list_foreach(node, &conn->queue)
     {
@@ -161,7 +186,7 @@ static void mf__rconn_ready(mf_redis_conn_t *conn)
         t->phase = MF_RT_SENT;
     }
     if (conn->kind == MF_RCONN_SUB) {
-        mf_timer_stop(conn->loop, &conn->timer); /* silence is normal */
+        conn->due_ms = 0; /* silence is normal */
     } else {
         mf__redis_conn_set_busy(conn, !mf_list_empty(&conn->queue));
     }
@@ -366,9 +391,16 @@ static void mf__rconn_check_backlog(mf_redis_conn_t *conn)
     mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ECONNABORTED);
 }
 
-static void mf__rconn_read(mf_redis_conn_t *conn)
+/* Reads and parses until the socket is drained. A short read drained it
+ * (plain TCP, edge-triggered: the next edge says when more comes), so no
+ * read is spent to see EAGAIN; over TLS (OpenSSL may hold a decrypted
+ * record back) and when the peer's close came with this edge (no edge will
+ * follow it), reading goes on to EAGAIN or the end. */
+static void mf__rconn_read(mf_redis_conn_t *conn, unsigned events)
 {
     char buf[16384];
+    bool to_end =
+        conn->ssl || (events & (MF_IO_ERROR | MF_IO_HUP | MF_IO_RDHUP));
     while (conn->state != MF_RCONN_CLOSED) {
         ssize_t n = mf__sock_read(conn->io.fd, conn->ssl, buf, sizeof buf);
         if (n == MF_EAGAIN)
@@ -386,6 +418,8 @@ static void mf__rconn_read(mf_redis_conn_t *conn)
         }
         mf__rconn_parse(conn);
         mf__rconn_check_backlog(conn);
+        if ((size_t)n < sizeof buf && !to_end)
+            return;
     }
 }
 
@@ -401,7 +435,7 @@ static void mf__rconn_on_io(mf_io_t *io, unsigned events)
     if (events & MF_IO_WRITE)
         mf__rconn_flush(conn);
     if (events & (MF_IO_READ | MF_IO_ERROR | MF_IO_HUP | MF_IO_RDHUP))
-        mf__rconn_read(conn);
+        mf__rconn_read(conn, events);
 }
 
 /* ---- closing -------------------------------------------------------------

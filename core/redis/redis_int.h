@@ -113,7 +113,9 @@ typedef enum mf_redis_conn_state {
 
 struct mf_redis_conn {
     mf_io_t io;
-    mf_timer_t timer; /* connect, then response, then idle */
+    mf_timer_t timer;  /* connect, then response, then idle */
+    uint64_t timer_at; /* loop ms the timer fires at; 0: stopped */
+    uint64_t due_ms;   /* ready: the response or idle deadline; 0: none */
     mf_loop_t *loop;
     mf_redis_client_t *client;
     mf_redis_conn_kind_t kind;
@@ -180,6 +182,7 @@ struct mf_redis_task {
     mf_redis_conn_t *conn;
     mf_list_t link; /* conn->queue or client->waiters */
     size_t nread;   /* replies received */
+    size_t nerrors; /* ... of which error replies */
     mf_redis_reply_t *replies;
     mf_redis_arena_t arena;
     const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */

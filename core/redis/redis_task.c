@@ -9,6 +9,7 @@
  * that gives up on a shared connection stays queued, its replies discarded
  * as they arrive, and completes (freeing itself) after the last one.
  */
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -16,34 +17,76 @@
 
 /* ---- protocol form ---------------------------------------------------- */
 
-/* "*3\r\n" / "$5\r\n": digits written backwards, no printf on the hot path. */
-static int mf__put_len(mf_loop_t *loop, mf_buf_t *out, char kind, size_t n)
+/* "*3\r\n" / "$5\r\n" at p: digits written backwards, no printf on the
+ * hot path. Returns the end. */
+static char *mf__put_len(char *p, char kind, size_t n)
 {
-    char head[32];
-    char *p = head + sizeof head;
-    *--p = '\n';
-    *--p = '\r';
+    char head[24];
+    char *h = head + sizeof head;
     do {
-        *--p = (char)('0' + n % 10);
+        *--h = (char)('0' + n % 10);
         n /= 10;
     } while (n);
-    *--p = kind;
-    return mf__buf_append(loop, out, p, (size_t)(head + sizeof head - p));
+    *p++ = kind;
+    size_t digits = (size_t)(head + sizeof head - h);
+    memcpy(p, h, digits);
+    p += digits;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+static size_t mf__len_size(size_t n)
+{
+    size_t digits = 1;
+    while (n >= 10) {
+        n /= 10;
+        digits++;
+    }
+    return digits + 3; /* kind, digits, CRLF */
+}
+
+#define MF__ARGLEN(lens, argv, i) ((lens) ? (lens)[i] : strlen((argv)[i]))
+
+/* Bytes of one command in protocol form; 0 on overflow. */
+static size_t mf__redis_format_size(int argc, const char *const *argv,
+                                    const size_t *argvlen)
+{
+    size_t size = mf__len_size((size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        size_t n = MF__ARGLEN(argvlen, argv, i);
+        size_t one = mf__len_size(n) + n + 2;
+        if (one < n || size + one < size)
+            return 0;
+        size += one;
+    }
+    return size;
+}
+
+/* Writes one command at p (mf__redis_format_size bytes of room). */
+static void mf__redis_format_at(char *p, int argc, const char *const *argv,
+                                const size_t *argvlen)
+{
+    p = mf__put_len(p, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        size_t n = MF__ARGLEN(argvlen, argv, i);
+        p = mf__put_len(p, '$', n);
+        memcpy(p, argv[i], n);
+        p += n;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
 }
 
 int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
                      const char *const *argv, const size_t *argvlen)
 {
-    int rc = mf__put_len(loop, out, '*', (size_t)argc);
-    for (int i = 0; rc == 0 && i < argc; i++) {
-        size_t n = argvlen ? argvlen[i] : strlen(argv[i]);
-        rc = mf__put_len(loop, out, '$', n);
-        if (rc == 0)
-            rc = mf__buf_append(loop, out, argv[i], n);
-        if (rc == 0)
-            rc = mf__buf_append(loop, out, "\r\n", 2);
-    }
-    return rc;
+    size_t size = mf__redis_format_size(argc, argv, argvlen);
+    if (!size || mf__buf_reserve(loop, out, size) < 0)
+        return MF_ENOMEM;
+    mf__redis_format_at(out->data + out->len, argc, argv, argvlen);
+    out->len += size;
+    return 0;
 }
 
 /* ---- which commands need a connection of their own --------------------- */
@@ -120,11 +163,23 @@ static int mf__cmd_kind(const char *name, size_t n)
     return 0;
 }
 
-static void mf__redis_task_classify(mf_redis_task_t *t, int argc,
-                                    const char *const *argv, const size_t *lens)
+/* What a command means for the connection it runs on (an MF__CMD_* kind;
+ * XREAD counts as blocking only with a BLOCK argument). */
+static int mf__cmd_code(int argc, const char *const *argv, const size_t *lens)
 {
-#define MF__LEN(i) (lens ? lens[i] : strlen(argv[i]))
-    switch (mf__cmd_kind(argv[0], MF__LEN(0))) {
+    int kind = mf__cmd_kind(argv[0], MF__ARGLEN(lens, argv, 0));
+    if (kind != MF__CMD_XREAD)
+        return kind;
+    for (int i = 1; i < argc; i++)
+        if (mf__word_is(argv[i], MF__ARGLEN(lens, argv, i), "BLOCK"))
+            return MF__CMD_BLOCKING;
+    return 0;
+}
+
+/* The task's connection needs after one more command of that code. */
+static void mf__redis_task_classify(mf_redis_task_t *t, int code)
+{
+    switch (code) {
     case MF__CMD_BLOCKING:
         t->dedicated = t->blocking = true;
         break;
@@ -143,15 +198,9 @@ static void mf__redis_task_classify(mf_redis_task_t *t, int argc,
     case MF__CMD_UNWATCH:
         t->watching = false;
         break;
-    case MF__CMD_XREAD:
-        for (int i = 1; i < argc; i++)
-            if (mf__word_is(argv[i], MF__LEN(i), "BLOCK"))
-                t->dedicated = t->blocking = true;
-        break;
     default:
         break;
     }
-#undef MF__LEN
 }
 
 /* ---- the kind ------------------------------------------------------------
@@ -202,6 +251,9 @@ void mf__redis_task_keep_refusal(mf_redis_task_t *t,
 
 void mf__redis_task_on_reply(mf_redis_task_t *t)
 {
+    const mf_redis_reply_t *r = mf__redis_task_slot(t);
+    if (r && r->type == MF_REDIS_ERROR)
+        t->nerrors++;
     if (++t->nread < t->ncmds)
         return;
     if (t->overflow)
@@ -299,7 +351,87 @@ void mf_task_redis_add_command(mf_task_t *task, int argc,
         return;
     }
     t->ncmds++;
-    mf__redis_task_classify(t, argc, argv, argvlen);
+    mf__redis_task_classify(t, mf__cmd_code(argc, argv, argvlen));
+}
+
+/* ---- prepared commands ---------------------------------------------------
+ * Encoded once, appended to many tasks with one copy. Plain heap memory (no
+ * loop): the caller may keep it as long as it likes, on any thread. */
+
+struct mf_redis_prepared {
+    char *data; /* the commands in protocol form */
+    size_t len, cap;
+    unsigned char *codes; /* one MF__CMD_* code per command */
+    size_t ncmds, ncap;
+};
+
+/* Grows *p (cap elements of size bytes) to hold need; 0 or MF_ENOMEM. */
+static int mf__grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        if ((n *= 2) > SIZE_MAX / size / 2)
+            return MF_ENOMEM;
+    void *bigger = mf_try_malloc(n * size);
+    if (!bigger)
+        return MF_ENOMEM;
+    if (*p)
+        memcpy(bigger, *p, *cap * size);
+    mf_free(*p);
+    *p = bigger;
+    *cap = n;
+    return 0;
+}
+
+mf_redis_prepared_t *mf_redis_prepared_create(void)
+{
+    return mf_xcalloc(1, sizeof(mf_redis_prepared_t));
+}
+
+void mf_redis_prepared_destroy(mf_redis_prepared_t *p)
+{
+    if (!p)
+        return;
+    mf_free(p->data);
+    mf_free(p->codes);
+    mf_free(p);
+}
+
+int mf_redis_prepared_add(mf_redis_prepared_t *p, int argc,
+                          const char *const *argv, const size_t *argvlen)
+{
+    if (argc <= 0 || !argv)
+        return MF_EINVAL;
+    size_t size = mf__redis_format_size(argc, argv, argvlen);
+    if (!size || p->len + size < p->len ||
+        mf__grow((void **)&p->data, &p->cap, p->len + size, 1) < 0 ||
+        mf__grow((void **)&p->codes, &p->ncap, p->ncmds + 1, 1) < 0)
+        return MF_ENOMEM;
+    mf__redis_format_at(p->data + p->len, argc, argv, argvlen);
+    p->len += size;
+    p->codes[p->ncmds++] = (unsigned char)mf__cmd_code(argc, argv, argvlen);
+    return 0;
+}
+
+size_t mf_redis_prepared_count(const mf_redis_prepared_t *p)
+{
+    return p->ncmds;
+}
+
+void mf_task_redis_add_prepared(mf_task_t *task, const mf_redis_prepared_t *p)
+{
+    mf_redis_task_t *t = mf__redis_task_of(task);
+    if (!p->ncmds)
+        return; /* nothing to send; a task left empty fails with EINVAL */
+    if (mf__buf_append(task->_loop, &t->cmds, p->data, p->len) < 0) {
+        t->unformatted = true;
+        return;
+    }
+    t->ncmds += p->ncmds;
+    for (size_t i = 0; i < p->ncmds; i++)
+        mf__redis_task_classify(t, p->codes[i]);
 }
 
 void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated)
@@ -312,6 +444,12 @@ size_t mf_task_redis_nreplies(const mf_task_t *task)
 {
     const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
     return mf_task_state(task) == MF_STATE_SUCCESS ? t->nread : 0;
+}
+
+size_t mf_task_redis_error_replies(const mf_task_t *task)
+{
+    const mf_redis_task_t *t = (const mf_redis_task_t *)(const void *)task;
+    return mf_task_redis_nreplies(task) ? t->nerrors : 0;
 }
 
 const char *mf_task_redis_error_message(const mf_task_t *task)

@@ -12,7 +12,9 @@
  * iteration due at a fixed time and measured from it as wrk2 does, a late
  * one starting at once), prep() names the flow's top-level steps and arms
  * the step observer (mf_lua_co_set_step_observer), the flow is waited on
- * as any handler's, and finish() records the iteration and its steps.
+ * as any handler's but with lean results (true for a task that
+ * succeeded: mf_lua_co_set_lean_results; iteration() itself waits as any
+ * code does), and finish() records the iteration and its steps.
  * Iterations completing after the warm-up and before the end are recorded;
  * those in flight at the end are aborted and not counted.
  *
@@ -179,10 +181,10 @@ static void scen_step_error(scen_thread_t *t, lua_State *L, int idx,
 /* ---- naming the steps ---------------------------------------------------- */
 
 /* The thread's series of step index of the description at d (a new one
- * the first time), or -1 when there are too many. */
+ * the first time), or -1 when there are too many. Its kind is on top of
+ * the stack (popped here). */
 static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
 {
-    bench_scen_field(L, d, "kind");
     const char *kind = lua_tostring(L, -1);
     if (!kind) {
         lua_pop(L, 1);
@@ -230,7 +232,6 @@ static void scen_name_steps(scen_user_t *u, lua_State *L, int idx)
     const char *kind = lua_tostring(L, -1);
     bool series = kind && !strcmp(kind, "series");
     bool list = series || (kind && !strcmp(kind, "parallel"));
-    lua_pop(L, 1);
     u->in_series = series;
     u->single = !list;
     if (!list) {
@@ -238,11 +239,13 @@ static void scen_name_steps(scen_user_t *u, lua_State *L, int idx)
         u->slot[1] = scen_slot(u->t, L, idx, 1);
         return;
     }
+    lua_pop(L, 1);
     size_t n = lua_objlen(L, idx);
     u->nsteps = n > SCEN_MAX_STEPS ? SCEN_MAX_STEPS : (unsigned)n;
     for (unsigned i = 1; i <= u->nsteps; i++) {
         lua_rawgeti(L, idx, (int)i);
-        u->slot[i] = scen_slot(u->t, L, lua_gettop(L), i);
+        bench_scen_field(L, -1, "kind");
+        u->slot[i] = scen_slot(u->t, L, lua_gettop(L) - 1, i);
         lua_pop(L, 1);
     }
 }
@@ -332,6 +335,9 @@ static int scen_l_prep(lua_State *L)
     for (unsigned i = 1; i <= u->nsteps; i++)
         u->step_ns[i] = UINT64_MAX;
     u->armed = true;
+    /* The flow's results are only told apart: no table for a success.
+     * Only this wait: iteration() itself may wait and read what it gets. */
+    mf_lua_co_set_lean_results(u->co, true);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -376,6 +382,7 @@ static int scen_l_finish(lua_State *L)
     bool record = u->start_ns >= t->warm_ns && now <= t->end_ns;
     bool ok = false, timeout = false;
     u->armed = false;
+    mf_lua_co_set_lean_results(u->co, false);
     if (lua_toboolean(L, 4) || lua_isnil(L, 2)) {
         scen_lua_error(t, lua_tostring(L, 3));
         u->yield_first = true;
@@ -701,7 +708,8 @@ static bench_result_t *scen_merge(const scen_run_t *run)
         r->series[i].latency = NULL;
     }
     r->nseries = n;
-    qsort(r->series, n, sizeof *r->series, scen_series_cmp);
+    if (n > 1) /* no series at all when every iteration failed early */
+        qsort(r->series, n, sizeof *r->series, scen_series_cmp);
     return r;
 }
 

@@ -53,6 +53,20 @@ function iteration(ctx)
 end
 """
 
+WAITS = """
+local mf = require "moonflow"
+local r, base
+function init(args) r = mf.redis(args[1]); base = args[2] end
+function iteration(ctx)
+  -- iteration() may wait itself and read what it gets: whole results
+  local v = mf.task.redis(r, "INCR", "waits"):wait().value
+  assert(type(v) == "number", "a whole result: " .. tostring(v))
+  local res = assert(mf.http.get(base .. "/sleep?ms=0"))
+  assert(res.status == 200, "status " .. tostring(res.status))
+  return mf.task.redis(r, "GET", "waits")
+end
+"""
+
 FAILING = """
 local mf = require "moonflow"
 local r
@@ -229,6 +243,16 @@ class BenchScenario(unittest.TestCase):
         self.assertTrue(360 <= doc["requests"] <= 440, doc["requests"])
         self.assertEqual(self.series(doc)["2 redis GET"]["count"],
                          doc["requests"])
+
+    def test_iteration_may_wait_and_read_results(self):
+        path = self.script("waits.lua", WAITS)
+        code, out, err, doc = self.bench(
+            ["-t", "1", "-c", "2", "-d", "1s", path, "--", self.redis.url(),
+             "http://127.0.0.1:%d" % self.http_port])
+        self.assertEqual(code, 0, err)
+        self.assertGreater(doc["requests"], 10)
+        self.assertEqual(sum(doc["errors"].values()), 0, (doc["errors"], err))
+        self.assertEqual(err, "")
 
     def test_failing_step_counts_errors(self):
         path = self.script("failing.lua", FAILING)

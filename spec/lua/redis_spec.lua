@@ -416,6 +416,47 @@ describe("mf.task.redis", function()
         assert.are.same({ "task:zombie", "v" }, r:call("BLPOP", "task:zombie", 1))
     end)
 
+    it("sends a description waited on again as it is at each wait", function()
+        r:call("DEL", "task:again")
+        local step = mf.task.redis(r, "INCRBY", "task:again", 1)
+        for i = 1, 5 do -- prepared from the second wait on
+            assert.are.equal(i, step:wait().value)
+        end
+        step.cmds[1][3] = 10 -- a changed argument is sent
+        assert.are.equal(15, step:wait().value)
+        assert.are.equal(25, step:wait().value)
+        step.cmds[1][2] = "task:again2" -- a changed key
+        assert.are.equal(10, step:wait().value)
+        step.cmds[1] = { "GET", "task:again" } -- a new command table
+        assert.are.equal("25", step:wait().value)
+        step.cmds[2] = { "GET", "task:again2" } -- one more command
+        step.list = true
+        assert.are.same({ "25", "10" }, step:wait().values)
+        step.cmds[1][3] = "extra" -- a longer command: Redis says so
+        assert.truthy(step:wait().values[1].err:match("^ERR"))
+        step.cmds[1][3] = nil
+        assert.are.same({ "25", "10" }, step:wait().values)
+    end)
+
+    it("sends a prebuilt list of commands again, in flows and alone", function()
+        r:call("DEL", "task:list")
+        local cmds = {}
+        for i = 1, 16 do cmds[i] = { "INCR", "task:list" } end
+        local step = mf.task.redis(r, cmds)
+        local flow = mf.series { step, mf.task.redis(r, "GET", "task:list") }
+        for i = 1, 3 do
+            assert.are.equal(16 * (2 * i - 1), step:wait().values[16])
+            local res = flow:wait()
+            assert.are.equal(16 * (2 * i), res[1].values[16])
+            assert.are.equal(tostring(32 * i), res[2].value)
+        end
+        cmds[16] = { "INCRBY", "task:list", 100 }
+        assert.are.equal(96 + 15 + 100, step:wait().values[16])
+        cmds[16] = { "INCRBY", "task:list", {} } -- checked as at first
+        assert.has_error(function() step:wait() end,
+            "redis task: argument 3 must be a string or a number, got table")
+    end)
+
     it("raises on a step that is not a redis client", function()
         assert.has_error(function() mf.task.redis("x", "PING") end)
         local Step = getmetatable(mf.task.timer(1))

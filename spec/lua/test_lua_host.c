@@ -2,7 +2,8 @@
  * done / error / abort, parking on a timer and on a flow, abort running the
  * cleanup hook (the task is canceled, the loop goes idle at once), host
  * shutdown with live coroutines and timers, counted references, task
- * kinds registered from C, and the step observer of a coroutine's flows. */
+ * kinds registered from C, the step observer of a coroutine's flows and
+ * lean results. */
 #include <lauxlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -449,6 +450,66 @@ TEST(a_coroutine_without_an_observer_is_not_timed)
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_STR_EQ(s.text, "ok");
     ASSERT_EQ(h.n, 0);
+    teardown();
+}
+
+/* ---- lean results --------------------------------------------------- */
+
+/* twice's answer "fails" for a negative n (as a Redis error reply would). */
+static bool twice_answer_failed(const mf_task_t *task, void *data)
+{
+    (void)task;
+    return ((twice_data_t *)data)->n < 0;
+}
+
+TEST(lean_results_give_true_for_successes_and_whole_results_otherwise)
+{
+    setup();
+    mf_lua_kind_t k = twice_kind;
+    k.answer_failed = twice_answer_failed;
+    ASSERT_EQ(mf_lua_kind_register(host, &k), 0);
+    static const char code[] =
+        "local mf = require 'moonflow'\n"
+        "local function show(r)\n"
+        "  if type(r) ~= 'table' then return tostring(r) end\n"
+        "  if r.state then return r.state .. '=' .. tostring(r.value) end\n"
+        "  local out = {}\n"
+        "  for i = 1, #r do out[i] = show(r[i]) end\n"
+        "  return '{' .. table.concat(out, ',') .. '}'\n"
+        "end\n"
+        "local heard\n"
+        "local t = {\n"
+        "  show(mf.task.twice{n = 1}:wait()),\n"
+        "  show(mf.task.twice{n = -1}:wait()),\n"
+        "  show(mf.task.timer(50, {timeout = 1}):wait()),\n"
+        "  show(mf.series{ mf.task.twice{n = 1}, mf.task.twice{n = -2},\n"
+        "    mf.parallel{ mf.task.twice{n = 2}, mf.series{ mf.task.timer(1) } "
+        "},\n"
+        "    mf.task.twice{n = 3, callback = function(r, flow)\n"
+        "      heard = r.value\n"
+        "      flow:push(mf.task.twice{n = 4})\n"
+        "    end} }:wait()),\n"
+        "  tostring(heard) }\n"
+        "return table.concat(t, ' ')";
+    const char *want[2] = {
+        /* whole results */
+        "success=2 success=-2 timeout=nil "
+        "{success=2,success=-4,{success=4,{success=nil}},success=6,success=8} "
+        "6",
+        /* lean: true for a success without a callback */
+        "true success=-2 timeout=nil "
+        "{true,success=-4,{true,{true}},success=6,true} 6"};
+    for (int lean = 1; lean >= 0; lean--) {
+        seen_t s = {0};
+        mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
+        mf_lua_co_set_lean_results(co, lean);
+        ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co), code), 0);
+        ASSERT(mf_lua_co_start(co, 0));
+        mf_loop_run(loop, MF_RUN_DEFAULT);
+        ASSERT_EQ(s.status, MF_LUA_CO_DONE);
+        ASSERT_STR_EQ(s.text, want[lean]);
+    }
+    assert_released();
     teardown();
 }
 

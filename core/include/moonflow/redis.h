@@ -116,13 +116,37 @@ MF_API mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
 /* Connections this client opened so far (tests observe reuse with it). */
 MF_API uint64_t mf_redis_client_connects(const mf_redis_client_t *client);
 
-MF_API mf_task_t *mf_task_redis_create(mf_redis_client_t *client,
-                                       mf_task_cb cb, void *user);
+MF_API mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
+                                       void *user);
 /* Appends one command (argv[i] is argvlen[i] bytes; argvlen NULL: C
  * strings). Several calls make a pipeline: one reply per command, in order. */
 MF_API void mf_task_redis_add_command(mf_task_t *task, int argc,
                                       const char *const *argv,
                                       const size_t *argvlen);
+/* A list of commands encoded once, for many tasks: a load generator's or a
+ * handler's fixed commands are then copied into each task with one
+ * memcpy instead of being encoded again.
+ *
+ *   mf_redis_prepared_t *p = mf_redis_prepared_create();
+ *   mf_redis_prepared_add(p, 2, (const char *[]){"GET", "k"}, NULL);
+ *   ... per task: mf_task_redis_add_prepared(task, p);
+ *   mf_redis_prepared_destroy(p);
+ *
+ * A prepared list is plain heap memory, tied to no loop or client; the task
+ * copies it, so it may be destroyed while tasks that used it still run. */
+typedef struct mf_redis_prepared mf_redis_prepared_t;
+MF_API mf_redis_prepared_t *mf_redis_prepared_create(void);
+/* Appends one command (as mf_task_redis_add_command). 0, MF_EINVAL (no
+ * argument) or MF_ENOMEM (the list is left as it was). */
+MF_API int mf_redis_prepared_add(mf_redis_prepared_t *p, int argc,
+                                 const char *const *argv,
+                                 const size_t *argvlen);
+MF_API size_t mf_redis_prepared_count(const mf_redis_prepared_t *p);
+MF_API void mf_redis_prepared_destroy(mf_redis_prepared_t *p);
+/* Appends the prepared commands to the task, as that many
+ * mf_task_redis_add_command calls would. */
+MF_API void mf_task_redis_add_prepared(mf_task_t *task,
+                                       const mf_redis_prepared_t *p);
 /* Run on a connection of its own even if no command requires it. */
 MF_API void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated);
 
@@ -131,6 +155,9 @@ MF_API void mf_task_redis_set_dedicated(mf_task_t *task, bool dedicated);
 MF_API size_t mf_task_redis_nreplies(const mf_task_t *task);
 MF_API const mf_redis_reply_t *mf_task_redis_reply(const mf_task_t *task,
                                                    size_t i);
+/* How many of those replies are error replies (MF_REDIS_ERROR at the top):
+ * a caller that only asks whether a command failed reads no reply. */
+MF_API size_t mf_task_redis_error_replies(const mf_task_t *task);
 /* When the task failed with MF_EACCES (Redis refused the connection's AUTH
  * or SELECT): Redis's own message, e.g. "WRONGPASS invalid
  * username-password pair or user is disabled." or "ERR DB index is out of
@@ -155,13 +182,10 @@ typedef void (*mf_redis_message_cb)(mf_redis_subscriber_t *sub,
 
 /* Opens a dedicated connection and SUBSCRIBEs (or PSUBSCRIBEs when pattern)
  * to the channels. */
-MF_API mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
-                                                 int nchannels,
-                                                 const char *const *channels,
-                                                 const size_t *lens,
-                                                 bool pattern,
-                                                 mf_redis_message_cb cb,
-                                                 void *user);
+MF_API mf_redis_subscriber_t *
+mf_redis_subscribe(mf_redis_client_t *client, int nchannels,
+                   const char *const *channels, const size_t *lens,
+                   bool pattern, mf_redis_message_cb cb, void *user);
 /* Adds or drops channels on a live subscriber; dropping with nchannels 0
  * drops every channel (or every pattern). */
 MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,

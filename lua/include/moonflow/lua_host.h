@@ -253,6 +253,14 @@ MF_API mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
 typedef void (*mf_lua_step_fn)(void *ud, unsigned step);
 MF_API void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn,
                                         void *ud);
+/* Lean results, for a waiter that only tells outcomes apart (a load
+ * generator): in the flows this coroutine waits on, a task that succeeded,
+ * whose answer reports no failure (its kind's answer_failed, lua_kind.h)
+ * and that has no callback gives true in place of its result table, so
+ * no table is built for it. A task that failed, or whose answer did (a
+ * Redis error reply, an HTTP status >= 400), gives its whole result; a
+ * callback is always given the whole result. Off for every new coroutine. */
+MF_API void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean);
 
 /* ---- for C functions that park (see the pattern above) --------------- */
 

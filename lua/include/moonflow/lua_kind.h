@@ -33,6 +33,11 @@
  *   error string, written to buf (len bytes) and returned, in place of the
  *   stable words and error_detail: for a kind whose errors have a form of
  *   their own ("kafka _MSG_TIMED_OUT: ..."). NULL: the default form.
+ * - answer_failed(task, data) (may be NULL: never): the task succeeded;
+ *   whether its answer reports a failure of what was asked (a Redis error
+ *   reply, an HTTP status >= 400). A waiter with lean results
+ *   (mf_lua_co_set_lean_results) gets the whole result of such a task,
+ *   true for any other that succeeded.
  * - data_size / release (optional): the kind's own data per task:
  *   data_size bytes, zeroed, suitably aligned, allocated by the host with
  *   the task's record and given to create and result. release(data) frees
@@ -70,6 +75,7 @@ typedef struct mf_lua_kind {
     const char *(*error_detail)(const mf_task_t *task, void *data);
     const char *(*error)(const mf_task_t *task, void *data, char *buf,
                          size_t len);
+    bool (*answer_failed)(const mf_task_t *task, void *data);
 } mf_lua_kind_t;
 
 /* Makes kind usable by the host's Lua code. Returns 0, MF_EEXIST for a

@@ -54,7 +54,8 @@ MF_API int mf_lua_wrk_open(lua_State *L, const mf_lua_wrk_url_t *url,
 MF_API int mf_lua_wrk_thread_init(lua_State *L, mf_lua_wrk_thread_t *t,
                                   const char *url, char *const *args,
                                   size_t nargs);
-/* Pushes the userdata of t (setup(thread), wrk.thread). */
+/* The push functions work on any state, opened with mf_lua_wrk_open or
+ * not. Pushes the userdata of t (setup(thread), wrk.thread). */
 MF_API void mf_lua_wrk_push_thread(lua_State *L, mf_lua_wrk_thread_t *t);
 /* Pushes an address object. */
 MF_API void mf_lua_wrk_push_addr(lua_State *L, const mf_sockaddr_t *addr);

@@ -189,6 +189,7 @@ typedef struct result {
     int state;
     int error;
     size_t n;
+    size_t errors; /* error replies among the n */
     char text[8192];
 } result_t;
 
@@ -243,6 +244,7 @@ static inline void on_done(mf_task_t *task)
     r->state = mf_task_state(task);
     r->error = mf_task_error(task);
     r->n = mf_task_redis_nreplies(task);
+    r->errors = mf_task_redis_error_replies(task);
     r->text[0] = 0;
     for (size_t i = 0; i < r->n; i++) {
         if (i)
@@ -254,11 +256,12 @@ static inline void on_done(mf_task_t *task)
         put(r, refusal, strlen(refusal));
 }
 
-/* "SET a 1; GET a": commands split on ';', arguments on spaces. */
-static inline mf_task_t *task_of(mf_redis_client_t *c, result_t *r,
-                                 const char *line)
+/* "SET a 1; GET a": commands split on ';', arguments on spaces; add(ctx,
+ * argc, argv) for each. */
+static inline void
+split_commands(const char *line,
+               void (*add)(void *ctx, int argc, const char **argv), void *ctx)
 {
-    mf_task_t *t = mf_task_redis_create(c, on_done, r);
     char copy[1024];
     snprintf(copy, sizeof copy, "%s", line);
     char *save = NULL;
@@ -271,8 +274,20 @@ static inline mf_task_t *task_of(mf_redis_client_t *c, result_t *r,
              w = strtok_r(NULL, " ", &s2))
             argv[argc++] = w;
         if (argc)
-            mf_task_redis_add_command(t, argc, argv, NULL);
+            add(ctx, argc, argv);
     }
+}
+
+static inline void add_to_task(void *task, int argc, const char **argv)
+{
+    mf_task_redis_add_command(task, argc, argv, NULL);
+}
+
+static inline mf_task_t *task_of(mf_redis_client_t *c, result_t *r,
+                                 const char *line)
+{
+    mf_task_t *t = mf_task_redis_create(c, on_done, r);
+    split_commands(line, add_to_task, t);
     return t;
 }
 

@@ -2,6 +2,7 @@
  * (redis_harness.h): every reply type, binary-safe arguments and replies,
  * big values and max_reply, replies nested deeper than the reader allows,
  * pipelines in a task and across tasks on one shared connection, MULTI/EXEC,
+ * prepared commands (encoded once, run by many tasks, routed as added ones)
  * and no malloc per request in steady state. */
 #include "redis_harness.h"
 
@@ -21,6 +22,10 @@ TEST(replies_of_every_type_are_faithful)
     expect(c, "NOSUCHCOMMAND x; GET k",
            "-ERR unknown command 'NOSUCHCOMMAND', with args beginning with: "
            "'x'  | $v");
+    result_t e;
+    run(c, &e, "GET k; NOSUCHCOMMAND; GET k; NOSUCHCOMMAND y");
+    ASSERT_EQ(e.n, 4);
+    ASSERT_EQ(e.errors, 2); /* counted as they arrive */
     expect(c, "EVAL return{1,{2,{'x',{}}},'y',false} 0",
            "[:1,[:2,[$x,[]]],$y,nil]");
     expect(c, "BLPOP emptylist 0.01", "*nil"); /* a nil array */
@@ -38,6 +43,7 @@ TEST(replies_of_every_type_are_faithful)
     run_until(&r.done, 1);
     ASSERT_STR_EQ(r.text, "+OK | $a\\0b\r\nc");
     ASSERT_EQ(r.n, 2);
+    ASSERT_EQ(r.errors, 0);
     ASSERT_EQ(mf_redis_client_connects(c), 2); /* shared + one for BLPOP */
     teardown();
 }
@@ -195,6 +201,94 @@ TEST(multi_exec_in_one_task_is_atomic_on_the_shared_connection)
     expect(c, "DEL ctr; MULTI; INCR ctr; INCR ctr; EXEC",
            ":0 | +OK | +QUEUED | +QUEUED | [:1,:2]");
     ASSERT_EQ(mf_redis_client_connects(c), 1);
+    teardown();
+}
+
+/* ---- prepared commands ----------------------------------------------------
+ */
+
+static void add_to_prepared(void *p, int argc, const char **argv)
+{
+    ASSERT_EQ(mf_redis_prepared_add(p, argc, argv, NULL), 0);
+}
+
+/* A prepared list from "SET a 1; GET a". */
+static mf_redis_prepared_t *prepared_of(const char *line)
+{
+    mf_redis_prepared_t *p = mf_redis_prepared_create();
+    split_commands(line, add_to_prepared, p);
+    return p;
+}
+
+static void run_prepared(mf_redis_client_t *c, result_t *r,
+                         const mf_redis_prepared_t *p)
+{
+    memset(r, 0, sizeof *r);
+    mf_task_t *t = mf_task_redis_create(c, on_done, r);
+    mf_task_redis_add_prepared(t, p);
+    mf_task_start(t);
+    run_until(&r->done, 1);
+}
+
+TEST(prepared_commands_run_in_many_tasks_as_added_ones_do)
+{
+    mf_redis_client_t *c = setup();
+    mf_redis_prepared_t *p = prepared_of("DEL pk; INCR pk; INCRBY pk 10");
+    ASSERT_EQ(mf_redis_prepared_count(p), 3);
+    result_t r;
+    for (int i = 0; i < 3; i++) {
+        run_prepared(c, &r, p);
+        ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+        ASSERT_STR_EQ(r.text, i ? ":1 | :1 | :11" : ":0 | :1 | :11");
+    }
+    /* Binary-safe lengths, and a task mixing added and prepared commands. */
+    mf_redis_prepared_t *bin = mf_redis_prepared_create();
+    const char *argv[] = {"SET", "pk\0bin", "v\r\n\0"};
+    const size_t lens[] = {3, 6, 4};
+    ASSERT_EQ(mf_redis_prepared_add(bin, 3, argv, lens), 0);
+    ASSERT_EQ(mf_redis_prepared_add(bin, 0, argv, lens), MF_EINVAL);
+    ASSERT_EQ(mf_redis_prepared_count(bin), 1);
+    memset(&r, 0, sizeof r);
+    mf_task_t *t = mf_task_redis_create(c, on_done, &r);
+    mf_task_redis_add_prepared(t, bin);
+    mf_task_redis_add_command(t, 2, (const char *[]){"STRLEN", "pk\0bin"},
+                              (const size_t[]){6, 6});
+    mf_task_start(t);
+    run_until(&r.done, 1);
+    ASSERT_STR_EQ(r.text, "+OK | :4");
+    /* The task copied the bytes: the list may go before the task ends. */
+    memset(&r, 0, sizeof r);
+    t = mf_task_redis_create(c, on_done, &r);
+    mf_task_redis_add_prepared(t, p);
+    mf_redis_prepared_destroy(p);
+    mf_task_start(t);
+    run_until(&r.done, 1);
+    ASSERT_STR_EQ(r.text, ":1 | :1 | :11");
+    mf_redis_prepared_destroy(bin);
+    ASSERT_EQ(mf_redis_client_connects(c), 1);
+    teardown();
+}
+
+TEST(prepared_commands_are_routed_as_added_ones_are)
+{
+    mf_redis_client_t *c = setup();
+    /* MULTI ... EXEC stays on the shared connection; a blocking command
+     * takes a dedicated one; an empty list fails the task. */
+    mf_redis_prepared_t *tx = prepared_of("DEL pc; MULTI; INCR pc; EXEC");
+    mf_redis_prepared_t *block = prepared_of("BLPOP pq 0.01");
+    mf_redis_prepared_t *empty = mf_redis_prepared_create();
+    result_t r;
+    run_prepared(c, &r, tx);
+    ASSERT_STR_EQ(r.text, ":0 | +OK | +QUEUED | [:1]");
+    ASSERT_EQ(mf_redis_client_connects(c), 1);
+    run_prepared(c, &r, block);
+    ASSERT_STR_EQ(r.text, "*nil");
+    ASSERT_EQ(mf_redis_client_connects(c), 2);
+    run_prepared(c, &r, empty);
+    EXPECT_STATE(r, MF_STATE_TASK_ERROR, MF_EINVAL);
+    mf_redis_prepared_destroy(tx);
+    mf_redis_prepared_destroy(block);
+    mf_redis_prepared_destroy(empty);
     teardown();
 }
 

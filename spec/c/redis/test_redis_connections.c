@@ -217,12 +217,18 @@ TEST(a_task_that_times_out_on_a_dedicated_connection_closes_it)
     teardown();
 }
 
-TEST(a_silent_shared_connection_is_closed_after_the_response_timeout)
+/* A client whose connections wait ms for a reply. */
+static mf_redis_client_t *setup_response_timeout(uint32_t ms)
 {
     mf_redis_opts_t o;
     mf_redis_opts_init(&o);
-    o.response_timeout_ms = 100;
-    mf_redis_client_t *c = setup_with(NULL, 0, &o);
+    o.response_timeout_ms = ms;
+    return setup_with(NULL, 0, &o);
+}
+
+TEST(a_silent_shared_connection_is_closed_after_the_response_timeout)
+{
+    mf_redis_client_t *c = setup_response_timeout(100);
     expect(c, "PING", "+PONG");
     result_t slow = {0}, other = {0};
     mf_task_start(busy_task(c, &slow, 400));
@@ -237,12 +243,31 @@ TEST(a_silent_shared_connection_is_closed_after_the_response_timeout)
     teardown();
 }
 
+TEST(a_shared_connection_whose_replies_keep_coming_outlives_the_timeout)
+{
+    /* Each reply restarts the response timeout: A's reply comes at 90 ms,
+     * B's (sent at 50 ms) at 180 ms; no silence reaches 150 ms, the busy
+     * time does (a silent one is closed: the test above). */
+    mf_redis_client_t *c = setup_response_timeout(150);
+    expect(c, "PING", "+PONG");
+    result_t a = {0}, b = {0};
+    uint64_t t0 = now_ms();
+    mf_task_start(busy_task(c, &a, 90));
+    while (now_ms() - t0 < 50)
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+    mf_task_start(busy_task(c, &b, 90));
+    run_until(&b.done, 1);
+    ASSERT_EQ(a.done, 1);
+    EXPECT_STATE(a, MF_STATE_SUCCESS, 0);
+    EXPECT_STATE(b, MF_STATE_SUCCESS, 0);
+    ASSERT(now_ms() - t0 >= 170);
+    ASSERT_EQ(mf_redis_client_connects(c), 1);
+    teardown();
+}
+
 TEST(a_blocking_command_may_wait_past_the_response_timeout)
 {
-    mf_redis_opts_t o;
-    mf_redis_opts_init(&o);
-    o.response_timeout_ms = 100;
-    mf_redis_client_t *c = setup_with(NULL, 0, &o);
+    mf_redis_client_t *c = setup_response_timeout(100);
     uint64_t t0 = now_ms();
     expect(c, "BLPOP nothing-here 0.4", "*nil");
     ASSERT(now_ms() - t0 >= 350);
