@@ -43,14 +43,16 @@ static void mf_lua__prepend_path(lua_State *L, const char *field,
  * if an embedded source does not compile (a defect of the build). */
 static int mf_lua__preload(lua_State *L)
 {
-    static const luaL_Reg c_modules[] = {{"moonflow.core", mf_lua_open_core},
-                                         {"moonflow.flow", mf_lua_open_flow},
-                                         {"moonflow.timer", mf_lua_open_timer},
-                                         {"moonflow.redis", mf_lua_open_redis},
-                                         {"moonflow.mysql", mf_lua_open_mysql},
-                                         {"moonflow.kafka", mf_lua_open_kafka},
-                                         {"moonflow.json", mf_lua_open_json},
-                                         {NULL, NULL}};
+    static const luaL_Reg c_modules[] = {
+        {"moonflow.core", mf_lua_open_core},
+        {"moonflow.flow", mf_lua_open_flow},
+        {"moonflow.timer", mf_lua_open_timer},
+        {"moonflow.redis", mf_lua_open_redis},
+        {"moonflow.mysql", mf_lua_open_mysql},
+        {"moonflow.kafka", mf_lua_open_kafka},
+        {"moonflow.json", mf_lua_open_json},
+        {"moonflow.shared", mf_lua_open_shared},
+        {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");
     for (const luaL_Reg *m = c_modules; m->name; m++) {

@@ -165,6 +165,8 @@ int mf_lua_open_redis(lua_State *L); /* moonflow.redis: client, null */
 int mf_lua_open_mysql(lua_State *L); /* moonflow.mysql: client, rows ... */
 int mf_lua_open_kafka(lua_State *L); /* moonflow.kafka: open */
 int mf_lua_open_json(lua_State *L);  /* moonflow.json: encode, null */
+/* moonflow.shared: get, create (mf.shared, mf.shared_dict) */
+int mf_lua_open_shared(lua_State *L);
 
 /* Host teardown of background timers (mf_lua_timer.c). */
 void mf_lua_timers_shutdown(mf_lua_host_t *host);
