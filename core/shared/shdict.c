@@ -32,7 +32,9 @@
 /* How many entries a safe store looks at, from the LRU end, for expired
  * ones to free: it must not walk a whole stripe under the lock. */
 #define MF_SHDICT_SAFE_SCAN 64
-#define MF_SHDICT_AUTO_STRIPE_BYTES (64u << 10)
+/* By default a stripe gets 256 KiB at least: 16 stripes are plenty for a
+ * few workers, and the biggest value is about one stripe's share. */
+#define MF_SHDICT_AUTO_STRIPE_BYTES (256u << 10)
 #define MF_SHDICT_AUTO_MAX_STRIPES 16
 #define MF_SHDICT_MAX_STRIPES 256
 #define MF_SHDICT_BYTES_PER_BUCKET 128

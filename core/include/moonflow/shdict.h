@@ -15,7 +15,9 @@
  * Threads: keys hash to a stripe; each stripe has its own lock, table, LRU
  * list and share of the capacity: eviction is per stripe (a full stripe
  * forces out its own least recently used entries even when another stripe
- * has room), and the biggest value that fits is about the stripe's share.
+ * has room), and the biggest entry that fits is the stripe's share less
+ * its hash table (1/16 of it): 240 KiB in a dict of 1 MiB or more (by
+ * default stripes get 256 KiB each, up to 16 of them).
  * A lock is held for one operation on one entry (a hash lookup and a copy:
  * microseconds), never across a callback; mf_shdict_flush_all,
  * flush_expired and keys take the stripes one after the other, so they see
@@ -99,7 +101,7 @@ MF_API void mf_shdict_buf_free(mf_shdict_buf_t *buf);
 
 typedef struct mf_shdict_opts {
     size_t capacity;  /* bytes, MF_SHDICT_MIN_CAPACITY to _MAX_CAPACITY */
-    unsigned stripes; /* a power of two up to 256; 0: one per 64 KiB, 1-16 */
+    unsigned stripes; /* a power of two up to 256; 0: one per 256 KiB, 1-16 */
     /* ms; NULL: CLOCK_MONOTONIC. Called under a stripe's lock. */
     uint64_t (*clock)(void *clock_ud);
     void *clock_ud;
