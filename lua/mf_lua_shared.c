@@ -215,10 +215,11 @@ static uint32_t mf__flags(lua_State *L, int idx, const char *method)
     return (uint32_t)f;
 }
 
+/* A number, or a string that is one (as OpenResty's incr takes them). */
 static double mf__number(lua_State *L, int idx, const char *method,
                          const char *arg)
 {
-    if (lua_type(L, idx) != LUA_TNUMBER)
+    if (!lua_isnumber(L, idx))
         mf__raise(L, "dict:%s: %s: a number expected, got %s", method, arg,
                   luaL_typename(L, idx));
     return lua_tonumber(L, idx);
