@@ -142,8 +142,19 @@ static uint64_t mf__hash(uint64_t seed, const char *k, size_t n)
         h = (h ^ w) * 0xff51afd7ed558ccdull;
         h ^= h >> 32;
     }
+    /* The last 0-7 bytes in at most two loads, overlapping (a byte-wise
+     * copy into w would stall the load of w behind its stores); the length
+     * is in the seed already. */
     w = 0;
-    memcpy(&w, k, n);
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, k, 4);
+        memcpy(&b, k + n - 4, 4);
+        w = (uint64_t)a << 32 | b;
+    } else if (n > 0) {
+        const unsigned char *u = (const unsigned char *)k;
+        w = (uint64_t)u[0] << 16 | (uint64_t)u[n / 2] << 8 | u[n - 1];
+    }
     h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 29;
     h *= 0xff51afd7ed558ccdull;
@@ -163,14 +174,26 @@ static uint64_t mf__now(const mf_shdict_t *d)
     return d->clock(d->clock_ud);
 }
 
-static bool mf__expired(const mf_shdict_entry_t *e, uint64_t now)
+/* The time is read at most once per operation, and only when a TTL is
+ * involved: the clock costs as much as the rest of a get (a VM's vDSO),
+ * and most entries never expire. *now: 0 until read. */
+static uint64_t mf__time(const mf_shdict_t *d, uint64_t *now)
 {
-    return e->expires && e->expires <= now;
+    if (!*now)
+        *now = mf__now(d);
+    return *now;
 }
 
-static uint64_t mf__deadline(uint64_t now, uint64_t ttl_ms)
+static bool mf__expired(const mf_shdict_t *d, const mf_shdict_entry_t *e,
+                        uint64_t *now)
 {
-    return ttl_ms ? now + ttl_ms : 0;
+    return e->expires && e->expires <= mf__time(d, now);
+}
+
+static uint64_t mf__deadline(const mf_shdict_t *d, uint64_t *now,
+                             uint64_t ttl_ms)
+{
+    return ttl_ms ? mf__time(d, now) + ttl_ms : 0;
 }
 
 static mf_shdict_stripe_t *mf__stripe(mf_shdict_t *d, const mf_shdict_key_t *k)
@@ -248,13 +271,14 @@ static void mf__insert(mf_shdict_stripe_t *s, mf_shdict_entry_t *e)
 
 /* The entry to force out next: the least recently used one; with
  * only_expired, an expired one among the last MF_SHDICT_SAFE_SCAN. */
-static mf_shdict_entry_t *mf__victim(mf_shdict_stripe_t *s, uint64_t now,
+static mf_shdict_entry_t *mf__victim(const mf_shdict_t *d,
+                                     mf_shdict_stripe_t *s, uint64_t *now,
                                      bool only_expired)
 {
     int scan = 0;
     for (mf_list_t *l = s->lru.prev; l != &s->lru; l = l->prev) {
         mf_shdict_entry_t *e = mf_container_of(l, mf_shdict_entry_t, lru);
-        if (!only_expired || mf__expired(e, now))
+        if (!only_expired || mf__expired(d, e, now))
             return e;
         if (++scan == MF_SHDICT_SAFE_SCAN)
             break;
@@ -273,12 +297,12 @@ static void *mf__alloc(mf_shdict_t *d, mf_shdict_stripe_t *s, size_t n,
     void *p = mf_arena_alloc(&s->arena, n);
     if (p)
         return p;
-    uint64_t now = mf__now(d);
+    uint64_t now = 0;
     if (keep)
         mf_list_remove(&keep->lru);
     mf_shdict_entry_t *e;
-    while (!p && (e = mf__victim(s, now, !evict))) {
-        if (!mf__expired(e, now))
+    while (!p && (e = mf__victim(d, s, &now, !evict))) {
+        if (!mf__expired(d, e, &now))
             *forcible = true;
         mf__remove(s, e);
         p = mf_arena_alloc(&s->arena, n);
@@ -468,7 +492,8 @@ int mf_shdict_get(mf_shdict_t *d, const char *key, size_t klen, bool stale_ok,
         return MF_SHDICT_BAD_KEY;
     int rc = MF_SHDICT_NOT_FOUND;
     mf_shdict_entry_t *e = mf__find(s, &k);
-    bool expired = e && mf__expired(e, mf__now(d));
+    uint64_t now = 0;
+    bool expired = e && mf__expired(d, e, &now);
     if (e && (!expired || stale_ok)) {
         rc = e->type == MF_SHDICT_LIST ? MF_SHDICT_IS_A_LIST
                                        : mf__copy_value(e, out, buf);
@@ -510,7 +535,8 @@ static int mf__store_new(mf_shdict_t *d, mf_shdict_stripe_t *s,
     mf_shdict_entry_t *e =
         mf__create(d, s, k, v, expires, flags, old, evict, forcible);
     if (!e && old && evict) {
-        if (!mf__expired(old, mf__now(d)))
+        uint64_t now = 0;
+        if (!mf__expired(d, old, &now))
             *forcible = true;
         mf__remove(s, old);
         old = NULL;
@@ -528,9 +554,9 @@ static int mf__store_locked(mf_shdict_t *d, mf_shdict_stripe_t *s,
                             const mf_shdict_value_t *v, uint64_t ttl_ms,
                             uint32_t flags, unsigned mode, bool *forcible)
 {
-    uint64_t now = mf__now(d);
+    uint64_t now = 0;
     mf_shdict_entry_t *e = mf__find(s, k);
-    bool live = e && !mf__expired(e, now);
+    bool live = e && !mf__expired(d, e, &now);
     if ((mode & MF_SHDICT_STORE_ADD) && live)
         return MF_SHDICT_EXISTS;
     if ((mode & MF_SHDICT_STORE_REPLACE) && !live)
@@ -540,7 +566,7 @@ static int mf__store_locked(mf_shdict_t *d, mf_shdict_stripe_t *s,
             mf__remove(s, e);
         return 0;
     }
-    uint64_t expires = mf__deadline(now, ttl_ms);
+    uint64_t expires = mf__deadline(d, &now, ttl_ms);
     if (e && mf__store_in_place(s, e, v, expires, flags))
         return 0;
     return mf__store_new(d, s, k, e, v, expires, flags,
@@ -569,9 +595,9 @@ static int mf__incr_locked(mf_shdict_t *d, mf_shdict_stripe_t *s,
                            const double *init, uint64_t init_ttl_ms,
                            double *out, bool *forcible)
 {
-    uint64_t now = mf__now(d);
+    uint64_t now = 0;
     mf_shdict_entry_t *e = mf__find(s, k);
-    if (e && !mf__expired(e, now)) {
+    if (e && !mf__expired(d, e, &now)) {
         if (e->type != MF_SHDICT_NUMBER)
             return MF_SHDICT_NOT_A_NUMBER;
         *out = e->v.number += by;
@@ -581,7 +607,7 @@ static int mf__incr_locked(mf_shdict_t *d, mf_shdict_stripe_t *s,
     if (!init)
         return MF_SHDICT_NOT_FOUND;
     mf_shdict_value_t v = {.type = MF_SHDICT_NUMBER, .number = *init + by};
-    uint64_t expires = mf__deadline(now, init_ttl_ms);
+    uint64_t expires = mf__deadline(d, &now, init_ttl_ms);
     *out = v.number;
     if (e && mf__store_in_place(s, e, &v, expires, 0))
         return 0;
@@ -613,9 +639,9 @@ static mf_shdict_entry_t *mf__lock_live(mf_shdict_t *d, const char *key,
     *sp = mf__lock_key(d, key, klen, &k);
     if (!*sp)
         return NULL;
-    *now = mf__now(d);
+    *now = 0;
     mf_shdict_entry_t *e = mf__find(*sp, &k);
-    return e && !mf__expired(e, *now) ? e : NULL;
+    return e && !mf__expired(d, e, now) ? e : NULL;
 }
 
 int mf_shdict_ttl(mf_shdict_t *d, const char *key, size_t klen,
@@ -627,7 +653,7 @@ int mf_shdict_ttl(mf_shdict_t *d, const char *key, size_t klen,
     if (!s)
         return MF_SHDICT_BAD_KEY;
     if (e)
-        *ttl_ms = e->expires ? e->expires - now : 0;
+        *ttl_ms = e->expires ? e->expires - mf__time(d, &now) : 0;
     pthread_mutex_unlock(&s->lock);
     return e ? 0 : MF_SHDICT_NOT_FOUND;
 }
@@ -641,7 +667,7 @@ int mf_shdict_expire(mf_shdict_t *d, const char *key, size_t klen,
     if (!s)
         return MF_SHDICT_BAD_KEY;
     if (e)
-        e->expires = mf__deadline(now, ttl_ms);
+        e->expires = mf__deadline(d, &now, ttl_ms);
     pthread_mutex_unlock(&s->lock);
     return e ? 0 : MF_SHDICT_NOT_FOUND;
 }
@@ -668,12 +694,12 @@ static size_t mf__flush_stripe(mf_shdict_t *d, mf_shdict_stripe_t *s,
                                size_t max)
 {
     size_t n = 0;
-    uint64_t now = mf__now(d);
+    uint64_t now = 0;
     mf_list_t *l = s->lru.prev;
     while (l != &s->lru && (!max || n < max)) {
         mf_shdict_entry_t *e = mf_container_of(l, mf_shdict_entry_t, lru);
         l = l->prev;
-        if (mf__expired(e, now)) {
+        if (mf__expired(d, e, &now)) {
             mf__remove(s, e);
             n++;
         }
@@ -697,14 +723,14 @@ size_t mf_shdict_flush_expired(mf_shdict_t *d, size_t max)
 static int mf__keys_stripe(mf_shdict_t *d, mf_shdict_stripe_t *s, size_t max,
                            mf_shdict_buf_t *buf, size_t *off, size_t *n)
 {
-    uint64_t now = mf__now(d);
+    uint64_t now = 0;
     mf_list_t *l;
     mf_list_foreach(l, &s->lru)
     {
         mf_shdict_entry_t *e = mf_container_of(l, mf_shdict_entry_t, lru);
         if (max && *n >= max)
             break;
-        if (mf__expired(e, now))
+        if (mf__expired(d, e, &now))
             continue;
         if (mf__buf_reserve(buf, *off + 2 + e->klen) < 0)
             return MF_SHDICT_NO_MEMORY;
@@ -741,7 +767,8 @@ static int mf__list_for_push(mf_shdict_t *d, mf_shdict_stripe_t *s,
 {
     mf_shdict_entry_t *e = mf__find(s, k);
     *made = false;
-    if (e && mf__expired(e, mf__now(d))) {
+    uint64_t now = 0;
+    if (e && mf__expired(d, e, &now)) {
         mf__remove(s, e);
         e = NULL;
     }
