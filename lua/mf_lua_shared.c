@@ -144,13 +144,20 @@ static mf_shdict_buf_t *mf__buf(lua_State *L)
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
+/* The type of the argument at idx, a missing one "nil": the answer must
+ * not depend on whether a wrapper passed its nil on. */
+static const char *mf__typename(lua_State *L, int idx)
+{
+    return lua_isnone(L, idx) ? "nil" : luaL_typename(L, idx);
+}
+
 /* The key at 2: a string or a number (as its string), 1 to 65535 bytes. */
 static const char *mf__key(lua_State *L, const char *method, size_t *len)
 {
     int t = lua_type(L, 2);
     if (t != LUA_TSTRING && t != LUA_TNUMBER)
         mf__raise(L, "dict:%s(key): a string key expected, got %s", method,
-                  lua_typename(L, t));
+                  mf__typename(L, 2));
     const char *k = lua_tolstring(L, 2, len);
     if (*len == 0)
         mf__raise(L, "dict:%s(key): empty key", method);
@@ -184,7 +191,7 @@ static mf_shdict_value_t mf__value(lua_State *L, int idx, const char *method)
         mf__raise(L,
                   "dict:%s(key, value): a string, number, boolean or nil "
                   "value expected, got %s",
-                  method, luaL_typename(L, idx));
+                  method, mf__typename(L, idx));
     }
     return v;
 }
@@ -221,7 +228,7 @@ static double mf__number(lua_State *L, int idx, const char *method,
 {
     if (!lua_isnumber(L, idx))
         mf__raise(L, "dict:%s: %s: a number expected, got %s", method, arg,
-                  luaL_typename(L, idx));
+                  mf__typename(L, idx));
     return lua_tonumber(L, idx);
 }
 
@@ -384,7 +391,7 @@ static int mf__push_any(lua_State *L, const char *method, bool left)
         mf__raise(L,
                   "dict:%s(key, value): a string or number value "
                   "expected, got %s",
-                  method, luaL_typename(L, 3));
+                  method, mf__typename(L, 3));
     mf_shdict_value_t v = mf__value(L, 3, method);
     int rc = mf_shdict_push(d, k, klen, left, &v, &len);
     if (rc < 0)
@@ -650,7 +657,9 @@ static void mf__push_metatable(lua_State *L)
         lua_pushcclosure(L, m->func, 2);
         lua_setfield(L, -2, m->name);
     }
+    lua_pushvalue(L, -1);
     lua_setfield(L, mt, "__index");
+    lua_setfield(L, mt, "methods"); /* for moonflow.shared_ffi */
     lua_pushcfunction(L, mf__dict_tostring);
     lua_setfield(L, mt, "__tostring");
     lua_pushliteral(L, "shared dict");
@@ -660,9 +669,11 @@ static void mf__push_metatable(lua_State *L)
 
 int mf_lua_open_shared(lua_State *L)
 {
-    lua_createtable(L, 0, 2);
+    lua_createtable(L, 0, 3);
     lua_newtable(L); /* the cache of dict objects by name */
     mf__push_metatable(L);
+    lua_getfield(L, -1, "methods");
+    lua_setfield(L, -4, "methods");
     lua_pushvalue(L, -2);
     lua_pushvalue(L, -2);
     lua_pushcclosure(L, mf__shared_get, 2);

@@ -321,7 +321,7 @@ mf.debug = { counts = core.counts }
 -- of that name (serve's `shared` config key, or mf.shared_dict(name,
 -- bytes), which makes it if need be), the same one on every worker; nil
 -- when there is none, as ngx.shared.NAME.
-local cshared = require "moonflow.shared"
+local cshared = require "moonflow.shared_ffi" -- moonflow.shared, faster under the JIT
 mf.shared = setmetatable({}, { __index = function(t, name)
     local d = cshared.get(name)
     if d then rawset(t, name, d) end

@@ -173,6 +173,45 @@ describe("mf.shared", function()
         assert.is_true(small:capacity() == 8192 and small:free_space() < 8192)
     end)
 
+    it("answers alike through the FFI fast paths and the C methods", function()
+        local c = require("moonflow.shared").c_methods
+        if not c then return pending("the JIT is off: no FFI paths") end
+        local function both(name, ...)
+            d:flush_all()
+            d:flush_expired()
+            d:set("s", "str", 0, 9)
+            d:set("n", 1.5)
+            d:set("b", true)
+            d:lpush("l", "x")
+            local fast = { pcall(d[name], d, ...) }
+            d:flush_all()
+            d:flush_expired()
+            d:set("s", "str", 0, 9)
+            d:set("n", 1.5)
+            d:set("b", true)
+            d:lpush("l", "x")
+            local slow = { pcall(c[name], d, ...) }
+            assert.are.same(slow, fast)
+            return fast
+        end
+        for _, k in ipairs { "s", "n", "b", "l", "missing", 42, "", {} } do
+            both("get", k)
+        end
+        assert.are.same({ true, "str", 9 }, both("get", "s"))
+        for _, args in ipairs {
+            { "s", "v" }, { "k", 2 }, { "k", false }, { "s", nil }, { "k", "v", 0.5, 3 },
+            { "l", 1 }, { "k", {} }, { "k", 1, -1 }, { "k", 1, 0, 1.5 }, { "", 1 },
+        } do
+            both("set", unpack(args, 1, 4))
+        end
+        for _, args in ipairs {
+            { "n", 1 }, { "n", -2.5, 0 }, { "new", 1 }, { "new", 1, 10 }, { "s", 1 },
+            { "l", 1, 0 }, { "n", "x" }, { "n", "2" }, { "k", 1, nil, 5 }, { {}, 1 },
+        } do
+            both("incr", unpack(args, 1, 4))
+        end
+    end)
+
     it("raises on misuse, naming the method and the argument", function()
         local function raises(pattern, fn, ...)
             local ok, err = pcall(fn, ...)
@@ -180,7 +219,7 @@ describe("mf.shared", function()
             assert.matches(pattern, err)
         end
         raises("dict:get%(key%): a string key expected, got table", d.get, d, {})
-        raises("dict:get%(key%): a string key expected, got no value", d.get, d)
+        raises("dict:get%(key%): a string key expected, got nil", d.get, d)
         raises("dict:set%(key%): empty key", d.set, d, "", 1)
         raises("key longer than 65535 bytes", d.set, d, ("k"):rep(65536), 1)
         raises("dict:set%(key, value%): a string, number, boolean or nil value expected, got table",
