@@ -14,6 +14,11 @@
  * comes back as nil/false and OpenResty's words ("not found", "exists",
  * "no memory", "not a number", "value not a list", "value is a list").
  *
+ * Where the JIT is on, moonflow/shared_ffi.lua puts FFI calls in front of
+ * get, set and incr (a C function call ends a compiled trace; an FFI call
+ * does not) and hands them every case it does not take ("methods" in the
+ * module table is what it patches).
+ *
  * No lock is held while Lua runs: each method checks its arguments, makes
  * one call of the C dict (which copies strings out into this state's
  * buffer under the stripe's lock) and only then pushes the results.
