@@ -15,7 +15,7 @@
  * full stripe has a load factor about 1 and the table never grows.
  *
  * Owns: the dict, its stripes and every entry and list item in their
- * arenas. May call: libc, pthreads and the engine's allocator wrappers.
+ * arenas. May call: libc and pthreads.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -371,10 +371,12 @@ static int mf__stripe_init(mf_shdict_stripe_t *s, size_t share)
     while (nb * 2 <= share / MF_SHDICT_BYTES_PER_BUCKET)
         nb *= 2;
     size_t table = nb * sizeof(mf_shdict_entry_t *);
-    s->mem = mf_try_malloc(share);
+    /* calloc, not malloc and memset: a big stripe comes from mmap, zeroed
+     * already, and its pages are touched only once entries use them. */
+    s->mem = calloc(1, share);
     if (!s->mem)
         return MF_ENOMEM;
-    s->buckets = memset(s->mem, 0, table);
+    s->buckets = s->mem;
     s->mask = nb - 1;
     mf_list_init(&s->lru);
     mf_arena_init(&s->arena, (char *)s->mem + table, share - table);
@@ -433,7 +435,7 @@ void mf_shdict_destroy(mf_shdict_t *d)
         return;
     for (unsigned i = 0; i < d->nstripes; i++) {
         pthread_mutex_destroy(&d->stripes[i].lock);
-        mf_free(d->stripes[i].mem);
+        free(d->stripes[i].mem);
     }
     free(d);
 }
