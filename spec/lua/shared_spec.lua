@@ -176,20 +176,18 @@ describe("mf.shared", function()
     it("answers alike through the FFI fast paths and the C methods", function()
         local c = require("moonflow.shared").c_methods
         if not c then return pending("the JIT is off: no FFI paths") end
+        local function reset()
+            d:flush_all()
+            d:flush_expired()
+            d:set("s", "str", 0, 9)
+            d:set("n", 1.5)
+            d:set("b", true)
+            d:lpush("l", "x")
+        end
         local function both(name, ...)
-            d:flush_all()
-            d:flush_expired()
-            d:set("s", "str", 0, 9)
-            d:set("n", 1.5)
-            d:set("b", true)
-            d:lpush("l", "x")
+            reset()
             local fast = { pcall(d[name], d, ...) }
-            d:flush_all()
-            d:flush_expired()
-            d:set("s", "str", 0, 9)
-            d:set("n", 1.5)
-            d:set("b", true)
-            d:lpush("l", "x")
+            reset()
             local slow = { pcall(c[name], d, ...) }
             assert.are.same(slow, fast)
             return fast
