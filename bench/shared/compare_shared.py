@@ -209,6 +209,21 @@ def measure(peer, args, workdir):
         C.stop(proc, sig=15)
 
 
+def spread(samples):
+    """(max - min) / median of the runs' rates."""
+    rates = [r[0] for r in samples]
+    return (max(rates) - min(rates)) / statistics.median(rates)
+
+
+def load_note(meta):
+    """The machine's load average around the runs: other work on the two
+    cores widens the spread."""
+    if "load_start" not in meta:
+        return ""
+    return (f" Load average {meta['load_start']:.2f} at the start, "
+            f"{meta['load_end']:.2f} at the end.")
+
+
 def markdown(meta, rows, names):
     ref = "nginx-lua"
     lines = [f"## Shared dict: operations per worker-second ({meta['date']})", "",
@@ -216,7 +231,7 @@ def markdown(meta, rows, names):
              f"{CPUS} with 2 workers; a request runs {meta['n']:,} operations "
              f"in a Lua loop of its handler; {meta['conns']} client connections, "
              f"{meta['duration_s']} s per operation, median of "
-             f"{meta['repeats']} interleaved runs.", "",
+             f"{meta['repeats']} interleaved runs." + load_note(meta), "",
              "| operation | " + " | ".join(f"{n} ops/s per worker" for n in names)
              + " | " + " | ".join(f"{n} ÷ {ref}" for n in names if n != ref)
              + " | cores used (" + ", ".join(names) + ") |",
@@ -227,13 +242,15 @@ def markdown(meta, rows, names):
                else None for n in names}
         cores = {n: statistics.median(r[1] for r in rows[n][op]) if rows[n][op]
                  else None for n in names}
-        cells = [f"{med[n]:,.0f}" if med[n] else "n/a" for n in names]
+        cells = [f"{med[n]:,.0f} ({spread(rows[n][op]):.0%})" if med[n]
+                 else "n/a" for n in names]
         ratios = [f"{med[n] / med[ref]:.2f}" if med[n] and med.get(ref) else "n/a"
                   for n in names if n != ref]
         used = ", ".join(f"{cores[n]:.2f}" if cores[n] else "n/a" for n in names)
         lines.append(f"| {op} | " + " | ".join(cells) + " | " + " | ".join(ratios)
                      + f" | {used} |")
-    lines += ["", "get/set/incr_hot: one key (one stripe lock in moonflow, the "
+    lines += ["", "Each cell: the median, and in parentheses the spread of "
+              "the runs ((max - min) ÷ median). get/set/incr_hot: one key (one stripe lock in moonflow, the "
               "zone's one lock in nginx, both workers on it); _many: 10,000 "
               "keys, i-th operation on key (i mod 10000)+1; values are numbers; "
               "incr with init 0. ops per worker-second: operations ÷ the "
@@ -254,7 +271,17 @@ def main(argv):
     p.add_argument("--duration", type=float, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=os.path.join(BENCH, "results"))
+    p.add_argument("--table-only", action="store_true",
+                   help="rewrite shared.md from OUT/shared.json, no run")
     args = p.parse_args(argv)
+    if args.table_only:
+        with open(os.path.join(args.out, "shared.json")) as f:
+            data = json.load(f)
+        names = list(data["rows"])
+        table = "\n".join(markdown(data["meta"], data["rows"], names)) + "\n"
+        print(table)
+        C.write_atomically(os.path.join(args.out, "shared.md"), table)
+        return 0
     peers = [Moonflow(args.build, True), Moonflow(args.build, False),
              NginxLua(args.build)]
     names = [peer.name for peer in peers]
@@ -262,7 +289,7 @@ def main(argv):
     meta = C.machine_meta(argparse.Namespace(
         servers=names, sizes=[], conns=[args.conns], duration=args.duration,
         repeats=args.repeats, strace=False, strace_duration=0, strace_conns=0))
-    meta.update(n=args.n, conns=args.conns)
+    meta.update(n=args.n, conns=args.conns, load_start=os.getloadavg()[0])
     status = 0
     with tempfile.TemporaryDirectory(prefix="mf-bench-shared-") as workdir:
         for rep in range(args.repeats):
@@ -280,6 +307,7 @@ def main(argv):
                 except C.PointFailed as e:
                     print(f"{peer.name}: FAILED {e}", file=sys.stderr)
                     status = 1
+    meta["load_end"] = os.getloadavg()[0]
     lines = markdown(meta, rows, names)
     data = {"meta": meta, "rows": rows}
     table = "\n".join(lines) + "\n"
