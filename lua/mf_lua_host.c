@@ -58,6 +58,7 @@ static int mf_lua__preload(lua_State *L)
         {"moonflow.re", mf_lua_open_re},
         {"moonflow.wait", mf_lua_open_wait},
         {"moonflow.cookie", mf_lua_open_cookie},
+        {"moonflow.shared", mf_lua_open_shared},
         {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");

@@ -204,6 +204,8 @@ int mf_lua_open_log(lua_State *L);    /* moonflow.log: log, worker */
 int mf_lua_open_re(lua_State *L);     /* moonflow.re: PCRE2 regexes */
 int mf_lua_open_wait(lua_State *L);   /* moonflow.wait: waiters, spawn */
 int mf_lua_open_cookie(lua_State *L); /* moonflow.cookie: parse, format */
+/* moonflow.shared: get, create (mf.shared, mf.shared_dict) */
+int mf_lua_open_shared(lua_State *L);
 
 /* Host teardown of background timers (mf_lua_timer.c). */
 void mf_lua_timers_shutdown(mf_lua_host_t *host);

@@ -364,4 +364,16 @@ mf.log, mf.worker = clog.log, clog.worker
 
 mf.debug = { counts = core.counts }
 
+-- Shared dicts (moonflow.shared, C): mf.shared.NAME is the process's dict
+-- of that name (serve's `shared` config key, or mf.shared_dict(name,
+-- bytes), which makes it if need be), the same one on every worker; nil
+-- when there is none, as ngx.shared.NAME.
+local cshared = require "moonflow.shared_ffi" -- moonflow.shared, faster under the JIT
+mf.shared = setmetatable({}, { __index = function(t, name)
+    local d = cshared.get(name)
+    if d then rawset(t, name, d) end
+    return d
+end })
+mf.shared_dict = cshared.create
+
 return mf

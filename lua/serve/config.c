@@ -23,6 +23,7 @@
  *     init_worker = "w.lua",  -- run on every worker as it starts
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
+ *     shared = { hits = 1048576 },   -- dicts of every worker: name = bytes
  *   }
  *
  * Relative paths are taken from the config file's folder (route scripts:
@@ -223,6 +224,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"log_level", LUA_TSTRING, 0, 0, NULL},
     {"init", LUA_TSTRING, 0, 0, NULL},
     {"init_worker", LUA_TSTRING, 0, 0, NULL},
+    {"shared", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -432,6 +434,54 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
     return 0;
 }
 
+/* shared = { name = bytes, ... }: identifiers, and capacities a dict
+ * accepts (moonflow/shdict.h). The name rule is the registry's
+ * (mf_lua_shared_check_name), checked here without the Lua host so that
+ * this file builds alone (the config's fuzz target). */
+static bool mf__config_dict_name(const char *name)
+{
+    size_t len = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
+                              "VWXYZ0123456789_");
+    return len > 0 && len <= MF_LUA_SHARED_MAX_NAME && !name[len] &&
+           !(name[0] >= '0' && name[0] <= '9');
+}
+
+static const mf_config_key_t mf__shared_bytes = {
+    "", LUA_TNUMBER, MF_SHDICT_MIN_CAPACITY, (double)MF_SHDICT_MAX_CAPACITY,
+    " (bytes)"};
+
+static int mf__config_shared(lua_State *L, int t, mf_serve_config_t *c,
+                             char *err, size_t errlen)
+{
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        const char *name =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        if (!name || !mf__config_dict_name(name)) {
+            snprintf(err, errlen,
+                     "shared.%.100s: a dict name expected (letters, digits "
+                     "and _, not first a digit, up to %d bytes)",
+                     name ? name : "(a key that is not a string)",
+                     MF_LUA_SHARED_MAX_NAME);
+            return -1;
+        }
+        if (!mf__config_value_fits(L, &mf__shared_bytes)) {
+            mf__config_type_error(L, "shared.", name, &mf__shared_bytes, err,
+                                  errlen);
+            return -1;
+        }
+        if (c->nshared == MF_LUA_SHARED_MAX) {
+            snprintf(err, errlen, "shared: more than %d dicts",
+                     MF_LUA_SHARED_MAX);
+            return -1;
+        }
+        c->shared[c->nshared].name = mf_serve_config_strdup(c, name);
+        c->shared[c->nshared++].bytes = (size_t)lua_tonumber(L, -1);
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
 /* The sections (subtables): each is checked, then read. */
 typedef int (*mf_config_section_fn)(lua_State *L, int t, mf_serve_config_t *c,
                                     const char *dir, char *err, size_t errlen);
@@ -473,13 +523,21 @@ static int mf__config_section_routes(lua_State *L, int t, mf_serve_config_t *c,
     return mf__config_routes(L, t, c, err, errlen);
 }
 
+static int mf__config_section_shared(lua_State *L, int t, mf_serve_config_t *c,
+                                     const char *dir, char *err, size_t errlen)
+{
+    (void)dir;
+    return mf__config_shared(L, t, c, err, errlen);
+}
+
 static const struct {
     const char *name;
     mf_config_section_fn read;
 } mf__config_section_table[] = {{"limits", mf__config_section_limits},
                                 {"timeouts", mf__config_section_timeouts},
                                 {"tls", mf__config_section_tls},
-                                {"routes", mf__config_section_routes}};
+                                {"routes", mf__config_section_routes},
+                                {"shared", mf__config_section_shared}};
 
 static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
                                const char *dir, char *err, size_t errlen)

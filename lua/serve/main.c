@@ -21,6 +21,7 @@
 #include <moonflow/moonflow.h>
 
 #include <moonflow/lua_host.h>
+#include <moonflow/lua_shared.h>
 #include "bench.h"
 #include "serve.h"
 
@@ -96,6 +97,7 @@ static void run_close(host_run_t *r)
     mf_loop_run(r->loop, MF_RUN_DEFAULT);
     mf_pool_destroy(r->pool);
     mf_loop_destroy(r->loop);
+    mf_lua_shared_destroy_all(); /* mf.shared_dict's, once no host is left */
 }
 
 static void run_loop(host_run_t *r)

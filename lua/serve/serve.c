@@ -45,8 +45,7 @@ static const char usage_serve[] =
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
     "root, access_log, tls, limits, timeouts, routes, jit, log_level, init,\n"
-    "init_worker);\n"
-    "options given on the command line win.\n"
+    "init_worker, shared); options given on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -525,9 +524,31 @@ static void mf__serve_stop(mf_workers_t *workers, uint32_t drain_ms,
     _exit(MF_SERVE_EXIT_STUCK);
 }
 
+/* The config's shared dicts, in the process's registry before any worker
+ * runs Lua: every worker sees the same ones, and a reload (which only
+ * compiles scripts again) keeps them. -1 when one cannot be made. */
+static int mf__serve_make_shared(const mf_serve_config_t *c)
+{
+    for (size_t i = 0; i < c->nshared; i++) {
+        mf_shdict_t *d;
+        int rc =
+            mf_lua_shared_create(c->shared[i].name, c->shared[i].bytes, &d);
+        if (rc < 0) {
+            fprintf(stderr, "moonflow serve: shared.%s: %s\n",
+                    c->shared[i].name, mf_strerror(rc));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Runs the workers until SIGINT/SIGTERM; the exit status. */
 static int mf__serve_run(mf_serve_config_t *c)
 {
+    if (mf__serve_make_shared(c) < 0) {
+        mf_lua_shared_destroy_all();
+        return 1;
+    }
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -541,12 +562,14 @@ static int mf__serve_run(mf_serve_config_t *c)
     mf_workers_t *workers = mf_workers_create(&wo);
     if (!workers) {
         fprintf(stderr, "moonflow serve: cannot start the worker threads\n");
+        mf_lua_shared_destroy_all();
         return 1;
     }
     unsigned n = mf_workers_count(workers);
     mf_serve_handover_t handover;
     if (mf_serve_handover_open(&handover, c, n) < 0) {
         mf_workers_destroy(workers);
+        mf_lua_shared_destroy_all();
         return 1;
     }
     mf_serve_worker_t *ws = mf_xcalloc(n, sizeof(*ws));
@@ -573,6 +596,7 @@ static int mf__serve_run(mf_serve_config_t *c)
         ws[i].drain_ms = drain_ms;
     mf__serve_stop(workers, drain_ms, c->stop_timeout_ms, jobs);
     mf_workers_destroy(workers);
+    mf_lua_shared_destroy_all(); /* no host is left */
     mf_serve_routes_forget_sources();
     mf_free(ws);
     mf_free(jobs);

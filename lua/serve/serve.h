@@ -7,7 +7,8 @@
  * scripts folder and an access log buffer. A request runs the route's
  * handler `function(req, resp)` in a new coroutine of that worker's host
  * (handler.c); nothing is shared between workers but the last good source
- * of each script (routes.c).
+ * of each script (routes.c) and the shared dicts of the config (made before
+ * the workers start, freed after they stop, never on a reload).
  *
  * Modules: serve.c (the command: options, workers, signals), config.c (the
  * config file), handler.c (a request served by a Lua handler), routes.c
@@ -32,6 +33,7 @@
 #include <moonflow/listen.h>
 
 #include <moonflow/lua_host.h>
+#include <moonflow/lua_shared.h>
 #include "routes.h"
 
 #define MF_SERVE_MAX_ROUTES 256
@@ -58,6 +60,11 @@ typedef struct mf_serve_config {
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;
+    struct mf_serve_shared_spec {
+        const char *name; /* the config's copy */
+        size_t bytes;
+    } shared[MF_LUA_SHARED_MAX]; /* shared = { name = bytes } */
+    size_t nshared;
     const char *file; /* the config file read (messages); NULL: none */
     struct mf_serve_config_string *strings; /* owned copies, a list */
 } mf_serve_config_t;

@@ -579,6 +579,23 @@ class Config(ServeTest):
         self.assertIn("tls.sni[api.test].key: ", err)
         self.assertIn("no such file or directory", err)
 
+    def test_shared_dicts_with_a_bad_name_or_size_stop_the_start(self):
+        root = self.site({"index.lua": handler("home")})
+        for text, words in (
+                ("shared = { hits = 100 }", "shared.hits: an integer from 8192 "
+                 "to 68719476736 (bytes) expected, got 100"),
+                ("shared = { hits = 8192.5 }", "shared.hits: an integer from"),
+                ("shared = { hits = 2^37 }", "shared.hits: an integer from"),
+                ('shared = { hits = "1m" }', "shared.hits: an integer from 8192 "
+                 "to 68719476736 (bytes) expected, got a string"),
+                ('shared = { ["9lives"] = 8192 }', "shared.9lives: a dict name "
+                 "expected"),
+                ('shared = { ["a-b"] = 8192 }', "shared.a-b: a dict name"),
+                ("shared = { [1] = 8192 }", "a key that is not a string"),
+                ("shared = 1048576", "shared: a table expected, got 1048576")):
+            err = self.config_fails(root, 'return { root = ".", %s }' % text)
+            self.assertIn(words, err)
+
     def test_a_config_is_read_as_data_whatever_its_metatables_do(self):
         root = self.site({"index.lua": handler("home")})
         # An __index that raises used to escape every pcall: a PANIC abort.

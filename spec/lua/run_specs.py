@@ -20,7 +20,10 @@ brokers: MF_KAFKA_BROKERS, also given to `moonflow serve`) that the specs
 drive with GET /kafka?cmd=COMMAND on MF_ODD_PORT (a kafka_mock command line:
 "topic NAME PARTS", "down ID", "up ID", "leader TOPIC PART ID",
 "errors APIKEY ERR...", "rtt ID MS"; 204 when done, 500 with the mock's
-words when refused). ctest's lua.specs and asan.lua.specs.
+words when refused), and `moonflow serve --config _conf.lua` on a copy of
+spec/lua/shared_site with two workers and shared dicts (MF_SHARED_PORT;
+MF_SHARED_SITE, the copy, which shared_spec.lua rewrites to reload it;
+stopped and checked as the first). ctest's lua.specs and asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_FIXTURE=build/spec/fixture/http_fixture \\
       python3 spec/lua/run_specs.py [busted options...]
@@ -152,7 +155,7 @@ def main():
     redis = []
     servers = []
     mysql = []
-    odd = odd_tls = serve = kafka = None
+    odd = odd_tls = serve = shared = kafka = None
     try:
         kafka = harness.KafkaMock(brokers=3)
         mysql = start_mariadbs(2)
@@ -179,12 +182,21 @@ def main():
                                 "--workers", "1", "--listen",
                                 "127.0.0.1:%d" % serve_port], serve_port,
                                env=dict(os.environ, **redis_env))
+        shared_site = os.path.join(tmp, "shared_site")
+        shutil.copytree(os.path.join(HERE, "shared_site"), shared_site)
+        shared_port = harness.free_port()
+        shared = harness.Server([moonflow, "serve", "--config",
+                                 os.path.join(shared_site, "_conf.lua"),
+                                 "--listen", "127.0.0.1:%d" % shared_port],
+                                shared_port)
         env = dict(os.environ, MF_HTTP_PORT=str(servers[0].port),
                    MF_HTTPS_PORT=str(servers[1].port), MF_CA_FILE=cert,
                    MF_ODD_PORT=str(odd.server_address[1]),
                    MF_ODD_TLS_PORT=str(odd_tls.server_address[1]),
                    MF_DEAD_PORT=str(harness.free_port()),
-                   MF_SERVE_PORT=str(serve_port), **redis_env)
+                   MF_SERVE_PORT=str(serve_port),
+                   MF_SHARED_PORT=str(shared_port), MF_SHARED_SITE=shared_site,
+                   **redis_env)
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
                               cwd=root, env=env, timeout=240)
@@ -192,16 +204,18 @@ def main():
             sys.stderr.write("kafka_mock exited %s during the specs:\n%s\n" %
                              (kafka.proc.returncode, kafka.stderr()))
             return 1
-        code, _, err = serve.stop(sig=signal.SIGTERM)
-        serve = None
-        if code != 0:
-            sys.stderr.write("moonflow serve exited %d:\n%s\n" %
-                             (code, err.decode(errors="replace")[-4000:]))
-            return 1
+        for server in (serve, shared):
+            code, _, err = server.stop(sig=signal.SIGTERM)
+            if code != 0:
+                sys.stderr.write("moonflow serve exited %d:\n%s\n" %
+                                 (code, err.decode(errors="replace")[-4000:]))
+                return 1
+        serve = shared = None
         return proc.returncode
     finally:
-        if serve:
-            serve.stop()
+        for server in (serve, shared):
+            if server:
+                server.stop()
         for server in (odd, odd_tls):
             if server:
                 server.shutdown()

@@ -2,9 +2,9 @@
  * moonflow/moonflow.h — the whole public C API of the engine: the loop and
  * the flow primitives, the basic and go tasks, the compute pool and the
  * workers, DNS, the file watcher, TLS settings, the HTTP and Redis
- * clients, the HTTP server and proxying, and the listening sockets of
- * one process per address. Each header says what it owns; this one only
- * gathers them.
+ * clients, the HTTP server and proxying, the dict shared by every thread
+ * (shdict.h), and the listening sockets of one process per address. Each
+ * header says what it owns; this one only gathers them.
  */
 #ifndef MOONFLOW_H
 #define MOONFLOW_H
@@ -28,6 +28,7 @@
 #include "pool.h"
 #include "redis.h"
 #include "series.h"
+#include "shdict.h"
 #include "task.h"
 #include "tasks.h"
 #include "tls.h"
