@@ -21,7 +21,6 @@
 #include <lauxlib.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <string.h>
 #include <time.h>
 
 #include "mf_lua_int.h"
@@ -81,8 +80,8 @@ static size_t mf__log_prefix(mf_lua_host_t *host, int level, char *line,
     struct tm tm;
     localtime_r(&now, &tm);
     size_t len = strftime(line, cap, "%Y/%m/%d %H:%M:%S", &tm);
-    len += (size_t)snprintf(line + len, cap - len,
-                            " [%s] ", mf_lua_log_level_name(level));
+    len += (size_t)snprintf(line + len, cap - len, " [%s] ",
+                            mf_lua_log_level_name(level));
     mf_lua_co_t *co = host->current;
     if (co && co->describe) {
         char label[256];

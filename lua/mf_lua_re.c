@@ -317,10 +317,6 @@ static int mf__re_gmatch(lua_State *L)
     return 1;
 }
 
-/* Appends repl's expansion for the last match: $N, ${N}, ${name}, $$. */
-static void mf__re_expand(lua_State *L, luaL_Buffer *b, mf__re_t *re,
-                          const char *s, const char *t, size_t tn);
-
 static void mf__re_add_group(lua_State *L, luaL_Buffer *b, mf__re_t *re,
                              const char *s, int group)
 {
@@ -335,6 +331,7 @@ static void mf__re_add_group(lua_State *L, luaL_Buffer *b, mf__re_t *re,
                         ov[2 * group + 1] - ov[2 * group]);
 }
 
+/* Appends repl's expansion for the last match: $N, ${N}, ${name}, $$. */
 static void mf__re_expand(lua_State *L, luaL_Buffer *b, mf__re_t *re,
                           const char *s, const char *t, size_t tn)
 {

@@ -580,7 +580,7 @@ int mf_shdict_store(mf_shdict_t *d, const char *key, size_t klen,
                     unsigned mode, bool *forcible)
 {
     *forcible = false;
-    if (v->type == MF_SHDICT_LIST || v->type > MF_SHDICT_LIST ||
+    if (v->type >= MF_SHDICT_LIST ||
         (v->type == MF_SHDICT_STRING && v->len > UINT32_MAX))
         return MF_SHDICT_BAD_VALUE;
     mf_shdict_key_t k;

@@ -8,7 +8,7 @@
 local cwait = require "moonflow.wait"
 
 local park, wake, waiter = cwait.park, cwait.wake, cwait.waiter
-local type, setmetatable, select, unpack = type, setmetatable, select, unpack
+local type, setmetatable = type, setmetatable
 local floor = math.floor
 local running = coroutine.running
 
