@@ -17,6 +17,7 @@
  * the collector takes. May call: the HTTP layer's query splitter and
  * %-decoder (moonflow/http_parser.h).
  */
+#include <ctype.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,17 @@ static int mf__uri_escape(lua_State *L)
     return 1;
 }
 
+/* Where the first '%' without two hex digits after it is (s has one). */
+static size_t mf__uri_bad_escape(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n &&
+           (s[i] != '%' || (i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
+                            isxdigit((unsigned char)s[i + 2]))))
+        i += s[i] == '%' ? 3 : 1;
+    return i;
+}
+
 static int mf__uri_unescape(lua_State *L)
 {
     size_t n;
@@ -78,13 +90,9 @@ static int mf__uri_unescape(lua_State *L)
     memcpy(out, s, n);
     ssize_t len = mf_http_url_decode(out, n, false);
     if (len < 0) {
-        const char *bad = memchr(s, '%', n);
-        while (bad && bad + 2 < s + n &&
-               strspn(bad + 1, "0123456789abcdefABCDEF") >= 2)
-            bad = memchr(bad + 1, '%', (size_t)(s + n - bad - 1));
         lua_pushnil(L);
         lua_pushfstring(L, "invalid escape at byte %d",
-                        bad ? (int)(bad - s) + 1 : 1);
+                        (int)mf__uri_bad_escape(s, n) + 1);
         return 2;
     }
     mf_lua_push_scratch(L, out, (size_t)len, pushed);
