@@ -631,7 +631,7 @@ static int mf_lua__tostring(lua_State *L)
 typedef struct mf_lua_kc_event {
     struct mf_lua_kc_event *next;
     size_t size;
-    bool assigned;
+    mf_kafka_rebalance_t what;
     size_t n;
     mf_kafka_tp_t parts[];
 } mf_lua_kc_event_t;
@@ -647,16 +647,24 @@ static void mf_lua__events_free(mf_lua_kc_t *kc)
 }
 
 /* Runs the callback of one event in a coroutine of its own (a raise is
- * logged by the host). */
+ * logged by the host). on_revoke's second argument tells a lost assignment
+ * (the group went on without this member: another one may already have
+ * consumed past what was committed) from a clean hand-over. */
 static void mf_lua__call_event(mf_lua_kc_t *kc, const mf_lua_kc_event_t *ev)
 {
-    int fn = ev->assigned ? kc->on_assign : kc->on_revoke;
+    bool assigned = ev->what == MF_KAFKA_ASSIGNED;
+    int fn = assigned ? kc->on_assign : kc->on_revoke;
     if (fn == LUA_NOREF)
         return;
     lua_State *L = mf_lua_host_state(kc->host);
     lua_rawgeti(L, LUA_REGISTRYINDEX, fn);
     mf_lua__push_parts(L, ev->parts, ev->n);
-    mf_lua_host_spawn(kc->host, 1, NULL, NULL);
+    if (assigned) {
+        mf_lua_host_spawn(kc->host, 1, NULL, NULL);
+        return;
+    }
+    lua_pushboolean(L, ev->what == MF_KAFKA_LOST);
+    mf_lua_host_spawn(kc->host, 2, NULL, NULL);
 }
 
 static void mf_lua__run_events(mf_post_t *post)
@@ -695,7 +703,7 @@ static void mf_lua__rebalanced(mf_kafka_consumer_t *c,
     mf_lua_kc_event_t *ev = mf_loop_alloc(kc->loop, size);
     ev->next = NULL;
     ev->size = size;
-    ev->assigned = what == MF_KAFKA_ASSIGNED;
+    ev->what = what;
     ev->n = n;
     char *names = (char *)&ev->parts[n];
     for (size_t i = 0; i < n; i++) {

@@ -243,6 +243,42 @@ describe("mf.kafka consumer", function()
         assert.is_true(a:close())
     end)
 
+    it("tells on_revoke a lost assignment from a hand-over, then gets the "
+       .. "partitions back", function()
+        local t = fresh(2)
+        local revokes = {}
+        local assigns = 0
+        local c = k:consumer(opts {
+            group = "g-" .. t, topics = { t },
+            on_assign = function() assigns = assigns + 1 end,
+            on_revoke = function(parts, lost)
+                revokes[#revokes + 1] = { n = #parts, lost = lost }
+            end,
+        })
+        local function poll_until(done)
+            local deadline = mf.now() + 30000
+            while mf.now() < deadline do
+                c:poll(10, 100)
+                if done() then return true end
+            end
+            return false
+        end
+        assert.is_true(poll_until(function() return assigns == 1 end))
+        -- The coordinator forgets the member: its next heartbeat is
+        -- refused, and librdkafka drops the assignment as lost.
+        local r = assert(mf.http.get(odd .. "/kafka?cmd=errors+Heartbeat+"
+                                     .. "UNKNOWN_MEMBER_ID"))
+        assert.equals(204, r.status)
+        assert.is_true(poll_until(function()
+            return assigns == 2 and #c:assignment() == 2
+        end))
+        assert.equals(1, #revokes)
+        assert.same({ n = 2, lost = true }, revokes[1])
+        assert.is_true(c:close())
+        mf.sleep(10) -- the deferred callback of the closing revocation
+        assert.same({ n = 2, lost = false }, revokes[2])
+    end)
+
     it("logs and ignores a raise in a rebalance callback", function()
         local t = fresh(1)
         produce(t, 2)
