@@ -29,7 +29,7 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
            libhiredis-dev redis-server redis-tools strace \
            libmariadb-dev mariadb-server mariadb-client librdkafka-dev kcat \
-           libpcre2-dev
+           libpcre2-dev prometheus
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -44,7 +44,9 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # tests run librdkafka's mock cluster (librdkafka-dev) and check the
 # kafka_cli example against kcat; make bench compares with kcat -P and with
 # nginx + lua-resty-kafka (lua-nginx-kafka). mf.re's regular expressions
-# are PCRE2's (libpcre2-dev: 8-bit, with its JIT).
+# are PCRE2's (libpcre2-dev: 8-bit, with its JIT). The metrics text is
+# checked by Prometheus's own parser (promtool, from prometheus; its
+# service is never started).
 BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis sysbench lua-nginx-kafka
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
