@@ -59,6 +59,7 @@ static int mf_lua__preload(lua_State *L)
         {"moonflow.wait", mf_lua_open_wait},
         {"moonflow.cookie", mf_lua_open_cookie},
         {"moonflow.shared", mf_lua_open_shared},
+        {"moonflow.metrics", mf_lua_open_metrics},
         {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");
@@ -182,6 +183,7 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
         opts && opts->log_level ? opts->log_level : MF_LUA_LOG_INFO;
     host->worker_id = opts ? opts->worker_id : 0;
     host->worker_count = opts && opts->worker_count ? opts->worker_count : 1;
+    host->metrics = opts ? opts->metrics : NULL;
     mf_list_init(&host->coroutines);
     mf_list_init(&host->timers);
     if (opts && opts->memory_limit)
@@ -222,6 +224,8 @@ void mf_lua_host_destroy(mf_lua_host_t *host)
     mf_lua_watch_unregister(host->watch);
     mf_lua__uncap_memory(host);
     lua_close(host->L);
+    if (host->own_metrics)
+        mf_metrics_free(host->metrics);
     mf_free(host);
 }
 

@@ -53,6 +53,8 @@ struct mf_lua_host {
     void *log_ud;
     int log_level;                    /* mf.log's threshold (MF_LUA_LOG_*) */
     unsigned worker_id, worker_count; /* mf.worker */
+    mf_metrics_t *metrics; /* mf.metrics' registry; shard worker_id */
+    bool own_metrics;      /* made for this host alone: freed with it */
     mf_lua_co_t *current;             /* the coroutine being resumed, if any */
     mf_list_t coroutines;             /* live mf_lua_co_t */
     mf_list_t timers;                 /* armed background timers */
@@ -206,6 +208,8 @@ int mf_lua_open_wait(lua_State *L);   /* moonflow.wait: waiters, spawn */
 int mf_lua_open_cookie(lua_State *L); /* moonflow.cookie: parse, format */
 /* moonflow.shared: get, create (mf.shared, mf.shared_dict) */
 int mf_lua_open_shared(lua_State *L);
+/* moonflow.metrics: counter, gauge, histogram, text (mf.metrics) */
+int mf_lua_open_metrics(lua_State *L);
 
 /* Host teardown of background timers (mf_lua_timer.c). */
 void mf_lua_timers_shutdown(mf_lua_host_t *host);

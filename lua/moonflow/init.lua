@@ -376,4 +376,8 @@ mf.shared = setmetatable({}, { __index = function(t, name)
 end })
 mf.shared_dict = cshared.create
 
+-- User metrics (moonflow.metrics, C): counters, gauges and histograms in
+-- the process's registry, summed over the workers when scraped.
+mf.metrics = require "moonflow.metrics"
+
 return mf

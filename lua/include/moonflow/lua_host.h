@@ -47,6 +47,7 @@
 
 #include <moonflow/common.h>
 #include <moonflow/loop.h>
+#include <moonflow/metrics.h>
 
 MF_EXTERN_C_BEGIN
 
@@ -97,6 +98,11 @@ typedef struct mf_lua_host_opts {
     /* mf.worker.id / mf.worker.count: which of the process's workers this
      * host serves (0-based) and how many there are (0: one). */
     unsigned worker_id, worker_count;
+    /* mf.metrics: the process's registry, written by this host as shard
+     * worker_id (it must have worker_count shards at least; the registry
+     * outlives the host). NULL: the host makes one of its own on first
+     * use, freed with it. */
+    mf_metrics_t *metrics;
 } mf_lua_host_opts_t;
 
 /* mf.log's levels, nginx's names and order: a host writes the lines of its
