@@ -24,6 +24,7 @@
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *     shared = { hits = 1048576 },   -- dicts of every worker: name = bytes
+ *     metrics = { path = "/metrics" },  -- Prometheus's page; none without
  *   }
  *
  * Relative paths are taken from the config file's folder (route scripts:
@@ -225,6 +226,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"init", LUA_TSTRING, 0, 0, NULL},
     {"init_worker", LUA_TSTRING, 0, 0, NULL},
     {"shared", LUA_TTABLE, 0, 0, NULL},
+    {"metrics", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -256,6 +258,8 @@ static const mf_config_key_t mf__cert_keys[] = {
     {"cert", LUA_TSTRING, 0, 0, NULL},
     {"key", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_END};
+static const mf_config_key_t mf__metrics_keys[] = {
+    {"path", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
     {"file", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_MS("timeout"), MF_CONFIG_END};
 
@@ -530,6 +534,25 @@ static int mf__config_section_shared(lua_State *L, int t, mf_serve_config_t *c,
     return mf__config_shared(L, t, c, err, errlen);
 }
 
+/* metrics = { path = "/metrics" }: the page, a path of its own. */
+static int mf__config_section_metrics(lua_State *L, int t, mf_serve_config_t *c,
+                                      const char *dir, char *err, size_t errlen)
+{
+    (void)dir;
+    if (mf__config_check(L, t, "metrics.", mf__metrics_keys, err, errlen) < 0)
+        return -1;
+    const char *path = mf__field_string(L, t, "path");
+    if (!path || path[0] != '/' || strpbrk(path, "?# \t\r\n")) {
+        snprintf(err, errlen,
+                 "metrics.path: a path starting with / (no query) "
+                 "expected, got %s",
+                 path ? path : "none");
+        return -1;
+    }
+    c->metrics_path = mf_serve_config_strdup(c, path);
+    return 0;
+}
+
 static const struct {
     const char *name;
     mf_config_section_fn read;
@@ -537,7 +560,8 @@ static const struct {
                                 {"timeouts", mf__config_section_timeouts},
                                 {"tls", mf__config_section_tls},
                                 {"routes", mf__config_section_routes},
-                                {"shared", mf__config_section_shared}};
+                                {"shared", mf__config_section_shared},
+                                {"metrics", mf__config_section_metrics}};
 
 static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
                                const char *dir, char *err, size_t errlen)

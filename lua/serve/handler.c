@@ -84,17 +84,18 @@ static const char mf__resp_mt[] = "moonflow.response";
 /* ---- answering -------------------------------------------------------------
  */
 
-/* The request's start, for the access log only (no clock read without). */
+/* The request's start, for the access log and the metrics only (no clock
+ * read without them). */
 static void mf__clock_start(const mf_serve_worker_t *w, struct timespec *start)
 {
-    if (w->log_fd >= 0)
+    if (w->log_fd >= 0 || w->mstate)
         clock_gettime(CLOCK_MONOTONIC, start);
 }
 
 static double mf__seconds_since(const mf_serve_worker_t *w,
                                 const struct timespec *start)
 {
-    if (w->log_fd < 0)
+    if (w->log_fd < 0 && !w->mstate)
         return 0;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -106,12 +107,14 @@ static double mf__seconds_since(const mf_serve_worker_t *w,
  * handler's side wants no on_close call. */
 static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                              int status, size_t bytes,
-                             const struct timespec *start)
+                             const struct timespec *start, bool routed)
 {
+    double seconds = mf__seconds_since(w, start);
     mf_http_exchange_on_close(ex, NULL, NULL);
     mf_serve_log_request(w, mf_http_exchange_request(ex),
-                         mf_http_exchange_peer(ex), status, bytes,
-                         mf__seconds_since(w, start));
+                         mf_http_exchange_peer(ex), status, bytes, seconds);
+    if (w->mstate)
+        mf_serve_metrics_exchange(w, ex, routed, status, bytes, seconds);
 }
 
 /* The last step of every answer: the access log line, then the send (after
@@ -119,9 +122,9 @@ static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
 static void mf__exchange_send_logged(mf_serve_worker_t *w,
                                      mf_http_exchange_t *ex, int status,
                                      size_t bytes, const struct timespec *start,
-                                     const char *body, size_t len)
+                                     const char *body, size_t len, bool routed)
 {
-    mf__exchange_log(w, ex, status, bytes, start);
+    mf__exchange_log(w, ex, status, bytes, start, routed);
     mf_http_exchange_send_body(ex, body, len);
 }
 
@@ -129,13 +132,13 @@ static void mf__exchange_send_logged(mf_serve_worker_t *w,
 static void mf__exchange_send_plain(mf_serve_worker_t *w,
                                     mf_http_exchange_t *ex, int status,
                                     const char *text,
-                                    const struct timespec *start)
+                                    const struct timespec *start, bool routed)
 {
     static const char type[] = "Content-Type: text/plain\r\n";
     size_t len = strlen(text);
     mf_http_exchange_set_status(ex, status);
     mf_http_exchange_add_header_static(ex, type, sizeof type - 1);
-    mf__exchange_send_logged(w, ex, status, len, start, text, len);
+    mf__exchange_send_logged(w, ex, status, len, start, text, len, routed);
 }
 
 /* "moonflow: GET /route: message" on the error log (stderr). */
@@ -252,7 +255,7 @@ static void mf__request_send(mf_serve_request_t *request, const char *body,
     request->ex = NULL;
     request->sent = true;
     mf__exchange_send_logged(request->w, ex, request->status, request->bytes,
-                             &request->start, body, len);
+                             &request->start, body, len, true);
 }
 
 static void mf__request_fail(mf_serve_request_t *request, int status,
@@ -262,7 +265,8 @@ static void mf__request_fail(mf_serve_request_t *request, int status,
     request->ex = NULL;
     request->sent = true;
     request->status = status;
-    mf__exchange_send_plain(request->w, ex, status, text, &request->start);
+    mf__exchange_send_plain(request->w, ex, status, text, &request->start,
+                            true);
 }
 
 /* Ends an answer that cannot be completed (mf_http_exchange_abort): with
@@ -278,7 +282,7 @@ static void mf__request_abort(mf_serve_request_t *request)
         request->bytes = 0;
     }
     mf__exchange_log(request->w, ex, request->status, request->bytes,
-                     &request->start);
+                     &request->start, true);
     mf_http_exchange_abort(ex);
 }
 
@@ -391,10 +395,13 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
 {
     mf_serve_request_t *request = arg;
     mf_serve_worker_t *w = request->w;
+    int status = request->streaming ? request->status : 499;
+    double seconds = mf__seconds_since(w, &request->start);
     mf_serve_log_request(w, mf_http_exchange_request(ex),
-                         mf_http_exchange_peer(ex),
-                         request->streaming ? request->status : 499,
-                         request->bytes, mf__seconds_since(w, &request->start));
+                         mf_http_exchange_peer(ex), status, request->bytes,
+                         seconds);
+    if (w->mstate)
+        mf_serve_metrics_exchange(w, ex, true, status, request->bytes, seconds);
     request->ex = NULL; /* dead after this callback */
     if (request->co)
         mf_lua_co_abort(request->co, "client closed the connection");
@@ -491,6 +498,10 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
     struct timespec start = {0};
     uint32_t timeout;
     mf__clock_start(w, &start);
+    if (w->mstate && mf_serve_metrics_is_page(w, head)) {
+        mf_serve_metrics_answer(w, ex, &start);
+        return;
+    }
     switch (mf_serve_routes_push_handler(w->routes, mf_lua_host_state(w->host),
                                          head->path, head->path_len,
                                          &timeout)) {
@@ -499,11 +510,11 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
             w, ex, timeout ? timeout : w->config->handler_timeout_ms, &start);
         break;
     case MF_SERVE_ROUTE_MISSING:
-        mf__exchange_send_plain(w, ex, 404, "404 Not Found\n", &start);
+        mf__exchange_send_plain(w, ex, 404, "404 Not Found\n", &start, false);
         break;
     case MF_SERVE_ROUTE_BROKEN:
         mf__exchange_send_plain(w, ex, 500, "500 Internal Server Error\n",
-                                &start);
+                                &start, false);
         break;
     }
 }

@@ -203,8 +203,11 @@ void mf_serve_log_reject(mf_http_server_t *srv, int status,
                          const mf_http_request_t *req,
                          const mf_sockaddr_t *peer, void *worker)
 {
+    mf_serve_worker_t *w = worker;
     (void)srv;
-    mf_serve_log_request(worker, req, peer, status, 0, 0);
+    mf_serve_log_request(w, req, peer, status, 0, 0);
+    if (w->mstate)
+        mf_serve_metrics_request(w, req, false, status, 0, 0, 0);
 }
 
 void mf_serve_log_close(mf_serve_worker_t *w)

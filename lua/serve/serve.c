@@ -45,7 +45,7 @@ static const char usage_serve[] =
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
     "root, access_log, tls, limits, timeouts, routes, jit, log_level, init,\n"
-    "init_worker, shared); options given on the command line win.\n"
+    "init_worker, shared, metrics); options given on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -163,7 +163,8 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
                                .memory_limit = (size_t)c->lua_memory_mib << 20,
                                .log_level = c->log_level,
                                .worker_id = w->id,
-                               .worker_count = w->count};
+                               .worker_count = w->count,
+                               .metrics = w->metrics};
     w->host = mf_lua_host_create(w->loop, &opts);
     if (!w->host) {
         w->error = MF_ENOMEM;
@@ -177,12 +178,16 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
         w->error_what = c->access_log;
         return;
     }
+    if ((w->error = mf_serve_metrics_open(w)) < 0) {
+        w->error_what = "the metrics";
+        return;
+    }
     mf__serve_watch(w);
     if ((c->init && w->id == 0 && mf__serve_run_init(w, c->init) < 0) ||
         (c->init_worker && mf__serve_run_init(w, c->init_worker) < 0))
         return;
     mf_http_server_config_t http = c->http; /* copied by the server */
-    if (w->log_fd >= 0) /* refused requests get an access line too */
+    if (w->log_fd >= 0 || w->mstate)        /* refused requests count too */
         http.on_reject = mf_serve_log_reject;
     http.listen_fds = w->listen_fds;
     http.nlisten_fds = w->nlisten_fds;
@@ -217,6 +222,7 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
     w->server = NULL;
     mf_fswatch_stop(w->watch);
     mf_serve_log_close(w);
+    mf_serve_metrics_close(w);
     mf_serve_routes_destroy(w->routes);
     if (w->host)
         mf_lua_host_destroy(w->host); /* aborts background timers */
@@ -572,10 +578,20 @@ static int mf__serve_run(mf_serve_config_t *c)
         mf_lua_shared_destroy_all();
         return 1;
     }
+    /* One shard per worker; mf.metrics writes it even without a page. */
+    mf_metrics_t *metrics = mf_metrics_create(n);
+    if (!metrics) {
+        fprintf(stderr, "moonflow serve: no memory for the metrics\n");
+        mf_serve_handover_close(&handover);
+        mf_workers_destroy(workers);
+        mf_lua_shared_destroy_all();
+        return 1;
+    }
     mf_serve_worker_t *ws = mf_xcalloc(n, sizeof(*ws));
     mf_serve_worker_job_t *jobs = mf_xcalloc(n, sizeof(*jobs));
     for (unsigned i = 0; i < n; i++) {
         ws[i].config = c;
+        ws[i].metrics = metrics;
         ws[i].id = i;
         ws[i].count = n;
         ws[i].log_fd = -1; /* none until mf_serve_log_open */
@@ -597,6 +613,7 @@ static int mf__serve_run(mf_serve_config_t *c)
     mf__serve_stop(workers, drain_ms, c->stop_timeout_ms, jobs);
     mf_workers_destroy(workers);
     mf_lua_shared_destroy_all(); /* no host is left */
+    mf_metrics_free(metrics);
     mf_serve_routes_forget_sources();
     mf_free(ws);
     mf_free(jobs);

@@ -27,10 +27,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include <moonflow/fswatch.h>
 #include <moonflow/http_server.h>
 #include <moonflow/listen.h>
+#include <moonflow/metrics.h>
 
 #include <moonflow/lua_host.h>
 #include <moonflow/lua_shared.h>
@@ -65,7 +67,8 @@ typedef struct mf_serve_config {
         size_t bytes;
     } shared[MF_LUA_SHARED_MAX]; /* shared = { name = bytes } */
     size_t nshared;
-    const char *file; /* the config file read (messages); NULL: none */
+    char *metrics_path; /* metrics.path: the page's path; NULL: no page */
+    const char *file;   /* the config file read (messages); NULL: none */
     struct mf_serve_config_string *strings; /* owned copies, a list */
 } mf_serve_config_t;
 
@@ -125,6 +128,8 @@ typedef struct mf_serve_worker {
      * per request instead of a lookup by name */
     int req_mt_ref;
     int resp_mt_ref;
+    mf_metrics_t *metrics;           /* the process's registry; shard id */
+    struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
 } mf_serve_worker_t;
 
 /* handler.c: the HTTP server's handler for a worker (mf_http_handler). */
@@ -146,6 +151,27 @@ void mf_serve_log_reject(mf_http_server_t *srv, int status,
                          const mf_http_request_t *req,
                          const mf_sockaddr_t *peer, void *worker);
 void mf_serve_log_close(mf_serve_worker_t *w);
+
+/* metrics.c: the server's metrics, when the config names a page. Declares
+ * the families (0, or a negative MF_E* code after saying why). */
+int mf_serve_metrics_open(mf_serve_worker_t *w);
+void mf_serve_metrics_close(mf_serve_worker_t *w);
+/* One finished request. req may be NULL or partial (refused by the
+ * parser); routed: a script ran (its path is the route label). */
+void mf_serve_metrics_request(mf_serve_worker_t *w,
+                              const mf_http_request_t *req, bool routed,
+                              int status, size_t bytes_in, size_t bytes_out,
+                              double seconds);
+/* The same for an exchange about to end (its body is the bytes in). */
+void mf_serve_metrics_exchange(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                               bool routed, int status, size_t bytes_out,
+                               double seconds);
+/* Whether req asks for the page; then mf_serve_metrics_answer sends it
+ * (with its access line and its own count). */
+bool mf_serve_metrics_is_page(const mf_serve_worker_t *w,
+                              const mf_http_request_t *req);
+void mf_serve_metrics_answer(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                             const struct timespec *start);
 
 /* handover.c: the process's listeners and the takeover thread. */
 typedef struct mf_serve_handover {

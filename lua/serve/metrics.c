@@ -1,0 +1,253 @@
+/*
+ * lua/serve/metrics.c — the server's own metrics and the /metrics page
+ * (config: metrics = { path = "/metrics" }).
+ *
+ * Every finished request (answered, refused by the parser, or left by its
+ * client: 499) counts in moonflow_http_requests_total{route, method,
+ * status}, moonflow_http_request_duration_seconds{route} and the body
+ * bytes in and out by route. route is the path of the script that ran, ""
+ * when none did (no script: 404, a refused request), so its values are
+ * bounded by the site's scripts; method is one of the standard ones or
+ * "other". Each worker writes its own shard of the process's registry
+ * (moonflow/metrics.h) through a small direct-mapped cache of series by
+ * (route, method, status): a request takes no lock, allocates nothing and
+ * makes no syscall beyond the clock reads it shares with the access log.
+ * A timer sets the worker's Lua memory once a second. The page adds the
+ * workers' shards up, with every user metric of mf.metrics.
+ *
+ * Owns: the worker's cache (freed with the worker). May call: the registry,
+ * the HTTP server's exchange, the Lua host.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <moonflow/error.h>
+#include <moonflow/metrics.h>
+
+#include "serve.h"
+
+#define MF_METRICS_CACHE 512 /* entries, a power of two */
+#define MF_METRICS_ROUTE 96  /* route bytes kept in an entry */
+
+/* The methods a label may name; the rest count as "other". */
+static const char *const mf__methods[] = {
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other"};
+#define MF_METHOD_OTHER 7
+
+typedef struct mf_metrics_entry {
+    uint64_t hash; /* 0: empty */
+    uint16_t status;
+    uint8_t method;
+    uint8_t route_len;
+    char route[MF_METRICS_ROUTE];
+    mf_metric_t *requests;
+    mf_metric_t *duration;
+    mf_metric_t *bytes_in, *bytes_out;
+} mf_metrics_entry_t;
+
+typedef struct mf_serve_metrics {
+    mf_metric_family_t *requests, *duration, *bytes_in, *bytes_out;
+    mf_metric_t *lua_memory;
+    mf_timer_t timer;
+    mf_metrics_entry_t cache[MF_METRICS_CACHE];
+} mf_serve_metrics_t;
+
+static int mf__family(mf_serve_worker_t *w, mf_metric_family_t **out,
+                      const char *name, const char *help, mf_metric_type_t type,
+                      const char *const *labels, size_t n)
+{
+    mf_metric_spec_t spec = {name, help, type, labels, n, NULL, 0};
+    char why[200];
+    int rc = mf_metrics_family(w->metrics, &spec, out, why, sizeof why);
+    if (rc)
+        fprintf(stderr, "moonflow serve: metrics: %s\n",
+                rc == MF_ENOMEM ? mf_strerror(rc) : why);
+    return rc;
+}
+
+static void mf__lua_memory_tick(mf_timer_t *timer)
+{
+    mf_serve_worker_t *w = timer->data;
+    mf_metric_set(w->mstate->lua_memory, w->id,
+                  (double)mf_lua_host_memory(w->host));
+    mf_timer_start(w->loop, timer, 1000);
+}
+
+int mf_serve_metrics_open(mf_serve_worker_t *w)
+{
+    if (!w->config->metrics_path)
+        return 0;
+    mf_serve_metrics_t *m = mf_try_malloc(sizeof *m);
+    if (!m)
+        return MF_ENOMEM;
+    memset(m, 0, sizeof *m);
+    w->mstate = m;
+    static const char *const rms[] = {"route", "method", "status"};
+    static const char *const route[] = {"route"};
+    static const char *const worker[] = {"worker"};
+    mf_metric_family_t *memory;
+    char id[16];
+    snprintf(id, sizeof id, "%u", w->id);
+    int rc = mf__family(w, &m->requests, "moonflow_http_requests_total",
+                        "HTTP requests finished, by route (the script's "
+                        "path, \"\" for none), method and status.",
+                        MF_METRIC_COUNTER, rms, 3);
+    if (!rc)
+        rc = mf__family(w, &m->duration,
+                        "moonflow_http_request_duration_seconds",
+                        "Time from the request's head to its answer.",
+                        MF_METRIC_HISTOGRAM, route, 1);
+    if (!rc)
+        rc = mf__family(
+            w, &m->bytes_in, "moonflow_http_request_body_bytes_total",
+            "Request body bytes received.", MF_METRIC_COUNTER, route, 1);
+    if (!rc)
+        rc = mf__family(
+            w, &m->bytes_out, "moonflow_http_response_body_bytes_total",
+            "Response body bytes sent.", MF_METRIC_COUNTER, route, 1);
+    if (!rc)
+        rc = mf__family(w, &memory, "moonflow_lua_memory_bytes",
+                        "Bytes held by each worker's Lua state.",
+                        MF_METRIC_GAUGE, worker, 1);
+    if (!rc)
+        rc = mf_metric_series(memory, (const char *const[]){id}, 1,
+                              &m->lua_memory);
+    if (rc)
+        return rc;
+    mf_timer_init(&m->timer, mf__lua_memory_tick, w);
+    mf_timer_set_ref(w->loop, &m->timer, false);
+    mf__lua_memory_tick(&m->timer);
+    return 0;
+}
+
+void mf_serve_metrics_close(mf_serve_worker_t *w)
+{
+    if (!w->mstate)
+        return;
+    mf_timer_stop(w->loop, &w->mstate->timer);
+    mf_free(w->mstate);
+    w->mstate = NULL;
+}
+
+static unsigned mf__method(const mf_http_request_t *req)
+{
+    for (unsigned i = 0; req && i < MF_METHOD_OTHER; i++)
+        if (strlen(mf__methods[i]) == req->method_len &&
+            memcmp(mf__methods[i], req->method, req->method_len) == 0)
+            return i;
+    return MF_METHOD_OTHER;
+}
+
+static uint64_t mf__key(const char *route, size_t len, unsigned method,
+                        int status)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a, then the small parts */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)route[i]) * 1099511628211ULL;
+    h = (h ^ method) * 1099511628211ULL;
+    h = (h ^ (unsigned)status) * 1099511628211ULL;
+    return h | 1; /* never 0: the empty mark */
+}
+
+/* Fills entry e for its key from the registry (a lock, once per key and
+ * worker). Failures leave it empty: the request is not counted, and the
+ * registry's refusal is reported once per entry. */
+static bool mf__fill(mf_serve_metrics_t *m, mf_metrics_entry_t *e)
+{
+    char route[MF_METRICS_ROUTE + 1], status[8];
+    memcpy(route, e->route, e->route_len);
+    route[e->route_len] = '\0';
+    snprintf(status, sizeof status, "%d", e->status);
+    const char *rms[] = {route, mf__methods[e->method], status};
+    const char *r[] = {route};
+    int rc = mf_metric_series(m->requests, rms, 3, &e->requests);
+    if (!rc)
+        rc = mf_metric_series(m->duration, r, 1, &e->duration);
+    if (!rc)
+        rc = mf_metric_series(m->bytes_in, r, 1, &e->bytes_in);
+    if (!rc)
+        rc = mf_metric_series(m->bytes_out, r, 1, &e->bytes_out);
+    if (rc) {
+        fprintf(stderr,
+                "moonflow serve: metrics: request of route \"%s\" not "
+                "counted: %s\n",
+                route, mf_strerror(rc));
+        e->hash = 0;
+        return false;
+    }
+    return true;
+}
+
+void mf_serve_metrics_request(mf_serve_worker_t *w,
+                              const mf_http_request_t *req, bool routed,
+                              int status, size_t bytes_in, size_t bytes_out,
+                              double seconds)
+{
+    mf_serve_metrics_t *m = w->mstate;
+    size_t len = routed && req ? req->path_len : 0;
+    const char *route = routed && req ? req->path : "";
+    if (len > MF_METRICS_ROUTE)
+        len = MF_METRICS_ROUTE; /* a route this long: its first bytes */
+    unsigned method = mf__method(req);
+    uint64_t h = mf__key(route, len, method, status);
+    mf_metrics_entry_t *e = &m->cache[h & (MF_METRICS_CACHE - 1)];
+    if (e->hash != h || e->status != status || e->method != method ||
+        e->route_len != len || memcmp(e->route, route, len) != 0) {
+        e->hash = h;
+        e->status = (uint16_t)status;
+        e->method = (uint8_t)method;
+        e->route_len = (uint8_t)len;
+        memcpy(e->route, route, len);
+        if (!mf__fill(m, e))
+            return;
+    }
+    mf_metric_add(e->requests, w->id, 1);
+    mf_metric_observe(e->duration, w->id, seconds);
+    mf_metric_add(e->bytes_in, w->id, (double)bytes_in);
+    mf_metric_add(e->bytes_out, w->id, (double)bytes_out);
+}
+
+void mf_serve_metrics_exchange(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                               bool routed, int status, size_t bytes_out,
+                               double seconds)
+{
+    size_t in = 0;
+    mf_http_exchange_body(ex, &in);
+    mf_serve_metrics_request(w, mf_http_exchange_request(ex), routed, status,
+                             in, bytes_out, seconds);
+}
+
+bool mf_serve_metrics_is_page(const mf_serve_worker_t *w,
+                              const mf_http_request_t *req)
+{
+    const char *path = w->config->metrics_path;
+    return path && strlen(path) == req->path_len &&
+           memcmp(path, req->path, req->path_len) == 0;
+}
+
+void mf_serve_metrics_answer(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                             const struct timespec *start)
+{
+    static const char type[] =
+        "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n";
+    static const char refused[] = "503 no memory for the metrics\n";
+    const mf_http_request_t *req = mf_http_exchange_request(ex);
+    size_t len;
+    char *text = mf_metrics_text(w->metrics, &len);
+    int status = text ? 200 : 503;
+    if (!text)
+        fprintf(stderr, "moonflow serve: metrics: no memory for the page\n");
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double seconds = (double)(now.tv_sec - start->tv_sec) +
+                     (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+    size_t bytes = text ? len : sizeof refused - 1;
+    mf_serve_log_request(w, req, mf_http_exchange_peer(ex), status, bytes,
+                         seconds);
+    mf_serve_metrics_request(w, req, true, status, 0, bytes, seconds);
+    mf_http_exchange_set_status(ex, status);
+    mf_http_exchange_add_header_static(ex, type, sizeof type - 1);
+    mf_http_exchange_send_body(ex, text ? text : refused, bytes);
+    mf_free(text);
+}
