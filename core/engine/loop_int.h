@@ -39,6 +39,7 @@ struct mf_loop {
     bool has_thread;
     pthread_t thread;
     mf_pool_t *pool;
+    const mf_task_observer_t *observer; /* mf_loop_observe_tasks; NULL */
     unsigned index;
     void *ext[MF_LOOP_EXT_MAX];
     mf_loop_ext_dtor ext_dtor[MF_LOOP_EXT_MAX];

@@ -7,6 +7,8 @@
  * still out (a go task running on the pool): the flow moves on at once and
  * the late completion frees the task.
  */
+#include <time.h>
+
 #include "flow_int.h"
 #include "loop_int.h"
 
@@ -25,7 +27,33 @@ void mf_task_init(mf_task_t *task, const mf_task_ops_t *ops, mf_loop_t *loop,
     task->_error = 0;
     task->_flags = 0;
     task->_timeout_ms = 0;
+    task->_started_ns = 0;
     mf_timer_init(&task->_timer, mf__task_timed_out, task);
+}
+
+void mf_loop_observe_tasks(mf_loop_t *loop, const mf_task_observer_t *observer)
+{
+    loop->observer = observer;
+}
+
+static uint64_t mf__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void mf__observe_start(const mf_task_observer_t *o, mf_task_t *task)
+{
+    task->_started_ns = mf__now_ns();
+    if (o->started)
+        o->started(o->ud, task);
+}
+
+static void mf__observe_end(const mf_task_observer_t *o, mf_task_t *task)
+{
+    if (o->finished)
+        o->finished(o->ud, task, mf__now_ns() - task->_started_ns);
 }
 
 /* Records the result once and queues the task for its callback. */
@@ -83,6 +111,8 @@ void mf_task_cancel(mf_task_t *task)
 void mf__task_dispatch(mf_task_t *task)
 {
     task->_flags |= MF_TASK_F_STARTED;
+    if (MF_UNLIKELY(task->_loop->observer != NULL))
+        mf__observe_start(task->_loop->observer, task);
     if (task->_flags & MF_TASK_F_CANCEL) {
         task->_flags |= MF_TASK_F_KIND_DONE;
         mf__task_decide(task, MF_STATE_CANCELED, MF_ECANCELED);
@@ -101,6 +131,8 @@ void mf__task_finish(mf_task_t *task)
         series->error = task->_error;
     }
     series->current = NULL;
+    if (MF_UNLIKELY(task->_started_ns != 0) && task->_loop->observer)
+        mf__observe_end(task->_loop->observer, task);
     if (task->_cb)
         task->_cb(task);
     series->finished++;

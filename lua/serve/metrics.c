@@ -12,7 +12,10 @@
  * (moonflow/metrics.h) through a small direct-mapped cache of series by
  * (route, method, status): a request takes no lock, allocates nothing and
  * makes no syscall beyond the clock reads it shares with the access log.
- * A timer sets the worker's Lua memory once a second. The page adds the
+ * Every task the worker runs counts in moonflow_tasks_total{kind, state}
+ * and moonflow_task_duration_seconds{kind}, from the loop's task observer
+ * (moonflow/task.h) through a cache by kind and state. A timer sets the
+ * worker's Lua memory once a second. The page adds the
  * workers' shards up, with every user metric of mf.metrics.
  *
  * Owns: the worker's cache (freed with the worker). May call: the registry,
@@ -24,6 +27,7 @@
 
 #include <moonflow/error.h>
 #include <moonflow/metrics.h>
+#include <moonflow/task.h>
 
 #include "serve.h"
 
@@ -46,9 +50,23 @@ typedef struct mf_metrics_entry {
     mf_metric_t *bytes_in, *bytes_out;
 } mf_metrics_entry_t;
 
+/* A task kind's series for one final state; kind is the kind's name
+ * pointer (mf_task_ops_t.name, a constant), NULL: empty. */
+typedef struct mf_task_entry {
+    const char *kind;
+    int state;
+    mf_metric_t *count, *duration;
+} mf_task_entry_t;
+
+#define MF_TASK_CACHE 64 /* entries, a power of two */
+
 typedef struct mf_serve_metrics {
     mf_metric_family_t *requests, *duration, *bytes_in, *bytes_out;
+    mf_metric_family_t *tasks, *task_duration;
     mf_metric_t *lua_memory;
+    mf_serve_worker_t *w;
+    mf_task_observer_t observer;
+    mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
 } mf_serve_metrics_t;
@@ -74,6 +92,45 @@ static void mf__lua_memory_tick(mf_timer_t *timer)
     mf_timer_start(w->loop, timer, 1000);
 }
 
+/* "success", "timeout", "system error" ... as label values: words with _ */
+static void mf__state_label(int state, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", mf_state_name(state));
+    for (char *p = out; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+}
+
+/* The task observer: one count and one duration per finished task. */
+static void mf__task_finished(void *ud, mf_task_t *task, uint64_t ns)
+{
+    mf_serve_metrics_t *m = ud;
+    const char *kind = mf_task_kind(task);
+    int state = mf_task_state(task);
+    uintptr_t h = ((uintptr_t)kind >> 3) * 31 + (unsigned)state;
+    mf_task_entry_t *e = &m->task_cache[h & (MF_TASK_CACHE - 1)];
+    if (e->kind != kind || e->state != state) {
+        char label[32];
+        mf__state_label(state, label, sizeof label);
+        const char *values[] = {kind, label};
+        e->kind = NULL;
+        int rc = mf_metric_series(m->tasks, values, 2, &e->count);
+        if (!rc)
+            rc = mf_metric_series(m->task_duration, values, 1, &e->duration);
+        if (rc) {
+            fprintf(stderr,
+                    "moonflow serve: metrics: a %s task not counted: "
+                    "%s\n",
+                    kind, mf_strerror(rc));
+            return;
+        }
+        e->kind = kind;
+        e->state = state;
+    }
+    mf_metric_add(e->count, m->w->id, 1);
+    mf_metric_observe(e->duration, m->w->id, (double)ns / 1e9);
+}
+
 int mf_serve_metrics_open(mf_serve_worker_t *w)
 {
     if (!w->config->metrics_path)
@@ -86,6 +143,7 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
     static const char *const rms[] = {"route", "method", "status"};
     static const char *const route[] = {"route"};
     static const char *const worker[] = {"worker"};
+    static const char *const kind_state[] = {"kind", "state"};
     mf_metric_family_t *memory;
     char id[16];
     snprintf(id, sizeof id, "%u", w->id);
@@ -107,6 +165,16 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
             w, &m->bytes_out, "moonflow_http_response_body_bytes_total",
             "Response body bytes sent.", MF_METRIC_COUNTER, route, 1);
     if (!rc)
+        rc = mf__family(w, &m->tasks, "moonflow_tasks_total",
+                        "Tasks finished, by kind (http, redis, mysql, "
+                        "kafka_produce, timer, go, lua, parallel ...) and "
+                        "final state.",
+                        MF_METRIC_COUNTER, kind_state, 2);
+    if (!rc)
+        rc = mf__family(w, &m->task_duration, "moonflow_task_duration_seconds",
+                        "Time from a task's start to its result.",
+                        MF_METRIC_HISTOGRAM, kind_state, 1);
+    if (!rc)
         rc = mf__family(w, &memory, "moonflow_lua_memory_bytes",
                         "Bytes held by each worker's Lua state.",
                         MF_METRIC_GAUGE, worker, 1);
@@ -118,6 +186,9 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
     mf_timer_init(&m->timer, mf__lua_memory_tick, w);
     mf_timer_set_ref(w->loop, &m->timer, false);
     mf__lua_memory_tick(&m->timer);
+    m->w = w;
+    m->observer = (mf_task_observer_t){NULL, mf__task_finished, m};
+    mf_loop_observe_tasks(w->loop, &m->observer);
     return 0;
 }
 
@@ -125,6 +196,7 @@ void mf_serve_metrics_close(mf_serve_worker_t *w)
 {
     if (!w->mstate)
         return;
+    mf_loop_observe_tasks(w->loop, NULL);
     mf_timer_stop(w->loop, &w->mstate->timer);
     mf_free(w->mstate);
     w->mstate = NULL;

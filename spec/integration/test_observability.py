@@ -59,6 +59,13 @@ def site(root, fixture_port, redis_url):
                      'return function(req, resp)\n'
                      '  resp:send(tostring(assert(r:call("INCR", "hits"))))\n'
                      'end\n' % redis_url,
+        "upstream_timeout.lua": 'local mf = require "moonflow"\n'
+                                'return function(req, resp)\n'
+                                '  local ok, r = pcall(function() return mf.task.http {\n'
+                                '    url = "http://127.0.0.1:%d/sleep?ms=400", timeout = 50,\n'
+                                '  }:wait() end)\n'
+                                '  resp:send("after the timeout")\n'
+                                'end\n' % fixture_port,
         "slow.lua": 'local mf = require "moonflow"\n'
                     'return function(req, resp) mf.sleep(2000) resp:send("late") end\n',
     }
@@ -119,6 +126,7 @@ class Metrics(unittest.TestCase):
         for _ in range(3):
             assert cls.get("/redis").status == 200
         assert cls.get("/slow").status == 504
+        assert cls.get("/upstream_timeout").status == 200
         bad = request(cls.port, b"GET / HTTP/1.1\r\nHost: h\r\nno colon\r\n\r\n")
         assert bad.status == 400
         s = connect(cls.port)  # leaves while its handler sleeps: 499
@@ -147,7 +155,22 @@ class Metrics(unittest.TestCase):
         self.assertEqual(self.requests("", "GET", 400), 1)
         total = sum(v for (n, _), v in self.samples.items()
                     if n == "moonflow_http_requests_total")
-        self.assertEqual(total, 15)  # the page's own request is not in yet
+        self.assertEqual(total, 16)  # the page's own request is not in yet
+
+    def test_tasks_by_kind_and_final_state(self):
+        def tasks(kind, state):
+            return self.value("moonflow_tasks_total",
+                              '{kind="%s",state="%s"}' % (kind, state))
+        self.assertEqual(tasks("http", "success"), 4)
+        self.assertEqual(tasks("http", "timeout"), 1)
+        self.assertEqual(tasks("parallel", "success"), 2)
+        self.assertEqual(tasks("redis", "success"), 3)
+        name = "moonflow_task_duration_seconds"
+        self.assertEqual(self.value(name + "_count", '{kind="http"}'), 5)
+        # 60 + 90 ms twice, and the timeout at 50 ms
+        self.assertGreaterEqual(self.value(name + "_sum", '{kind="http"}'),
+                                2 * (0.06 + 0.09) + 0.05)
+        self.assertLess(self.value(name + "_sum", '{kind="http"}'), 0.6)
 
     def test_latency_histograms_per_route(self):
         name = "moonflow_http_request_duration_seconds"

@@ -92,6 +92,7 @@ struct mf_task {
     uint32_t _flags;
     uint32_t _timeout_ms; /* 0: no timeout */
     mf_timer_t _timer;    /* per-task timeout */
+    uint64_t _started_ns; /* dispatch time while observed; 0: not */
 };
 
 MF_API void mf_task_init(mf_task_t *task, const mf_task_ops_t *ops,
@@ -144,6 +145,24 @@ static inline void mf_task_set_callback(mf_task_t *task, mf_task_cb cb)
 {
     task->_cb = cb;
 }
+
+/* ---- observing a loop's tasks (metrics, traces) ----------------------
+ * An observer sees every task of its loop start and end, on the loop's
+ * thread: started() just before the kind's dispatch, finished() once the
+ * result is decided, before the task's callback, with the time since its
+ * dispatch (CLOCK_MONOTONIC). Either may be NULL. Without an observer a
+ * task costs one branch more at each end; with one, two clock reads. A task
+ * dispatched before the observer was set is not reported at its end. */
+typedef struct mf_task_observer {
+    void (*started)(void *ud, mf_task_t *task);
+    void (*finished)(void *ud, mf_task_t *task, uint64_t ns);
+    void *ud;
+} mf_task_observer_t;
+
+/* From now on; NULL: none. The observer is the caller's: it must outlive
+ * its use (set NULL before freeing it). */
+MF_API void mf_loop_observe_tasks(mf_loop_t *loop,
+                                  const mf_task_observer_t *observer);
 
 MF_EXTERN_C_END
 
