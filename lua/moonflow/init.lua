@@ -70,6 +70,15 @@ mf.now = core.now
 function mf.series(steps) return list("series", steps) end
 function mf.parallel(steps) return list("parallel", steps) end
 
+-- mf.graph{ a = step, b = { step, after = {"a"} }, ... } [, {on_failure =
+-- "skip" | "run"}]: a DAG of steps, checked here (names, after lists, no
+-- cycle) and run as one C graph; its result maps each name to its step's.
+function mf.graph(nodes, opts)
+    local ok, desc = pcall(cflow.graph, nodes, opts)
+    if not ok then raise(desc) end
+    return step("graph", desc)
+end
+
 mf.task = {}
 
 function mf.task.timer(ms, opts)
