@@ -362,6 +362,11 @@ mf.re = require "moonflow.re"
 -- Lua threads, semaphores and queues (moonflow.thread, on moonflow.wait).
 local thread = require "moonflow.thread"
 mf.spawn, mf.wait_any = thread.spawn, thread.wait_any
+
+-- Subrequests exist in `moonflow serve` only, which replaces these
+-- (lua/serve/capture.c, moonflow/capture.lua).
+function mf.capture() raise("mf.capture: only inside a moonflow serve handler") end
+function mf.capture_multi() raise("mf.capture_multi: only inside a moonflow serve handler") end
 mf.semaphore, mf.queue = thread.semaphore, thread.queue
 function mf.resource_pool(n)
     return workflow.resource_pool(mf.semaphore, mf.task.lua, n)
