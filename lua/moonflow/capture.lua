@@ -26,6 +26,7 @@ local cookie_parse = require("moonflow.cookie").parse
 local raise = require "moonflow.raise"
 
 local type, pairs, tostring, setmetatable, pcall = type, pairs, tostring, setmetatable, pcall
+local xpcall, traceback = xpcall, debug.traceback
 local lower, concat, find, sub = string.lower, table.concat, string.find, string.sub
 
 -- nginx stops subrequests 50 levels deep; so do we.
@@ -40,6 +41,9 @@ local TEXT_TYPE = "text/plain; charset=utf-8"
 
 local function headers_table(t) return setmetatable(t, serve.headers_mt) end
 
+-- lua/serve/capture.c's functions (route, current, form), given at install.
+local cfuncs
+
 -- ---- the subrequest's req ---------------------------------------------------
 
 local Request = {}
@@ -48,7 +52,7 @@ Request.__index = Request
 function Request:header(name) return self.headers[name] end
 
 function Request:form(max)
-    return require("moonflow.capture_c").form(self.headers["content-type"], self.body, max)
+    return cfuncs.form(self.headers["content-type"], self.body, max)
 end
 
 -- The request headers: the parent's (lowercase keys), then opts.headers.
@@ -203,9 +207,12 @@ end
 
 -- ---- running ----------------------------------------------------------------
 
+local function with_traceback(err) return traceback(tostring(err), 2) end
+
 return function(c)
-    package.loaded["moonflow.capture_c"] = c
-    -- A subrequest's coroutine → its req (the parent of its own captures).
+    cfuncs = c
+    -- A subrequest's coroutine → its req (the parent of its own captures),
+    -- while its handler runs: the thread may serve a request next.
     local running = setmetatable({}, { __mode = "k" })
 
     -- The caller's req and the depth of the subrequests it makes.
@@ -229,21 +236,24 @@ return function(c)
         if opts.timeout then timeout = opts.timeout end
         local resp = new_response()
         local thread = mf.spawn(function()
-            running[c.current()] = req
-            handler(req, resp)
+            local co = c.current()
+            running[co] = req
+            local ok, err = xpcall(handler, with_traceback, req, resp)
+            running[co] = nil
+            return ok, err
         end)
         return { thread = thread, resp = resp, timeout = timeout, uri = uri }
     end
 
     local function finish(s)
         if s.answer then return s.answer end
-        local ok, err = s.thread:wait(s.timeout > 0 and s.timeout or nil)
-        if ok then return answer_of(s.resp) end
+        local ok, handled, err = s.thread:wait(s.timeout > 0 and s.timeout or nil)
+        if ok and handled then return answer_of(s.resp) end
         if ok == nil then
             mf.log("error", "capture ", s.uri, ": handler timeout (its answer is dropped)")
             return plain_answer(504)
         end
-        mf.log("error", "capture ", s.uri, ": ", err)
+        mf.log("error", "capture ", s.uri, ": ", ok and err or handled)
         return plain_answer(500)
     end
 
