@@ -9,12 +9,11 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 import unittest
 
-from harness import connect, free_port, request, wait_port
+from harness import Server, connect, free_port, request
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 
@@ -98,25 +97,21 @@ class Capture(unittest.TestCase):
             with open(os.path.join(cls.root, name), "w") as f:
                 f.write(text)
         cls.errors = os.path.join(cls.root, "stderr.log")
-        cls.port = free_port()
-        with open(cls.errors, "wb") as err:
-            cls.proc = subprocess.Popen(
-                [MOONFLOW, "serve", cls.root, "--listen",
-                 "127.0.0.1:%d" % cls.port, "--workers", "1",
-                 "--access-log", "off"],
-                stdout=subprocess.DEVNULL, stderr=err)
+        port = free_port()
         try:
-            wait_port(cls.port, cls.proc)
+            cls.srv = Server([MOONFLOW, "serve", cls.root, "--listen",
+                              "127.0.0.1:%d" % port, "--workers", "1",
+                              "--access-log", "off"], port,
+                             stderr_path=cls.errors)
         except Exception:
-            cls.tearDownClass()
+            shutil.rmtree(cls.root, ignore_errors=True)
             raise
+        cls.port = port
 
     @classmethod
     def tearDownClass(cls):
         try:
-            if cls.proc.poll() is None:
-                cls.proc.send_signal(signal.SIGTERM)
-            code = cls.proc.wait(timeout=30)
+            code, _, _ = cls.srv.stop(sig=signal.SIGTERM, timeout=30)
             if code != 0:
                 raise AssertionError("moonflow serve exited %d:\n%s" % (
                     code, cls.error_log()[-3000:]))

@@ -40,6 +40,20 @@ static void timed_node(mf_graph_t *g, size_t i, uint64_t ms, uint32_t fail_ms,
     ASSERT_EQ(mf_graph_push(g, i, t), 0);
 }
 
+typedef struct edge {
+    size_t before, after;
+} edge_t;
+
+/* Node i timed ms[i] (failing at fail_ms[i] when not 0), then the edges. */
+static void shape(mf_graph_t *g, span_t *s, const uint64_t *ms,
+                  const uint32_t *fail_ms, const edge_t *edges, size_t nedges)
+{
+    for (size_t i = 0; i < mf_graph_size(g); i++)
+        timed_node(g, i, ms[i], fail_ms ? fail_ms[i] : 0, &s[i]);
+    for (size_t k = 0; k < nedges; k++)
+        ASSERT_EQ(mf_graph_add_edge(g, edges[k].before, edges[k].after), 0);
+}
+
 static int graph_done;
 static int graph_state;
 
@@ -61,14 +75,8 @@ TEST(diamond_runs_b_and_c_side_by_side_after_a_and_d_after_both)
     mf_loop_t *loop = mf_loop_create();
     graph_done = 0;
     mf_graph_t *g = mf_graph_create(loop, 4, 4, on_graph, NULL);
-    timed_node(g, A, 10, 0, &s[A]);
-    timed_node(g, B, 40, 0, &s[B]);
-    timed_node(g, C, 30, 0, &s[C]);
-    timed_node(g, D, 10, 0, &s[D]);
-    ASSERT_EQ(mf_graph_add_edge(g, A, B), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, A, C), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, B, D), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, C, D), 0);
+    static const edge_t edges[] = {{A, B}, {A, C}, {B, D}, {C, D}};
+    shape(g, s, (const uint64_t[]){10, 40, 30, 10}, NULL, edges, 4);
     ASSERT_EQ(mf_graph_seal(g, NULL), 0);
     mf_task_start(mf_graph_task(g));
     mf_loop_run(loop, MF_RUN_DEFAULT);
@@ -144,14 +152,9 @@ static void failing_graph(mf_loop_t *loop, span_t *s, bool run)
     mf_graph_t *g = mf_graph_create(loop, 5, 3, on_graph, NULL);
     mf_graph_set_node_callback(g, on_failure_node);
     mf_graph_set_run_after_failure(g, run);
-    timed_node(g, A, 50, 5, &s[A]);
-    timed_node(g, B, 1, 0, &s[B]);
-    timed_node(g, C, 1, 0, &s[C]);
-    timed_node(g, D, 20, 0, &s[D]);
-    timed_node(g, E, 1, 0, &s[E]);
-    ASSERT_EQ(mf_graph_add_edge(g, A, B), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, B, C), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, A, E), 0);
+    static const edge_t edges[] = {{A, B}, {B, C}, {A, E}};
+    shape(g, s, (const uint64_t[]){50, 1, 1, 20, 1},
+          (const uint32_t[]){5, 0, 0, 0, 0}, edges, 3);
     mf_task_start(mf_graph_task(g));
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_EQ(graph_done, 1);
@@ -241,10 +244,8 @@ TEST(an_unsealed_graph_with_a_cycle_ends_task_error_without_running_a_node)
     span_t s[2] = {{0}};
     mf_loop_t *loop = mf_loop_create();
     mf_graph_t *g = mf_graph_create(loop, 2, 2, on_cyclic, NULL);
-    timed_node(g, 0, 1, 0, &s[0]);
-    timed_node(g, 1, 1, 0, &s[1]);
-    ASSERT_EQ(mf_graph_add_edge(g, 0, 1), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, 1, 0), 0);
+    static const edge_t edges[] = {{0, 1}, {1, 0}};
+    shape(g, s, (const uint64_t[]){1, 1}, NULL, edges, 2);
     mf_task_start(mf_graph_task(g));
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_EQ(cyclic_state, MF_STATE_TASK_ERROR);
@@ -274,12 +275,8 @@ TEST(a_graph_timing_out_mid_run_cancels_its_nodes_and_leaks_nothing)
     skipped_cause = 0;
     mf_graph_t *g = mf_graph_create(loop, 4, 2, on_aborted, NULL);
     mf_graph_set_node_callback(g, on_failure_node);
-    timed_node(g, A, 10, 0, &s[A]);
-    timed_node(g, B, 200, 0, &s[B]);
-    timed_node(g, C, 1, 0, &s[C]);
-    timed_node(g, D, 200, 0, &s[D]);
-    ASSERT_EQ(mf_graph_add_edge(g, A, B), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, B, C), 0);
+    static const edge_t edges[] = {{A, B}, {B, C}};
+    shape(g, s, (const uint64_t[]){10, 200, 1, 200}, NULL, edges, 2);
     mf_task_set_timeout(mf_graph_task(g), 30);
     uint64_t t0 = mf_loop_now(loop);
     mf_task_start(mf_graph_task(g));
@@ -314,11 +311,8 @@ TEST(a_graph_canceled_inside_a_parallel_and_a_series_winds_down)
     mf_loop_t *loop = mf_loop_create();
     graph_done = parallel_done = 0;
     mf_graph_t *g = mf_graph_create(loop, 3, 2, on_graph, NULL);
-    timed_node(g, 0, 100, 0, &s[0]);
-    timed_node(g, 1, 100, 0, &s[1]);
-    timed_node(g, 2, 1, 0, &s[2]);
-    ASSERT_EQ(mf_graph_add_edge(g, 0, 2), 0);
-    ASSERT_EQ(mf_graph_add_edge(g, 1, 2), 0);
+    static const edge_t edges[] = {{0, 2}, {1, 2}};
+    shape(g, s, (const uint64_t[]){100, 100, 1}, NULL, edges, 2);
     mf_parallel_t *par = mf_parallel_create(loop, on_parallel, NULL);
     mf_series_t *branch = mf_series_create(loop, NULL);
     mf_series_push_back(branch, mf_task_empty_create(loop, NULL, NULL));
@@ -356,9 +350,8 @@ TEST(graphs_nest_in_graphs_and_parallels_are_nodes)
     mf_loop_t *loop = mf_loop_create();
     graph_done = 0;
     mf_graph_t *inner = mf_graph_create(loop, 2, 1, NULL, NULL);
-    timed_node(inner, 0, 5, 0, &s[0]);
-    timed_node(inner, 1, 5, 0, &s[1]);
-    ASSERT_EQ(mf_graph_add_edge(inner, 0, 1), 0);
+    static const edge_t edges[] = {{0, 1}};
+    shape(inner, s, (const uint64_t[]){5, 5}, NULL, edges, 1);
     mf_parallel_t *par = mf_parallel_create(loop, NULL, NULL);
     mf_parallel_add_task(par, mf_task_timer_create(loop, 5, on_end, &s[2]));
     mf_parallel_add_task(par, mf_task_timer_create(loop, 5, on_end, &s[3]));
