@@ -3,8 +3,9 @@
 -- site in this worker, in-process, and returns {status, headers, body};
 -- mf.capture_multi{{uri, opts}, ...} runs several side by side.
 --
--- A subrequest is the route's handler run in a coroutine of its own
--- (mf.spawn) with a req and a resp of its own, plain tables with the
+-- A subrequest is the route's handler run as a flow step (mf.task.lua: a
+-- coroutine of its own; mf.capture_multi's side by side in one parallel)
+-- with a req and a resp of its own, plain tables with the
 -- methods handlers use (req:header, req:form, resp:send, resp:json,
 -- resp:write, resp:redirect, resp:set_header, resp:set_cookie). Its answer
 -- stays in memory: nothing is sent, so resp:write collects the body. What
@@ -17,8 +18,9 @@
 -- Failures are answers, never the caller's errors: a route with no script
 -- 404, a handler that raised or a script that never loaded 500 (the error
 -- logged with its traceback), a handler past its route's timeout (or the
--- server's handler timeout) 504 — it runs on to its end, its answer
--- dropped. Misuse raises: a uri that is not a path, a bad option, a call
+-- server's handler timeout, or opts.timeout) 504 — it is aborted then, as
+-- are the subrequests of a handler that ends first (its client gone, its
+-- own timeout). Misuse raises: a uri that is not a path, a bad option, a call
 -- outside a handler, nesting deeper than MAX_DEPTH.
 local mf = require "moonflow"
 local serve = require "moonflow.serve"
@@ -26,7 +28,6 @@ local cookie_parse = require("moonflow.cookie").parse
 local raise = require "moonflow.raise"
 
 local type, pairs, tostring, setmetatable, pcall = type, pairs, tostring, setmetatable, pcall
-local xpcall, traceback = xpcall, debug.traceback
 local lower, concat, find, sub = string.lower, table.concat, string.find, string.sub
 
 -- nginx stops subrequests 50 levels deep; so do we.
@@ -207,8 +208,6 @@ end
 
 -- ---- running ----------------------------------------------------------------
 
-local function with_traceback(err) return traceback(tostring(err), 2) end
-
 return function(c)
     cfuncs = c
     -- A subrequest's coroutine → its req (the parent of its own captures),
@@ -224,58 +223,65 @@ return function(c)
         raise("mf.capture: only inside a moonflow serve handler")
     end
 
-    -- Starts the subrequest for uri; returns what finish() needs.
-    local function start(parent, depth, uri, opts)
+    local function run(handler, req, resp)
+        running[c.current()] = req
+        handler(req, resp)
+    end
+
+    local function forget(_, thread) running[thread] = nil end
+
+    -- The subrequest for uri: its answer at once (no such route), or the
+    -- step that runs its handler (a lua task: a timeout or the parent's
+    -- end aborts it) and the resp it answers into.
+    local function prepare(parent, depth, uri, opts)
         opts = check_opts(opts)
         if depth > MAX_DEPTH then
             raise(("mf.capture: subrequests nested deeper than %d (%s)"):format(MAX_DEPTH, uri))
         end
         local req = new_request(parent, uri, opts, depth)
         local handler, timeout = c.route(req.path)
-        if not handler then return { answer = plain_answer(timeout), uri = uri } end
-        if opts.timeout then timeout = opts.timeout end
+        if not handler then return { answer = plain_answer(timeout) } end
+        timeout = opts.timeout or timeout
         local resp = new_response()
-        local thread = mf.spawn(function()
-            local co = c.current()
-            running[co] = req
-            local ok, err = xpcall(handler, with_traceback, req, resp)
-            running[co] = nil
-            return ok, err
-        end)
-        return { thread = thread, resp = resp, timeout = timeout, uri = uri }
+        local step = mf.task.lua { fn = run, args = { handler, req, resp }, finally = forget,
+                                   timeout = timeout > 0 and timeout or nil }
+        return { step = step, resp = resp, uri = uri }
     end
 
-    local function finish(s)
+    -- The answer of a prepared subrequest whose step ended with result r.
+    local function answer(s, r)
         if s.answer then return s.answer end
-        local ok, handled, err = s.thread:wait(s.timeout > 0 and s.timeout or nil)
-        if ok and handled then return answer_of(s.resp) end
-        if ok == nil then
-            mf.log("error", "capture ", s.uri, ": handler timeout (its answer is dropped)")
-            return plain_answer(504)
-        end
-        mf.log("error", "capture ", s.uri, ": ", ok and err or handled)
-        return plain_answer(500)
+        if r.state == "success" then return answer_of(s.resp) end
+        mf.log("error", "capture ", s.uri, ": ", r.error)
+        return plain_answer(r.state == "timeout" and 504 or 500)
     end
 
     mf.capture = function(uri, opts)
         local parent, depth = parent_of()
-        return finish(start(parent, depth, uri, opts))
+        local s = prepare(parent, depth, uri, opts)
+        return answer(s, s.step and s.step:wait())
     end
 
+    -- The steps side by side in one parallel: one wait for all of them.
     mf.capture_multi = function(list)
         if type(list) ~= "table" then raise("mf.capture_multi: a list of {uri, opts} expected") end
         local parent, depth = parent_of()
-        local started = {}
+        local prepared, steps, at = {}, {}, {}
         for i = 1, #list do
             local one = list[i]
             if type(one) == "string" then one = { one } end
             if type(one) ~= "table" then
                 raise(("mf.capture_multi: entry %d: {uri [, opts]} expected"):format(i))
             end
-            started[i] = start(parent, depth, one[1], one[2])
+            prepared[i] = prepare(parent, depth, one[1], one[2])
+            if prepared[i].step then
+                steps[#steps + 1] = prepared[i].step
+                at[i] = #steps
+            end
         end
+        local results = #steps > 0 and mf.parallel(steps):wait() or {}
         local answers = {}
-        for i = 1, #started do answers[i] = finish(started[i]) end
+        for i = 1, #prepared do answers[i] = answer(prepared[i], results[at[i]]) end
         return answers
     end
 end

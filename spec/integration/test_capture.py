@@ -70,9 +70,23 @@ return function(req, resp)
     resp:send((req.subrequest or 0) .. ":" .. r.status)
 end
 ''',
+    # Logs "marked TAG" once it has slept: an aborted one never does.
+    "marked.lua": '''local mf = require "moonflow"
+return function(req, resp)
+    mf.sleep(tonumber(req.query.ms))
+    mf.log("warn", "marked ", req.query.tag)
+    resp:send("marked")
+end
+''',
     "wait.lua": '''local mf = require "moonflow"
 return function(req, resp)
-    resp:send(mf.capture("/slow?ms=2000").body)
+    resp:send(mf.capture("/marked?ms=300&tag=left").body)
+end
+''',
+    "timeout.lua": '''local mf = require "moonflow"
+return function(req, resp)
+    local r = mf.capture("/marked?ms=300&tag=late", { timeout = 30 })
+    resp:send(r.status .. " " .. r.body)
 end
 ''',
     "ngx.lua": '''require "moonflow.ngx"
@@ -171,12 +185,23 @@ class Capture(unittest.TestCase):
         r = self.get("/ngx")
         self.assertEqual(r.body, b"200 yes 404")
 
-    def test_a_client_leaving_during_a_capture_leaves_the_worker_serving(
-            self):
+    def test_a_client_leaving_during_a_capture_aborts_the_subrequest(self):
         with connect(self.port) as s:
             s.sendall(b"GET /wait HTTP/1.1\r\nHost: h\r\n\r\n")
-            time.sleep(0.2)  # the handler waits on its subrequest now
+            time.sleep(0.1)  # the handler waits on its subrequest now
         self.assertEqual(self.get("/ok").body, b"ok")
+        self.assertEqual(self.get("/marked?ms=400&tag=after-left").body,
+                         b"marked")  # past the aborted one's 300 ms
+        self.wait_log("marked after-left")
+        self.assertNotIn("marked left", self.error_log())
+
+    def test_a_subrequest_past_its_timeout_is_a_504_and_stops(self):
+        r = self.get("/timeout")
+        self.assertEqual(r.body, b"504 504 Gateway Timeout\n")
+        self.wait_log("capture /marked?ms=300&tag=late: timeout")
+        self.assertEqual(self.get("/marked?ms=400&tag=after-late").body,
+                         b"marked")
+        self.assertNotIn("marked late", self.error_log())
 
 
 if __name__ == "__main__":
