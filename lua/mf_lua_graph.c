@@ -118,10 +118,11 @@ static void mf_lua__graph_entry(lua_State *L, int e, const char *name)
                 (lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) == 1) ||
                 (lua_type(L, -1) == LUA_TSTRING &&
                  strcmp(lua_tostring(L, -1), "after") == 0);
-            if (!known)
+            if (!known) {
+                lua_pushvalue(L, -1); /* tostring must not change the key */
                 luaL_error(L, "mf.graph: node '%s': unknown field '%s'", name,
-                           lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
-                                                          : "?");
+                           lua_tostring(L, -1) ? lua_tostring(L, -1) : "?");
+            }
         }
         if (mf_lua__is_step(L, -2))
             return;
