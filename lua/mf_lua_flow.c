@@ -35,65 +35,14 @@
 #include <moonflow/common.h>
 #include <moonflow/parallel.h>
 
-#include "mf_lua_leaf.h"
-
-#define MF_LUA_FLOWREF "moonflow.flowref"
-
-/* The fields of the state table. */
-enum {
-    MF_LUA_FLOW_RESULTS = 1,   /* slot -> result table */
-    MF_LUA_FLOW_CALLBACKS = 2, /* slot -> the node's callback */
-    MF_LUA_FLOW_ERROR = 3      /* the message of a callback that raised */
-};
-
-typedef struct mf_lua_flow mf_lua_flow_t;
-typedef struct mf_lua_node mf_lua_node_t;
-
-/* A series, a parallel or a task of the flow. */
-struct mf_lua_node {
-    mf_list_t link; /* flow->nodes */
-    mf_lua_flow_t *flow;
-    mf_task_t *task;           /* task: until its callback has run */
-    mf_series_t *series;       /* series node: until its callback has run */
-    mf_lua_node_t *owner;      /* the series or parallel node it runs in */
-    const mf_lua_kind_t *kind; /* task: its kind; NULL otherwise */
-    int slot;                  /* its result table: state[1][slot]; 0: lean */
-    int parent, pos;           /* lean task: its place, state[1][parent][pos] */
-    bool has_cb;
-    bool canceled;    /* by flow:cancel(): no callback, no more pushes */
-    unsigned step;    /* a top-level step's index (step observer); 0: not */
-    MF_LUA_LEAF_DATA; /* task: kind->data_size bytes */
-};
-
-struct mf_lua_flow {
-    mf_loop_t *loop;
-    mf_lua_host_t *host; /* NULL once detached: the host may be gone */
-    mf_lua_co_t *co;     /* the waiting coroutine; NULL once detached */
-    int ref;             /* the state table; LUA_NOREF once released */
-    int nslots;
-    int root_slot;
-    bool unwrap; /* a lone task or parallel: return results[root][1] */
-    bool failed; /* a callback raised */
-    bool lean;   /* the waiter's lean results (mf_lua_co_set_lean_results) */
-    mf_list_t nodes;
-    mf_lua_step_fn step_fn; /* the waiter's step observer, or NULL */
-    void *step_ud;
-};
-
-/* A build runs on one thread with the state table at index st. */
-typedef struct mf_lua_build {
-    lua_State *L;
-    mf_lua_flow_t *flow;
-    int st;
-    unsigned step; /* the top-level step the next node is (then 0) */
-} mf_lua_build_t;
+#include "mf_lua_flow.h"
 
 static void mf_lua__series_done(mf_series_t *series);
 static void mf_lua__leaf_done(mf_task_t *task);
 
 /* A top-level step completed: the waiter's observer hears it (not after an
  * abort: nobody waits any more). */
-static void mf_lua__step_report(const mf_lua_node_t *n)
+void mf_lua_flow_step_report(const mf_lua_node_t *n)
 {
     if (n->step && n->flow->co)
         n->flow->step_fn(n->flow->step_ud, n->step);
@@ -102,7 +51,7 @@ static void mf_lua__step_report(const mf_lua_node_t *n)
 /* The callback of a parallel that is a top-level step. */
 static void mf_lua__step_done(mf_task_t *task)
 {
-    mf_lua__step_report(task->user);
+    mf_lua_flow_step_report(task->user);
 }
 
 /* ---- checking a description (nothing is built before it passes) ------ */
@@ -118,8 +67,11 @@ static const mf_lua_kind_t *mf_lua__check(lua_State *L, int idx, int depth)
         luaL_error(L, "flow step %d: expected a task, series or parallel",
                    depth);
     const mf_lua_kind_t *kind;
-    if (mf_lua_desc_step(L, idx, &kind) == MF_LUA_STEP_TASK)
+    mf_lua_step_t step = mf_lua_desc_step(L, idx, &kind);
+    if (step == MF_LUA_STEP_TASK)
         return mf_lua_leaf_check(L, idx, kind) ? NULL : kind;
+    if (step == MF_LUA_STEP_GRAPH)
+        mf_lua_graph_check(L, idx);
     int n = (int)lua_objlen(L, idx);
     for (int i = 1; i <= n; i++) {
         lua_rawgeti(L, idx, i);
@@ -131,7 +83,7 @@ static const mf_lua_kind_t *mf_lua__check(lua_State *L, int idx, int depth)
 
 /* ---- result slots ------------------------------------------------------ */
 
-static void mf_lua__push_slot(lua_State *L, int st, int slot)
+void mf_lua_flow_push_slot(lua_State *L, int st, int slot)
 {
     lua_rawgeti(L, st, MF_LUA_FLOW_RESULTS);
     lua_rawgeti(L, -1, slot);
@@ -180,10 +132,10 @@ static size_t mf_lua__node_size(const mf_lua_kind_t *kind)
 
 /* A node; kind NULL: a series or parallel. A lean task (lean) gets no
  * result table: a place in its parent's. */
-static mf_lua_node_t *mf_lua__node_new(mf_lua_build_t *b,
-                                       const mf_lua_kind_t *kind,
-                                       mf_lua_node_t *owner, int parent,
-                                       int pos, bool lean)
+mf_lua_node_t *mf_lua_flow_node_new(mf_lua_build_t *b,
+                                    const mf_lua_kind_t *kind,
+                                    mf_lua_node_t *owner, int parent, int pos,
+                                    bool lean)
 {
     mf_lua_flow_t *flow = b->flow;
     mf_loop_t *loop = flow->loop;
@@ -222,9 +174,6 @@ static void mf_lua__node_callback(mf_lua_build_t *b, int d, mf_lua_node_t *n)
 
 /* ---- building the C tree ----------------------------------------------- */
 
-static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
-                                     mf_lua_node_t *owner, int parent, int pos);
-
 static mf_series_t *mf_lua__series_new(mf_lua_build_t *b, mf_lua_node_t *n)
 {
     mf_series_t *s = mf_series_create(b->flow->loop, mf_lua__series_done);
@@ -251,7 +200,7 @@ static mf_series_t *mf_lua__build_series(mf_lua_build_t *b, int d,
         b->step = steps ? (unsigned)i : 0;
         lua_rawgeti(b->L, d, i);
         mf_series_push_back(
-            s, mf_lua__build_task(b, lua_gettop(b->L), n, n->slot, 0));
+            s, mf_lua_flow_build_task(b, lua_gettop(b->L), n, n->slot, 0));
         lua_pop(b->L, 1);
     }
     return s;
@@ -265,13 +214,14 @@ static void mf_lua__build_branch(mf_lua_build_t *b, int d, mf_parallel_t *par,
     int parent = pnode->slot;
     const mf_lua_kind_t *kind;
     if (mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_SERIES) {
-        mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, parent, pos, false);
+        mf_lua_node_t *n =
+            mf_lua_flow_node_new(b, NULL, pnode, parent, pos, false);
         mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
         return;
     }
-    mf_lua_node_t *n = mf_lua__node_new(b, NULL, pnode, 0, 0, false);
+    mf_lua_node_t *n = mf_lua_flow_node_new(b, NULL, pnode, 0, 0, false);
     mf_series_t *s = mf_lua__series_new(b, n);
-    mf_series_push_back(s, mf_lua__build_task(b, d, n, parent, pos));
+    mf_series_push_back(s, mf_lua_flow_build_task(b, d, n, parent, pos));
     mf_parallel_add_series(par, s);
 }
 
@@ -279,7 +229,7 @@ static mf_task_t *mf_lua__build_parallel(mf_lua_build_t *b, int d,
                                          mf_lua_node_t *owner, int parent,
                                          int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos, false);
+    mf_lua_node_t *n = mf_lua_flow_node_new(b, NULL, owner, parent, pos, false);
     mf_parallel_t *par = mf_parallel_create(
         b->flow->loop, n->step ? mf_lua__step_done : NULL, n);
     int count = (int)lua_objlen(b->L, d);
@@ -298,14 +248,14 @@ static mf_task_t *mf_lua__build_nested(mf_lua_build_t *b, int d,
                                        mf_lua_node_t *owner, int parent,
                                        int pos)
 {
-    mf_lua_node_t *n = mf_lua__node_new(b, NULL, owner, parent, pos, false);
+    mf_lua_node_t *n = mf_lua_flow_node_new(b, NULL, owner, parent, pos, false);
     mf_parallel_t *par = mf_parallel_create(b->flow->loop, NULL, NULL);
     mf_parallel_add_series(par, mf_lua__build_series(b, d, n));
     return mf_parallel_task(par);
 }
 
-static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
-                                     mf_lua_node_t *owner, int parent, int pos)
+mf_task_t *mf_lua_flow_build_task(mf_lua_build_t *b, int d,
+                                  mf_lua_node_t *owner, int parent, int pos)
 {
     luaL_checkstack(b->L, 8, "flow nested too deeply");
     const mf_lua_kind_t *kind;
@@ -314,10 +264,12 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
         return mf_lua__build_nested(b, d, owner, parent, pos);
     if (step == MF_LUA_STEP_PARALLEL)
         return mf_lua__build_parallel(b, d, owner, parent, pos);
+    if (step == MF_LUA_STEP_GRAPH)
+        return mf_lua_graph_build(b, d, owner, parent, pos);
     lua_getfield(b->L, d, "callback");
     bool lean = b->flow->lean && !lua_isfunction(b->L, -1);
     lua_pop(b->L, 1);
-    mf_lua_node_t *n = mf_lua__node_new(b, kind, owner, parent, pos, lean);
+    mf_lua_node_t *n = mf_lua_flow_node_new(b, kind, owner, parent, pos, lean);
     if (!lean)
         mf_lua__node_callback(b, d, n);
     n->task = mf_lua_leaf_create(b->L, d, kind, n->data, b->flow->loop,
@@ -329,16 +281,17 @@ static mf_task_t *mf_lua__build_task(mf_lua_build_t *b, int d,
 static mf_series_t *mf_lua__build_root(mf_lua_build_t *b, int d)
 {
     mf_lua_flow_t *flow = b->flow;
-    mf_lua_node_t *root = mf_lua__node_new(b, NULL, NULL, 0, 0, false);
+    mf_lua_node_t *root = mf_lua_flow_node_new(b, NULL, NULL, 0, 0, false);
     flow->root_slot = root->slot;
     const mf_lua_kind_t *kind;
     if (mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_SERIES)
         return mf_lua__build_series(b, d, root);
     flow->unwrap = true;
     mf_series_t *s = mf_lua__series_new(b, root);
-    if (flow->step_fn && mf_lua_desc_step(b->L, d, &kind) == MF_LUA_STEP_TASK)
-        b->step = 1;
-    mf_series_push_back(s, mf_lua__build_task(b, d, root, root->slot, 0));
+    if (flow->step_fn &&
+        mf_lua_desc_step(b->L, d, &kind) != MF_LUA_STEP_PARALLEL)
+        b->step = 1; /* a task or a graph: one step */
+    mf_series_push_back(s, mf_lua_flow_build_task(b, d, root, root->slot, 0));
     return s;
 }
 
@@ -403,7 +356,7 @@ static void mf_lua__flow_done(mf_lua_flow_t *flow)
         lua_pushnil(L);
         lua_rawgeti(L, st, MF_LUA_FLOW_ERROR);
     } else {
-        mf_lua__push_slot(L, st, flow->root_slot);
+        mf_lua_flow_push_slot(L, st, flow->root_slot);
         if (flow->unwrap) {
             lua_rawgeti(L, -1, 1);
             lua_remove(L, -2);
@@ -421,7 +374,7 @@ static void mf_lua__series_done(mf_series_t *series)
 {
     mf_lua_node_t *n = mf_series_context(series);
     n->series = NULL;
-    mf_lua__step_report(n);
+    mf_lua_flow_step_report(n);
     if (n->slot == n->flow->root_slot)
         mf_lua__flow_done(n->flow);
 }
@@ -443,7 +396,7 @@ static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
     lua_rawgeti(L, st, MF_LUA_FLOW_CALLBACKS);
     lua_rawgeti(L, -1, n->slot);
     lua_remove(L, -2);
-    mf_lua__push_slot(L, st, n->slot);
+    mf_lua_flow_push_slot(L, st, n->slot);
     mf_lua_node_t **ref = lua_newuserdata(L, sizeof(*ref));
     *ref = n->owner;
     luaL_getmetatable(L, MF_LUA_FLOWREF);
@@ -472,7 +425,7 @@ static bool mf_lua__call_back(lua_State *L, int st, mf_lua_node_t *n)
 static void mf_lua__place_lean(lua_State *L, int st, mf_lua_node_t *n,
                                mf_task_t *task)
 {
-    mf_lua__push_slot(L, st, n->parent);
+    mf_lua_flow_push_slot(L, st, n->parent);
     if (mf_lua_leaf_lean(n->kind, task, n->data)) {
         lua_pushboolean(L, 1);
     } else {
@@ -488,14 +441,14 @@ static void mf_lua__leaf_done(mf_task_t *task)
     mf_lua_node_t *n = task->user;
     mf_lua_flow_t *flow = n->flow;
     n->task = NULL;
-    mf_lua__step_report(n);
+    mf_lua_flow_step_report(n);
     if (!flow->co || flow->failed)
         return;
     lua_State *L = mf_lua_host_state(flow->host);
     lua_rawgeti(L, LUA_REGISTRYINDEX, flow->ref);
     int st = lua_gettop(L);
     if (n->slot) {
-        mf_lua__push_slot(L, st, n->slot);
+        mf_lua_flow_push_slot(L, st, n->slot);
         mf_lua_leaf_result(L, n->kind, task, n->data);
         lua_pop(L, 1);
     } else {
@@ -523,12 +476,13 @@ static int mf_lua__push(lua_State *L)
     mf_lua_build_t b = {L, n->flow, 0, 0};
     lua_rawgeti(L, LUA_REGISTRYINDEX, n->flow->ref);
     b.st = lua_gettop(L);
-    mf_series_push_back(n->series, mf_lua__build_task(&b, 2, n, n->slot, 0));
+    mf_series_push_back(n->series,
+                        mf_lua_flow_build_task(&b, 2, n, n->slot, 0));
     return 0;
 }
 
-static bool mf_lua__node_within(const mf_lua_node_t *n,
-                                const mf_lua_node_t *series)
+bool mf_lua_flow_node_within(const mf_lua_node_t *n,
+                             const mf_lua_node_t *series)
 {
     for (; n; n = n->owner)
         if (n == series)
@@ -550,7 +504,7 @@ static int mf_lua__cancel(lua_State *L)
     mf_list_foreach(pos, &s->flow->nodes)
     {
         mf_lua_node_t *n = mf_container_of(pos, mf_lua_node_t, link);
-        if (n->task && mf_lua__node_within(n, s)) {
+        if (n->task && mf_lua_flow_node_within(n, s)) {
             n->canceled = true;
             mf_task_cancel(n->task);
         }
@@ -596,8 +550,10 @@ static int mf_lua__wait(lua_State *L)
 
 int mf_lua_open_flow(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {
-        {"wait", mf_lua__wait}, {"has_kind", mf_lua_has_kind}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"wait", mf_lua__wait},
+                                     {"has_kind", mf_lua_has_kind},
+                                     {"graph", mf_lua_graph_describe},
+                                     {NULL, NULL}};
     if (luaL_newmetatable(L, MF_LUA_FLOWREF)) {
         lua_newtable(L);
         lua_pushcfunction(L, mf_lua__push);

@@ -39,7 +39,8 @@ static const mf_lua_kind_t *mf_lua__kind_named(lua_State *L, int idx)
 
 static bool mf_lua__is_structure(const char *name)
 {
-    return strcmp(name, "series") == 0 || strcmp(name, "parallel") == 0;
+    return strcmp(name, "series") == 0 || strcmp(name, "parallel") == 0 ||
+           strcmp(name, "graph") == 0;
 }
 
 int mf_lua_kind_register(mf_lua_host_t *host, const mf_lua_kind_t *kind)
@@ -97,13 +98,17 @@ mf_lua_step_t mf_lua_desc_step(lua_State *L, int idx,
         lua_pop(L, 1);
         return MF_LUA_STEP_PARALLEL;
     }
+    if (name && strcmp(name, "graph") == 0) {
+        lua_pop(L, 1);
+        return MF_LUA_STEP_GRAPH;
+    }
     if (name)
         *kind = mf_lua__kind_named(L, lua_gettop(L));
     lua_pop(L, 1);
     if (!*kind)
         luaL_error(L,
                    "not a flow step (kind %s): build it with mf.task.*, "
-                   "mf.series or mf.parallel",
+                   "mf.series, mf.parallel or mf.graph",
                    name ? name : "missing");
     return MF_LUA_STEP_TASK;
 }

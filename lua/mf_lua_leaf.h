@@ -22,6 +22,7 @@
 typedef enum mf_lua_step {
     MF_LUA_STEP_SERIES,
     MF_LUA_STEP_PARALLEL,
+    MF_LUA_STEP_GRAPH,
     MF_LUA_STEP_TASK
 } mf_lua_step_t;
 

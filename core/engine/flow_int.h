@@ -6,13 +6,15 @@
  * mf_task_complete → the task goes on the loop's ready queue → the loop calls
  * mf__task_finish → the callback runs, the task is released, the series
  * dispatches its next task or finishes; a finishing series in a parallel
- * counts the parallel down, and the parallel's own completion goes through
- * the ready queue again. Every step returns to the loop, so no chain of
+ * counts the parallel down (one in a graph releases the nodes after it),
+ * and the parallel's (the graph's) own completion goes through the ready
+ * queue again. Every step returns to the loop, so no chain of
  * steps ever nests on the stack.
  */
 #ifndef MF_FLOW_INT_H
 #define MF_FLOW_INT_H
 
+#include "moonflow/graph.h"
 #include "moonflow/parallel.h"
 
 enum {
@@ -30,7 +32,8 @@ struct mf_series {
     mf_series_cb cb;
     void *cb_arg; /* the callback's own argument (its closure) */
     void *context;
-    mf_parallel_t *parallel;
+    mf_parallel_t *parallel; /* the parallel it is a branch of, or NULL */
+    mf_graph_t *graph;       /* the graph it is a node of (embedded), or NULL */
     size_t finished;
     int state;
     int error;
@@ -41,12 +44,18 @@ struct mf_series {
 /* task.c */
 void mf__task_dispatch(mf_task_t *task);
 /* series.c */
+/* Sets up a series the caller embeds (a graph's node). */
+void mf__series_init(mf_series_t *series, mf_loop_t *loop, mf_series_cb cb);
 void mf__series_advance(mf_series_t *series);
+/* Releases the tasks still queued (not started, no callbacks). */
+void mf__series_close(mf_series_t *series);
 void mf__series_destroy(mf_series_t *series);
 /* Cancels the rest of the series and its running task (an enclosing
  * parallel gave up). */
 void mf__series_abort(mf_series_t *series);
 /* parallel.c: a series of the parallel has finished. */
 void mf__parallel_series_done(mf_parallel_t *par);
+/* graph.c: a node's series has finished. */
+void mf__graph_series_done(mf_graph_t *graph, mf_series_t *series);
 
 #endif /* MF_FLOW_INT_H */

@@ -6,9 +6,8 @@
 
 static void mf__series_started(mf_post_t *post);
 
-mf_series_t *mf_series_create(mf_loop_t *loop, mf_series_cb cb)
+void mf__series_init(mf_series_t *series, mf_loop_t *loop, mf_series_cb cb)
 {
-    mf_series_t *series = mf_loop_alloc(loop, sizeof(*series));
     series->loop = loop;
     mf_list_init(&series->queue);
     series->current = NULL;
@@ -16,11 +15,18 @@ mf_series_t *mf_series_create(mf_loop_t *loop, mf_series_cb cb)
     series->cb_arg = NULL;
     series->context = NULL;
     series->parallel = NULL;
+    series->graph = NULL;
     series->finished = 0;
     series->state = MF_STATE_SUCCESS;
     series->error = 0;
     series->canceled = false;
     mf_post_init(&series->start_post, mf__series_started, series);
+}
+
+mf_series_t *mf_series_create(mf_loop_t *loop, mf_series_cb cb)
+{
+    mf_series_t *series = mf_loop_alloc(loop, sizeof(*series));
+    mf__series_init(series, loop, cb);
     return series;
 }
 
@@ -73,6 +79,8 @@ static void mf__series_done(mf_series_t *series)
     mf__series_drop_pending(series);
     if (series->parallel)
         mf__parallel_series_done(series->parallel);
+    else if (series->graph)
+        mf__graph_series_done(series->graph, series);
     else
         mf__series_destroy(series);
 }
@@ -94,6 +102,11 @@ void mf__series_advance(mf_series_t *series)
     mf_task_t *task = mf_container_of(node, mf_task_t, _link);
     series->current = task;
     mf__task_dispatch(task);
+}
+
+void mf__series_close(mf_series_t *series)
+{
+    mf__series_drop_pending(series);
 }
 
 void mf__series_destroy(mf_series_t *series)

@@ -70,6 +70,15 @@ mf.now = core.now
 function mf.series(steps) return list("series", steps) end
 function mf.parallel(steps) return list("parallel", steps) end
 
+-- mf.graph{ a = step, b = { step, after = {"a"} }, ... } [, {on_failure =
+-- "skip" | "run"}]: a DAG of steps, checked here (names, after lists, no
+-- cycle) and run as one C graph; its result maps each name to its step's.
+function mf.graph(nodes, opts)
+    local ok, desc = pcall(cflow.graph, nodes, opts)
+    if not ok then raise(desc) end
+    return step("graph", desc)
+end
+
 mf.task = {}
 
 function mf.task.timer(ms, opts)
@@ -353,6 +362,11 @@ mf.re = require "moonflow.re"
 -- Lua threads, semaphores and queues (moonflow.thread, on moonflow.wait).
 local thread = require "moonflow.thread"
 mf.spawn, mf.wait_any = thread.spawn, thread.wait_any
+
+-- Subrequests exist in `moonflow serve` only, which replaces these
+-- (lua/serve/capture.c, moonflow/capture.lua).
+function mf.capture() raise("mf.capture: only inside a moonflow serve handler") end
+function mf.capture_multi() raise("mf.capture_multi: only inside a moonflow serve handler") end
 mf.semaphore, mf.queue = thread.semaphore, thread.queue
 function mf.resource_pool(n)
     return workflow.resource_pool(mf.semaphore, mf.task.lua, n)

@@ -112,5 +112,39 @@ ngx.config = {
 -- mf.shared's dicts under their names (a table that looks them up).
 ngx.shared = mf.shared or setmetatable({}, { __index = function() return nil end })
 
+-- Subrequests (moonflow serve): ngx.location.capture/capture_multi run
+-- through mf.capture; options method (ngx.HTTP_*), body and args; the
+-- result's header is mf.capture's headers (any spelling finds a name).
+ngx.HTTP_GET, ngx.HTTP_HEAD, ngx.HTTP_POST, ngx.HTTP_PUT = 2, 4, 8, 16
+ngx.HTTP_DELETE, ngx.HTTP_OPTIONS, ngx.HTTP_PATCH = 32, 512, 16384
+local capture_methods = { [2] = "GET", [4] = "HEAD", [8] = "POST", [16] = "PUT",
+                          [32] = "DELETE", [512] = "OPTIONS", [16384] = "PATCH" }
+local function capture_opts(o)
+    if o == nil then return nil end
+    for k in pairs(o) do
+        if k ~= "method" and k ~= "body" and k ~= "args" then
+            error("ngx.location.capture: option '" .. tostring(k) .. "' is not supported", 3)
+        end
+    end
+    local method = o.method and capture_methods[o.method]
+    if o.method and not method then
+        error("ngx.location.capture: method " .. tostring(o.method) .. " is not supported", 3)
+    end
+    return { method = method, body = o.body, args = o.args }
+end
+local function capture_res(r)
+    return { status = r.status, header = r.headers, body = r.body, truncated = false }
+end
+ngx.location = {
+    capture = function(uri, o) return capture_res(mf.capture(uri, capture_opts(o))) end,
+    capture_multi = function(list)
+        local reqs = {}
+        for i, one in ipairs(list) do reqs[i] = { one[1], capture_opts(one[2]) } end
+        local res = mf.capture_multi(reqs)
+        for i = 1, #res do res[i] = capture_res(res[i]) end
+        return unpack(res, 1, #reqs)
+    end,
+}
+
 _G.ngx = ngx
 return ngx

@@ -485,7 +485,7 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
         mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
     lua_State *T = mf_lua_co_thread(request->co);
     lua_xmove(mf_lua_host_state(w->host), T, 1); /* the handler */
-    int *keep = mf_lua_co_keep(request->co);
+    int *keep = mf_lua_co_keep(request->co);     /* MF_SERVE_KEEP_REQ, _RESP */
     request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
     request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
     mf_lua_co_start(request->co, 2); /* may free request: not touched after */

@@ -136,6 +136,13 @@ typedef struct mf_serve_worker {
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker);
 /* Registers the request/response metatables in the worker's host. */
 void mf_serve_handler_open(mf_serve_worker_t *w);
+/* A handler's coroutine keeps its req and resp objects in these slots of
+ * mf_lua_co_keep (capture.c finds a request's req there). */
+#define MF_SERVE_KEEP_REQ 0
+#define MF_SERVE_KEEP_RESP 1
+
+/* capture.c: mf.capture and mf.capture_multi in the worker's host. */
+void mf_serve_capture_open(mf_serve_worker_t *w);
 
 /* log.c: opens the access log (none when config->access_log is NULL or
  * "off"). Returns 0, or a negative MF_E* code after printing why. */

@@ -37,12 +37,19 @@ def wait_port(port, proc=None, timeout=10.0):
 
 
 class Server:
-    """A server process started for one test and stopped by PID."""
+    """A server process started for one test and stopped by PID. Its
+    stderr is piped, or written to the file stderr_path (to be read while
+    it runs)."""
 
-    def __init__(self, argv, port, env=None):
+    def __init__(self, argv, port, env=None, stderr_path=None):
         self.port = port
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env)
+        err = open(stderr_path, "wb") if stderr_path else subprocess.PIPE
+        try:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                         stderr=err, env=env)
+        finally:
+            if stderr_path:
+                err.close()
         try:
             wait_port(port, self.proc)
         except Exception:

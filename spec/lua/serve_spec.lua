@@ -245,4 +245,11 @@ describe("moonflow serve", function()
         end
         assert.is_true(mf.now() - t0 < 2000) -- waited side by side
     end)
+
+    it("waits on an mf.graph in a handler", function()
+        local r = assert(get("/graph"))
+        assert.are.equal(200, r.status, r.body)
+        assert.are.same({ a = "a", b = "b", c = "task error", d = "skipped: 'c' failed" },
+            mf.json.decode(r.body))
+    end)
 end)

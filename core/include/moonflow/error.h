@@ -33,6 +33,7 @@
     XX(EPIPE, -EPIPE, "broken pipe")                           \
     XX(ERANGE, -ERANGE, "result out of range")                 \
     XX(ENOSYS, -ENOSYS, "function not implemented")            \
+    XX(ELOOP, -ELOOP, "cycle in a graph")                      \
     XX(EMSGSIZE, -EMSGSIZE, "message too long")                \
     XX(EADDRINUSE, -EADDRINUSE, "address already in use")      \
     XX(EADDRNOTAVAIL, -EADDRNOTAVAIL, "address not available") \
@@ -55,7 +56,7 @@
     XX(ETLS, -4089, "tls failure")                             \
     XX(ETOOMANYREDIRECTS, -4088, "too many redirects")         \
     XX(EINSECUREREDIRECT, -4087, "insecure redirect")          \
-    XX(ESQL, -4086, "the server refused the statement")       \
+    XX(ESQL, -4086, "the server refused the statement")        \
     XX(EKAFKA, -4085, "kafka error")
 
 typedef enum mf_errno {

@@ -15,6 +15,7 @@
 #include "error.h"
 #include "fswatch.h"
 #include "go.h"
+#include "graph.h"
 #include "http_client.h"
 #include "http_forward.h"
 #include "http_parser.h"
