@@ -29,8 +29,11 @@
  * a script (404) or whose script never loaded (500) is answered at once,
  * without a record.
  *
+ * The record is shared with request.c (request.h), which implements `req`.
+ *
  * May call: the Lua host (coroutines, registry references), the HTTP
- * exchange API, routes.h and the access log (log.c).
+ * exchange API, routes.h, request.c, the access log (log.c) and the
+ * metrics (metrics.c).
  */
 #include <lauxlib.h>
 #include <stdio.h>
@@ -42,35 +45,7 @@
 #include <moonflow/lua_json.h>
 #include <moonflow/lua_uri.h>
 
-#include "serve.h"
-
-typedef struct mf_serve_request mf_serve_request_t;
-
-/* req or resp: made once per coroutine thread and kept with it
- * (mf_lua_co_keep), so a request allocates no Lua object. request is the
- * one the thread serves now; an object is usable only by the coroutine
- * that owns that request (mf__object_request), so one kept past its
- * request can never reach another request's answer. */
-typedef struct mf_serve_object {
-    mf_serve_request_t *request; /* NULL between requests */
-} mf_serve_object_t;
-
-struct mf_serve_request {
-    mf_serve_worker_t *w;
-    mf_http_exchange_t *ex; /* NULL once answered or the client is gone */
-    mf_lua_co_t *co;        /* NULL once the coroutine has ended */
-    mf_serve_object_t *req;
-    mf_serve_object_t *resp;
-    int status;
-    bool sent;      /* the answer (or its end) is queued */
-    bool streaming; /* resp:write started a chunked answer */
-    bool timed_out;
-    size_t bytes;
-    int headers_ref; /* resp.headers, created on first use */
-    int fields_ref;  /* req.query/headers/body, computed on first use */
-    struct timespec start;
-    mf_timer_t timer; /* the handler timeout */
-};
+#include "request.h"
 
 static const char mf__req_mt[] = "moonflow.request";
 /* The Content-Type of an answer whose resp.headers name none. */
@@ -519,195 +494,6 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
     }
 }
 
-/* ---- the request object ----------------------------------------------------
- */
-
-/* The object at idx is ours when its metatable is the one in upvalue mt_up
- * of the running C function: a pointer compare, no registry lookup by name
- * on every call. */
-static mf_serve_object_t *mf__check_object(lua_State *L, int idx, int mt_up)
-{
-    mf_serve_object_t *obj = lua_touserdata(L, idx);
-    if (!obj || !lua_getmetatable(L, idx) ||
-        !lua_rawequal(L, -1, lua_upvalueindex(mt_up)))
-        luaL_typerror(L, idx, "moonflow request or response");
-    lua_pop(L, 1);
-    return obj;
-}
-
-/* The request obj is bound to, if the running coroutine is the one
- * handling it (or a flow callback of it): from anywhere else (a timer,
- * another request, a later request) the object is over. */
-static mf_serve_request_t *mf__object_request(const mf_serve_object_t *obj)
-{
-    mf_serve_request_t *request = obj->request;
-    if (!request || !request->ex || !request->co ||
-        mf_lua_host_current(request->w->host) != request->co)
-        return NULL;
-    return request;
-}
-
-static mf_serve_request_t *mf__check_request(lua_State *L, int idx, int mt_up)
-{
-    mf_serve_request_t *request =
-        mf__object_request(mf__check_object(L, idx, mt_up));
-    if (!request)
-        luaL_error(L, "the request is over (answered or the client left), "
-                      "or this is not its handler");
-    return request;
-}
-
-/* Pushes the cached req field key and returns 1, or returns 0 (nothing
- * pushed) when it is not computed yet. The cache table is made on first
- * use: a request that reads no such field allocates none. */
-static int mf__fields_get(lua_State *L, mf_serve_request_t *request,
-                          const char *key)
-{
-    if (request->fields_ref == LUA_NOREF)
-        return 0;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, request->fields_ref);
-    lua_getfield(L, -1, key);
-    lua_remove(L, -2);
-    if (!lua_isnil(L, -1))
-        return 1;
-    lua_pop(L, 1);
-    return 0;
-}
-
-/* Stores the value on top under key (and leaves it there). */
-static void mf__fields_set(lua_State *L, mf_serve_request_t *request,
-                           const char *key)
-{
-    if (request->fields_ref == LUA_NOREF) {
-        lua_newtable(L);
-        request->fields_ref = mf_lua_ref(request->w->host, L);
-    }
-    lua_rawgeti(L, LUA_REGISTRYINDEX, request->fields_ref);
-    lua_pushvalue(L, -2);
-    lua_setfield(L, -2, key);
-    lua_pop(L, 1);
-}
-
-static int mf__req_query(lua_State *L, const mf_http_request_t *head)
-{
-    mf_lua_push_args(L, head->query, head->query_len, 0);
-    return 1;
-}
-
-/* Every Cookie header's cookies; the first of a repeated name wins. */
-static void mf__req_cookies(lua_State *L, const mf_http_request_t *head)
-{
-    lua_newtable(L);
-    int t = lua_gettop(L);
-    for (size_t i = 0; i < head->num_headers; i++) {
-        const mf_http_header_t *h = &head->headers[i];
-        if (h->name_len == 6 && !strncasecmp(h->name, "cookie", 6))
-            mf_lua_cookies_add(L, t, h->value, h->value_len);
-    }
-}
-
-static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
-{
-    char name[256];
-    lua_createtable(L, 0, (int)head->num_headers);
-    int t = lua_gettop(L);
-    for (size_t i = 0; i < head->num_headers; i++) {
-        const mf_http_header_t *h = &head->headers[i];
-        size_t n = h->name_len < sizeof name ? h->name_len : sizeof name;
-        for (size_t k = 0; k < n; k++)
-            name[k] =
-                (char)(h->name[k] |
-                       ((h->name[k] >= 'A' && h->name[k] <= 'Z') ? 0x20 : 0));
-        lua_pushlstring(L, name, n);
-        lua_pushlstring(L, h->value, h->value_len);
-        mf_lua_args_add(L, t);
-    }
-    luaL_getmetatable(L, "moonflow.headers"); /* case-insensitive reads */
-    lua_setmetatable(L, t);
-    return 1;
-}
-
-static int mf__req_header(lua_State *L)
-{
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
-    const char *name = luaL_checkstring(L, 2);
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
-    const mf_http_header_t *h =
-        mf_http_find_header(head->headers, head->num_headers, name);
-    if (!h)
-        return 0;
-    lua_pushlstring(L, h->value, h->value_len);
-    return 1;
-}
-
-/* req:form([max]): the body as a form (moonflow/lua_uri.h), or nil, err. */
-static int mf__req_form(lua_State *L)
-{
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
-    lua_Integer max = luaL_optinteger(L, 2, 100);
-    luaL_argcheck(L, max >= 0 && max <= 1000000, 2, "a count of fields");
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
-    const mf_http_header_t *type =
-        mf_http_find_header(head->headers, head->num_headers, "Content-Type");
-    size_t len;
-    const char *body = mf_http_exchange_body(request->ex, &len);
-    return mf_lua_push_form(L, type ? type->value : NULL,
-                            type ? type->value_len : 0, body ? body : "", len,
-                            (unsigned)max);
-}
-
-static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
-{
-    char addr[64];
-    mf_sockaddr_format(mf_http_exchange_peer(request->ex), addr, sizeof addr);
-    lua_pushstring(L, addr);
-    return 1;
-}
-
-static int mf__req_index(lua_State *L)
-{
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
-    size_t klen;
-    const char *key = luaL_checklstring(L, 2, &klen);
-    if (!strcmp(key, "method"))
-        lua_pushlstring(L, head->method, head->method_len);
-    else if (!strcmp(key, "path"))
-        lua_pushlstring(L, head->path, head->path_len);
-    else if (!strcmp(key, "uri"))
-        lua_pushlstring(L, head->target, head->target_len);
-    else if (!strcmp(key, "version"))
-        lua_pushstring(L, head->minor_version ? "1.1" : "1.0");
-    else if (!strcmp(key, "header"))
-        lua_pushvalue(L, lua_upvalueindex(2)); /* made once, at open */
-    else if (!strcmp(key, "form"))
-        lua_pushvalue(L, lua_upvalueindex(3));
-    else if (!strcmp(key, "peer"))
-        return mf__req_peer(L, request);
-    else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
-             !strcmp(key, "body") || !strcmp(key, "ctx") ||
-             !strcmp(key, "cookies")) {
-        if (mf__fields_get(L, request, key))
-            return 1;
-        if (!strcmp(key, "ctx"))
-            lua_newtable(L); /* the request's own table, for the script */
-        else if (!strcmp(key, "cookies"))
-            mf__req_cookies(L, head);
-        else if (key[0] == 'q')
-            mf__req_query(L, head);
-        else if (key[0] == 'h')
-            mf__req_headers(L, head);
-        else {
-            size_t len;
-            const char *body = mf_http_exchange_body(request->ex, &len);
-            lua_pushlstring(L, body ? body : "", len);
-        }
-        mf__fields_set(L, request, key);
-    } else
-        lua_pushnil(L);
-    return 1;
-}
-
 /* ---- the response object ---------------------------------------------------
  */
 
@@ -750,7 +536,7 @@ static int mf__check_status(lua_State *L, int idx)
  * string. Content-Type: application/json unless resp.headers has one. */
 static int mf__resp_json(lua_State *L)
 {
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     luaL_checkany(L, 2);
     int status = lua_isnoneornil(L, 3) ? 0 : mf__check_status(L, 3);
     if (request->sent || request->streaming)
@@ -764,13 +550,13 @@ static int mf__resp_json(lua_State *L)
 
 static int mf__resp_send(lua_State *L)
 {
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     return mf__resp_send_body(L, request, 2);
 }
 
 static int mf__resp_redirect(lua_State *L)
 {
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     size_t len;
     const char *url = luaL_checklstring(L, 2, &len);
     int status = (int)luaL_optinteger(L, 3, 302);
@@ -828,7 +614,7 @@ static void mf__check_header_value(lua_State *L, int idx)
  * server manages are refused when the head is built (a 500). */
 static int mf__resp_set_header(lua_State *L)
 {
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     size_t nlen;
     const char *name = luaL_checklstring(L, 2, &nlen);
     if (!mf_http_field_name_valid(name, nlen))
@@ -866,7 +652,7 @@ static void mf__on_drain(mf_http_exchange_t *ex, void *arg)
 /* Streams a piece (chunked). Waits (yields) while the client is slow. */
 static int mf__resp_write(lua_State *L)
 {
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
     if (request->sent)
@@ -905,7 +691,8 @@ static int mf__resp_write(lua_State *L)
  * which finds the methods first in a table (serve.lua), without a C call. */
 static int mf__resp_property(lua_State *L)
 {
-    mf_serve_request_t *request = mf__object_request(mf__check_object(L, 1, 1));
+    mf_serve_request_t *request =
+        mf_serve_object_request(mf_serve_check_object(L, 1, 1));
     size_t len;
     const char *key = luaL_checklstring(L, 2, &len);
     if (len == 6 && !memcmp(key, "status", 6)) {
@@ -928,7 +715,7 @@ static int mf__resp_property(lua_State *L)
 
 static int mf__resp_newindex(lua_State *L)
 {
-    mf_serve_request_t *request = mf__check_request(L, 1, 1);
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     const char *key = luaL_checkstring(L, 2);
     if (!strcmp(key, "status")) {
         int status = mf__check_status(L, 3);
@@ -947,10 +734,10 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     luaL_newmetatable(L, mf__req_mt);
     lua_pushvalue(L, -1);
     lua_pushvalue(L, -1);
-    lua_pushcclosure(L, mf__req_header, 1);
+    lua_pushcclosure(L, mf_serve_req_header, 1);
     lua_pushvalue(L, -2);
-    lua_pushcclosure(L, mf__req_form, 1);
-    lua_pushcclosure(L, mf__req_index, 3);
+    lua_pushcclosure(L, mf_serve_req_form, 1);
+    lua_pushcclosure(L, mf_serve_req_index, 3);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 

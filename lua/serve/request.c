@@ -1,0 +1,207 @@
+/*
+ * lua/serve/request.c — the `req` object of a handler (userdata
+ * "moonflow.request"): its fields (method, path, uri, version, query,
+ * headers, cookies, body, peer, ctx, id) read from the exchange's parsed
+ * head, the costly ones made on first use and cached for the request;
+ * req:header and req:form. Every access checks that the running coroutine
+ * is the request's own (request.h).
+ *
+ * May call: the HTTP exchange API, the Lua host, the query-string and
+ * cookie parsers of the Lua layer (moonflow/lua_uri.h).
+ */
+#include <lauxlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include <moonflow/lua_uri.h>
+
+#include "request.h"
+
+/* ---- the object ---------------------------------------------------------- */
+
+/* The object at idx is ours when its metatable is the one in upvalue mt_up
+ * of the running C function: a pointer compare, no registry lookup by name
+ * on every call. */
+mf_serve_object_t *mf_serve_check_object(lua_State *L, int idx, int mt_up)
+{
+    mf_serve_object_t *obj = lua_touserdata(L, idx);
+    if (!obj || !lua_getmetatable(L, idx) ||
+        !lua_rawequal(L, -1, lua_upvalueindex(mt_up)))
+        luaL_typerror(L, idx, "moonflow request or response");
+    lua_pop(L, 1);
+    return obj;
+}
+
+/* The request obj is bound to, if the running coroutine is the one
+ * handling it (or a flow callback of it): from anywhere else (a timer,
+ * another request, a later request) the object is over. */
+mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj)
+{
+    mf_serve_request_t *request = obj->request;
+    if (!request || !request->ex || !request->co ||
+        mf_lua_host_current(request->w->host) != request->co)
+        return NULL;
+    return request;
+}
+
+mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
+{
+    mf_serve_request_t *request =
+        mf_serve_object_request(mf_serve_check_object(L, idx, mt_up));
+    if (!request)
+        luaL_error(L, "the request is over (answered or the client left), "
+                      "or this is not its handler");
+    return request;
+}
+
+/* Pushes the cached req field key and returns 1, or returns 0 (nothing
+ * pushed) when it is not computed yet. The cache table is made on first
+ * use: a request that reads no such field allocates none. */
+static int mf__fields_get(lua_State *L, mf_serve_request_t *request,
+                          const char *key)
+{
+    if (request->fields_ref == LUA_NOREF)
+        return 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, request->fields_ref);
+    lua_getfield(L, -1, key);
+    lua_remove(L, -2);
+    if (!lua_isnil(L, -1))
+        return 1;
+    lua_pop(L, 1);
+    return 0;
+}
+
+/* Stores the value on top under key (and leaves it there). */
+static void mf__fields_set(lua_State *L, mf_serve_request_t *request,
+                           const char *key)
+{
+    if (request->fields_ref == LUA_NOREF) {
+        lua_newtable(L);
+        request->fields_ref = mf_lua_ref(request->w->host, L);
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, request->fields_ref);
+    lua_pushvalue(L, -2);
+    lua_setfield(L, -2, key);
+    lua_pop(L, 1);
+}
+
+static int mf__req_query(lua_State *L, const mf_http_request_t *head)
+{
+    mf_lua_push_args(L, head->query, head->query_len, 0);
+    return 1;
+}
+
+/* Every Cookie header's cookies; the first of a repeated name wins. */
+static void mf__req_cookies(lua_State *L, const mf_http_request_t *head)
+{
+    lua_newtable(L);
+    int t = lua_gettop(L);
+    for (size_t i = 0; i < head->num_headers; i++) {
+        const mf_http_header_t *h = &head->headers[i];
+        if (h->name_len == 6 && !strncasecmp(h->name, "cookie", 6))
+            mf_lua_cookies_add(L, t, h->value, h->value_len);
+    }
+}
+
+static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
+{
+    char name[256];
+    lua_createtable(L, 0, (int)head->num_headers);
+    int t = lua_gettop(L);
+    for (size_t i = 0; i < head->num_headers; i++) {
+        const mf_http_header_t *h = &head->headers[i];
+        size_t n = h->name_len < sizeof name ? h->name_len : sizeof name;
+        for (size_t k = 0; k < n; k++)
+            name[k] =
+                (char)(h->name[k] |
+                       ((h->name[k] >= 'A' && h->name[k] <= 'Z') ? 0x20 : 0));
+        lua_pushlstring(L, name, n);
+        lua_pushlstring(L, h->value, h->value_len);
+        mf_lua_args_add(L, t);
+    }
+    luaL_getmetatable(L, "moonflow.headers"); /* case-insensitive reads */
+    lua_setmetatable(L, t);
+    return 1;
+}
+
+int mf_serve_req_header(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    const char *name = luaL_checkstring(L, 2);
+    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    const mf_http_header_t *h =
+        mf_http_find_header(head->headers, head->num_headers, name);
+    if (!h)
+        return 0;
+    lua_pushlstring(L, h->value, h->value_len);
+    return 1;
+}
+
+/* req:form([max]): the body as a form (moonflow/lua_uri.h), or nil, err. */
+int mf_serve_req_form(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    lua_Integer max = luaL_optinteger(L, 2, 100);
+    luaL_argcheck(L, max >= 0 && max <= 1000000, 2, "a count of fields");
+    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    const mf_http_header_t *type =
+        mf_http_find_header(head->headers, head->num_headers, "Content-Type");
+    size_t len;
+    const char *body = mf_http_exchange_body(request->ex, &len);
+    return mf_lua_push_form(L, type ? type->value : NULL,
+                            type ? type->value_len : 0, body ? body : "", len,
+                            (unsigned)max);
+}
+
+static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
+{
+    char addr[64];
+    mf_sockaddr_format(mf_http_exchange_peer(request->ex), addr, sizeof addr);
+    lua_pushstring(L, addr);
+    return 1;
+}
+
+int mf_serve_req_index(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    size_t klen;
+    const char *key = luaL_checklstring(L, 2, &klen);
+    if (!strcmp(key, "method"))
+        lua_pushlstring(L, head->method, head->method_len);
+    else if (!strcmp(key, "path"))
+        lua_pushlstring(L, head->path, head->path_len);
+    else if (!strcmp(key, "uri"))
+        lua_pushlstring(L, head->target, head->target_len);
+    else if (!strcmp(key, "version"))
+        lua_pushstring(L, head->minor_version ? "1.1" : "1.0");
+    else if (!strcmp(key, "header"))
+        lua_pushvalue(L, lua_upvalueindex(2)); /* made once, at open */
+    else if (!strcmp(key, "form"))
+        lua_pushvalue(L, lua_upvalueindex(3));
+    else if (!strcmp(key, "peer"))
+        return mf__req_peer(L, request);
+    else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
+             !strcmp(key, "body") || !strcmp(key, "ctx") ||
+             !strcmp(key, "cookies")) {
+        if (mf__fields_get(L, request, key))
+            return 1;
+        if (!strcmp(key, "ctx"))
+            lua_newtable(L); /* the request's own table, for the script */
+        else if (!strcmp(key, "cookies"))
+            mf__req_cookies(L, head);
+        else if (key[0] == 'q')
+            mf__req_query(L, head);
+        else if (key[0] == 'h')
+            mf__req_headers(L, head);
+        else {
+            size_t len;
+            const char *body = mf_http_exchange_body(request->ex, &len);
+            lua_pushlstring(L, body ? body : "", len);
+        }
+        mf__fields_set(L, request, key);
+    } else
+        lua_pushnil(L);
+    return 1;
+}

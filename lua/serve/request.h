@@ -1,0 +1,65 @@
+/*
+ * lua/serve/request.h — one request served by a Lua handler, as handler.c
+ * (the coroutine, the answer) and request.c (the `req` object, the request
+ * id) share it. Internal to serve.
+ *
+ * Ownership: handler.c makes the record (from the loop's free lists) and
+ * frees it when the handler's coroutine ends; the Lua objects point to it
+ * until then (see handler.c). request.c only reads it, and fills its lazily
+ * computed parts: the field cache and the id.
+ */
+#ifndef MF_SERVE_REQUEST_H
+#define MF_SERVE_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <lua.h>
+
+#include "serve.h"
+
+typedef struct mf_serve_request mf_serve_request_t;
+
+/* req or resp: made once per coroutine thread and kept with it
+ * (mf_lua_co_keep), so a request allocates no Lua object. request is the
+ * one the thread serves now; an object is usable only by the coroutine
+ * that owns that request (mf_serve_object_request), so one kept past its
+ * request can never reach another request's answer. */
+typedef struct mf_serve_object {
+    mf_serve_request_t *request; /* NULL between requests */
+} mf_serve_object_t;
+
+struct mf_serve_request {
+    mf_serve_worker_t *w;
+    mf_http_exchange_t *ex; /* NULL once answered or the client is gone */
+    mf_lua_co_t *co;        /* NULL once the coroutine has ended */
+    mf_serve_object_t *req;
+    mf_serve_object_t *resp;
+    int status;
+    bool sent;      /* the answer (or its end) is queued */
+    bool streaming; /* resp:write started a chunked answer */
+    bool timed_out;
+    size_t bytes;
+    int headers_ref; /* resp.headers, created on first use */
+    int fields_ref;  /* req.query/headers/body, computed on first use */
+    struct timespec start;
+    mf_timer_t timer; /* the handler timeout */
+};
+
+/* The request obj is bound to, if the running coroutine is the one
+ * handling it (or a flow callback of it); else NULL. */
+mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj);
+/* The object at idx (its metatable the one in upvalue mt_up of the
+ * running C function) and its live request; raises otherwise. */
+mf_serve_object_t *mf_serve_check_object(lua_State *L, int idx, int mt_up);
+mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up);
+
+/* req's methods and __index (upvalues 1: the metatable; 2, 3: req:header
+ * and req:form for __index), for handler.c to register. */
+int mf_serve_req_header(lua_State *L);
+int mf_serve_req_form(lua_State *L);
+int mf_serve_req_index(lua_State *L);
+
+#endif /* MF_SERVE_REQUEST_H */
