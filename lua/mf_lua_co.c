@@ -190,6 +190,8 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->lean = false;
     co->describe = NULL;
     co->describe_ud = NULL;
+    co->request_id = NULL;
+    co->request_id_ud = NULL;
     co->nested_wait = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
@@ -211,6 +213,19 @@ void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn, void *ud)
 {
     co->describe = fn;
     co->describe_ud = ud;
+}
+
+void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
+                              void *ud)
+{
+    co->request_id = fn;
+    co->request_id_ud = ud;
+}
+
+const char *mf_lua_host_request_id(const mf_lua_host_t *host)
+{
+    const mf_lua_co_t *co = host->current;
+    return co && co->request_id ? co->request_id(co->request_id_ud) : NULL;
 }
 
 bool mf_lua_co_start(mf_lua_co_t *co, int nargs)

@@ -55,9 +55,9 @@ struct mf_lua_host {
     unsigned worker_id, worker_count; /* mf.worker */
     mf_metrics_t *metrics; /* mf.metrics' registry; shard worker_id */
     bool own_metrics;      /* made for this host alone: freed with it */
-    mf_lua_co_t *current;             /* the coroutine being resumed, if any */
-    mf_list_t coroutines;             /* live mf_lua_co_t */
-    mf_list_t timers;                 /* armed background timers */
+    mf_lua_co_t *current;  /* the coroutine being resumed, if any */
+    mf_list_t coroutines;  /* live mf_lua_co_t */
+    mf_list_t timers;      /* armed background timers */
     mf_lua_counts_t counts;
     mf_lua_watch_t *watch; /* NULL: not interruptible */
     unsigned depth;        /* slices running (nested ones count) */
@@ -98,6 +98,8 @@ struct mf_lua_co {
     bool lean;                   /* mf_lua_co_set_lean_results */
     mf_lua_describe_fn describe; /* mf_lua_co_set_describer; NULL: none */
     void *describe_ud;
+    mf_lua_request_id_fn request_id; /* mf_lua_co_set_request_id; NULL */
+    void *request_id_ud;
     /* A plain coroutine resumed (through moonflow's coroutine.resume) from
      * this one parked on a wait: the thread whose yield the wrapper of its
      * resumer must pass on upward (mf_lua_co_check, moonflow.core's

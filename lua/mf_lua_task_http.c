@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #include <lauxlib.h>
 
@@ -104,18 +105,27 @@ static void mf_lua__http_header(lua_State *L, mf_task_t *task)
     }
 }
 
+/* The description's headers; then, for a request's coroutine, its id as
+ * X-Request-Id unless they name one (the upstream logs the same id). */
 static void mf_lua__http_headers(lua_State *L, int idx, mf_task_t *task)
 {
+    bool has_id = false;
     lua_getfield(L, idx, "headers");
     if (lua_istable(L, -1)) {
         lua_pushnil(L);
         while (lua_next(L, -2)) {
-            if (lua_type(L, -2) == LUA_TSTRING)
+            if (lua_type(L, -2) == LUA_TSTRING) {
                 mf_lua__http_header(L, task);
+                has_id |= !strcasecmp(lua_tostring(L, -2), "x-request-id");
+            }
             lua_pop(L, 1);
         }
     }
     lua_pop(L, 1);
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    const char *id = host && !has_id ? mf_lua_host_request_id(host) : NULL;
+    if (id)
+        mf_task_http_add_header(task, "X-Request-Id", id);
 }
 
 static void mf_lua__http_opts(lua_State *L, int idx, mf_task_t *task,

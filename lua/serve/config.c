@@ -5,6 +5,7 @@
  *   return {
  *     listen = "127.0.0.1:8080", workers = 2, root = "site",
  *     access_log = "logs/access.log",            -- or "-" (stdout), "off"
+ *     access_log_format = "combined",            -- or "json" (JSON lines)
  *     tls = { cert = "c.pem", key = "k.pem",
  *             sni = { ["api.test"] = { cert = "a.pem", key = "a.key" } } },
  *     limits = { max_body = 1048576, max_head = 8192, max_line = 8192,
@@ -216,6 +217,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"listen", LUA_TSTRING, 0, 0, NULL},
     {"root", LUA_TSTRING, 0, 0, NULL},
     {"access_log", LUA_TSTRING, 0, 0, NULL},
+    {"access_log_format", LUA_TSTRING, 0, 0, NULL},
     {"workers", LUA_TNUMBER, 0, MF_SERVE_MAX_WORKERS, " (0: one per core)"},
     {"limits", LUA_TTABLE, 0, 0, NULL},
     {"timeouts", LUA_TTABLE, 0, 0, NULL},
@@ -598,6 +600,16 @@ static int mf__config_read_table(lua_State *L, int t, mf_serve_config_t *c,
         c->root = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "access_log")))
         c->access_log = mf__config_path(c, dir, s);
+    if ((s = mf__field_string(L, t, "access_log_format"))) {
+        if (strcmp(s, "combined") && strcmp(s, "json")) {
+            snprintf(err, errlen,
+                     "access_log_format: \"combined\" or \"json\" "
+                     "expected, got \"%s\"",
+                     s);
+            return -1;
+        }
+        c->access_log_json = !strcmp(s, "json");
+    }
     if ((s = mf__field_string(L, t, "init")))
         c->init = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "init_worker")))

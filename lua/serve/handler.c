@@ -36,6 +36,7 @@
  * metrics (metrics.c).
  */
 #include <lauxlib.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <strings.h>
 #include <stdlib.h>
@@ -78,18 +79,23 @@ static double mf__seconds_since(const mf_serve_worker_t *w,
            (double)(now.tv_nsec - start->tv_nsec) / 1e9;
 }
 
-/* The access log line of an exchange about to end; from here on the
- * handler's side wants no on_close call. */
+/* The access log line and the metrics of an exchange about to end; from
+ * here on the handler's side wants no on_close call. request: the record
+ * of a handler's request, NULL for an answer without one. */
 static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                              int status, size_t bytes,
-                             const struct timespec *start, bool routed)
+                             const struct timespec *start,
+                             mf_serve_request_t *request)
 {
     double seconds = mf__seconds_since(w, start);
     mf_http_exchange_on_close(ex, NULL, NULL);
-    mf_serve_log_request(w, mf_http_exchange_request(ex),
-                         mf_http_exchange_peer(ex), status, bytes, seconds);
+    if (w->log_fd >= 0)
+        mf_serve_log_request(w, mf_http_exchange_request(ex),
+                             mf_http_exchange_peer(ex), status, bytes, seconds,
+                             request ? mf_serve_request_id(request) : NULL);
     if (w->mstate)
-        mf_serve_metrics_exchange(w, ex, routed, status, bytes, seconds);
+        mf_serve_metrics_exchange(w, ex, request != NULL, status, bytes,
+                                  seconds);
 }
 
 /* The last step of every answer: the access log line, then the send (after
@@ -97,9 +103,10 @@ static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
 static void mf__exchange_send_logged(mf_serve_worker_t *w,
                                      mf_http_exchange_t *ex, int status,
                                      size_t bytes, const struct timespec *start,
-                                     const char *body, size_t len, bool routed)
+                                     const char *body, size_t len,
+                                     mf_serve_request_t *request)
 {
-    mf__exchange_log(w, ex, status, bytes, start, routed);
+    mf__exchange_log(w, ex, status, bytes, start, request);
     mf_http_exchange_send_body(ex, body, len);
 }
 
@@ -107,13 +114,14 @@ static void mf__exchange_send_logged(mf_serve_worker_t *w,
 static void mf__exchange_send_plain(mf_serve_worker_t *w,
                                     mf_http_exchange_t *ex, int status,
                                     const char *text,
-                                    const struct timespec *start, bool routed)
+                                    const struct timespec *start,
+                                    mf_serve_request_t *request)
 {
     static const char type[] = "Content-Type: text/plain\r\n";
     size_t len = strlen(text);
     mf_http_exchange_set_status(ex, status);
     mf_http_exchange_add_header_static(ex, type, sizeof type - 1);
-    mf__exchange_send_logged(w, ex, status, len, start, text, len, routed);
+    mf__exchange_send_logged(w, ex, status, len, start, text, len, request);
 }
 
 /* "moonflow: GET /route: message" on the error log (stderr). */
@@ -230,7 +238,7 @@ static void mf__request_send(mf_serve_request_t *request, const char *body,
     request->ex = NULL;
     request->sent = true;
     mf__exchange_send_logged(request->w, ex, request->status, request->bytes,
-                             &request->start, body, len, true);
+                             &request->start, body, len, request);
 }
 
 static void mf__request_fail(mf_serve_request_t *request, int status,
@@ -241,7 +249,7 @@ static void mf__request_fail(mf_serve_request_t *request, int status,
     request->sent = true;
     request->status = status;
     mf__exchange_send_plain(request->w, ex, status, text, &request->start,
-                            true);
+                            request);
 }
 
 /* Ends an answer that cannot be completed (mf_http_exchange_abort): with
@@ -257,7 +265,7 @@ static void mf__request_abort(mf_serve_request_t *request)
         request->bytes = 0;
     }
     mf__exchange_log(request->w, ex, request->status, request->bytes,
-                     &request->start, true);
+                     &request->start, request);
     mf_http_exchange_abort(ex);
 }
 
@@ -372,9 +380,10 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
     mf_serve_worker_t *w = request->w;
     int status = request->streaming ? request->status : 499;
     double seconds = mf__seconds_since(w, &request->start);
-    mf_serve_log_request(w, mf_http_exchange_request(ex),
-                         mf_http_exchange_peer(ex), status, request->bytes,
-                         seconds);
+    if (w->log_fd >= 0)
+        mf_serve_log_request(w, mf_http_exchange_request(ex),
+                             mf_http_exchange_peer(ex), status, request->bytes,
+                             seconds, mf_serve_request_id(request));
     if (w->mstate)
         mf_serve_metrics_exchange(w, ex, true, status, request->bytes, seconds);
     request->ex = NULL; /* dead after this callback */
@@ -418,7 +427,7 @@ static mf_serve_request_t *mf__request_create(mf_serve_worker_t *w,
                                               const struct timespec *start)
 {
     mf_serve_request_t *request = mf_loop_alloc(w->loop, sizeof(*request));
-    memset(request, 0, sizeof(*request));
+    memset(request, 0, offsetof(mf_serve_request_t, id)); /* id: id_len */
     request->w = w;
     request->ex = ex;
     request->status = 200;
@@ -426,22 +435,31 @@ static mf_serve_request_t *mf__request_create(mf_serve_worker_t *w,
     request->fields_ref = LUA_NOREF;
     request->start = *start;
     mf_timer_init(&request->timer, mf__on_handler_timeout, request);
+    mf_serve_request_id_start(request, mf_http_exchange_request(ex));
     return request;
 }
 
-/* The label of the request's mf.log lines: "GET /path" while it is not
- * answered (the head's memory goes with the exchange). */
+/* The label of the request's mf.log lines: "GET /path [ID]" while it is
+ * not answered (the head's memory goes with the exchange), then
+ * "(answered) [ID]". */
 static void mf__describe_request(void *ud, char *buf, size_t cap)
 {
-    const mf_serve_request_t *request = ud;
+    mf_serve_request_t *request = ud;
+    const char *id = mf_serve_request_id(request);
     if (!request->ex) {
-        snprintf(buf, cap, "(answered)");
+        snprintf(buf, cap, "(answered) [%s]", id);
         return;
     }
     const mf_http_request_t *head = mf_http_exchange_request(request->ex);
     char path[200];
     mf_http_log_escape(path, sizeof path, head->path, head->path_len);
-    snprintf(buf, cap, "%.*s %s", (int)head->method_len, head->method, path);
+    snprintf(buf, cap, "%.*s %s [%s]", (int)head->method_len, head->method,
+             path, id);
+}
+
+static const char *mf__request_id_of(void *ud)
+{
+    return mf_serve_request_id(ud);
 }
 
 /* Runs the handler on top of the host's stack in a new coroutine, which
@@ -456,6 +474,7 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
     mf_lua_co_set_describer(request->co, mf__describe_request, request);
+    mf_lua_co_set_request_id(request->co, mf__request_id_of, request);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
     lua_State *T = mf_lua_co_thread(request->co);
@@ -485,11 +504,11 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
             w, ex, timeout ? timeout : w->config->handler_timeout_ms, &start);
         break;
     case MF_SERVE_ROUTE_MISSING:
-        mf__exchange_send_plain(w, ex, 404, "404 Not Found\n", &start, false);
+        mf__exchange_send_plain(w, ex, 404, "404 Not Found\n", &start, NULL);
         break;
     case MF_SERVE_ROUTE_BROKEN:
         mf__exchange_send_plain(w, ex, 500, "500 Internal Server Error\n",
-                                &start, false);
+                                &start, NULL);
         break;
     }
 }

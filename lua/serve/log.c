@@ -1,13 +1,14 @@
 /*
  * lua/serve/log.c — the access log of a worker: one line per request in
- * nginx's "combined" shape plus the request time, buffered and written when
- * the buffer fills or once a second. Requests the server refused before any
- * handler (400, 408, 413, 414, 431, 501, 505) get a line too, with what is
- * known of their request line ("-" when nothing is), as nginx logs them;
- * a client's bytes are escaped as nginx escapes them (\xNN). Workers share the
- * file (O_APPEND; whole lines per write), each with its own buffer: no lock.
- * Lines a write could not store (a full disk) are dropped, never the requests,
- * and counted: the count goes to stderr once a second.
+ * nginx's "combined" shape plus the request time and the request id, or
+ * (access_log_format = "json") one JSON object per line, buffered and
+ * written when the buffer fills or once a second. Requests the server refused
+ * before any handler (400, 408, 413, 414, 431, 501, 505) get a line too, with
+ * what is known of their request line ("-" when nothing is), as nginx logs
+ * them; a client's bytes are escaped as nginx escapes them (\xNN). Workers
+ * share the file (O_APPEND; whole lines per write), each with its own buffer:
+ * no lock. Lines a write could not store (a full disk) are dropped, never the
+ * requests, and counted: the count goes to stderr once a second.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -91,6 +92,8 @@ int mf_serve_log_open(mf_serve_worker_t *w)
     return 0;
 }
 
+/* The local time as the combined format writes it: the text changes once
+ * a second. */
 static const char *mf__log_time(mf_serve_worker_t *w)
 {
     struct timespec now;
@@ -101,6 +104,31 @@ static const char *mf__log_time(mf_serve_worker_t *w)
         strftime(w->log_time, sizeof w->log_time, "%d/%b/%Y:%H:%M:%S %z", &tm);
         w->log_sec = now.tv_sec;
     }
+    return w->log_time;
+}
+
+/* ISO 8601 with milliseconds and the offset, for JSON lines:
+ * 2026-12-02T06:40:01.123+00:00. */
+static const char *mf__log_time_iso(mf_serve_worker_t *w)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    if (now.tv_sec != w->log_sec) {
+        struct tm tm;
+        localtime_r(&now.tv_sec, &tm);
+        char zone[8];
+        strftime(zone, sizeof zone, "%z", &tm);
+        size_t n =
+            strftime(w->log_time, sizeof w->log_time, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(w->log_time + n, sizeof w->log_time - n, ".000%.3s:%s", zone,
+                 zone + 3);
+        w->log_sec = now.tv_sec;
+    }
+    unsigned ms = (unsigned)(now.tv_nsec / 1000000) % 1000;
+    char *d = w->log_time + 20; /* after "YYYY-MM-DDTHH:MM:SS." */
+    d[0] = (char)('0' + ms / 100);
+    d[1] = (char)('0' + ms / 10 % 10);
+    d[2] = (char)('0' + ms % 10);
     return w->log_time;
 }
 
@@ -176,24 +204,106 @@ static void mf__log_header(mf_log_line_t *line, const mf_http_request_t *req,
     mf__log_put(line, "\"", 1);
 }
 
+/* ---- JSON lines ------------------------------------------------------------
+ */
+
+/* A client's bytes as a JSON string, at most max of them: ", \ and
+ * control bytes escaped, and bytes past ASCII as \u00XX (the line stays
+ * valid JSON whatever was sent, as nginx's escape=json keeps it). */
+static void mf__log_put_json(mf_log_line_t *line, const char *s, size_t n,
+                             size_t max)
+{
+    static const char hex[] = "0123456789abcdef";
+    mf__log_put(line, "\"", 1);
+    for (size_t i = 0; i < n && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        if (c == '"' || c == '\\') {
+            esc[1] = (char)c;
+            mf__log_put(line, esc, 2);
+        } else if (c < 0x20 || c >= 0x7f) {
+            mf__log_put(line, esc, 6);
+        } else {
+            mf__log_put(line, (const char *)&s[i], 1);
+        }
+    }
+    mf__log_put(line, "\"", 1);
+}
+
+/* "name":"value" from the head, or "name":null. */
+static void mf__log_json_field(mf_log_line_t *line, const char *name,
+                               const char *s, size_t n, size_t max)
+{
+    mf__log_printf(line, ",\"%s\":", name);
+    if (s)
+        mf__log_put_json(line, s, n, max);
+    else
+        mf__log_put(line, "null", 4);
+}
+
+static void mf__log_json_header(mf_log_line_t *line,
+                                const mf_http_request_t *req, const char *field,
+                                const char *header)
+{
+    const mf_http_header_t *h =
+        req ? mf_http_find_header(req->headers, req->num_headers, header)
+            : NULL;
+    mf__log_json_field(line, field, h ? h->value : NULL, h ? h->value_len : 0,
+                       256);
+}
+
+static void mf__log_json(mf_serve_worker_t *w, mf_log_line_t *line,
+                         const mf_http_request_t *req, const char *host,
+                         int status, size_t bytes, double seconds,
+                         const char *id)
+{
+    bool has_line = req && req->method_len;
+    mf__log_printf(line, "{\"time\":\"%s\",\"remote_addr\":\"%s\"",
+                   mf__log_time_iso(w), host);
+    mf__log_json_field(line, "method", has_line ? req->method : NULL,
+                       has_line ? req->method_len : 0, 64);
+    mf__log_json_field(line, "uri", req && req->target_len ? req->target : NULL,
+                       req ? req->target_len : 0, 1024);
+    if (req && req->minor_version >= 0)
+        mf__log_printf(line, ",\"protocol\":\"HTTP/1.%d\"", req->minor_version);
+    else
+        mf__log_put(line, ",\"protocol\":null", 16);
+    mf__log_printf(line, ",\"status\":%d,\"body_bytes_sent\":%zu", status,
+                   bytes);
+    mf__log_json_header(line, req, "referer", "referer");
+    mf__log_json_header(line, req, "user_agent", "user-agent");
+    mf__log_printf(line, ",\"request_time\":%.3f", seconds);
+    mf__log_json_field(line, "request_id", id, strlen(id), MF_SERVE_ID_MAX);
+    mf__log_put(line, "}\n", 2);
+}
+
 void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
                           const mf_sockaddr_t *peer, int status, size_t bytes,
-                          double seconds)
+                          double seconds, const char *id)
 {
     if (w->log_fd < 0)
         return;
+    char made[MF_SERVE_ID_MAX + 1];
+    if (!id) {
+        mf_serve_make_request_id(w, req, made);
+        id = made;
+    }
     if (w->log_len + MF_LOG_LINE > MF_LOG_BUF)
         mf__log_flush(w);
     char host[64];
     mf_sockaddr_format_ip(peer, host, sizeof host);
     mf_log_line_t line = {w->log_buf + w->log_len,
                           w->log_buf + w->log_len + MF_LOG_LINE};
-    mf__log_printf(&line, "%s - - [%s] ", host, mf__log_time(w));
-    mf__log_request_line(&line, req);
-    mf__log_printf(&line, " %d %zu", status, bytes);
-    mf__log_header(&line, req, "referer");
-    mf__log_header(&line, req, "user-agent");
-    mf__log_printf(&line, " %.3f\n", seconds);
+    if (w->config->access_log_json) {
+        mf__log_json(w, &line, req, host, status, bytes, seconds, id);
+    } else {
+        mf__log_printf(&line, "%s - - [%s] ", host, mf__log_time(w));
+        mf__log_request_line(&line, req);
+        mf__log_printf(&line, " %d %zu", status, bytes);
+        mf__log_header(&line, req, "referer");
+        mf__log_header(&line, req, "user-agent");
+        mf__log_printf(&line, " %.3f %s\n", seconds, id);
+    }
     if (line.p[-1] != '\n') /* cut: the line still ends */
         line.p[-1] = '\n';
     w->log_len = (size_t)(line.p - w->log_buf);
@@ -205,7 +315,8 @@ void mf_serve_log_reject(mf_http_server_t *srv, int status,
 {
     mf_serve_worker_t *w = worker;
     (void)srv;
-    mf_serve_log_request(w, req, peer, status, 0, 0);
+    if (w->log_fd >= 0)
+        mf_serve_log_request(w, req, peer, status, 0, 0, NULL);
     if (w->mstate)
         mf_serve_metrics_request(w, req, false, status, 0, 0, 0);
 }

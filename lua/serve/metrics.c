@@ -315,8 +315,9 @@ void mf_serve_metrics_answer(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     double seconds = (double)(now.tv_sec - start->tv_sec) +
                      (double)(now.tv_nsec - start->tv_nsec) / 1e9;
     size_t bytes = text ? len : sizeof refused - 1;
-    mf_serve_log_request(w, req, mf_http_exchange_peer(ex), status, bytes,
-                         seconds);
+    if (w->log_fd >= 0)
+        mf_serve_log_request(w, req, mf_http_exchange_peer(ex), status, bytes,
+                             seconds, NULL);
     mf_serve_metrics_request(w, req, true, status, 0, bytes, seconds);
     mf_http_exchange_set_status(ex, status);
     mf_http_exchange_add_header_static(ex, type, sizeof type - 1);

@@ -3,8 +3,8 @@
  * "moonflow.request"): its fields (method, path, uri, version, query,
  * headers, cookies, body, peer, ctx, id) read from the exchange's parsed
  * head, the costly ones made on first use and cached for the request;
- * req:header and req:form. Every access checks that the running coroutine
- * is the request's own (request.h).
+ * req:header and req:form; and request ids (serve.h, request.h). Every access
+ * checks that the running coroutine is the request's own (request.h).
  *
  * May call: the HTTP exchange API, the Lua host, the query-string and
  * cookie parsers of the Lua layer (moonflow/lua_uri.h).
@@ -17,6 +17,76 @@
 #include <moonflow/lua_uri.h>
 
 #include "request.h"
+
+/* ---- the request id ------------------------------------------------------ */
+
+static bool mf__id_byte_ok(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || strchr("._~:/+=@-", c) != NULL;
+}
+
+/* The head's X-Request-Id when it is one we pass on (safe in a log line, a
+ * header and JSON as it is); else NULL. */
+static const mf_http_header_t *mf__given_id(const mf_http_request_t *head)
+{
+    for (size_t i = 0; head && i < head->num_headers; i++) {
+        const mf_http_header_t *h = &head->headers[i];
+        if (h->name_len != 12 || strncasecmp(h->name, "x-request-id", 12))
+            continue;
+        if (h->value_len == 0 || h->value_len > MF_SERVE_ID_MAX)
+            return NULL;
+        for (size_t k = 0; k < h->value_len; k++)
+            if (!mf__id_byte_ok((unsigned char)h->value[k]))
+                return NULL;
+        return h;
+    }
+    return NULL;
+}
+
+static size_t mf__made_id(const mf_serve_worker_t *w, uint64_t serial,
+                          char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[i] = hex[(w->id_prefix >> (60 - 4 * i)) & 15];
+        out[16 + i] = hex[(serial >> (60 - 4 * i)) & 15];
+    }
+    out[32] = '\0';
+    return 32;
+}
+
+size_t mf_serve_make_request_id(mf_serve_worker_t *w,
+                                const mf_http_request_t *req, char *out)
+{
+    const mf_http_header_t *h = mf__given_id(req);
+    if (!h)
+        return mf__made_id(w, ++w->id_serial, out);
+    memcpy(out, h->value, h->value_len);
+    out[h->value_len] = '\0';
+    return h->value_len;
+}
+
+void mf_serve_request_id_start(mf_serve_request_t *request,
+                               const mf_http_request_t *head)
+{
+    const mf_http_header_t *h = mf__given_id(head);
+    request->serial = ++request->w->id_serial;
+    request->id_len = 0;
+    if (h) {
+        memcpy(request->id, h->value, h->value_len);
+        request->id[h->value_len] = '\0';
+        request->id_len = (uint8_t)h->value_len;
+    }
+}
+
+const char *mf_serve_request_id(mf_serve_request_t *request)
+{
+    if (!request->id_len)
+        request->id_len =
+            (uint8_t)mf__made_id(request->w, request->serial, request->id);
+    return request->id;
+}
 
 /* ---- the object ---------------------------------------------------------- */
 
@@ -182,6 +252,8 @@ int mf_serve_req_index(lua_State *L)
         lua_pushvalue(L, lua_upvalueindex(3));
     else if (!strcmp(key, "peer"))
         return mf__req_peer(L, request);
+    else if (!strcmp(key, "id"))
+        lua_pushstring(L, mf_serve_request_id(request));
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
              !strcmp(key, "body") || !strcmp(key, "ctx") ||
              !strcmp(key, "cookies")) {

@@ -46,7 +46,19 @@ struct mf_serve_request {
     int fields_ref;  /* req.query/headers/body, computed on first use */
     struct timespec start;
     mf_timer_t timer; /* the handler timeout */
+    uint64_t serial;  /* this worker's count of requests: a made id's end */
+    uint8_t id_len;   /* the id in id[], 0: not written yet */
+    char id[MF_SERVE_ID_MAX + 1];
 };
+
+/* Takes the request's id from its head (a valid X-Request-Id: 1 to 128
+ * bytes of [A-Za-z0-9._~:/+=@-]) or, without one, reserves the next serial
+ * of the worker, whose id is written on first use. Cheap: a look at the
+ * headers whose name has the right length. */
+void mf_serve_request_id_start(mf_serve_request_t *request,
+                               const mf_http_request_t *head);
+/* The request's id (NUL-terminated, in the record). */
+const char *mf_serve_request_id(mf_serve_request_t *request);
 
 /* The request obj is bound to, if the running coroutine is the one
  * handling it (or a flow callback of it); else NULL. */

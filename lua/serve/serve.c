@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +45,9 @@ static const char usage_serve[] =
     "reload when they change (inotify) and on SIGHUP; SIGINT/SIGTERM stop\n"
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
-    "root, access_log, tls, limits, timeouts, routes, jit, log_level, init,\n"
-    "init_worker, shared, metrics); options given on the command line win.\n"
+    "root, access_log, access_log_format, tls, limits, timeouts, routes, jit,\n"
+    "log_level, init, init_worker, shared, metrics); options given on the\n"
+    "command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -150,9 +152,23 @@ static int mf__serve_run_init(mf_serve_worker_t *w, const char *file)
 
 /* Opens the worker's objects; a failure leaves w->error and w->error_what
  * (mf__serve_started reports it) and no server. */
+/* The prefix of the request ids this worker makes: random, so that ids of
+ * workers, restarts and machines do not meet. */
+static void mf__serve_id_prefix(mf_serve_worker_t *w)
+{
+    if (getrandom(&w->id_prefix, sizeof w->id_prefix, 0) ==
+        (ssize_t)sizeof w->id_prefix)
+        return;
+    struct timespec now; /* no entropy yet (early boot): time, pid, worker */
+    clock_gettime(CLOCK_REALTIME, &now);
+    w->id_prefix = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^
+                   ((uint64_t)getpid() << 16) ^ w->id;
+}
+
 static void mf__serve_open_worker(mf_serve_worker_t *w)
 {
     const mf_serve_config_t *c = w->config;
+    mf__serve_id_prefix(w);
     /* package paths: the host's default, the system's module folders.
      * Interruptible: a handler that never yields is stopped at its budget
      * or its timeout, and at a stop. */

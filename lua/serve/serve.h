@@ -41,11 +41,13 @@
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
 #define MF_SERVE_MAX_WORKERS 1024
+#define MF_SERVE_ID_MAX 128 /* bytes of a request id */
 
 typedef struct mf_serve_config {
     char *root;                  /* the scripts folder */
     unsigned workers;            /* 0: one per core */
     char *access_log;            /* NULL/"off", "-" (stdout) or a file */
+    bool access_log_json;        /* access_log_format = "json" */
     char *init;                  /* run once, on worker 0, at start; NULL */
     char *init_worker;           /* run on every worker at start; NULL */
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
@@ -128,6 +130,10 @@ typedef struct mf_serve_worker {
      * per request instead of a lookup by name */
     int req_mt_ref;
     int resp_mt_ref;
+    /* request ids made here: 16 hex digits of the worker's random prefix
+     * (a restart makes new ones), then 16 of the serial */
+    uint64_t id_prefix;
+    uint64_t id_serial;
     mf_metrics_t *metrics;           /* the process's registry; shard id */
     struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
 } mf_serve_worker_t;
@@ -148,10 +154,17 @@ void mf_serve_capture_open(mf_serve_worker_t *w);
  * "off"). Returns 0, or a negative MF_E* code after printing why. */
 int mf_serve_log_open(mf_serve_worker_t *w);
 /* One access line. req may be NULL or partial (a refused request: see
- * mf_http_reject_cb): what is unknown shows as "-". */
+ * mf_http_reject_cb): what is unknown shows as "-". id: the request's id;
+ * NULL: one is made from req (request.c's rule) and a new serial. */
 void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
                           const mf_sockaddr_t *peer, int status, size_t bytes,
-                          double seconds);
+                          double seconds, const char *id);
+
+/* request.c: the id of a request that has no record (a 404, a refused
+ * one): its valid X-Request-Id, else the worker's next made id. out holds
+ * MF_SERVE_ID_MAX + 1 bytes; returns the length. */
+size_t mf_serve_make_request_id(mf_serve_worker_t *w,
+                                const mf_http_request_t *req, char *out);
 /* The HTTP server's on_reject hook (user: the worker): the access line of
  * a request refused before any handler ran. */
 void mf_serve_log_reject(mf_http_server_t *srv, int status,

@@ -5,6 +5,7 @@ request the parser refuses, a client that leaves — checked value by value
 on two workers and through Prometheus's own parser (promtool).
 $MF_MOONFLOW is the binary, $MF_HTTP_FIXTURE the HTTP fixture (the ASan
 twins in asan.*)."""
+import json
 import os
 import re
 import shutil
@@ -235,6 +236,130 @@ class MetricsConfig(unittest.TestCase):
         self.assertIn("metrics.listen", self.refused('{ path = "/m", listen = "x" }'))
         self.assertIn("metrics: a table expected, got a string",
                       self.refused('"/metrics"'))
+
+
+
+class RequestIds(unittest.TestCase):
+    """req.id: a client's valid X-Request-Id or a made one; the same id in
+    the access line (combined and JSON), in mf.log's lines and in the
+    X-Request-Id of the HTTP calls the handler makes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="mf-request-ids-")
+        cls.port = free_port()
+        files = {
+            "up.lua": 'local mf = require "moonflow"\n'
+                      'return function(req, resp)\n'
+                      '  mf.log("warn", "handling")\n'
+                      '  local r = mf.http.get("http://127.0.0.1:%d/echo_id")\n'
+                      '  resp:send(req.id .. " " .. r.body)\n'
+                      'end\n' % cls.port,
+            "echo_id.lua": 'return function(req, resp)\n'
+                           '  resp:send(req.headers["x-request-id"] or "none")\n'
+                           'end\n',
+            "own.lua": 'local mf = require "moonflow"\n'
+                       'return function(req, resp)\n'
+                       '  local r = mf.http.get("http://127.0.0.1:%d/echo_id",\n'
+                       '                        { headers = { ["X-REQUEST-ID"] = "mine" } })\n'
+                       '  resp:send(r.body)\n'
+                       'end\n' % cls.port,
+            "slow.lua": 'local mf = require "moonflow"\n'
+                        'return function(req, resp) mf.sleep(2000) end\n',
+        }
+        for name, text in files.items():
+            with open(os.path.join(cls.tmp, name), "w") as f:
+                f.write(text)
+        cls.log = os.path.join(cls.tmp, "access.log")
+        conf = os.path.join(cls.tmp, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", access_log = "access.log",\n'
+                    '  access_log_format = "json" }\n')
+        cls.err_path = os.path.join(cls.tmp, "stderr")
+        cls.srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
+                          "127.0.0.1:%d" % cls.port], cls.port,
+                         stderr_path=cls.err_path)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop(sig=signal.SIGTERM)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def get(self, path, headers=b""):
+        return request(self.port, b"GET %s HTTP/1.1\r\nHost: h\r\n%s\r\n" %
+                       (path.encode(), headers))
+
+    def lines(self, needle, count=1):
+        """The access lines (parsed) holding needle, once count are there
+        (lines are written once a second)."""
+        deadline = time.time() + 10
+        while True:
+            with open(self.log) as f:
+                found = [json.loads(l) for l in f if needle in l]
+            if len(found) >= count or time.time() > deadline:
+                return found
+            time.sleep(0.05)
+
+    def test_a_made_id_is_32_hex_digits_and_reaches_the_upstream(self):
+        mine, upstream = self.get("/up").body.decode().split()
+        self.assertRegex(mine, r"^[0-9a-f]{32}$")
+        self.assertEqual(upstream, mine)
+        self.assertNotEqual(self.get("/up").body.decode().split()[0], mine)
+        both = self.lines('"request_id":"%s"' % mine, count=2)
+        self.assertEqual(sorted(l["uri"] for l in both), ["/echo_id", "/up"])
+        with open(self.err_path) as f:
+            self.assertIn("[warn] GET /up [%s]: handling" % mine, f.read())
+
+    def test_a_valid_client_id_is_kept_and_a_bad_one_replaced(self):
+        body = self.get("/up", b"X-Request-Id: order-42:a/b+c=d@e.f~g\r\n").body
+        self.assertEqual(body, b"order-42:a/b+c=d@e.f~g order-42:a/b+c=d@e.f~g")
+        for bad in (b"has space", b"x" * 129, b"quote\"d", b""):
+            mine = self.get("/up", b"X-Request-Id: " + bad + b"\r\n").body.split()
+            self.assertRegex(mine[0].decode(), r"^[0-9a-f]{32}$")
+
+    def test_a_handler_naming_its_own_id_sends_that_one(self):
+        self.assertEqual(self.get("/own").body, b"mine")
+
+    def test_json_lines_with_every_field_for_answers_refusals_and_leavers(self):
+        self.get("/up?q=1", b'User-Agent: a"b\\c\xff\r\nReferer: r\r\n')
+        line = self.lines('"uri":"/up?q=1"')[0]
+        self.assertEqual(set(line), {"time", "remote_addr", "method", "uri",
+                                     "protocol", "status", "body_bytes_sent",
+                                     "referer", "user_agent", "request_time",
+                                     "request_id"})
+        self.assertRegex(line["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}"
+                                       r"[+-]\d\d:\d\d$")
+        self.assertEqual((line["remote_addr"], line["method"], line["protocol"],
+                          line["status"], line["referer"]),
+                         ("127.0.0.1", "GET", "HTTP/1.1", 200, "r"))
+        self.assertEqual(line["user_agent"], 'a"b\\c\u00ff')
+        self.assertEqual(line["body_bytes_sent"], 65)
+        bad = request(self.port, b"GET /refused HTTP/1.1\r\nHost: h\r\nno colon\r\n\r\n")
+        self.assertEqual(bad.status, 400)
+        refused = self.lines('"uri":"/refused"')[0]
+        self.assertEqual((refused["status"], refused["body_bytes_sent"]), (400, 0))
+        self.assertRegex(refused["request_id"], r"^[0-9a-f]{32}$")
+        s = connect(self.port)
+        s.sendall(b"GET /slow HTTP/1.1\r\nHost: h\r\nX-Request-Id: gone-1\r\n\r\n")
+        time.sleep(0.1)
+        s.close()
+        left = self.lines('"request_id":"gone-1"')[0]
+        self.assertEqual(left["status"], 499)
+        self.assertIsNone(left["referer"])
+
+
+class AccessLogConfig(unittest.TestCase):
+    def test_an_unknown_format_is_refused_naming_the_key(self):
+        root = tempfile.mkdtemp(prefix="mf-log-conf-")
+        self.addCleanup(shutil.rmtree, root, True)
+        conf = os.path.join(root, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", access_log_format = "xml" }\n')
+        out = subprocess.run([MOONFLOW, "serve", "--config", conf],
+                             capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn('access_log_format: "combined" or "json" expected, '
+                      'got "xml"', out.stderr)
 
 
 if __name__ == "__main__":

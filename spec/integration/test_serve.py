@@ -792,7 +792,8 @@ class ErrorsInTheLogs(unittest.TestCase):
         self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:80])
         line = self.wait_line(self.log, '"GET /malformed HTTP/1.1" 400 ')[0]
         self.assertRegex(line, r'^127\.0\.0\.1 - - \[[^]]+\] "GET /malformed '
-                               r'HTTP/1\.1" 400 0 "-" "-" \d+\.\d{3}$')
+                               r'HTTP/1\.1" 400 0 "-" "-" \d+\.\d{3} '
+                               r'[0-9a-f]{32}$')
         # Not HTTP at all: nothing of a request line is known.
         before = len([l for l in self.lines(self.log) if '"-" 400 ' in l])
         out = self.raw(b"\x16\x03\x01\x02\r\n\r\n")
@@ -825,7 +826,7 @@ class ErrorsInTheLogs(unittest.TestCase):
             s.sendall(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n")
             time.sleep(0.2)  # the handler is waiting now
         line = self.wait_line(self.log, '"GET /slow HTTP/1.1" 499 ')[0]
-        self.assertRegex(line, r'" 499 0 "-" "-" 0\.[0-9]{3}$')
+        self.assertRegex(line, r'" 499 0 "-" "-" 0\.[0-9]{3} [0-9a-f]{32}$')
 
     def assert_cut(self, out, body):
         """A chunked answer that stops without its last chunk."""
@@ -1078,8 +1079,10 @@ class HandlerUtilities(ServeTest):
         self.assertEqual(code, 0)
         err = err.decode(errors="replace")
         self.assertRegex(err, r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[warn\] "
-                              r"GET /log: a=1 b=true nl:\\x0anil\n")
-        self.assertIn("[error] (answered): after the answer\n", err)
+                              r"GET /log \[[0-9a-f]{32}\]: a=1 b=true "
+                              r"nl:\\x0anil\n")
+        self.assertRegex(err, r"\[error\] \(answered\) \[[0-9a-f]{32}\]: "
+                              r"after the answer\n")
         self.assertNotIn("hidden below the level", err)
         self.assertIn("a level expected", err)
 

@@ -278,6 +278,16 @@ typedef void (*mf_lua_describe_fn)(void *ud, char *buf, size_t cap);
 MF_API void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn,
                                     void *ud);
 
+/* The id of the request a coroutine serves (serve's req.id): the HTTP
+ * tasks its Lua code starts send it as X-Request-Id (unless their headers
+ * name one). fn(ud) returns a NUL-terminated id, valid while the coroutine
+ * runs; NULL: none (the default). */
+typedef const char *(*mf_lua_request_id_fn)(void *ud);
+MF_API void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
+                                     void *ud);
+/* The request id of the coroutine the host is running, or NULL. */
+MF_API const char *mf_lua_host_request_id(const mf_lua_host_t *host);
+
 /* The running host coroutine whose thread is L; raises a Lua error when L
  * is not one (the main chunk of a plain state, a user coroutine). */
 MF_API mf_lua_co_t *mf_lua_co_check(lua_State *L);
