@@ -100,10 +100,12 @@ describe("moonflow serve", function()
     it("gives the request's fields to the handler", function()
         local r = assert(mf.http.request {
             method = "POST", url = base .. "/echo?a=1&a=2&b=x%20y&flag",
-            headers = { ["User-Agent"] = "spec", ["X-Custom"] = "c" },
+            headers = { ["User-Agent"] = "spec", ["X-Custom"] = "c",
+                        ["X-Request-Id"] = "spec-1" },
             body = "payload",
         })
         local e = mf.json.decode(r.body)
+        assert.are.equal("spec-1", e.id)
         assert.are.equal("POST", e.method)
         assert.are.equal("/echo", e.path)
         assert.are.equal("/echo?a=1&a=2&b=x%20y&flag", e.uri)
@@ -115,6 +117,8 @@ describe("moonflow serve", function()
         assert.are.equal("spec", e.agent)      -- any spelling of the name
         assert.are.equal("c", e.custom)
         assert.truthy(e.peer:match("^127%.0%.0%.1:%d+$"))
+        local made = mf.json.decode(assert(get("/echo")).body).id
+        assert.truthy(made:match("^" .. ("%x"):rep(32) .. "$"))
     end)
 
     it("sets status and headers, redirects, streams and answers on return", function()

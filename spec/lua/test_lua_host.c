@@ -397,6 +397,39 @@ static void on_step(void *ud, unsigned step)
     }
 }
 
+static const char *fixed_id(void *ud)
+{
+    return ud;
+}
+
+/* rid(): the request id the host reports for the running coroutine. */
+static int lua_rid(lua_State *L)
+{
+    const char *id = mf_lua_host_request_id(host);
+    lua_pushstring(L, id ? id : "none");
+    return 1;
+}
+
+TEST(a_coroutine_reports_its_request_id_while_it_runs)
+{
+    setup();
+    lua_State *L = mf_lua_host_state(host);
+    lua_register(L, "rid", lua_rid);
+    ASSERT(mf_lua_host_request_id(host) == NULL); /* nothing runs */
+    seen_t with = {0}, without = {0};
+    mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &with);
+    mf_lua_co_set_request_id(co, fixed_id, "req-7");
+    ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co),
+                              "require('moonflow').sleep(1) return rid()"),
+              0);
+    ASSERT(mf_lua_co_start(co, 0));
+    spawn("return rid()", &without);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_STR_EQ(with.text, "req-7"); /* after a wait too */
+    ASSERT_STR_EQ(without.text, "none");
+    teardown();
+}
+
 TEST(the_step_observer_hears_each_flow_start_and_top_level_step_end)
 {
     setup();

@@ -3,6 +3,6 @@ return function(req, resp)
         method = req.method, path = req.path, uri = req.uri,
         version = req.version, query = req.query, body = req.body,
         agent = req.headers["USER-AGENT"], custom = req:header("x-custom"),
-        peer = req.peer,
+        peer = req.peer, id = req.id,
     }
 end
