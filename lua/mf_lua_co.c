@@ -147,7 +147,11 @@ static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
     host->counts.resumes++;
     co->running = true;
     mf_lua_slice_t outer = mf_lua_slice_enter(host, co);
+    mf_task_trace_t *outer_trace =
+        co->trace ? mf_loop_set_trace(host->loop, co->trace) : NULL;
     int rc = lua_resume(co->L, nargs);
+    if (co->trace)
+        mf_loop_set_trace(host->loop, outer_trace);
     mf_lua_slice_leave(host, outer);
     co->running = false;
     host->current = prev;
@@ -192,6 +196,7 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->describe_ud = NULL;
     co->request_id = NULL;
     co->request_id_ud = NULL;
+    co->trace = NULL;
     co->nested_wait = NULL;
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
@@ -220,6 +225,11 @@ void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
 {
     co->request_id = fn;
     co->request_id_ud = ud;
+}
+
+void mf_lua_co_set_trace(mf_lua_co_t *co, mf_task_trace_t *trace)
+{
+    co->trace = trace;
 }
 
 const char *mf_lua_host_request_id(const mf_lua_host_t *host)

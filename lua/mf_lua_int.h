@@ -100,6 +100,7 @@ struct mf_lua_co {
     void *describe_ud;
     mf_lua_request_id_fn request_id; /* mf_lua_co_set_request_id; NULL */
     void *request_id_ud;
+    mf_task_trace_t *trace; /* mf_lua_co_set_trace; NULL: none */
     /* A plain coroutine resumed (through moonflow's coroutine.resume) from
      * this one parked on a wait: the thread whose yield the wrapper of its
      * resumer must pass on upward (mf_lua_co_check, moonflow.core's

@@ -40,6 +40,7 @@ struct mf_loop {
     pthread_t thread;
     mf_pool_t *pool;
     const mf_task_observer_t *observer; /* mf_loop_observe_tasks; NULL */
+    mf_task_trace_t *trace;             /* mf_loop_set_trace; NULL */
     unsigned index;
     void *ext[MF_LOOP_EXT_MAX];
     mf_loop_ext_dtor ext_dtor[MF_LOOP_EXT_MAX];

@@ -28,7 +28,33 @@ void mf_task_init(mf_task_t *task, const mf_task_ops_t *ops, mf_loop_t *loop,
     task->_flags = 0;
     task->_timeout_ms = 0;
     task->_started_ns = 0;
+    task->_trace = loop->trace;
+    if (MF_UNLIKELY(task->_trace != NULL))
+        task->_trace->refs++;
     mf_timer_init(&task->_timer, mf__task_timed_out, task);
+}
+
+mf_task_trace_t *mf_loop_set_trace(mf_loop_t *loop, mf_task_trace_t *trace)
+{
+    mf_task_trace_t *prev = loop->trace;
+    loop->trace = trace;
+    return prev;
+}
+
+void mf_task_trace_unref(mf_task_trace_t *trace)
+{
+    if (--trace->refs == 0)
+        trace->release(trace);
+}
+
+mf_task_t *mf_task_parent(const mf_task_t *task)
+{
+    const mf_series_t *s = task->_series;
+    if (!s)
+        return NULL;
+    if (s->parallel)
+        return mf_parallel_task(s->parallel);
+    return s->graph ? mf_graph_task(s->graph) : NULL;
 }
 
 void mf_loop_observe_tasks(mf_loop_t *loop, const mf_task_observer_t *observer)
@@ -68,7 +94,10 @@ static void mf__task_decide(mf_task_t *task, int state, int error)
 
 static void mf__task_release(mf_task_t *task)
 {
+    mf_task_trace_t *trace = task->_trace;
     task->_ops->destroy(task);
+    if (MF_UNLIKELY(trace != NULL))
+        mf_task_trace_unref(trace);
 }
 
 void mf_task_complete(mf_task_t *task, int state, int error)

@@ -26,6 +26,7 @@
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *     shared = { hits = 1048576 },   -- dicts of every worker: name = bytes
  *     metrics = { path = "/metrics" },  -- Prometheus's page; none without
+ *     trace = { file = "trace.jsonl", sample = 1000, token = "t0k" },
  *   }
  *
  * Relative paths are taken from the config file's folder (route scripts:
@@ -229,6 +230,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"init_worker", LUA_TSTRING, 0, 0, NULL},
     {"shared", LUA_TTABLE, 0, 0, NULL},
     {"metrics", LUA_TTABLE, 0, 0, NULL},
+    {"trace", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -259,6 +261,11 @@ static const mf_config_key_t mf__tls_keys[] = {
 static const mf_config_key_t mf__cert_keys[] = {
     {"cert", LUA_TSTRING, 0, 0, NULL},
     {"key", LUA_TSTRING, 0, 0, NULL},
+    MF_CONFIG_END};
+static const mf_config_key_t mf__trace_keys[] = {
+    {"file", LUA_TSTRING, 0, 0, NULL},
+    {"sample", LUA_TNUMBER, 0, 1000000000, " (one request in N; 0: none)"},
+    {"token", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__metrics_keys[] = {
     {"path", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_END};
@@ -555,6 +562,31 @@ static int mf__config_section_metrics(lua_State *L, int t, mf_serve_config_t *c,
     return 0;
 }
 
+/* trace = { file = "trace.jsonl", sample = 100, token = "..." } */
+static int mf__config_section_trace(lua_State *L, int t, mf_serve_config_t *c,
+                                    const char *dir, char *err, size_t errlen)
+{
+    if (mf__config_check(L, t, "trace.", mf__trace_keys, err, errlen) < 0)
+        return -1;
+    const char *file = mf__field_string(L, t, "file");
+    if (!file || !*file) {
+        snprintf(err, errlen, "trace.file: a file name expected, got %s",
+                 file ? "\"\"" : "none");
+        return -1;
+    }
+    c->trace_file = mf__config_path(c, dir, file);
+    double v;
+    if (mf__field_number(L, t, "sample", &v))
+        c->trace_sample = (uint32_t)v;
+    const char *token = mf__field_string(L, t, "token");
+    if (token && (!*token || strlen(token) > 128)) {
+        snprintf(err, errlen, "trace.token: 1 to 128 bytes expected");
+        return -1;
+    }
+    c->trace_token = token ? mf_serve_config_strdup(c, token) : NULL;
+    return 0;
+}
+
 static const struct {
     const char *name;
     mf_config_section_fn read;
@@ -563,7 +595,8 @@ static const struct {
                                 {"tls", mf__config_section_tls},
                                 {"routes", mf__config_section_routes},
                                 {"shared", mf__config_section_shared},
-                                {"metrics", mf__config_section_metrics}};
+                                {"metrics", mf__config_section_metrics},
+                                {"trace", mf__config_section_trace}};
 
 static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
                                const char *dir, char *err, size_t errlen)

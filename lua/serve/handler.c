@@ -88,6 +88,8 @@ static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                              mf_serve_request_t *request)
 {
     double seconds = mf__seconds_since(w, start);
+    if (request && request->trace)
+        mf_serve_trace_answered(request->trace, status);
     mf_http_exchange_on_close(ex, NULL, NULL);
     if (w->log_fd >= 0)
         mf_serve_log_request(w, mf_http_exchange_request(ex),
@@ -293,6 +295,8 @@ static void mf__request_free(mf_serve_request_t *request)
         request->req->request = NULL;
     if (request->resp->request == request)
         request->resp->request = NULL;
+    if (request->trace) /* its tasks may still hold it */
+        mf_serve_trace_end(request->trace);
     mf_loop_free(loop, request, sizeof(*request));
 }
 
@@ -380,6 +384,8 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
     mf_serve_worker_t *w = request->w;
     int status = request->streaming ? request->status : 499;
     double seconds = mf__seconds_since(w, &request->start);
+    if (request->trace)
+        mf_serve_trace_answered(request->trace, status);
     if (w->log_fd >= 0)
         mf_serve_log_request(w, mf_http_exchange_request(ex),
                              mf_http_exchange_peer(ex), status, request->bytes,
@@ -475,6 +481,11 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
     mf_lua_co_set_describer(request->co, mf__describe_request, request);
     mf_lua_co_set_request_id(request->co, mf__request_id_of, request);
+    request->trace =
+        mf_serve_trace_begin(request, mf_http_exchange_request(ex));
+    if (request->trace)
+        mf_lua_co_set_trace(request->co,
+                            mf_serve_trace_context(request->trace));
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
     lua_State *T = mf_lua_co_thread(request->co);

@@ -1,7 +1,8 @@
 /*
  * lua/serve/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow
- * test [DIR]`, `moonflow serve` (lua/serve/serve.c), `moonflow help
- * [COMMAND]` and `moonflow --version`.
+ * test [DIR]`, `moonflow serve` (lua/serve/serve.c), `moonflow bench`,
+ * `moonflow trace FILE` (moonflow/trace.lua), `moonflow help [COMMAND]` and
+ * `moonflow --version`.
  *
  * Owns the process: one loop, a small compute pool for mf.go, one Lua host.
  * The script's main chunk (or busted's runner) runs in a host coroutine; the
@@ -32,6 +33,7 @@ static const char usage_main[] =
     "  test [DIR] [BUSTED...]   run the busted specs (*_spec.lua) in DIR\n"
     "  serve [DIR] [OPTIONS]    serve the Lua handlers in DIR over HTTP\n"
     "  bench [OPTIONS] URL...   load-test URLs (wrk's flags and scripts)\n"
+    "  trace FILE [ID...]       draw serve's request traces as waterfalls\n"
     "  help [COMMAND]           show this help, or a command's\n"
     "\n"
     "moonflow COMMAND --help shows a command's help too;\n"
@@ -235,6 +237,44 @@ static int cmd_test(int argc, char **argv)
     return r.failed || r.test_fails ? 1 : 0;
 }
 
+static const char usage_trace[] =
+    "usage: moonflow trace FILE [REQUEST_ID...]\n"
+    "\n"
+    "Draws the request traces `moonflow serve` wrote to FILE (its config's\n"
+    "trace.file: one OTLP JSON object a line) as text waterfalls: each task\n"
+    "under its parent, with its start, its duration, its state and a bar.\n"
+    "REQUEST_IDs (or trace ids) pick traces; none: every one. Exit status 1\n"
+    "when FILE cannot be read or a line is no trace.\n";
+
+/* moonflow trace: moonflow/trace.lua's main in the host. */
+static int cmd_trace(int argc, char **argv)
+{
+    if (argc < 1 || wants_help(argc, argv)) {
+        fputs(usage_trace, argc < 1 ? stderr : stdout);
+        return argc < 1 ? 2 : 0;
+    }
+    host_run_t r = {.test = true}; /* the main's number is the status */
+    if (run_open(&r) < 0) {
+        fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
+        return 1;
+    }
+    lua_State *L = mf_lua_host_state(r.host);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "moonflow.trace");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "main");
+    lua_remove(L, -2);
+    lua_createtable(L, argc, 0);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    mf_lua_host_spawn(r.host, 1, on_main_exit, &r);
+    run_loop(&r);
+    run_close(&r);
+    return r.failed ? 1 : r.test_fails;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     return mf_serve_main(argc, argv);
@@ -254,7 +294,8 @@ typedef struct command {
 static const command_t commands[] = {{"run", cmd_run},
                                      {"test", cmd_test},
                                      {"serve", cmd_serve},
-                                     {"bench", cmd_bench}};
+                                     {"bench", cmd_bench},
+                                     {"trace", cmd_trace}};
 
 static const command_t *find_command(const char *name)
 {

@@ -13,8 +13,8 @@
  * (route, method, status): a request takes no lock, allocates nothing and
  * makes no syscall beyond the clock reads it shares with the access log.
  * Every task the worker runs counts in moonflow_tasks_total{kind, state}
- * and moonflow_task_duration_seconds{kind}, from the loop's task observer
- * (moonflow/task.h) through a cache by kind and state. A timer sets the
+ * and moonflow_task_duration_seconds{kind}, told by the worker's task
+ * observer (observe.c), through a cache by kind and state. A timer sets the
  * worker's Lua memory once a second. The page adds the
  * workers' shards up, with every user metric of mf.metrics.
  *
@@ -64,8 +64,6 @@ typedef struct mf_serve_metrics {
     mf_metric_family_t *requests, *duration, *bytes_in, *bytes_out;
     mf_metric_family_t *tasks, *task_duration;
     mf_metric_t *lua_memory;
-    mf_serve_worker_t *w;
-    mf_task_observer_t observer;
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
@@ -101,10 +99,10 @@ static void mf__state_label(int state, char *out, size_t cap)
             *p = '_';
 }
 
-/* The task observer: one count and one duration per finished task. */
-static void mf__task_finished(void *ud, mf_task_t *task, uint64_t ns)
+/* One count and one duration per finished task. */
+void mf_serve_metrics_task(mf_serve_worker_t *w, mf_task_t *task, uint64_t ns)
 {
-    mf_serve_metrics_t *m = ud;
+    mf_serve_metrics_t *m = w->mstate;
     const char *kind = mf_task_kind(task);
     int state = mf_task_state(task);
     uintptr_t h = ((uintptr_t)kind >> 3) * 31 + (unsigned)state;
@@ -127,8 +125,8 @@ static void mf__task_finished(void *ud, mf_task_t *task, uint64_t ns)
         e->kind = kind;
         e->state = state;
     }
-    mf_metric_add(e->count, m->w->id, 1);
-    mf_metric_observe(e->duration, m->w->id, (double)ns / 1e9);
+    mf_metric_add(e->count, w->id, 1);
+    mf_metric_observe(e->duration, w->id, (double)ns / 1e9);
 }
 
 int mf_serve_metrics_open(mf_serve_worker_t *w)
@@ -186,9 +184,6 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
     mf_timer_init(&m->timer, mf__lua_memory_tick, w);
     mf_timer_set_ref(w->loop, &m->timer, false);
     mf__lua_memory_tick(&m->timer);
-    m->w = w;
-    m->observer = (mf_task_observer_t){NULL, mf__task_finished, m};
-    mf_loop_observe_tasks(w->loop, &m->observer);
     return 0;
 }
 
@@ -196,7 +191,6 @@ void mf_serve_metrics_close(mf_serve_worker_t *w)
 {
     if (!w->mstate)
         return;
-    mf_loop_observe_tasks(w->loop, NULL);
     mf_timer_stop(w->loop, &w->mstate->timer);
     mf_free(w->mstate);
     w->mstate = NULL;

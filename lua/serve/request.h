@@ -21,6 +21,7 @@
 #include "serve.h"
 
 typedef struct mf_serve_request mf_serve_request_t;
+typedef struct mf_serve_trace mf_serve_trace_t;
 
 /* req or resp: made once per coroutine thread and kept with it
  * (mf_lua_co_keep), so a request allocates no Lua object. request is the
@@ -45,9 +46,10 @@ struct mf_serve_request {
     int headers_ref; /* resp.headers, created on first use */
     int fields_ref;  /* req.query/headers/body, computed on first use */
     struct timespec start;
-    mf_timer_t timer; /* the handler timeout */
-    uint64_t serial;  /* this worker's count of requests: a made id's end */
-    uint8_t id_len;   /* the id in id[], 0: not written yet */
+    mf_timer_t timer;        /* the handler timeout */
+    mf_serve_trace_t *trace; /* trace.c: a sampled request's; NULL */
+    uint64_t serial; /* this worker's count of requests: a made id's end */
+    uint8_t id_len;  /* the id in id[], 0: not written yet */
     char id[MF_SERVE_ID_MAX + 1];
 };
 
@@ -73,5 +75,15 @@ mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up);
 int mf_serve_req_header(lua_State *L);
 int mf_serve_req_form(lua_State *L);
 int mf_serve_req_index(lua_State *L);
+
+/* trace.c: the trace of a request, when the config asks for one and it is
+ * sampled (NULL otherwise): begun as its coroutine is made, told its
+ * answer, and let go when its coroutine ends; its line is written once
+ * every task it saw is released too. */
+mf_serve_trace_t *mf_serve_trace_begin(mf_serve_request_t *request,
+                                       const mf_http_request_t *head);
+mf_task_trace_t *mf_serve_trace_context(mf_serve_trace_t *t);
+void mf_serve_trace_answered(mf_serve_trace_t *t, int status);
+void mf_serve_trace_end(mf_serve_trace_t *t);
 
 #endif /* MF_SERVE_REQUEST_H */

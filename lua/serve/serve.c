@@ -46,8 +46,8 @@ static const char usage_serve[] =
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
     "root, access_log, access_log_format, tls, limits, timeouts, routes, jit,\n"
-    "log_level, init, init_worker, shared, metrics); options given on the\n"
-    "command line win.\n"
+    "log_level, init, init_worker, shared, metrics, trace); options given on\n"
+    "the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -199,6 +199,11 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
         w->error_what = "the metrics";
         return;
     }
+    if ((w->error = mf_serve_trace_open(w)) < 0) {
+        w->error_what = c->trace_file;
+        return;
+    }
+    mf_serve_observe_open(w);
     mf__serve_watch(w);
     if ((c->init && w->id == 0 && mf__serve_run_init(w, c->init) < 0) ||
         (c->init_worker && mf__serve_run_init(w, c->init_worker) < 0))
@@ -239,11 +244,13 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
     w->server = NULL;
     mf_fswatch_stop(w->watch);
     mf_serve_log_close(w);
+    mf_serve_observe_close(w);
     mf_serve_metrics_close(w);
     mf_serve_routes_destroy(w->routes);
     if (w->host)
         mf_lua_host_destroy(w->host); /* aborts background timers */
     w->host = NULL;
+    mf_serve_trace_close(w);
     atomic_store(&job->stopped, true);
     mf_waitgroup_done(job->wg);
 }
@@ -612,6 +619,7 @@ static int mf__serve_run(mf_serve_config_t *c)
         ws[i].id = i;
         ws[i].count = n;
         ws[i].log_fd = -1; /* none until mf_serve_log_open */
+        ws[i].trace_fd = -1;
         jobs[i].w = &ws[i];
     }
     mf__serve_deal_listeners(ws, n, &handover);

@@ -33,6 +33,7 @@
 #include <moonflow/http_server.h>
 #include <moonflow/listen.h>
 #include <moonflow/metrics.h>
+#include <moonflow/task.h>
 
 #include <moonflow/lua_host.h>
 #include <moonflow/lua_shared.h>
@@ -69,8 +70,11 @@ typedef struct mf_serve_config {
         size_t bytes;
     } shared[MF_LUA_SHARED_MAX]; /* shared = { name = bytes } */
     size_t nshared;
-    char *metrics_path; /* metrics.path: the page's path; NULL: no page */
-    const char *file;   /* the config file read (messages); NULL: none */
+    char *metrics_path;    /* metrics.path: the page's path; NULL: no page */
+    char *trace_file;      /* trace.file: OTLP JSON lines; NULL: no tracing */
+    char *trace_token;     /* trace.token: X-Moonflow-Trace asks; NULL */
+    uint32_t trace_sample; /* trace.sample: one request in N; 0: none */
+    const char *file;      /* the config file read (messages); NULL: none */
     struct mf_serve_config_string *strings; /* owned copies, a list */
 } mf_serve_config_t;
 
@@ -136,6 +140,10 @@ typedef struct mf_serve_worker {
     uint64_t id_serial;
     mf_metrics_t *metrics;           /* the process's registry; shard id */
     struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
+    int trace_fd;                    /* trace.c: the file; -1: none */
+    size_t trace_lost;               /* traces not written */
+    uint64_t trace_count;            /* requests seen, for trace.sample */
+    mf_task_observer_t observer;     /* observe.c: metrics and traces */
 } mf_serve_worker_t;
 
 /* handler.c: the HTTP server's handler for a worker (mf_http_handler). */
@@ -186,6 +194,21 @@ void mf_serve_metrics_request(mf_serve_worker_t *w,
 void mf_serve_metrics_exchange(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                                bool routed, int status, size_t bytes_out,
                                double seconds);
+/* A task ended (the worker's task observer): its count and duration. */
+void mf_serve_metrics_task(mf_serve_worker_t *w, mf_task_t *task, uint64_t ns);
+
+/* trace.c: the worker's trace file (opened when the config names one; 0,
+ * or a negative MF_E* code) and the spans of traced requests' tasks. */
+int mf_serve_trace_open(mf_serve_worker_t *w);
+void mf_serve_trace_close(mf_serve_worker_t *w);
+void mf_serve_trace_started(mf_task_t *task);
+void mf_serve_trace_finished(mf_task_t *task);
+
+/* observe.c: the worker's task observer, feeding the metrics and the
+ * traces (set when either is on; removed at the worker's stop). */
+void mf_serve_observe_open(mf_serve_worker_t *w);
+void mf_serve_observe_close(mf_serve_worker_t *w);
+
 /* Whether req asks for the page; then mf_serve_metrics_answer sends it
  * (with its access line and its own count). */
 bool mf_serve_metrics_is_page(const mf_serve_worker_t *w,

@@ -362,5 +362,185 @@ class AccessLogConfig(unittest.TestCase):
                       'got "xml"', out.stderr)
 
 
+class Traces(unittest.TestCase):
+    """trace = { file, sample, token }: a traced fan-out shows both calls
+    under their parallel, overlapping, with the times the backend slept;
+    `moonflow trace` draws it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="mf-traces-")
+        fport = free_port()
+        cls.fixture = Server([FIXTURE, "--listen", "127.0.0.1:%d" % fport], fport)
+        dead = free_port()
+        files = {
+            "fanout.lua": 'local mf = require "moonflow"\n'
+                          'return function(req, resp)\n'
+                          '  local r = mf.parallel {\n'
+                          '    mf.task.http { url = "http://127.0.0.1:%d/sleep?ms=60" },\n'
+                          '    mf.task.http { url = "http://127.0.0.1:%d/sleep?ms=90" },\n'
+                          '  }:wait()\n'
+                          '  resp:send("ok")\n'
+                          'end\n' % (fport, fport),
+            "dead.lua": 'local mf = require "moonflow"\n'
+                        'return function(req, resp)\n'
+                        '  local r = mf.task.http { url = "http://127.0.0.1:%d/" }:wait()\n'
+                        '  resp:send(r.error or "?")\n'
+                        'end\n' % dead,
+            "hello.lua": 'return function(req, resp) resp:send("hi") end\n',
+        }
+        for name, text in files.items():
+            with open(os.path.join(cls.tmp, name), "w") as f:
+                f.write(text)
+        cls.file = os.path.join(cls.tmp, "trace.jsonl")
+        conf = os.path.join(cls.tmp, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", access_log = "off",\n'
+                    '  trace = { file = "trace.jsonl", sample = 0, token = "t0k" } }\n')
+        cls.port = free_port()
+        cls.srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
+                          "127.0.0.1:%d" % cls.port], cls.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        code, _, err = cls.srv.stop(sig=signal.SIGTERM)
+        cls.fixture.stop(sig=signal.SIGTERM)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        if code != 0:
+            raise AssertionError(err.decode(errors="replace")[-3000:])
+
+    def get(self, path, headers=b""):
+        return request(self.port, b"GET %s HTTP/1.1\r\nHost: h\r\n%s\r\n" %
+                       (path.encode(), headers))
+
+    def trace_of(self, request_id):
+        """The spans of the trace of request_id, once its line is there."""
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if os.path.exists(self.file):
+                with open(self.file) as f:
+                    for line in f:
+                        doc = json.loads(line)
+                        spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+                        attrs = {a["key"]: a["value"] for a in spans[0]["attributes"]}
+                        if attrs["moonflow.request_id"]["stringValue"] == request_id:
+                            return spans
+            time.sleep(0.02)
+        self.fail("no trace of %s" % request_id)
+
+    def test_a_traced_fan_out_shows_both_calls_overlapping(self):
+        r = self.get("/fanout", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: fan-1\r\n")
+        self.assertEqual(r.body, b"ok")
+        spans = self.trace_of("fan-1")
+        self.assertEqual([s["name"] for s in spans],
+                         ["GET /fanout", "parallel", "http", "http"])
+        root, par, a, b = spans
+        trace_id = root["traceId"]
+        self.assertRegex(trace_id, r"^[0-9a-f]{32}$")
+        for s in spans:
+            self.assertEqual(s["traceId"], trace_id)
+            self.assertRegex(s["spanId"], r"^[0-9a-f]{16}$")
+        self.assertNotIn("parentSpanId", root)
+        self.assertEqual(par["parentSpanId"], root["spanId"])
+        self.assertEqual((a["parentSpanId"], b["parentSpanId"]),
+                         (par["spanId"], par["spanId"]))
+        self.assertEqual((a["kind"], b["kind"], root["kind"]), (3, 3, 2))
+        t = lambda s, k: int(s[k + "TimeUnixNano"]) / 1e6  # ms
+        dur = lambda s: t(s, "end") - t(s, "start")
+        # Side by side: both start together, each takes its own sleep.
+        self.assertLess(abs(t(a, "start") - t(b, "start")), 20)
+        self.assertGreaterEqual(dur(a), 60)
+        self.assertLess(dur(a), 85)
+        self.assertGreaterEqual(dur(b), 90)
+        self.assertLess(dur(b), 140)  # not 60 + 90: they overlapped
+        self.assertGreaterEqual(dur(root), dur(b))
+        self.assertLess(dur(root), 145)
+        self.assertLessEqual(t(root, "start"), t(par, "start"))
+        self.assertEqual(root["status"], {"code": 1})
+        self.assertEqual(a["status"], {"code": 1})
+        # Wall clock: now, give or take a minute.
+        self.assertLess(abs(t(root, "start") / 1e3 - time.time()), 60)
+
+    def test_moonflow_trace_draws_the_waterfall(self):
+        self.get("/fanout", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: fan-2\r\n")
+        self.trace_of("fan-2")
+        out = subprocess.run([MOONFLOW, "trace", self.file, "fan-2"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertRegex(lines[0], r"^trace fan-2  GET /fanout  200  \d+\.\d ms$")
+        body = [l for l in lines[2:] if l.strip()]
+        self.assertEqual(len(body), 4)
+        self.assertIn("  GET /fanout ", body[0])
+        self.assertIn("    parallel  success ", body[1])
+        self.assertIn("      http  success ", body[2])
+        self.assertIn("      http  success ", body[3])
+        for l in body:
+            self.assertRegex(l, r"\|[ =]{40}\|$")
+        # The shorter call's bar ends well before the longer one's.
+        self.assertLess(body[2].rstrip("| ").count("="), body[3].count("="))
+
+    def test_a_failed_task_is_an_error_span_and_untraced_requests_leave_none(self):
+        self.get("/dead", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: dead-1\r\n")
+        spans = self.trace_of("dead-1")
+        self.assertEqual([s["name"] for s in spans], ["GET /dead", "http"])
+        self.assertEqual(spans[1]["status"]["code"], 2)
+        attrs = {x["key"]: x["value"]["stringValue"] for x in spans[1]["attributes"]}
+        self.assertEqual(attrs["moonflow.task.state"], "system error")
+        self.assertEqual(attrs["moonflow.task.error"], "connection refused")
+        for token in (b"", b"X-Moonflow-Trace: wrong\r\n"):
+            self.get("/hello", token + b"X-Request-Id: quiet-1\r\n")
+        self.get("/hello", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: loud-1\r\n")
+        self.trace_of("loud-1")  # written after the quiet ones would be
+        with open(self.file) as f:
+            self.assertNotIn('"quiet-1"', f.read())
+
+
+class TraceConfig(unittest.TestCase):
+    def run_conf(self, line):
+        root = tempfile.mkdtemp(prefix="mf-trace-conf-")
+        self.addCleanup(shutil.rmtree, root, True)
+        conf = os.path.join(root, "conf.lua")
+        with open(os.path.join(root, "hello.lua"), "w") as f:
+            f.write('return function(req, resp) resp:send("hi") end\n')
+        with open(conf, "w") as f:
+            f.write('return { root = ".", access_log = "off", trace = %s }\n' % line)
+        return root, conf
+
+    def test_bad_trace_settings_are_refused_at_start_naming_the_key(self):
+        for line, want in (('{ sample = 2 }', "trace.file: a file name expected, got none"),
+                           ('{ file = "t", sample = -1 }', "trace.sample: an integer from 0"),
+                           ('{ file = "t", token = "" }', "trace.token: 1 to 128 bytes"),
+                           ('{ file = "t", every = 2 }', "trace.every")):
+            _, conf = self.run_conf(line)
+            out = subprocess.run([MOONFLOW, "serve", "--config", conf],
+                                 capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn(want, out.stderr)
+
+    def test_one_request_in_sample_is_traced(self):
+        root, conf = self.run_conf('{ file = "t.jsonl", sample = 3 }')
+        port = free_port()
+        srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
+                      "127.0.0.1:%d" % port, "--workers", "1"], port)
+        try:
+            for i in range(9):
+                request(port, b"GET /hello HTTP/1.1\r\nHost: h\r\n\r\n")
+        finally:
+            code, _, _ = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0)
+        with open(os.path.join(root, "t.jsonl")) as f:
+            self.assertEqual(len(f.read().splitlines()), 3)
+
+    def test_a_trace_file_that_cannot_be_opened_stops_the_start(self):
+        _, conf = self.run_conf('{ file = "/nonexistent-dir/t.jsonl", sample = 1 }')
+        port = free_port()
+        out = subprocess.run([MOONFLOW, "serve", "--config", conf, "--listen",
+                              "127.0.0.1:%d" % port], capture_output=True,
+                             text=True, timeout=10)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("/nonexistent-dir/t.jsonl", out.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

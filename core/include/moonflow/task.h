@@ -90,9 +90,10 @@ struct mf_task {
     int _state;
     int _error;
     uint32_t _flags;
-    uint32_t _timeout_ms; /* 0: no timeout */
-    mf_timer_t _timer;    /* per-task timeout */
-    uint64_t _started_ns; /* dispatch time while observed; 0: not */
+    uint32_t _timeout_ms;         /* 0: no timeout */
+    mf_timer_t _timer;            /* per-task timeout */
+    uint64_t _started_ns;         /* dispatch time while observed; 0: not */
+    struct mf_task_trace *_trace; /* the loop's when made; NULL: none */
 };
 
 MF_API void mf_task_init(mf_task_t *task, const mf_task_ops_t *ops,
@@ -163,6 +164,32 @@ typedef struct mf_task_observer {
  * its use (set NULL before freeing it). */
 MF_API void mf_loop_observe_tasks(mf_loop_t *loop,
                                   const mf_task_observer_t *observer);
+
+/* The parallel or graph task whose branch (node) runs task, or NULL for a
+ * task of a top-level series: the tree a trace draws. */
+MF_API mf_task_t *mf_task_parent(const mf_task_t *task);
+
+/* ---- tasks made for one piece of work (a request's trace) ------------
+ * A trace context is the caller's struct embedding mf_task_trace_t. While
+ * it is set on a loop (mf_loop_set_trace, around the code that makes tasks
+ * for that work), every task made on the loop holds it, one count each,
+ * until the task is released; release(t) runs when the count drops to 0
+ * (the caller holds a count of its own while it may still set it). An
+ * observer finds a task's context with mf_task_trace. Loop thread only. */
+typedef struct mf_task_trace {
+    unsigned refs;
+    void (*release)(struct mf_task_trace *t);
+} mf_task_trace_t;
+
+/* Sets the loop's context (NULL: none) and returns the one it replaces. */
+MF_API mf_task_trace_t *mf_loop_set_trace(mf_loop_t *loop,
+                                          mf_task_trace_t *trace);
+static inline mf_task_trace_t *mf_task_trace(const mf_task_t *task)
+{
+    return task->_trace;
+}
+/* Drops one count; the last one runs release. */
+MF_API void mf_task_trace_unref(mf_task_trace_t *trace);
 
 MF_EXTERN_C_END
 

@@ -48,6 +48,7 @@
 #include <moonflow/common.h>
 #include <moonflow/loop.h>
 #include <moonflow/metrics.h>
+#include <moonflow/task.h>
 
 MF_EXTERN_C_BEGIN
 
@@ -287,6 +288,13 @@ MF_API void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
                                      void *ud);
 /* The request id of the coroutine the host is running, or NULL. */
 MF_API const char *mf_lua_host_request_id(const mf_lua_host_t *host);
+
+/* Every task the coroutine's Lua code makes (its flows, its waits) holds
+ * trace (moonflow/task.h: set on the loop while the coroutine runs), so an
+ * observer can tell that work's tasks apart. The caller keeps trace alive
+ * while the coroutine may run; NULL: none. Tasks a flow's per-task
+ * callback makes are not the coroutine's. */
+MF_API void mf_lua_co_set_trace(mf_lua_co_t *co, mf_task_trace_t *trace);
 
 /* The running host coroutine whose thread is L; raises a Lua error when L
  * is not one (the main chunk of a plain state, a user coroutine). */
