@@ -107,3 +107,63 @@ TEST(nothing_is_reported_without_an_observer)
     ASSERT_EQ(o.finished, 0);
     mf_loop_destroy(loop);
 }
+
+/* ---- trace contexts ----------------------------------------------------- */
+
+typedef struct ctx {
+    mf_task_trace_t base;
+    int released;
+} ctx_t;
+
+static void ctx_release(mf_task_trace_t *t)
+{
+    ((ctx_t *)t)->released++;
+}
+
+static mf_task_t *parent_seen[8];
+static int parents;
+
+static void on_start_parent(void *ud, mf_task_t *task)
+{
+    (void)ud;
+    if (mf_task_trace(task) && parents < 8)
+        parent_seen[parents++] = mf_task_parent(task);
+}
+
+TEST(tasks_made_under_a_trace_hold_it_until_released)
+{
+    mf_loop_t *loop = mf_loop_create();
+    ctx_t c = {{1, ctx_release}, 0}; /* the caller's own count */
+    mf_task_observer_t observer = {on_start_parent, NULL, NULL};
+    mf_loop_observe_tasks(loop, &observer);
+    ASSERT(mf_loop_set_trace(loop, &c.base) == NULL);
+    mf_series_t *s = mf_series_create(loop, NULL);
+    mf_task_t *first = mf_task_timer_create(loop, 5, NULL, NULL);
+    mf_series_push_back(s, first);
+    mf_parallel_t *par = mf_parallel_create(loop, NULL, NULL);
+    mf_parallel_add_task(par, mf_task_timer_create(loop, 5, NULL, NULL));
+    mf_task_t *par_task = mf_parallel_task(par);
+    mf_series_push_back(s, par_task);
+    mf_task_t *never = mf_task_empty_create(loop, NULL, NULL);
+    ASSERT(mf_loop_set_trace(loop, NULL) == &c.base);
+    mf_task_t *untraced = mf_task_empty_create(loop, NULL, NULL);
+    ASSERT(mf_task_trace(untraced) == NULL);
+    ASSERT(mf_task_trace(first) == &c.base);
+    ASSERT_EQ(c.base.refs, 1 + 4); /* timer, parallel, its timer, empty */
+    mf_task_destroy(never);        /* never started: released all the same */
+    mf_task_destroy(untraced);
+    ASSERT_EQ(c.base.refs, 4);
+    mf_series_start(s);
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_EQ(c.base.refs, 1);
+    ASSERT_EQ(c.released, 0);
+    mf_task_trace_unref(&c.base); /* the caller's: the last one */
+    ASSERT_EQ(c.released, 1);
+    /* the first timer and the parallel sit in the top series; the
+     * parallel's branch has the parallel above it */
+    ASSERT_EQ(parents, 3);
+    ASSERT(parent_seen[0] == NULL);
+    ASSERT(parent_seen[1] == NULL);
+    ASSERT(parent_seen[2] == par_task);
+    mf_loop_destroy(loop);
+}
