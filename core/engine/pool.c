@@ -1,10 +1,13 @@
 /*
  * pool.c — the compute pool: a FIFO of embedded jobs under one mutex, and M
- * threads. The critical section is a pointer push or pop; the jobs'
- * completions go back through the lock-free mailbox of their loops.
+ * threads. The critical section is a pointer push or pop (and the counts
+ * of mf_pool_stats); the jobs' completions go back through the lock-free
+ * mailbox of their loops. A thread takes the mutex once more after each
+ * job, to count it done.
  */
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "moonflow/pool.h"
 
@@ -16,6 +19,10 @@ struct mf_pool {
     bool stopping;
     unsigned nthreads;
     pthread_t *threads;
+    /* counted under the mutex the queue takes anyway (mf_pool_stats) */
+    size_t queued;
+    unsigned active;
+    uint64_t completed;
 };
 
 static void mf__pool_job_delivered(mf_post_t *post)
@@ -35,9 +42,30 @@ static mf_pool_job_t *mf__pool_take(mf_pool_t *pool)
         pool->head = job->_next;
         if (!pool->head)
             pool->tail = NULL;
+        pool->queued--;
+        pool->active++;
     }
     pthread_mutex_unlock(&pool->mutex);
     return job;
+}
+
+/* A thread is through with its job. */
+static void mf__pool_done(mf_pool_t *pool)
+{
+    pthread_mutex_lock(&pool->mutex);
+    pool->active--;
+    pool->completed++;
+    pthread_mutex_unlock(&pool->mutex);
+}
+
+void mf_pool_stats(mf_pool_t *pool, mf_pool_stats_t *out)
+{
+    pthread_mutex_lock(&pool->mutex);
+    out->threads = pool->nthreads;
+    out->queued = pool->queued;
+    out->active = pool->active;
+    out->completed = pool->completed;
+    pthread_mutex_unlock(&pool->mutex);
 }
 
 static void *mf__pool_thread(void *arg)
@@ -46,6 +74,7 @@ static void *mf__pool_thread(void *arg)
     mf_pool_job_t *job;
     while ((job = mf__pool_take(pool)) != NULL) {
         job->fn(job);
+        mf__pool_done(pool);
         mf_post_init(&job->_post, mf__pool_job_delivered, job);
         mf_loop_post(job->_loop, &job->_post);
     }
@@ -101,6 +130,7 @@ void mf_pool_submit(mf_pool_t *pool, mf_loop_t *loop, mf_pool_job_t *job)
     else
         pool->head = job;
     pool->tail = job;
+    pool->queued++;
     pthread_cond_signal(&pool->cond);
     pthread_mutex_unlock(&pool->mutex);
 }

@@ -325,6 +325,11 @@ void mf__http_conn_abort(mf_http_conn_t *conn)
     mf__conn_close(conn);
 }
 
+bool mf__http_conn_idle(const mf_http_conn_t *conn)
+{
+    return conn->phase == MF_CONN_IDLE && !conn->in.len && !conn->nsegs;
+}
+
 void mf__http_conn_stop(mf_http_conn_t *conn)
 {
     conn->keep_alive = false;

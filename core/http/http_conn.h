@@ -28,6 +28,9 @@ void mf__http_conn_accept(mf_http_server_t *srv, int fd,
                           const mf_sockaddr_t *peer);
 /* The connection whose server-list entry is link. */
 mf_http_conn_t *mf__http_conn_from_link(mf_list_t *link);
+/* Waiting for the next request of a keep-alive connection, nothing to
+ * write. */
+bool mf__http_conn_idle(const mf_http_conn_t *conn);
 /* The server is stopping: an idle connection closes now (after its
  * pending output); a busy one answers with Connection: close. */
 void mf__http_conn_stop(mf_http_conn_t *conn);

@@ -250,6 +250,17 @@ static void mf__server_maybe_stopped(mf_http_server_t *srv)
     }
 }
 
+void mf_http_server_stats(const mf_http_server_t *srv,
+                          mf_http_server_stats_t *out)
+{
+    out->connections = srv->nconns;
+    out->idle = 0;
+    for (mf_list_t *n = srv->conns.next; n != &srv->conns; n = n->next)
+        out->idle += mf__http_conn_idle(mf__http_conn_from_link(n));
+    out->failed_responses = srv->failed_responses;
+    out->invalid_headers = srv->invalid_headers;
+}
+
 void mf__http_server_conn_opened(mf_http_server_t *srv, mf_list_t *link)
 {
     mf_list_push_back(&srv->conns, link);

@@ -14,9 +14,12 @@
  * makes no syscall beyond the clock reads it shares with the access log.
  * Every task the worker runs counts in moonflow_tasks_total{kind, state}
  * and moonflow_task_duration_seconds{kind}, told by the worker's task
- * observer (observe.c), through a cache by kind and state. A timer sets the
- * worker's Lua memory once a second. The page adds the
- * workers' shards up, with every user metric of mf.metrics.
+ * observer (observe.c), through a cache by kind and state. A timer sets,
+ * once a second, the worker's Lua memory, its open and idle connections,
+ * its loop's lag (how late that timer fired), the route scripts it loaded
+ * again (and those that failed), and on worker 0 the compute pool's
+ * threads, queue, running and completed jobs. The page adds the workers'
+ * shards up, with every user metric of mf.metrics.
  *
  * Owns: the worker's cache (freed with the worker). May call: the registry,
  * the HTTP server's exchange, the Lua host.
@@ -27,6 +30,7 @@
 
 #include <moonflow/error.h>
 #include <moonflow/metrics.h>
+#include <moonflow/pool.h>
 #include <moonflow/task.h>
 
 #include "serve.h"
@@ -63,7 +67,14 @@ typedef struct mf_task_entry {
 typedef struct mf_serve_metrics {
     mf_metric_family_t *requests, *duration, *bytes_in, *bytes_out;
     mf_metric_family_t *tasks, *task_duration;
-    mf_metric_t *lua_memory;
+    /* set once a second (mf__tick): this worker's ... */
+    mf_metric_t *lua_memory, *connections, *idle, *loop_lag;
+    mf_metric_t *reloads_ok, *reloads_failed;
+    uint64_t reloads_seen, reload_failures_seen;
+    uint64_t tick_due_ns; /* when the tick should fire: its lateness */
+    /* ... and the process's compute pool (worker 0 only) */
+    mf_metric_t *pool_threads, *pool_queued, *pool_active, *pool_completed;
+    uint64_t pool_completed_seen;
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
@@ -82,12 +93,116 @@ static int mf__family(mf_serve_worker_t *w, mf_metric_family_t **out,
     return rc;
 }
 
-static void mf__lua_memory_tick(mf_timer_t *timer)
+static uint64_t mf__mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One series of a family with at most one label: the worker's gauges and
+ * the reload counters (value: the label's), or the pool's (no label). */
+static int mf__one(mf_serve_worker_t *w, mf_metric_t **out, const char *name,
+                   const char *help, mf_metric_type_t type, const char *label,
+                   const char *value)
+{
+    mf_metric_family_t *f;
+    const char *const labels[] = {label};
+    int rc = mf__family(w, &f, name, help, type, labels, label ? 1 : 0);
+    const char *const values[] = {value};
+    return rc ? rc : mf_metric_series(f, values, label ? 1 : 0, out);
+}
+
+static void mf__tick_pool(mf_serve_worker_t *w, mf_serve_metrics_t *m)
+{
+    mf_pool_t *pool = mf_loop_pool(w->loop);
+    if (!pool || !m->pool_threads)
+        return;
+    mf_pool_stats_t st;
+    mf_pool_stats(pool, &st);
+    mf_metric_set(m->pool_threads, w->id, st.threads);
+    mf_metric_set(m->pool_queued, w->id, (double)st.queued);
+    mf_metric_set(m->pool_active, w->id, st.active);
+    mf_metric_add(m->pool_completed, w->id,
+                  (double)(st.completed - m->pool_completed_seen));
+    m->pool_completed_seen = st.completed;
+}
+
+/* Once a second: what is read rather than counted. The loop's lag is how
+ * late this timer fired (a handler that hogs the loop delays it). */
+static void mf__tick(mf_timer_t *timer)
 {
     mf_serve_worker_t *w = timer->data;
-    mf_metric_set(w->mstate->lua_memory, w->id,
-                  (double)mf_lua_host_memory(w->host));
+    mf_serve_metrics_t *m = w->mstate;
+    uint64_t now = mf__mono_ns();
+    if (m->tick_due_ns)
+        mf_metric_set(
+            m->loop_lag, w->id,
+            now > m->tick_due_ns ? (double)(now - m->tick_due_ns) / 1e9 : 0);
+    mf_metric_set(m->lua_memory, w->id, (double)mf_lua_host_memory(w->host));
+    if (w->server) {
+        mf_http_server_stats_t st;
+        mf_http_server_stats(w->server, &st);
+        mf_metric_set(m->connections, w->id, (double)st.connections);
+        mf_metric_set(m->idle, w->id, (double)st.idle);
+    }
+    uint64_t done, failed;
+    mf_serve_routes_reloads(w->routes, &done, &failed);
+    mf_metric_add(m->reloads_ok, w->id,
+                  (double)((done - failed) -
+                           (m->reloads_seen - m->reload_failures_seen)));
+    mf_metric_add(m->reloads_failed, w->id,
+                  (double)(failed - m->reload_failures_seen));
+    m->reloads_seen = done;
+    m->reload_failures_seen = failed;
+    mf__tick_pool(w, m);
+    m->tick_due_ns = now + 1000000000u;
     mf_timer_start(w->loop, timer, 1000);
+}
+
+/* The series the tick sets. */
+static int mf__open_gauges(mf_serve_worker_t *w, mf_serve_metrics_t *m)
+{
+    char id[16];
+    snprintf(id, sizeof id, "%u", w->id);
+    const mf_metric_type_t G = MF_METRIC_GAUGE, C = MF_METRIC_COUNTER;
+    int rc = mf__one(w, &m->lua_memory, "moonflow_lua_memory_bytes",
+                     "Bytes held by each worker's Lua state.", G, "worker", id);
+    if (!rc)
+        rc =
+            mf__one(w, &m->connections, "moonflow_http_connections",
+                    "Open client connections of each worker.", G, "worker", id);
+    if (!rc)
+        rc = mf__one(w, &m->idle, "moonflow_http_connections_idle",
+                     "Keep-alive connections waiting for a request.", G,
+                     "worker", id);
+    if (!rc)
+        rc = mf__one(w, &m->loop_lag, "moonflow_loop_lag_seconds",
+                     "How late each worker's once-a-second timer fired last.",
+                     G, "worker", id);
+    if (!rc)
+        rc = mf__one(w, &m->reloads_ok, "moonflow_reloads_total",
+                     "Route scripts loaded again after a change, by result "
+                     "(failed: the previous version kept serving).",
+                     C, "result", "ok");
+    if (!rc)
+        rc = mf__one(w, &m->reloads_failed, "moonflow_reloads_total", NULL, C,
+                     "result", "failed");
+    if (rc || w->id != 0 || !mf_loop_pool(w->loop))
+        return rc;
+    rc = mf__one(w, &m->pool_threads, "moonflow_pool_threads",
+                 "Threads of the compute pool (mf.go).", G, NULL, NULL);
+    if (!rc)
+        rc = mf__one(w, &m->pool_queued, "moonflow_pool_queued_jobs",
+                     "Jobs waiting for a pool thread.", G, NULL, NULL);
+    if (!rc)
+        rc = mf__one(w, &m->pool_active, "moonflow_pool_active_jobs",
+                     "Jobs running on the pool.", G, NULL, NULL);
+    if (!rc)
+        rc =
+            mf__one(w, &m->pool_completed, "moonflow_pool_jobs_completed_total",
+                    "Jobs the pool has run.", C, NULL, NULL);
+    return rc;
 }
 
 /* "success", "timeout", "system error" ... as label values: words with _ */
@@ -140,11 +255,7 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
     w->mstate = m;
     static const char *const rms[] = {"route", "method", "status"};
     static const char *const route[] = {"route"};
-    static const char *const worker[] = {"worker"};
     static const char *const kind_state[] = {"kind", "state"};
-    mf_metric_family_t *memory;
-    char id[16];
-    snprintf(id, sizeof id, "%u", w->id);
     int rc = mf__family(w, &m->requests, "moonflow_http_requests_total",
                         "HTTP requests finished, by route (the script's "
                         "path, \"\" for none), method and status.",
@@ -173,17 +284,12 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
                         "Time from a task's start to its result.",
                         MF_METRIC_HISTOGRAM, kind_state, 1);
     if (!rc)
-        rc = mf__family(w, &memory, "moonflow_lua_memory_bytes",
-                        "Bytes held by each worker's Lua state.",
-                        MF_METRIC_GAUGE, worker, 1);
-    if (!rc)
-        rc = mf_metric_series(memory, (const char *const[]){id}, 1,
-                              &m->lua_memory);
+        rc = mf__open_gauges(w, m);
     if (rc)
         return rc;
-    mf_timer_init(&m->timer, mf__lua_memory_tick, w);
+    mf_timer_init(&m->timer, mf__tick, w);
     mf_timer_set_ref(w->loop, &m->timer, false);
-    mf__lua_memory_tick(&m->timer);
+    mf__tick(&m->timer);
     return 0;
 }
 

@@ -65,6 +65,7 @@ struct mf_serve_routes {
     mf_serve_site_t *site; /* the generation routes are compiled in */
     bool cache_misses;
     size_t nmisses; /* slots in use: forgetting an empty cache is free */
+    uint64_t reloads, reload_failures; /* scripts loaded again (metrics) */
     mf_serve_route_t *buckets[MF_ROUTES_BUCKETS];
     mf_serve_route_miss_t misses[MF_ROUTES_MISSES];
     char root[]; /* the scripts folder */
@@ -289,6 +290,7 @@ static void mf__route_load(mf_serve_routes_t *r, mf_serve_route_t *e,
 {
     char *text, why[128];
     size_t len = 0;
+    bool again = e->ref != LUA_NOREF; /* a reload, not the first load */
     e->stale = false;
     e->generation = mf_serve_site_generation(r->site);
     int rc = mf_serve_source_read(e->file, &text, &len);
@@ -303,8 +305,17 @@ static void mf__route_load(mf_serve_routes_t *r, mf_serve_route_t *e,
         mf__route_set(r, e, L, text, len);
     }
     mf_free(text);
+    r->reloads += again;
+    r->reload_failures += again && err;
     if (err)
         mf__route_fall_back(r, e, L, err);
+}
+
+void mf_serve_routes_reloads(const mf_serve_routes_t *r, uint64_t *done,
+                             uint64_t *failed)
+{
+    *done = r->reloads;
+    *failed = r->reload_failures;
 }
 
 /* A saved file that compiles becomes the last good source at once, so a

@@ -68,6 +68,11 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
                                           size_t nroutes);
 void mf_serve_routes_destroy(mf_serve_routes_t *routes);
 
+/* Route scripts this worker loaded again after a change (done) and those
+ * of them that failed to load (the previous version kept serving). */
+void mf_serve_routes_reloads(const mf_serve_routes_t *routes, uint64_t *done,
+                             uint64_t *failed);
+
 /* Remember paths that have no script. Only while a watcher feeds
  * mf_serve_routes_changed: without one, a file created later would stay
  * unknown. Off at creation. */

@@ -196,6 +196,33 @@ class Metrics(unittest.TestCase):
         self.assertEqual(self.value("site_hellos_total", '{who="b"}'), 1)
         self.assertEqual(self.value("site_hellos_total", '{who="anon"}'), 1)
 
+    def test_connections_loop_lag_and_pool_gauges(self):
+        for worker in ("0", "1"):
+            w = '{worker="%s"}' % worker
+            self.assertGreaterEqual(self.value("moonflow_http_connections", w), 0)
+            self.assertGreaterEqual(self.value("moonflow_http_connections_idle", w), 0)
+            lag = self.value("moonflow_loop_lag_seconds", w)
+            self.assertGreaterEqual(lag, 0)
+            self.assertLess(lag, 1)
+        self.assertGreaterEqual(self.value("moonflow_pool_threads"), 1)
+        self.assertEqual(self.value("moonflow_pool_queued_jobs"), 0)
+        self.assertIsNotNone(self.value("moonflow_pool_jobs_completed_total"))
+        self.assertEqual(self.value("moonflow_reloads_total", '{result="ok"}'), 0)
+
+    def test_an_idle_keep_alive_connection_shows(self):
+        s = connect(self.port)
+        s.sendall(b"GET /hello HTTP/1.1\r\nHost: h\r\n\r\n")
+        s.recv(4096)
+        deadline = time.time() + 5
+        idle = 0
+        while time.time() < deadline and idle < 1:
+            time.sleep(0.25)  # the gauges are set once a second
+            page = parse(self.get("/_metrics").body.decode())
+            idle = sum(v for (n, _), v in page.items()
+                       if n == "moonflow_http_connections_idle")
+        s.close()
+        self.assertGreaterEqual(idle, 1)
+
     def test_lua_memory_of_each_worker(self):
         for worker in ("0", "1"):
             self.assertGreater(self.value("moonflow_lua_memory_bytes",
@@ -214,6 +241,42 @@ class Metrics(unittest.TestCase):
         out = subprocess.run(["promtool", "check", "metrics"], input=self.text,
                              capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
+
+class Reloads(unittest.TestCase):
+    def test_reloads_done_and_failed_are_counted(self):
+        root = tempfile.mkdtemp(prefix="mf-reloads-")
+        self.addCleanup(shutil.rmtree, root, True)
+        script = os.path.join(root, "r.lua")
+
+        def save(text):
+            tmp = script + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.rename(tmp, script)
+            time.sleep(0.3)  # the watcher's event
+
+        save('return function(req, resp) resp:send("one") end\n')
+        conf = os.path.join(root, "conf.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = ".", access_log = "off", '
+                    'metrics = { path = "/m" } }\n')
+        port = free_port()
+        srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
+                      "127.0.0.1:%d" % port, "--workers", "1"], port)
+        get = lambda p: request(port, b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" % p)
+        try:
+            self.assertEqual(get(b"/r").body, b"one")
+            save('return function(req, resp) resp:send("two") end\n')
+            self.assertEqual(get(b"/r").body, b"two")
+            save('return function(req, resp) resp:send( end\n')
+            self.assertEqual(get(b"/r").body, b"two")  # the last good one
+            time.sleep(1.2)  # the counts are read once a second
+            page = parse(get(b"/m").body.decode())
+        finally:
+            srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(page[("moonflow_reloads_total", '{result="ok"}')], 1)
+        self.assertEqual(page[("moonflow_reloads_total", '{result="failed"}')], 1)
 
 
 class MetricsConfig(unittest.TestCase):

@@ -146,6 +146,18 @@ MF_API void mf_http_server_drain(mf_http_server_t *srv, uint32_t idle_ms,
 MF_API uint16_t mf_http_server_port(const mf_http_server_t *srv);
 /* Open connections on this loop. */
 MF_API size_t mf_http_server_connections(const mf_http_server_t *srv);
+/* The server's connections now (idle: keep-alive ones waiting for their
+ * next request) and its counts since it started. Loop thread; walks the
+ * connections (for a scrape, not per request). */
+typedef struct mf_http_server_stats {
+    size_t connections;
+    size_t idle;
+    uint64_t failed_responses; /* answered 500 or cut for lack of memory */
+    uint64_t invalid_headers;  /* refused by mf_http_exchange_add_header */
+} mf_http_server_stats_t;
+MF_API void mf_http_server_stats(const mf_http_server_t *srv,
+                                 mf_http_server_stats_t *out);
+
 MF_API mf_loop_t *mf_http_server_loop(const mf_http_server_t *srv);
 /* Responses that could not be built for lack of memory since the start:
  * each was answered 500 (with Connection: close) or, when its head was

@@ -13,6 +13,9 @@
 #ifndef MOONFLOW_POOL_H
 #define MOONFLOW_POOL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "loop.h"
 
 MF_EXTERN_C_BEGIN
@@ -34,6 +37,16 @@ MF_API mf_pool_t *mf_pool_create(unsigned nthreads);
  * need not be running). */
 MF_API void mf_pool_destroy(mf_pool_t *pool);
 MF_API unsigned mf_pool_threads(const mf_pool_t *pool);
+
+/* What the pool is doing (a backlog is the first sign of a blocked pool). */
+typedef struct mf_pool_stats {
+    unsigned threads;
+    size_t queued;      /* jobs waiting for a thread */
+    unsigned active;    /* jobs running */
+    uint64_t completed; /* jobs run since the pool started */
+} mf_pool_stats_t;
+/* Any thread; takes the pool's mutex for a moment. */
+MF_API void mf_pool_stats(mf_pool_t *pool, mf_pool_stats_t *out);
 /* Queues the job (fn and done set by the caller). Loop thread of `loop`. */
 MF_API void mf_pool_submit(mf_pool_t *pool, mf_loop_t *loop,
                            mf_pool_job_t *job);

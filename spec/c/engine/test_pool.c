@@ -83,3 +83,63 @@ TEST(destroy_runs_every_queued_job_first)
     ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
     mf_loop_destroy(loop);
 }
+
+/* ---- stats ----------------------------------------------------------------
+ */
+
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_open, gate_waiting;
+
+static void gated_run(mf_pool_job_t *j)
+{
+    (void)j;
+    pthread_mutex_lock(&gate_mu);
+    gate_waiting++;
+    pthread_cond_broadcast(&gate_cv);
+    while (!gate_open)
+        pthread_cond_wait(&gate_cv, &gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+}
+
+static void gated_done(mf_pool_job_t *j)
+{
+    (void)j;
+}
+
+TEST(stats_show_the_queue_the_running_jobs_and_the_completed_ones)
+{
+    static mf_pool_job_t jobs[5];
+    mf_loop_t *loop = mf_loop_create();
+    mf_pool_t *pool = mf_pool_create(2);
+    mf_pool_stats_t st;
+    mf_pool_stats(pool, &st);
+    ASSERT_EQ(st.threads, 2);
+    ASSERT_EQ(st.queued, 0);
+    ASSERT_EQ(st.active, 0);
+    ASSERT_EQ(st.completed, 0);
+    for (int i = 0; i < 5; i++) {
+        jobs[i].fn = gated_run;
+        jobs[i].done = gated_done;
+        mf_pool_submit(pool, loop, &jobs[i]);
+    }
+    pthread_mutex_lock(&gate_mu);
+    while (gate_waiting < 2) /* both threads hold a job */
+        pthread_cond_wait(&gate_cv, &gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+    mf_pool_stats(pool, &st);
+    ASSERT_EQ(st.active, 2);
+    ASSERT_EQ(st.queued, 3);
+    ASSERT_EQ(st.completed, 0);
+    pthread_mutex_lock(&gate_mu);
+    gate_open = 1;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+    ASSERT_EQ(mf_loop_run(loop, MF_RUN_DEFAULT), 0);
+    mf_pool_stats(pool, &st);
+    ASSERT_EQ(st.queued, 0);
+    ASSERT_EQ(st.active, 0);
+    ASSERT_EQ(st.completed, 5);
+    mf_pool_destroy(pool);
+    mf_loop_destroy(loop);
+}

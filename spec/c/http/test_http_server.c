@@ -884,3 +884,48 @@ TEST(log_escape_hides_quotes_backslashes_and_control_bytes)
     ASSERT_EQ(mf_http_log_escape(out, 1, "x", 1), 0);
     ASSERT_STR_EQ(out, "");
 }
+
+/* ---- stats ------------------------------------------------------------------
+ */
+
+static atomic_int stats_answered, stats_checked;
+
+static void client_idle_keep_alive(void *arg)
+{
+    (void)arg;
+    peer_conn_t *c = peer_connect(peer_port);
+    peer_response_t r;
+    peer_send_str(c, "GET /peer HTTP/1.1\r\nHost: h\r\n\r\n");
+    peer_read_response(c, &r);
+    atomic_store(&stats_answered, 1);
+    for (int i = 0; i < 5000 && !atomic_load(&stats_checked); i++)
+        usleep(1000); /* idle, kept alive, while the test looks */
+    peer_close(c);
+}
+
+static bool stats_answer_seen(void *arg)
+{
+    (void)arg;
+    return atomic_load(&stats_answered) != 0;
+}
+
+TEST(stats_count_open_and_idle_connections)
+{
+    serve_once();
+    peer_thread_t t;
+    peer_start(&t, client_idle_keep_alive, NULL);
+    ASSERT(peer_run_until(peer_loop, stats_answer_seen, NULL, 5000));
+    mf_loop_run(peer_loop, MF_RUN_NOWAIT); /* the answer's write is done */
+    mf_http_server_stats_t st;
+    mf_http_server_stats(peer_server, &st);
+    ASSERT_EQ(st.connections, 1);
+    ASSERT_EQ(st.idle, 1);
+    ASSERT_EQ(st.failed_responses,
+              mf_http_server_failed_responses(peer_server));
+    atomic_store(&stats_checked, 1);
+    peer_finish(peer_loop, &t);
+    ASSERT(peer_run_until(peer_loop, no_connections, peer_server, 5000));
+    mf_http_server_stats(peer_server, &st);
+    ASSERT_EQ(st.connections, 0);
+    ASSERT_EQ(st.idle, 0);
+}
