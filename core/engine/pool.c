@@ -1,9 +1,9 @@
 /*
  * pool.c — the compute pool: a FIFO of embedded jobs under one mutex, and M
  * threads. The critical section is a pointer push or pop (and the counts
- * of mf_pool_stats); the jobs' completions go back through the lock-free
- * mailbox of their loops. A thread takes the mutex once more after each
- * job, to count it done.
+ * of mf_pool_stats: a job is counted done when its thread comes back for
+ * the next one, under the same lock); the jobs' completions go back
+ * through the lock-free mailbox of their loops.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -32,9 +32,15 @@ static void mf__pool_job_delivered(mf_post_t *post)
     job->done(job);
 }
 
-static mf_pool_job_t *mf__pool_take(mf_pool_t *pool)
+/* The next job; ran_one: the thread is through with its last one, counted
+ * here under the lock the queue takes anyway. */
+static mf_pool_job_t *mf__pool_take(mf_pool_t *pool, bool ran_one)
 {
     pthread_mutex_lock(&pool->mutex);
+    if (ran_one) {
+        pool->active--;
+        pool->completed++;
+    }
     while (!pool->head && !pool->stopping)
         pthread_cond_wait(&pool->cond, &pool->mutex);
     mf_pool_job_t *job = pool->head;
@@ -47,15 +53,6 @@ static mf_pool_job_t *mf__pool_take(mf_pool_t *pool)
     }
     pthread_mutex_unlock(&pool->mutex);
     return job;
-}
-
-/* A thread is through with its job. */
-static void mf__pool_done(mf_pool_t *pool)
-{
-    pthread_mutex_lock(&pool->mutex);
-    pool->active--;
-    pool->completed++;
-    pthread_mutex_unlock(&pool->mutex);
 }
 
 void mf_pool_stats(mf_pool_t *pool, mf_pool_stats_t *out)
@@ -72,11 +69,12 @@ static void *mf__pool_thread(void *arg)
 {
     mf_pool_t *pool = arg;
     mf_pool_job_t *job;
-    while ((job = mf__pool_take(pool)) != NULL) {
+    bool ran_one = false;
+    while ((job = mf__pool_take(pool, ran_one)) != NULL) {
         job->fn(job);
-        mf__pool_done(pool);
         mf_post_init(&job->_post, mf__pool_job_delivered, job);
         mf_loop_post(job->_loop, &job->_post);
+        ran_one = true;
     }
     return NULL;
 }

@@ -43,7 +43,8 @@ typedef struct mf_pool_stats {
     unsigned threads;
     size_t queued;      /* jobs waiting for a thread */
     unsigned active;    /* jobs running */
-    uint64_t completed; /* jobs run since the pool started */
+    uint64_t completed; /* jobs run since the pool started (a job counts
+                           once its thread is back for the next one) */
 } mf_pool_stats_t;
 /* Any thread; takes the pool's mutex for a moment. */
 MF_API void mf_pool_stats(mf_pool_t *pool, mf_pool_stats_t *out);
