@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 
 #include "http_client_int.h"
@@ -192,6 +193,20 @@ static void mf__client_task_build_request(mf_http_client_task_t *t)
     mf__client_task_put(t, t->body.data, t->body.len);
 }
 
+void mf__client_task_mark(const mf_http_client_task_t *t, uint64_t *at)
+{
+    if (MF_LIKELY(mf_task_trace(&t->base) == NULL))
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void mf_task_http_timings(const mf_task_t *task, mf_http_timings_t *out)
+{
+    *out = ((const mf_http_client_task_t *)task)->timings;
+}
+
 static void mf__client_task_arm(mf_http_client_task_t *t, uint32_t ms)
 {
     if (ms)
@@ -217,11 +232,14 @@ static void mf__client_task_write(mf_http_client_task_t *t)
         t->out_done += (size_t)w;
     }
     t->phase = MF_CT_HEAD;
+    mf__client_task_mark(t, &t->timings.sent);
 }
 
 void mf__client_task_send(mf_http_client_task_t *t)
 {
     t->phase = MF_CT_SENDING;
+    mf__client_task_mark(t, &t->timings.sending);
+    t->timings.sent = t->timings.first_byte = 0; /* a retry starts over */
     t->in.len = 0;
     t->scanned = 0;
     t->got_bytes = false;
@@ -391,6 +409,8 @@ void mf__client_task_read(mf_http_client_task_t *t)
             return;
         }
         if (n > 0) {
+            if (!t->got_bytes)
+                mf__client_task_mark(t, &t->timings.first_byte);
             t->got_bytes = true;
             t->in.len += (size_t)n;
         }

@@ -109,9 +109,14 @@ struct mf_http_client_task {
     size_t relayed;              /* 0: nothing relayed yet */
     bool paused;        /* the client is slow: stop reading the upstream */
     uint64_t body_seen; /* body bytes relayed and dropped from `in` */
+    mf_http_timings_t timings; /* a traced task's (mf__client_task_mark) */
     /* Last: creation zeroes everything before it, the parser fills it. */
     mf_http_header_t resp_headers[MF_HTTP_CLIENT_MAX_HEADERS];
 };
+
+/* Stamps *at with the time, for a traced task only (mf_task_http_timings):
+ * an untraced one reads no clock. */
+void mf__client_task_mark(const mf_http_client_task_t *t, uint64_t *at);
 
 /* http_pool.c */
 mf_http_pool_t *mf__http_pool(mf_loop_t *loop);

@@ -319,6 +319,7 @@ static void mf__client_conn_on_resolved(mf_dns_query_t *q, int status)
         mf__client_conn_fail_open(t, state, status);
         return;
     }
+    mf__client_task_mark(t, &t->timings.resolved);
     int rc = mf__client_open_start(&t->conn->opener, &t->dns);
     if (rc < 0)
         mf__client_conn_fail_open(t, MF_STATE_SYS_ERROR, rc);
@@ -341,9 +342,11 @@ void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
                                    t->origin.tls ? &tls : NULL);
     if (rc == MF_EAGAIN)
         return;
-    if (rc < 0)
+    if (rc < 0) {
         mf__client_conn_fail_open(
             t, rc == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR, rc);
-    else
-        mf__client_task_send(t);
+        return;
+    }
+    mf__client_task_mark(t, &t->timings.opened);
+    mf__client_task_send(t);
 }

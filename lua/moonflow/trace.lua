@@ -2,7 +2,8 @@
 -- serve` writes (trace = { file = ... }: one OTLP JSON object a line) drawn
 -- as text waterfalls, one per request: each span on its line, indented
 -- under its parent, with its start and duration from the request's start,
--- its state, and a bar on a common time scale.
+-- its state, and a bar on a common time scale; under an HTTP call, when
+-- each of its steps happened after its start.
 --
 --   trace 5f0c...0001  GET /fanout  200  101.8 ms
 --        start      time  span                          0 ms          101.8 ms
@@ -16,6 +17,13 @@ local json = require "cjson.safe"
 local M = {}
 
 local WIDTH = 40 -- bar columns
+
+-- An HTTP call's span events, as the waterfall names them.
+local STEP_NAMES = {
+    ["dns.resolved"] = "resolved", ["connection.opened"] = "connected",
+    ["request.start"] = "sending", ["request.sent"] = "sent",
+    ["response.first_byte"] = "first byte",
+}
 
 local function attr(span, key)
     for _, a in ipairs(span.attributes or {}) do
@@ -105,6 +113,15 @@ function M.render(spans)
             ms(ns(s.startTimeUnixNano) - t0),
             ms(ns(s.endTimeUnixNano) - ns(s.startTimeUnixNano)),
             label, bar(t0, total, s))
+        local steps = {}
+        for _, e in ipairs(s.events or {}) do
+            steps[#steps + 1] = ("%s +%s"):format(STEP_NAMES[e.name] or e.name,
+                ms(ns(e.timeUnixNano) - ns(s.startTimeUnixNano)))
+        end
+        if #steps > 0 then
+            out[#out + 1] = ("  %10s  %9s  %s%s"):format("", "",
+                ("  "):rep(r.depth + 1), table.concat(steps, ", "))
+        end
     end
     return table.concat(out, "\n")
 end

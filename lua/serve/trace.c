@@ -4,7 +4,9 @@
  * worker, or any request whose X-Moonflow-Trace header is the token),
  * every task its handler's Lua code starts is a span with its start, its
  * end, its kind, its result and its parent (the parallel or graph it is a
- * branch of, else the request); the request is the root span. When the
+ * branch of, else the request); the request is the root span; an HTTP
+ * call's steps (resolved, opened, request started and sent, first byte of
+ * the response) are its span's events. When the
  * last of them is released, the whole tree is one line of the trace file
  * in OTLP's JSON form (resourceSpans → scopeSpans → spans), which
  * `moonflow trace FILE` draws as a waterfall.
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include <moonflow/error.h>
+#include <moonflow/http_client.h>
 #include <moonflow/task.h>
 
 #include "request.h"
@@ -43,6 +46,7 @@ typedef struct mf_trace_span {
     int parent; /* index; 0: the request */
     int state, error;
     uint64_t start_ns, end_ns; /* monotonic; end 0: never finished */
+    mf_http_timings_t http;    /* an HTTP call's steps (span events) */
 } mf_trace_span_t;
 
 struct mf_serve_trace {
@@ -154,6 +158,8 @@ void mf_serve_trace_finished(mf_task_t *task)
     s->end_ns = mf__mono_ns();
     s->state = mf_task_state(task);
     s->error = mf_task_error(task);
+    if (!strcmp(s->kind, "http"))
+        mf_task_http_timings(task, &s->http);
     s->task = NULL;
 }
 
@@ -289,6 +295,32 @@ static void mf__put_root(mf_trace_out_t *o, const mf_serve_trace_t *t,
     mf__printf(o, "],\"status\":{\"code\":%d}}", t->status >= 500 ? 2 : 1);
 }
 
+/* An HTTP call's steps as OTLP span events: ,"events":[...] */
+static void mf__put_events(mf_trace_out_t *o, const mf_serve_trace_t *t,
+                           const mf_http_timings_t *h)
+{
+    const struct {
+        const char *name;
+        uint64_t at;
+    } steps[] = {{"dns.resolved", h->resolved},
+                 {"connection.opened", h->opened},
+                 {"request.start", h->sending},
+                 {"request.sent", h->sent},
+                 {"response.first_byte", h->first_byte}};
+    bool any = false;
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        if (!steps[k].at)
+            continue;
+        mf__printf(o, "%s{\"timeUnixNano\":\"%llu\",\"name\":\"%s\"}",
+                   any ? "," : ",\"events\":[",
+                   (unsigned long long)(steps[k].at + t->wall_minus_mono),
+                   steps[k].name);
+        any = true;
+    }
+    if (any)
+        mf__put(o, "]", 1);
+}
+
 static void mf__put_span(mf_trace_out_t *o, const mf_serve_trace_t *t, size_t i,
                          const char *trace_id)
 {
@@ -309,14 +341,17 @@ static void mf__put_span(mf_trace_out_t *o, const mf_serve_trace_t *t, size_t i,
     mf__attr(o, true, "moonflow.task.kind", s->kind);
     mf__attr(o, false, "moonflow.task.state",
              done ? mf_state_name(s->state) : "unfinished");
-    if (done && s->state != MF_STATE_SUCCESS) {
+    if (done && s->state != MF_STATE_SUCCESS)
         mf__attr(o, false, "moonflow.task.error", mf_strerror(s->error));
-        mf__puts(o, "],\"status\":{\"code\":2,\"message\":");
+    mf__put(o, "]", 1);
+    mf__put_events(o, t, &s->http);
+    if (done && s->state != MF_STATE_SUCCESS) {
+        mf__puts(o, ",\"status\":{\"code\":2,\"message\":");
         mf__put_string(o, mf_state_name(s->state));
         mf__put(o, "}}", 2);
         return;
     }
-    mf__printf(o, "],\"status\":{\"code\":%d}}", done ? 1 : 0);
+    mf__printf(o, ",\"status\":{\"code\":%d}}", done ? 1 : 0);
 }
 
 static void mf__trace_write(mf_serve_trace_t *t)

@@ -521,6 +521,18 @@ class Traces(unittest.TestCase):
         self.assertLessEqual(t(root, "start"), t(par, "start"))
         self.assertEqual(root["status"], {"code": 1})
         self.assertEqual(a["status"], {"code": 1})
+        # An HTTP call's steps are its events, in order, within the span.
+        for s, slept in ((a, 60), (b, 90)):
+            names = [e["name"] for e in s["events"]]
+            self.assertEqual(names[-3:], ["request.start", "request.sent",
+                                          "response.first_byte"])
+            # the server's first calls to the backend: new connections
+            self.assertEqual(names[:2], ["dns.resolved", "connection.opened"])
+            at = [int(e["timeUnixNano"]) / 1e6 for e in s["events"]]
+            self.assertEqual(at, sorted(at))
+            self.assertGreaterEqual(at[0], t(s, "start"))
+            self.assertLessEqual(at[-1], t(s, "end"))
+            self.assertGreaterEqual(at[-1] - at[3], slept)  # sent → answer
         # Wall clock: now, give or take a minute.
         self.assertLess(abs(t(root, "start") / 1e3 - time.time()), 60)
 
@@ -533,15 +545,23 @@ class Traces(unittest.TestCase):
         lines = out.stdout.splitlines()
         self.assertRegex(lines[0], r"^trace fan-2  GET /fanout  200  \d+\.\d ms$")
         body = [l for l in lines[2:] if l.strip()]
-        self.assertEqual(len(body), 4)
+        self.assertEqual(len(body), 6)
         self.assertIn("  GET /fanout ", body[0])
         self.assertIn("    parallel  success ", body[1])
         self.assertIn("      http  success ", body[2])
-        self.assertIn("      http  success ", body[3])
-        for l in body:
+        self.assertIn("      http  success ", body[4])
+        for l in body[:3] + body[4:5]:
             self.assertRegex(l, r"\|[ =]{40}\|$")
+        # Under each call, its steps from its start.
+        for steps, at_least in ((body[3], 60), (body[5], 90)):
+            # (a pooled connection needs no resolving or connecting)
+            self.assertRegex(steps, r"^ +(resolved \+[\d.]+ ms, connected \+[\d.]+ ms, )?"
+                                    r"sending \+[\d.]+ ms, sent \+[\d.]+ ms, "
+                                    r"first byte \+([\d.]+) ms$")
+            first = float(re.search(r"first byte \+([\d.]+) ms", steps).group(1))
+            self.assertGreaterEqual(first, at_least)
         # The shorter call's bar ends well before the longer one's.
-        self.assertLess(body[2].rstrip("| ").count("="), body[3].count("="))
+        self.assertLess(body[2].count("="), body[4].count("="))
 
     def test_a_failed_task_is_an_error_span_and_untraced_requests_leave_none(self):
         self.get("/dead", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: dead-1\r\n")

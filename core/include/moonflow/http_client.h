@@ -101,6 +101,20 @@ MF_API const char *mf_task_http_header(const mf_task_t *task, const char *name,
 MF_API const char *mf_task_http_url(const mf_task_t *task);
 MF_API int mf_task_http_redirects(const mf_task_t *task);
 
+/* When each step of a task's last attempt happened (CLOCK_MONOTONIC ns; 0:
+ * it did not happen, e.g. a pooled connection needs no resolving or
+ * opening). Kept only for a task made under a trace context (moonflow/
+ * task.h: a traced request's), so that other tasks read no clock; all 0
+ * otherwise. */
+typedef struct mf_http_timings {
+    uint64_t resolved;   /* the name resolved (DNS, or its cache) */
+    uint64_t opened;     /* connected, TLS handshake done */
+    uint64_t sending;    /* a connection in hand: the request starts */
+    uint64_t sent;       /* the request written */
+    uint64_t first_byte; /* the response's first byte read */
+} mf_http_timings_t;
+MF_API void mf_task_http_timings(const mf_task_t *task, mf_http_timings_t *out);
+
 /* Proxying (mf_task_http_forward) is in http_forward.h. */
 
 MF_EXTERN_C_END
