@@ -43,6 +43,7 @@ struct mf_http_endpoint {
     mf_list_t idle;    /* idle connections, most recent first */
     mf_list_t waiters; /* tasks waiting for a connection slot */
     size_t nconns;
+    uint64_t evictions; /* idle connections closed: timed out, or by the peer */
 };
 
 typedef struct mf_http_pool {

@@ -148,7 +148,27 @@ static void mf__client_conn_close(mf_http_client_conn_t *conn)
 
 static void mf__client_conn_idle_expired(mf_timer_t *timer)
 {
-    mf__client_conn_close(timer->data);
+    mf_http_client_conn_t *conn = timer->data;
+    conn->ep->evictions++;
+    mf__client_conn_close(conn);
+}
+
+void mf_http_pool_stats(mf_loop_t *loop, mf_http_endpoint_stats_fn fn, void *ud)
+{
+    mf_http_pool_t *pool = mf_loop_ext(loop, MF_LOOP_EXT_HTTP_CLIENT);
+    mf_list_t *node, *n;
+    if (!pool)
+        return;
+    mf_list_foreach(node, &pool->endpoints)
+    {
+        mf_http_endpoint_t *ep =
+            mf_container_of(node, mf_http_endpoint_t, link);
+        mf_http_endpoint_stats_t st = {
+            ep->host, ep->port, ep->tls, ep->nconns, 0, 0, ep->evictions};
+        mf_list_foreach(n, &ep->idle) st.idle++;
+        mf_list_foreach(n, &ep->waiters) st.waiters++;
+        fn(ud, &st);
+    }
 }
 
 static mf_http_client_conn_t *mf__client_conn_new(mf_http_client_task_t *t)
@@ -201,8 +221,10 @@ static bool mf__client_conn_quiet(mf_http_client_conn_t *conn)
  * nobody asked for). Either way it cannot be reused. */
 static void mf__client_conn_idle_event(mf_http_client_conn_t *conn)
 {
-    if (!mf__client_conn_quiet(conn))
+    if (!mf__client_conn_quiet(conn)) {
+        conn->ep->evictions++;
         mf__client_conn_close(conn);
+    }
 }
 
 static void mf__client_conn_on_io(mf_io_t *io, unsigned events)
@@ -240,6 +262,7 @@ static mf_http_client_conn_t *mf__endpoint_quiet_idle(mf_http_endpoint_t *ep)
             mf_container_of(ep->idle.next, mf_http_client_conn_t, idle_link);
         if (mf__client_conn_quiet(conn))
             return conn;
+        ep->evictions++;
         mf__client_conn_close(conn);
     }
     return NULL;

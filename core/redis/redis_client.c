@@ -199,6 +199,26 @@ uint64_t mf_redis_client_connects(const mf_redis_client_t *client)
     return client->connects;
 }
 
+void mf_redis_clients_stats(mf_loop_t *loop, mf_redis_client_stats_fn fn,
+                            void *ud)
+{
+    mf_redis_registry_t *reg = mf_loop_ext(loop, MF_LOOP_EXT_REDIS);
+    mf_list_t *node, *n;
+    if (!reg)
+        return;
+    mf_list_foreach(node, &reg->clients)
+    {
+        const mf_redis_client_t *c =
+            mf_container_of(node, mf_redis_client_t, link);
+        mf_redis_client_stats_t st = {c->host,     c->port,   c->db,
+                                      c->npooled,  0,         0,
+                                      c->connects, c->writes, c->commands};
+        mf_list_foreach(n, &c->idle) st.idle++;
+        mf_list_foreach(n, &c->waiters) st.waiters++;
+        fn(ud, &st);
+    }
+}
+
 /* ---- routing -------------------------------------------------------------
  */
 

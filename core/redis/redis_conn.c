@@ -225,6 +225,8 @@ static void mf__rconn_flush(mf_redis_conn_t *conn)
 {
     if (conn->state == MF_RCONN_OPENING || conn->state == MF_RCONN_CLOSED)
         return;
+    if (conn->out_done == 0 && conn->out.len) /* a new batch goes out */
+        conn->client->writes++;
     while (conn->out_done < conn->out.len) {
         struct iovec iov = {conn->out.data + conn->out_done,
                             conn->out.len - conn->out_done};
@@ -277,6 +279,7 @@ void mf__redis_conn_send(mf_redis_conn_t *conn, const char *data, size_t len)
 void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_task_t *t)
 {
     bool was_idle = mf_list_empty(&conn->queue);
+    conn->client->commands += t->ncmds;
     t->conn = conn;
     mf_list_push_back(&conn->queue, &t->link);
     if (conn->state != MF_RCONN_READY) {

@@ -85,6 +85,8 @@ struct mf_redis_client {
     unsigned npooled;
     mf_list_t subs; /* live subscribers */
     uint64_t connects;
+    uint64_t writes;   /* writes of queued commands (mf_redis_clients_stats) */
+    uint64_t commands; /* commands queued on its connections */
 };
 
 /* Gives the task a connection (shared or dedicated) or a place in line. */

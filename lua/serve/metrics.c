@@ -17,7 +17,9 @@
  * observer (observe.c), through a cache by kind and state. A timer sets,
  * once a second, the worker's Lua memory, its open and idle connections,
  * its loop's lag (how late that timer fired), the route scripts it loaded
- * again (and those that failed), and on worker 0 the compute pool's
+ * again (and those that failed), the pools of its HTTP and Redis clients
+ * by endpoint (connections, idle ones, waiters, evictions; Redis writes
+ * and commands: the batching), and on worker 0 the compute pool's
  * threads, queue, running and completed jobs. The page adds the workers'
  * shards up, with every user metric of mf.metrics.
  *
@@ -29,8 +31,10 @@
 #include <time.h>
 
 #include <moonflow/error.h>
+#include <moonflow/http_client.h>
 #include <moonflow/metrics.h>
 #include <moonflow/pool.h>
+#include <moonflow/redis.h>
 #include <moonflow/task.h>
 
 #include "serve.h"
@@ -75,6 +79,11 @@ typedef struct mf_serve_metrics {
     /* ... and the process's compute pool (worker 0 only) */
     mf_metric_t *pool_threads, *pool_queued, *pool_active, *pool_completed;
     uint64_t pool_completed_seen;
+    /* by {worker, endpoint}, for the HTTP client and Redis */
+    mf_metric_family_t *client_conns, *client_idle, *client_waiters,
+        *client_evictions;
+    mf_metric_family_t *redis_dedicated, *redis_idle, *redis_waiters,
+        *redis_connects, *redis_writes, *redis_commands;
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
@@ -128,6 +137,48 @@ static void mf__tick_pool(mf_serve_worker_t *w, mf_serve_metrics_t *m)
     m->pool_completed_seen = st.completed;
 }
 
+/* A series by worker and endpoint, looked up at each tick (a lock per
+ * series a second, not per request): family f's {worker, endpoint}. */
+static void mf__set_by_endpoint(mf_serve_worker_t *w, mf_metric_family_t *f,
+                                const char *endpoint, double v)
+{
+    char id[16];
+    snprintf(id, sizeof id, "%u", w->id);
+    const char *values[] = {id, endpoint};
+    mf_metric_t *s;
+    if (f && mf_metric_series(f, values, 2, &s) == 0)
+        mf_metric_set(s, w->id, v);
+}
+
+static void mf__tick_http_endpoint(void *ud, const mf_http_endpoint_stats_t *st)
+{
+    mf_serve_worker_t *w = ud;
+    mf_serve_metrics_t *m = w->mstate;
+    char endpoint[300];
+    snprintf(endpoint, sizeof endpoint, "%s://%s:%u",
+             st->tls ? "https" : "http", st->host, st->port);
+    mf__set_by_endpoint(w, m->client_conns, endpoint, (double)st->connections);
+    mf__set_by_endpoint(w, m->client_idle, endpoint, (double)st->idle);
+    mf__set_by_endpoint(w, m->client_waiters, endpoint, (double)st->waiters);
+    mf__set_by_endpoint(w, m->client_evictions, endpoint,
+                        (double)st->evictions);
+}
+
+static void mf__tick_redis_client(void *ud, const mf_redis_client_stats_t *st)
+{
+    mf_serve_worker_t *w = ud;
+    mf_serve_metrics_t *m = w->mstate;
+    char endpoint[300];
+    snprintf(endpoint, sizeof endpoint, "%s:%u/%ld", st->host, st->port,
+             st->db);
+    mf__set_by_endpoint(w, m->redis_dedicated, endpoint, st->dedicated);
+    mf__set_by_endpoint(w, m->redis_idle, endpoint, (double)st->idle);
+    mf__set_by_endpoint(w, m->redis_waiters, endpoint, (double)st->waiters);
+    mf__set_by_endpoint(w, m->redis_connects, endpoint, (double)st->connects);
+    mf__set_by_endpoint(w, m->redis_writes, endpoint, (double)st->writes);
+    mf__set_by_endpoint(w, m->redis_commands, endpoint, (double)st->commands);
+}
+
 /* Once a second: what is read rather than counted. The loop's lag is how
  * late this timer fired (a handler that hogs the loop delays it). */
 static void mf__tick(mf_timer_t *timer)
@@ -156,8 +207,50 @@ static void mf__tick(mf_timer_t *timer)
     m->reloads_seen = done;
     m->reload_failures_seen = failed;
     mf__tick_pool(w, m);
+    mf_http_pool_stats(w->loop, mf__tick_http_endpoint, w);
+    mf_redis_clients_stats(w->loop, mf__tick_redis_client, w);
     m->tick_due_ns = now + 1000000000u;
     mf_timer_start(w->loop, timer, 1000);
+}
+
+/* The families by worker and endpoint of the clients' pools. */
+static int mf__open_clients(mf_serve_worker_t *w, mf_serve_metrics_t *m)
+{
+    static const char *const we[] = {"worker", "endpoint"};
+    const mf_metric_type_t G = MF_METRIC_GAUGE, C = MF_METRIC_COUNTER;
+    const struct {
+        mf_metric_family_t **out;
+        const char *name, *help;
+        mf_metric_type_t type;
+    } fams[] = {
+        {&m->client_conns, "moonflow_http_client_connections",
+         "HTTP client connections open to each endpoint.", G},
+        {&m->client_idle, "moonflow_http_client_connections_idle",
+         "HTTP client connections kept for the next request.", G},
+        {&m->client_waiters, "moonflow_http_client_waiters",
+         "HTTP requests waiting for a connection slot.", G},
+        {&m->client_evictions, "moonflow_http_client_evictions_total",
+         "Idle HTTP client connections closed (timed out, or by the "
+         "server).",
+         C},
+        {&m->redis_dedicated, "moonflow_redis_dedicated_connections",
+         "Dedicated Redis connections (transactions, blocking commands).", G},
+        {&m->redis_idle, "moonflow_redis_dedicated_connections_idle",
+         "Idle dedicated Redis connections.", G},
+        {&m->redis_waiters, "moonflow_redis_waiters",
+         "Redis tasks waiting for a dedicated connection.", G},
+        {&m->redis_connects, "moonflow_redis_connects_total",
+         "Redis connections opened.", C},
+        {&m->redis_writes, "moonflow_redis_writes_total",
+         "Writes of Redis commands (commands / writes: the batching).", C},
+        {&m->redis_commands, "moonflow_redis_commands_total",
+         "Redis commands sent.", C},
+    };
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof fams / sizeof fams[0]; i++)
+        rc = mf__family(w, fams[i].out, fams[i].name, fams[i].help,
+                        fams[i].type, we, 2);
+    return rc;
 }
 
 /* The series the tick sets. */
@@ -285,6 +378,8 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
                         MF_METRIC_HISTOGRAM, kind_state, 1);
     if (!rc)
         rc = mf__open_gauges(w, m);
+    if (!rc)
+        rc = mf__open_clients(w, m);
     if (rc)
         return rc;
     mf_timer_init(&m->timer, mf__tick, w);

@@ -95,6 +95,8 @@ class Metrics(unittest.TestCase):
         cls.srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
                           "127.0.0.1:%d" % cls.port, "--workers", "2"], cls.port)
         cls.mix()
+        cls.fixture_port = fport
+        time.sleep(1.2)  # the pools' gauges are read once a second
         cls.text = cls.get("/_metrics").body.decode()
         cls.samples = parse(cls.text)
 
@@ -208,6 +210,26 @@ class Metrics(unittest.TestCase):
         self.assertEqual(self.value("moonflow_pool_queued_jobs"), 0)
         self.assertIsNotNone(self.value("moonflow_pool_jobs_completed_total"))
         self.assertEqual(self.value("moonflow_reloads_total", '{result="ok"}'), 0)
+
+    def summed(self, name, label_part):
+        return sum(v for (n, labels), v in self.samples.items()
+                   if n == name and label_part in labels)
+
+    def test_client_pools_and_redis_batching_by_endpoint(self):
+        http = 'endpoint="http://127.0.0.1:%d"' % self.fixture_port
+        conns = self.summed("moonflow_http_client_connections", http)
+        idle = self.summed("moonflow_http_client_connections_idle", http)
+        # a fan-out opens two at once; the timed-out call closes its own
+        self.assertGreaterEqual(conns, 1)
+        self.assertEqual(idle, conns)  # all back in the pool
+        self.assertEqual(self.summed("moonflow_http_client_waiters", http), 0)
+        self.assertEqual(self.summed("moonflow_http_client_evictions_total", http), 0)
+        redis = 'endpoint="127.0.0.1:%d/0"' % self.redis.port
+        self.assertEqual(self.summed("moonflow_redis_commands_total", redis), 3)
+        writes = self.summed("moonflow_redis_writes_total", redis)
+        self.assertGreaterEqual(writes, 1)
+        self.assertLessEqual(writes, 3 + 2)  # + a SELECT or AUTH per connection
+        self.assertGreaterEqual(self.summed("moonflow_redis_connects_total", redis), 1)
 
     def test_an_idle_keep_alive_connection_shows(self):
         s = connect(self.port)

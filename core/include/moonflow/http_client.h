@@ -81,6 +81,23 @@ MF_API void mf_http_pool_configure(mf_loop_t *loop,
 /* Connections opened on this loop so far (tests observe reuse with it). */
 MF_API uint64_t mf_http_pool_connects(mf_loop_t *loop);
 
+/* One endpoint of the loop's client pool (host, port, TLS) as it is now. */
+typedef struct mf_http_endpoint_stats {
+    const char *host; /* valid during the call */
+    uint16_t port;
+    bool tls;
+    size_t connections; /* open, busy or idle */
+    size_t idle;        /* kept for the next request */
+    size_t waiters;     /* requests waiting for a connection slot */
+    uint64_t evictions; /* idle ones closed: timed out, or by the server */
+} mf_http_endpoint_stats_t;
+typedef void (*mf_http_endpoint_stats_fn)(void *ud,
+                                          const mf_http_endpoint_stats_t *st);
+/* Calls fn for each endpoint the loop's client has used. Loop thread; walks
+ * the lists (for a scrape, not per request). */
+MF_API void mf_http_pool_stats(mf_loop_t *loop, mf_http_endpoint_stats_fn fn,
+                               void *ud);
+
 MF_API mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
                                       const char *url, mf_task_cb cb,
                                       void *user);

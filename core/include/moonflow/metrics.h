@@ -84,7 +84,8 @@ MF_API int mf_metric_series(mf_metric_family_t *f, const char *const *values,
 
 /* A counter or gauge series: adds v (a counter's caller passes v >= 0). */
 MF_API void mf_metric_add(mf_metric_t *s, unsigned shard, double v);
-/* A gauge series: this shard's part becomes v. */
+/* This shard's part becomes v: a gauge's, or a counter's whose writer
+ * keeps the running total itself (a count read from elsewhere). */
 MF_API void mf_metric_set(mf_metric_t *s, unsigned shard, double v);
 /* A histogram series: one observation. */
 MF_API void mf_metric_observe(mf_metric_t *s, unsigned shard, double v);

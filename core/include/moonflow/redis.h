@@ -116,6 +116,26 @@ MF_API mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
 /* Connections this client opened so far (tests observe reuse with it). */
 MF_API uint64_t mf_redis_client_connects(const mf_redis_client_t *client);
 
+/* One client of a loop (a URL and its options) as it is now: its pool of
+ * dedicated connections and how well commands share writes (commands /
+ * writes: the batching; 1 means each command went out alone). */
+typedef struct mf_redis_client_stats {
+    const char *host; /* valid during the call */
+    uint16_t port;
+    long db;
+    unsigned dedicated; /* dedicated connections, busy or idle */
+    size_t idle;        /* idle dedicated connections */
+    size_t waiters;     /* tasks waiting for a dedicated connection */
+    uint64_t connects;  /* connections opened */
+    uint64_t writes;    /* batches of commands written */
+    uint64_t commands;  /* commands sent */
+} mf_redis_client_stats_t;
+typedef void (*mf_redis_client_stats_fn)(void *ud,
+                                         const mf_redis_client_stats_t *st);
+/* Calls fn for each Redis client of the loop. Loop thread. */
+MF_API void mf_redis_clients_stats(mf_loop_t *loop, mf_redis_client_stats_fn fn,
+                                   void *ud);
+
 MF_API mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
                                        void *user);
 /* Appends one command (argv[i] is argvlen[i] bytes; argvlen NULL: C

@@ -240,6 +240,21 @@ static void on_seq(mf_task_t *task)
     }
 }
 
+typedef struct endpoint_seen {
+    int endpoints;
+    mf_http_endpoint_stats_t last;
+    char host[64];
+} endpoint_seen_t;
+
+static void on_endpoint(void *ud, const mf_http_endpoint_stats_t *st)
+{
+    endpoint_seen_t *e = ud;
+    e->endpoints++;
+    e->last = *st;
+    snprintf(e->host, sizeof e->host, "%s", st->host);
+    e->last.host = e->host;
+}
+
 TEST(sequential_requests_reuse_one_keep_alive_connection)
 {
     setup();
@@ -253,6 +268,41 @@ TEST(sequential_requests_reuse_one_keep_alive_connection)
     ASSERT_EQ(r.status, 200);
     ASSERT_EQ(mf_http_pool_connects(loop) - before, 1);
     ASSERT_EQ(mf_http_server_connections(server), 1); /* still pooled */
+    endpoint_seen_t e = {0};
+    mf_http_pool_stats(loop, on_endpoint, &e);
+    ASSERT_EQ(e.endpoints, 1);
+    ASSERT_STR_EQ(e.last.host, "127.0.0.1");
+    ASSERT_EQ(e.last.connections, 1);
+    ASSERT_EQ(e.last.idle, 1);
+    ASSERT_EQ(e.last.waiters, 0);
+    ASSERT_EQ(e.last.evictions, 0);
+    teardown();
+}
+
+static void on_timer_done(mf_task_t *task)
+{
+    ((result_t *)task->user)->done++;
+}
+
+TEST(an_idle_connection_past_its_timeout_counts_as_an_eviction)
+{
+    setup();
+    mf_http_pool_config_t pc = {.max_connections_per_endpoint = 4,
+                                .idle_timeout_ms = 20};
+    mf_http_pool_configure(loop, &pc);
+    result_t r = {0};
+    run_one(get("/hello", &r));
+    ASSERT_EQ(r.status, 200);
+    result_t wait = {0}; /* a timer task past the idle timeout */
+    mf_task_t *t = mf_task_timer_create(loop, 80, on_timer_done, &wait);
+    mf_task_start(t);
+    run_until(&wait, 1);
+    endpoint_seen_t e = {0};
+    mf_http_pool_stats(loop, on_endpoint, &e);
+    ASSERT_EQ(e.endpoints, 1);
+    ASSERT_EQ(e.last.connections, 0);
+    ASSERT_EQ(e.last.idle, 0);
+    ASSERT_EQ(e.last.evictions, 1);
     teardown();
 }
 

@@ -59,6 +59,26 @@ static int popped(const result_t *r, const char *value)
     return r->done && strcmp(r->text, line) == 0;
 }
 
+static int stats_clients;
+static mf_redis_client_stats_t stats_last;
+
+static void on_client_stats(void *ud, const mf_redis_client_stats_t *st)
+{
+    (void)ud;
+    stats_clients++;
+    stats_last = *st;
+    stats_last.host = NULL; /* valid during the call only */
+}
+
+/* The loop's one Redis client, as mf_redis_clients_stats reports it. */
+static void stats_of(mf_redis_client_stats_t *out, int *clients)
+{
+    stats_clients = 0;
+    mf_redis_clients_stats(loop, on_client_stats, NULL);
+    *out = stats_last;
+    *clients = stats_clients;
+}
+
 TEST(dedicated_pool_is_bounded_and_waiters_get_the_next_free_connection)
 {
     mf_redis_opts_t o;
@@ -75,6 +95,14 @@ TEST(dedicated_pool_is_bounded_and_waiters_get_the_next_free_connection)
      * wait for a connection. */
     wait_blocked(c, 2);
     ASSERT_EQ(rs[2].done + rs[3].done, 0);
+    mf_redis_client_stats_t st = {0};
+    int clients = 0;
+    stats_of(&st, &clients);
+    ASSERT_EQ(clients, 1);
+    ASSERT_EQ(st.dedicated, 2);
+    ASSERT_EQ(st.idle, 0);
+    ASSERT_EQ(st.waiters, 2);
+    ASSERT_EQ(st.commands, 1 + 4); /* DEL, then the BLPOPs */
     expect(c, "RPUSH q1 v0", ":1");
     uint64_t end = now_ms() + 10000;
     while (rs[0].done + rs[1].done < 1 && now_ms() < end)
@@ -96,6 +124,13 @@ TEST(dedicated_pool_is_bounded_and_waiters_get_the_next_free_connection)
     run_until(&rs[3].done, 1);
     ASSERT(popped(&rs[3], "v3"));
     ASSERT_EQ(mf_redis_client_connects(c), 3); /* shared + 2 pooled */
+    stats_of(&st, &clients);
+    ASSERT_EQ(st.connects, 3);
+    ASSERT_EQ(st.dedicated, 2);
+    ASSERT_EQ(st.idle, 2);
+    ASSERT_EQ(st.waiters, 0);
+    ASSERT(st.commands >= 1 + 4 + 4); /* and the RPUSHes, the checks */
+    ASSERT(st.writes >= 5 && st.writes <= st.commands + 3);
     teardown();
 }
 
