@@ -339,6 +339,7 @@ static void mf__put_span(mf_trace_out_t *o, const mf_serve_trace_t *t, size_t i,
                (unsigned long long)(s->start_ns + t->wall_minus_mono),
                (unsigned long long)(end + t->wall_minus_mono));
     mf__attr(o, true, "moonflow.task.kind", s->kind);
+    mf__attr(o, false, "moonflow.request_id", t->id);
     mf__attr(o, false, "moonflow.task.state",
              done ? mf_state_name(s->state) : "unfinished");
     if (done && s->state != MF_STATE_SUCCESS)

@@ -525,6 +525,9 @@ class Traces(unittest.TestCase):
         for s in spans:
             self.assertEqual(s["traceId"], trace_id)
             self.assertRegex(s["spanId"], r"^[0-9a-f]{16}$")
+            ids = [a["value"]["stringValue"] for a in s["attributes"]
+                   if a["key"] == "moonflow.request_id"]
+            self.assertEqual(ids, ["fan-1"])
         self.assertNotIn("parentSpanId", root)
         self.assertEqual(par["parentSpanId"], root["spanId"])
         self.assertEqual((a["parentSpanId"], b["parentSpanId"]),
