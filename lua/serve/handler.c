@@ -481,8 +481,9 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
     mf_lua_co_set_describer(request->co, mf__describe_request, request);
     mf_lua_co_set_request_id(request->co, mf__request_id_of, request);
-    request->trace =
-        mf_serve_trace_begin(request, mf_http_exchange_request(ex));
+    if (w->trace_fd >= 0) /* tracing on: maybe this one */
+        request->trace =
+            mf_serve_trace_begin(request, mf_http_exchange_request(ex));
     if (request->trace)
         mf_lua_co_set_trace(request->co,
                             mf_serve_trace_context(request->trace));
