@@ -345,30 +345,30 @@ static int mf__dec(lua_State *L)
     return mf__add(L, "dec", -1);
 }
 
-static int mf__set(lua_State *L)
+/* g:set(v [, lv]) and h:observe(v [, lv]): one value into the series of
+ * a metric of that type; true, or nil and the reason. */
+static int mf__record(lua_State *L, const char *method, mf_metric_type_t type,
+                      void (*record)(mf_metric_t *, unsigned, double))
 {
-    mf_lua_metric_t *m = mf__check(L, "set");
-    mf__must_be(L, m, MF_METRIC_GAUGE, "set");
+    mf_lua_metric_t *m = mf__check(L, method);
+    mf__must_be(L, m, type, method);
     double v = luaL_checknumber(L, 2);
-    mf_metric_t *s = mf__series(L, m, 3, "set");
+    mf_metric_t *s = mf__series(L, m, 3, method);
     if (!s)
         return 2;
-    mf_metric_set(s, m->shard, v);
+    record(s, m->shard, v);
     lua_pushboolean(L, 1);
     return 1;
 }
 
+static int mf__set(lua_State *L)
+{
+    return mf__record(L, "set", MF_METRIC_GAUGE, mf_metric_set);
+}
+
 static int mf__observe(lua_State *L)
 {
-    mf_lua_metric_t *m = mf__check(L, "observe");
-    mf__must_be(L, m, MF_METRIC_HISTOGRAM, "observe");
-    double v = luaL_checknumber(L, 2);
-    mf_metric_t *s = mf__series(L, m, 3, "observe");
-    if (!s)
-        return 2;
-    mf_metric_observe(s, m->shard, v);
-    lua_pushboolean(L, 1);
-    return 1;
+    return mf__record(L, "observe", MF_METRIC_HISTOGRAM, mf_metric_observe);
 }
 
 /* m:value([lv]): the sum over the workers (a histogram: its count, and

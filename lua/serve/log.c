@@ -207,26 +207,30 @@ static void mf__log_header(mf_log_line_t *line, const mf_http_request_t *req,
 /* ---- JSON lines ------------------------------------------------------------
  */
 
-/* A client's bytes as a JSON string, at most max of them: ", \ and
- * control bytes escaped, and bytes past ASCII as \u00XX (the line stays
- * valid JSON whatever was sent, as nginx's escape=json keeps it). */
+size_t mf_serve_json_byte(unsigned char c, char out[6])
+{
+    static const char hex[] = "0123456789abcdef";
+    out[0] = (char)c;
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+        return 1;
+    out[0] = '\\';
+    out[1] = (char)c;
+    if (c == '"' || c == '\\')
+        return 2;
+    memcpy(out + 1, "u00", 3);
+    out[4] = hex[c >> 4];
+    out[5] = hex[c & 15];
+    return 6;
+}
+
+/* A client's bytes as a JSON string, at most max of them. */
 static void mf__log_put_json(mf_log_line_t *line, const char *s, size_t n,
                              size_t max)
 {
-    static const char hex[] = "0123456789abcdef";
+    char esc[6];
     mf__log_put(line, "\"", 1);
-    for (size_t i = 0; i < n && i < max; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-        if (c == '"' || c == '\\') {
-            esc[1] = (char)c;
-            mf__log_put(line, esc, 2);
-        } else if (c < 0x20 || c >= 0x7f) {
-            mf__log_put(line, esc, 6);
-        } else {
-            mf__log_put(line, (const char *)&s[i], 1);
-        }
-    }
+    for (size_t i = 0; i < n && i < max; i++)
+        mf__log_put(line, esc, mf_serve_json_byte((unsigned char)s[i], esc));
     mf__log_put(line, "\"", 1);
 }
 

@@ -206,6 +206,33 @@ static int cmd_run(int argc, char **argv)
     return r.failed ? 1 : 0;
 }
 
+/* Opens the run and pushes require(module)[field] (the module itself when
+ * field is NULL): an embedded command's main. -1: no loop or Lua. */
+static int run_open_module(host_run_t *r, const char *module, const char *field)
+{
+    if (run_open(r) < 0) {
+        fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
+        return -1;
+    }
+    lua_State *L = mf_lua_host_state(r->host);
+    lua_getglobal(L, "require");
+    lua_pushstring(L, module);
+    lua_call(L, 1, 1);
+    if (field) {
+        lua_getfield(L, -1, field);
+        lua_remove(L, -2);
+    }
+    return 0;
+}
+
+/* Runs the main below its argument table (on top) to its end. */
+static void run_module_main(host_run_t *r)
+{
+    mf_lua_host_spawn(r->host, 1, on_main_exit, r);
+    run_loop(r);
+    run_close(r);
+}
+
 static int cmd_test(int argc, char **argv)
 {
     if (wants_help(argc, argv)) {
@@ -213,14 +240,9 @@ static int cmd_test(int argc, char **argv)
         return 0;
     }
     host_run_t r = {.test = true};
-    if (run_open(&r) < 0) {
-        fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
+    if (run_open_module(&r, "moonflow.test", NULL) < 0)
         return 1;
-    }
     lua_State *L = mf_lua_host_state(r.host);
-    lua_getglobal(L, "require");
-    lua_pushliteral(L, "moonflow.test");
-    lua_call(L, 1, 1);
     lua_createtable(L, argc + 1, 0);
     int first_is_dir = argc > 0 && argv[0][0] != '-';
     const char *dir = first_is_dir ? argv[0] : "spec";
@@ -231,9 +253,7 @@ static int cmd_test(int argc, char **argv)
         lua_pushstring(L, argv[i]);
         lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
     }
-    mf_lua_host_spawn(r.host, 1, on_main_exit, &r);
-    run_loop(&r);
-    run_close(&r);
+    run_module_main(&r);
     return r.failed || r.test_fails ? 1 : 0;
 }
 
@@ -254,24 +274,15 @@ static int cmd_trace(int argc, char **argv)
         return argc < 1 ? 2 : 0;
     }
     host_run_t r = {.test = true}; /* the main's number is the status */
-    if (run_open(&r) < 0) {
-        fprintf(stderr, "moonflow: cannot start the loop or Lua\n");
+    if (run_open_module(&r, "moonflow.trace", "main") < 0)
         return 1;
-    }
     lua_State *L = mf_lua_host_state(r.host);
-    lua_getglobal(L, "require");
-    lua_pushliteral(L, "moonflow.trace");
-    lua_call(L, 1, 1);
-    lua_getfield(L, -1, "main");
-    lua_remove(L, -2);
     lua_createtable(L, argc, 0);
     for (int i = 0; i < argc; i++) {
         lua_pushstring(L, argv[i]);
         lua_rawseti(L, -2, i + 1);
     }
-    mf_lua_host_spawn(r.host, 1, on_main_exit, &r);
-    run_loop(&r);
-    run_close(&r);
+    run_module_main(&r);
     return r.failed ? 1 : r.test_fails;
 }
 

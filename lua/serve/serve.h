@@ -179,6 +179,11 @@ void mf_serve_log_reject(mf_http_server_t *srv, int status,
                          const mf_http_request_t *req,
                          const mf_sockaddr_t *peer, void *worker);
 void mf_serve_log_close(mf_serve_worker_t *w);
+/* One byte of a client's text as JSON writes it into out: itself, or a
+ * two-byte escape (\" \\), or \u00XX for control bytes and bytes past
+ * ASCII (the line stays valid JSON whatever was sent, as nginx's
+ * escape=json keeps it). Returns the bytes written (1, 2 or 6). */
+size_t mf_serve_json_byte(unsigned char c, char out[6]);
 
 /* metrics.c: the server's metrics, when the config names a page. Declares
  * the families (0, or a negative MF_E* code after saying why). */

@@ -216,20 +216,10 @@ static void mf__printf(mf_trace_out_t *o, const char *fmt, ...)
 /* A JSON string of bytes that may come from a client (the path). */
 static void mf__put_string(mf_trace_out_t *o, const char *s)
 {
-    static const char hex[] = "0123456789abcdef";
+    char esc[6];
     mf__put(o, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-        if (c == '"' || c == '\\') {
-            esc[1] = (char)c;
-            mf__put(o, esc, 2);
-        } else if (c < 0x20 || c >= 0x7f) {
-            mf__put(o, esc, 6);
-        } else {
-            mf__put(o, s, 1);
-        }
-    }
+    for (; *s; s++)
+        mf__put(o, esc, mf_serve_json_byte((unsigned char)*s, esc));
     mf__put(o, "\"", 1);
 }
 
