@@ -37,6 +37,18 @@ def parse(text):
     return out
 
 
+def write_site(root, files, conf):
+    """Writes the scripts and conf.lua (its text) into root; the conf's
+    path."""
+    for name, text in files.items():
+        with open(os.path.join(root, name), "w") as f:
+            f.write(text)
+    path = os.path.join(root, "conf.lua")
+    with open(path, "w") as f:
+        f.write(conf)
+    return path
+
+
 def site(root, fixture_port, redis_url):
     files = {
         "hello.lua": 'local mf = require "moonflow"\n'
@@ -70,15 +82,10 @@ def site(root, fixture_port, redis_url):
         "slow.lua": 'local mf = require "moonflow"\n'
                     'return function(req, resp) mf.sleep(2000) resp:send("late") end\n',
     }
-    for name, text in files.items():
-        with open(os.path.join(root, name), "w") as f:
-            f.write(text)
-    conf = os.path.join(root, "conf.lua")
-    with open(conf, "w") as f:
-        f.write('return { root = ".", access_log = "off",\n'
-                '  metrics = { path = "/_metrics" },\n'
-                '  routes = { ["/slow"] = { file = "slow.lua", timeout = 100 } } }\n')
-    return conf
+    return write_site(root, files,
+                      'return { root = ".", access_log = "off",\n'
+                      '  metrics = { path = "/_metrics" },\n'
+                      '  routes = { ["/slow"] = { file = "slow.lua", timeout = 100 } } }\n')
 
 
 class Metrics(unittest.TestCase):
@@ -352,14 +359,10 @@ class RequestIds(unittest.TestCase):
             "slow.lua": 'local mf = require "moonflow"\n'
                         'return function(req, resp) mf.sleep(2000) end\n',
         }
-        for name, text in files.items():
-            with open(os.path.join(cls.tmp, name), "w") as f:
-                f.write(text)
         cls.log = os.path.join(cls.tmp, "access.log")
-        conf = os.path.join(cls.tmp, "conf.lua")
-        with open(conf, "w") as f:
-            f.write('return { root = ".", access_log = "access.log",\n'
-                    '  access_log_format = "json" }\n')
+        conf = write_site(cls.tmp, files,
+                          'return { root = ".", access_log = "access.log",\n'
+                          '  access_log_format = "json" }\n')
         cls.err_path = os.path.join(cls.tmp, "stderr")
         cls.srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
                           "127.0.0.1:%d" % cls.port], cls.port,
@@ -474,14 +477,11 @@ class Traces(unittest.TestCase):
                         'end\n' % dead,
             "hello.lua": 'return function(req, resp) resp:send("hi") end\n',
         }
-        for name, text in files.items():
-            with open(os.path.join(cls.tmp, name), "w") as f:
-                f.write(text)
         cls.file = os.path.join(cls.tmp, "trace.jsonl")
-        conf = os.path.join(cls.tmp, "conf.lua")
-        with open(conf, "w") as f:
-            f.write('return { root = ".", access_log = "off",\n'
-                    '  trace = { file = "trace.jsonl", sample = 0, token = "t0k" } }\n')
+        conf = write_site(cls.tmp, files,
+                          'return { root = ".", access_log = "off",\n'
+                          '  trace = { file = "trace.jsonl", sample = 0, '
+                          'token = "t0k" } }\n')
         cls.port = free_port()
         cls.srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
                           "127.0.0.1:%d" % cls.port], cls.port)
