@@ -168,6 +168,32 @@ uint64_t mf_mysql_client_connects(const mf_mysql_client_t *client)
     return client->connects;
 }
 
+void mf_mysql_clients_stats(mf_loop_t *loop, mf_mysql_client_stats_fn fn,
+                            void *ud)
+{
+    mf_mysql_registry_t *reg = mf_loop_ext(loop, MF_LOOP_EXT_MYSQL);
+    mf_list_t *node, *n;
+    if (!reg)
+        return;
+    mf_list_foreach(node, &reg->clients)
+    {
+        const mf_mysql_client_t *c =
+            mf_container_of(node, mf_mysql_client_t, link);
+        const mf_mysql_endpoint_t *ep = &c->ep;
+        mf_mysql_client_stats_t st = {ep->socket_path ? ep->socket_path
+                                                      : ep->host,
+                                      ep->port,
+                                      ep->db ? ep->db : "",
+                                      c->nconns,
+                                      0,
+                                      c->nwaiters,
+                                      c->connects,
+                                      c->evictions};
+        mf_list_foreach(n, &c->idle) st.idle++;
+        fn(ud, &st);
+    }
+}
+
 unsigned mf_mysql_client_open(const mf_mysql_client_t *client)
 {
     return client->nconns - client->nopening;

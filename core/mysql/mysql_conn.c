@@ -33,8 +33,10 @@ static void mf__conn_io_cb(mf_io_t *io, unsigned events)
         /* Nothing asked to read: the server closed an idle connection (a
          * restart, KILL, wait_timeout) or sent what nobody expects. A
          * write-only edge (the last operation waited to write) is not. */
-        if (conn->state == MF_MCONN_IDLE && (events & ~MF_IO_WRITE))
+        if (conn->state == MF_MCONN_IDLE && (events & ~MF_IO_WRITE)) {
+            conn->client->evictions++;
             mf__mysql_conn_close(conn);
+        }
         return;
     }
     int ready = 0;
@@ -325,6 +327,7 @@ static void mf__conn_life_cb(mf_timer_t *timer)
 {
     mf_mysql_conn_t *conn = timer->data;
     if (conn->state == MF_MCONN_IDLE) {
+        conn->client->evictions++;
         mf__mysql_conn_close(conn); /* idle too long */
         return;
     }

@@ -165,6 +165,8 @@ struct mf_mysql_client {
     unsigned nresetting;
     unsigned nwaiters;
     uint64_t connects;
+    uint64_t evictions; /* idle connections closed: timed out, or by the
+                           server (mf_mysql_clients_stats) */
 };
 
 /* Gives the task a connection: idle, new (the task waits for it) or a place

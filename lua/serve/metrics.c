@@ -17,8 +17,8 @@
  * observer (observe.c), through a cache by kind and state. A timer sets,
  * once a second, the worker's Lua memory, its open and idle connections,
  * its loop's lag (how late that timer fired), the route scripts it loaded
- * again (and those that failed), the pools of its HTTP and Redis clients
- * by endpoint (connections, idle ones, waiters, evictions; Redis writes
+ * again (and those that failed), the pools of its HTTP, Redis and MySQL
+ * clients by endpoint (connections, idle ones, waiters, evictions; Redis writes
  * and commands: the batching), and on worker 0 the compute pool's
  * threads, queue, running and completed jobs. The page adds the workers'
  * shards up, with every user metric of mf.metrics.
@@ -33,6 +33,7 @@
 #include <moonflow/error.h>
 #include <moonflow/http_client.h>
 #include <moonflow/metrics.h>
+#include <moonflow/mysql.h>
 #include <moonflow/pool.h>
 #include <moonflow/redis.h>
 #include <moonflow/task.h>
@@ -84,6 +85,8 @@ typedef struct mf_serve_metrics {
         *client_evictions;
     mf_metric_family_t *redis_dedicated, *redis_idle, *redis_waiters,
         *redis_connects, *redis_writes, *redis_commands;
+    mf_metric_family_t *mysql_conns, *mysql_idle, *mysql_waiters,
+        *mysql_connects, *mysql_evictions;
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
@@ -179,6 +182,19 @@ static void mf__tick_redis_client(void *ud, const mf_redis_client_stats_t *st)
     mf__set_by_endpoint(w, m->redis_commands, endpoint, (double)st->commands);
 }
 
+static void mf__tick_mysql_client(void *ud, const mf_mysql_client_stats_t *st)
+{
+    mf_serve_worker_t *w = ud;
+    mf_serve_metrics_t *m = w->mstate;
+    char endpoint[300];
+    snprintf(endpoint, sizeof endpoint, "%s:%u/%s", st->host, st->port, st->db);
+    mf__set_by_endpoint(w, m->mysql_conns, endpoint, st->connections);
+    mf__set_by_endpoint(w, m->mysql_idle, endpoint, (double)st->idle);
+    mf__set_by_endpoint(w, m->mysql_waiters, endpoint, st->waiters);
+    mf__set_by_endpoint(w, m->mysql_connects, endpoint, (double)st->connects);
+    mf__set_by_endpoint(w, m->mysql_evictions, endpoint, (double)st->evictions);
+}
+
 /* Once a second: what is read rather than counted. The loop's lag is how
  * late this timer fired (a handler that hogs the loop delays it). */
 static void mf__tick(mf_timer_t *timer)
@@ -209,6 +225,7 @@ static void mf__tick(mf_timer_t *timer)
     mf__tick_pool(w, m);
     mf_http_pool_stats(w->loop, mf__tick_http_endpoint, w);
     mf_redis_clients_stats(w->loop, mf__tick_redis_client, w);
+    mf_mysql_clients_stats(w->loop, mf__tick_mysql_client, w);
     m->tick_due_ns = now + 1000000000u;
     mf_timer_start(w->loop, timer, 1000);
 }
@@ -245,6 +262,16 @@ static int mf__open_clients(mf_serve_worker_t *w, mf_serve_metrics_t *m)
          "Writes of Redis commands (commands / writes: the batching).", C},
         {&m->redis_commands, "moonflow_redis_commands_total",
          "Redis commands sent.", C},
+        {&m->mysql_conns, "moonflow_mysql_connections",
+         "Pooled MySQL connections, opening included.", G},
+        {&m->mysql_idle, "moonflow_mysql_connections_idle",
+         "Idle pooled MySQL connections.", G},
+        {&m->mysql_waiters, "moonflow_mysql_waiters",
+         "MySQL tasks waiting for a connection.", G},
+        {&m->mysql_connects, "moonflow_mysql_connects_total",
+         "MySQL connections opened.", C},
+        {&m->mysql_evictions, "moonflow_mysql_evictions_total",
+         "Idle MySQL connections closed (timed out, or by the server).", C},
     };
     int rc = 0;
     for (size_t i = 0; !rc && i < sizeof fams / sizeof fams[0]; i++)

@@ -130,6 +130,23 @@ MF_API mf_mysql_client_t *mf_mysql_client(mf_loop_t *loop, const char *url,
 /* Connections this client opened so far, and open now (tests observe the
  * pool with them). */
 MF_API uint64_t mf_mysql_client_connects(const mf_mysql_client_t *client);
+
+/* One client of a loop (a URL and its options) as its pool is now. */
+typedef struct mf_mysql_client_stats {
+    const char *host; /* or the unix socket's path; valid during the call */
+    uint16_t port;
+    const char *db;       /* "" without one */
+    unsigned connections; /* pooled, opening included */
+    size_t idle;          /* kept for the next query */
+    unsigned waiters;     /* tasks waiting for a connection */
+    uint64_t connects;    /* connections opened */
+    uint64_t evictions;   /* idle ones closed: timed out, or by the server */
+} mf_mysql_client_stats_t;
+typedef void (*mf_mysql_client_stats_fn)(void *ud,
+                                         const mf_mysql_client_stats_t *st);
+/* Calls fn for each MySQL client of the loop. Loop thread. */
+MF_API void mf_mysql_clients_stats(mf_loop_t *loop, mf_mysql_client_stats_fn fn,
+                                   void *ud);
 MF_API unsigned mf_mysql_client_open(const mf_mysql_client_t *client);
 
 /* Writes s as a quoted SQL string literal ('...', with the quotes) for the

@@ -92,6 +92,19 @@ TEST(a_task_that_waits_too_long_for_a_connection_times_out)
     teardown();
 }
 
+typedef struct mysql_seen {
+    int clients;
+    mf_mysql_client_stats_t last;
+} mysql_seen_t;
+
+static void on_mysql_stats(void *ud, const mf_mysql_client_stats_t *st)
+{
+    mysql_seen_t *seen = ud;
+    seen->clients++;
+    seen->last = *st;
+    seen->last.host = seen->last.db = NULL; /* valid during the call only */
+}
+
 TEST(idle_connections_close_after_the_idle_timeout)
 {
     mf_mysql_opts_t o = pool_opts(4, 8, 5000);
@@ -102,8 +115,20 @@ TEST(idle_connections_close_after_the_idle_timeout)
         mf_task_start(query_task(c, &r[i], "SELECT SLEEP(0.1)"));
     run_until(&r[2].done, 1);
     ASSERT_EQ(mf_mysql_client_open(c), 3);
+    mysql_seen_t seen = {0};
+    mf_mysql_clients_stats(loop, on_mysql_stats, &seen);
+    ASSERT_EQ(seen.clients, 1);
+    ASSERT_EQ(seen.last.connections, 3);
+    ASSERT(seen.last.idle >= 2); /* the third's answer may still be read */
+    ASSERT_EQ(seen.last.waiters, 0);
+    ASSERT_EQ(seen.last.connects, 3);
+    ASSERT_EQ(seen.last.evictions, 0);
     spin(600);
     ASSERT_EQ(mf_mysql_client_open(c), 0);
+    seen.clients = 0;
+    mf_mysql_clients_stats(loop, on_mysql_stats, &seen);
+    ASSERT_EQ(seen.last.connections, 0);
+    ASSERT_EQ(seen.last.evictions, 3);
     for (int i = 0; i < 100 && server_connections("app") > 0; i++)
         usleep(20000);
     ASSERT_EQ(server_connections("app"), 0);
