@@ -22,7 +22,11 @@
 #include "serve.h"
 
 #define MF_LOG_BUF (64 * 1024)
-#define MF_LOG_LINE 2048
+/* Room for the longest line: a JSON line's client fields at their caps
+ * (target 1024, Referer and User-Agent 256, method 64 bytes), each byte
+ * escaped to 6 at worst, come to about 10 KiB, so a JSON line is never
+ * cut (a cut one would not parse). */
+#define MF_LOG_LINE (16 * 1024)
 
 static size_t mf__count_lines(const char *p, size_t len)
 {

@@ -408,6 +408,18 @@ class RequestIds(unittest.TestCase):
     def test_a_handler_naming_its_own_id_sends_that_one(self):
         self.assertEqual(self.get("/own").body, b"mine")
 
+    def test_a_json_line_parses_whatever_the_client_sent(self):
+        path = b"/hello?" + b"a%22" * 400  # past the 1,024 bytes logged
+        agent = b"\xff\"\\" * 200     # 600 bytes to escape, 6 each at most
+        r = request(self.port, b"GET " + path + b" HTTP/1.1\r\nHost: h\r\n"
+                    b"User-Agent: " + agent + b"\r\nReferer: " + agent +
+                    b"\r\nX-Request-Id: long-1\r\n\r\n")
+        self.assertEqual(r.status, 404)  # no /hello script in this site
+        line = self.lines('"request_id":"long-1"')[0]
+        self.assertEqual(line["uri"], path[:1024].decode("latin-1"))
+        self.assertEqual(line["user_agent"], agent[:256].decode("latin-1"))
+        self.assertEqual(line["referer"], agent[:256].decode("latin-1"))
+
     def test_json_lines_with_every_field_for_answers_refusals_and_leavers(self):
         self.get("/up?q=1", b'User-Agent: a"b\\c\xff\r\nReferer: r\r\n')
         line = self.lines('"uri":"/up?q=1"')[0]
