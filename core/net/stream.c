@@ -249,6 +249,9 @@ void mf_stream_handshake(mf_stream_t *s, const char *server_name, bool verify,
         mf__stream_op_complete(s, &s->wr, MF_ETLS);
         return;
     }
+    /* A peer that closes without close_notify ends the stream (MF_EOF),
+     * as nginx takes it: the protocol above frames its own messages. */
+    SSL_set_options(s->ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
     s->state = MF_STREAM_HANDSHAKING;
     mf__stream_handshake_step(s);
 }
@@ -286,7 +289,9 @@ static void mf__stream_io_event(mf_io_t *io, unsigned events)
         mf__stream_handshake_step(s);
         return;
     case MF_STREAM_POOLED:
-        mf__stream_pool_event(s);
+        /* room to write again is no news; bytes or an end of file are */
+        if (!mf__stream_healthy(s))
+            mf__stream_pool_event(s);
         return;
     case MF_STREAM_OPEN:
         if (s->rd.active && !s->rd.posted)
