@@ -229,7 +229,7 @@ int mf_lua_sock_receive(lua_State *L)
     mf_lua_sock_t *s = mf_lua_sock_check(L, 1, false);
     mf_lua_recv_mode_t mode;
     size_t want = 0;
-    if (lua_type(L, 2) == LUA_TNUMBER) {
+    if (lua_isnumber(L, 2)) { /* a numeric string counts too, as there */
         lua_Number n = lua_tonumber(L, 2);
         if (!(n >= 0 && n <= 1e15))
             luaL_argerror(L, 2, "bad pattern argument: a byte count >= 0");
