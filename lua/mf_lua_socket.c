@@ -45,6 +45,10 @@ void mf_lua_sock_close_stream(mf_lua_sock_t *s)
     s->start = s->end = s->scanned = 0;
     s->boundary = false;
     mf_lua_owned_drop(&s->owned);
+    /* buffers back to the loop now, not at the next collection: a handler
+     * per request makes a socket per request */
+    if (!s->rd.pending && !s->wr.pending)
+        mf_lua_sock_free_buffers(s);
 }
 
 /* The coroutine that connected it ended with the socket open. */
