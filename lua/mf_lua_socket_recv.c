@@ -35,6 +35,10 @@ static void mf_lua__recv_consume(mf_lua_sock_t *s, size_t n)
 
 static void mf_lua__recv_push(lua_State *L, mf_lua_sock_t *s, size_t n)
 {
+    if (n == 0) { /* the buffer may not exist yet */
+        lua_pushliteral(L, "");
+        return;
+    }
     lua_pushlstring(L, s->buf + s->start, n);
     mf_lua__recv_consume(s, n);
 }
@@ -44,7 +48,9 @@ static int mf_lua__recv_line(lua_State *L, mf_lua_sock_t *s)
 {
     const char *p = s->buf + s->start;
     size_t avail = s->end - s->start;
-    const char *nl = memchr(p + s->scanned, '\n', avail - s->scanned);
+    const char *nl = avail > s->scanned
+                         ? memchr(p + s->scanned, '\n', avail - s->scanned)
+                         : NULL;
     if (!nl) {
         s->scanned = avail;
         return MF_LUA_RECV_WAIT;
