@@ -180,13 +180,14 @@ int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side,
     return lua_yield(L, 0);
 }
 
-bool mf_lua_sock_side_done(mf_lua_sock_side_t *side)
+mf_lua_sock_side_t *mf_lua_sock_side_done(void *data)
 {
+    mf_lua_sock_side_t *side = data;
     side->pending = false;
     if (side->co)
-        return true;
+        return side;
     mf_lua__sock_free_if_unused(side->sock);
-    return false;
+    return NULL;
 }
 
 lua_State *mf_lua_sock_thread(const mf_lua_sock_side_t *side)
@@ -255,9 +256,9 @@ static int mf_lua__sock_connect_failed(lua_State *L, mf_lua_sock_t *s,
 static void mf_lua__sock_connected(mf_stream_t *stream, ssize_t status,
                                    void *data)
 {
-    mf_lua_sock_side_t *side = data;
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
     (void)stream;
-    if (!mf_lua_sock_side_done(side))
+    if (!side)
         return;
     lua_State *T = mf_lua_sock_thread(side);
     int n = 1;
@@ -360,8 +361,8 @@ static int mf_lua__sock_connect(lua_State *L)
 static void mf_lua__sock_handshaken(mf_stream_t *stream, ssize_t status,
                                     void *data)
 {
-    mf_lua_sock_side_t *side = data;
-    if (!mf_lua_sock_side_done(side))
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
+    if (!side)
         return;
     lua_State *T = mf_lua_sock_thread(side);
     mf_lua_sock_t *s = side->sock;
@@ -478,9 +479,9 @@ static int mf_lua__sock_send_failed(lua_State *L, mf_lua_sock_t *s,
 
 static void mf_lua__sock_sent(mf_stream_t *stream, ssize_t status, void *data)
 {
-    mf_lua_sock_side_t *side = data;
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
     (void)stream;
-    if (!mf_lua_sock_side_done(side))
+    if (!side)
         return;
     lua_State *T = mf_lua_sock_thread(side);
     int n = 1;

@@ -96,9 +96,10 @@ int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side,
                      mf_lua_sock_op_t op);
 /* The side's coroutine goes on with the nret values pushed on its thread. */
 void mf_lua_sock_resume(mf_lua_sock_side_t *side, int nret);
-/* A stream callback ran: false when nobody waits (the record may have
- * been freed then: touch nothing). */
-bool mf_lua_sock_side_done(mf_lua_sock_side_t *side);
+/* A stream callback ran for the side data points to: the side, or NULL
+ * when nobody waits (the record may have been freed then: touch
+ * nothing). */
+mf_lua_sock_side_t *mf_lua_sock_side_done(void *data);
 /* The thread the side's results go on. */
 lua_State *mf_lua_sock_thread(const mf_lua_sock_side_t *side);
 

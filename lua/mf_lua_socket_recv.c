@@ -191,9 +191,9 @@ static int mf_lua__recv_run(lua_State *L, mf_lua_sock_t *s)
 static void mf_lua__recv_read_done(mf_stream_t *stream, ssize_t status,
                                    void *data)
 {
-    mf_lua_sock_side_t *side = data;
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
     (void)stream;
-    if (!mf_lua_sock_side_done(side))
+    if (!side)
         return;
     mf_lua_sock_t *s = side->sock;
     lua_State *T = mf_lua_sock_thread(side);

@@ -82,12 +82,10 @@ class NginxLua:
         return None if self.exe else "not installed (apt-get install nginx-light)"
 
     def command(self, port, mc_port, workdir):
-        prefix = tempfile.mkdtemp(prefix="nginx-", dir=workdir)
-        temp = "\n".join(f"    {k}_temp_path {prefix}/{k}_temp;" for k in
-                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        conf = os.path.join(prefix, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(f"""{C.LUA_MODULES}daemon off;
+        def config(prefix):
+            temp = "\n".join(f"    {k}_temp_path {prefix}/{k}_temp;" for k in
+                             ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+            return f"""{C.LUA_MODULES}daemon off;
 master_process on;
 worker_processes 1;
 pid {prefix}/nginx.pid;
@@ -109,24 +107,8 @@ http {{
         }} }}
     }}
 }}
-""")
-        return [self.exe, "-p", prefix, "-c", conf, "-e",
-                os.path.join(prefix, "error.log")]
-
-
-def server_cpu(pid):
-    """CPU seconds of pid and its children (nginx's worker)."""
-    total = C.cpu_seconds(pid)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and entry != str(pid):
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                total += C.cpu_seconds(int(entry))
-    return total
+"""
+        return C.nginx_command(self.exe, workdir, config)
 
 
 def start_memcached(workdir):
@@ -156,9 +138,9 @@ def measure(peer, mc_port, args, workdir):
         C.wait_for_port(proc, port, log_path)
         C.check_answer(port, VALUE, path="/get")
         C.run_wrk(port, args.conns, C.WARMUP_S, path="/get")
-        cpu0 = server_cpu(proc.pid)
+        cpu0 = C.tree_cpu_seconds(proc.pid)
         r = C.run_wrk(port, args.conns, args.duration, path="/get")
-        cpu = server_cpu(proc.pid) - cpu0
+        cpu = C.tree_cpu_seconds(proc.pid) - cpu0
         if proc.poll() is not None:
             raise C.PointFailed(C.death_note(proc, log_path))
         return cpu * 1e6 / r["requests"], r["rps"]

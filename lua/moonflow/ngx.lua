@@ -176,12 +176,26 @@ ngx.var = setmetatable({}, {
     __newindex = function() error("ngx.var: variables are read-only here", 2) end,
 })
 
+-- Header names in any spelling, "_" for "-" (as OpenResty reads them):
+-- the response's key that matches, or the name as given.
+local function header_key(headers, name)
+    name = header_name(name)
+    if headers[name] ~= nil then return name end
+    local lname = name:lower()
+    for k in pairs(headers) do
+        if type(k) == "string" and k:lower() == lname then return k end
+    end
+    return name
+end
+
 ngx.header = setmetatable({}, {
     __index = function(_, name)
-        return current("ngx.header").resp.headers[header_name(name)]
+        local headers = current("ngx.header").resp.headers
+        return headers[header_key(headers, name)]
     end,
     __newindex = function(_, name, value)
-        current("ngx.header").resp.headers[header_name(name)] = value
+        local headers = current("ngx.header").resp.headers
+        headers[header_key(headers, name)] = value
     end,
 })
 
