@@ -4,7 +4,8 @@
  * resets the connection, 'S' reads and never answers, 'C' answers "ok" and
  * closes, 'L' answers "ok" and closes 100 ms later (once the client has
  * pooled the connection); a UDP socket echoes datagrams; a unix socket echoes
- * too. */
+ * too; a TLS listener with a self-signed certificate (made by openssl in a
+ * temporary folder) echoes over TLS. */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,16 +13,21 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #include <moonflow/moonflow.h>
 
 #include "test.h"
+#include "test_cert.h"
 #include "test_port.h"
 
 /* ---- the server ---------------------------------------------------------- */
 
 static struct {
-    uint16_t port, udp_port;
+    uint16_t port, udp_port, tls_port;
     char unix_path[108];
+    mf_test_cert_t cert;
+    SSL_CTX *tls;
 } server;
 
 static void serve_echo(int fd)
@@ -88,6 +94,38 @@ static void *udp_echo(void *arg)
     return NULL;
 }
 
+static void *serve_tls_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    SSL *ssl = SSL_new(server.tls);
+    SSL_set_fd(ssl, fd);
+    if (SSL_accept(ssl) == 1) {
+        char buf[4096];
+        int n;
+        while ((n = SSL_read(ssl, buf, sizeof buf)) > 0)
+            if (SSL_write(ssl, buf, n) != n)
+                break;
+        SSL_shutdown(ssl);
+    }
+    SSL_free(ssl);
+    close(fd);
+    return NULL;
+}
+
+static void *accept_tls_loop(void *arg)
+{
+    int lfd = (int)(intptr_t)arg;
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        pthread_t t;
+        pthread_create(&t, NULL, serve_tls_conn, (void *)(intptr_t)fd);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
 static void start_thread(void *(*fn)(void *), int fd)
 {
     pthread_t t;
@@ -120,11 +158,22 @@ __attribute__((constructor)) static void start_servers(void)
     ASSERT(bind(xfd, (struct sockaddr *)&un, sizeof un) == 0);
     ASSERT(listen(xfd, 16) == 0);
     start_thread(accept_loop, xfd);
+
+    mf_test_cert_make(&server.cert);
+    server.tls = SSL_CTX_new(TLS_server_method());
+    ASSERT(SSL_CTX_use_certificate_chain_file(server.tls, server.cert.cert) ==
+           1);
+    ASSERT(SSL_CTX_use_PrivateKey_file(server.tls, server.cert.key,
+                                       SSL_FILETYPE_PEM) == 1);
+    int tfd = mf_test_bind_loopback(&server.tls_port, 64);
+    ASSERT(tfd >= 0);
+    start_thread(accept_tls_loop, tfd);
 }
 
-__attribute__((destructor)) static void remove_unix_path(void)
+__attribute__((destructor)) static void remove_files(void)
 {
     unlink(server.unix_path);
+    mf_test_cert_remove(&server.cert);
 }
 
 /* ---- helpers --------------------------------------------------------------
@@ -486,6 +535,52 @@ TEST(a_handshake_before_connect_and_a_second_connect_fail_cleanly)
     done_t d2 = {0};
     mf_stream_connect(s, "127.0.0.1", server.port, on_done, &d2);
     ASSERT_EQ(wait_done(loop, &d2), MF_EINVAL);
+    mf_stream_close(s);
+    finish(loop);
+}
+
+static ssize_t handshake(mf_loop_t *loop, mf_stream_t *s, const char *name,
+                         const char *ca_file)
+{
+    done_t d = {0};
+    mf_stream_handshake(s, name, true, ca_file, on_done, &d);
+    return wait_done(loop, &d);
+}
+
+TEST(tls_verification_of_a_self_signed_certificate_fails_by_default)
+{
+    mf_loop_t *loop = mf_loop_create();
+    mf_stream_t *s = connect_to(loop, "127.0.0.1", server.tls_port, 0);
+    ASSERT_EQ(handshake(loop, s, "localhost", NULL), MF_ETLS);
+    char why[160];
+    mf_stream_tls_error(s, why, sizeof why);
+    ASSERT(strstr(why, "self") && strstr(why, "signed"));
+    ASSERT(!mf_stream_has_tls(s));
+    char buf[4];
+    ASSERT_EQ(mf_stream_try_read(s, buf, sizeof buf), MF_ENOTCONN);
+    mf_stream_close(s);
+    s = connect_to(loop, "127.0.0.1", server.tls_port, 0);
+    ASSERT_EQ(handshake(loop, s, "example.com", server.cert.cert), MF_ETLS);
+    ASSERT(
+        strstr(mf_stream_tls_error(s, why, sizeof why), "hostname mismatch"));
+    mf_stream_close(s);
+    finish(loop);
+}
+
+TEST(tls_with_the_ca_given_carries_bytes_and_keeps_its_session_in_the_pool)
+{
+    mf_loop_t *loop = mf_loop_create();
+    mf_stream_t *s = connect_to(loop, "localhost", server.tls_port, 0);
+    ASSERT_EQ(handshake(loop, s, "localhost", server.cert.cert), 0);
+    ASSERT(mf_stream_has_tls(s));
+    ASSERT_EQ(send_text(loop, s, "over tls"), 8);
+    read_exactly(loop, s, "over tls");
+    ASSERT_EQ(mf_stream_pool_put(s, "tls", 5000, 4), 0);
+    s = mf_stream_pool_take(loop, "tls");
+    ASSERT(s != NULL && mf_stream_has_tls(s));
+    ASSERT_EQ(handshake(loop, s, "localhost", server.cert.cert), 0);
+    ASSERT_EQ(send_text(loop, s, "again"), 5);
+    read_exactly(loop, s, "again");
     mf_stream_close(s);
     finish(loop);
 }
