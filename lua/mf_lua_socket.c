@@ -175,16 +175,21 @@ int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side,
     mf_lua_co_t *co = mf_lua_co_check(L);
     side->co = co;
     side->op = op;
-    side->pending = true;
     mf_lua_co_park(co, mf_lua__sock_detach, side);
     return lua_yield(L, 0);
 }
 
-mf_lua_sock_side_t *mf_lua_sock_side_done(void *data)
+void mf_lua_sock_started(mf_lua_sock_side_t *side)
+{
+    side->pending++;
+    side->stream = side->sock->stream;
+}
+
+mf_lua_sock_side_t *mf_lua_sock_side_done(void *data, mf_stream_t *stream)
 {
     mf_lua_sock_side_t *side = data;
-    side->pending = false;
-    if (side->co)
+    side->pending--;
+    if (side->co && stream == side->stream)
         return side;
     mf_lua__sock_free_if_unused(side->sock);
     return NULL;
@@ -256,8 +261,7 @@ static int mf_lua__sock_connect_failed(lua_State *L, mf_lua_sock_t *s,
 static void mf_lua__sock_connected(mf_stream_t *stream, ssize_t status,
                                    void *data)
 {
-    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
-    (void)stream;
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data, stream);
     if (!side)
         return;
     lua_State *T = mf_lua_sock_thread(side);
@@ -277,6 +281,7 @@ int mf_lua_sock_start_connect(lua_State *L, mf_lua_sock_t *s, uint16_t port)
     mf_lua__sock_apply_timeouts(s);
     mf_lua__sock_own(s);
     mf_stream_connect(s->stream, s->peer, port, mf_lua__sock_connected, &s->wr);
+    mf_lua_sock_started(&s->wr);
     return mf_lua_sock_park(L, &s->wr, MF_SOCK_CONNECT);
 }
 
@@ -361,7 +366,7 @@ static int mf_lua__sock_connect(lua_State *L)
 static void mf_lua__sock_handshaken(mf_stream_t *stream, ssize_t status,
                                     void *data)
 {
-    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data, stream);
     if (!side)
         return;
     lua_State *T = mf_lua_sock_thread(side);
@@ -415,6 +420,7 @@ static int mf_lua__sock_sslhandshake(lua_State *L)
         return mf_lua_sock_fail(L, "socket busy");
     mf_stream_handshake(s->stream, name, verify, ca, mf_lua__sock_handshaken,
                         &s->wr);
+    mf_lua_sock_started(&s->wr);
     return mf_lua_sock_park(L, &s->wr, MF_SOCK_HANDSHAKE);
 }
 
@@ -479,8 +485,7 @@ static int mf_lua__sock_send_failed(lua_State *L, mf_lua_sock_t *s,
 
 static void mf_lua__sock_sent(mf_stream_t *stream, ssize_t status, void *data)
 {
-    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
-    (void)stream;
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data, stream);
     if (!side)
         return;
     lua_State *T = mf_lua_sock_thread(side);
@@ -506,6 +511,7 @@ int mf_lua_sock_send_buffer(lua_State *L, mf_lua_sock_t *s)
     s->siov.iov_base = s->sbuf + n;
     s->siov.iov_len = s->slen - (size_t)n;
     mf_stream_writev(s->stream, &s->siov, 1, mf_lua__sock_sent, &s->wr);
+    mf_lua_sock_started(&s->wr);
     return mf_lua_sock_park(L, &s->wr, MF_SOCK_SEND);
 }
 

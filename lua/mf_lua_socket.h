@@ -38,7 +38,8 @@ typedef struct mf_lua_sock_side {
     mf_lua_sock_t *sock;
     mf_lua_co_t *co; /* parked; NULL when none or detached */
     mf_lua_sock_op_t op;
-    bool pending; /* a stream callback is due */
+    unsigned pending;    /* stream callbacks due */
+    mf_stream_t *stream; /* the stream of the operation last started */
 } mf_lua_sock_side_t;
 
 /* How a receive ends (receive's pattern, receiveuntil's iterator). */
@@ -96,10 +97,13 @@ int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side,
                      mf_lua_sock_op_t op);
 /* The side's coroutine goes on with the nret values pushed on its thread. */
 void mf_lua_sock_resume(mf_lua_sock_side_t *side, int nret);
+/* A stream operation was started for side (its callback is due). */
+void mf_lua_sock_started(mf_lua_sock_side_t *side);
 /* A stream callback ran for the side data points to: the side, or NULL
- * when nobody waits (the record may have been freed then: touch
- * nothing). */
-mf_lua_sock_side_t *mf_lua_sock_side_done(void *data);
+ * when nobody waits for it — the waiter went away, or the callback is a
+ * late one of an older stream while a new operation waits (the record may
+ * have been freed then: touch nothing). */
+mf_lua_sock_side_t *mf_lua_sock_side_done(void *data, mf_stream_t *stream);
 /* The thread the side's results go on. */
 lua_State *mf_lua_sock_thread(const mf_lua_sock_side_t *side);
 

@@ -173,9 +173,9 @@ static int mf_lua__recv_run(lua_State *L, mf_lua_sock_t *s)
         size_t room = s->mode == MF_RECV_DGRAM ? s->want : s->cap - s->end;
         ssize_t n = mf_stream_try_read(s->stream, s->buf + s->end, room);
         if (n == MF_EAGAIN) {
-            s->rd.pending = true;
             mf_stream_read(s->stream, s->buf + s->end, room,
                            mf_lua__recv_read_done, &s->rd);
+            mf_lua_sock_started(&s->rd);
             return MF_LUA_RECV_WAIT;
         }
         if (n < 0)
@@ -191,8 +191,7 @@ static int mf_lua__recv_run(lua_State *L, mf_lua_sock_t *s)
 static void mf_lua__recv_read_done(mf_stream_t *stream, ssize_t status,
                                    void *data)
 {
-    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data);
-    (void)stream;
+    mf_lua_sock_side_t *side = mf_lua_sock_side_done(data, stream);
     if (!side)
         return;
     mf_lua_sock_t *s = side->sock;
