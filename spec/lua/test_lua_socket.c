@@ -32,27 +32,11 @@ static void *read_to_end(void *arg)
     return NULL;
 }
 
-static void *accept_loop(void *arg)
-{
-    int lfd = (int)(intptr_t)arg;
-    for (;;) {
-        int fd = accept(lfd, NULL, NULL);
-        if (fd < 0)
-            continue;
-        pthread_t t;
-        pthread_create(&t, NULL, read_to_end, (void *)(intptr_t)fd);
-        pthread_detach(t);
-    }
-    return NULL;
-}
-
 __attribute__((constructor)) static void start_peer(void)
 {
     int lfd = mf_test_bind_loopback(&port, 16);
     ASSERT(lfd >= 0);
-    pthread_t t;
-    ASSERT_EQ(pthread_create(&t, NULL, accept_loop, (void *)(intptr_t)lfd), 0);
-    pthread_detach(t);
+    ASSERT(mf_test_accept_in_thread(lfd, read_to_end));
 }
 
 /* Waits up to 2 s for the peer to have seen n ends. */

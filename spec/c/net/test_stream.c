@@ -65,20 +65,6 @@ static void *serve_conn(void *arg)
     return NULL;
 }
 
-static void *accept_loop(void *arg)
-{
-    int lfd = (int)(intptr_t)arg;
-    for (;;) {
-        int fd = accept(lfd, NULL, NULL);
-        if (fd < 0)
-            continue;
-        pthread_t t;
-        pthread_create(&t, NULL, serve_conn, (void *)(intptr_t)fd);
-        pthread_detach(t);
-    }
-    return NULL;
-}
-
 static void *udp_echo(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -112,20 +98,6 @@ static void *serve_tls_conn(void *arg)
     return NULL;
 }
 
-static void *accept_tls_loop(void *arg)
-{
-    int lfd = (int)(intptr_t)arg;
-    for (;;) {
-        int fd = accept(lfd, NULL, NULL);
-        if (fd < 0)
-            continue;
-        pthread_t t;
-        pthread_create(&t, NULL, serve_tls_conn, (void *)(intptr_t)fd);
-        pthread_detach(t);
-    }
-    return NULL;
-}
-
 static void start_thread(void *(*fn)(void *), int fd)
 {
     pthread_t t;
@@ -138,7 +110,7 @@ __attribute__((constructor)) static void start_servers(void)
     signal(SIGPIPE, SIG_IGN);
     int lfd = mf_test_bind_loopback(&server.port, 64);
     ASSERT(lfd >= 0);
-    start_thread(accept_loop, lfd);
+    ASSERT(mf_test_accept_in_thread(lfd, serve_conn));
 
     int ufd = socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
@@ -157,7 +129,7 @@ __attribute__((constructor)) static void start_servers(void)
     int xfd = socket(AF_UNIX, SOCK_STREAM, 0);
     ASSERT(bind(xfd, (struct sockaddr *)&un, sizeof un) == 0);
     ASSERT(listen(xfd, 16) == 0);
-    start_thread(accept_loop, xfd);
+    ASSERT(mf_test_accept_in_thread(xfd, serve_conn));
 
     mf_test_cert_make(&server.cert);
     server.tls = SSL_CTX_new(TLS_server_method());
@@ -167,7 +139,7 @@ __attribute__((constructor)) static void start_servers(void)
                                        SSL_FILETYPE_PEM) == 1);
     int tfd = mf_test_bind_loopback(&server.tls_port, 64);
     ASSERT(tfd >= 0);
-    start_thread(accept_tls_loop, tfd);
+    ASSERT(mf_test_accept_in_thread(tfd, serve_tls_conn));
 }
 
 __attribute__((destructor)) static void remove_files(void)
