@@ -228,21 +228,40 @@ static void mf__stream_handshake_step(mf_stream_t *s)
     mf__stream_op_complete(s, &s->wr, MF_ETLS);
 }
 
+/* What a TLS session was made for: the name, the check and the CA file,
+ * hashed (FNV-1a), so a pooled session serves only the same request. */
+static uint64_t mf__stream_tls_identity(const char *name, bool verify,
+                                        const char *ca_file)
+{
+    uint64_t h = 1469598103934665603ULL;
+    const char *parts[2] = {name ? name : "", ca_file ? ca_file : ""};
+    for (int i = 0; i < 2; i++) {
+        for (const char *p = parts[i]; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+        h = (h ^ 0xffu) * 1099511628211ULL; /* a separator */
+    }
+    return (h ^ (verify ? 1u : 0u)) * 1099511628211ULL;
+}
+
 void mf_stream_handshake(mf_stream_t *s, const char *server_name, bool verify,
                          const char *ca_file, mf_stream_cb cb, void *data)
 {
     mf__stream_op_start(s, &s->wr, cb, data, MF_STREAM_T_CONNECT);
     s->verify_result = X509_V_OK;
+    s->tls_other = false;
+    uint64_t identity = mf__stream_tls_identity(server_name, verify, ca_file);
     if (s->state != MF_STREAM_OPEN || s->type != MF_STREAM_TCP) {
         mf__stream_op_complete(
             s, &s->wr,
             s->state == MF_STREAM_OPEN ? MF_EINVAL : mf__stream_not_open(s));
         return;
     }
-    if (s->ssl) { /* a pooled stream keeps its session */
-        mf__stream_op_complete(s, &s->wr, 0);
+    if (s->ssl) { /* a pooled stream keeps its session: for the same use */
+        s->tls_other = identity != s->tls_identity;
+        mf__stream_op_complete(s, &s->wr, s->tls_other ? MF_ETLS : 0);
         return;
     }
+    s->tls_identity = identity;
     s->ssl =
         mf__tls_client_ssl(s->loop, s->io.fd, server_name, verify, ca_file);
     if (!s->ssl) {
@@ -261,6 +280,10 @@ char *mf_stream_tls_error(const mf_stream_t *s, char *buf, size_t size)
     if (s->verify_result != X509_V_OK)
         snprintf(buf, size, "%ld: %s", s->verify_result,
                  X509_verify_cert_error_string(s->verify_result));
+    else if (s->tls_other)
+        snprintf(buf, size,
+                 "the connection's TLS session was made for "
+                 "another server name or trust");
     else
         snprintf(buf, size, "handshake failed");
     return buf;

@@ -41,6 +41,8 @@ struct mf_stream {
     mf_io_t io;
     SSL *ssl;
     long verify_result;     /* of the last failed handshake (X509_V_*) */
+    uint64_t tls_identity;  /* what the session was made for (name, check) */
+    bool tls_other;         /* the last handshake asked for another one */
     uint32_t timeout_ms[3]; /* connect, send, read */
     mf_stream_op_t rd, wr;
     void *rbuf;

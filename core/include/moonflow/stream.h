@@ -24,12 +24,12 @@
  *
  * The keepalive pool: one per loop, keyed by the caller's string (the Lua
  * layer uses OpenResty's "host:port[:pool]"). A stream put there keeps its
- * TLS session with it (a handshake on a stream taken back is done at
- * once). An idle stream leaves the pool and closes when its idle timeout
- * passes, or when its socket becomes readable (the peer closed it or sent
- * something unasked); a full pool closes its least recently used stream.
- * Taking checks each candidate with a non-blocking peek and hands out only
- * a stream with nothing to read and no end of file.
+ * TLS session with it (a handshake on a stream taken back, for the same
+ * name and trust, is done at once). An idle stream leaves the pool and closes
+ * when its idle timeout passes, or when its socket becomes readable (the peer
+ * closed it or sent something unasked); a full pool closes its least recently
+ * used stream. Taking checks each candidate with a non-blocking peek and hands
+ * out only a stream with nothing to read and no end of file.
  *
  * Threads: the loop's thread only. Ownership: mf_stream_create returns a
  * stream the caller owns until mf_stream_close or mf_stream_pool_put; both
@@ -81,7 +81,10 @@ MF_API void mf_stream_connect(mf_stream_t *stream, const char *host,
 /* TLS over a connected TCP stream. server_name (may be NULL) is sent as
  * SNI and, with verify, matched against the certificate; ca_file NULL: the
  * system's bundle. Calls back with 0 or MF_ETLS (mf_stream_tls_error says
- * why); a stream that has TLS already (taken from the pool) calls back 0. */
+ * why). A stream that has TLS already (taken from the pool) calls back 0
+ * at once when its session was made for the same server_name, verify and
+ * ca_file, and MF_ETLS otherwise (never a session checked for another
+ * name). */
 MF_API void mf_stream_handshake(mf_stream_t *stream, const char *server_name,
                                 bool verify, const char *ca_file,
                                 mf_stream_cb cb, void *data);
