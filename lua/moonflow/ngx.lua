@@ -15,11 +15,11 @@
 --   ngx.var (http_*, cookie_*, arg_*, uri, request_uri, args,
 --   request_method, remote_addr), ngx.header (the response's headers),
 --   ngx.req.get_headers / get_method / get_uri_args / get_body_data /
---   read_body.
+--   read_body; ngx.location.capture / capture_multi (subrequests, under
+--   moonflow serve).
 --
 -- What has no moonflow answer yet is left out rather than faked: a
--- library that reaches for it gets nil (ngx.say, ngx.exit, ngx.location
--- ...).
+-- library that reaches for it gets nil (ngx.say, ngx.exit ...).
 local mf = require "moonflow"
 
 local select = select
