@@ -29,7 +29,9 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            clang libclang-rt-14-dev libluajit2-5.1-dev lua-cjson lua-busted \
            libhiredis-dev redis-server redis-tools strace \
            libmariadb-dev mariadb-server mariadb-client librdkafka-dev kcat \
-           libpcre2-dev prometheus
+           libpcre2-dev prometheus memcached lua-nginx-redis \
+           lua-nginx-memcached lua-nginx-websocket lua-nginx-dns \
+           lua-nginx-cookie lua-resty-lrucache
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -46,8 +48,13 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # nginx + lua-resty-kafka (lua-nginx-kafka). mf.re's regular expressions
 # are PCRE2's (libpcre2-dev: 8-bit, with its JIT). The metrics text is
 # checked by Prometheus's own parser (promtool, from prometheus; its
-# service is never started).
-BENCH_PACKAGES = libnginx-mod-http-lua lua-nginx-redis sysbench lua-nginx-kafka
+# service is never started). OpenResty's libraries as Debian packages them
+# (lua-nginx-redis, -memcached, -websocket, -dns, -cookie,
+# lua-resty-lrucache) run unchanged in the specs on the ngx compatibility
+# module, against redis-server, memcached (started on a loopback port by
+# the specs' harness) and Python peers; make bench uses lua-nginx-redis and
+# lua-nginx-memcached in nginx's Lua handlers too.
+BENCH_PACKAGES = libnginx-mod-http-lua sysbench lua-nginx-kafka
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
         format

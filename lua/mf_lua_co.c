@@ -27,6 +27,28 @@ static void mf_lua__co_cleanup(mf_lua_co_t *co)
         cleanup(op);
 }
 
+/* What the coroutine opened and did not close (sockets) is closed as it
+ * ends, whichever way. */
+static void mf_lua__co_release_owned(mf_lua_co_t *co)
+{
+    while (!mf_list_empty(&co->owned)) {
+        mf_lua_owned_t *o = mf_container_of(mf_list_pop_front(&co->owned),
+                                            mf_lua_owned_t, link);
+        o->release(o);
+    }
+}
+
+void mf_lua_co_own(mf_lua_co_t *co, mf_lua_owned_t *o)
+{
+    mf_list_push_back(&co->owned, &o->link);
+}
+
+void mf_lua_owned_drop(mf_lua_owned_t *o)
+{
+    if (mf_list_linked(&o->link))
+        mf_list_remove(&o->link);
+}
+
 /* A thread that returned normally can run a new function (status 0, empty
  * stack): keep it for the next spawn. Errored or aborted ones cannot. */
 static void mf_lua__thread_release(mf_lua_host_t *host, mf_lua_co_t *co,
@@ -94,6 +116,7 @@ static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
         return;
     co->exiting = true;
     mf_lua__co_cleanup(co);
+    mf_lua__co_release_owned(co);
     mf_list_remove(&co->link);
     if (status == MF_LUA_CO_ERROR)
         host->counts.errors++;
@@ -198,6 +221,7 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->request_id_ud = NULL;
     co->trace = NULL;
     co->nested_wait = NULL;
+    mf_list_init(&co->owned);
     mf_list_push_back(&host->coroutines, &co->link);
     host->counts.coroutines++;
     return co;

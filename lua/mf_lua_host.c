@@ -60,6 +60,7 @@ static int mf_lua__preload(lua_State *L)
         {"moonflow.cookie", mf_lua_open_cookie},
         {"moonflow.shared", mf_lua_open_shared},
         {"moonflow.metrics", mf_lua_open_metrics},
+        {"moonflow.socket", mf_lua_open_socket},
         {NULL, NULL}};
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");

@@ -106,7 +106,19 @@ struct mf_lua_co {
      * resumer must pass on upward (mf_lua_co_check, moonflow.core's
      * nested_take / nested_mark). */
     lua_State *nested_wait;
+    mf_list_t owned; /* mf_lua_owned_t: closed when the coroutine ends */
 };
+
+/* Something a coroutine opened that must not outlive it (a socket): its
+ * release runs in the coroutine's exit path unless it was dropped first.
+ * The owner embeds the record (link initialised with mf_list_init). */
+typedef struct mf_lua_owned {
+    mf_list_t link;
+    void (*release)(struct mf_lua_owned *o);
+} mf_lua_owned_t;
+void mf_lua_co_own(mf_lua_co_t *co, mf_lua_owned_t *o);
+/* No longer owned (closed by hand, pooled); safe when it is not. */
+void mf_lua_owned_drop(mf_lua_owned_t *o);
 
 /* ---- the watchdog (mf_lua_watchdog.c) -------------------------------- */
 
@@ -209,6 +221,7 @@ int mf_lua_open_log(lua_State *L);    /* moonflow.log: log, worker */
 int mf_lua_open_re(lua_State *L);     /* moonflow.re: PCRE2 regexes */
 int mf_lua_open_wait(lua_State *L);   /* moonflow.wait: waiters, spawn */
 int mf_lua_open_cookie(lua_State *L); /* moonflow.cookie: parse, format */
+int mf_lua_open_socket(lua_State *L); /* moonflow.socket: tcp, udp */
 /* moonflow.shared: get, create (mf.shared, mf.shared_dict) */
 int mf_lua_open_shared(lua_State *L);
 /* moonflow.metrics: counter, gauge, histogram, text (mf.metrics) */

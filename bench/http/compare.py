@@ -389,6 +389,21 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tree_cpu_seconds(pid):
+    """CPU seconds of pid and its children (nginx's workers)."""
+    total = cpu_seconds(pid)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != str(pid):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                total += cpu_seconds(int(entry))
+    return total
+
+
 # ---- wrk ------------------------------------------------------------------------
 
 

@@ -128,21 +128,6 @@ http {{
                 os.path.join(prefix, "error.log")]
 
 
-def server_cpu(pid):
-    """CPU seconds of pid and its children (nginx's workers)."""
-    total = C.cpu_seconds(pid)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and entry != str(pid):
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                total += C.cpu_seconds(int(entry))
-    return total
-
-
 def get(port, path):
     conn = http.client.HTTPConnection(C.HOST, port, timeout=60)
     conn.request("GET", path)
@@ -197,10 +182,10 @@ def measure(peer, args, workdir):
         load(port, f"/op?op=get_hot&n={args.n}", args.conns, 1)  # warm-up
         out = {}
         for op in OPS:
-            cpu0, t0 = server_cpu(proc.pid), time.monotonic()
+            cpu0, t0 = C.tree_cpu_seconds(proc.pid), time.monotonic()
             requests = load(port, f"/op?op={op}&n={args.n}", args.conns,
                             args.duration)
-            cpu, wall = server_cpu(proc.pid) - cpu0, time.monotonic() - t0
+            cpu, wall = C.tree_cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
             if proc.poll() is not None:
                 raise C.PointFailed(C.death_note(proc, log_path))
             out[op] = (requests * args.n / cpu, cpu / wall)

@@ -200,8 +200,9 @@ SSL *mf__tls_client_ssl(mf_loop_t *loop, int fd, const char *host, bool verify,
         return NULL;
     SSL_set_fd(ssl, fd);
     SSL_set_connect_state(ssl);
-    SSL_set_tlsext_host_name(ssl, host);
-    if (verify) {
+    if (host)
+        SSL_set_tlsext_host_name(ssl, host);
+    if (verify && host) {
         /* Match the certificate against the host name or IP we dialled. */
         X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
         X509_VERIFY_PARAM_set_hostflags(param,

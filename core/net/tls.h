@@ -30,7 +30,8 @@ void mf__tls_server_free(mf_tls_server_t *tls);
 SSL *mf__tls_server_ssl(mf_tls_server_t *tls, int fd);
 
 /* Client SSL for fd with SNI = host; verify on: chain against ca_file (NULL:
- * system bundle) and host name match. */
+ * system bundle) and host name match. host NULL: no SNI, and the chain
+ * alone is verified. */
 SSL *mf__tls_client_ssl(mf_loop_t *loop, int fd, const char *host, bool verify,
                         const char *ca_file);
 

@@ -359,6 +359,20 @@ mf.crypto = require "moonflow.crypto"
 mf.uri = require "moonflow.uri"
 mf.re = require "moonflow.re"
 
+-- Cosockets (moonflow.socket, C): mf.socket.tcp(), mf.socket.udp(), and
+-- mf.socket.connect(host, port, opts), a tcp socket connected at once.
+local csocket = require "moonflow.socket"
+mf.socket = {
+    tcp = csocket.tcp,
+    udp = csocket.udp,
+    connect = function(...)
+        local sock = csocket.tcp()
+        local ok, err = sock:connect(...)
+        if not ok then return nil, err end
+        return sock
+    end,
+}
+
 -- Lua threads, semaphores and queues (moonflow.thread, on moonflow.wait).
 local thread = require "moonflow.thread"
 mf.spawn, mf.wait_any = thread.spawn, thread.wait_any

@@ -9,11 +9,17 @@
 --   ngx.hmac_sha1, ngx.escape_uri / unescape_uri, ngx.encode_args /
 --   decode_args, ngx.quote_sql_str, ngx.timer.at / every, ngx.thread.spawn
 --   / wait, ngx.worker.id / count / pid / exiting, ngx.config, ngx.shared
---   (moonflow's shared dicts, when there are any).
+--   (moonflow's shared dicts, when there are any), ngx.socket.tcp / udp /
+--   connect (mf.socket's cosockets; sslhandshake verifies unless told
+--   not to), and, in a handler wrapped with ngx.handler(fn), the request:
+--   ngx.var (http_*, cookie_*, arg_*, uri, request_uri, args,
+--   request_method, remote_addr), ngx.header (the response's headers),
+--   ngx.req.get_headers / get_method / get_uri_args / get_body_data /
+--   read_body; ngx.location.capture / capture_multi (subrequests, under
+--   moonflow serve).
 --
 -- What has no moonflow answer yet is left out rather than faked: a
--- library that reaches for it gets nil (ngx.socket, ngx.var, ngx.req,
--- ngx.say ...).
+-- library that reaches for it gets nil (ngx.say, ngx.exit ...).
 local mf = require "moonflow"
 
 local select = select
@@ -107,6 +113,98 @@ ngx.config = {
     ngx_lua_version = 10023,
     nginx_configure = function() return "" end,
     prefix = function() return "" end,
+}
+
+-- Cosockets.
+ngx.socket = { tcp = mf.socket.tcp, udp = mf.socket.udp, connect = mf.socket.connect }
+
+-- The request of the running handler, for ngx.var, ngx.header and ngx.req:
+-- ngx.handler(fn) binds (req, resp) to the handler's coroutine while fn
+-- runs (coroutine threads are reused, so it unbinds on every exit path).
+-- Lua threads the handler spawns have no request of their own.
+local running, pcall, error = coroutine.running, pcall, error
+local bound = setmetatable({}, { __mode = "k" })
+
+local function current(what)
+    local r = bound[running()]
+    if not r then
+        error(what .. ": no request here (a handler wrapped with ngx.handler has one)", 3)
+    end
+    return r
+end
+
+function ngx.handler(fn)
+    return function(req, resp)
+        local co = running()
+        bound[co] = { req = req, resp = resp }
+        local ok, err = pcall(fn, req, resp)
+        bound[co] = nil
+        if not ok then error(err, 0) end
+    end
+end
+
+local function header_name(name) return (name:gsub("_", "-")) end
+
+local var_prefixes = {
+    http = function(req, rest) return req.headers[header_name(rest)] end,
+    cookie = function(req, rest) return req.cookies[rest] end,
+    arg = function(req, rest)
+        local v = req.query[rest]
+        if type(v) == "table" then v = v[1] end
+        if v == true then return "" end
+        return v
+    end,
+}
+local var_names = {
+    uri = function(req) return req.path end,
+    request_uri = function(req) return req.uri end,
+    args = function(req) return req.uri:match("%?(.*)$") end,
+    request_method = function(req) return req.method end,
+    remote_addr = function(req) return req.peer and req.peer:match("^%[?(.-)%]?:%d+$") end,
+}
+
+ngx.var = setmetatable({}, {
+    __index = function(_, name)
+        local req = current("ngx.var").req
+        local f = var_names[name]
+        if f then return f(req) end
+        local prefix, rest = name:match("^(%a+)_(.+)$")
+        f = prefix and var_prefixes[prefix]
+        if f then return f(req, rest) end
+        return nil
+    end,
+    __newindex = function() error("ngx.var: variables are read-only here", 2) end,
+})
+
+-- Header names in any spelling, "_" for "-" (as OpenResty reads them):
+-- the response's key that matches, or the name as given.
+local function header_key(headers, name)
+    name = header_name(name)
+    if headers[name] ~= nil then return name end
+    local lname = name:lower()
+    for k in pairs(headers) do
+        if type(k) == "string" and k:lower() == lname then return k end
+    end
+    return name
+end
+
+ngx.header = setmetatable({}, {
+    __index = function(_, name)
+        local headers = current("ngx.header").resp.headers
+        return headers[header_key(headers, name)]
+    end,
+    __newindex = function(_, name, value)
+        local headers = current("ngx.header").resp.headers
+        headers[header_key(headers, name)] = value
+    end,
+})
+
+ngx.req = {
+    get_headers = function() return current("ngx.req").req.headers end,
+    get_method = function() return current("ngx.req").req.method end,
+    get_uri_args = function() return current("ngx.req").req.query end,
+    get_body_data = function() return current("ngx.req").req.body end,
+    read_body = function() current("ngx.req") end, -- bodies are read before the handler
 }
 
 -- mf.shared's dicts under their names (a table that looks them up).

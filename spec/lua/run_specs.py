@@ -23,7 +23,10 @@ drive with GET /kafka?cmd=COMMAND on MF_ODD_PORT (a kafka_mock command line:
 words when refused), and `moonflow serve --config _conf.lua` on a copy of
 spec/lua/shared_site with two workers and shared dicts (MF_SHARED_PORT;
 MF_SHARED_SITE, the copy, which shared_spec.lua rewrites to reload it;
-stopped and checked as the first). ctest's lua.specs and asan.lua.specs.
+stopped and checked as the first), and the cosocket peers of
+socket_peers.py (MF_SOCK_PORT, MF_SOCK_TLS_PORT, MF_SOCK_UNIX,
+MF_SOCK_UDP_PORT, MF_SOCK_BLACKHOLE_PORT). ctest's lua.specs and
+asan.lua.specs.
 
   MF_MOONFLOW=build/moonflow MF_HTTP_FIXTURE=build/spec/fixture/http_fixture \\
       python3 spec/lua/run_specs.py [busted options...]
@@ -42,6 +45,7 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
+import socket_peers  # noqa: E402
 
 
 class OddHandler(http.server.BaseHTTPRequestHandler):
@@ -155,8 +159,9 @@ def main():
     redis = []
     servers = []
     mysql = []
-    odd = odd_tls = serve = shared = kafka = None
+    odd = odd_tls = serve = shared = kafka = peers = None
     try:
+        peers = socket_peers.Peers(tmp, cert, key)
         kafka = harness.KafkaMock(brokers=3)
         mysql = start_mariadbs(2)
         for password in (None, "s3cret", None):
@@ -196,7 +201,7 @@ def main():
                    MF_DEAD_PORT=str(harness.free_port()),
                    MF_SERVE_PORT=str(serve_port),
                    MF_SHARED_PORT=str(shared_port), MF_SHARED_SITE=shared_site,
-                   **redis_env)
+                   **dict(redis_env, **peers.env()))
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
                               cwd=root, env=env, timeout=240)
@@ -227,6 +232,8 @@ def main():
             m.close()
         if kafka:
             kafka.close()
+        if peers:
+            peers.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -175,6 +175,7 @@ enum {
     MF_LOOP_EXT_REDIS,
     MF_LOOP_EXT_MYSQL,
     MF_LOOP_EXT_KAFKA,
+    MF_LOOP_EXT_STREAM, /* the keepalive pool of streams (stream.h) */
     MF_LOOP_EXT_LUA,
     MF_LOOP_EXT_USER,
     MF_LOOP_EXT_MAX = 16

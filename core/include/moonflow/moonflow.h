@@ -3,7 +3,8 @@
  * the flow primitives, the basic and go tasks, the compute pool and the
  * workers, DNS, the file watcher, TLS settings, the HTTP and Redis
  * clients, the HTTP server and proxying, the dict shared by every thread
- * (shdict.h), and the listening sockets of one process per address. Each
+ * (shdict.h), client byte streams and their keepalive pool (stream.h), and
+ * the listening sockets of one process per address. Each
  * header says what it owns; this one only gathers them.
  */
 #ifndef MOONFLOW_H
@@ -30,6 +31,7 @@
 #include "redis.h"
 #include "series.h"
 #include "shdict.h"
+#include "stream.h"
 #include "task.h"
 #include "tasks.h"
 #include "tls.h"
