@@ -25,7 +25,8 @@
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
  *     shared = { hits = 1048576 },   -- dicts of every worker: name = bytes
- *     metrics = { path = "/metrics" },  -- Prometheus's page; none without
+ *     metrics = { path = "/metrics",  -- Prometheus's page; none without
+ *                 listen = "127.0.0.1:9145" },  -- its own address
  *     trace = { file = "trace.jsonl", sample = 1000, token = "t0k" },
  *   }
  *
@@ -268,7 +269,9 @@ static const mf_config_key_t mf__trace_keys[] = {
     {"token", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__metrics_keys[] = {
-    {"path", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_END};
+    {"path", LUA_TSTRING, 0, 0, NULL},
+    {"listen", LUA_TSTRING, 0, 0, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
     {"file", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_MS("timeout"), MF_CONFIG_END};
 
@@ -559,6 +562,13 @@ static int mf__config_section_metrics(lua_State *L, int t, mf_serve_config_t *c,
         return -1;
     }
     c->metrics_path = mf_serve_config_strdup(c, path);
+    const char *listen = mf__field_string(L, t, "listen");
+    char why[200];
+    if (listen && mf_serve_check_listen(listen, why, sizeof why) < 0) {
+        snprintf(err, errlen, "metrics.listen: %s", why);
+        return -1;
+    }
+    c->metrics_listen = listen ? mf_serve_config_strdup(c, listen) : NULL;
     return 0;
 }
 

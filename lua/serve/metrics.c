@@ -519,7 +519,8 @@ bool mf_serve_metrics_is_page(const mf_serve_worker_t *w,
                               const mf_http_request_t *req)
 {
     const char *path = w->config->metrics_path;
-    return path && strlen(path) == req->path_len &&
+    return path && !w->config->metrics_listen /* served there instead */ &&
+           strlen(path) == req->path_len &&
            memcmp(path, req->path, req->path_len) == 0;
 }
 

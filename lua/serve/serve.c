@@ -199,6 +199,12 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
         w->error_what = "the metrics";
         return;
     }
+    if ((w->error = mf_serve_metrics_listen_open(w)) < 0) {
+        snprintf(w->init_error, sizeof w->init_error, "metrics.listen %s: %s",
+                 c->metrics_listen, mf_strerror(w->error));
+        w->error_what = w->init_error;
+        return;
+    }
     if ((w->error = mf_serve_trace_open(w)) < 0) {
         w->error_what = c->trace_file;
         return;
@@ -255,15 +261,23 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
     mf_waitgroup_done(job->wg);
 }
 
-static void mf__serve_stop_worker(mf_loop_t *loop, void *arg)
+/* The site's server drains, once the metrics page's own (if any) is
+ * gone. */
+static void mf__serve_drain_worker(void *arg)
 {
     mf_serve_worker_job_t *job = arg;
-    (void)loop;
     if (job->w->server)
         mf_http_server_drain(job->w->server, job->w->drain_ms,
                              mf__serve_worker_stopped, job);
     else
         mf__serve_worker_stopped(NULL, job);
+}
+
+static void mf__serve_stop_worker(mf_loop_t *loop, void *arg)
+{
+    mf_serve_worker_job_t *job = arg;
+    (void)loop;
+    mf_serve_metrics_listen_stop(job->w, mf__serve_drain_worker, job);
 }
 
 static void mf__serve_reload_worker(mf_loop_t *loop, void *arg)

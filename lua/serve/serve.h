@@ -71,6 +71,8 @@ typedef struct mf_serve_config {
     } shared[MF_LUA_SHARED_MAX]; /* shared = { name = bytes } */
     size_t nshared;
     char *metrics_path;    /* metrics.path: the page's path; NULL: no page */
+    char *metrics_listen;  /* metrics.listen: the page's own address; NULL:
+                              the site's */
     char *trace_file;      /* trace.file: OTLP JSON lines; NULL: no tracing */
     char *trace_token;     /* trace.token: X-Moonflow-Trace asks; NULL */
     uint32_t trace_sample; /* trace.sample: one request in N; 0: none */
@@ -140,10 +142,11 @@ typedef struct mf_serve_worker {
     uint64_t id_serial;
     mf_metrics_t *metrics;           /* the process's registry; shard id */
     struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
-    int trace_fd;                    /* trace.c: the file; -1: none */
-    size_t trace_lost;               /* traces not written */
-    uint64_t trace_count;            /* requests seen, for trace.sample */
-    mf_task_observer_t observer;     /* observe.c: metrics and traces */
+    struct mf_serve_metrics_listener *mlisten; /* metrics_listen.c */
+    int trace_fd;                              /* trace.c: the file; -1: none */
+    size_t trace_lost;                         /* traces not written */
+    uint64_t trace_count;        /* requests seen, for trace.sample */
+    mf_task_observer_t observer; /* observe.c: metrics and traces */
 } mf_serve_worker_t;
 
 /* handler.c: the HTTP server's handler for a worker (mf_http_handler). */
@@ -199,6 +202,13 @@ void mf_serve_metrics_request(mf_serve_worker_t *w,
 void mf_serve_metrics_exchange(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                                bool routed, int status, size_t bytes_out,
                                double seconds);
+/* metrics_listen.c: on worker 0, the page's own address when the config
+ * names one (0, or a negative MF_E* code: the address cannot be had), and
+ * its stop, which calls done(arg) once the page's server is gone. */
+int mf_serve_metrics_listen_open(mf_serve_worker_t *w);
+void mf_serve_metrics_listen_stop(mf_serve_worker_t *w, void (*done)(void *),
+                                  void *arg);
+
 /* A task ended (the worker's task observer): its count and duration. */
 void mf_serve_metrics_task(mf_serve_worker_t *w, mf_task_t *task, uint64_t ns);
 

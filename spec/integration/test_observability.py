@@ -308,6 +308,44 @@ class Reloads(unittest.TestCase):
         self.assertEqual(page[("moonflow_reloads_total", '{result="failed"}')], 1)
 
 
+class MetricsListen(unittest.TestCase):
+    """metrics.listen: the page on an address of its own, held by one
+    server only."""
+
+    def test_the_page_is_served_on_its_own_address_only(self):
+        root = tempfile.mkdtemp(prefix="mf-metrics-listen-")
+        self.addCleanup(shutil.rmtree, root, True)
+        mport = free_port()
+        conf = write_site(root, {"hi.lua": 'return function(req, resp) '
+                                           'resp:send("hi") end\n'},
+                          'return { root = ".", access_log = "off", metrics = '
+                          '{ path = "/m", listen = "127.0.0.1:%d" } }\n' % mport)
+        port = free_port()
+        srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
+                      "127.0.0.1:%d" % port, "--workers", "2"], port)
+        get = lambda p, path: request(p, b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" % path)
+        try:
+            self.assertEqual(get(port, b"/hi").body, b"hi")
+            self.assertEqual(get(port, b"/m").status, 404)  # not on the site
+            page = get(mport, b"/m")
+            self.assertEqual(page.status, 200)
+            self.assertIn(b'moonflow_http_requests_total{route="/hi",method="GET",'
+                          b'status="200"} 1', page.body)
+            self.assertEqual(get(mport, b"/hi").status, 404)
+            # A second server cannot have the page's address.
+            other = free_port()
+            out = subprocess.run([MOONFLOW, "serve", "--config", conf, "--listen",
+                                  "127.0.0.1:%d" % other], capture_output=True,
+                                 text=True, timeout=20)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("metrics.listen 127.0.0.1:%d" % mport, out.stderr)
+            self.assertIn("already in use", out.stderr)
+            self.assertEqual(get(mport, b"/m").status, 200)  # still ours
+        finally:
+            code, _, err = srv.stop(sig=signal.SIGTERM)
+        self.assertEqual(code, 0, err)
+
+
 class MetricsConfig(unittest.TestCase):
     def refused(self, line):
         root = tempfile.mkdtemp(prefix="mf-metrics-conf-")
@@ -325,7 +363,7 @@ class MetricsConfig(unittest.TestCase):
                       "expected, got metrics", self.refused('{ path = "metrics" }'))
         self.assertIn("metrics.path: a path starting with / (no query) "
                       "expected, got none", self.refused("{}"))
-        self.assertIn("metrics.listen", self.refused('{ path = "/m", listen = "x" }'))
+        self.assertIn("metrics.listen: ", self.refused('{ path = "/m", listen = "x" }'))
         self.assertIn("metrics: a table expected, got a string",
                       self.refused('"/metrics"'))
 
