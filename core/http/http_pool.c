@@ -361,8 +361,14 @@ static void mf__http_open(mf_http_client_task_t *t)
 void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
 {
     mf_client_tls_t tls = {t->origin.host, t->opts.tls_verify, t->opts.ca_file};
+    bool was_connecting = t->conn->opener.connecting;
     int rc = mf__client_open_event(&t->conn->opener, events,
                                    t->origin.tls ? &tls : NULL);
+    /* The connect ended well: open now, or its TLS handshake under way
+     * (a failed address goes on connecting to the next one). */
+    if (was_connecting && !t->conn->opener.connecting &&
+        (rc >= 0 || t->conn->opener.handshaking))
+        mf__client_task_mark(t, &t->timings.connected);
     if (rc == MF_EAGAIN)
         return;
     if (rc < 0) {
@@ -370,6 +376,9 @@ void mf__http_opening_event(mf_http_client_task_t *t, unsigned events)
             t, rc == MF_ETLS ? MF_STATE_TLS_ERROR : MF_STATE_SYS_ERROR, rc);
         return;
     }
-    mf__client_task_mark(t, &t->timings.opened);
+    if (t->origin.tls)
+        mf__client_task_mark(t, &t->timings.opened);
+    else /* nothing between: the same moment */
+        t->timings.opened = t->timings.connected;
     mf__client_task_send(t);
 }

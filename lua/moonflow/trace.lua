@@ -20,7 +20,8 @@ local WIDTH = 40 -- bar columns
 
 -- An HTTP call's span events, as the waterfall names them.
 local STEP_NAMES = {
-    ["dns.resolved"] = "resolved", ["connection.opened"] = "connected",
+    ["dns.resolved"] = "resolved", ["connection.connected"] = "connected",
+    ["tls.handshake_done"] = "tls",
     ["request.start"] = "sending", ["request.sent"] = "sent",
     ["response.first_byte"] = "first byte",
 }

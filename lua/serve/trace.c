@@ -5,11 +5,11 @@
  * every task its handler's Lua code starts is a span with its start, its
  * end, its kind, its result and its parent (the parallel or graph it is a
  * branch of, else the request); the request is the root span; an HTTP
- * call's steps (resolved, opened, request started and sent, first byte of
- * the response) are its span's events. When the
- * last of them is released, the whole tree is one line of the trace file
- * in OTLP's JSON form (resourceSpans → scopeSpans → spans), which
- * `moonflow trace FILE` draws as a waterfall.
+ * call's steps (resolved, connected, TLS done, request started and sent, first
+ * byte of the response) are its span's events. When the last of them is
+ * released, the whole tree is one line of the trace file in OTLP's JSON form
+ * (resourceSpans → scopeSpans → spans), which `moonflow trace FILE` draws as a
+ * waterfall.
  *
  * A trace is a task trace context (moonflow/task.h): the request holds one
  * count until its handler's coroutine ends, every task made by that
@@ -292,11 +292,13 @@ static void mf__put_events(mf_trace_out_t *o, const mf_serve_trace_t *t,
     const struct {
         const char *name;
         uint64_t at;
-    } steps[] = {{"dns.resolved", h->resolved},
-                 {"connection.opened", h->opened},
-                 {"request.start", h->sending},
-                 {"request.sent", h->sent},
-                 {"response.first_byte", h->first_byte}};
+    } steps[] = {
+        {"dns.resolved", h->resolved},
+        {"connection.connected", h->connected},
+        {"tls.handshake_done", h->opened != h->connected ? h->opened : 0},
+        {"request.start", h->sending},
+        {"request.sent", h->sent},
+        {"response.first_byte", h->first_byte}};
     bool any = false;
     for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
         if (!steps[k].at)

@@ -602,7 +602,8 @@ class Traces(unittest.TestCase):
             self.assertEqual(names[-3:], ["request.start", "request.sent",
                                           "response.first_byte"])
             # the server's first calls to the backend: new connections
-            self.assertEqual(names[:2], ["dns.resolved", "connection.opened"])
+            self.assertEqual(names[:2], ["dns.resolved", "connection.connected"])
+            self.assertEqual(len(names), 5)  # plain HTTP: no TLS step
             at = [int(e["timeUnixNano"]) / 1e6 for e in s["events"]]
             self.assertEqual(at, sorted(at))
             self.assertGreaterEqual(at[0], t(s, "start"))

@@ -125,7 +125,9 @@ MF_API int mf_task_http_redirects(const mf_task_t *task);
  * otherwise. */
 typedef struct mf_http_timings {
     uint64_t resolved;   /* the name resolved (DNS, or its cache) */
-    uint64_t opened;     /* connected, TLS handshake done */
+    uint64_t connected;  /* the TCP connection established */
+    uint64_t opened;     /* ready for the request: connected, and over TLS
+                            the handshake done (== connected without TLS) */
     uint64_t sending;    /* a connection in hand: the request starts */
     uint64_t sent;       /* the request written */
     uint64_t first_byte; /* the response's first byte read */

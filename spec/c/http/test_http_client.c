@@ -617,6 +617,19 @@ TEST(forward_to_a_slow_client_buffers_a_window_not_the_whole_body)
 
 static mf_test_cert_t tc; /* its folder also holds nginx's files */
 
+static void trace_released(mf_task_trace_t *t)
+{
+    (void)t;
+}
+
+static mf_http_timings_t last_timings;
+
+static void on_done_timed(mf_task_t *task)
+{
+    mf_task_http_timings(task, &last_timings);
+    on_done(task);
+}
+
 TEST(tls_verification_failure_is_a_tls_error_and_a_trusted_ca_passes)
 {
     mf_test_cert_make(&tc);
@@ -632,11 +645,23 @@ TEST(tls_verification_failure_is_a_tls_error_and_a_trusted_ca_passes)
     mf_http_client_opts_t o;
     mf_http_client_opts_init(&o);
     o.ca_file = cert;
-    mf_task_t *t = mf_task_http_create(loop, "GET", url, on_done, &r);
+    /* Made under a trace context: the task stamps its steps. */
+    mf_task_trace_t trace = {1, trace_released};
+    mf_loop_set_trace(loop, &trace);
+    mf_task_t *t = mf_task_http_create(loop, "GET", url, on_done_timed, &r);
+    mf_loop_set_trace(loop, NULL);
     mf_task_http_set_opts(t, &o);
     run_one(t);
     ASSERT_EQ(r.state, MF_STATE_SUCCESS);
     ASSERT_STR_EQ(r.body, "hello client\n");
+    ASSERT_EQ(trace.refs, 1); /* the task let it go */
+    const mf_http_timings_t *tm = &last_timings;
+    ASSERT(tm->resolved > 0);
+    ASSERT(tm->connected >= tm->resolved);
+    ASSERT(tm->opened > tm->connected); /* the TLS handshake in between */
+    ASSERT(tm->sending >= tm->opened);
+    ASSERT(tm->sent >= tm->sending);
+    ASSERT(tm->first_byte >= tm->sent);
 
     /* The trusted connection is pooled, but a request that asks for the
      * system CAs must not reuse it: it verifies again, and fails. */
@@ -647,10 +672,13 @@ TEST(tls_verification_failure_is_a_tls_error_and_a_trusted_ca_passes)
     ASSERT_EQ(r.state, MF_STATE_TLS_ERROR);
 
     o.tls_verify = false; /* the opt-out */
-    t = mf_task_http_create(loop, "GET", url, on_done, &r);
+    t = mf_task_http_create(loop, "GET", url, on_done_timed, &r);
     mf_task_http_set_opts(t, &o);
     run_one(t);
     ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    /* Not traced: no clock read, nothing stamped. */
+    ASSERT(last_timings.resolved == 0 && last_timings.sending == 0 &&
+           last_timings.first_byte == 0);
     teardown();
     ASSERT(mf_test_cert_remove(&tc));
 }
