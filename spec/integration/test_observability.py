@@ -585,11 +585,13 @@ class Traces(unittest.TestCase):
         self.assertEqual((a["kind"], b["kind"], root["kind"]), (3, 3, 2))
         t = lambda s, k: int(s[k + "TimeUnixNano"]) / 1e6  # ms
         dur = lambda s: t(s, "end") - t(s, "start")
+        # The backend's timers count whole milliseconds of its loop clock:
+        # a sleep of N ms may end up to 1 ms short on a finer clock.
         # Side by side: both start together, each takes its own sleep.
         self.assertLess(abs(t(a, "start") - t(b, "start")), 20)
-        self.assertGreaterEqual(dur(a), 60)
+        self.assertGreaterEqual(dur(a), 60 - 1)
         self.assertLess(dur(a), 85)
-        self.assertGreaterEqual(dur(b), 90)
+        self.assertGreaterEqual(dur(b), 90 - 1)
         self.assertLess(dur(b), 140)  # not 60 + 90: they overlapped
         self.assertGreaterEqual(dur(root), dur(b))
         self.assertLess(dur(root), 145)
@@ -608,7 +610,7 @@ class Traces(unittest.TestCase):
             self.assertEqual(at, sorted(at))
             self.assertGreaterEqual(at[0], t(s, "start"))
             self.assertLessEqual(at[-1], t(s, "end"))
-            self.assertGreaterEqual(at[-1] - at[3], slept)  # sent → answer
+            self.assertGreaterEqual(at[-1] - at[3], slept - 1)  # sent → answer
         # Wall clock: now, give or take a minute.
         self.assertLess(abs(t(root, "start") / 1e3 - time.time()), 60)
 
@@ -635,7 +637,7 @@ class Traces(unittest.TestCase):
                                     r"sending \+[\d.]+ ms, sent \+[\d.]+ ms, "
                                     r"first byte \+([\d.]+) ms$")
             first = float(re.search(r"first byte \+([\d.]+) ms", steps).group(1))
-            self.assertGreaterEqual(first, at_least)
+            self.assertGreaterEqual(first, at_least - 1)  # whole ms timers
         # The shorter call's bar ends well before the longer one's.
         self.assertLess(body[2].count("="), body[4].count("="))
 
