@@ -137,6 +137,13 @@ void mf_loop_update_time(mf_loop_t *loop)
     loop->now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t mf_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t mf_loop_now(const mf_loop_t *loop)
 {
     return loop->now;

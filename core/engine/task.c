@@ -7,8 +7,6 @@
  * still out (a go task running on the pool): the flow moves on at once and
  * the late completion frees the task.
  */
-#include <time.h>
-
 #include "flow_int.h"
 #include "loop_int.h"
 
@@ -62,16 +60,9 @@ void mf_loop_observe_tasks(mf_loop_t *loop, const mf_task_observer_t *observer)
     loop->observer = observer;
 }
 
-static uint64_t mf__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void mf__observe_start(const mf_task_observer_t *o, mf_task_t *task)
 {
-    task->_started_ns = mf__now_ns();
+    task->_started_ns = mf_monotonic_ns();
     if (o->started)
         o->started(o->ud, task);
 }
@@ -79,7 +70,7 @@ static void mf__observe_start(const mf_task_observer_t *o, mf_task_t *task)
 static void mf__observe_end(const mf_task_observer_t *o, mf_task_t *task)
 {
     if (o->finished)
-        o->finished(o->ud, task, mf__now_ns() - task->_started_ns);
+        o->finished(o->ud, task, mf_monotonic_ns() - task->_started_ns);
 }
 
 /* Records the result once and queues the task for its callback. */

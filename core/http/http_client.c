@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <strings.h>
 
 #include "http_client_int.h"
@@ -197,9 +196,7 @@ void mf__client_task_mark(const mf_http_client_task_t *t, uint64_t *at)
 {
     if (MF_LIKELY(mf_task_trace(&t->base) == NULL))
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    *at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    *at = mf_monotonic_ns();
 }
 
 void mf_task_http_timings(const mf_task_t *task, mf_http_timings_t *out)

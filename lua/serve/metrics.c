@@ -105,13 +105,6 @@ static int mf__family(mf_serve_worker_t *w, mf_metric_family_t **out,
     return rc;
 }
 
-static uint64_t mf__mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* One series of a family with at most one label: the worker's gauges and
  * the reload counters (value: the label's), or the pool's (no label). */
 static int mf__one(mf_serve_worker_t *w, mf_metric_t **out, const char *name,
@@ -201,7 +194,7 @@ static void mf__tick(mf_timer_t *timer)
 {
     mf_serve_worker_t *w = timer->data;
     mf_serve_metrics_t *m = w->mstate;
-    uint64_t now = mf__mono_ns();
+    uint64_t now = mf_monotonic_ns();
     if (m->tick_due_ns)
         mf_metric_set(
             m->loop_lag, w->id,

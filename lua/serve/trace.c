@@ -63,13 +63,6 @@ struct mf_serve_trace {
     mf_trace_span_t *spans;
 };
 
-static uint64_t mf__mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t mf__wall_ns(void)
 {
     struct timespec ts;
@@ -145,7 +138,7 @@ void mf_serve_trace_started(mf_task_t *task)
     s->task = task;
     s->kind = mf_task_kind(task);
     s->parent = p < 0 ? 0 : p;
-    s->start_ns = mf__mono_ns();
+    s->start_ns = mf_monotonic_ns();
 }
 
 void mf_serve_trace_finished(mf_task_t *task)
@@ -155,7 +148,7 @@ void mf_serve_trace_finished(mf_task_t *task)
     if (i < 0)
         return; /* its start found no memory: counted then */
     mf_trace_span_t *s = &t->spans[i];
-    s->end_ns = mf__mono_ns();
+    s->end_ns = mf_monotonic_ns();
     s->state = mf_task_state(task);
     s->error = mf_task_error(task);
     if (!strcmp(s->kind, "http"))
@@ -376,7 +369,7 @@ static void mf__trace_release(mf_task_trace_t *base)
 {
     mf_serve_trace_t *t = (mf_serve_trace_t *)base;
     if (!t->end_ns)
-        t->end_ns = mf__mono_ns();
+        t->end_ns = mf_monotonic_ns();
     mf__trace_write(t);
     mf_free(t->spans);
     mf_free(t);
@@ -415,8 +408,8 @@ mf_serve_trace_t *mf_serve_trace_begin(mf_serve_request_t *request,
     t->base.release = mf__trace_release;
     t->w = w;
     t->serial = request->serial;
-    t->start_ns = mf__mono_ns();
-    t->wall_minus_mono = (int64_t)(mf__wall_ns() - mf__mono_ns());
+    t->start_ns = mf_monotonic_ns();
+    t->wall_minus_mono = (int64_t)(mf__wall_ns() - mf_monotonic_ns());
     snprintf(t->id, sizeof t->id, "%s", mf_serve_request_id(request));
     char path[128];
     mf_http_log_escape(path, sizeof path, head->path, head->path_len);
@@ -436,7 +429,7 @@ void mf_serve_trace_answered(mf_serve_trace_t *t, int status)
 {
     if (t->end_ns)
         return;
-    t->end_ns = mf__mono_ns();
+    t->end_ns = mf_monotonic_ns();
     t->status = status;
 }
 

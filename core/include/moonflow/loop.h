@@ -146,6 +146,9 @@ MF_API void mf_loop_defer(mf_loop_t *loop, mf_post_t *post);
 
 /* Cached loop time in milliseconds (CLOCK_MONOTONIC), updated per iteration. */
 MF_API uint64_t mf_loop_now(const mf_loop_t *loop);
+/* The time now in nanoseconds of CLOCK_MONOTONIC (a clock read, not the
+ * loop's cached time), for durations finer than a millisecond; any thread. */
+MF_API uint64_t mf_monotonic_ns(void);
 MF_API void mf_loop_update_time(mf_loop_t *loop);
 
 /* Keeps mf_loop_run(MF_RUN_DEFAULT) alive for work the loop cannot see (e.g.
