@@ -82,33 +82,15 @@ class NginxLua:
         return None if self.exe else "not installed (apt-get install nginx-light)"
 
     def command(self, port, mc_port, workdir):
-        def config(prefix):
-            temp = "\n".join(f"    {k}_temp_path {prefix}/{k}_temp;" for k in
-                             ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-            return f"""{C.LUA_MODULES}daemon off;
-master_process on;
-worker_processes 1;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000;
-{temp}
-    init_by_lua_block {{
-        memcached = require "nginx.memcached"
-        PORT = {mc_port}
-    }}
-    server {{
-        listen 127.0.0.1:{port} reuseport;
-        location = /get {{ content_by_lua_block {{
-{GET_LUA}
-            ngx.print(value)
-        }} }}
-    }}
-}}
-"""
-        return C.nginx_command(self.exe, workdir, config)
+        site = C.NginxSite(
+            main=C.LUA_MODULES,
+            http=("    init_by_lua_block {\n"
+                  '        memcached = require "nginx.memcached"\n'
+                  f"        PORT = {mc_port}\n    }}\n"),
+            server=("location = /get { content_by_lua_block {\n"
+                    f"{GET_LUA}\n            ngx.print(value)\n        }} }}"))
+        return C.nginx_command(self.exe, workdir,
+                               C.nginx_config(port, 1024 - 128, site, workers=1))
 
 
 def start_memcached(workdir):

@@ -123,17 +123,21 @@ class NginxSite:
         self.server, self.http, self.main = server, http, main
 
 
-def nginx_config(port, conns, site):
+def nginx_config(port, conns, site, workers=0):
     """A function of the prefix dir returning the whole nginx.conf."""
-    # One process (master_process off) so /proc/PID/stat is all of nginx's
-    # CPU; temp paths inside the prefix so nothing of the system's is touched.
+    # By default one process (master_process off) so /proc/PID/stat is all
+    # of nginx's CPU; workers > 0: a master and that many workers on one
+    # reuseport listener (their CPU read as a process tree). Temp paths
+    # inside the prefix so nothing of the system's is touched.
+    master = "on" if workers else "off"
+    reuseport = " reuseport" if workers else ""
     def text(prefix):
         temp = "\n".join(f"    {kind}_temp_path {prefix}/{kind}_temp;"
                          for kind in ("client_body", "proxy", "fastcgi",
                                       "uwsgi", "scgi"))
         return f"""{site.main}daemon off;
-master_process off;
-worker_processes 1;
+master_process {master};
+worker_processes {workers or 1};
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 events {{ worker_connections {conns + 128}; }}
@@ -143,7 +147,7 @@ http {{
     keepalive_requests 1000000;
 {temp}
 {site.http}    server {{
-        listen {HOST}:{port};
+        listen {HOST}:{port}{reuseport};
         {site.server}
     }}
 }}

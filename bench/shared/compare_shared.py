@@ -93,39 +93,17 @@ class NginxLua:
         return None if self.exe else "not installed (apt-get install nginx-light)"
 
     def command(self, port, workdir):
-        prefix = tempfile.mkdtemp(prefix="nginx-", dir=workdir)
-        temp = "\n".join(f"    {k}_temp_path {prefix}/{k}_temp;" for k in
-                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        conf = os.path.join(prefix, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(f"""{C.LUA_MODULES}daemon off;
-master_process on;
-worker_processes 2;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log warn;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000;
-{temp}
-    lua_shared_dict bench 64m;
-    init_by_lua_block {{
-        D = ngx.shared.bench
-        {OPS_LUA}
-        _G.OPS = OPS
-    }}
-    server {{
-        listen 127.0.0.1:{port} reuseport;
-        location = /op {{ content_by_lua_block {{
-            local a = ngx.req.get_uri_args()
-            OPS[a.op](tonumber(a.n))
-            ngx.print("ok")
-        }} }}
-    }}
-}}
-""")
-        return [self.exe, "-p", prefix, "-c", conf, "-e",
-                os.path.join(prefix, "error.log")]
+        site = C.NginxSite(
+            main=C.LUA_MODULES,
+            http=("    lua_shared_dict bench 64m;\n    init_by_lua_block {\n"
+                  f"        D = ngx.shared.bench\n        {OPS_LUA}\n"
+                  "        _G.OPS = OPS\n    }\n"),
+            server=("location = /op { content_by_lua_block {\n"
+                    "            local a = ngx.req.get_uri_args()\n"
+                    "            OPS[a.op](tonumber(a.n))\n"
+                    '            ngx.print("ok")\n        } }'))
+        return C.nginx_command(self.exe, workdir,
+                               C.nginx_config(port, 256 - 128, site, workers=2))
 
 
 def get(port, path):
