@@ -112,7 +112,8 @@ static const char *mf__log_time(mf_serve_worker_t *w)
 }
 
 /* ISO 8601 with milliseconds and the offset, for JSON lines:
- * 2026-12-02T06:40:01.123+00:00. */
+ * 2026-12-02T06:40:01.123+00:00. It keeps its text in the same per-second
+ * cache as mf__log_time: a worker writes one format only. */
 static const char *mf__log_time_iso(mf_serve_worker_t *w)
 {
     struct timespec now;

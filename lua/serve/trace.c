@@ -416,7 +416,6 @@ mf_serve_trace_t *mf_serve_trace_begin(mf_serve_request_t *request,
     snprintf(t->name, sizeof t->name, "%.*s %s",
              (int)(head->method_len < 16 ? head->method_len : 16), head->method,
              path);
-    t->n = 0;
     if (!mf__span_new(t)) { /* spans[0]: the request itself */
         mf_free(t);
         w->trace_lost++;
