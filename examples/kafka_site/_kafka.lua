@@ -19,6 +19,12 @@ function M.producer()
         brokers = os.getenv("KAFKA_BROKERS") or "127.0.0.1:9092",
         -- A handler never waits longer than this for its delivery report.
         ["message.timeout.ms"] = 10000,
+        -- librdkafka waits 5 ms for a batch to fill. Every handler here
+        -- waits for its report, so that wait is added to every answer, and
+        -- the batches are made by the handlers waiting together, not by
+        -- the wait: 1 ms (at 64 connections: 3x the requests/s at 0.7x the
+        -- CPU per request; 0 ms makes each message a request of its own).
+        ["linger.ms"] = 1,
     }
     return producer
 end
