@@ -438,7 +438,8 @@ def markdown_http(meta, http):
                        f"{m['mock_cpu_us_per_req']:.2f} | {m['rps']:,.0f} | "
                        f"{m['p50_us'] / 1000:.2f} | {m['p99_us'] / 1000:.2f} |")
     out += ["", "moonflow-lua: `KAFKA_BROKERS=... moonflow serve examples/kafka_site "
-            "--workers 1 --access-log off`: `k:produce{topic=, key=, value=}` "
+            "--workers 1 --access-log off` (its producer sets linger.ms 1 and "
+            "message.timeout.ms 10000): `k:produce{topic=, key=, value=}` "
             "waits for the delivery report (acks=all, idempotence), then "
             "answers `{\"id\":..,\"topic\":..,\"partition\":..,\"offset\":..}`; "
             "each run checks that the topic holds at least one message per "
@@ -468,8 +469,8 @@ def parse_args(argv):
     ap = R.two_part_parser(__doc__, HTTP_PEERS, RAW_CLIENTS)
     add = ap.add_argument
     add("--messages", type=int, help="raw: messages per run (500000)")
-    add("--conc", type=int, default=10000,
-        help="raw: moonflow's coroutines, messages in flight (10000)")
+    add("--conc", type=int, default=20000,
+        help="raw: moonflow's messages in flight, CONC / 1000 coroutines (20000)")
     add("--max-s", type=int, default=120,
         help="raw: a client run stops after this many seconds (120)")
     add("--quick", action="store_true",

@@ -4,7 +4,7 @@
 --
 --   moonflow run bench/kafka/produce_load.lua BROKERS TOPIC MESSAGES [VALUE_BYTES [CONC [MAX_S [BATCH]]]]
 --
--- CONC messages (default 10000) are in flight on one mf.kafka producer
+-- CONC messages (default 20000) are in flight on one mf.kafka producer
 -- (acks=all, idempotence: moonflow's defaults, as the peers are
 -- configured), as CONC / BATCH coroutines. Each loops
 -- k:produce_batch(values, {topic = TOPIC}) with BATCH (default 1000)
@@ -36,7 +36,7 @@ local brokers = assert(arg[1], usage)
 local topic = assert(arg[2], usage)
 local messages = assert(tonumber(arg[3]), usage)
 local value_bytes = tonumber(arg[4] or 100)
-local conc = math.min(tonumber(arg[5] or 10000), messages)
+local conc = math.min(tonumber(arg[5] or 20000), messages)
 local max_s = tonumber(arg[6] or 60)
 local batch = math.max(1, math.min(tonumber(arg[7] or 1000), conc))
 local workers = math.ceil(conc / batch)
