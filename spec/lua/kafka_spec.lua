@@ -312,6 +312,24 @@ describe("k:create_topic", function()
         assert.are.equal("kafka _TIMED_OUT: Failed while waiting for controller: Local: Timed out", err)
     end)
 
+    -- spec/fixture/kafka_controller.py answers CreateTopics as a one-broker
+    -- cluster (no idempotence there: it has no InitProducerId).
+    it("returns true once created, and the broker's refusal after", function()
+        local ctl = mf.kafka { brokers = assert(os.getenv("MF_KAFKA_CONTROLLER")),
+                               ["enable.idempotence"] = false }
+        assert.is_true(ctl:create_topic("spec-made", 4))
+        local md = ctl:metadata("spec-made")
+        assert.are.equal(4, #md.topics["spec-made"].partitions)
+        assert.are.equal(1, md.controller)
+        local ok, err = ctl:create_topic("spec-made", 4)
+        assert.is_nil(ok)
+        assert.are.equal("kafka TOPIC_ALREADY_EXISTS: Topic 'spec-made' already exists.", err)
+        ok, err = ctl:create_topic("spec-wide", 1, 3)
+        assert.is_nil(ok)
+        assert.are.equal("kafka INVALID_REPLICATION_FACTOR: Replication factor: 3 "
+                         .. "larger than available brokers: 1.", err)
+    end)
+
     it("raises on misuse", function()
         assert.has_error(function() k:create_topic("t", 0) end)
         assert.has_error(function() k:create_topic("t", 3, 0) end)

@@ -20,7 +20,9 @@ brokers: MF_KAFKA_BROKERS, also given to `moonflow serve`) that the specs
 drive with GET /kafka?cmd=COMMAND on MF_ODD_PORT (a kafka_mock command line:
 "topic NAME PARTS", "down ID", "up ID", "leader TOPIC PART ID",
 "errors APIKEY ERR...", "rtt ID MS"; 204 when done, 500 with the mock's
-words when refused), and `moonflow serve --config _conf.lua` on a copy of
+words when refused), a one-broker Kafka controller that answers
+CreateTopics, which the mock cluster does not (spec/fixture/
+kafka_controller.py: MF_KAFKA_CONTROLLER), and `moonflow serve --config _conf.lua` on a copy of
 spec/lua/shared_site with two workers and shared dicts (MF_SHARED_PORT;
 MF_SHARED_SITE, the copy, which shared_spec.lua rewrites to reload it;
 stopped and checked as the first), and the cosocket peers of
@@ -46,6 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
 import socket_peers  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "fixture"))
+import kafka_controller  # noqa: E402
 
 
 class OddHandler(http.server.BaseHTTPRequestHandler):
@@ -159,10 +163,11 @@ def main():
     redis = []
     servers = []
     mysql = []
-    odd = odd_tls = serve = shared = kafka = peers = None
+    odd = odd_tls = serve = shared = kafka = peers = controller = None
     try:
         peers = socket_peers.Peers(tmp, cert, key)
         kafka = harness.KafkaMock(brokers=3)
+        controller = kafka_controller.Controller()
         mysql = start_mariadbs(2)
         for password in (None, "s3cret", None):
             redis.append(harness.Redis(tmp, password=password))
@@ -201,6 +206,7 @@ def main():
                    MF_DEAD_PORT=str(harness.free_port()),
                    MF_SERVE_PORT=str(serve_port),
                    MF_SHARED_PORT=str(shared_port), MF_SHARED_SITE=shared_site,
+                   MF_KAFKA_CONTROLLER=controller.bootstrap,
                    **dict(redis_env, **peers.env()))
         root = os.path.dirname(os.path.dirname(HERE))
         proc = subprocess.run([moonflow, "test", "spec/lua"] + sys.argv[1:],
@@ -232,6 +238,8 @@ def main():
             m.close()
         if kafka:
             kafka.close()
+        if controller:
+            controller.close()
         if peers:
             peers.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,8 +1,12 @@
 /*
  * test_kafka_admin.c — the metadata task (on the compute pool) and the
- * create-topic task against the mock cluster.
+ * create-topic task against the mock cluster, and create-topic's success
+ * against spec/fixture/kafka_controller.py (the mock has no CreateTopics).
  */
 #include <moonflow/pool.h>
+
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "kafka_prod.h"
 
@@ -138,6 +142,97 @@ TEST(create_topic_reports_the_cluster_answer_on_the_loop)
     ASSERT_EQ(a.error, MF_ETIMEDOUT);
     ASSERT_STR_EQ(a.text, "_TIMED_OUT: Failed while waiting for controller: "
                           "Local: Timed out");
+    mf_kafka_close(k, 1000);
+    mf_loop_destroy(loop);
+}
+
+/* spec/fixture/kafka_controller.py in a child process, once per test
+ * binary: a one-broker controller that answers CreateTopics in Kafka's
+ * wire format. It exits when its standard input closes: at our exit, even
+ * a failed one. */
+static char controller_bootstrap[64];
+static FILE *controller_out; /* kept: a leak checker sees it reachable */
+
+static const char *controller_start(void)
+{
+    if (controller_bootstrap[0])
+        return controller_bootstrap;
+    int to_child[2], from_child[2];
+    ASSERT(pipe(to_child) == 0 && pipe(from_child) == 0);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        dup2(to_child[0], 0);
+        dup2(from_child[1], 1);
+        close(to_child[1]);
+        close(from_child[0]);
+        execlp("python3", "python3", MF_SPEC_DIR "/fixture/kafka_controller.py",
+               (char *)NULL);
+        _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    controller_out = fdopen(from_child[0], "r");
+    char line[128] = "";
+    ASSERT(controller_out && fgets(line, sizeof line, controller_out));
+    ASSERT(sscanf(line, "bootstrap %63s", controller_bootstrap) == 1);
+    return controller_bootstrap; /* to_child[1] stays open until we exit */
+}
+
+static mf_kafka_t *controller_open(void)
+{
+    /* No idempotence: it needs InitProducerId, which this broker lacks. */
+    mf_kafka_prop_t props[] = {{"bootstrap.servers", controller_start()},
+                               {"enable.idempotence", "false"}};
+    char err[256];
+    mf_kafka_t *k = mf_kafka_open(props, 2, err, sizeof err);
+    if (!k)
+        MF_TEST_FAIL("mf_kafka_open: %s", err);
+    return k;
+}
+
+TEST(create_topic_succeeds_and_metadata_then_lists_the_topic)
+{
+    mf_loop_t *loop = mf_loop_create();
+    mf_pool_t *pool = mf_pool_create(1);
+    mf_loop_set_pool(loop, pool);
+    mf_kafka_t *k = controller_open();
+    admin_t a;
+    create_topic(loop, k, "made-here", 3, &a);
+    ASSERT_EQ(a.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(a.error, 0);
+    ASSERT_STR_EQ(a.text, "");
+    asked = "made-here";
+    metadata(loop, k, asked, &a);
+    ASSERT_EQ(a.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(a.controller, 1);
+    ASSERT_EQ(a.topic_err, 0);
+    ASSERT_EQ(a.npartitions, 3);
+    ASSERT_EQ(a.leader0, 1);
+    /* The broker's refusal of the same name is the task's error. */
+    create_topic(loop, k, "made-here", 3, &a);
+    ASSERT_EQ(a.state, MF_STATE_TASK_ERROR);
+    ASSERT_EQ(a.error, MF_EEXIST);
+    ASSERT_STR_EQ(a.text,
+                  "TOPIC_ALREADY_EXISTS: Topic 'made-here' already exists.");
+    mf_kafka_close(k, 1000);
+    mf_loop_destroy(loop);
+    mf_pool_destroy(pool);
+}
+
+TEST(create_topic_reports_a_replication_the_cluster_cannot_hold)
+{
+    mf_loop_t *loop = mf_loop_create();
+    mf_kafka_t *k = controller_open();
+    admin_t a;
+    memset(&a, 0, sizeof a);
+    mf_task_start(mf_task_kafka_create_topic_create(loop, k, "too-many", 2, 3,
+                                                    admin_done, &a));
+    ASSERT(kp_run_until(loop, &a.done, 30));
+    ASSERT_EQ(a.state, MF_STATE_TASK_ERROR);
+    ASSERT_EQ(a.error, MF_EKAFKA);
+    ASSERT_STR_EQ(a.text, "INVALID_REPLICATION_FACTOR: Replication factor: 3 "
+                          "larger than available brokers: 1.");
     mf_kafka_close(k, 1000);
     mf_loop_destroy(loop);
 }
