@@ -71,12 +71,13 @@ static void admin_done(mf_task_t *t)
     admin_text(t->user, t);
 }
 
+/* replication -1: the cluster's default. */
 static void create_topic(mf_loop_t *loop, mf_kafka_t *k, const char *name,
-                         int parts, admin_t *a)
+                         int parts, int replication, admin_t *a)
 {
     memset(a, 0, sizeof *a);
-    mf_task_start(mf_task_kafka_create_topic_create(loop, k, name, parts, -1,
-                                                    admin_done, a));
+    mf_task_start(mf_task_kafka_create_topic_create(loop, k, name, parts,
+                                                    replication, admin_done, a));
     ASSERT(kp_run_until(loop, &a->done, 30));
 }
 
@@ -136,7 +137,7 @@ TEST(create_topic_reports_the_cluster_answer_on_the_loop)
     mf_kafka_t *k = kp_open(extra);
     admin_t a;
     double start = kh_now();
-    create_topic(loop, k, kp_topic("created", 0), 3, &a);
+    create_topic(loop, k, kp_topic("created", 0), 3, -1, &a);
     ASSERT(kh_now() - start < 15);
     ASSERT_EQ(a.state, MF_STATE_TIMEOUT);
     ASSERT_EQ(a.error, MF_ETIMEDOUT);
@@ -198,7 +199,7 @@ TEST(create_topic_succeeds_and_metadata_then_lists_the_topic)
     mf_loop_set_pool(loop, pool);
     mf_kafka_t *k = controller_open();
     admin_t a;
-    create_topic(loop, k, "made-here", 3, &a);
+    create_topic(loop, k, "made-here", 3, -1, &a);
     ASSERT_EQ(a.state, MF_STATE_SUCCESS);
     ASSERT_EQ(a.error, 0);
     ASSERT_STR_EQ(a.text, "");
@@ -210,7 +211,7 @@ TEST(create_topic_succeeds_and_metadata_then_lists_the_topic)
     ASSERT_EQ(a.npartitions, 3);
     ASSERT_EQ(a.leader0, 1);
     /* The broker's refusal of the same name is the task's error. */
-    create_topic(loop, k, "made-here", 3, &a);
+    create_topic(loop, k, "made-here", 3, -1, &a);
     ASSERT_EQ(a.state, MF_STATE_TASK_ERROR);
     ASSERT_EQ(a.error, MF_EEXIST);
     ASSERT_STR_EQ(a.text,
@@ -225,10 +226,7 @@ TEST(create_topic_reports_a_replication_the_cluster_cannot_hold)
     mf_loop_t *loop = mf_loop_create();
     mf_kafka_t *k = controller_open();
     admin_t a;
-    memset(&a, 0, sizeof a);
-    mf_task_start(mf_task_kafka_create_topic_create(loop, k, "too-many", 2, 3,
-                                                    admin_done, &a));
-    ASSERT(kp_run_until(loop, &a.done, 30));
+    create_topic(loop, k, "too-many", 2, 3, &a);
     ASSERT_EQ(a.state, MF_STATE_TASK_ERROR);
     ASSERT_EQ(a.error, MF_EKAFKA);
     ASSERT_STR_EQ(a.text, "INVALID_REPLICATION_FACTOR: Replication factor: 3 "
@@ -243,7 +241,7 @@ TEST(create_topic_refuses_bad_arguments_in_its_completion)
     const char *extra[] = {"socket.timeout.ms", "1500", NULL};
     mf_kafka_t *k = kp_open(extra);
     admin_t a;
-    create_topic(loop, k, "bad-parts", -5, &a);
+    create_topic(loop, k, "bad-parts", -5, -1, &a);
     ASSERT_EQ(a.state, MF_STATE_TASK_ERROR);
     ASSERT_EQ(a.error, MF_EKAFKA);
     ASSERT(strncmp(a.text, "_INVALID_ARG: ", 14) == 0);
