@@ -72,14 +72,10 @@ class Moonflow:
         return [self.exe, "serve", "--config", os.path.join(site, "_conf.lua")]
 
 
-class NginxLua:
+class NginxLua(C.NginxLua):
+    """bench/http's nginx + Lua peer (its exe and its check that the Lua
+    module loads) with this bench's site."""
     name = "nginx-lua"
-
-    def __init__(self, build):
-        self.exe = shutil.which("nginx")
-
-    def missing(self):
-        return None if self.exe else "not installed (apt-get install nginx-light)"
 
     def command(self, port, mc_port, workdir):
         site = C.NginxSite(

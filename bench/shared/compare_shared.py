@@ -27,7 +27,6 @@ import argparse
 import http.client
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -83,14 +82,10 @@ end
         return [self.exe, "serve", "--config", os.path.join(site, "_conf.lua")]
 
 
-class NginxLua:
+class NginxLua(C.NginxLua):
+    """bench/http's nginx + Lua peer (its exe and its check that the Lua
+    module loads) with this bench's site."""
     name = "nginx-lua"
-
-    def __init__(self, build):
-        self.exe = shutil.which("nginx")
-
-    def missing(self):
-        return None if self.exe else "not installed (apt-get install nginx-light)"
 
     def command(self, port, workdir):
         site = C.NginxSite(
