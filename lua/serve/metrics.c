@@ -54,13 +54,15 @@ typedef struct mf_metrics_entry {
     uint8_t method;
     uint8_t route_len;
     char route[MF_METRICS_ROUTE];
-    mf_metric_t *requests;
+    mf_metric_t *requests; /* NULL in a keyed entry: refused (mf__fill) */
     mf_metric_t *duration;
     mf_metric_t *bytes_in, *bytes_out;
 } mf_metrics_entry_t;
 
 /* A task kind's series for one final state; kind is the kind's name
- * pointer (mf_task_ops_t.name, a constant), NULL: empty. */
+ * pointer (mf_task_ops_t.name, a constant), NULL: empty. count NULL: the
+ * registry refused the series (reported then; not asked again until the
+ * entry is taken by another key). */
 typedef struct mf_task_entry {
     const char *kind;
     int state;
@@ -77,6 +79,7 @@ typedef struct mf_serve_metrics {
     mf_metric_t *reloads_ok, *reloads_failed;
     uint64_t reloads_seen, reload_failures_seen;
     uint64_t tick_due_ns; /* when the tick should fire: its lateness */
+    bool tick_refused;    /* this tick has said a series was refused */
     /* ... and the process's compute pool (worker 0 only) */
     mf_metric_t *pool_threads, *pool_queued, *pool_active, *pool_completed;
     uint64_t pool_completed_seen;
@@ -134,7 +137,8 @@ static void mf__tick_pool(mf_serve_worker_t *w, mf_serve_metrics_t *m)
 }
 
 /* A series by worker and endpoint, looked up at each tick (a lock per
- * series a second, not per request): family f's {worker, endpoint}. */
+ * series a second, not per request): family f's {worker, endpoint}. A
+ * refusal is said once a tick. */
 static void mf__set_by_endpoint(mf_serve_worker_t *w, mf_metric_family_t *f,
                                 const char *endpoint, double v)
 {
@@ -142,8 +146,16 @@ static void mf__set_by_endpoint(mf_serve_worker_t *w, mf_metric_family_t *f,
     snprintf(id, sizeof id, "%u", w->id);
     const char *values[] = {id, endpoint};
     mf_metric_t *s;
-    if (f && mf_metric_series(f, values, 2, &s) == 0)
+    int rc = mf_metric_series(f, values, 2, &s);
+    if (!rc) {
         mf_metric_set(s, w->id, v);
+    } else if (!w->mstate->tick_refused) {
+        w->mstate->tick_refused = true;
+        fprintf(stderr,
+                "moonflow serve: metrics: the pool series of %s not set: "
+                "%s\n",
+                endpoint, mf_strerror(rc));
+    }
 }
 
 static void mf__tick_http_endpoint(void *ud, const mf_http_endpoint_stats_t *st)
@@ -195,6 +207,7 @@ static void mf__tick(mf_timer_t *timer)
     mf_serve_worker_t *w = timer->data;
     mf_serve_metrics_t *m = w->mstate;
     uint64_t now = mf_monotonic_ns();
+    m->tick_refused = false;
     if (m->tick_due_ns)
         mf_metric_set(
             m->loop_lag, w->id,
@@ -339,20 +352,21 @@ void mf_serve_metrics_task(mf_serve_worker_t *w, mf_task_t *task, uint64_t ns)
         char label[32];
         mf__state_label(state, label, sizeof label);
         const char *values[] = {kind, label};
-        e->kind = NULL;
+        e->kind = kind;
+        e->state = state;
         int rc = mf_metric_series(m->tasks, values, 2, &e->count);
         if (!rc)
             rc = mf_metric_series(m->task_duration, values, 1, &e->duration);
         if (rc) {
             fprintf(stderr,
-                    "moonflow serve: metrics: a %s task not counted: "
-                    "%s\n",
-                    kind, mf_strerror(rc));
-            return;
+                    "moonflow serve: metrics: %s tasks ending %s not "
+                    "counted: %s\n",
+                    kind, label, mf_strerror(rc));
+            e->count = NULL;
         }
-        e->kind = kind;
-        e->state = state;
     }
+    if (!e->count)
+        return;
     mf_metric_add(e->count, w->id, 1);
     mf_metric_observe(e->duration, w->id, (double)ns / 1e9);
 }
@@ -365,6 +379,9 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
     if (!m)
         return MF_ENOMEM;
     memset(m, 0, sizeof *m);
+    /* Initialised first: a failed open still ends in
+     * mf_serve_metrics_close, which stops it. */
+    mf_timer_init(&m->timer, mf__tick, w);
     w->mstate = m;
     static const char *const rms[] = {"route", "method", "status"};
     static const char *const route[] = {"route"};
@@ -402,7 +419,6 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
         rc = mf__open_clients(w, m);
     if (rc)
         return rc;
-    mf_timer_init(&m->timer, mf__tick, w);
     mf_timer_set_ref(w->loop, &m->timer, false);
     mf__tick(&m->timer);
     return 0;
@@ -441,9 +457,10 @@ static uint64_t mf__key(const char *route, size_t len, unsigned method,
 }
 
 /* Fills entry e for its key from the registry (a lock, once per key and
- * worker). Failures leave it empty: the request is not counted, and the
- * registry's refusal is reported once per entry. */
-static bool mf__fill(mf_serve_metrics_t *m, mf_metrics_entry_t *e)
+ * worker). A refusal is reported once and leaves the entry keyed with no
+ * series: its requests are not counted, and the registry is not asked
+ * again until another key takes the entry. */
+static void mf__fill(mf_serve_metrics_t *m, mf_metrics_entry_t *e)
 {
     char route[MF_METRICS_ROUTE + 1], status[8];
     memcpy(route, e->route, e->route_len);
@@ -463,10 +480,8 @@ static bool mf__fill(mf_serve_metrics_t *m, mf_metrics_entry_t *e)
                 "moonflow serve: metrics: request of route \"%s\" not "
                 "counted: %s\n",
                 route, mf_strerror(rc));
-        e->hash = 0;
-        return false;
+        e->requests = NULL;
     }
-    return true;
 }
 
 void mf_serve_metrics_request(mf_serve_worker_t *w,
@@ -489,9 +504,10 @@ void mf_serve_metrics_request(mf_serve_worker_t *w,
         e->method = (uint8_t)method;
         e->route_len = (uint8_t)len;
         memcpy(e->route, route, len);
-        if (!mf__fill(m, e))
-            return;
+        mf__fill(m, e);
     }
+    if (!e->requests)
+        return; /* refused when filled, and said so then */
     mf_metric_add(e->requests, w->id, 1);
     mf_metric_observe(e->duration, w->id, seconds);
     mf_metric_add(e->bytes_in, w->id, (double)bytes_in);
