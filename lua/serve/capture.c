@@ -20,8 +20,6 @@
 
 #include "serve.h"
 
-#define MF_SERVE_REQ_MT "moonflow.request"
-
 static mf_serve_worker_t *mf__capture_worker(lua_State *L)
 {
     return lua_touserdata(L, lua_upvalueindex(1));
@@ -71,7 +69,7 @@ static int mf__capture_current(lua_State *L)
     if (ref == LUA_NOREF || ref == LUA_REFNIL)
         return 1;
     lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
-    if (!luaL_testudata(L, -1, MF_SERVE_REQ_MT)) {
+    if (!luaL_testudata(L, -1, MF_SERVE_REQUEST_MT)) {
         lua_pop(L, 1);
         return 1;
     }

@@ -48,7 +48,6 @@
 
 #include "request.h"
 
-static const char mf__req_mt[] = "moonflow.request";
 /* The Content-Type of an answer whose resp.headers name none. */
 static const char mf__text_type[] =
     "Content-Type: text/plain; charset=utf-8\r\n";
@@ -79,6 +78,23 @@ static double mf__seconds_since(const mf_serve_worker_t *w,
            (double)(now.tv_nsec - start->tv_nsec) / 1e9;
 }
 
+/* What an ended exchange leaves: its trace's status, its access line and
+ * its metrics (request: NULL for an answer without a handler's request). */
+static void mf__exchange_account(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                                 mf_serve_request_t *request, int status,
+                                 size_t bytes, double seconds)
+{
+    if (request && request->trace)
+        mf_serve_trace_answered(request->trace, status);
+    if (w->log_fd >= 0)
+        mf_serve_log_request(w, mf_http_exchange_request(ex),
+                             mf_http_exchange_peer(ex), status, bytes, seconds,
+                             request ? mf_serve_request_id(request) : NULL);
+    if (w->mstate)
+        mf_serve_metrics_exchange(w, ex, request != NULL, status, bytes,
+                                  seconds);
+}
+
 /* The access log line and the metrics of an exchange about to end; from
  * here on the handler's side wants no on_close call. request: the record
  * of a handler's request, NULL for an answer without one. */
@@ -87,17 +103,9 @@ static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                              const struct timespec *start,
                              mf_serve_request_t *request)
 {
-    double seconds = mf__seconds_since(w, start);
-    if (request && request->trace)
-        mf_serve_trace_answered(request->trace, status);
     mf_http_exchange_on_close(ex, NULL, NULL);
-    if (w->log_fd >= 0)
-        mf_serve_log_request(w, mf_http_exchange_request(ex),
-                             mf_http_exchange_peer(ex), status, bytes, seconds,
-                             request ? mf_serve_request_id(request) : NULL);
-    if (w->mstate)
-        mf_serve_metrics_exchange(w, ex, request != NULL, status, bytes,
-                                  seconds);
+    mf__exchange_account(w, ex, request, status, bytes,
+                         mf__seconds_since(w, start));
 }
 
 /* The last step of every answer: the access log line, then the send (after
@@ -383,15 +391,8 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
     mf_serve_request_t *request = arg;
     mf_serve_worker_t *w = request->w;
     int status = request->streaming ? request->status : 499;
-    double seconds = mf__seconds_since(w, &request->start);
-    if (request->trace)
-        mf_serve_trace_answered(request->trace, status);
-    if (w->log_fd >= 0)
-        mf_serve_log_request(w, mf_http_exchange_request(ex),
-                             mf_http_exchange_peer(ex), status, request->bytes,
-                             seconds, mf_serve_request_id(request));
-    if (w->mstate)
-        mf_serve_metrics_exchange(w, ex, true, status, request->bytes, seconds);
+    mf__exchange_account(w, ex, request, status, request->bytes,
+                         mf__seconds_since(w, &request->start));
     request->ex = NULL; /* dead after this callback */
     if (request->co)
         mf_lua_co_abort(request->co, "client closed the connection");
@@ -762,7 +763,7 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
 {
     lua_State *L = mf_lua_host_state(w->host);
     /* request: __index(upvalues: metatable, req:header) */
-    luaL_newmetatable(L, mf__req_mt);
+    luaL_newmetatable(L, MF_SERVE_REQUEST_MT);
     lua_pushvalue(L, -1);
     lua_pushvalue(L, -1);
     lua_pushcclosure(L, mf_serve_req_header, 1);
@@ -801,7 +802,7 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     lua_pushcclosure(L, mf__resp_newindex, 1);
     lua_setfield(L, mt, "__newindex");
     lua_settop(L, mt - 1);
-    luaL_getmetatable(L, mf__req_mt);
+    luaL_getmetatable(L, MF_SERVE_REQUEST_MT);
     w->req_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     luaL_getmetatable(L, mf__resp_mt);
     w->resp_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);

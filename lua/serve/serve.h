@@ -39,6 +39,10 @@
 #include <moonflow/lua_shared.h>
 #include "routes.h"
 
+/* The metatable of a handler's req object: handler.c makes it, capture.c
+ * knows a parent request by it. */
+#define MF_SERVE_REQUEST_MT "moonflow.request"
+
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
 #define MF_SERVE_MAX_WORKERS 1024
