@@ -24,7 +24,7 @@ static void mf__observe_finished(void *ud, mf_task_t *task, uint64_t ns)
     if (w->mstate)
         mf_serve_metrics_task(w, task, ns);
     if (mf_task_trace(task))
-        mf_serve_trace_finished(task);
+        mf_serve_trace_finished(task, ns);
 }
 
 void mf_serve_observe_open(mf_serve_worker_t *w)

@@ -221,7 +221,7 @@ void mf_serve_metrics_task(mf_serve_worker_t *w, mf_task_t *task, uint64_t ns);
 int mf_serve_trace_open(mf_serve_worker_t *w);
 void mf_serve_trace_close(mf_serve_worker_t *w);
 void mf_serve_trace_started(mf_task_t *task);
-void mf_serve_trace_finished(mf_task_t *task);
+void mf_serve_trace_finished(mf_task_t *task, uint64_t ns);
 
 /* observe.c: the worker's task observer, feeding the metrics and the
  * traces (set when either is on; removed at the worker's stop). */

@@ -17,8 +17,8 @@
  * span it may be told about. Spans are kept in an array grown by doubling;
  * a span that finds no memory is counted (moonflow.dropped_spans on the
  * root), never silently lost. Workers append whole lines to the file
- * (O_APPEND), one write per trace; a write that fails is counted and
- * reported once a second like the access log's.
+ * (O_APPEND), one write per trace; a trace that cannot be made or written
+ * is counted and reported on the error log when it happens.
  *
  * Owns: the file descriptor of each worker (a dup) and the trace records.
  * May call: the engine's task and loop API, libc.
@@ -141,14 +141,15 @@ void mf_serve_trace_started(mf_task_t *task)
     s->start_ns = mf_monotonic_ns();
 }
 
-void mf_serve_trace_finished(mf_task_t *task)
+/* ns: the task's life as the observer measured it (no second clock read). */
+void mf_serve_trace_finished(mf_task_t *task, uint64_t ns)
 {
     mf_serve_trace_t *t = (mf_serve_trace_t *)mf_task_trace(task);
     int i = mf__span_of(t, task);
     if (i < 0)
         return; /* its start found no memory: counted then */
     mf_trace_span_t *s = &t->spans[i];
-    s->end_ns = mf_monotonic_ns();
+    s->end_ns = s->start_ns + ns;
     s->state = mf_task_state(task);
     s->error = mf_task_error(task);
     if (!strcmp(s->kind, "http"))
@@ -392,6 +393,17 @@ static bool mf__trace_wanted(mf_serve_worker_t *w,
     return c->trace_sample && ++w->trace_count % c->trace_sample == 0;
 }
 
+/* A sampled request that cannot be traced: counted, and said. */
+static mf_serve_trace_t *mf__trace_lost(mf_serve_worker_t *w,
+                                        mf_serve_request_t *request)
+{
+    w->trace_lost++;
+    fprintf(stderr, "moonflow: trace file %s: request %s not traced: %s\n",
+            w->config->trace_file, mf_serve_request_id(request),
+            mf_strerror(MF_ENOMEM));
+    return NULL;
+}
+
 mf_serve_trace_t *mf_serve_trace_begin(mf_serve_request_t *request,
                                        const mf_http_request_t *head)
 {
@@ -399,17 +411,15 @@ mf_serve_trace_t *mf_serve_trace_begin(mf_serve_request_t *request,
     if (w->trace_fd < 0 || !mf__trace_wanted(w, head))
         return NULL;
     mf_serve_trace_t *t = mf_try_malloc(sizeof *t);
-    if (!t) {
-        w->trace_lost++;
-        return NULL;
-    }
+    if (!t)
+        return mf__trace_lost(w, request);
     memset(t, 0, sizeof *t);
     t->base.refs = 1; /* the request's, until its coroutine ends */
     t->base.release = mf__trace_release;
     t->w = w;
     t->serial = request->serial;
     t->start_ns = mf_monotonic_ns();
-    t->wall_minus_mono = (int64_t)(mf__wall_ns() - mf_monotonic_ns());
+    t->wall_minus_mono = (int64_t)(mf__wall_ns() - t->start_ns);
     snprintf(t->id, sizeof t->id, "%s", mf_serve_request_id(request));
     char path[128];
     mf_http_log_escape(path, sizeof path, head->path, head->path_len);
@@ -418,8 +428,7 @@ mf_serve_trace_t *mf_serve_trace_begin(mf_serve_request_t *request,
              path);
     if (!mf__span_new(t)) { /* spans[0]: the request itself */
         mf_free(t);
-        w->trace_lost++;
-        return NULL;
+        return mf__trace_lost(w, request);
     }
     return t;
 }
