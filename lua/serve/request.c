@@ -30,18 +30,16 @@ static bool mf__id_byte_ok(unsigned char c)
  * header and JSON as it is); else NULL. */
 static const mf_http_header_t *mf__given_id(const mf_http_request_t *head)
 {
-    for (size_t i = 0; head && i < head->num_headers; i++) {
-        const mf_http_header_t *h = &head->headers[i];
-        if (h->name_len != 12 || strncasecmp(h->name, "x-request-id", 12))
-            continue;
-        if (h->value_len == 0 || h->value_len > MF_SERVE_ID_MAX)
+    const mf_http_header_t *h =
+        head ? mf_http_find_header(head->headers, head->num_headers,
+                                   "x-request-id")
+             : NULL;
+    if (!h || h->value_len == 0 || h->value_len > MF_SERVE_ID_MAX)
+        return NULL;
+    for (size_t k = 0; k < h->value_len; k++)
+        if (!mf__id_byte_ok((unsigned char)h->value[k]))
             return NULL;
-        for (size_t k = 0; k < h->value_len; k++)
-            if (!mf__id_byte_ok((unsigned char)h->value[k]))
-                return NULL;
-        return h;
-    }
-    return NULL;
+    return h;
 }
 
 static size_t mf__made_id(const mf_serve_worker_t *w, uint64_t serial,
