@@ -276,6 +276,7 @@ static void mf_lua__sock_connected(mf_stream_t *stream, ssize_t status,
 /* Starts the connect of a new stream and parks (TCP and UDP alike). */
 int mf_lua_sock_start_connect(lua_State *L, mf_lua_sock_t *s, uint16_t port)
 {
+    mf_lua_co_check(L); /* before anything starts: see mf_lua_socket.h */
     s->stream =
         mf_stream_create(s->loop, s->udp ? MF_STREAM_UDP : MF_STREAM_TCP);
     mf_lua__sock_apply_timeouts(s);
@@ -345,10 +346,13 @@ static int mf_lua__sock_connect(lua_State *L)
     mf_lua_sock_t *s = mf_lua_sock_check(L, 1, false);
     if (s->rd.co || s->wr.co)
         return mf_lua_sock_fail(L, "socket busy");
+    /* A connected socket reconnects: the old stream is closed before the
+     * arguments change the socket's name, so a refused argument cannot
+     * leave it open (and poolable) under another peer's name. */
+    mf_lua_sock_close_stream(s);
     uint16_t port;
     int next = mf_lua_sock_peer(L, s, &port);
     mf_lua__sock_connect_opts(L, s, next);
-    mf_lua_sock_close_stream(s); /* a connected socket reconnects */
     mf_stream_t *pooled = mf_stream_pool_take(s->loop, s->name);
     if (pooled) {
         s->stream = pooled;
@@ -418,6 +422,7 @@ static int mf_lua__sock_sslhandshake(lua_State *L)
         return mf_lua_sock_fail(L, "closed");
     if (s->rd.co || s->wr.co)
         return mf_lua_sock_fail(L, "socket busy");
+    mf_lua_co_check(L);
     mf_stream_handshake(s->stream, name, verify, ca, mf_lua__sock_handshaken,
                         &s->wr);
     mf_lua_sock_started(&s->wr);
@@ -501,13 +506,17 @@ int mf_lua_sock_send_buffer(lua_State *L, mf_lua_sock_t *s)
 {
     s->siov.iov_base = s->sbuf;
     s->siov.iov_len = s->slen;
-    ssize_t n = s->slen ? mf_stream_try_writev(s->stream, &s->siov, 1) : 0;
+    /* An empty send is nothing to do on TCP, and an empty datagram on UDP
+     * (as OpenResty sends one). */
+    ssize_t n =
+        s->slen || s->udp ? mf_stream_try_writev(s->stream, &s->siov, 1) : 0;
     if (n < 0)
         return mf_lua__sock_send_failed(L, s, n);
     if ((size_t)n == s->slen) {
         mf_lua__sock_push_sent(L, s);
         return 1;
     }
+    mf_lua_co_check(L);
     s->siov.iov_base = s->sbuf + n;
     s->siov.iov_len = s->slen - (size_t)n;
     mf_stream_writev(s->stream, &s->siov, 1, mf_lua__sock_sent, &s->wr);

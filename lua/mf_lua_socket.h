@@ -92,7 +92,10 @@ int mf_lua_sock_fail(lua_State *L, const char *err);
 const char *mf_lua_sock_errstr(const mf_lua_sock_t *s, ssize_t code);
 /* Closes the stream now (a pending wait resumes with "closed" later). */
 void mf_lua_sock_close_stream(mf_lua_sock_t *s);
-/* Parks the running coroutine on side for op; returns lua_yield's value. */
+/* Parks the running coroutine on side for op; returns lua_yield's value.
+ * An operation that may wait checks its caller (mf_lua_co_check) before it
+ * starts: a raise there (not in a moonflow coroutine) must not leave an
+ * operation running that no coroutine waits for. */
 int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side,
                      mf_lua_sock_op_t op);
 /* The side's coroutine goes on with the nret values pushed on its thread. */

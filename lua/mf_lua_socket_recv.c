@@ -159,8 +159,10 @@ static void mf_lua__recv_read_done(mf_stream_t *stream, ssize_t status,
                                    void *data);
 
 /* Reads until the receive has its answer: the count pushed on L, or WAIT
- * with a stream read started. */
-static int mf_lua__recv_run(lua_State *L, mf_lua_sock_t *s)
+ * with a stream read started. caller: L is the receive's caller, whose
+ * coroutine is checked before a read starts (the other L is a parked
+ * coroutine's, resumed from the read's callback). */
+static int mf_lua__recv_run(lua_State *L, mf_lua_sock_t *s, bool caller)
 {
     for (;;) {
         int r = mf_lua__recv_match(L, s);
@@ -173,6 +175,8 @@ static int mf_lua__recv_run(lua_State *L, mf_lua_sock_t *s)
         size_t room = s->mode == MF_RECV_DGRAM ? s->want : s->cap - s->end;
         ssize_t n = mf_stream_try_read(s->stream, s->buf + s->end, room);
         if (n == MF_EAGAIN) {
+            if (caller)
+                mf_lua_co_check(L);
             mf_stream_read(s->stream, s->buf + s->end, room,
                            mf_lua__recv_read_done, &s->rd);
             mf_lua_sock_started(&s->rd);
@@ -204,7 +208,7 @@ static void mf_lua__recv_read_done(mf_stream_t *stream, ssize_t status,
         n = 1;
     } else {
         s->end += (size_t)status;
-        n = mf_lua__recv_run(T, s);
+        n = mf_lua__recv_run(T, s, false);
         if (n == MF_LUA_RECV_WAIT)
             return; /* still parked: another read runs */
     }
@@ -213,7 +217,7 @@ static void mf_lua__recv_read_done(mf_stream_t *stream, ssize_t status,
 
 int mf_lua_sock_recv(lua_State *L, mf_lua_sock_t *s)
 {
-    int n = mf_lua__recv_run(L, s);
+    int n = mf_lua__recv_run(L, s, true);
     if (n != MF_LUA_RECV_WAIT)
         return n;
     return mf_lua_sock_park(L, &s->rd, MF_SOCK_RECV);

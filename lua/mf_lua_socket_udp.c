@@ -13,9 +13,9 @@ static int mf_lua__udp_setpeername(lua_State *L)
     mf_lua_sock_t *s = mf_lua_sock_check(L, 1, true);
     if (s->rd.co || s->wr.co)
         return mf_lua_sock_fail(L, "socket busy");
+    mf_lua_sock_close_stream(s); /* first: as connect (mf_lua_socket.c) */
     uint16_t port;
     mf_lua_sock_peer(L, s, &port);
-    mf_lua_sock_close_stream(s);
     return mf_lua_sock_start_connect(L, s, port);
 }
 

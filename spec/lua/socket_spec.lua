@@ -224,6 +224,19 @@ describe("mf.socket.tcp", function()
         assert.are.same({ nil, "closed" }, { sock:receive() })
     end)
 
+    it("closes the old connection before a reconnect's arguments are checked", function()
+        local sock = script("echo")
+        -- the refused option must not leave the first connection open
+        -- under the new name, where setkeepalive would pool it
+        assert.has_error(function()
+            sock:connect("127.0.0.1", port, { pool = "renamed", backlog = 1 })
+        end)
+        assert.are.same({ nil, "closed" }, { sock:setkeepalive() })
+        local other = script(nil, { pool = "renamed" })
+        assert.are.equal(0, other:getreusedtimes())
+        other:close()
+    end)
+
     it("fails TLS verification of a self-signed certificate by default", function()
         local sock = mf.socket.tcp()
         assert(sock:connect("127.0.0.1", tls_port))
@@ -368,6 +381,8 @@ describe("mf.socket.udp", function()
         assert.are.equal("ping", u:receive())
         assert.are.equal(1, u:send({ "a", 1, { "b" } }))
         assert.are.equal("a1", u:receive(2)) -- cut to size
+        assert.are.equal(1, u:send("")) -- an empty datagram, echoed
+        assert.are.equal("", u:receive())
         assert.are.equal(1, u:close())
         assert.are.same({ nil, "closed" }, { u:close() })
         assert.are.same({ nil, "closed" }, { u:send("x") })
