@@ -6,9 +6,10 @@
  * names are strings, each entry a step or {step, after = names}, every
  * `after` name a node of the graph, no cycle (found by the engine's own
  * mf_graph_seal on a graph with no task, named node by node). It returns
- * the steps in the order of their sorted names, the names, and a plan: a
- * userdata holding the checked edges, which Lua code cannot alter, so the
- * build at wait() never fails halfway.
+ * the steps in the order of their sorted names and a plan: a userdata
+ * holding the checked edges, with the names as its environment, which Lua
+ * code cannot alter, so the build at wait() never fails halfway and the
+ * results' keys are the names checked.
  *
  * At wait() a graph step becomes an mf_graph_t. Each node is a series of
  * the graph: a series step's tasks go straight into it (one of them failing
@@ -155,13 +156,28 @@ static uint32_t mf_lua__graph_pred(lua_State *L, int map, int idx,
 
 /* Appends the edges into node `to` from its after list at a (a name or a
  * list of names) to the growing edge list at list (flat pairs). */
+/* How many names the after value at a holds: 1 for a name, the length of
+ * a list; anything else (a list with holes or other keys) raises. */
+static int mf_lua__graph_after_count(lua_State *L, int a, const char *name)
+{
+    if (lua_type(L, a) == LUA_TSTRING)
+        return 1;
+    int count = -1, entries = 0;
+    if (lua_type(L, a) == LUA_TTABLE) {
+        count = (int)lua_objlen(L, a);
+        for (lua_pushnil(L); lua_next(L, a); lua_pop(L, 1))
+            entries++;
+    }
+    if (entries != count)
+        luaL_error(L, "mf.graph: node '%s': after is a name or a list of them",
+                   name);
+    return count;
+}
+
 static void mf_lua__graph_after(lua_State *L, int list, int map, int a,
                                 uint32_t to, const char *name)
 {
-    int count = lua_type(L, a) == LUA_TTABLE ? (int)lua_objlen(L, a) : 1;
-    if (lua_type(L, a) != LUA_TTABLE && lua_type(L, a) != LUA_TSTRING)
-        luaL_error(L, "mf.graph: node '%s': after is a name or a list of them",
-                   name);
+    int count = mf_lua__graph_after_count(L, a, name);
     for (int k = 1; k <= count; k++) {
         if (lua_type(L, a) == LUA_TTABLE)
             lua_rawgeti(L, a, k);
@@ -290,9 +306,11 @@ int mf_lua_graph_describe(lua_State *L)
     }
     mf_lua_graph_plan_t *plan = mf_lua__graph_plan(L, 5, n, run);
     mf_lua__graph_acyclic(L, 2, plan);
-    lua_setfield(L, 3, "plan");
+    /* The names live with the plan, out of the script's reach (a name
+     * changed or removed would break the results' keys at the end). */
     lua_pushvalue(L, 2);
-    lua_setfield(L, 3, "names");
+    lua_setfenv(L, -2);
+    lua_setfield(L, 3, "plan");
     lua_pushvalue(L, 3);
     return 1;
 }
@@ -390,7 +408,8 @@ static void mf_lua__graph_node_ended(mf_graph_t *g, size_t index)
                                      index, gn);
 }
 
-/* Keeps the names for the results: state[NAMES][slot] = desc.names. */
+/* Keeps the names for the results: state[NAMES][slot] = the plan's names
+ * (its environment table). */
 static void mf_lua__graph_keep_names(mf_lua_build_t *b, int d, int slot)
 {
     lua_State *L = b->L;
@@ -401,9 +420,10 @@ static void mf_lua__graph_keep_names(mf_lua_build_t *b, int d, int slot)
         lua_pushvalue(L, -1);
         lua_rawseti(L, b->st, MF_LUA_FLOW_NAMES);
     }
-    lua_getfield(L, d, "names");
-    lua_rawseti(L, -2, slot);
-    lua_pop(L, 1);
+    lua_getfield(L, d, "plan"); /* checked by mf_lua_graph_check */
+    lua_getfenv(L, -1);
+    lua_rawseti(L, -3, slot);
+    lua_pop(L, 2);
 }
 
 /* Node i (0-based) from step s: a series' tasks go into the node's own

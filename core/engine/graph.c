@@ -174,9 +174,9 @@ void mf__graph_series_done(mf_graph_t *g, mf_series_t *series)
 static void mf__graph_dispatch(mf_task_t *task)
 {
     mf_graph_t *g = (mf_graph_t *)task;
-    if (!g->sealed && mf_graph_seal(g, NULL) != 0) {
-        mf_task_complete(task, MF_STATE_TASK_ERROR,
-                         g->too_big ? MF_ERANGE : MF_ELOOP);
+    int rc = g->sealed ? 0 : mf_graph_seal(g, NULL);
+    if (rc) { /* MF_ELOOP, or MF_ERANGE for a graph too big to make */
+        mf_task_complete(task, MF_STATE_TASK_ERROR, rc);
         return;
     }
     g->nleft = g->nnodes;

@@ -102,6 +102,11 @@ describe("mf.graph", function()
         assert.has_error(function() mf.graph { a = { t, aftr = "b" } } end)
         assert.has_error(function() mf.graph { a = { t, t } } end, "mf.graph: node 'a': unknown field '2'")
         assert.has_error(function() mf.graph { a = { t, after = { 1 } } } end)
+        -- an after list with other keys or holes would lose edges
+        local bad = "mf.graph: node 'b': after is a name or a list of them"
+        assert.has_error(function() mf.graph { a = t, b = { t, after = { x = "a" } } } end, bad)
+        assert.has_error(function() mf.graph { a = t, b = { t, after = { "a", y = "a" } } } end, bad)
+        assert.has_error(function() mf.graph { a = t, c = t, b = { t, after = { "a", nil, "c" } } } end, bad)
         assert.has_error(function() mf.graph({ a = t }, { on_failure = "maybe" }) end)
         assert.has_error(function() mf.graph({ a = t }, { nope = 1 }) end)
         assert.has_error(function() mf.graph { a = mf.task.timer(1, { after = "b" }), b = t } end)

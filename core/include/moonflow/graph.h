@@ -15,9 +15,10 @@
  * refuses a cycle and says where it is. Mistakes are refused by the call
  * that makes them, never at run time: an unknown node or a self edge
  * (MF_EINVAL), more edges than declared (MF_ENOSPC), a cycle (MF_ELOOP
- * from mf_graph_seal), a change after sealing (MF_EBUSY). Starting a graph
- * that was not sealed seals it first; one that cannot be sealed then ends
- * MF_STATE_TASK_ERROR / MF_ELOOP without running any node.
+ * from mf_graph_seal), a change after sealing (MF_EBUSY), a graph asked
+ * for too big (MF_ERANGE from mf_graph_seal). Starting a graph that was
+ * not sealed seals it first; one that cannot be sealed then ends
+ * MF_STATE_TASK_ERROR with seal's code without running any node.
  *
  * A failed node (its series' state is not MF_STATE_SUCCESS: a task failed,
  * timed out or was canceled) skips its dependents by default: they and
@@ -66,8 +67,9 @@ typedef struct mf_graph mf_graph_t;
 typedef void (*mf_graph_node_cb)(mf_graph_t *graph, size_t index);
 
 /* A graph of nnodes nodes and up to nedges edges (at most 2^32 - 2 of
- * each; more aborts as an allocation failure would). The callback gets the
- * graph's task: mf_graph_from_task gives the graph back. */
+ * each; asked for more, it is made empty: push and add_edge refuse with
+ * MF_EINVAL, seal with MF_ERANGE). The callback gets the graph's task:
+ * mf_graph_from_task gives the graph back. */
 MF_API mf_graph_t *mf_graph_create(mf_loop_t *loop, size_t nnodes,
                                    size_t nedges, mf_task_cb cb, void *user);
 /* Appends task to node index's series. MF_EINVAL for an unknown node,
