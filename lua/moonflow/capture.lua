@@ -174,6 +174,7 @@ end
 
 function Response:redirect(url, status)
     if type(url) ~= "string" then raise("resp:redirect(url [, status]): url expected") end
+    check_unsent(self, "resp:redirect") -- before anything of the answer changes
     self.status = check_status(status or 302)
     self.headers.Location = url
     self:send()
