@@ -122,7 +122,7 @@ ngx.socket = { tcp = mf.socket.tcp, udp = mf.socket.udp, connect = mf.socket.con
 -- ngx.handler(fn) binds (req, resp) to the handler's coroutine while fn
 -- runs (coroutine threads are reused, so it unbinds on every exit path).
 -- Lua threads the handler spawns have no request of their own.
-local running, pcall, error = coroutine.running, pcall, error
+local running, xpcall, error, traceback = coroutine.running, xpcall, error, debug.traceback
 local bound = setmetatable({}, { __mode = "k" })
 
 local function current(what)
@@ -133,11 +133,18 @@ local function current(what)
     return r
 end
 
+-- A raise in fn keeps the traceback of where it happened (the server's
+-- log line would otherwise show only this wrapper's).
+local function with_traceback(err)
+    if type(err) == "string" then return traceback(err, 2) end
+    return err
+end
+
 function ngx.handler(fn)
     return function(req, resp)
         local co = running()
         bound[co] = { req = req, resp = resp }
-        local ok, err = pcall(fn, req, resp)
+        local ok, err = xpcall(fn, with_traceback, req, resp)
         bound[co] = nil
         if not ok then error(err, 0) end
     end

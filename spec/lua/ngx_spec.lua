@@ -107,6 +107,18 @@ describe("moonflow.ngx's request mapping (ngx.handler)", function()
         assert.is_false(j.thread_had_request)
     end)
 
+    it("re-raises a handler's error with the traceback of where it was raised", function()
+        local function deep_in_the_handler() error("boom") end
+        local h = ngx.handler(function() deep_in_the_handler() end)
+        local ok, err = pcall(h, {}, {})
+        assert.is_false(ok)
+        assert.matches("boom\nstack traceback:", err)
+        assert.matches("deep_in_the_handler", err)
+        local object = {}
+        ok, err = pcall(ngx.handler(function() error(object) end), {}, {})
+        assert.equals(object, err) -- an error object passes as it is
+    end)
+
     it("raises outside a request", function()
         assert.has_error(function() return ngx.var.uri end)
         assert.has_error(function() ngx.header.x = "y" end)
