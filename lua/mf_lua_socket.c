@@ -519,7 +519,13 @@ int mf_lua_sock_send_buffer(lua_State *L, mf_lua_sock_t *s)
     mf_lua_co_check(L);
     s->siov.iov_base = s->sbuf + n;
     s->siov.iov_len = s->slen - (size_t)n;
-    mf_stream_writev(s->stream, &s->siov, 1, mf_lua__sock_sent, &s->wr);
+    /* Nothing taken: the socket is full, wait for room; a part taken: the
+     * rest may fit already, so the write tries first. */
+    if (n == 0)
+        mf_stream_wait_writev(s->stream, &s->siov, 1, mf_lua__sock_sent,
+                              &s->wr);
+    else
+        mf_stream_writev(s->stream, &s->siov, 1, mf_lua__sock_sent, &s->wr);
     mf_lua_sock_started(&s->wr);
     return mf_lua_sock_park(L, &s->wr, MF_SOCK_SEND);
 }

@@ -177,8 +177,8 @@ static int mf_lua__recv_run(lua_State *L, mf_lua_sock_t *s, bool caller)
         if (n == MF_EAGAIN) {
             if (caller)
                 mf_lua_co_check(L);
-            mf_stream_read(s->stream, s->buf + s->end, room,
-                           mf_lua__recv_read_done, &s->rd);
+            mf_stream_wait_read(s->stream, s->buf + s->end, room,
+                                mf_lua__recv_read_done, &s->rd);
             mf_lua_sock_started(&s->rd);
             return MF_LUA_RECV_WAIT;
         }

@@ -186,17 +186,28 @@ static void mf__stream_do_write(mf_stream_t *s)
     }
 }
 
-void mf_stream_read(mf_stream_t *s, void *buf, size_t len, mf_stream_cb cb,
-                    void *data)
+/* The waits alone: the socket is watched edge-triggered for both
+ * directions all along, so a caller whose try just found it empty (or
+ * full) loses no edge by not trying again. */
+void mf_stream_wait_read(mf_stream_t *s, void *buf, size_t len, mf_stream_cb cb,
+                         void *data)
 {
     s->rbuf = buf;
     s->rlen = len;
     mf__stream_op_start(s, &s->rd, cb, data, MF_STREAM_T_READ);
+    if (s->state != MF_STREAM_OPEN)
+        mf__stream_op_complete(s, &s->rd, mf__stream_not_open(s));
+}
+
+void mf_stream_read(mf_stream_t *s, void *buf, size_t len, mf_stream_cb cb,
+                    void *data)
+{
+    mf_stream_wait_read(s, buf, len, cb, data);
     mf__stream_do_read(s);
 }
 
-void mf_stream_writev(mf_stream_t *s, struct iovec *iov, int iovcnt,
-                      mf_stream_cb cb, void *data)
+void mf_stream_wait_writev(mf_stream_t *s, struct iovec *iov, int iovcnt,
+                           mf_stream_cb cb, void *data)
 {
     s->wiov = iov;
     s->wcnt = iovcnt;
@@ -204,7 +215,13 @@ void mf_stream_writev(mf_stream_t *s, struct iovec *iov, int iovcnt,
     mf__stream_op_start(s, &s->wr, cb, data, MF_STREAM_T_SEND);
     if (s->state != MF_STREAM_OPEN)
         mf__stream_op_complete(s, &s->wr, mf__stream_not_open(s));
-    else
+}
+
+void mf_stream_writev(mf_stream_t *s, struct iovec *iov, int iovcnt,
+                      mf_stream_cb cb, void *data)
+{
+    mf_stream_wait_writev(s, iov, iovcnt, cb, data);
+    if (s->state == MF_STREAM_OPEN)
         mf__stream_do_write(s);
 }
 

@@ -103,6 +103,11 @@ MF_API ssize_t mf_stream_try_read(mf_stream_t *stream, void *buf, size_t len);
  * read timeout. */
 MF_API void mf_stream_read(mf_stream_t *stream, void *buf, size_t len,
                            mf_stream_cb cb, void *data);
+/* As mf_stream_read, for a caller whose mf_stream_try_read just answered
+ * MF_EAGAIN: it waits for the socket without reading it again first (one
+ * system call fewer per wait). */
+MF_API void mf_stream_wait_read(mf_stream_t *stream, void *buf, size_t len,
+                                mf_stream_cb cb, void *data);
 
 /* Writes what the socket takes now: bytes written (possibly fewer than
  * asked, possibly 0), or a negative MF_E* code (MF_EPIPE, MF_ECONNRESET,
@@ -113,6 +118,11 @@ MF_API ssize_t mf_stream_try_writev(mf_stream_t *stream,
  * with the total. iov is advanced in place as bytes go out. */
 MF_API void mf_stream_writev(mf_stream_t *stream, struct iovec *iov, int iovcnt,
                              mf_stream_cb cb, void *data);
+/* As mf_stream_writev, for a caller whose mf_stream_try_writev just wrote
+ * nothing (0: the socket is full): it waits for room without writing
+ * again first. */
+MF_API void mf_stream_wait_writev(mf_stream_t *stream, struct iovec *iov,
+                                  int iovcnt, mf_stream_cb cb, void *data);
 
 /* Closes the socket now; pending operations call back MF_ECANCELED later.
  * The stream is no longer the caller's (see Ownership). */

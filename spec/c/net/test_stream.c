@@ -272,6 +272,73 @@ TEST(try_read_says_eagain_then_the_bytes)
     finish(loop);
 }
 
+TEST(a_wait_alone_reads_once_the_bytes_come)
+{
+    mf_loop_t *loop = mf_loop_create();
+    mf_stream_t *s = connect_to(loop, "127.0.0.1", server.port, 0);
+    char buf[16] = "";
+    ASSERT_EQ(mf_stream_try_read(s, buf, sizeof buf), MF_EAGAIN);
+    done_t d = {0};
+    mf_stream_wait_read(s, buf, sizeof buf, on_done, &d);
+    struct iovec iov = {"Exy", 3};
+    ASSERT_EQ(mf_stream_try_writev(s, &iov, 1), 3);
+    ASSERT_EQ(wait_done(loop, &d), 2);
+    ASSERT(memcmp(buf, "xy", 2) == 0);
+    mf_stream_close(s);
+    finish(loop);
+}
+
+/* A peer that accepts only once the client's socket is full, then reads
+ * until the end of the stream: how many bytes it read. */
+typedef struct {
+    int listener;
+    size_t got;
+} late_reader_t;
+
+static void *late_reader(void *arg)
+{
+    late_reader_t *r = arg;
+    int fd = accept(r->listener, NULL, NULL);
+    char buf[65536];
+    ssize_t n;
+    while (fd >= 0 && (n = read(fd, buf, sizeof buf)) > 0)
+        r->got += (size_t)n;
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+TEST(a_wait_alone_writes_once_the_full_socket_has_room)
+{
+    late_reader_t r = {socket(AF_INET, SOCK_STREAM, 0), 0};
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    ASSERT(bind(r.listener, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(listen(r.listener, 1) == 0);
+    ASSERT(getsockname(r.listener, (struct sockaddr *)&a, &alen) == 0);
+    mf_loop_t *loop = mf_loop_create();
+    mf_stream_t *s = connect_to(loop, "127.0.0.1", ntohs(a.sin_port), 0);
+    static char block[65536];
+    struct iovec iov = {block, sizeof block};
+    size_t sent = 0;
+    ssize_t n;
+    for (int i = 0; i < 10000 && (n = mf_stream_try_writev(s, &iov, 1)) > 0;
+         i++)
+        sent += (size_t)n; /* until the socket takes nothing: full */
+    ASSERT_EQ(n, 0);
+    done_t d = {0};
+    mf_stream_wait_writev(s, &iov, 1, on_done, &d);
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, late_reader, &r) == 0);
+    ASSERT_EQ(wait_done(loop, &d), (ssize_t)sizeof block);
+    mf_stream_close(s);
+    pthread_join(t, NULL);
+    ASSERT_EQ(r.got, sent + sizeof block);
+    close(r.listener);
+    finish(loop);
+}
+
 TEST(a_port_nobody_listens_on_is_refused)
 {
     mf_loop_t *loop = mf_loop_create();
