@@ -484,6 +484,39 @@ static void mf__fill(mf_serve_metrics_t *m, mf_metrics_entry_t *e)
     }
 }
 
+static bool mf__entry_is(const mf_metrics_entry_t *e, uint64_t h,
+                         const char *route, size_t len, unsigned method,
+                         int status)
+{
+    return e->hash == h && e->status == status && e->method == method &&
+           e->route_len == len && memcmp(e->route, route, len) == 0;
+}
+
+/* The cache entry of a key, filled from the registry when new. Two keys
+ * meeting in one slot both stay cached: the second lives in the next slot
+ * (a third takes that one over). */
+static mf_metrics_entry_t *mf__entry(mf_serve_metrics_t *m, uint64_t h,
+                                     const char *route, size_t len,
+                                     unsigned method, int status)
+{
+    size_t i = h & (MF_METRICS_CACHE - 1);
+    mf_metrics_entry_t *e = &m->cache[i];
+    mf_metrics_entry_t *next = &m->cache[(i + 1) & (MF_METRICS_CACHE - 1)];
+    if (mf__entry_is(e, h, route, len, method, status))
+        return e;
+    if (mf__entry_is(next, h, route, len, method, status))
+        return next;
+    if (e->hash)
+        e = next;
+    e->hash = h;
+    e->status = (uint16_t)status;
+    e->method = (uint8_t)method;
+    e->route_len = (uint8_t)len;
+    memcpy(e->route, route, len);
+    mf__fill(m, e);
+    return e;
+}
+
 void mf_serve_metrics_request(mf_serve_worker_t *w,
                               const mf_http_request_t *req, bool routed,
                               int status, size_t bytes_in, size_t bytes_out,
@@ -496,16 +529,7 @@ void mf_serve_metrics_request(mf_serve_worker_t *w,
         len = MF_METRICS_ROUTE; /* a route this long: its first bytes */
     unsigned method = mf__method(req);
     uint64_t h = mf__key(route, len, method, status);
-    mf_metrics_entry_t *e = &m->cache[h & (MF_METRICS_CACHE - 1)];
-    if (e->hash != h || e->status != status || e->method != method ||
-        e->route_len != len || memcmp(e->route, route, len) != 0) {
-        e->hash = h;
-        e->status = (uint16_t)status;
-        e->method = (uint8_t)method;
-        e->route_len = (uint8_t)len;
-        memcpy(e->route, route, len);
-        mf__fill(m, e);
-    }
+    mf_metrics_entry_t *e = mf__entry(m, h, route, len, method, status);
     if (!e->requests)
         return; /* refused when filled, and said so then */
     mf_metric_add(e->requests, w->id, 1);
