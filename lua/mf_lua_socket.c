@@ -115,7 +115,8 @@ static int mf_lua__sock_gc(lua_State *L)
 /* ---- buffers ------------------------------------------------------------- */
 
 /* Room for need bytes in *p (cap *cap, used bytes kept): loop memory up to
- * its size classes, malloc beyond. false when too large or refused. */
+ * its size classes, mf_try_malloc beyond (counted, and refusable by the
+ * tests' mf_alloc_fail_next). false when too large or refused. */
 bool mf_lua_sock_reserve(mf_loop_t *loop, char **p, size_t *cap, size_t used,
                          size_t need)
 {
@@ -126,8 +127,8 @@ bool mf_lua_sock_reserve(mf_loop_t *loop, char **p, size_t *cap, size_t used,
     size_t ncap = *cap ? *cap : 4096;
     while (ncap < need)
         ncap *= 2;
-    char *np =
-        ncap <= MF_LOOP_ALLOC_MAX ? mf_loop_alloc(loop, ncap) : malloc(ncap);
+    char *np = ncap <= MF_LOOP_ALLOC_MAX ? mf_loop_alloc(loop, ncap)
+                                         : mf_try_malloc(ncap);
     if (!np)
         return false;
     if (used)
@@ -145,7 +146,7 @@ void mf_lua_sock_release(mf_loop_t *loop, char *p, size_t cap)
     if (cap <= MF_LOOP_ALLOC_MAX)
         mf_loop_free(loop, p, cap);
     else
-        free(p);
+        mf_free(p);
 }
 
 void mf_lua_sock_free_buffers(mf_lua_sock_t *s)
