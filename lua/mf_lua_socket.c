@@ -166,16 +166,13 @@ static void mf_lua__sock_detach(void *op)
 {
     mf_lua_sock_side_t *side = op;
     side->co = NULL;
-    side->op = MF_SOCK_IDLE;
     mf_lua_sock_close_stream(side->sock);
 }
 
-int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side,
-                     mf_lua_sock_op_t op)
+int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side)
 {
     mf_lua_co_t *co = mf_lua_co_check(L);
     side->co = co;
-    side->op = op;
     mf_lua_co_park(co, mf_lua__sock_detach, side);
     return lua_yield(L, 0);
 }
@@ -205,7 +202,6 @@ void mf_lua_sock_resume(mf_lua_sock_side_t *side, int nret)
 {
     mf_lua_co_t *co = side->co;
     side->co = NULL;
-    side->op = MF_SOCK_IDLE;
     mf_lua_co_unpark(co);
     mf_lua_co_resume(co, nret);
 }
@@ -284,7 +280,7 @@ int mf_lua_sock_start_connect(lua_State *L, mf_lua_sock_t *s, uint16_t port)
     mf_lua__sock_own(s);
     mf_stream_connect(s->stream, s->peer, port, mf_lua__sock_connected, &s->wr);
     mf_lua_sock_started(&s->wr);
-    return mf_lua_sock_park(L, &s->wr, MF_SOCK_CONNECT);
+    return mf_lua_sock_park(L, &s->wr);
 }
 
 /* host and port of connect / setpeername at 2 and 3 ("unix:/path" takes
@@ -427,7 +423,7 @@ static int mf_lua__sock_sslhandshake(lua_State *L)
     mf_stream_handshake(s->stream, name, verify, ca, mf_lua__sock_handshaken,
                         &s->wr);
     mf_lua_sock_started(&s->wr);
-    return mf_lua_sock_park(L, &s->wr, MF_SOCK_HANDSHAKE);
+    return mf_lua_sock_park(L, &s->wr);
 }
 
 /* ---- send ------------------------------------------------------------------
@@ -528,7 +524,7 @@ int mf_lua_sock_send_buffer(lua_State *L, mf_lua_sock_t *s)
     else
         mf_stream_writev(s->stream, &s->siov, 1, mf_lua__sock_sent, &s->wr);
     mf_lua_sock_started(&s->wr);
-    return mf_lua_sock_park(L, &s->wr, MF_SOCK_SEND);
+    return mf_lua_sock_park(L, &s->wr);
 }
 
 /* send(data) for both protocols. */

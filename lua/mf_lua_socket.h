@@ -25,19 +25,9 @@
 
 typedef struct mf_lua_sock mf_lua_sock_t;
 
-/* What a side is waiting for. */
-typedef enum mf_lua_sock_op {
-    MF_SOCK_IDLE,
-    MF_SOCK_CONNECT,
-    MF_SOCK_HANDSHAKE,
-    MF_SOCK_SEND,
-    MF_SOCK_RECV
-} mf_lua_sock_op_t;
-
 typedef struct mf_lua_sock_side {
     mf_lua_sock_t *sock;
-    mf_lua_co_t *co; /* parked; NULL when none or detached */
-    mf_lua_sock_op_t op;
+    mf_lua_co_t *co;     /* parked; NULL when none or detached */
     unsigned pending;    /* stream callbacks due */
     mf_stream_t *stream; /* the stream of the operation last started */
 } mf_lua_sock_side_t;
@@ -92,12 +82,11 @@ int mf_lua_sock_fail(lua_State *L, const char *err);
 const char *mf_lua_sock_errstr(const mf_lua_sock_t *s, ssize_t code);
 /* Closes the stream now (a pending wait resumes with "closed" later). */
 void mf_lua_sock_close_stream(mf_lua_sock_t *s);
-/* Parks the running coroutine on side for op; returns lua_yield's value.
+/* Parks the running coroutine on side; returns lua_yield's value.
  * An operation that may wait checks its caller (mf_lua_co_check) before it
  * starts: a raise there (not in a moonflow coroutine) must not leave an
  * operation running that no coroutine waits for. */
-int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side,
-                     mf_lua_sock_op_t op);
+int mf_lua_sock_park(lua_State *L, mf_lua_sock_side_t *side);
 /* The side's coroutine goes on with the nret values pushed on its thread. */
 void mf_lua_sock_resume(mf_lua_sock_side_t *side, int nret);
 /* A stream operation was started for side (its callback is due). */

@@ -220,7 +220,7 @@ int mf_lua_sock_recv(lua_State *L, mf_lua_sock_t *s)
     int n = mf_lua__recv_run(L, s, true);
     if (n != MF_LUA_RECV_WAIT)
         return n;
-    return mf_lua_sock_park(L, &s->rd, MF_SOCK_RECV);
+    return mf_lua_sock_park(L, &s->rd);
 }
 
 /* The checks every receive starts with: nil, err pushed (2) or 0. */
