@@ -126,10 +126,6 @@ def measure(peer, mc_port, args, workdir):
         C.stop(proc, sig=15)
 
 
-def spread(values):
-    return (max(values) - min(values)) / statistics.median(values)
-
-
 def markdown(meta, rows, names):
     ref = "nginx-lua"
     med = {n: statistics.median(r[0] for r in rows[n]) if rows[n] else None
@@ -150,7 +146,7 @@ def markdown(meta, rows, names):
             continue
         rps = statistics.median(r[1] for r in rows[n])
         ratio = f"{med[n] / med[ref]:.2f}" if med.get(ref) else "n/a"
-        lines.append(f"| {n} | {med[n]:.1f} ({spread([r[0] for r in rows[n]]):.0%})"
+        lines.append(f"| {n} | {med[n]:.1f} ({C.spread(r[0] for r in rows[n]):.0%})"
                      f" | {rps:,.0f} | {ratio} |")
     lines += ["", "Each request: nginx.memcached's new, connect (from the "
               "worker's keepalive pool after the first), get of a 100-byte "

@@ -571,6 +571,13 @@ def syscalls_or_reason(peer, size, conns, args, workdir):
     return sc
 
 
+def spread(values):
+    """(max - min) / median of a run's repeats (0 for none): how far the
+    repeats of one point disagree."""
+    v = list(values)
+    return (max(v) - min(v)) / statistics.median(v) if v else 0
+
+
 def summarize(rows):
     """Medians over the repeats; ratios paired by repeat (sample r of a
     server against sample r of nginx, which ran moments apart), then the
@@ -581,8 +588,7 @@ def summarize(rows):
             continue
         keys = ["cpu_us_per_req", "rps"] + [f"p{p}_us" for p in PERCENTILES]
         row["median"] = {k: statistics.median(s[k] for s in samples) for k in keys}
-        cpu = [s["cpu_us_per_req"] for s in samples]
-        row["median"]["cpu_spread"] = (max(cpu) - min(cpu)) / statistics.median(cpu)
+        row["median"]["cpu_spread"] = spread(s["cpu_us_per_req"] for s in samples)
     for base in ("nginx", "nginx-lua", "ceiling"):
         for row in rows.values():
             row[f"ratio_vs_{base}"] = paired_ratio(row, rows.get(base))

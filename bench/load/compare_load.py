@@ -149,7 +149,7 @@ def run_point(gens, conns, args, workdir):
                 row["req_per_cpu_s"] = statistics.median(
                     s["req_per_cpu_s"] for s in row["samples"])
                 row["rps"] = statistics.median(s["rps"] for s in row["samples"])
-                row["spread"] = spread(s["req_per_cpu_s"] for s in row["samples"])
+                row["spread"] = C.spread(s["req_per_cpu_s"] for s in row["samples"])
                 try:
                     row["syscalls"] = count_syscalls(g, port, conns, args.syscall_duration)
                 except (C.PointFailed, C.Unavailable) as e:
@@ -162,11 +162,6 @@ def run_point(gens, conns, args, workdir):
                     a["req_per_cpu_s"] / b["req_per_cpu_s"]
                     for a, b in zip(row["samples"], base["samples"]))
     return {"conns": conns, "generators": rows}
-
-
-def spread(values):
-    v = list(values)
-    return (max(v) - min(v)) / statistics.median(v) if v else 0
 
 
 def markdown(meta, points):

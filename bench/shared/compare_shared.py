@@ -167,12 +167,6 @@ def measure(peer, args, workdir):
         C.stop(proc, sig=15)
 
 
-def spread(samples):
-    """(max - min) / median of the runs' rates."""
-    rates = [r[0] for r in samples]
-    return (max(rates) - min(rates)) / statistics.median(rates)
-
-
 def load_note(meta):
     """The machine's load average around the runs: other work on the two
     cores widens the spread."""
@@ -200,7 +194,7 @@ def markdown(meta, rows, names):
                else None for n in names}
         cores = {n: statistics.median(r[1] for r in rows[n][op]) if rows[n][op]
                  else None for n in names}
-        cells = [f"{med[n]:,.0f} ({spread(rows[n][op]):.0%})" if med[n]
+        cells = [f"{med[n]:,.0f} ({C.spread(r[0] for r in rows[n][op]):.0%})" if med[n]
                  else "n/a" for n in names]
         ratios = [f"{med[n] / med[ref]:.2f}" if med[n] and med.get(ref) else "n/a"
                   for n in names if n != ref]
