@@ -3,9 +3,12 @@
  * wake fd, rebalances, assignment, close) and kafka_poll.c (the poll and
  * commit tasks) share, and only they.
  *
- * Ownership: kafka_consumer.c owns struct mf_kafka_consumer and every field
- * in it; kafka_poll.c reads it and changes only `poll` and `commits` (the
- * tasks waiting on the consumer), through the functions below.
+ * Ownership: kafka_consumer.c owns struct mf_kafka_consumer; kafka_assign.c
+ * keeps its assignment and error fields; kafka_poll.c reads it and changes
+ * only `poll` and `commits` (the tasks waiting on the consumer). The files
+ * form a chain: kafka_assign.c < kafka_poll.c < kafka_consumer.c; the one
+ * call up (a rebalance met while serving the queue) goes through the
+ * consumer's `rebalance` pointer.
  *
  * Wake-ups. librdkafka writes 8 bytes to the consumer's eventfd when the
  * consumer queue or the side queue (commit results, and everything of the
@@ -50,6 +53,11 @@ struct mf_kafka_consumer {
     char last_error[256];
     int logged[16]; /* distinct error codes already logged */
     unsigned nlogged;
+    /* Applies a rebalance librdkafka asks for (err: _ASSIGN_PARTITIONS or
+     * _REVOKE_PARTITIONS), then reports it: kafka_consumer.c's, called by
+     * kafka_poll.c when the queue it serves carries one. */
+    void (*rebalance)(mf_kafka_consumer_t *c, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *parts);
     bool closing;
     bool finished;   /* closed; freed by the closed callback's post */
     bool destroying; /* the loop goes away: no user callbacks */
@@ -59,13 +67,15 @@ struct mf_kafka_consumer {
     mf_post_t closed_post;
 };
 
-/* kafka_consumer.c, for kafka_poll.c */
+/* kafka_assign.c, for kafka_poll.c and kafka_consumer.c */
 
-/* Applies a rebalance librdkafka asks for (err: _ASSIGN_PARTITIONS or
- * _REVOKE_PARTITIONS), then reports it. */
-void mf__kafka_consumer_rebalance(mf_kafka_consumer_t *c,
-                                  rd_kafka_resp_err_t err,
-                                  rd_kafka_topic_partition_list_t *parts);
+/* Adds the partitions not assigned yet / removes those listed / forgets
+ * every one (the view for callers follows). */
+void mf__kafka_parts_add(mf_kafka_consumer_t *c,
+                         const rd_kafka_topic_partition_list_t *l);
+void mf__kafka_parts_remove(mf_kafka_consumer_t *c,
+                            const rd_kafka_topic_partition_list_t *l);
+void mf__kafka_parts_clear(mf_kafka_consumer_t *c);
 /* Records an offset commit result (updates the committed offsets). */
 void mf__kafka_consumer_committed(
     mf_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *offsets);

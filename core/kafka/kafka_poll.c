@@ -7,8 +7,9 @@
  * Owns the poll and commit tasks; a waiting one is linked from its
  * consumer (c->poll, c->commits) and unlinked here when it completes or is
  * canceled. Records point into the rd_kafka_message_t's the poll task
- * holds (no copy); they are destroyed with the task. Calls kafka_consumer.c
- * for the assignment, offsets and errors, librdkafka with 0 timeouts.
+ * holds (no copy); they are destroyed with the task. Calls kafka_assign.c
+ * for the assignment, offsets and errors, the consumer's rebalance pointer
+ * for a rebalance on its queue, librdkafka with 0 timeouts.
  */
 #include "kafka/kafka_consumer_int.h"
 
@@ -344,7 +345,7 @@ void mf__kafka_side_event(mf_kafka_consumer_t *c, rd_kafka_event_t *ev)
         mf__side_commit(c, ev);
         break;
     case RD_KAFKA_EVENT_REBALANCE: /* while closing */
-        mf__kafka_consumer_rebalance(c, rd_kafka_event_error(ev),
+        c->rebalance(c, rd_kafka_event_error(ev),
                                      rd_kafka_event_topic_partition_list(ev));
         break;
     case RD_KAFKA_EVENT_ERROR:
