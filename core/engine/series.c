@@ -14,8 +14,8 @@ void mf__series_init(mf_series_t *series, mf_loop_t *loop, mf_series_cb cb)
     series->cb = cb;
     series->cb_arg = NULL;
     series->context = NULL;
-    series->parallel = NULL;
-    series->graph = NULL;
+    series->parent_ops = NULL;
+    series->parent = NULL;
     series->finished = 0;
     series->state = MF_STATE_SUCCESS;
     series->error = 0;
@@ -77,10 +77,8 @@ static void mf__series_done(mf_series_t *series)
         series->cb(series);
     /* Tasks pushed by the series callback itself have nowhere to run. */
     mf__series_drop_pending(series);
-    if (series->parallel)
-        mf__parallel_series_done(series->parallel);
-    else if (series->graph)
-        mf__graph_series_done(series->graph, series);
+    if (series->parent_ops)
+        series->parent_ops->series_done(series->parent, series);
     else
         mf__series_destroy(series);
 }
@@ -153,11 +151,6 @@ size_t mf_series_finished_count(const mf_series_t *series)
 mf_loop_t *mf_series_loop(const mf_series_t *series)
 {
     return series->loop;
-}
-
-mf_parallel_t *mf_series_parallel(const mf_series_t *series)
-{
-    return series->parallel;
 }
 
 void mf__series_abort(mf_series_t *series)

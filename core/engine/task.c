@@ -48,11 +48,7 @@ void mf_task_trace_unref(mf_task_trace_t *trace)
 mf_task_t *mf_task_parent(const mf_task_t *task)
 {
     const mf_series_t *s = task->_series;
-    if (!s)
-        return NULL;
-    if (s->parallel)
-        return mf_parallel_task(s->parallel);
-    return s->graph ? mf_graph_task(s->graph) : NULL;
+    return s ? s->parent : NULL;
 }
 
 void mf_loop_observe_tasks(mf_loop_t *loop, const mf_task_observer_t *observer)
