@@ -5,8 +5,8 @@
  *
  * The climb (Workflow's subtask_done, without recursion): a kind calls
  * mf_task_complete → the task goes on the loop's ready queue → the loop runs
- * mf__task_finish → the callback runs, the task is released, the series
- * dispatches its next task or finishes;
+ * the ready phase series.c gave it → the callback runs, the task is
+ * released (task.c), the series dispatches its next task or finishes;
  * a finishing series tells its parent (mf_series_parent_ops_t: a parallel
  * counts down, a graph releases the nodes after it), and the parent's own
  * completion goes through the ready queue again. Every step returns to the
@@ -51,6 +51,10 @@ struct mf_series {
 
 /* task.c */
 void mf__task_dispatch(mf_task_t *task);
+/* A finished task: its result goes to its series, its callback runs, and it
+ * is released unless its kind is still out. The series' next step is the
+ * caller's (series.c's ready phase). */
+void mf__task_finish(mf_task_t *task);
 /* series.c */
 /* Sets up a series the caller embeds (a graph's node). */
 void mf__series_init(mf_series_t *series, mf_loop_t *loop, mf_series_cb cb);

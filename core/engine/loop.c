@@ -267,12 +267,8 @@ static unsigned mf__run_pending_pass(mf_loop_t *loop, unsigned budget)
         left--;
         ran++;
     }
-    left = budget;
-    while (left && (node = mf_list_pop_front(&loop->ready)) != NULL) {
-        mf__task_finish(mf_container_of(node, mf_task_t, _link));
-        left--;
-        ran++;
-    }
+    if (!mf_list_empty(&loop->ready))
+        ran += loop->run_ready(loop, budget);
     return ran;
 }
 

@@ -75,8 +75,9 @@ static void mf__task_decide(mf_task_t *task, int state, int error)
     task->_flags |= MF_TASK_F_FINISHED;
     task->_state = state;
     task->_error = error;
-    mf_timer_stop(task->_loop, &task->_timer);
-    mf__loop_push_ready(task->_loop, task);
+    mf_loop_t *loop = task->_loop;
+    mf_timer_stop(loop, &task->_timer);
+    mf_list_push_back(&loop->ready, &task->_link);
 }
 
 static void mf__task_release(mf_task_t *task)
@@ -156,14 +157,6 @@ void mf__task_finish(mf_task_t *task)
         mf__task_release(task);
     else
         task->_flags |= MF_TASK_F_FLOW_DONE;
-    mf__series_advance(series);
-}
-
-void mf_task_start(mf_task_t *task)
-{
-    mf_series_t *series = mf_series_create(task->_loop, NULL);
-    mf_series_push_back(series, task);
-    mf_series_start(series);
 }
 
 void mf_task_destroy(mf_task_t *task)
