@@ -19,6 +19,7 @@
 
 #include "flow_int.h"
 #include "loop_int.h"
+#include "moonflow/graph.h"
 
 #define MF_GRAPH_NONE UINT32_MAX
 
@@ -165,11 +166,16 @@ static void mf__graph_drain(mf_graph_t *g)
         mf_task_complete(&g->task, MF_STATE_SUCCESS, 0);
 }
 
-void mf__graph_series_done(mf_graph_t *g, mf_series_t *series)
+/* A node's series has finished. */
+static void mf__graph_series_done(mf_task_t *task, mf_series_t *series)
 {
+    mf_graph_t *g = (mf_graph_t *)task;
     mf__graph_node_ended(g, (mf_graph_node_t *)series);
     mf__graph_drain(g);
 }
+
+static const mf_series_parent_ops_t mf__graph_parent_ops = {
+    mf__graph_series_done};
 
 static void mf__graph_dispatch(mf_task_t *task)
 {
@@ -235,7 +241,8 @@ mf_graph_t *mf_graph_create(mf_loop_t *loop, size_t nnodes, size_t nedges,
     for (uint32_t i = 0; i < g->nnodes; i++) {
         mf_graph_node_t *n = &g->nodes[i];
         mf__series_init(&n->series, loop, NULL);
-        n->series.graph = g;
+        n->series.parent_ops = &mf__graph_parent_ops;
+        n->series.parent = &g->task;
         n->first_edge = MF_GRAPH_NONE;
         n->npred = n->waiting = 0;
         n->next_ready = n->skipped_by = MF_GRAPH_NONE;
@@ -392,5 +399,7 @@ mf_graph_t *mf_graph_from_task(mf_task_t *task)
 
 mf_graph_t *mf_series_graph(const mf_series_t *series)
 {
-    return series->graph;
+    return series->parent_ops == &mf__graph_parent_ops
+               ? (mf_graph_t *)series->parent
+               : NULL;
 }

@@ -1,6 +1,7 @@
 /*
  * loop_int.h — the loop's body, shared by the engine's own modules (task.c
- * needs the ready queue, pool.c the refs). Not a public header.
+ * queues finished tasks, series.c runs them, pool.c needs the refs). Not a
+ * public header.
  */
 #ifndef MF_LOOP_INT_H
 #define MF_LOOP_INT_H
@@ -32,6 +33,10 @@ struct mf_loop {
     bool mailbox_more;  /* last drain hit the budget */
     mf_list_t deferred; /* mf_post_t._link */
     mf_list_t ready;    /* finished tasks, mf_task_t._link */
+    /* Runs up to budget entries of `ready`, returns how many: series.c's,
+     * set as each series is made, so the loop names no flow function and
+     * pays one indirect call per pass, not per task. */
+    unsigned (*run_ready)(mf_loop_t *loop, unsigned budget);
     mf_slab_t slab;
     unsigned active_io;
     long refs;
@@ -42,21 +47,13 @@ struct mf_loop {
     const mf_task_observer_t *observer; /* mf_loop_observe_tasks; NULL */
     mf_task_trace_t *trace;             /* mf_loop_set_trace; NULL */
     unsigned index;
-    void *ext[MF_LOOP_EXT_MAX];
-    mf_loop_ext_dtor ext_dtor[MF_LOOP_EXT_MAX];
+    void *values[MF_LOOP_KEYS];              /* by key id - 1 */
+    mf_loop_key_t *value_keys[MF_LOOP_KEYS]; /* whose dtor runs at destroy */
     /* The batch being dispatched, so mf_io_stop can void stale entries. */
     struct epoll_event *polled;
     int npolled;
     int polled_pos;
     struct epoll_event events[MF_LOOP_MAX_EVENTS];
 };
-
-/* task.c: runs a finished task's callback and advances its series. */
-void mf__task_finish(mf_task_t *task);
-
-static inline void mf__loop_push_ready(mf_loop_t *loop, mf_task_t *task)
-{
-    mf_list_push_back(&loop->ready, &task->_link);
-}
 
 #endif /* MF_LOOP_INT_H */

@@ -7,6 +7,7 @@
  */
 #include "flow_int.h"
 #include "loop_int.h"
+#include "moonflow/parallel.h"
 
 #define MF_PARALLEL_INLINE 4
 
@@ -18,6 +19,18 @@ struct mf_parallel {
     size_t nleft;
     mf_series_t *inline_series[MF_PARALLEL_INLINE];
 };
+
+/* A branch has finished: the last one completes the parallel. */
+static void mf__parallel_series_done(mf_task_t *task, mf_series_t *series)
+{
+    mf_parallel_t *par = (mf_parallel_t *)task;
+    (void)series;
+    if (--par->nleft == 0)
+        mf_task_complete(&par->task, MF_STATE_SUCCESS, 0);
+}
+
+static const mf_series_parent_ops_t mf__parallel_parent_ops = {
+    mf__parallel_series_done};
 
 static void mf__parallel_dispatch(mf_task_t *task)
 {
@@ -85,7 +98,8 @@ void mf_parallel_add_series(mf_parallel_t *par, mf_series_t *series)
 {
     if (par->count == par->capacity)
         mf__parallel_grow(par);
-    series->parallel = par;
+    series->parent_ops = &mf__parallel_parent_ops;
+    series->parent = &par->task;
     par->series[par->count++] = series;
 }
 
@@ -95,12 +109,6 @@ mf_series_t *mf_parallel_add_task(mf_parallel_t *par, mf_task_t *task)
     mf_series_push_back(series, task);
     mf_parallel_add_series(par, series);
     return series;
-}
-
-void mf__parallel_series_done(mf_parallel_t *par)
-{
-    if (--par->nleft == 0)
-        mf_task_complete(&par->task, MF_STATE_SUCCESS, 0);
 }
 
 size_t mf_parallel_size(const mf_parallel_t *par)
@@ -121,4 +129,11 @@ mf_task_t *mf_parallel_task(mf_parallel_t *par)
 mf_parallel_t *mf_parallel_from_task(mf_task_t *task)
 {
     return task->_ops == &mf__parallel_ops ? (mf_parallel_t *)task : NULL;
+}
+
+mf_parallel_t *mf_series_parallel(const mf_series_t *series)
+{
+    return series->parent_ops == &mf__parallel_parent_ops
+               ? (mf_parallel_t *)series->parent
+               : NULL;
 }

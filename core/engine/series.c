@@ -5,6 +5,7 @@
 #include "loop_int.h"
 
 static void mf__series_started(mf_post_t *post);
+static unsigned mf__series_run_ready(mf_loop_t *loop, unsigned budget);
 
 void mf__series_init(mf_series_t *series, mf_loop_t *loop, mf_series_cb cb)
 {
@@ -14,13 +15,17 @@ void mf__series_init(mf_series_t *series, mf_loop_t *loop, mf_series_cb cb)
     series->cb = cb;
     series->cb_arg = NULL;
     series->context = NULL;
-    series->parallel = NULL;
-    series->graph = NULL;
+    series->parent_ops = NULL;
+    series->parent = NULL;
     series->finished = 0;
     series->state = MF_STATE_SUCCESS;
     series->error = 0;
     series->canceled = false;
     mf_post_init(&series->start_post, mf__series_started, series);
+    /* Every task that reaches the ready queue was dispatched by a series,
+     * so the loop has its ready phase by then (the loop names no flow
+     * function). */
+    loop->run_ready = mf__series_run_ready;
 }
 
 mf_series_t *mf_series_create(mf_loop_t *loop, mf_series_cb cb)
@@ -77,10 +82,8 @@ static void mf__series_done(mf_series_t *series)
         series->cb(series);
     /* Tasks pushed by the series callback itself have nowhere to run. */
     mf__series_drop_pending(series);
-    if (series->parallel)
-        mf__parallel_series_done(series->parallel);
-    else if (series->graph)
-        mf__graph_series_done(series->graph, series);
+    if (series->parent_ops)
+        series->parent_ops->series_done(series->parent, series);
     else
         mf__series_destroy(series);
 }
@@ -102,6 +105,30 @@ void mf__series_advance(mf_series_t *series)
     mf_task_t *task = mf_container_of(node, mf_task_t, _link);
     series->current = task;
     mf__task_dispatch(task);
+}
+
+/* The loop's ready phase: up to budget finished tasks, oldest first, each
+ * finished (task.c: callback, release), then its series takes its next
+ * step. */
+static unsigned mf__series_run_ready(mf_loop_t *loop, unsigned budget)
+{
+    unsigned ran = 0;
+    mf_list_t *node;
+    while (ran < budget && (node = mf_list_pop_front(&loop->ready)) != NULL) {
+        mf_task_t *task = mf_container_of(node, mf_task_t, _link);
+        mf_series_t *series = task->_series; /* the task may be released */
+        mf__task_finish(task);
+        mf__series_advance(series);
+        ran++;
+    }
+    return ran;
+}
+
+void mf_task_start(mf_task_t *task)
+{
+    mf_series_t *series = mf_series_create(task->_loop, NULL);
+    mf_series_push_back(series, task);
+    mf_series_start(series);
 }
 
 void mf__series_close(mf_series_t *series)
@@ -153,11 +180,6 @@ size_t mf_series_finished_count(const mf_series_t *series)
 mf_loop_t *mf_series_loop(const mf_series_t *series)
 {
     return series->loop;
-}
-
-mf_parallel_t *mf_series_parallel(const mf_series_t *series)
-{
-    return series->parallel;
 }
 
 void mf__series_abort(mf_series_t *series)

@@ -48,11 +48,7 @@ void mf_task_trace_unref(mf_task_trace_t *trace)
 mf_task_t *mf_task_parent(const mf_task_t *task)
 {
     const mf_series_t *s = task->_series;
-    if (!s)
-        return NULL;
-    if (s->parallel)
-        return mf_parallel_task(s->parallel);
-    return s->graph ? mf_graph_task(s->graph) : NULL;
+    return s ? s->parent : NULL;
 }
 
 void mf_loop_observe_tasks(mf_loop_t *loop, const mf_task_observer_t *observer)
@@ -79,8 +75,9 @@ static void mf__task_decide(mf_task_t *task, int state, int error)
     task->_flags |= MF_TASK_F_FINISHED;
     task->_state = state;
     task->_error = error;
-    mf_timer_stop(task->_loop, &task->_timer);
-    mf__loop_push_ready(task->_loop, task);
+    mf_loop_t *loop = task->_loop;
+    mf_timer_stop(loop, &task->_timer);
+    mf_list_push_back(&loop->ready, &task->_link);
 }
 
 static void mf__task_release(mf_task_t *task)
@@ -160,14 +157,6 @@ void mf__task_finish(mf_task_t *task)
         mf__task_release(task);
     else
         task->_flags |= MF_TASK_F_FLOW_DONE;
-    mf__series_advance(series);
-}
-
-void mf_task_start(mf_task_t *task)
-{
-    mf_series_t *series = mf_series_create(task->_loop, NULL);
-    mf_series_push_back(series, task);
-    mf_series_start(series);
 }
 
 void mf_task_destroy(mf_task_t *task)
