@@ -1,18 +1,18 @@
 /*
- * http_exchange.c — one request as the handler sees it (mf_http_exchange_*):
- * running the handler, its series or hold, and serialising the response
- * into the connection's output. Owns mf_http_exchange_t, whose body is
- * private to this file; the connection reaches it through
- * http_exchange_int.h. May call: the connection's interface (http_conn.h:
- * queue, flush, release, abort and a few queries), the server's
- * (http_server_int.h: the handler, the failure count), response heads
- * (http_head.h), the engine.
+ * http_exchange.c — one request as the handler sees it (mf_http_exchange_*,
+ * the public API in moonflow/http_server.h): running the handler, its
+ * series or hold, and building the response, which it hands to its
+ * protocol. Owns mf_http_exchange_t, whose body is private to this file;
+ * protocols reach it through the ops in http_exchange.h (registered in the
+ * site by the server). May call: its protocol's ops (http_proto.h), the
+ * site's handler and hooks (http_site.h), the engine. Must not call a
+ * protocol, the transport or the server by name: it knows no wire format,
+ * so HTTP/1 and a second protocol drive it alike.
  *
- * Response heads are written straight into the connection's output,
- * coalescing with what is already queued, so pipelined answers leave in one
- * write. Bodies up to MF_HTTP_COPY_BODY_MAX are copied behind their head;
- * bigger ones are written from their own memory (zero copy for _ref
- * bodies).
+ * The protocol frames the head and copies it, with a body up to
+ * MF_HTTP_COPY_BODY_MAX, behind what is already queued, so pipelined
+ * answers leave in one write; bigger bodies are written from their own
+ * memory (zero copy for _ref bodies).
  *
  * Never a silently short answer: when memory runs out while the response
  * is built (an added header, an appended body, the queued head), the answer
@@ -26,15 +26,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "http_exchange_int.h"
-#include "http_head.h"
-#include "http_server_int.h"
+#include "http_exchange.h"
+#include "http_site.h"
 
 /* Bodies up to this size are copied into the output (one write for head
  * and body); bigger ones are written from their own memory. */
 #define MF_HTTP_COPY_BODY_MAX (16 * 1024)
-/* Constant header lines kept by reference (add_header_static). */
-#define MF_EX_STATIC_LINES 2
 
 typedef enum mf_ex_state {
     MF_EX_ACTIVE, /* the handler, its series or holder builds the answer */
@@ -46,8 +43,9 @@ typedef enum mf_ex_state {
 } mf_ex_state_t;
 
 struct mf_http_exchange {
-    mf_http_conn_t *conn;
-    mf_http_server_t *srv;
+    const mf_http_proto_ops_t *ops; /* the protocol's, with its state: */
+    void *proto;
+    mf_http_site_t *site;
     mf_loop_t *loop;
     const mf_sockaddr_t *peer;
     mf_http_request_t req;
@@ -63,8 +61,8 @@ struct mf_http_exchange {
     mf_buf_t resp_body;    /* appended body */
     const char *body_ref;  /* zero-copy body */
     size_t body_ref_len;
-    const char *static_lines[MF_EX_STATIC_LINES];
-    uint16_t static_lens[MF_EX_STATIC_LINES];
+    const char *static_lines[MF_HTTP_STATIC_LINES];
+    uint16_t static_lens[MF_HTTP_STATIC_LINES];
     unsigned nstatic;
     mf_series_t *series; /* from its creation until its callback */
     mf_http_exchange_close_cb on_close;
@@ -100,12 +98,9 @@ static bool mf__exchange_answer_500(mf_http_exchange_t *ex)
     ex->state = MF_EX_FAILED;
     if (ex->closed_early)
         return false;
-    mf_http_head_t h;
-    mf__http_head_error(&h, ex->srv, 500);
-    mf__http_conn_close_when_done(ex->conn);
-    if (mf__http_conn_queue_copy(ex->conn, h.fixed, h.len) == 0)
+    if (ex->ops->send_error(ex->proto, 500) == 0)
         return true;
-    mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
+    ex->ops->abort(ex->proto); /* runs mf__exchange_lost */
     return false;
 }
 
@@ -115,19 +110,19 @@ static void mf__exchange_close(mf_http_exchange_t *ex)
 {
     ex->state = MF_EX_FAILED;
     if (!ex->closed_early)
-        mf__http_conn_abort(ex->conn); /* runs mf__http_exchange_lost */
+        ex->ops->abort(ex->proto); /* runs mf__exchange_lost */
 }
 
 /* Out of memory before the head: a 500 instead, counted and reported. */
 static void mf__exchange_fail(mf_http_exchange_t *ex)
 {
-    mf__http_server_response_failed(ex->srv, mf__exchange_answer_500(ex));
+    ex->site->hooks->response_failed(ex->site, mf__exchange_answer_500(ex));
 }
 
 /* Out of memory after the head: cut, counted and reported. */
 static void mf__exchange_cut(mf_http_exchange_t *ex)
 {
-    mf__http_server_response_failed(ex->srv, false);
+    ex->site->hooks->response_failed(ex->site, false);
     mf__exchange_close(ex);
 }
 
@@ -148,41 +143,23 @@ static bool mf__status_has_body(int status)
     return status >= 200 && status != 204 && status != 304;
 }
 
-/* Whether this response closes the connection, and its Connection line. */
-static void mf__head_connection(mf_http_head_t *h, mf_http_exchange_t *ex)
-{
-    if (!mf__http_conn_keep_alive(ex->conn))
-        mf__http_head_put(h, "Connection: close\r\n", 19);
-    else if (ex->req.minor_version == 0)
-        mf__http_head_put(h, "Connection: keep-alive\r\n", 24);
-}
-
-/* Status line, common and managed headers, the handler's headers, and a
- * body small enough to copy: queued as one copy. 0 or MF_ENOMEM (nothing
- * queued). */
-static int mf__exchange_queue_head(mf_http_exchange_t *ex, bool chunked,
-                                   uint64_t length, bool has_length,
+/* The head as the protocol needs it, with the body copied behind it:
+ * 0 or MF_ENOMEM (nothing queued). */
+static int mf__exchange_queue_head(mf_http_exchange_t *ex,
+                                   mf_http_framing_t framing, uint64_t length,
                                    const char *body, size_t body_len)
 {
-    mf_http_head_t h;
-    mf__http_head_common(&h, ex->srv, ex->status);
-    if (chunked) {
-        mf__http_head_put(&h, "Transfer-Encoding: chunked\r\n", 28);
-    } else if (has_length) {
-        mf__http_head_put(&h, "Content-Length: ", 16);
-        h.len += mf__http_fmt_u64(h.fixed + h.len, length);
-        mf__http_head_put(&h, "\r\n", 2);
-    }
-    mf__head_connection(&h, ex);
-    mf_piece_t pieces[4 + MF_EX_STATIC_LINES];
-    size_t n = 0;
-    pieces[n++] = (mf_piece_t){h.fixed, h.len};
-    pieces[n++] = (mf_piece_t){ex->resp_headers.data, ex->resp_headers.len};
-    for (unsigned i = 0; i < ex->nstatic; i++)
-        pieces[n++] = (mf_piece_t){ex->static_lines[i], ex->static_lens[i]};
-    pieces[n++] = (mf_piece_t){"\r\n", 2};
-    pieces[n++] = (mf_piece_t){body, body_len};
-    return mf__http_conn_queue_pieces(ex->conn, pieces, n);
+    mf_http_response_head_t rh = {
+        .status = ex->status,
+        .framing = framing,
+        .length = length,
+        .lines = ex->resp_headers.data,
+        .lines_len = ex->resp_headers.len,
+        .static_lines = ex->static_lines,
+        .static_lens = ex->static_lens,
+        .nstatic = ex->nstatic,
+    };
+    return ex->ops->send_head(ex->proto, &rh, body, body_len);
 }
 
 /* The whole response of a send: head, then the body copied behind it or
@@ -199,7 +176,9 @@ static void mf__exchange_queue_full(mf_http_exchange_t *ex)
     bool head_only =
         ex->req.method_len == 4 && memcmp(ex->req.method, "HEAD", 4) == 0;
     bool copy = has_body && !head_only && len <= MF_HTTP_COPY_BODY_MAX;
-    if (mf__exchange_queue_head(ex, false, len, has_body, copy ? body : NULL,
+    mf_http_framing_t framing =
+        has_body ? MF_HTTP_FRAME_LENGTH : MF_HTTP_FRAME_NONE;
+    if (mf__exchange_queue_head(ex, framing, len, copy ? body : NULL,
                                 copy ? len : 0) < 0) {
         mf__exchange_fail(ex);
         return;
@@ -207,34 +186,36 @@ static void mf__exchange_queue_full(mf_http_exchange_t *ex)
     if (!has_body || head_only || !len || copy)
         return;
     mf_buf_t *owned = ex->body_ref ? NULL : &ex->resp_body;
-    if (mf__http_conn_queue_ref(ex->conn, body, len, owned) < 0)
+    if (ex->ops->send_body(ex->proto, body, len, owned) < 0)
         mf__exchange_cut(ex);
 }
 
-/* The last chunk of a streamed body (HTTP/1.0: the close ends it). */
+/* The end of a streamed body, as the protocol frames it. */
 static void mf__exchange_end_stream(mf_http_exchange_t *ex)
 {
-    if (ex->req.minor_version >= 1 &&
-        mf__http_conn_queue_copy(ex->conn, "0\r\n\r\n", 5) < 0)
+    if (ex->ops->end_stream(ex->proto) < 0)
         mf__exchange_cut(ex);
 }
 
-/* ---- the exchange's lifecycle, for the connection ------------------------ */
+/* ---- the exchange's lifecycle, for its protocol (mf__http_exchange_ops) -- */
 
-mf_http_exchange_t *mf__http_exchange_create(mf_http_conn_t *conn,
-                                             const mf_http_request_t *req,
-                                             const char *body, size_t body_len)
+static mf_http_exchange_t *
+mf__exchange_create(mf_http_site_t *site, const mf_http_proto_ops_t *ops,
+                    void *proto, const mf_sockaddr_t *peer,
+                    const mf_http_request_t *req, const char *body,
+                    size_t body_len)
 {
-    mf_loop_t *loop = mf__http_conn_loop(conn);
+    mf_loop_t *loop = site->loop;
     mf_http_exchange_t *ex = mf_loop_alloc(loop, sizeof(*ex));
     /* Everything but the header array, which is copied below. Zero is
      * also an empty buffer and no callback. */
     memset(ex, 0, offsetof(mf_http_exchange_t, headers));
     mf_list_init(&ex->drain_post._link); /* no drain call pending */
-    ex->conn = conn;
-    ex->srv = mf__http_conn_server(conn);
+    ex->ops = ops;
+    ex->proto = proto;
+    ex->site = site;
     ex->loop = loop;
-    ex->peer = mf__http_conn_peer(conn);
+    ex->peer = peer;
     ex->req = *req;
     memcpy(ex->headers, req->headers,
            req->num_headers * sizeof(ex->headers[0]));
@@ -246,11 +227,11 @@ mf_http_exchange_t *mf__http_exchange_create(mf_http_conn_t *conn,
     return ex;
 }
 
-void mf__http_exchange_run(mf_http_exchange_t *ex)
+static void mf__exchange_run(mf_http_exchange_t *ex)
 {
-    mf__http_server_handle(ex->srv, ex);
-    /* A send inside the handler only queued the response: the connection
-     * keeps the exchange alive until this call returns (`dispatching`). */
+    ex->site->handler(ex, ex->site->user);
+    /* A send inside the handler only queued the response: the protocol
+     * keeps the exchange alive until this call returns. */
     if (ex->series) {
         mf_series_start(ex->series);
         return;
@@ -260,7 +241,7 @@ void mf__http_exchange_run(mf_http_exchange_t *ex)
     mf_http_exchange_send(ex);
 }
 
-void mf__http_exchange_lost(mf_http_exchange_t *ex)
+static void mf__exchange_lost(mf_http_exchange_t *ex)
 {
     ex->closed_early = true;
     if (ex->on_drain) { /* wake a paused writer: its next write fails */
@@ -277,12 +258,12 @@ void mf__http_exchange_lost(mf_http_exchange_t *ex)
         ex->held = false;
         if (!ex->series && ex->state != MF_EX_DONE) {
             ex->state = MF_EX_DONE;
-            mf__http_conn_release(ex->conn);
+            ex->ops->release(ex->proto);
         }
     }
 }
 
-void mf__http_exchange_drained(mf_http_exchange_t *ex)
+static void mf__exchange_drained(mf_http_exchange_t *ex)
 {
     if (!ex->on_drain)
         return;
@@ -291,7 +272,7 @@ void mf__http_exchange_drained(mf_http_exchange_t *ex)
     cb(ex, ex->on_drain_arg);
 }
 
-void mf__http_exchange_destroy(mf_http_exchange_t *ex)
+static void mf__exchange_destroy(mf_http_exchange_t *ex)
 {
     if (mf_list_linked(&ex->drain_post._link))
         mf_list_remove(&ex->drain_post._link); /* a drain call not run yet */
@@ -305,7 +286,7 @@ static void mf__exchange_series_done(mf_series_t *series)
     mf_http_exchange_t *ex = mf_series_callback_arg(series);
     ex->series = NULL; /* the series is freed after this callback */
     if (ex->state == MF_EX_DONE)
-        mf__http_conn_release(ex->conn); /* sent (or lost) meanwhile */
+        ex->ops->release(ex->proto); /* sent (or lost) meanwhile */
     else if (!ex->held)
         mf_http_exchange_send(ex);
 }
@@ -337,7 +318,7 @@ mf_loop_t *mf_http_exchange_loop(const mf_http_exchange_t *ex)
 
 mf_http_server_t *mf_http_exchange_server(const mf_http_exchange_t *ex)
 {
-    return ex->srv;
+    return ex->site->srv;
 }
 
 /* ---- public API: the response ------------------------------------------ */
@@ -393,8 +374,8 @@ static int mf__exchange_refuse_header(mf_http_exchange_t *ex, const char *name,
 {
     bool first = !ex->bad_header;
     ex->bad_header = true; /* only a head not yet sent looks at it */
-    mf__http_server_header_refused(ex->srv, &ex->req, name, name_len, fault,
-                                   first, ex->state != MF_EX_ACTIVE);
+    ex->site->hooks->header_refused(ex->site, &ex->req, name, name_len, fault,
+                                    first, ex->state != MF_EX_ACTIVE);
     return MF_EINVAL;
 }
 
@@ -439,7 +420,7 @@ void mf_http_exchange_add_header_line(mf_http_exchange_t *ex, const char *line,
 void mf_http_exchange_add_header_static(mf_http_exchange_t *ex,
                                         const char *line, size_t len)
 {
-    if (ex->nstatic == MF_EX_STATIC_LINES || len > UINT16_MAX) {
+    if (ex->nstatic == MF_HTTP_STATIC_LINES || len > UINT16_MAX) {
         mf_http_exchange_add_header_line(ex, line, len);
         return;
     }
@@ -516,10 +497,10 @@ void mf_http_exchange_send(mf_http_exchange_t *ex)
     }
     ex->state = MF_EX_DONE;
     if (ex->series) { /* sent from inside its series: its end releases */
-        mf__http_conn_flush(ex->conn);
+        ex->ops->flush(ex->proto);
         return;
     }
-    mf__http_conn_release(ex->conn); /* may destroy ex */
+    ex->ops->release(ex->proto); /* may destroy ex */
 }
 
 void mf_http_exchange_abort(mf_http_exchange_t *ex)
@@ -539,7 +520,7 @@ void mf_http_exchange_abort(mf_http_exchange_t *ex)
 
 /* The head of a streamed response, on its first write; an answer that
  * cannot go out becomes a 500 instead. 0, MF_ENOMEM or MF_EINVAL. */
-static int mf__exchange_start_stream(mf_http_exchange_t *ex, bool chunked)
+static int mf__exchange_start_stream(mf_http_exchange_t *ex)
 {
     if (ex->out_of_memory || ex->bad_header) {
         int rc = ex->out_of_memory ? MF_ENOMEM : MF_EINVAL;
@@ -547,25 +528,10 @@ static int mf__exchange_start_stream(mf_http_exchange_t *ex, bool chunked)
         return rc;
     }
     ex->state = MF_EX_STREAM;
-    if (!chunked) /* HTTP/1.0: the close ends the body */
-        mf__http_conn_close_when_done(ex->conn);
-    if (mf__exchange_queue_head(ex, chunked, 0, false, NULL, 0) == 0)
+    if (mf__exchange_queue_head(ex, MF_HTTP_FRAME_STREAM, 0, NULL, 0) == 0)
         return 0;
     mf__exchange_fail(ex); /* nothing queued yet: a 500 */
     return MF_ENOMEM;
-}
-
-/* One piece of a streamed body, framed as a chunk, queued as one copy. */
-static int mf__exchange_queue_chunk(mf_http_exchange_t *ex, bool chunked,
-                                    const void *data, size_t len)
-{
-    char size[20];
-    size_t n = mf__http_fmt_hex(size, len);
-    memcpy(size + n, "\r\n", 2);
-    mf_piece_t pieces[3] = {{size, n + 2}, {data, len}, {"\r\n", 2}};
-    if (!chunked)
-        return mf__http_conn_queue_copy(ex->conn, data, len);
-    return mf__http_conn_queue_pieces(ex->conn, pieces, 3);
 }
 
 int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
@@ -574,20 +540,18 @@ int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
         return MF_ECLOSED;
     if (ex->state == MF_EX_FAILED)
         return MF_ENOMEM;
-    bool chunked = ex->req.minor_version >= 1;
     int rc = 0;
     if (ex->state == MF_EX_ACTIVE) /* on failure a 500 is queued instead */
-        rc = mf__exchange_start_stream(ex, chunked);
-    if (rc == 0 && len &&
-        mf__exchange_queue_chunk(ex, chunked, data, len) < 0) {
+        rc = mf__exchange_start_stream(ex);
+    if (rc == 0 && len && ex->ops->send_piece(ex->proto, data, len) < 0) {
         mf__exchange_cut(ex);
         return MF_ENOMEM;
     }
-    if (mf__http_conn_flush(ex->conn) < 0 || ex->closed_early)
+    if (ex->ops->flush(ex->proto) < 0 || ex->closed_early)
         return rc ? rc : MF_ECLOSED;
     if (rc)
         return rc;
-    return mf__http_conn_pending(ex->conn) > MF_HTTP_WRITE_HIGH_WATER ? 1 : 0;
+    return ex->ops->pending(ex->proto) > MF_HTTP_WRITE_HIGH_WATER ? 1 : 0;
 }
 
 static void mf__exchange_drain_now(mf_post_t *post)
@@ -605,11 +569,24 @@ void mf_http_exchange_on_drain(mf_http_exchange_t *ex,
 {
     ex->on_drain = cb;
     ex->on_drain_arg = arg;
+    if (!cb)
+        return;
+    /* The protocol calls drained when a write leaves less than the low
+     * water queued. */
+    ex->ops->watch_drain(ex->proto, MF_HTTP_WRITE_LOW_WATER);
     /* Room already: call back on the next phase (never inside this call),
      * with one post at most in flight. */
-    if (cb && mf__http_conn_pending(ex->conn) < MF_HTTP_WRITE_LOW_WATER &&
+    if (ex->ops->pending(ex->proto) < MF_HTTP_WRITE_LOW_WATER &&
         !mf_list_linked(&ex->drain_post._link)) {
         mf_post_init(&ex->drain_post, mf__exchange_drain_now, ex);
         mf_loop_defer(ex->loop, &ex->drain_post);
     }
 }
+
+const mf_http_exchange_ops_t mf__http_exchange_ops = {
+    .create = mf__exchange_create,
+    .run = mf__exchange_run,
+    .lost = mf__exchange_lost,
+    .drained = mf__exchange_drained,
+    .destroy = mf__exchange_destroy,
+};

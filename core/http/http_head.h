@@ -1,11 +1,12 @@
 /*
- * http_head.h — serialising response heads for the server: the status
- * line, the Server and Date lines every answer shares, numbers, and the
- * complete error answer (4xx/5xx, text body, Connection: close). Used by
- * the exchange (responses) and the connection (errors on input). Internal.
+ * http_head.h — serialising HTTP/1 response heads: the status line, the
+ * Server and Date lines every answer shares (from the site, http_site.h),
+ * numbers, and the complete error answer (4xx/5xx, text body, Connection:
+ * close). Used by the HTTP/1 protocol (http1.c) only. Internal; calls only
+ * leaves (http_date.h).
  *
  * A head is built in a fixed buffer on the caller's stack (no allocation),
- * then queued on the connection in one copy.
+ * then queued on the transport in one copy.
  */
 #ifndef MF_HTTP_HEAD_H
 #define MF_HTTP_HEAD_H
@@ -13,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "moonflow/http_server.h"
+#include "http_site.h"
 
 /* Room for the fixed part of any head: status line (short reasons), the
  * capped Server line, Date, framing and Connection lines. */
@@ -60,10 +61,10 @@ static inline size_t mf__http_fmt_hex(char *out, uint64_t v)
 }
 
 /* Starts h with the status line, Server and Date. */
-void mf__http_head_common(mf_http_head_t *h, mf_http_server_t *srv, int status);
+void mf__http_head_common(mf_http_head_t *h, mf_http_site_t *site, int status);
 
 /* Fills h with a whole error answer: head and a one-line text body, with
  * Connection: close. */
-void mf__http_head_error(mf_http_head_t *h, mf_http_server_t *srv, int status);
+void mf__http_head_error(mf_http_head_t *h, mf_http_site_t *site, int status);
 
 #endif /* MF_HTTP_HEAD_H */

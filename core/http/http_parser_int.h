@@ -1,17 +1,17 @@
 /*
  * http_parser_int.h — what the HTTP parser's files share, and nothing else
- * includes: the byte classes, ASCII helpers, the word-at-a-time skip, and
- * the pieces of a head common to requests and responses (finding its end,
- * the version, the field lines and the framing fields noted from them).
+ * includes: the inline authority check and the pieces of a head common to
+ * requests and responses (finding its end, the version, the field lines and
+ * the framing fields noted from them).
+ * The byte classes and ASCII helpers are in http_chars.h (a leaf, shared
+ * with http_uri.c).
  *
- * Owned here: the class bits and the inline helpers. The class table lives
- * in http_parser_util.c, the head functions in http_head_parser.c, the
- * request line and the judge of an arriving head in http_request_parser.c
- * and http_request_prefix.c. Callers: the parser's files only
- * (http_head_parser.c, http_request_parser.c, http_request_prefix.c,
- * http_response_parser.c, http_chunked.c, http_uri.c, http_parser_util.c);
- * everything else uses moonflow/http_parser.h. The helpers are inline so that
- * the per-byte loops cost what they did in one file.
+ * Owned here: the inline authority check. The head functions are in
+ * http_head_parser.c, the request line in http_request_line.h, the judge of
+ * an arriving head in http_request_prefix.c. Callers: the parser's files
+ * only (http_head_parser.c, http_request_parser.c, http_request_prefix.c,
+ * http_response_parser.c, http_chunked.c); everything else uses
+ * moonflow/http_parser.h.
  */
 #ifndef MF_HTTP_PARSER_INT_H
 #define MF_HTTP_PARSER_INT_H
@@ -21,133 +21,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "http/http_chars.h"
+#include "http/http_uri.h"
 #include "moonflow/http_parser.h"
-
-/* ---- byte classes ------------------------------------------------------ */
-
-enum {
-    MF__C_TOKEN = 0x01,  /* tchar (RFC 9110 §5.6.2): methods, names, codings */
-    MF__C_VALUE = 0x02,  /* field-content: VCHAR, obs-text, SP, HTAB */
-    MF__C_TARGET = 0x04, /* request-target: VCHAR and obs-text but '#' */
-    MF__C_HOST = 0x08,   /* reg-name: unreserved and sub-delims (RFC 3986) */
-    MF__C_HEX = 0x10,    /* HEXDIG */
-    MF__C_SCHEME = 0x20, /* URI scheme: ALPHA, DIGIT, "+", "-", "." */
-};
-
-/* Which classes each byte belongs to (http_parser_util.c). */
-extern const uint8_t mf__http_class[256];
-
-static inline bool mf__is(char c, unsigned cls)
-{
-    return (mf__http_class[(unsigned char)c] & cls) != 0;
-}
-
-static inline bool mf__is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
-
-static inline bool mf__is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
-static inline char mf__lower(char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (char)(c + ('a' - 'A')) : c;
-}
-
-/* Value of a byte already known to be a HEXDIG. */
-static inline unsigned mf__hex_value(char c)
-{
-    return c <= '9' ? (unsigned)(c - '0') : (unsigned)((c | 0x20) - 'a' + 10);
-}
-
-/* ASCII case-insensitive equality of a[0..n) and b[0..n). */
-static inline bool mf__iequal(const char *a, const char *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (mf__lower(a[i]) != mf__lower(b[i]))
-            return false;
-    return true;
-}
-
-/* s[0..n) equals the literal lit, ignoring ASCII case. */
-#define MF__IS(s, n, lit) \
-    ((n) == sizeof(lit) - 1 && mf__iequal((s), (lit), sizeof(lit) - 1))
-
-/* ---- word-at-a-time skipping ------------------------------------------- */
-
-#define MF__ONES 0x0101010101010101ull
-
-static inline uint64_t mf__load64(const char *p)
-{
-    uint64_t w;
-    memcpy(&w, p, sizeof w); /* unaligned-safe; one load on x86/arm64 */
-    return w;
-}
-
-/* Nonzero iff some byte of w is below n (n <= 128): "hasless" of the Bit
- * Twiddling Hacks, exact as a yes/no answer. */
-static inline uint64_t mf__has_less(uint64_t w, uint64_t n)
-{
-    return (w - MF__ONES * n) & ~w & (MF__ONES * 0x80);
-}
-
-static inline uint64_t mf__has_del(uint64_t w)
-{
-    return mf__has_less(w ^ (MF__ONES * 0x7f), 1);
-}
-
-/* Nonzero iff some byte of w is b. */
-static inline uint64_t mf__has_byte(uint64_t w, unsigned char b)
-{
-    return mf__has_less(w ^ (MF__ONES * b), 1);
-}
-
-/*
- * Returns the first byte in [p, end) outside class cls (or end). Both
- * classes skipped this way hold every byte from `below` up except DEL and
- * `also` (MF__C_VALUE: none but DEL; MF__C_TARGET: '#'), so a word with none
- * of those is skipped whole; a word that has one is walked byte by byte (it
- * may only hold an HTAB, which MF__C_VALUE accepts).
- */
-static inline const char *mf__skip_class_but(const char *p, const char *end,
-                                             unsigned cls, uint64_t below,
-                                             unsigned char also)
-{
-    for (;;) {
-        while (end - p >= 8) {
-            uint64_t w = mf__load64(p);
-            if (mf__has_less(w, below) | mf__has_del(w) | mf__has_byte(w, also))
-                break;
-            p += 8;
-        }
-        const char *stop = end - p >= 8 ? p + 8 : end;
-        for (; p < stop; p++)
-            if (!mf__is(*p, cls))
-                return p;
-        if (p == end)
-            return p;
-    }
-}
-
-static inline const char *mf__skip_class(const char *p, const char *end,
-                                         unsigned cls, uint64_t below)
-{
-    return mf__skip_class_but(p, end, cls, below, 0x7f);
-}
-
-static inline bool mf__all_of(const char *s, size_t n, unsigned cls)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!mf__is(s[i], cls))
-            return false;
-    return true;
-}
-
-/* mf_http_parse_authority(s, n) == 0, out of line (http_uri.c). */
-bool mf__http_authority_valid(const char *s, size_t n);
 
 /*
  * Whether s[0..n) is an authority (mf_http_parse_authority, http_uri.c).
@@ -241,12 +117,6 @@ int mf__http_parse_fields(const char *p, const char *end, mf_http_header_t *h,
 int mf__http_parse_version(const char *p, int *minor);
 
 /* ---- request heads (http_request_parser.c, http_request_prefix.c) ------ */
-
-/* The request line at *pp, which the caller knows to end in CRLF: method,
- * target (its form checked), version. Sets *pp to the first field line.
- * Returns 0 or the HTTP status it fails with (400, 505). */
-int mf__http_parse_request_line(const char **pp, const char *end,
-                                mf_http_request_t *req);
 
 /* Whether the framing fields noted so far rule the request out whatever
  * follows: two Hosts or a bad one, a bad Content-Length, Transfer-Encoding

@@ -18,7 +18,15 @@
  * Every fault found here is one the full parse also fails on, so a prefix
  * never gets an answer that a longer input would not.
  */
-#include "http/http_parser_int.h"
+#include "http/http_request_line.h"
+
+/* The request line judged whole when its line ends: the full parse's own
+ * code (http_request_line.h), out of line here (two callers, cold). */
+static __attribute__((noinline)) int
+mf__prefix_parse_line(const char **pp, const char *end, mf_http_request_t *req)
+{
+    return mf__parse_request_line(pp, end, req);
+}
 
 /* A line that ends the head: no fault, and nothing more to judge. */
 #define MF__PREFIX_END 1
@@ -68,7 +76,7 @@ static int mf__prefix_request_line_end(mf__prefix_t *px, const char *next)
 {
     const char *p = px->buf + px->start;
     memset(&px->req, 0, sizeof px->req);
-    return mf__http_parse_request_line(&p, next, &px->req);
+    return mf__prefix_parse_line(&p, next, &px->req);
 }
 
 /* Bytes [i, stop) of the request line; stop is at most one past its LF. */
@@ -109,7 +117,7 @@ static void mf__prefix_fields_before(mf__prefix_t *px, const char *line)
     memset(&px->req, 0, sizeof px->req);
     memset(&px->fields, 0, sizeof px->fields);
     px->have_fields = true;
-    if (!lf || mf__http_parse_request_line(&p, lf + 1, &px->req) != 0)
+    if (!lf || mf__prefix_parse_line(&p, lf + 1, &px->req) != 0)
         return; /* cannot be: the line was judged good */
     while (p && p < line) {
         p = mf__http_parse_field(p, line, &h);

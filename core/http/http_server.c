@@ -1,11 +1,16 @@
 /*
- * http_server.c — the listeners, accepting, the Date cache, graceful stop,
- * the reports of what went wrong (answers that failed, headers refused,
- * requests refused: the on_reject hook), and the server's side of
- * http_server_int.h. Owns mf_http_server_t, whose body is private to this
- * file. May call: the connection's interface for the server (http_conn.h:
- * accept, stop), the parser's public API, the net and engine layers.
- * Connections are in http_conn.c, the handler API in http_exchange.c.
+ * http_server.c — the listeners, accepting, the configuration, the
+ * registry of open connections, graceful stop and drain, and the reports
+ * of what went wrong (answers that failed, headers refused, requests
+ * refused: the on_reject hook). Owns mf_http_server_t, whose body is
+ * private to this file, and the site in it (http_site.h), which the layers
+ * below read and report through.
+ *
+ * The top of core/http's server: it creates a transport per accepted
+ * socket (http_transport.h) and attaches HTTP/1 to it (http1.h); the
+ * exchange ops it puts in the site (http_exchange.h) are how protocols
+ * reach the handler's API. May call: those three, the parser's public API,
+ * the net and engine layers. Nothing below calls it by name.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -13,11 +18,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "http_conn.h"
-#include "http_server_int.h"
+#include "http1.h"
+#include "http_exchange.h"
+#include "http_site.h"
+#include "http_transport.h"
 #include "net/net.h"
 
 /* One listening socket: its watcher's fd is the socket, data the server. */
@@ -28,28 +34,20 @@ typedef struct mf_http_listener {
 struct mf_http_server {
     mf_loop_t *loop;
     mf_http_server_config_t config;
-    mf_http_handler handler;
-    void *user;
+    mf_http_site_t site; /* what the layers below see of this server */
     mf_http_listener_t *listeners; /* one, or the sockets given at start */
     unsigned nlisteners;
     bool accepting;
     uint16_t port;
     mf_tls_server_t *tls;
-    mf_list_t conns; /* open connections (their list links) */
+    mf_list_t conns; /* open connections (their transports' links) */
     size_t nconns;
-    bool stopping;
     mf_timer_t drain_timer; /* a drain: when idle connections close */
     mf_http_server_stopped_cb stopped_cb;
     void *stopped_arg;
     mf_post_t stopped_post;
     uint64_t failed_responses; /* answered 500 or cut for lack of memory */
     uint64_t invalid_headers;  /* refused by mf_http_exchange_add_header */
-    long date_sec;
-    uint64_t date_checked; /* loop time of the last clock read */
-    char date[40];         /* "Date: Tue, 01 Dec 2026 10:00:00 GMT\r\n" */
-    size_t date_len;
-    char server_line[80];
-    size_t server_line_len;
 };
 
 void mf_http_server_config_init(mf_http_server_config_t *c)
@@ -70,32 +68,6 @@ void mf_http_server_config_init(mf_http_server_config_t *c)
     c->server_header = "moonflow";
 }
 
-/* ---- Date header, formatted once per second ----------------------------- */
-
-/* The wall clock is read at most once per loop tick (the loop's cached
- * time, refreshed every iteration), as nginx reads it once per event loop
- * turn: the responses of one iteration share their Date. */
-const char *mf__http_server_date(mf_http_server_t *srv, size_t *len)
-{
-    uint64_t tick = mf_loop_now(srv->loop);
-    if (tick == srv->date_checked && srv->date_len) {
-        *len = srv->date_len;
-        return srv->date;
-    }
-    srv->date_checked = tick;
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME_COARSE, &now);
-    if (now.tv_sec != srv->date_sec) {
-        struct tm tm;
-        gmtime_r(&now.tv_sec, &tm);
-        srv->date_len = strftime(srv->date, sizeof srv->date,
-                                 "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
-        srv->date_sec = now.tv_sec;
-    }
-    *len = srv->date_len;
-    return srv->date;
-}
-
 /* ---- accepting -------------------------------------------------------------
  */
 
@@ -110,12 +82,27 @@ static void mf__server_pause_accept(mf_http_server_t *srv)
 
 static void mf__server_resume_accept(mf_http_server_t *srv)
 {
-    if (srv->accepting || srv->stopping || !srv->nlisteners)
+    if (srv->accepting || srv->site.stopping || !srv->nlisteners)
         return;
     for (unsigned i = 0; i < srv->nlisteners; i++)
         if (mf_io_start(srv->loop, &srv->listeners[i].io, MF_IO_READ) < 0)
             return; /* the start fails; a resume leaves it paused */
     srv->accepting = true;
+}
+
+static void mf__server_conn_closed(mf_transport_t *t, void *arg);
+
+/* A new connection: a transport speaking HTTP/1, in the registry. */
+static void mf__server_accepted(mf_http_server_t *srv, int fd,
+                                const mf_sockaddr_t *peer)
+{
+    mf_transport_t *t = mf__transport_create(srv->loop, fd, peer, srv->tls,
+                                             srv->config.write_timeout_ms,
+                                             mf__server_conn_closed, srv);
+    mf_list_push_back(&srv->conns, mf__transport_link(t));
+    srv->nconns++;
+    mf__http1_attach(&srv->site, t);
+    mf__transport_start(t); /* on failure closed, and out of the registry */
 }
 
 static void mf__server_on_accept(mf_io_t *io, unsigned events)
@@ -139,7 +126,7 @@ static void mf__server_on_accept(mf_io_t *io, unsigned events)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        mf__http_conn_accept(srv, fd, &peer);
+        mf__server_accepted(srv, fd, &peer);
     }
 }
 
@@ -199,6 +186,27 @@ static void mf__server_free(mf_http_server_t *srv)
     mf_free(srv);
 }
 
+static const mf_http_site_hooks_t mf__server_hooks;
+
+static void mf__server_init_site(mf_http_server_t *srv, mf_http_handler handler,
+                                 void *user)
+{
+    mf_http_site_t *site = &srv->site;
+    site->loop = srv->loop;
+    site->srv = srv;
+    site->config = &srv->config;
+    site->handler = handler;
+    site->user = user;
+    site->exchange = &mf__http_exchange_ops;
+    site->hooks = &mf__server_hooks;
+    const char *name = srv->config.server_header;
+    name = name ? name : "";
+    if (*name && strlen(name) < sizeof site->server_line - 12)
+        site->server_line_len =
+            (size_t)snprintf(site->server_line, sizeof site->server_line,
+                             "Server: %s\r\n", name);
+}
+
 mf_http_server_t *mf_http_server_start(mf_loop_t *loop,
                                        const mf_http_server_config_t *config,
                                        mf_http_handler handler, void *user,
@@ -207,17 +215,12 @@ mf_http_server_t *mf_http_server_start(mf_loop_t *loop,
     mf_http_server_t *srv = mf_xcalloc(1, sizeof(*srv));
     srv->loop = loop;
     srv->config = *config;
-    srv->handler = handler;
-    srv->user = user;
     srv->config.listen_fds = NULL; /* read during this call only */
+    mf__server_init_site(srv, handler, user);
     mf_list_init(&srv->conns);
     mf_timer_init(&srv->drain_timer, mf__server_drain_idle, srv);
     if (config->nlisten_fds)
         mf__server_adopt(srv, config->listen_fds, config->nlisten_fds);
-    const char *name = config->server_header ? config->server_header : "";
-    if (*name && strlen(name) < sizeof srv->server_line - 12)
-        srv->server_line_len = (size_t)snprintf(
-            srv->server_line, sizeof srv->server_line, "Server: %s\r\n", name);
     int rc = 0;
     if (config->tls.cert_file && config->tls.key_file)
         rc = mf__tls_server_create(&config->tls, &srv->tls);
@@ -244,7 +247,7 @@ static void mf__server_stopped(mf_post_t *post)
 
 static void mf__server_maybe_stopped(mf_http_server_t *srv)
 {
-    if (srv->stopping && srv->nconns == 0 && !srv->stopped_post.cb) {
+    if (srv->site.stopping && srv->nconns == 0 && !srv->stopped_post.cb) {
         mf_post_init(&srv->stopped_post, mf__server_stopped, srv);
         mf_loop_defer(srv->loop, &srv->stopped_post);
     }
@@ -256,20 +259,16 @@ void mf_http_server_stats(const mf_http_server_t *srv,
     out->connections = srv->nconns;
     out->idle = 0;
     for (mf_list_t *n = srv->conns.next; n != &srv->conns; n = n->next)
-        out->idle += mf__http_conn_idle(mf__http_conn_from_link(n));
+        out->idle += mf__transport_idle(mf__transport_from_link(n));
     out->failed_responses = srv->failed_responses;
     out->invalid_headers = srv->invalid_headers;
 }
 
-void mf__http_server_conn_opened(mf_http_server_t *srv, mf_list_t *link)
+/* A transport closed: out of the registry (it frees itself later). */
+static void mf__server_conn_closed(mf_transport_t *t, void *arg)
 {
-    mf_list_push_back(&srv->conns, link);
-    srv->nconns++;
-}
-
-void mf__http_server_conn_closed(mf_http_server_t *srv, mf_list_t *link)
-{
-    mf_list_remove(link);
+    mf_http_server_t *srv = arg;
+    mf_list_remove(mf__transport_link(t));
     srv->nconns--;
     mf__server_resume_accept(srv);
     mf__server_maybe_stopped(srv);
@@ -281,9 +280,9 @@ static void mf__server_stop_connections(mf_http_server_t *srv)
 {
     mf_list_t *node = srv->conns.next;
     while (node != &srv->conns) {
-        mf_http_conn_t *conn = mf__http_conn_from_link(node);
+        mf_transport_t *t = mf__transport_from_link(node);
         node = node->next; /* the connection may close and unlink */
-        mf__http_conn_stop(conn);
+        mf__transport_stop(t);
     }
     mf__server_maybe_stopped(srv);
 }
@@ -299,7 +298,8 @@ static void mf__server_drain_idle(mf_timer_t *timer)
 void mf_http_server_drain(mf_http_server_t *srv, uint32_t idle_ms,
                           mf_http_server_stopped_cb done, void *arg)
 {
-    srv->stopping = true; /* from here every answer says Connection: close */
+    srv->site.stopping =
+        true; /* from here every answer says Connection: close */
     srv->stopped_cb = done;
     srv->stopped_arg = arg;
     mf__server_close_listeners(srv);
@@ -340,42 +340,6 @@ uint64_t mf_http_server_invalid_headers(const mf_http_server_t *srv)
     return srv->invalid_headers;
 }
 
-/* ---- for connections and exchanges (http_server_int.h) ------------------ */
-
-const mf_http_server_config_t *
-mf__http_server_config(const mf_http_server_t *srv)
-{
-    return &srv->config;
-}
-
-mf_tls_server_t *mf__http_server_tls(const mf_http_server_t *srv)
-{
-    return srv->tls;
-}
-
-bool mf__http_server_stopping(const mf_http_server_t *srv)
-{
-    return srv->stopping;
-}
-
-const char *mf__http_server_line(const mf_http_server_t *srv, size_t *len)
-{
-    *len = srv->server_line_len;
-    return srv->server_line;
-}
-
-void mf__http_server_handle(mf_http_server_t *srv, mf_http_exchange_t *ex)
-{
-    srv->handler(ex, srv->user);
-}
-
-void mf__http_server_response_failed(mf_http_server_t *srv, bool answered)
-{
-    srv->failed_responses++;
-    fprintf(stderr, "moonflow: http: out of memory building a response: %s\n",
-            answered ? "answered 500" : "connection closed");
-}
-
 /* ---- reports ------------------------------------------------------------ */
 
 size_t mf_http_log_escape(char *out, size_t cap, const char *s, size_t len)
@@ -401,12 +365,25 @@ size_t mf_http_log_escape(char *out, size_t cap, const char *s, size_t len)
     return n;
 }
 
-void mf__http_server_header_refused(mf_http_server_t *srv,
-                                    const mf_http_request_t *req,
-                                    const char *name, size_t name_len,
-                                    const char *fault, bool report,
-                                    bool head_sent)
+static mf_http_server_t *mf__server_of(mf_http_site_t *site)
 {
+    return mf_container_of(site, mf_http_server_t, site);
+}
+
+static void mf__server_response_failed(mf_http_site_t *site, bool answered)
+{
+    mf__server_of(site)->failed_responses++;
+    fprintf(stderr, "moonflow: http: out of memory building a response: %s\n",
+            answered ? "answered 500" : "connection closed");
+}
+
+static void mf__server_header_refused(mf_http_site_t *site,
+                                      const mf_http_request_t *req,
+                                      const char *name, size_t name_len,
+                                      const char *fault, bool report,
+                                      bool head_sent)
+{
+    mf_http_server_t *srv = mf__server_of(site);
     char shown[4 * 64 + 1]; /* the first 64 bytes, each escaped at worst */
     srv->invalid_headers++;
     if (!report)
@@ -473,10 +450,11 @@ mf__rejected_request(const mf_http_server_t *srv, const char *p, size_t len,
     return len && mf__rejected_line(p, len, req) ? req : NULL;
 }
 
-void mf__http_server_rejected(mf_http_server_t *srv, int status,
-                              const mf_buf_t *in, size_t off,
-                              const mf_sockaddr_t *peer)
+static void mf__server_rejected(mf_http_site_t *site, int status,
+                                const mf_buf_t *in, size_t off,
+                                const mf_sockaddr_t *peer)
 {
+    mf_http_server_t *srv = mf__server_of(site);
     enum { MAX_HEADERS = 100 }; /* as many as any request may have */
     mf_http_header_t headers[MAX_HEADERS];
     mf_http_request_t req;
@@ -486,5 +464,11 @@ void mf__http_server_rejected(mf_http_server_t *srv, int status,
     const char *p = have ? in->data + off : NULL;
     const mf_http_request_t *known =
         mf__rejected_request(srv, p, have, &req, headers, MAX_HEADERS);
-    srv->config.on_reject(srv, status, known, peer, srv->user);
+    srv->config.on_reject(srv, status, known, peer, srv->site.user);
 }
+
+static const mf_http_site_hooks_t mf__server_hooks = {
+    .response_failed = mf__server_response_failed,
+    .header_refused = mf__server_header_refused,
+    .rejected = mf__server_rejected,
+};

@@ -8,7 +8,9 @@
  */
 #include <arpa/inet.h>
 
-#include "http/http_parser_int.h"
+#include "http/http_chars.h"
+#include "http/http_uri.h"
+#include "moonflow/http_parser.h"
 
 /* ---- authority ----------------------------------------------------------- */
 

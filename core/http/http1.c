@@ -1,0 +1,660 @@
+/*
+ * http1.c — HTTP/1.x over a transport: requests in (heads parsed in place,
+ * bodies by Content-Length or chunked, pipelining, 100-continue, the
+ * header/body/keep-alive timeouts, error answers), responses out (the head
+ * with its framing and Connection lines, chunked pieces). Owns mf_http1_t,
+ * whose body is private to this file; the contract is http1.h.
+ *
+ * May call: the transport's down-calls (http_transport.h), the parser,
+ * response heads (http_head.h), the engine. Calls up only through
+ * function pointers: the exchange ops and the hooks in the site
+ * (http_site.h). Must not call the exchange or the server directly.
+ *
+ * The hot path of a keep-alive request is: one read (by the transport),
+ * parse in place, create and run the exchange, whose send queues the head
+ * and a small body in one copy, one write. No allocation: the exchange and
+ * both buffers come from the loop's free lists.
+ *
+ * Re-entrancy: a response may be queued and the protocol released from
+ * inside the handler; then the release only records it, and the dispatch
+ * destroys the exchange after the handler has returned and goes on with
+ * the next pipelined request, flushing once at the end: no recursion into
+ * the parser, and no exchange freed under its own handler (`dispatching`).
+ */
+#include "http1.h"
+
+#include <string.h>
+
+#include "http_head.h"
+
+/* What the protocol is waiting for; picks the timeout that applies. */
+typedef enum mf_h1_phase {
+    MF_H1_IDLE,      /* keep-alive: waiting for the next request */
+    MF_H1_HEAD,      /* some bytes of a head have arrived */
+    MF_H1_BODY,      /* head parsed, body bytes pending */
+    MF_H1_HANDLING,  /* an exchange holds the request */
+    MF_H1_LINGERING, /* answered an error; draining before close */
+    MF_H1_CLOSED
+} mf_h1_phase_t;
+
+/* A request body being received: kept apart so that an idle keep-alive
+ * connection stays small. */
+typedef struct mf_h1_body {
+    size_t head_len;         /* the parsed head's length */
+    size_t body_have;        /* decoded body bytes after the head */
+    uint64_t content_length; /* when not chunked */
+    uint64_t started;        /* loop ms when the head was parsed */
+    uint64_t received;       /* bytes read since (framing included) */
+    mf_http_chunked_t chunked;
+    bool chunked_body;
+    bool sent_continue;
+} mf_h1_body_t;
+
+typedef struct mf_http1 {
+    mf_transport_t *t;
+    mf_transport_input_t *in; /* the transport's; in->pinned: ex is held */
+    mf_http_site_t *site;
+    mf_loop_t *loop;
+    const mf_http_server_config_t *config; /* the server's, for its life */
+    const mf_http_exchange_ops_t *exops;   /* the site's, kept for the free */
+    const mf_sockaddr_t *peer;             /* the transport's */
+    size_t scanned;         /* head bytes already searched for the end */
+    size_t req_len;         /* head + body bytes of the request being served */
+    mf_h1_body_t *body;     /* BODY phase only, from the free lists */
+    mf_http_exchange_t *ex; /* created per request, until destroyed */
+    mf_h1_phase_t phase;
+    unsigned requests; /* served on this connection */
+    int minor_version; /* of the request being answered */
+    bool keep_alive;   /* the current request allows reuse */
+    bool closing;      /* the transport ends after its queue: no more input */
+    bool peer_closed;  /* the client half-closed */
+    bool dispatching;  /* the exchange runs its handler (see above) */
+} mf_http1_t;
+
+_Static_assert(sizeof(mf_http1_t) <= 128,
+               "mf_http1_t must fit a 128-byte slab slot");
+
+static const mf_transport_ops_t mf__h1_transport_ops;
+static const mf_http_proto_ops_t mf__h1_proto_ops;
+
+static void mf__h1_process(mf_http1_t *h);
+
+static bool mf__h1_held(const mf_http1_t *h)
+{
+    return h->in->pinned;
+}
+
+/* ---- timers ----------------------------------------------------------------
+ */
+
+/* When the body being received must be whole, by the total body timeout
+ * and the minimum rate (http_server.h): the earlier of started + total and
+ * started + grace + received / rate; UINT64_MAX when neither is set. */
+static uint64_t mf__h1_body_due(const mf_http1_t *h)
+{
+    const mf_http_server_config_t *c = h->config;
+    const mf_h1_body_t *b = h->body;
+    uint64_t due = UINT64_MAX, rate = c->min_body_rate;
+    if (c->body_total_timeout_ms)
+        due = b->started + c->body_total_timeout_ms;
+    if (rate) {
+        uint64_t ms =
+            b->received / rate * 1000 + b->received % rate * 1000 / rate;
+        if (b->started + c->body_rate_grace_ms + ms < due)
+            due = b->started + c->body_rate_grace_ms + ms;
+    }
+    return due;
+}
+
+/* How long the body may now wait for more bytes: the body timeout, or less
+ * when its deadline comes first (1 ms once it has passed: the timer answers).
+ */
+static uint32_t mf__h1_body_wait(const mf_http1_t *h)
+{
+    uint64_t now = mf_loop_now(h->loop), due = mf__h1_body_due(h);
+    uint32_t idle = h->config->body_timeout_ms;
+    if (due <= now)
+        return 1;
+    return due - now < idle ? (uint32_t)(due - now) : idle;
+}
+
+static uint32_t mf__h1_phase_timeout(const mf_http1_t *h)
+{
+    const mf_http_server_config_t *c = h->config;
+    switch (h->phase) {
+    case MF_H1_IDLE:
+        return c->keepalive_timeout_ms;
+    case MF_H1_HEAD:
+        return c->header_timeout_ms;
+    case MF_H1_BODY:
+        return mf__h1_body_wait(h);
+    default:
+        return 0; /* lingering: the transport's own deadline */
+    }
+}
+
+/* ---- error answers ----------------------------------------------------------
+ */
+
+/* Bad input (or no memory to take it): answer with the status, then close
+ * after lingering; when even the answer cannot be queued, close now. */
+static void mf__h1_fail(mf_http1_t *h, int status)
+{
+    mf_http_head_t hd;
+    h->site->hooks->rejected(h->site, status, &h->in->buf, h->in->off,
+                             h->peer); /* for the access log */
+    mf__http_head_error(&hd, h->site, status);
+    h->closing = true;
+    mf__transport_end(h->t, true);
+    h->phase = MF_H1_LINGERING;
+    if (mf__transport_queue_copy(h->t, hd.fixed, hd.len) < 0)
+        mf__transport_close(h->t);
+}
+
+/* Body bytes arrived: a body past its deadline is answered 408 (the caller
+ * flushes), else the wait starts again. */
+static void mf__h1_body_arrived(mf_http1_t *h, size_t n)
+{
+    h->body->received += n;
+    if (mf_loop_now(h->loop) >= mf__h1_body_due(h))
+        mf__h1_fail(h, 408);
+    else
+        mf__transport_arm(h->t, mf__h1_body_wait(h));
+}
+
+/* ---- requests in ------------------------------------------------------------
+ */
+
+static void mf__h1_drop_body(mf_http1_t *h)
+{
+    if (h->body)
+        mf_loop_free(h->loop, h->body, sizeof(*h->body));
+    h->body = NULL;
+}
+
+static int mf__h1_parse_head(mf_http1_t *h, mf_http_request_t *req,
+                             mf_http_header_t *headers, size_t nheaders,
+                             size_t *scanned)
+{
+    req->headers = headers;
+    req->num_headers = nheaders;
+    return mf_http_parse_request(h->in->buf.data + h->in->off,
+                                 h->in->buf.len - h->in->off, req,
+                                 &h->config->limits, scanned);
+}
+
+/* 100 Continue, once, when the client waits for it before its body.
+ * Returns false after failing the request (no memory to queue it). */
+static bool mf__h1_send_continue(mf_http1_t *h)
+{
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (h->body->sent_continue || mf__transport_queue_room(h->t) == 0)
+        return true;
+    h->body->sent_continue = true;
+    if (mf__transport_queue_copy(h->t, cont, sizeof cont - 1) == 0)
+        return true;
+    mf__h1_fail(h, 500);
+    return false;
+}
+
+/* The whole request is in the input: create its exchange and run the
+ * handler. The exchange points into the input (pinned) until destroyed. */
+static void mf__h1_dispatch(mf_http1_t *h, const mf_http_request_t *req,
+                            size_t body_len, size_t raw_len)
+{
+    size_t head_len = raw_len - body_len;
+    const char *body =
+        body_len ? h->in->buf.data + h->in->off + head_len : NULL;
+    mf__h1_drop_body(h); /* the body stays in the input */
+    h->req_len = raw_len;
+    h->requests++;
+    unsigned max = h->config->max_keepalive_requests;
+    h->keep_alive = req->keep_alive && !h->site->stopping &&
+                    (max == 0 || h->requests < max);
+    h->minor_version = req->minor_version;
+    h->phase = MF_H1_HANDLING;
+    mf__transport_disarm(h->t);
+    h->in->pinned = true;
+    h->in->max = h->config->limits.max_head_bytes;
+    mf_http_exchange_t *ex = h->exops->create(h->site, &mf__h1_proto_ops, h,
+                                              h->peer, req, body, body_len);
+    h->ex = ex;
+    h->dispatching = true;
+    h->exops->run(ex);
+    h->dispatching = false;
+    /* Released inside the handler: the exchange is no longer on the
+     * stack. A closed connection destroys it with itself. */
+    if (!mf__h1_held(h) && h->phase != MF_H1_CLOSED) {
+        h->exops->destroy(ex);
+        h->ex = NULL;
+    }
+}
+
+/* A request with a body is complete. Its head is parsed again: the buffer
+ * may have grown and moved while the body arrived (heads are small and the
+ * parser is fast; a request without a body is parsed once). */
+static void mf__h1_dispatch_with_body(mf_http1_t *h, size_t body_len,
+                                      size_t raw_len)
+{
+    mf_http_header_t headers[MF_HTTP_MAX_HEADERS];
+    mf_http_request_t req;
+    size_t nh = h->config->limits.max_headers;
+    if (nh == 0 || nh > MF_HTTP_MAX_HEADERS)
+        nh = MF_HTTP_MAX_HEADERS;
+    mf__h1_parse_head(h, &req, headers, nh, NULL);
+    mf__h1_dispatch(h, &req, body_len, raw_len);
+}
+
+/* Content-Length body: complete when all bytes are in the buffer. */
+static bool mf__h1_length_body(mf_http1_t *h, uint64_t length)
+{
+    size_t need = h->body->head_len + (size_t)length;
+    size_t have = h->in->buf.len - h->in->off;
+    if (have >= need) {
+        mf__h1_dispatch_with_body(h, (size_t)length, need);
+        return true;
+    }
+    if (mf__transport_input_reserve(h->t, need - have) < 0) {
+        mf__h1_fail(h, 413);
+        return false;
+    }
+    return false;
+}
+
+/* Chunked body: decode in place what has arrived so far. */
+static bool mf__h1_chunked_body(mf_http1_t *h)
+{
+    mf_h1_body_t *b = h->body;
+    mf_transport_input_t *in = h->in;
+    size_t start = in->off + b->head_len + b->body_have;
+    size_t len = in->buf.len - start;
+    ssize_t rest =
+        mf_http_chunked_decode(&b->chunked, in->buf.data + start, &len);
+    b->body_have += len;
+    if (rest == MF_HTTP_ERROR) {
+        mf__h1_fail(h, b->chunked.error_status);
+        return false;
+    }
+    size_t body_end = in->off + b->head_len + b->body_have;
+    if (rest == MF_HTTP_INCOMPLETE) {
+        in->buf.len = body_end;
+        return false;
+    }
+    in->buf.len = body_end + (size_t)rest; /* the next request follows */
+    mf__h1_dispatch_with_body(h, b->body_have, b->head_len + b->body_have);
+    return true;
+}
+
+static bool mf__h1_body(mf_http1_t *h)
+{
+    if (h->body->chunked_body)
+        return mf__h1_chunked_body(h);
+    return mf__h1_length_body(h, h->body->content_length);
+}
+
+/* A head has been parsed: decide how its body arrives. */
+static bool mf__h1_head_done(mf_http1_t *h, mf_http_request_t *req,
+                             int head_len)
+{
+    if (req->body == MF_HTTP_BODY_NONE) {
+        mf__h1_dispatch(h, req, 0, (size_t)head_len);
+        return true;
+    }
+    if (!h->body)
+        h->body = mf_loop_alloc(h->loop, sizeof(*h->body));
+    mf_h1_body_t *b = h->body;
+    b->head_len = (size_t)head_len;
+    b->body_have = 0;
+    b->started = mf_loop_now(h->loop);
+    b->received = h->in->buf.len - h->in->off - (size_t)head_len;
+    b->sent_continue = false;
+    b->chunked_body = req->body == MF_HTTP_BODY_CHUNKED;
+    b->content_length = req->content_length;
+    uint64_t max = h->config->max_body;
+    if (req->body == MF_HTTP_BODY_LENGTH && max && req->content_length > max) {
+        mf__h1_fail(h, 413);
+        return false;
+    }
+    if (req->body == MF_HTTP_BODY_CHUNKED)
+        mf_http_chunked_init(&b->chunked, max);
+    h->phase = MF_H1_BODY;
+    h->in->max = SIZE_MAX; /* the body may fill the input */
+    h->keep_alive = req->keep_alive;
+    if (req->expect_continue &&
+        h->in->buf.len - h->in->off == (size_t)head_len &&
+        !mf__h1_send_continue(h))
+        return false;
+    mf__transport_arm(h->t, mf__h1_body_wait(h));
+    return mf__h1_body(h);
+}
+
+/* Parses and serves as many complete requests as the input holds, in
+ * order. Returns when it needs more bytes, an exchange holds the request,
+ * the output table is nearly full, or the connection is closing. */
+static void mf__h1_process(mf_http1_t *h)
+{
+    mf_http_header_t headers[MF_HTTP_MAX_HEADERS];
+    /* The cheap tests first: after a request, the input is usually used
+     * up. */
+    while (h->phase <= MF_H1_BODY && !h->closing &&
+           h->in->buf.len > h->in->off && mf__transport_queue_room(h->t) > 1) {
+        if (h->phase == MF_H1_BODY) { /* its head is parsed already */
+            if (!mf__h1_body(h))
+                break;
+            continue;
+        }
+        mf_http_request_t req;
+        int rc = mf__h1_parse_head(h, &req, headers, MF_HTTP_MAX_HEADERS,
+                                   &h->scanned);
+        if (rc == MF_HTTP_INCOMPLETE) {
+            if (h->phase == MF_H1_IDLE) {
+                h->phase = MF_H1_HEAD; /* slowloris clock starts */
+                mf__transport_arm(h->t, h->config->header_timeout_ms);
+            }
+            break;
+        }
+        if (rc == MF_HTTP_ERROR) {
+            mf__h1_fail(h, req.error_status);
+            break;
+        }
+        if (!mf__h1_head_done(h, &req, rc))
+            break;
+    }
+}
+
+/* The exchange is done: drop the request's bytes. */
+static void mf__h1_request_finished(mf_http1_t *h)
+{
+    mf_transport_input_t *in = h->in;
+    in->off += h->req_len;
+    h->req_len = 0;
+    h->scanned = 0;
+    if (in->off == in->buf.len) {
+        in->off = 0;
+        in->buf.len = 0;
+    }
+    if (!h->keep_alive) {
+        h->closing = true;
+        mf__transport_end(h->t, false);
+    }
+    h->phase = MF_H1_IDLE;
+}
+
+/* ---- the transport's calls (mf_transport_ops_t) ----------------------------
+ */
+
+static void mf__h1_on_data(void *proto, size_t n)
+{
+    mf_http1_t *h = proto;
+    if (h->phase == MF_H1_BODY)
+        mf__h1_body_arrived(h, n); /* may answer 408 */
+    mf__h1_process(h);
+}
+
+/* EOF from the client. Answers already queued still go out (a client may
+ * send pipelined requests and half-close), even when the FIN came in the
+ * same read as a request still at work behind them; that exchange is
+ * aborted once the queue is written, by the close (the client is gone: its
+ * on_close callback runs). */
+static void mf__h1_on_eof(void *proto)
+{
+    mf_http1_t *h = proto;
+    h->peer_closed = true;
+    h->closing = true;
+    mf__transport_end(h->t, false);
+    if (h->phase == MF_H1_HANDLING && !mf__transport_writing(h->t)) {
+        mf__transport_close(h->t);
+        return;
+    }
+    mf__transport_flush(h->t); /* closes when the queue is written */
+}
+
+static void mf__h1_on_no_room(void *proto)
+{
+    mf__h1_fail(proto, 413);
+}
+
+static void mf__h1_on_flushed(void *proto)
+{
+    mf_http1_t *h = proto;
+    uint32_t ms = mf__h1_phase_timeout(h);
+    if (ms)
+        mf__transport_arm(h->t, ms);
+}
+
+static void mf__h1_on_drain(void *proto)
+{
+    mf_http1_t *h = proto;
+    if (mf__h1_held(h))
+        h->exops->drained(h->ex);
+}
+
+static void mf__h1_on_timeout(void *proto)
+{
+    mf_http1_t *h = proto;
+    /* A body that comes too slowly (not one that stopped) hears why. */
+    if (h->phase == MF_H1_BODY && mf_loop_now(h->loop) >= mf__h1_body_due(h)) {
+        mf__h1_fail(h, 408);
+        mf__transport_flush(h->t);
+        return;
+    }
+    /* Slowloris, idle keep-alive, stalled body or write: just close. A
+     * request that never completed gets no answer (nginx does the same),
+     * but is reported as a 408, as nginx logs it. */
+    if (h->phase == MF_H1_HEAD || h->phase == MF_H1_BODY)
+        h->site->hooks->rejected(h->site, 408, &h->in->buf, h->in->off,
+                                 h->peer);
+    mf__transport_close(h->t);
+}
+
+static void mf__h1_on_close(void *proto)
+{
+    mf_http1_t *h = proto;
+    h->phase = MF_H1_CLOSED;
+    mf__h1_drop_body(h);
+    if (mf__h1_held(h))
+        h->exops->lost(h->ex); /* may release */
+}
+
+static void mf__h1_on_free(void *proto)
+{
+    mf_http1_t *h = proto;
+    if (h->ex)
+        h->exops->destroy(h->ex);
+    mf_loop_free(h->loop, h, sizeof(*h));
+}
+
+static bool mf__h1_idle(const void *proto)
+{
+    const mf_http1_t *h = proto;
+    return h->phase == MF_H1_IDLE;
+}
+
+/* The server is stopping: an idle connection closes now (after its
+ * pending output); a busy one answers with Connection: close. */
+static void mf__h1_stop(void *proto)
+{
+    mf_http1_t *h = proto;
+    h->keep_alive = false;
+    if (h->phase != MF_H1_IDLE || h->in->buf.len)
+        return; /* busy: its answer says Connection: close */
+    if (mf__transport_writing(h->t)) {
+        h->closing = true; /* after its last answer is out */
+        mf__transport_end(h->t, false);
+    } else {
+        mf__transport_close(h->t);
+    }
+}
+
+static const mf_transport_ops_t mf__h1_transport_ops = {
+    .on_data = mf__h1_on_data,
+    .on_eof = mf__h1_on_eof,
+    .on_no_room = mf__h1_on_no_room,
+    .on_flushed = mf__h1_on_flushed,
+    .on_drain = mf__h1_on_drain,
+    .on_timeout = mf__h1_on_timeout,
+    .on_close = mf__h1_on_close,
+    .on_free = mf__h1_on_free,
+    .idle = mf__h1_idle,
+    .stop = mf__h1_stop,
+};
+
+void mf__http1_attach(mf_http_site_t *site, mf_transport_t *t)
+{
+    mf_http1_t *h = mf_loop_alloc(site->loop, sizeof(*h));
+    memset(h, 0, sizeof(*h));
+    h->t = t;
+    h->in = mf__transport_input(t);
+    h->site = site;
+    h->loop = site->loop;
+    h->config = site->config;
+    h->exops = site->exchange;
+    h->peer = mf__transport_peer(t);
+    h->phase = MF_H1_IDLE;
+    h->in->max = h->config->limits.max_head_bytes;
+    mf__transport_attach(t, &mf__h1_transport_ops, h);
+    /* The first request must arrive within the header timeout. */
+    mf__transport_arm(t, h->config->header_timeout_ms);
+}
+
+/* ---- responses out: the exchange's calls (mf_http_proto_ops_t) -------------
+ */
+
+/* Whether this response leaves the connection open (the request allows
+ * it, the client has not half-closed, the server is not stopping), and
+ * its Connection line. Decides for good: asked once, when the head is
+ * built. */
+static void mf__h1_connection_line(mf_http1_t *h, mf_http_head_t *hd)
+{
+    if (h->peer_closed || h->site->stopping)
+        h->keep_alive = false;
+    if (!h->keep_alive)
+        mf__http_head_put(hd, "Connection: close\r\n", 19);
+    else if (h->minor_version == 0)
+        mf__http_head_put(hd, "Connection: keep-alive\r\n", 24);
+}
+
+/* Status line, common and framing lines, the handler's lines, and a body
+ * small enough to copy: queued as one copy. A stream is chunked, or for
+ * HTTP/1.0 delimited by the close. */
+static int mf__h1_send_head(void *proto, const mf_http_response_head_t *rh,
+                            const char *body, size_t body_len)
+{
+    mf_http1_t *h = proto;
+    mf_http_head_t hd;
+    mf__http_head_common(&hd, h->site, rh->status);
+    if (rh->framing == MF_HTTP_FRAME_STREAM) {
+        if (h->minor_version >= 1)
+            mf__http_head_put(&hd, "Transfer-Encoding: chunked\r\n", 28);
+        else
+            h->keep_alive = false; /* HTTP/1.0: the close ends the body */
+    } else if (rh->framing == MF_HTTP_FRAME_LENGTH) {
+        mf__http_head_put(&hd, "Content-Length: ", 16);
+        hd.len += mf__http_fmt_u64(hd.fixed + hd.len, rh->length);
+        mf__http_head_put(&hd, "\r\n", 2);
+    }
+    mf__h1_connection_line(h, &hd);
+    mf_piece_t pieces[4 + MF_HTTP_STATIC_LINES];
+    size_t n = 0;
+    pieces[n++] = (mf_piece_t){hd.fixed, hd.len};
+    pieces[n++] = (mf_piece_t){rh->lines, rh->lines_len};
+    for (unsigned i = 0; i < rh->nstatic; i++)
+        pieces[n++] = (mf_piece_t){rh->static_lines[i], rh->static_lens[i]};
+    pieces[n++] = (mf_piece_t){"\r\n", 2};
+    pieces[n++] = (mf_piece_t){body, body_len};
+    return mf__transport_queue_pieces(h->t, pieces, n);
+}
+
+static int mf__h1_send_body(void *proto, const char *data, size_t len,
+                            mf_buf_t *owned)
+{
+    mf_http1_t *h = proto;
+    return mf__transport_queue_ref(h->t, data, len, owned);
+}
+
+/* One piece of a streamed body, framed as a chunk, queued as one copy. */
+static int mf__h1_send_piece(void *proto, const void *data, size_t len)
+{
+    mf_http1_t *h = proto;
+    if (h->minor_version < 1)
+        return mf__transport_queue_copy(h->t, data, len);
+    char size[20];
+    size_t n = mf__http_fmt_hex(size, len);
+    memcpy(size + n, "\r\n", 2);
+    mf_piece_t pieces[3] = {{size, n + 2}, {data, len}, {"\r\n", 2}};
+    return mf__transport_queue_pieces(h->t, pieces, 3);
+}
+
+/* The last chunk of a streamed body (HTTP/1.0: the close ends it). */
+static int mf__h1_end_stream(void *proto)
+{
+    mf_http1_t *h = proto;
+    if (h->minor_version < 1)
+        return 0;
+    return mf__transport_queue_copy(h->t, "0\r\n\r\n", 5);
+}
+
+static int mf__h1_send_error(void *proto, int status)
+{
+    mf_http1_t *h = proto;
+    mf_http_head_t hd;
+    mf__http_head_error(&hd, h->site, status);
+    h->keep_alive = false;
+    return mf__transport_queue_copy(h->t, hd.fixed, hd.len);
+}
+
+static int mf__h1_flush(void *proto)
+{
+    mf_http1_t *h = proto;
+    return mf__transport_flush(h->t);
+}
+
+static size_t mf__h1_pending(const void *proto)
+{
+    const mf_http1_t *h = proto;
+    return mf__transport_pending(h->t);
+}
+
+static void mf__h1_watch_drain(void *proto, size_t below)
+{
+    mf_http1_t *h = proto;
+    mf__transport_watch_drain(h->t, below);
+}
+
+static void mf__h1_release(void *proto)
+{
+    mf_http1_t *h = proto;
+    h->in->pinned = false;
+    if (h->phase == MF_H1_CLOSED) {
+        mf__transport_unpinned(h->t);
+        return;
+    }
+    mf__h1_request_finished(h);
+    if (h->dispatching)
+        return; /* see `dispatching`: the dispatch goes on from here */
+    /* A held exchange finished later: serve what was pipelined behind it
+     * and what arrived meanwhile, then flush everything at once. */
+    h->exops->destroy(h->ex);
+    h->ex = NULL;
+    mf__h1_process(h);
+    mf__transport_resume(h->t);
+}
+
+static void mf__h1_abort(void *proto)
+{
+    mf_http1_t *h = proto;
+    mf__transport_close(h->t);
+}
+
+static const mf_http_proto_ops_t mf__h1_proto_ops = {
+    .send_head = mf__h1_send_head,
+    .send_body = mf__h1_send_body,
+    .send_piece = mf__h1_send_piece,
+    .end_stream = mf__h1_end_stream,
+    .send_error = mf__h1_send_error,
+    .flush = mf__h1_flush,
+    .pending = mf__h1_pending,
+    .watch_drain = mf__h1_watch_drain,
+    .release = mf__h1_release,
+    .abort = mf__h1_abort,
+};

@@ -1,0 +1,71 @@
+/*
+ * http_site.h — one server as the layers below it see it: its settings,
+ * the Server and Date lines every answer shares, the handler, the
+ * exchange ops its protocols create exchanges with, and the hooks through
+ * which a protocol or an exchange reports up. Internal, a leaf.
+ *
+ * The server (http_server.c) embeds and owns mf_http_site_t: it fills it
+ * at start, sets `stopping`, and outlives every connection and exchange
+ * that points to it. The layers below (http1.c, http_exchange.c,
+ * http_head.c) read it and call its function pointers; they never call
+ * the server's functions, which sit above them. The two caches are the
+ * only parts written from below, by http_head.c (the Date line through
+ * http_date.h), on the loop thread.
+ */
+#ifndef MF_HTTP_SITE_H
+#define MF_HTTP_SITE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/buf.h"
+#include "http_date.h"
+#include "http_proto.h"
+#include "moonflow/http_server.h"
+
+typedef struct mf_http_site mf_http_site_t;
+
+/* The status line and Server line of the last status answered, formatted
+ * (most answers of a server share their status). Written by http_head.c. */
+typedef struct mf_http_status_cache {
+    int status; /* 0: nothing cached */
+    size_t len;
+    char text[128]; /* "HTTP/1.1 200 OK\r\nServer: moonflow\r\n" */
+} mf_http_status_cache_t;
+
+/* Reports up to the server. Cold paths, each counted or logged there. */
+typedef struct mf_http_site_hooks {
+    /* A response could not be built for lack of memory: it was answered
+     * 500 (answered) or its connection closed instead. Counts it
+     * (mf_http_server_failed_responses) and says so on stderr. */
+    void (*response_failed)(mf_http_site_t *site, bool answered);
+    /* The handler gave a header that cannot be sent (fault says why).
+     * Counts it (mf_http_server_invalid_headers); with report, says on
+     * stderr which request and which header, and what follows: the answer
+     * becomes a 500, or (head_sent) the header is only refused. */
+    void (*header_refused)(mf_http_site_t *site, const mf_http_request_t *req,
+                           const char *name, size_t name_len, const char *fault,
+                           bool report, bool head_sent);
+    /* A protocol refused a request with status (or closed it stalled:
+     * 408); in->data[off..len) is what it had received of it. Tells the
+     * config's on_reject hook, if any, what is known of the request. */
+    void (*rejected)(mf_http_site_t *site, int status, const mf_buf_t *in,
+                     size_t off, const mf_sockaddr_t *peer);
+} mf_http_site_hooks_t;
+
+struct mf_http_site {
+    mf_loop_t *loop;
+    mf_http_server_t *srv; /* the handle the handler API hands out */
+    const mf_http_server_config_t *config;
+    mf_http_handler handler;
+    void *user;
+    const mf_http_exchange_ops_t *exchange; /* http_exchange.c's */
+    const mf_http_site_hooks_t *hooks;
+    bool stopping; /* a graceful stop is under way: no more keep-alive */
+    mf_http_date_t date;
+    mf_http_status_cache_t status_cache;
+    size_t server_line_len; /* 0 when disabled */
+    char server_line[80];   /* "Server: name\r\n" */
+};
+
+#endif /* MF_HTTP_SITE_H */
