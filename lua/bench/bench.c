@@ -1,8 +1,8 @@
 /*
- * lua/bench/bench.c — `moonflow bench`: parses the flags, picks the mode (scenario
- * when the script defines iteration(), else HTTP), runs it, prints wrk's
- * report on stdout, calls the script's done() (both modes, wrk's order: after
- * the report), writes JSON and the plot, checks the thresholds, and
+ * lua/bench/bench.c — `moonflow bench`: parses the flags, picks the mode
+ * (scenario when the script defines iteration(), else HTTP), runs it, prints
+ * wrk's report on stdout, calls the script's done() (both modes, wrk's order:
+ * after the report), writes JSON and the plot, checks the thresholds, and
  * decides the exit code: 0 done, 1 the run could not be made or a
  * threshold failed, 2 bad flags.
  *

@@ -4,16 +4,14 @@
  * Two modes share the options, the result and the report:
  *   HTTP      wrk's model: -t threads (worker loops), -c connections spread
  *             over them, each thread running one mf_load_t (core/load) and,
- *             with -s, its own Lua state holding wrk's API (lua/load/mf_lua_wrk.c)
- *             whose request()/response()/delay() become the load's hooks;
- *             setup(thread) and done(summary, latency, requests) run in the
- *             main thread's state. bench_http.c.
- *   scenario  the script defines iteration(ctx): -c virtual users per
- *             thread, each a coroutine of the thread's Lua host that loops
- *             running the flow iteration(ctx) returns (mf.series,
- *             mf.parallel, mf.task.*: Redis, HTTP, MySQL, Kafka ...), closed
- *             loop or at a constant rate; each iteration and each step of
- *             the flow is recorded. bench_scenario.c.
+ *             with -s, its own Lua state holding wrk's API
+ * (lua/load/mf_lua_wrk.c) whose request()/response()/delay() become the load's
+ * hooks; setup(thread) and done(summary, latency, requests) run in the main
+ * thread's state. bench_http.c. scenario  the script defines iteration(ctx): -c
+ * virtual users per thread, each a coroutine of the thread's Lua host that
+ * loops running the flow iteration(ctx) returns (mf.series, mf.parallel,
+ * mf.task.*: Redis, HTTP, MySQL, Kafka ...), closed loop or at a constant rate;
+ * each iteration and each step of the flow is recorded. bench_scenario.c.
  *
  * Modules: bench.c (the command: parse, pick the mode, run, report, exit
  * code), bench_cli.c (flags → bench_opts_t, --help), bench_http.c,
@@ -200,6 +198,5 @@ void bench_progress_source(bench_progress_t *p,
                                           bench_progress_sample_t *out),
                            void *user);
 void bench_progress_stop(bench_progress_t *p);
-
 
 #endif /* MF_BENCH_H */

@@ -1,5 +1,6 @@
 /*
- * lua/bench/bench_http.c — the HTTP mode: wrk's execution model on the load engine.
+ * lua/bench/bench_http.c — the HTTP mode: wrk's execution model on the load
+ * engine.
  *
  * As wrk's SCRIPTING documents it: the URLs are resolved (the addresses
  * that accept a connection, wrk.lookup's semantics); a main Lua state

@@ -1,5 +1,6 @@
 /*
- * lua/bench/bench_plot.c — --plot FILE.svg: latency by percentile, one line per run.
+ * lua/bench/bench_plot.c — --plot FILE.svg: latency by percentile, one line per
+ * run.
  *
  * The x axis is log-scaled in 1/(1-p) (0%, 90%, 99% ... 99.999% evenly
  * apart), the y axis linear in ms from 0 with round ticks. Every run's

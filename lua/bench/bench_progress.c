@@ -1,6 +1,6 @@
 /*
- * lua/bench/bench_progress.c — the live line on stderr: a thread that redraws, every
- * 0.5 s, elapsed/total, requests, the current rate, errors and the p99 so
+ * lua/bench/bench_progress.c — the live line on stderr: a thread that redraws,
+ * every 0.5 s, elapsed/total, requests, the current rate, errors and the p99 so
  * far, from a sampling function the mode gives (bench_progress_source);
  * the line is erased when the run ends, so the report stays clean.
  *

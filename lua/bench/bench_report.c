@@ -1,6 +1,6 @@
 /*
- * lua/bench/bench_report.c — the result of a run and its reports: wrk's text (the
- * layout of wrk 4.1.0 line for line, its units and paddings), wrk2's
+ * lua/bench/bench_report.c — the result of a run and its reports: wrk's text
+ * (the layout of wrk 4.1.0 line for line, its units and paddings), wrk2's
  * percentile spectrum for --latency, a table of the series, and the JSON
  * document (--json).
  *

@@ -11,10 +11,10 @@
  * begin() paces it (closed loop, or -R: the user's share of the rate, each
  * iteration due at a fixed time and measured from it as wrk2 does, a late
  * one starting at once), prep() names the flow's top-level steps and arms
- * the step observer (mf_lua_co_set_step_observer), the flow is waited on
- * as any handler's but with lean results (true for a task that
- * succeeded: mf_lua_co_set_lean_results; iteration() itself waits as any
- * code does), and finish() records the iteration and its steps.
+ * the step observer (the user's hooks, moonflow/lua_co.h), the flow is
+ * waited on as any handler's but with lean results (true for a task that
+ * succeeded: the hooks' lean answers yes while armed; iteration() itself
+ * waits as any code does), and finish() records the iteration and its steps.
  * Iterations completing after the warm-up and before the end are recorded;
  * those in flight at the end are aborted and not counted.
  *
@@ -253,6 +253,13 @@ static void scen_name_steps(scen_user_t *u, lua_State *L, int idx)
 /* ---- one user's iterations ------------------------------------------------
  */
 
+/* The user's lean hook: whole results except for the armed flow. */
+static bool scen_lean(void *ud)
+{
+    const scen_user_t *u = ud;
+    return u->armed;
+}
+
 static void scen_on_step(void *ud, unsigned step)
 {
     scen_user_t *u = ud;
@@ -334,10 +341,10 @@ static int scen_l_prep(lua_State *L)
     scen_name_steps(u, L, 2);
     for (unsigned i = 1; i <= u->nsteps; i++)
         u->step_ns[i] = UINT64_MAX;
+    /* Armed: the step observer times this flow, and its results are only
+     * told apart (lean: no table for a success). Only this wait:
+     * iteration() itself may wait and read what it gets. */
     u->armed = true;
-    /* The flow's results are only told apart: no table for a success.
-     * Only this wait: iteration() itself may wait and read what it gets. */
-    mf_lua_co_set_lean_results(u->co, true);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -382,7 +389,6 @@ static int scen_l_finish(lua_State *L)
     bool record = u->start_ns >= t->warm_ns && now <= t->end_ns;
     bool ok = false, timeout = false;
     u->armed = false;
-    mf_lua_co_set_lean_results(u->co, false);
     if (lua_toboolean(L, 4) || lua_isnil(L, 2)) {
         scen_lua_error(t, lua_tostring(L, 3));
         u->yield_first = true;
@@ -519,6 +525,7 @@ static int scen_push_runner(scen_thread_t *t, lua_State *L)
 /* Starts the users: each runs runner(u, {thread=, user=, iteration=}). */
 static int scen_start_users(scen_thread_t *t)
 {
+
     lua_State *L = mf_lua_host_state(t->host);
     if (scen_push_runner(t, L) < 0)
         return -1;
@@ -540,9 +547,12 @@ static int scen_start_users(scen_thread_t *t)
         lua_setfield(L, -2, "iteration");
         u->co = mf_lua_host_prepare(t->host, scen_user_exit, u);
         t->live++;
-        mf_lua_co_set_step_observer(u->co, scen_on_step, u);
         lua_xmove(L, mf_lua_co_thread(u->co), 3);
-        mf_lua_co_start(u->co, 2);
+        const mf_lua_co_hooks_t hooks = {.step = scen_on_step,
+                                         .step_ud = u,
+                                         .lean = scen_lean,
+                                         .lean_ud = u};
+        mf_lua_co_start_with(u->co, 2, &hooks);
     }
     lua_settop(L, runner - 1);
     return 0;

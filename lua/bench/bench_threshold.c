@@ -1,6 +1,6 @@
 /*
- * lua/bench/bench_threshold.c — --threshold 'p99<50ms': parsing a check and judging
- * a result against it, for the exit code and the report.
+ * lua/bench/bench_threshold.c — --threshold 'p99<50ms': parsing a check and
+ * judging a result against it, for the exit code and the report.
  *
  * Syntax: METRIC CMP NUMBER[UNIT], spaces allowed between the parts.
  * METRIC is pNN[.N] (a latency percentile), mean, max, stdev (latencies:

@@ -1,6 +1,6 @@
 /*
- * lua/engine/mf_lua_flow.c — flow:wait(): builds the whole C series/parallel tree
- * from a Lua description, starts it and parks the coroutine once; the C
+ * lua/engine/mf_lua_flow.c — flow:wait(): builds the whole C series/parallel
+ * tree from a Lua description, starts it and parks the coroutine once; the C
  * scheduler runs every step, and the coroutine resumes when the root series
  * completes, with the results as Lua tables. A lone task without a callback
  * is waited on alone instead (mf_lua_park.c): same result, no flow.
@@ -529,9 +529,9 @@ static int mf_lua__wait(lua_State *L)
     flow->host = host;
     flow->co = co;
     mf_list_init(&flow->nodes);
-    flow->step_fn = co->step_fn;
-    flow->step_ud = co->step_ud;
-    flow->lean = co->lean;
+    flow->step_fn = co->hooks.step;
+    flow->step_ud = co->hooks.step_ud;
+    flow->lean = mf_lua_co_lean(co);
     host->counts.flows++;
     lua_createtable(L, 3, 0);
     lua_newtable(L);

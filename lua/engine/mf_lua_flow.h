@@ -1,6 +1,6 @@
 /*
- * lua/engine/mf_lua_flow.h — what the flow builder (mf_lua_flow.c) shares with the
- * structures built beside it (mf_lua_graph.c): the flow record, its nodes,
+ * lua/engine/mf_lua_flow.h — what the flow builder (mf_lua_flow.c) shares with
+ * the structures built beside it (mf_lua_graph.c): the flow record, its nodes,
  * the build in progress and the few steps a structure needs to place its
  * children. Internal to lua/.
  *
@@ -51,7 +51,7 @@ struct mf_lua_flow {
     int root_slot;
     bool unwrap; /* a lone task or parallel: return results[root][1] */
     bool failed; /* a callback raised */
-    bool lean;   /* the waiter's lean results (mf_lua_co_set_lean_results) */
+    bool lean;   /* the waiter's lean results (its hooks' lean, at the wait) */
     mf_list_t nodes;
     mf_lua_step_fn step_fn; /* the waiter's step observer, or NULL */
     void *step_ud;

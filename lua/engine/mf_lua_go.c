@@ -1,7 +1,7 @@
 /*
- * lua/engine/mf_lua_go.c — the table of C functions mf.go can call: the built-in
- * ones and those registered by the program (moonflow/lua_go.h). The task
- * kind that runs one is lua/engine/mf_lua_task_go.c.
+ * lua/engine/mf_lua_go.c — the table of C functions mf.go can call: the
+ * built-in ones and those registered by the program (moonflow/lua_go.h). The
+ * task kind that runs one is lua/engine/mf_lua_task_go.c.
  *
  * Owns: the process-wide table (names and functions as registered).
  */

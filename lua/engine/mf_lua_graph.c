@@ -1,6 +1,6 @@
 /*
- * lua/engine/mf_lua_graph.c — mf.graph: a DAG of flow steps described in Lua and
- * run as one C graph (core's mf_graph_*), waited on like any flow.
+ * lua/engine/mf_lua_graph.c — mf.graph: a DAG of flow steps described in Lua
+ * and run as one C graph (core's mf_graph_*), waited on like any flow.
  *
  * mf.graph(nodes [, opts]) checks the description once, when it is made:
  * names are strings, each entry a step or {step, after = names}, every

@@ -1,6 +1,6 @@
 /*
- * lua/engine/mf_lua_task_go.c — the "go" task kind (mf.task.go, and mf.go waiting
- * on one): {kind = "go", name =, args = {n =, ...}} runs the C function
+ * lua/engine/mf_lua_task_go.c — the "go" task kind (mf.task.go, and mf.go
+ * waiting on one): {kind = "go", name =, args = {n =, ...}} runs the C function
  * registered under name (mf_lua_go.c) on the compute pool with copies of
  * its arguments; the result's value is the string it returned.
  *

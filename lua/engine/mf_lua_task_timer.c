@@ -1,6 +1,6 @@
 /*
- * lua/engine/mf_lua_task_timer.c — the "timer" task kind: {kind = "timer", ms = N}
- * (mf.task.timer(ms [, opts])) succeeds after N milliseconds.
+ * lua/engine/mf_lua_task_timer.c — the "timer" task kind: {kind = "timer", ms =
+ * N} (mf.task.timer(ms [, opts])) succeeds after N milliseconds.
  */
 #include <lauxlib.h>
 

@@ -171,9 +171,9 @@ static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
     co->running = true;
     mf_lua_slice_t outer = mf_lua_slice_enter(host, co);
     mf_task_trace_t *outer_trace =
-        co->trace ? mf_loop_set_trace(host->loop, co->trace) : NULL;
+        co->hooks.trace ? mf_loop_set_trace(host->loop, co->hooks.trace) : NULL;
     int rc = lua_resume(co->L, nargs);
-    if (co->trace)
+    if (co->hooks.trace)
         mf_loop_set_trace(host->loop, outer_trace);
     mf_lua_slice_leave(host, outer);
     co->running = false;
@@ -209,17 +209,9 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->running = false;
     co->exiting = false;
     co->abort_reason = NULL;
-    co->deadline = 0;
     co->cause = MF_LUA_CAUSE_NONE;
     co->memory_refused = false;
-    co->step_fn = NULL;
-    co->step_ud = NULL;
-    co->lean = false;
-    co->describe = NULL;
-    co->describe_ud = NULL;
-    co->request_id = NULL;
-    co->request_id_ud = NULL;
-    co->trace = NULL;
+    co->hooks = (mf_lua_co_hooks_t){0};
     co->nested_wait = NULL;
     mf_list_init(&co->owned);
     mf_list_push_back(&host->coroutines, &co->link);
@@ -229,37 +221,52 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
 
 void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn, void *ud)
 {
-    co->step_fn = fn;
-    co->step_ud = ud;
+    co->hooks.step = fn;
+    co->hooks.step_ud = ud;
+}
+
+/* The lean hook of mf_lua_co_set_lean_results(co, true). */
+static bool mf_lua__lean_always(void *ud)
+{
+    (void)ud;
+    return true;
 }
 
 void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean)
 {
-    co->lean = lean;
+    co->hooks.lean = lean ? mf_lua__lean_always : NULL;
+    co->hooks.lean_ud = NULL;
 }
 
 void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn, void *ud)
 {
-    co->describe = fn;
-    co->describe_ud = ud;
+    co->hooks.describe = fn;
+    co->hooks.describe_ud = ud;
 }
 
 void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
                               void *ud)
 {
-    co->request_id = fn;
-    co->request_id_ud = ud;
+    co->hooks.request_id = fn;
+    co->hooks.request_id_ud = ud;
 }
 
 void mf_lua_co_set_trace(mf_lua_co_t *co, mf_task_trace_t *trace)
 {
-    co->trace = trace;
+    co->hooks.trace = trace;
+}
+
+void mf_lua_co_set_deadline(mf_lua_co_t *co, uint64_t at)
+{
+    co->hooks.deadline = at;
 }
 
 const char *mf_lua_host_request_id(const mf_lua_host_t *host)
 {
     const mf_lua_co_t *co = host->current;
-    return co && co->request_id ? co->request_id(co->request_id_ud) : NULL;
+    return co && co->hooks.request_id
+               ? co->hooks.request_id(co->hooks.request_id_ud)
+               : NULL;
 }
 
 bool mf_lua_co_start(mf_lua_co_t *co, int nargs)
@@ -267,12 +274,27 @@ bool mf_lua_co_start(mf_lua_co_t *co, int nargs)
     return mf_lua__co_run(co, nargs);
 }
 
-mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
-                               mf_lua_co_exit_cb cb, void *data)
+bool mf_lua_co_start_with(mf_lua_co_t *co, int nargs,
+                          const mf_lua_co_hooks_t *hooks)
+{
+    if (hooks)
+        co->hooks = *hooks;
+    return mf_lua__co_run(co, nargs);
+}
+
+mf_lua_co_t *mf_lua_host_spawn_with(mf_lua_host_t *host, int nargs,
+                                    mf_lua_co_exit_cb cb, void *data,
+                                    const mf_lua_co_hooks_t *hooks)
 {
     mf_lua_co_t *co = mf_lua_host_prepare(host, cb, data);
     lua_xmove(host->L, co->L, nargs + 1);
-    return mf_lua__co_run(co, nargs) ? co : NULL;
+    return mf_lua_co_start_with(co, nargs, hooks) ? co : NULL;
+}
+
+mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
+                               mf_lua_co_exit_cb cb, void *data)
+{
+    return mf_lua_host_spawn_with(host, nargs, cb, data, NULL);
 }
 
 mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host)
@@ -294,11 +316,6 @@ void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)
         return;
     }
     mf_lua__co_exit(co, MF_LUA_CO_ABORTED, reason, 0);
-}
-
-void mf_lua_co_set_deadline(mf_lua_co_t *co, uint64_t at)
-{
-    co->deadline = at;
 }
 
 lua_State *mf_lua_co_thread(const mf_lua_co_t *co)

@@ -90,17 +90,10 @@ struct mf_lua_co {
     bool running;             /* inside lua_resume */
     bool exiting;             /* in the exit path: abort is a no-op */
     const char *abort_reason; /* an abort asked for while running */
-    uint64_t deadline;        /* loop ms, 0: none (mf_lua_co_set_deadline) */
     mf_lua_co_cause_t cause;  /* set when the watchdog stopped it */
     bool memory_refused;      /* an allocation of its slice was refused */
-    mf_lua_step_fn step_fn;   /* mf_lua_co_set_step_observer; NULL: none */
-    void *step_ud;
-    bool lean;                   /* mf_lua_co_set_lean_results */
-    mf_lua_describe_fn describe; /* mf_lua_co_set_describer; NULL: none */
-    void *describe_ud;
-    mf_lua_request_id_fn request_id; /* mf_lua_co_set_request_id; NULL */
-    void *request_id_ud;
-    mf_task_trace_t *trace; /* mf_lua_co_set_trace; NULL: none */
+    /* the owner's, copied at start (moonflow/lua_co.h); zeroed: none */
+    mf_lua_co_hooks_t hooks;
     /* A plain coroutine resumed (through moonflow's coroutine.resume) from
      * this one parked on a wait: the thread whose yield the wrapper of its
      * resumer must pass on upward (mf_lua_co_check, moonflow.core's
@@ -108,6 +101,12 @@ struct mf_lua_co {
     lua_State *nested_wait;
     mf_list_t owned; /* mf_lua_owned_t: closed when the coroutine ends */
 };
+
+/* Whether co's waiter wants lean results for the wait starting now. */
+static inline bool mf_lua_co_lean(const mf_lua_co_t *co)
+{
+    return co->hooks.lean && co->hooks.lean(co->hooks.lean_ud);
+}
 
 /* Something a coroutine opened that must not outlive it (a socket): its
  * release runs in the coroutine's exit path unless it was dropped first.
@@ -154,7 +153,7 @@ static inline mf_lua_slice_t mf_lua_slice_enter(mf_lua_host_t *host,
         return prev;
     prev.slice = atomic_load_explicit(&w->slice, memory_order_relaxed);
     prev.deadline = atomic_load_explicit(&w->deadline, memory_order_relaxed);
-    atomic_store_explicit(&w->deadline, co ? co->deadline : 0,
+    atomic_store_explicit(&w->deadline, co ? co->hooks.deadline : 0,
                           memory_order_relaxed);
     atomic_store_explicit(&w->slice, ++w->next, memory_order_release);
     return prev;

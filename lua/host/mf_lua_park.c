@@ -44,12 +44,12 @@ static void mf_lua__parked_done(mf_task_t *task)
     mf_lua_parked_t *p = task->user;
     mf_lua_co_t *co = p->co;
     if (co) {
-        if (co->step_fn) /* the flow is this one task: step 1 */
-            co->step_fn(co->step_ud, 1);
+        if (co->hooks.step) /* the flow is this one task: step 1 */
+            co->hooks.step(co->hooks.step_ud, 1);
         mf_lua_co_host(co)->counts.tasks--;
         mf_lua_co_unpark(co);
         lua_State *L = mf_lua_co_thread(co);
-        if (co->lean && mf_lua_leaf_lean(p->kind, task, p->data)) {
+        if (mf_lua_co_lean(co) && mf_lua_leaf_lean(p->kind, task, p->data)) {
             lua_pushboolean(L, 1);
         } else {
             lua_createtable(L, 0, 6);
@@ -75,8 +75,8 @@ int mf_lua_park_task(lua_State *L, mf_lua_co_t *co, int idx,
     p->task =
         mf_lua_leaf_create(L, idx, kind, p->data, loop, mf_lua__parked_done, p);
     host->counts.tasks++;
-    if (co->step_fn)
-        co->step_fn(co->step_ud, 0);
+    if (co->hooks.step)
+        co->hooks.step(co->hooks.step_ud, 0);
     mf_task_start(p->task);
     mf_lua_co_park(co, mf_lua__parked_detach, p);
     return lua_yield(L, 0);

@@ -1,6 +1,6 @@
 /*
- * lua/load/mf_lua_wrk.c — wrk's Lua API (moonflow/lua_wrk.h): the `wrk` table and
- * its functions, address, thread and statistics userdata, and the copy of
+ * lua/load/mf_lua_wrk.c — wrk's Lua API (moonflow/lua_wrk.h): the `wrk` table
+ * and its functions, address, thread and statistics userdata, and the copy of
  * values between states that thread:get/set make.
  *
  * wrk.format and the thread's init sequence are a short Lua chunk (they

@@ -1,6 +1,6 @@
 /*
- * lua/mysql/mf_lua_mysql_pin.c — db:transaction(fn, ...) and db:session(fn, ...):
- * one pooled connection pinned (an mf_mysql_session_t) while fn runs with
+ * lua/mysql/mf_lua_mysql_pin.c — db:transaction(fn, ...) and db:session(fn,
+ * ...): one pooled connection pinned (an mf_mysql_session_t) while fn runs with
  * a pinned object (tx or s: query, rows, quote on that connection).
  *
  * fn runs in a coroutine of its own (the child: pcall(fn, obj, ...)), and
@@ -368,7 +368,7 @@ static void mf_lua__pin_child(lua_State *L, mf_lua_mysql_pin_t *pin,
 {
     int top = lua_gettop(L) - 1; /* without obj */
     pin->child = mf_lua_host_prepare(pin->host, mf_lua__child_exit, pin);
-    mf_lua_co_set_deadline(pin->child, parent->deadline);
+    pin->child->hooks.deadline = parent->hooks.deadline;
     lua_State *C = mf_lua_co_thread(pin->child);
     luaL_checkstack(L, top + 2, "mysql pinned function");
     lua_checkstack(C, top + 2);

@@ -1,8 +1,8 @@
 /*
- * lua/mysql/mf_lua_mysql_rows.c — db:rows(sql, ...): a streaming MySQL task read
- * batch by batch. The C iterator (rows_next, wrapped by init.lua's for-loop
- * function) hands out the rows of the current batch without yielding; at
- * the end of a batch it asks for the next one and parks, and the socket is
+ * lua/mysql/mf_lua_mysql_rows.c — db:rows(sql, ...): a streaming MySQL task
+ * read batch by batch. The C iterator (rows_next, wrapped by init.lua's
+ * for-loop function) hands out the rows of the current batch without yielding;
+ * at the end of a batch it asks for the next one and parks, and the socket is
  * not read while a batch is consumed, so memory stays bounded whatever the
  * row count.
  *

@@ -267,5 +267,4 @@ bool mf_serve_handover_done(const mf_serve_handover_t *h);
  * until their servers stop). */
 void mf_serve_handover_close(mf_serve_handover_t *h);
 
-
 #endif /* MF_SERVE_H */

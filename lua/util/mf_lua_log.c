@@ -84,10 +84,10 @@ static size_t mf__log_prefix(mf_lua_host_t *host, int level, char *line,
     len += (size_t)snprintf(line + len, cap - len, " [%s] ",
                             mf_lua_log_level_name(level));
     mf_lua_co_t *co = host->current;
-    if (co && co->describe) {
+    if (co && co->hooks.describe) {
         char label[256];
         label[0] = '\0';
-        co->describe(co->describe_ud, label, sizeof label);
+        co->hooks.describe(co->hooks.describe_ud, label, sizeof label);
         if (label[0])
             len += (size_t)snprintf(line + len, cap - len, "%s: ", label);
     }
