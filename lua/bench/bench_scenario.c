@@ -190,7 +190,8 @@ static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
         lua_pop(L, 1);
         return -1;
     }
-    bench_scen_push_detail(L, d, kind);
+    const mf_lua_kind_t *kd = mf_lua_kind_find(L, kind);
+    bench_scen_push_detail(L, d, kd);
     /* interned strings: equal ones share their bytes */
     const void *kp = kind, *dp = lua_tostring(L, -1);
     for (unsigned i = 0; i < t->nseries; i++) {
@@ -209,7 +210,7 @@ static int scen_slot(scen_thread_t *t, lua_State *L, int d, unsigned index)
     s->index = index;
     s->kind = kp;
     s->detail = dp;
-    bench_scen_step_name(s->name, sizeof s->name, index, kind,
+    bench_scen_step_name(s->name, sizeof s->name, index, kind, kd,
                          lua_tostring(L, -1));
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->anchor_ref);
     for (int k = -3; k <= -2; k++) { /* the kind and the detail */

@@ -12,15 +12,19 @@
 
 #include <lua.h>
 
+#include <moonflow/lua_kind.h>
+
 /* Pushes t[key] of the table at idx, or nil when idx is not a table. */
 void bench_scen_field(lua_State *L, int idx, const char *key);
-/* Pushes the short detail of the task description at d of kind (the Redis
- * command, the HTTP method, the MySQL statement, the Kafka topic) or nil. */
-void bench_scen_push_detail(lua_State *L, int d, const char *kind);
-/* "2 redis GET" into name: the index, the kind, the detail's first word in
- * capitals (a Redis command, an SQL verb) or as is (a method, a topic). */
+/* Pushes the short detail of the task description at d, as its kind
+ * describes it (lua_kind.h: the Redis command, the HTTP method, the MySQL
+ * statement, the Kafka topic), or nil (no kind, no describe, no string). */
+void bench_scen_push_detail(lua_State *L, int d, const mf_lua_kind_t *kind);
+/* "2 redis GET" into name: the index, the kind's name, the detail as the
+ * kind labels it (lua_kind.h; as is without a label). kind may be NULL. */
 void bench_scen_step_name(char *name, size_t len, unsigned index,
-                          const char *kind, const char *detail);
+                          const char *kind_name, const mf_lua_kind_t *kind,
+                          const char *detail);
 /* Whether the result at idx (a task's table, or an array of them for a
  * series or parallel) holds no failed task: state "success", no Redis
  * error reply ({err = }) in value or values, no HTTP status >= 400.

@@ -6,7 +6,6 @@
  */
 #include "bench_scenario.h"
 
-#include <ctype.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -21,51 +20,39 @@ void bench_scen_field(lua_State *L, int idx, const char *key)
         lua_pushnil(L);
 }
 
-/* Pushes the short detail of a task description (the Redis command, the
- * HTTP method, the MySQL statement, the Kafka topic) or nil. */
-void bench_scen_push_detail(lua_State *L, int d, const char *kind)
+/* Pushes the short detail of a task description of kind (its kind's
+ * describe: the Redis command, the HTTP method, the MySQL statement, the
+ * Kafka topic) or nil. */
+void bench_scen_push_detail(lua_State *L, int d, const mf_lua_kind_t *kind)
 {
-    if (!strcmp(kind, "redis")) {
-        bench_scen_field(L, d, "cmds");
-        lua_rawgeti(L, -1, 1);
-        lua_remove(L, -2);
-        if (lua_type(L, -1) == LUA_TTABLE) {
-            lua_rawgeti(L, -1, 1);
-            lua_remove(L, -2);
-        }
-    } else if (!strcmp(kind, "http")) {
-        bench_scen_field(L, d, "method");
-    } else if (!strcmp(kind, "mysql")) {
-        bench_scen_field(L, d, "sql");
-    } else if (!strcmp(kind, "kafka_produce")) {
-        bench_scen_field(L, d, "message");
-        bench_scen_field(L, lua_gettop(L), "topic");
-        lua_remove(L, -2);
-    } else {
+    if (kind && kind->describe)
+        kind->describe(L, d);
+    else
         lua_pushnil(L);
-    }
     if (lua_type(L, -1) != LUA_TSTRING) {
         lua_pop(L, 1);
         lua_pushnil(L);
     }
 }
 
-/* "2 redis GET": the index, the kind, the detail's first word in capitals
- * (a Redis command, an SQL verb) or as is (a method, a topic). */
+/* "2 redis GET": the index, the kind's name, the detail as its kind labels
+ * it (a Redis command, an SQL verb: the first word in capitals) or as is
+ * (a method, a topic). */
 void bench_scen_step_name(char *name, size_t len, unsigned index,
-                          const char *kind, const char *detail)
+                          const char *kind_name, const mf_lua_kind_t *kind,
+                          const char *detail)
 {
-    int n = snprintf(name, len, "%u %s", index, kind);
+    int n = snprintf(name, len, "%u %s", index, kind_name);
     if (!detail || n < 0 || (size_t)n + 2 >= len)
         return;
     size_t at = (size_t)n;
     name[at++] = ' ';
-    bool word = !strcmp(kind, "redis") || !strcmp(kind, "mysql");
-    for (; *detail && at + 1 < len; detail++) {
-        if (word && isspace((unsigned char)*detail))
-            break;
-        name[at++] = word ? (char)toupper((unsigned char)*detail) : *detail;
+    if (kind && kind->label) {
+        kind->label(detail, name + at, len - at);
+        return;
     }
+    for (; *detail && at + 1 < len; detail++)
+        name[at++] = *detail;
     name[at] = '\0';
 }
 

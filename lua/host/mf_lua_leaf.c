@@ -7,6 +7,7 @@
  * Owns: the registry table (name → kind, a light userdata; the kinds
  * themselves are their registrants'). Nothing past a call otherwise.
  */
+#include <ctype.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -59,6 +60,25 @@ int mf_lua_kind_register(mf_lua_host_t *host, const mf_lua_kind_t *kind)
     }
     lua_pop(L, 1);
     return taken ? MF_EEXIST : 0;
+}
+
+const mf_lua_kind_t *mf_lua_kind_find(lua_State *L, const char *name)
+{
+    lua_pushstring(L, name);
+    const mf_lua_kind_t *kind = mf_lua__kind_named(L, lua_gettop(L));
+    lua_pop(L, 1);
+    return kind;
+}
+
+void mf_lua_kind_label_verb(const char *detail, char *buf, size_t len)
+{
+    if (!len)
+        return;
+    size_t at = 0;
+    for (; *detail && !isspace((unsigned char)*detail) && at + 1 < len;
+         detail++)
+        buf[at++] = (char)toupper((unsigned char)*detail);
+    buf[at] = '\0';
 }
 
 void mf_lua_kinds_init(mf_lua_host_t *host)

@@ -262,6 +262,12 @@ static bool mf_lua__http_answer_failed(const mf_task_t *task, void *data)
     return mf_task_http_status(task) >= 400;
 }
 
+/* For reports: the method. */
+static void mf_lua__http_describe(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "method");
+}
+
 const mf_lua_kind_t mf_lua_task_http_kind = {
     .name = "http",
     .data_size = sizeof(mf_lua_http_data_t),
@@ -270,4 +276,5 @@ const mf_lua_kind_t mf_lua_task_http_kind = {
     .result = mf_lua__http_result,
     .release = mf_lua__http_release,
     .answer_failed = mf_lua__http_answer_failed,
+    .describe = mf_lua__http_describe,
 };

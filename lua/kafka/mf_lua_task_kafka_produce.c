@@ -59,10 +59,22 @@ static const char *mf_lua__kafka_produce_error(const mf_task_t *task,
     return mf_lua_kafka_error(task, buf, len);
 }
 
+/* For reports: the message's topic. */
+static void mf_lua__kafka_produce_describe(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "message");
+    if (lua_type(L, -1) == LUA_TTABLE)
+        lua_getfield(L, -1, "topic");
+    else
+        lua_pushnil(L);
+    lua_remove(L, -2);
+}
+
 const mf_lua_kind_t mf_lua_task_kafka_produce_kind = {
     .name = "kafka_produce",
     .check = mf_lua__kafka_produce_check,
     .create = mf_lua__kafka_produce_create,
     .result = mf_lua__kafka_produce_result,
     .error = mf_lua__kafka_produce_error,
+    .describe = mf_lua__kafka_produce_describe,
 };

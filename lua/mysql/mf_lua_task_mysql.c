@@ -104,6 +104,12 @@ static const char *mf_lua__mysql_error_detail(const mf_task_t *task, void *data)
     return mf_lua_mysql_explanation(task, d->why, sizeof d->why);
 }
 
+/* For reports: the statement. */
+static void mf_lua__mysql_describe(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "sql");
+}
+
 const mf_lua_kind_t mf_lua_task_mysql_kind = {
     .name = "mysql",
     .data_size = sizeof(mf_lua_mysql_data_t),
@@ -111,4 +117,6 @@ const mf_lua_kind_t mf_lua_task_mysql_kind = {
     .create = mf_lua__mysql_create,
     .result = mf_lua__mysql_result,
     .error_detail = mf_lua__mysql_error_detail,
+    .describe = mf_lua__mysql_describe,
+    .label = mf_lua_kind_label_verb,
 };

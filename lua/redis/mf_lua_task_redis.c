@@ -313,6 +313,20 @@ static bool mf_lua__redis_answer_failed(const mf_task_t *task, void *data)
     return mf_task_redis_error_replies(task) > 0;
 }
 
+/* For reports: the first command's name (cmds[1][1]). */
+static void mf_lua__redis_describe(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "cmds");
+    if (lua_type(L, -1) == LUA_TTABLE) {
+        lua_rawgeti(L, -1, 1);
+        lua_remove(L, -2);
+        if (lua_type(L, -1) == LUA_TTABLE) {
+            lua_rawgeti(L, -1, 1);
+            lua_remove(L, -2);
+        }
+    }
+}
+
 const mf_lua_kind_t mf_lua_task_redis_kind = {
     .name = "redis",
     .data_size = sizeof(mf_lua_redis_data_t),
@@ -321,4 +335,6 @@ const mf_lua_kind_t mf_lua_task_redis_kind = {
     .result = mf_lua__redis_result,
     .error_detail = mf_lua__redis_error_detail,
     .answer_failed = mf_lua__redis_answer_failed,
+    .describe = mf_lua__redis_describe,
+    .label = mf_lua_kind_label_verb,
 };
