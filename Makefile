@@ -123,8 +123,8 @@ bench: bench-deps
 
 format:
 	clang-format -i core/*/*.c core/*/*.h core/include/moonflow/*.h \
-	  spec/c/*/*.c spec/c/*/*.h spec/c/*.h spec/fixture/*.c lua/*.c lua/*.h \
-	  lua/serve/*.c lua/serve/*.h bench/*.c bench/http/*.c bench/mysql/*.c bench/kafka/*.c \
+	  spec/c/*/*.c spec/c/*/*.h spec/c/*.h spec/fixture/*.c lua/*/*.c lua/*/*.h \
+	  lua/include/moonflow/*.h bench/*.c bench/http/*.c bench/mysql/*.c bench/kafka/*.c \
 	  examples/*/*.c \
 	  examples/*/*.h
 

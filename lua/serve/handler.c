@@ -7,9 +7,9 @@
  * A request record (mf_serve_request_t, from the loop's free lists) ties
  * the exchange, the coroutine and the two Lua objects together for one
  * request. It has one owner at a time: mf_serve_handler_on_request makes
- * it and hands it to the coroutine at mf_lua_co_start; from then on the
+ * it and hands it to the coroutine at mf_lua_co_start_with; from then on the
  * coroutine owns it, and its exit callback — which may run inside
- * mf_lua_co_start, when the handler ends without parking — is the one
+ * mf_lua_co_start_with, when the handler ends without parking — is the one
  * place that frees it. The Lua objects point to it and are cut loose then
  * (a script that keeps `resp` and uses it later gets an error, never freed
  * memory). The exchange is held for the coroutine: its answer is sent by
@@ -470,7 +470,9 @@ static const char *mf__request_id_of(void *ud)
 }
 
 /* Runs the handler on top of the host's stack in a new coroutine, which
- * owns the request record from mf_lua_co_start on. */
+ * owns the request record from mf_lua_co_start_with on, with the request's
+ * hooks (moonflow/lua_co.h): its log label, its id, its trace, its
+ * deadline. */
 static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                               uint32_t timeout, const struct timespec *start)
 {
@@ -480,22 +482,26 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
-    mf_lua_co_set_describer(request->co, mf__describe_request, request);
-    mf_lua_co_set_request_id(request->co, mf__request_id_of, request);
+    mf_lua_co_hooks_t hooks = {
+        .describe = mf__describe_request,
+        .describe_ud = request,
+        .request_id = mf__request_id_of,
+        .request_id_ud = request,
+    };
     if (w->trace_fd >= 0) /* tracing on: maybe this one */
         request->trace =
             mf_serve_trace_begin(request, mf_http_exchange_request(ex));
     if (request->trace)
-        mf_lua_co_set_trace(request->co,
-                            mf_serve_trace_context(request->trace));
+        hooks.trace = mf_serve_trace_context(request->trace);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
-        mf_lua_co_set_deadline(request->co, mf_loop_now(w->loop) + timeout);
+        hooks.deadline = mf_loop_now(w->loop) + timeout;
     lua_State *T = mf_lua_co_thread(request->co);
     lua_xmove(mf_lua_host_state(w->host), T, 1); /* the handler */
     int *keep = mf_lua_co_keep(request->co);     /* MF_SERVE_KEEP_REQ, _RESP */
     request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
     request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
-    mf_lua_co_start(request->co, 2); /* may free request: not touched after */
+    /* may free request: not touched after */
+    mf_lua_co_start_with(request->co, 2, &hooks);
 }
 
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)

@@ -14,7 +14,7 @@
  * config file), handler.c (a request served by a Lua handler), routes.c
  * (URL path → handler), log.c (the access log), handover.c (the listeners,
  * and a graceful restart by another process). They call the Lua host
- * (lua/mf_lua_host.h) and the engine's public headers, never the other way.
+ * (moonflow/lua_host.h) and the engine's public headers, never the other way.
  *
  * Ownership: mf_serve_main owns the process (workers, signals, exit code);
  * a worker's objects are created and destroyed on its own loop thread.
@@ -38,6 +38,7 @@
 #include <moonflow/lua_host.h>
 #include <moonflow/lua_shared.h>
 #include "routes.h"
+#include "serve_main.h"
 
 /* The metatable of a handler's req object: handler.c makes it, capture.c
  * knows a parent request by it. */
@@ -265,8 +266,5 @@ bool mf_serve_handover_done(const mf_serve_handover_t *h);
 /* Ends the thread and closes the originals (the workers' dups stay open
  * until their servers stop). */
 void mf_serve_handover_close(mf_serve_handover_t *h);
-
-/* serve.c: the `moonflow serve` command. */
-int mf_serve_main(int argc, char **argv);
 
 #endif /* MF_SERVE_H */

@@ -1,4 +1,4 @@
-/* Cosockets (lua/mf_lua_socket.c) on the host's C API: the ends a busted
+/* Cosockets (lua/net/mf_lua_socket.c) on the host's C API: the ends a busted
  * spec cannot reach. A coroutine parked on sock:receive() that is aborted
  * (a client gone) closes its connection at once and leaves no reference,
  * timer or pending wait behind (the loop goes idle well before the read

@@ -1,4 +1,4 @@
-/* wrk's Lua API (lua/mf_lua_wrk.c, moonflow/lua_wrk.h) driven through its C
+/* wrk's Lua API (lua/load/mf_lua_wrk.c, moonflow/lua_wrk.h) driven through its C
  * API on plain lua_States: the wrk table and wrk.format (defaults from the
  * table, Host, Content-Length for a body), init(args) and the frozen
  * wrk.request(), wrk.lookup and wrk.connect against a real listening

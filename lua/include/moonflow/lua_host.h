@@ -19,19 +19,8 @@
  * mf_lua_host_destroy aborts what is left). The mf_lua_co_t handle is valid
  * until that callback returns.
  *
- * C functions that need I/O follow one pattern (OpenResty's sleep/socket):
- *
- *   static int l_sleep(lua_State *L) {
- *       uint64_t ms = luaL_checkinteger(L, 1);    // raise on misuse
- *       mf_lua_co_t *co = mf_lua_co_check(L);    // raise outside a coroutine
- *       op_t *op = ...;                          // start the C task
- *       mf_lua_co_park(co, op_cancel, op);       // the cleanup hook
- *       return lua_yield(L, 0);
- *   }
- *   // completion, on the loop: if the op was detached by its cleanup hook
- *   // (abort, shutdown), free it and stop; otherwise
- *   mf_lua_co_unpark(co);  push results on mf_lua_co_thread(co);
- *   mf_lua_co_resume(co, nresults);
+ * Coroutine control (hooks given at start, values kept with a thread, and
+ * the calls of C functions that park) is moonflow/lua_co.h, included here.
  *
  * Threads: the loop's thread only. Lua never runs on two threads at once:
  * one host per worker loop.
@@ -55,6 +44,8 @@ MF_EXTERN_C_BEGIN
 /* LuaJIT's headers declare no C linkage of their own (lua.hpp adds it):
  * included here, inside ours, they get it for C++ programs too. */
 #include <lua.h>
+
+#include <moonflow/lua_co.h>
 
 typedef struct mf_lua_host mf_lua_host_t;
 typedef struct mf_lua_co mf_lua_co_t;
@@ -215,6 +206,12 @@ typedef void (*mf_lua_co_exit_cb)(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
  * NULL (errors are then logged). */
 MF_API mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
                                       mf_lua_co_exit_cb cb, void *data);
+/* mf_lua_host_spawn with the coroutine's hooks (moonflow/lua_co.h: step
+ * observer, lean results, describer, request id, trace, deadline), copied
+ * before it runs; NULL: none, as mf_lua_host_spawn. */
+MF_API mf_lua_co_t *mf_lua_host_spawn_with(mf_lua_host_t *host, int nargs,
+                                           mf_lua_co_exit_cb cb, void *data,
+                                           const mf_lua_co_hooks_t *hooks);
 /* Spawn in two steps, for an owner that wants the thread first: prepare
  * gives a coroutine whose thread (mf_lua_co_thread) is ready; push the
  * function and nargs arguments on that thread, then start it. start returns
@@ -222,18 +219,11 @@ MF_API mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,
 MF_API mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host,
                                         mf_lua_co_exit_cb cb, void *data);
 MF_API bool mf_lua_co_start(mf_lua_co_t *co, int nargs);
+/* (mf_lua_co_start_with, in lua_co.h, starts it with hooks.) */
 /* The coroutine being resumed right now (or whose flow callback runs), NULL
  * when the loop runs plain C. */
 MF_API mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host);
 
-/* Values kept with a coroutine's thread: MF_LUA_CO_KEEP registry refs that
- * follow the thread when it is reused for a later spawn (LUA_NOREF until the
- * owner sets them), released with the thread. An owner that makes the same
- * objects for every spawn (the server's request and response) makes them
- * once per thread. Not counted in mf_lua_counts_t.refs: like idle threads,
- * they are bounded by the thread pool. */
-#define MF_LUA_CO_KEEP 2
-MF_API int *mf_lua_co_keep(mf_lua_co_t *co);
 /* Ends a parked coroutine: its cleanup hook runs (cancels the pending task),
  * then the exit callback with MF_LUA_CO_ABORTED, then the reference is
  * released. Called while the coroutine runs (from a C function it called,
@@ -245,71 +235,6 @@ MF_API void mf_lua_co_abort(mf_lua_co_t *co, const char *reason);
 
 MF_API lua_State *mf_lua_co_thread(const mf_lua_co_t *co);
 MF_API mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
-
-/* Timing the steps of the flows a coroutine waits on (step:wait() of a
- * task, a series or a parallel), for a load generator: the observer hears
- * step 0 when a flow starts, then step i when its i-th top-level step
- * completes: each child of the flow's series or parallel (a task, or a
- * nested series or parallel as a whole), or the flow itself (step 1) when
- * it is a single task. A series' step starts when the one before it
- * completes, a parallel's steps all start with the flow; steps pushed by
- * callbacks (flow:push) are not counted. Called on the loop thread outside
- * Lua (it must not touch the state), before the step's result reaches
- * Lua. NULL (the default for every new coroutine): none; the cost is then
- * one test per step. */
-typedef void (*mf_lua_step_fn)(void *ud, unsigned step);
-MF_API void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn,
-                                        void *ud);
-/* Lean results, for a waiter that only tells outcomes apart (a load
- * generator): in the flows this coroutine waits on, a task that succeeded,
- * whose answer reports no failure (its kind's answer_failed, lua_kind.h)
- * and that has no callback gives true in place of its result table, so
- * no table is built for it. A task that failed, or whose answer did (a
- * Redis error reply, an HTTP status >= 400), gives its whole result; a
- * callback is always given the whole result. Off for every new coroutine. */
-MF_API void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean);
-
-/* ---- for C functions that park (see the pattern above) --------------- */
-
-/* What a coroutine works for, for the log lines its Lua code writes
- * (mf.log): fn(ud, buf, cap) writes a short NUL-terminated label ("GET
- * /route") into buf when a line is written. The server sets one per
- * request; without one, lines carry no label. */
-typedef void (*mf_lua_describe_fn)(void *ud, char *buf, size_t cap);
-MF_API void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn,
-                                    void *ud);
-
-/* The id of the request a coroutine serves (serve's req.id): the HTTP
- * tasks its Lua code starts send it as X-Request-Id (unless their headers
- * name one). fn(ud) returns a NUL-terminated id, valid while the coroutine
- * runs; NULL: none (the default). */
-typedef const char *(*mf_lua_request_id_fn)(void *ud);
-MF_API void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
-                                     void *ud);
-/* The request id of the coroutine the host is running, or NULL. */
-MF_API const char *mf_lua_host_request_id(const mf_lua_host_t *host);
-
-/* Every task the coroutine's Lua code makes (its flows, its waits) holds
- * trace (moonflow/task.h: set on the loop while the coroutine runs), so an
- * observer can tell that work's tasks apart. The caller keeps trace alive
- * while the coroutine may run; NULL: none. Tasks a flow's per-task
- * callback makes are not the coroutine's. */
-MF_API void mf_lua_co_set_trace(mf_lua_co_t *co, mf_task_trace_t *trace);
-
-/* The running host coroutine whose thread is L; raises a Lua error when L
- * is not one (the main chunk of a plain state, a user coroutine). */
-MF_API mf_lua_co_t *mf_lua_co_check(lua_State *L);
-/* Cancels a pending operation; it must stop touching the coroutine. */
-typedef void (*mf_lua_cleanup_fn)(void *op);
-/* Records the pending operation's cleanup hook. A hook still set from an
- * earlier, failed park runs first. */
-MF_API void mf_lua_co_park(mf_lua_co_t *co, mf_lua_cleanup_fn cleanup,
-                           void *op);
-/* The operation completed: forget its hook (it must not run any more). */
-MF_API void mf_lua_co_unpark(mf_lua_co_t *co);
-/* Resumes a parked coroutine with nargs values pushed on its thread. Runs
- * the exit callback and releases the handle if the coroutine ends. */
-MF_API void mf_lua_co_resume(mf_lua_co_t *co, int nargs);
 
 /* ---- runaway code ------------------------------------------------------
  *
@@ -341,11 +266,7 @@ MF_API void mf_lua_co_resume(mf_lua_co_t *co, int nargs);
  */
 #define MF_LUA_WATCHDOG_SIGNAL (SIGRTMIN + 5)
 
-/* The coroutine's deadline in loop time (mf_loop_now), 0: none. Lua code
- * it runs at that time is stopped (MF_LUA_CAUSE_DEADLINE); a parked
- * coroutine is not touched (the owner's own timer aborts it). Needs an
- * interruptible host; ignored otherwise. */
-MF_API void mf_lua_co_set_deadline(mf_lua_co_t *co, uint64_t at);
+/* A coroutine's deadline is one of its hooks (moonflow/lua_co.h). */
 /* lua_pcall on the host's state as a slice: the budget and the memory cap
  * apply to the code it runs (a script's main chunk, say). */
 MF_API int mf_lua_host_pcall(mf_lua_host_t *host, int nargs, int nresults,

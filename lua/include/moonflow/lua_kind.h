@@ -38,6 +38,16 @@
  *   reply, an HTTP status >= 400). A waiter with lean results
  *   (mf_lua_co_set_lean_results) gets the whole result of such a task,
  *   true for any other that succeeded.
+ * - describe(L, idx) (may be NULL: nothing to tell): for reports (moonflow
+ *   bench names a scenario's steps by it): pushes exactly one value, a
+ *   short string telling a task of this kind apart from the others of its
+ *   kind (the Redis command, the HTTP method, the SQL statement, the Kafka
+ *   topic), or nil. It reads the description at idx as given (unchecked:
+ *   raise nothing). Equal strings are the same step for a report.
+ * - label(detail, buf, len) (may be NULL: the detail as it is): the words
+ *   of describe's string that name the step in a report, written to buf
+ *   (len bytes, NUL-terminated): mf_lua_kind_label_verb keeps the first
+ *   word in capitals ("GET", "SELECT").
  * - data_size / release (optional): the kind's own data per task:
  *   data_size bytes, zeroed, suitably aligned, allocated by the host with
  *   the task's record and given to create and result. release(data) frees
@@ -76,12 +86,21 @@ typedef struct mf_lua_kind {
     const char *(*error)(const mf_task_t *task, void *data, char *buf,
                          size_t len);
     bool (*answer_failed)(const mf_task_t *task, void *data);
+    void (*describe)(lua_State *L, int idx);
+    void (*label)(const char *detail, char *buf, size_t len);
 } mf_lua_kind_t;
 
 /* Makes kind usable by the host's Lua code. Returns 0, MF_EEXIST for a
  * name taken (the built-in kinds, "series" and "parallel" included), or
  * MF_EINVAL for a kind without name, check or create. */
 MF_API int mf_lua_kind_register(mf_lua_host_t *host, const mf_lua_kind_t *kind);
+/* The kind registered under name on the host of L (any of its threads), or
+ * NULL ("series", "parallel" and "graph" are structures, not kinds). */
+MF_API const mf_lua_kind_t *mf_lua_kind_find(lua_State *L, const char *name);
+/* A label (the kinds' label): the first word of detail (up to a space), in
+ * capitals, into buf (len bytes, NUL-terminated): "SELECT" for "select id
+ * FROM t", "GET" for "get". */
+MF_API void mf_lua_kind_label_verb(const char *detail, char *buf, size_t len);
 
 MF_EXTERN_C_END
 

@@ -7,7 +7,7 @@
  * objects given to done() (.min .max .mean .stdev, :percentile(p),
  * stats(i), #stats).
  *
- * `moonflow bench` (lua/serve/bench_http.c) makes one state for setup()
+ * `moonflow bench` (lua/bench/bench_http.c) makes one state for setup()
  * and done() and one per thread; it owns the states, the thread records
  * and the histograms. This module owns only the userdata it creates.
  *

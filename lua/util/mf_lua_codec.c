@@ -1,0 +1,136 @@
+/*
+ * lua/util/mf_lua_codec.c — the module moonflow.codec behind mf.base64 and
+ * mf.hex: text forms of bytes, both ways (moonflow/codec.h does the work).
+ *
+ *   mf.base64.encode(s)      standard alphabet, padded (RFC 4648 §4)
+ *   mf.base64.encode_url(s)  URL alphabet, no padding (§5: JWT, cookies)
+ *   mf.base64.decode(s) / mf.base64.decode_url(s)
+ *   mf.hex.encode(s)         lowercase
+ *   mf.hex.decode(s)         either case
+ *
+ * Decoders return nil, "invalid base64 at byte N" (1-based) for a byte
+ * outside the alphabet (whitespace included) or misplaced padding, and
+ * "invalid base64: it ends too early" for a length that cannot be (hex:
+ * "invalid hex at byte N", "invalid hex: an odd number of digits");
+ * padding itself is optional. Misuse (a
+ * non-string) raises.
+ *
+ * Owns nothing past a call: output goes to a stack array, or to a scratch
+ * userdata the collector takes when it is larger.
+ */
+#include <lauxlib.h>
+
+#include <moonflow/codec.h>
+
+#include "host/mf_lua_int.h"
+#include "mf_lua_util.h"
+
+#define MF_CODEC_STACK_BYTES 4096
+
+static int mf__base64_encode_with(lua_State *L, unsigned flags)
+{
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    char small[MF_CODEC_STACK_BYTES];
+    bool pushed;
+    if (n > (SIZE_MAX / 4) * 3 - 2)
+        return luaL_argerror(L, 1, "too long");
+    char *out = mf_lua_scratch(L, small, sizeof small,
+                               mf_base64_encoded_size(n), &pushed);
+    mf_lua_push_scratch(L, out, mf_base64_encode(out, s, n, flags), pushed);
+    return 1;
+}
+
+static int mf__base64_decode_with(lua_State *L, unsigned flags)
+{
+    size_t n, bad = 0;
+    const char *s = luaL_checklstring(L, 1, &n);
+    char small[MF_CODEC_STACK_BYTES];
+    bool pushed;
+    char *out = mf_lua_scratch(L, small, sizeof small,
+                               mf_base64_decoded_size(n), &pushed);
+    ssize_t len = mf_base64_decode(out, s, n, flags, &bad);
+    if (len < 0) {
+        lua_pushnil(L);
+        if (bad >= n)
+            lua_pushliteral(L, "invalid base64: it ends too early");
+        else
+            lua_pushfstring(L, "invalid base64 at byte %d", (int)bad + 1);
+        return 2;
+    }
+    mf_lua_push_scratch(L, out, (size_t)len, pushed);
+    return 1;
+}
+
+static int mf__base64_encode(lua_State *L)
+{
+    return mf__base64_encode_with(L, 0);
+}
+
+static int mf__base64_encode_url(lua_State *L)
+{
+    return mf__base64_encode_with(L, MF_BASE64_URL | MF_BASE64_NOPAD);
+}
+
+static int mf__base64_decode(lua_State *L)
+{
+    return mf__base64_decode_with(L, 0);
+}
+
+static int mf__base64_decode_url(lua_State *L)
+{
+    return mf__base64_decode_with(L, MF_BASE64_URL);
+}
+
+static int mf__hex_encode(lua_State *L)
+{
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    char small[MF_CODEC_STACK_BYTES];
+    bool pushed;
+    if (n > SIZE_MAX / 2)
+        return luaL_argerror(L, 1, "too long");
+    char *out = mf_lua_scratch(L, small, sizeof small, 2 * n, &pushed);
+    mf_hex_encode(out, s, n);
+    mf_lua_push_scratch(L, out, 2 * n, pushed);
+    return 1;
+}
+
+static int mf__hex_decode(lua_State *L)
+{
+    size_t n, bad = 0;
+    const char *s = luaL_checklstring(L, 1, &n);
+    char small[MF_CODEC_STACK_BYTES];
+    bool pushed;
+    char *out = mf_lua_scratch(L, small, sizeof small, n / 2, &pushed);
+    ssize_t len = mf_hex_decode(out, s, n, &bad);
+    if (len < 0) {
+        lua_pushnil(L);
+        if (bad >= n)
+            lua_pushliteral(L, "invalid hex: an odd number of digits");
+        else
+            lua_pushfstring(L, "invalid hex at byte %d", (int)bad + 1);
+        return 2;
+    }
+    mf_lua_push_scratch(L, out, (size_t)len, pushed);
+    return 1;
+}
+
+int mf_lua_open_codec(lua_State *L)
+{
+    static const luaL_Reg base64[] = {{"encode", mf__base64_encode},
+                                      {"encode_url", mf__base64_encode_url},
+                                      {"decode", mf__base64_decode},
+                                      {"decode_url", mf__base64_decode_url},
+                                      {NULL, NULL}};
+    static const luaL_Reg hex[] = {
+        {"encode", mf__hex_encode}, {"decode", mf__hex_decode}, {NULL, NULL}};
+    lua_createtable(L, 0, 2);
+    lua_newtable(L);
+    luaL_register(L, NULL, base64);
+    lua_setfield(L, -2, "base64");
+    lua_newtable(L);
+    luaL_register(L, NULL, hex);
+    lua_setfield(L, -2, "hex");
+    return 1;
+}
