@@ -219,48 +219,6 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     return co;
 }
 
-void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn, void *ud)
-{
-    co->hooks.step = fn;
-    co->hooks.step_ud = ud;
-}
-
-/* The lean hook of mf_lua_co_set_lean_results(co, true). */
-static bool mf_lua__lean_always(void *ud)
-{
-    (void)ud;
-    return true;
-}
-
-void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean)
-{
-    co->hooks.lean = lean ? mf_lua__lean_always : NULL;
-    co->hooks.lean_ud = NULL;
-}
-
-void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn, void *ud)
-{
-    co->hooks.describe = fn;
-    co->hooks.describe_ud = ud;
-}
-
-void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
-                              void *ud)
-{
-    co->hooks.request_id = fn;
-    co->hooks.request_id_ud = ud;
-}
-
-void mf_lua_co_set_trace(mf_lua_co_t *co, mf_task_trace_t *trace)
-{
-    co->hooks.trace = trace;
-}
-
-void mf_lua_co_set_deadline(mf_lua_co_t *co, uint64_t at)
-{
-    co->hooks.deadline = at;
-}
-
 const char *mf_lua_host_request_id(const mf_lua_host_t *host)
 {
     const mf_lua_co_t *co = host->current;

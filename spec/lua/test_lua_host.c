@@ -418,11 +418,12 @@ TEST(a_coroutine_reports_its_request_id_while_it_runs)
     ASSERT(mf_lua_host_request_id(host) == NULL); /* nothing runs */
     seen_t with = {0}, without = {0};
     mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &with);
-    mf_lua_co_set_request_id(co, fixed_id, "req-7");
+    mf_lua_co_hooks_t hooks = {.request_id = fixed_id,
+                               .request_id_ud = "req-7"};
     ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co),
                               "require('moonflow').sleep(1) return rid()"),
               0);
-    ASSERT(mf_lua_co_start(co, 0));
+    ASSERT(mf_lua_co_start_with(co, 0, &hooks));
     spawn("return rid()", &without);
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_STR_EQ(with.text, "req-7"); /* after a wait too */
@@ -436,7 +437,7 @@ TEST(the_step_observer_hears_each_flow_start_and_top_level_step_end)
     seen_t s = {0};
     steps_heard_t h = {0};
     mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
-    mf_lua_co_set_step_observer(co, on_step, &h);
+    mf_lua_co_hooks_t hooks = {.step = on_step, .step_ud = &h};
     lua_State *L = mf_lua_co_thread(co);
     ASSERT_EQ(
         luaL_loadstring(L, "local mf = require 'moonflow'\n"
@@ -447,7 +448,7 @@ TEST(the_step_observer_hears_each_flow_start_and_top_level_step_end)
                            "mf.parallel{ t(30), mf.series{ t(10) } }:wait()\n"
                            "return 'ok'"),
         0);
-    ASSERT(mf_lua_co_start(co, 0));
+    ASSERT(mf_lua_co_start_with(co, 0, &hooks));
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_STR_EQ(s.text, "ok");
     /* a series' steps in order; a lone task is step 1; a parallel's steps
@@ -472,14 +473,14 @@ TEST(a_coroutine_without_an_observer_is_not_timed)
     seen_t s = {0};
     steps_heard_t h = {0};
     mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
-    mf_lua_co_set_step_observer(co, on_step, &h);
-    mf_lua_co_set_step_observer(co, NULL, NULL);
+    mf_lua_co_hooks_t none = {0}; /* no observer: nothing is heard */
+    (void)on_step;
     ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co),
                               "local mf = require 'moonflow'\n"
                               "mf.series{ mf.task.timer(1) }:wait()\n"
                               "return 'ok'"),
               0);
-    ASSERT(mf_lua_co_start(co, 0));
+    ASSERT(mf_lua_co_start_with(co, 0, &none));
     mf_loop_run(loop, MF_RUN_DEFAULT);
     ASSERT_STR_EQ(s.text, "ok");
     ASSERT_EQ(h.n, 0);
@@ -493,6 +494,12 @@ static bool twice_answer_failed(const mf_task_t *task, void *data)
 {
     (void)task;
     return ((twice_data_t *)data)->n < 0;
+}
+
+static bool always_lean(void *ud)
+{
+    (void)ud;
+    return true;
 }
 
 TEST(lean_results_give_true_for_successes_and_whole_results_otherwise)
@@ -535,9 +542,9 @@ TEST(lean_results_give_true_for_successes_and_whole_results_otherwise)
     for (int lean = 1; lean >= 0; lean--) {
         seen_t s = {0};
         mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
-        mf_lua_co_set_lean_results(co, lean);
+        mf_lua_co_hooks_t hooks = {.lean = lean ? always_lean : NULL};
         ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co), code), 0);
-        ASSERT(mf_lua_co_start(co, 0));
+        ASSERT(mf_lua_co_start_with(co, 0, &hooks));
         mf_loop_run(loop, MF_RUN_DEFAULT);
         ASSERT_EQ(s.status, MF_LUA_CO_DONE);
         ASSERT_STR_EQ(s.text, want[lean]);
@@ -770,9 +777,9 @@ TEST(a_deadline_stops_code_that_never_yields)
     lua_State *T = mf_lua_co_thread(co);
     ASSERT_EQ(luaL_loadstring(T, "while true do end"), 0);
     mf_loop_update_time(loop);
-    mf_lua_co_set_deadline(co, mf_loop_now(loop) + 150);
+    mf_lua_co_hooks_t hooks = {.deadline = mf_loop_now(loop) + 150};
     uint64_t t0 = now_ms();
-    ASSERT(!mf_lua_co_start(co, 0));
+    ASSERT(!mf_lua_co_start_with(co, 0, &hooks));
     uint64_t ms = now_ms() - t0;
     assert_stopped(&s, MF_LUA_CAUSE_DEADLINE, "deadline exceeded");
     ASSERT(ms >= 140 && ms < 2000);

@@ -110,21 +110,6 @@ typedef struct mf_lua_co_hooks {
 MF_API bool mf_lua_co_start_with(mf_lua_co_t *co, int nargs,
                                  const mf_lua_co_hooks_t *hooks);
 
-/* One hook each, on a prepared or running coroutine: the form before
- * mf_lua_co_hooks_t, kept for the programs written with it. Each sets its
- * field of the coroutine's hooks; a later mf_lua_co_start_with with hooks
- * replaces them all. set_lean_results(co, lean): lean results always
- * (true) or never (false). */
-MF_API void mf_lua_co_set_step_observer(mf_lua_co_t *co, mf_lua_step_fn fn,
-                                        void *ud);
-MF_API void mf_lua_co_set_lean_results(mf_lua_co_t *co, bool lean);
-MF_API void mf_lua_co_set_describer(mf_lua_co_t *co, mf_lua_describe_fn fn,
-                                    void *ud);
-MF_API void mf_lua_co_set_request_id(mf_lua_co_t *co, mf_lua_request_id_fn fn,
-                                     void *ud);
-MF_API void mf_lua_co_set_trace(mf_lua_co_t *co, mf_task_trace_t *trace);
-MF_API void mf_lua_co_set_deadline(mf_lua_co_t *co, uint64_t at);
-
 /* The request id of the coroutine the host is running, or NULL. */
 MF_API const char *mf_lua_host_request_id(const mf_lua_host_t *host);
 

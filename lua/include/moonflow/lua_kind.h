@@ -36,7 +36,7 @@
  * - answer_failed(task, data) (may be NULL: never): the task succeeded;
  *   whether its answer reports a failure of what was asked (a Redis error
  *   reply, an HTTP status >= 400). A waiter with lean results
- *   (mf_lua_co_set_lean_results) gets the whole result of such a task,
+ *   (mf_lua_co_hooks_t's lean) gets the whole result of such a task,
  *   true for any other that succeeded.
  * - describe(L, idx) (may be NULL: nothing to tell): for reports (moonflow
  *   bench names a scenario's steps by it): pushes exactly one value, a
