@@ -167,10 +167,15 @@ static void mf_lua__host_ext_dtor(mf_loop_t *loop, void *ext)
     mf_lua_host_destroy(ext);
 }
 
+/* A binding: first to go, it drives everything below (loop.h). */
+#define MF_LUA_HOST_LOOP_RANK 40
+static mf_loop_key_t mf_lua__host_loop_key =
+    MF_LOOP_KEY_INIT(MF_LUA_HOST_LOOP_RANK, mf_lua__host_ext_dtor);
+
 mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
                                   const mf_lua_host_opts_t *opts)
 {
-    if (mf_loop_ext(loop, MF_LOOP_EXT_LUA))
+    if (mf_loop_get(loop, &mf_lua__host_loop_key))
         return NULL;
     lua_State *L = luaL_newstate();
     if (!L)
@@ -208,7 +213,7 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
         return NULL;
     }
     mf_lua_kinds_init(host);
-    mf_loop_set_ext(loop, MF_LOOP_EXT_LUA, host, mf_lua__host_ext_dtor);
+    mf_loop_set(loop, &mf_lua__host_loop_key, host);
     return host;
 }
 
@@ -221,7 +226,7 @@ void mf_lua_host_destroy(mf_lua_host_t *host)
             mf_container_of(host->coroutines.next, mf_lua_co_t, link),
             "host shutdown");
     mf_lua_timers_shutdown(host);
-    mf_loop_set_ext(host->loop, MF_LOOP_EXT_LUA, NULL, NULL);
+    mf_loop_set(host->loop, &mf_lua__host_loop_key, NULL);
     mf_lua_watch_unregister(host->watch);
     mf_lua__uncap_memory(host);
     lua_close(host->L);
@@ -251,7 +256,7 @@ mf_lua_host_t *mf_lua_host_from_state(lua_State *L)
 
 mf_lua_host_t *mf_lua_host_of(const mf_loop_t *loop)
 {
-    return mf_loop_ext(loop, MF_LOOP_EXT_LUA);
+    return mf_loop_get(loop, &mf_lua__host_loop_key);
 }
 
 void mf_lua_host_log(mf_lua_host_t *host, const char *fmt, ...)

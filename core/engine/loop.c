@@ -2,6 +2,7 @@
  * loop.c — the event loop: phases, timers, posts, epoll (edge-triggered).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -294,6 +295,72 @@ static unsigned mf__run_pending(mf_loop_t *loop, bool *more)
     return ran;
 }
 
+/* ---- loop-local storage ------------------------------------------------ */
+
+/* Ids handed out so far; taken under the lock so a key that two workers
+ * meet at once takes one id, not two (cold: once per key per process). */
+static unsigned mf__loop_keys_taken;
+static pthread_mutex_t mf__loop_keys_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned mf__loop_key_take(mf_loop_key_t *key)
+{
+    pthread_mutex_lock(&mf__loop_keys_lock);
+    unsigned id = __atomic_load_n(&key->_id, __ATOMIC_RELAXED);
+    if (!id) {
+        if (mf__loop_keys_taken == MF_LOOP_KEYS) {
+            fprintf(stderr, "moonflow: more than MF_LOOP_KEYS (%d) loop keys\n",
+                    MF_LOOP_KEYS);
+            abort();
+        }
+        id = ++mf__loop_keys_taken;
+        __atomic_store_n(&key->_id, id, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&mf__loop_keys_lock);
+    return id;
+}
+
+void *mf_loop_get(const mf_loop_t *loop, mf_loop_key_t *key)
+{
+    /* A key never taken has no value on any loop. */
+    unsigned id = __atomic_load_n(&key->_id, __ATOMIC_RELAXED);
+    return id ? loop->values[id - 1] : NULL;
+}
+
+void mf_loop_set(mf_loop_t *loop, mf_loop_key_t *key, void *value)
+{
+    unsigned id = __atomic_load_n(&key->_id, __ATOMIC_RELAXED);
+    if (!id)
+        id = mf__loop_key_take(key);
+    loop->values[id - 1] = value;
+    loop->value_keys[id - 1] = key;
+}
+
+/* The not yet destroyed value to go next: highest rank, then newest key. */
+static int mf__loop_value_next(const mf_loop_t *loop, uint64_t done)
+{
+    int next = -1;
+    for (int i = 0; i < MF_LOOP_KEYS; i++) {
+        if (!loop->values[i] || (done >> i & 1))
+            continue;
+        if (next < 0 ||
+            loop->value_keys[i]->rank >= loop->value_keys[next]->rank)
+            next = i;
+    }
+    return next;
+}
+
+/* Picks again after each dtor, which may clear or set other values (as the
+ * old fixed slots were read afresh one by one). */
+static void mf__loop_values_destroy(mf_loop_t *loop)
+{
+    uint64_t done = 0;
+    for (int i; (i = mf__loop_value_next(loop, done)) >= 0;) {
+        done |= UINT64_C(1) << i;
+        if (loop->value_keys[i]->dtor)
+            loop->value_keys[i]->dtor(loop, loop->values[i]);
+    }
+}
+
 /* ---- the loop ---------------------------------------------------------- */
 
 mf_loop_t *mf_loop_create(void)
@@ -326,9 +393,7 @@ void mf_loop_destroy(mf_loop_t *loop)
 {
     if (!loop)
         return;
-    for (unsigned i = MF_LOOP_EXT_MAX; i-- > 0;)
-        if (loop->ext[i] && loop->ext_dtor[i])
-            loop->ext_dtor[i](loop, loop->ext[i]);
+    mf__loop_values_destroy(loop);
     mf_io_stop(loop, &loop->mailbox_io);
     mf__mailbox_close(&loop->mailbox);
     close(loop->epfd);
@@ -445,20 +510,6 @@ unsigned mf_loop_index(const mf_loop_t *loop)
 void mf_loop_set_index(mf_loop_t *loop, unsigned index)
 {
     loop->index = index;
-}
-
-void *mf_loop_ext(const mf_loop_t *loop, unsigned id)
-{
-    return id < MF_LOOP_EXT_MAX ? loop->ext[id] : NULL;
-}
-
-void mf_loop_set_ext(mf_loop_t *loop, unsigned id, void *ext,
-                     mf_loop_ext_dtor dtor)
-{
-    if (id >= MF_LOOP_EXT_MAX)
-        return;
-    loop->ext[id] = ext;
-    loop->ext_dtor[id] = dtor;
 }
 
 void *mf_loop_alloc(mf_loop_t *loop, size_t size)

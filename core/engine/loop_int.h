@@ -42,8 +42,8 @@ struct mf_loop {
     const mf_task_observer_t *observer; /* mf_loop_observe_tasks; NULL */
     mf_task_trace_t *trace;             /* mf_loop_set_trace; NULL */
     unsigned index;
-    void *ext[MF_LOOP_EXT_MAX];
-    mf_loop_ext_dtor ext_dtor[MF_LOOP_EXT_MAX];
+    void *values[MF_LOOP_KEYS];              /* by key id - 1 */
+    mf_loop_key_t *value_keys[MF_LOOP_KEYS]; /* whose dtor runs at destroy */
     /* The batch being dispatched, so mf_io_stop can void stale entries. */
     struct epoll_event *polled;
     int npolled;

@@ -5,7 +5,7 @@
  * http_forward.c (proxying: relays to a server exchange through its public
  * API only). Internal.
  *
- * Ownership: the loop's pool (MF_LOOP_EXT_HTTP_CLIENT slot) owns endpoints;
+ * Ownership: the loop's pool (under its loop key) owns endpoints;
  * an endpoint owns its connections; a connection serves at most one task at
  * a time and never owns it. Connections are freed from a deferred post.
  */

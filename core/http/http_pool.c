@@ -38,9 +38,14 @@ static void mf__pool_free(mf_loop_t *loop, void *ext)
     mf_free(pool);
 }
 
+/* Among the protocol clients' state, the last to go (loop.h). */
+#define MF_HTTP_POOL_LOOP_RANK 20
+static mf_loop_key_t mf__http_pool_key =
+    MF_LOOP_KEY_INIT(MF_HTTP_POOL_LOOP_RANK, mf__pool_free);
+
 mf_http_pool_t *mf__http_pool(mf_loop_t *loop)
 {
-    mf_http_pool_t *pool = mf_loop_ext(loop, MF_LOOP_EXT_HTTP_CLIENT);
+    mf_http_pool_t *pool = mf_loop_get(loop, &mf__http_pool_key);
     if (pool)
         return pool;
     pool = mf_xcalloc(1, sizeof(*pool));
@@ -48,7 +53,7 @@ mf_http_pool_t *mf__http_pool(mf_loop_t *loop)
     mf_list_init(&pool->endpoints);
     pool->config.max_connections_per_endpoint = 64;
     pool->config.idle_timeout_ms = 60000;
-    mf_loop_set_ext(loop, MF_LOOP_EXT_HTTP_CLIENT, pool, mf__pool_free);
+    mf_loop_set(loop, &mf__http_pool_key, pool);
     return pool;
 }
 
@@ -63,7 +68,7 @@ void mf_http_pool_configure(mf_loop_t *loop,
 
 uint64_t mf_http_pool_connects(mf_loop_t *loop)
 {
-    mf_http_pool_t *pool = mf_loop_ext(loop, MF_LOOP_EXT_HTTP_CLIENT);
+    mf_http_pool_t *pool = mf_loop_get(loop, &mf__http_pool_key);
     return pool ? pool->connects : 0;
 }
 
@@ -155,7 +160,7 @@ static void mf__client_conn_idle_expired(mf_timer_t *timer)
 
 void mf_http_pool_stats(mf_loop_t *loop, mf_http_endpoint_stats_fn fn, void *ud)
 {
-    mf_http_pool_t *pool = mf_loop_ext(loop, MF_LOOP_EXT_HTTP_CLIENT);
+    mf_http_pool_t *pool = mf_loop_get(loop, &mf__http_pool_key);
     mf_list_t *node, *n;
     if (!pool)
         return;

@@ -81,7 +81,7 @@ void mf__kafka_task_release(mf__kafka_task_t *t);
 /* ---- the loop's Kafka slot ------------------------------------------------
  */
 
-/* MF_LOOP_EXT_KAFKA holds one of these for both sides (a loop may produce
+/* The loop's Kafka key holds one of these for both sides (a loop may produce
  * and consume): mf__kafka_loop() creates it on first use. When the loop is
  * destroyed, consumers_dtor (set by kafka_consumer.c) runs first, then the
  * producer side lets go of the loop's report mailbox (kafka_producer.c). */

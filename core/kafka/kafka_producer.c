@@ -96,12 +96,17 @@ static void mf__kafka_loop_dtor(mf_loop_t *loop, void *ext)
     mf_free(kl);
 }
 
+/* A protocol client's state (loop.h). */
+#define MF_KAFKA_LOOP_RANK 24
+static mf_loop_key_t mf__kafka_loop_key =
+    MF_LOOP_KEY_INIT(MF_KAFKA_LOOP_RANK, mf__kafka_loop_dtor);
+
 mf__kafka_loop_t *mf__kafka_loop(mf_loop_t *loop)
 {
-    mf__kafka_loop_t *kl = mf_loop_ext(loop, MF_LOOP_EXT_KAFKA);
+    mf__kafka_loop_t *kl = mf_loop_get(loop, &mf__kafka_loop_key);
     if (!kl) {
         kl = mf_xcalloc(1, sizeof *kl);
-        mf_loop_set_ext(loop, MF_LOOP_EXT_KAFKA, kl, mf__kafka_loop_dtor);
+        mf_loop_set(loop, &mf__kafka_loop_key, kl);
     }
     return kl;
 }

@@ -4,7 +4,7 @@
  * serves a task (idle, a new one, or a place in the wait queue), and where
  * a connection goes when its task is done.
  *
- * Ownership: the registry lives in the loop's MF_LOOP_EXT_MYSQL slot and
+ * Ownership: the registry lives under the loop's MySQL key and
  * owns its clients; a client owns its connections and sessions. Client
  * memory comes from mf_xcalloc once per URL and loop.
  */
@@ -97,15 +97,20 @@ static void mf__registry_free(mf_loop_t *loop, void *ext)
     mf_free(reg);
 }
 
+/* A protocol client's state (loop.h). */
+#define MF_MYSQL_LOOP_RANK 23
+static mf_loop_key_t mf__mysql_loop_key =
+    MF_LOOP_KEY_INIT(MF_MYSQL_LOOP_RANK, mf__registry_free);
+
 static mf_mysql_registry_t *mf__registry(mf_loop_t *loop)
 {
-    mf_mysql_registry_t *reg = mf_loop_ext(loop, MF_LOOP_EXT_MYSQL);
+    mf_mysql_registry_t *reg = mf_loop_get(loop, &mf__mysql_loop_key);
     if (reg)
         return reg;
     reg = mf_xcalloc(1, sizeof(*reg));
     reg->loop = loop;
     mf_list_init(&reg->clients);
-    mf_loop_set_ext(loop, MF_LOOP_EXT_MYSQL, reg, mf__registry_free);
+    mf_loop_set(loop, &mf__mysql_loop_key, reg);
     return reg;
 }
 
@@ -171,7 +176,7 @@ uint64_t mf_mysql_client_connects(const mf_mysql_client_t *client)
 void mf_mysql_clients_stats(mf_loop_t *loop, mf_mysql_client_stats_fn fn,
                             void *ud)
 {
-    mf_mysql_registry_t *reg = mf_loop_ext(loop, MF_LOOP_EXT_MYSQL);
+    mf_mysql_registry_t *reg = mf_loop_get(loop, &mf__mysql_loop_key);
     mf_list_t *node, *n;
     if (!reg)
         return;

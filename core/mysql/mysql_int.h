@@ -60,7 +60,7 @@
  * (which deallocates the server's statements) and before it closes, so the
  * cache never outlives its statements.
  *
- * Ownership: the loop's MF_LOOP_EXT_MYSQL slot owns the registry; the
+ * Ownership: the loop's MySQL key holds the registry; the
  * registry owns its clients; a client owns its connections (pooled and the
  * KILL ones) and live sessions. A task is owned by its series; while it runs
  * a connection points at it (conn->task) and it at the connection

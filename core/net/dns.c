@@ -4,7 +4,7 @@
  * mf_dns_query_* API, and the dns task kind.
  *
  * Who owns what:
- * - The loop owns the resolver: it sits in the MF_LOOP_EXT_DNS slot, created
+ * - The loop owns the resolver: it is the value of its loop key, created
  *   on first use, and mf__dns_resolver_dtor frees it with the loop.
  * - The resolver owns the c-ares channel, one socket record (an mf_io_t from
  *   mf_loop_alloc) per socket c-ares asks us to watch, the retry timer, and
@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 
 #include "dns_cache.h"
+#include "net.h"
 #include "moonflow/dns.h"
 #include "moonflow/error.h"
 
@@ -263,8 +264,8 @@ static void mf__dns_resolver_dtor(mf_loop_t *loop, void *ext)
     mf_dns_resolver_t *r = ext;
     (void)loop;
     /* The loop will not run again: no completion could be delivered, and
-     * the queries may already be gone with their owners (slots with higher
-     * ids are destroyed first). Lookups are dropped without touching them,
+     * the queries may already be gone with their owners (values of higher
+     * ranks are destroyed first). Lookups are dropped without touching them,
      * as the loop drops tasks still in flight. */
     r->dying = true;
     mf__dns_channel_destroy(r);
@@ -272,9 +273,14 @@ static void mf__dns_resolver_dtor(mf_loop_t *loop, void *ext)
     mf_free(r);
 }
 
+/* Last to go: other values' teardown may still cancel lookups (loop.h). */
+#define MF_DNS_LOOP_RANK 10
+static mf_loop_key_t mf__dns_loop_key =
+    MF_LOOP_KEY_INIT(MF_DNS_LOOP_RANK, mf__dns_resolver_dtor);
+
 static mf_dns_resolver_t *mf__dns_resolver(mf_loop_t *loop)
 {
-    mf_dns_resolver_t *r = mf_loop_ext(loop, MF_LOOP_EXT_DNS);
+    mf_dns_resolver_t *r = mf_loop_get(loop, &mf__dns_loop_key);
     if (r)
         return r;
     r = mf_xcalloc(1, sizeof(*r));
@@ -283,7 +289,7 @@ static mf_dns_resolver_t *mf__dns_resolver(mf_loop_t *loop)
     mf_list_init(&r->socks);
     mf__dns_cache_init(&r->cache, MF__DNS_CACHE_MAX);
     r->config = mf__dns_defaults;
-    mf_loop_set_ext(loop, MF_LOOP_EXT_DNS, r, mf__dns_resolver_dtor);
+    mf_loop_set(loop, &mf__dns_loop_key, r);
     return r;
 }
 
@@ -606,9 +612,14 @@ void mf_dns_query_cancel(mf_dns_query_t *query)
     }
 }
 
+const void *mf__dns_resolver_of(const mf_loop_t *loop)
+{
+    return mf_loop_get(loop, &mf__dns_loop_key);
+}
+
 void mf_dns_cache_clear(mf_loop_t *loop)
 {
-    mf_dns_resolver_t *r = mf_loop_ext(loop, MF_LOOP_EXT_DNS);
+    mf_dns_resolver_t *r = mf_loop_get(loop, &mf__dns_loop_key);
     if (r)
         mf__dns_cache_clear(&r->cache);
 }

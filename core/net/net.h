@@ -42,4 +42,7 @@ char *mf__net_pct_decode(const char *s, size_t n, bool nul_ok);
 /* s[0..n) as 1 to 10 decimal digits of a value up to max. */
 bool mf__net_parse_decimal(const char *s, size_t n, uint64_t max, uint64_t *v);
 
+/* dns.c: the loop's resolver, NULL until a lookup needed c-ares (tests). */
+const void *mf__dns_resolver_of(const mf_loop_t *loop);
+
 #endif /* MF_NET_H */

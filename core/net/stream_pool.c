@@ -7,7 +7,7 @@
  * Owns the buckets (one per key, mf_xmalloc'd, kept until the loop ends:
  * a process talks to few peers) and the links of the streams idle in
  * them; the streams themselves stay stream.c's, closed through
- * mf__stream_close. Kept in the loop's MF_LOOP_EXT_STREAM slot.
+ * mf__stream_close. Kept under its loop key.
  *
  * May call: the loop, stream.c's internal calls, libc.
  */
@@ -76,18 +76,23 @@ static void mf__stream_pools_free(mf_loop_t *loop, void *ext)
     free(p);
 }
 
+/* Above the protocol clients: its idle streams go before them (loop.h). */
+#define MF_STREAM_POOL_LOOP_RANK 30
+static mf_loop_key_t mf__stream_pools_key =
+    MF_LOOP_KEY_INIT(MF_STREAM_POOL_LOOP_RANK, mf__stream_pools_free);
+
 /* The bucket of key; a new one when create says so, else NULL. A bucket
  * found moves to the front: busy keys are found first. */
 static mf_stream_bucket_t *mf__stream_bucket(mf_loop_t *loop, const char *key,
                                              bool create)
 {
-    mf_stream_pools_t *p = mf_loop_ext(loop, MF_LOOP_EXT_STREAM);
+    mf_stream_pools_t *p = mf_loop_get(loop, &mf__stream_pools_key);
     if (!p) {
         if (!create)
             return NULL;
         p = mf_xmalloc(sizeof *p);
         mf_list_init(&p->buckets);
-        mf_loop_set_ext(loop, MF_LOOP_EXT_STREAM, p, mf__stream_pools_free);
+        mf_loop_set(loop, &mf__stream_pools_key, p);
     }
     mf_list_t *pos;
     mf_list_foreach(pos, &p->buckets)
@@ -168,7 +173,7 @@ mf_stream_t *mf_stream_pool_take(mf_loop_t *loop, const char *key)
 
 size_t mf_stream_pool_count(const mf_loop_t *loop, const char *key)
 {
-    mf_stream_pools_t *p = mf_loop_ext(loop, MF_LOOP_EXT_STREAM);
+    mf_stream_pools_t *p = mf_loop_get(loop, &mf__stream_pools_key);
     if (!p)
         return 0;
     mf_list_t *pos;

@@ -161,13 +161,18 @@ static SSL_CTX *mf__tls_client_ctx_new(bool verify, const char *ca_file)
     return ctx;
 }
 
+/* Goes after the other protocol clients, before the HTTP pools (loop.h). */
+#define MF_TLS_LOOP_RANK 21
+static mf_loop_key_t mf__tls_loop_key =
+    MF_LOOP_KEY_INIT(MF_TLS_LOOP_RANK, mf__tls_client_free);
+
 static SSL_CTX *mf__tls_client_ctx(mf_loop_t *loop, bool verify,
                                    const char *ca_file)
 {
-    mf_tls_client_t *c = mf_loop_ext(loop, MF_LOOP_EXT_TLS);
+    mf_tls_client_t *c = mf_loop_get(loop, &mf__tls_loop_key);
     if (!c) {
         c = mf_xcalloc(1, sizeof(*c));
-        mf_loop_set_ext(loop, MF_LOOP_EXT_TLS, c, mf__tls_client_free);
+        mf_loop_set(loop, &mf__tls_loop_key, c);
     }
     if (!verify) {
         if (!c->noverify_ctx)

@@ -6,7 +6,7 @@
  *
  * Ownership: mf__tls_server_create returns a context the server owns and
  * frees with mf__tls_server_free. The client context is one per loop and per
- * verification mode, kept in the loop's MF_LOOP_EXT_TLS slot and freed with
+ * verification mode, kept under the loop's TLS key (tls.c) and freed with
  * the loop. SSL objects belong to their connection.
  */
 #ifndef MF_TLS_H

@@ -4,7 +4,7 @@
  * a task: a shared pipelined one, or one of the dedicated pool (idle, new,
  * or a place in the wait queue).
  *
- * Ownership: the registry lives in the loop's MF_LOOP_EXT_REDIS slot and
+ * Ownership: the registry lives under the loop's Redis key and
  * is freed with the loop, with every client, connection and subscriber in
  * it. Client memory comes from mf_xcalloc once per URL and loop.
  */
@@ -95,15 +95,20 @@ static void mf__registry_free(mf_loop_t *loop, void *ext)
     mf_free(reg);
 }
 
+/* A protocol client's state (loop.h). */
+#define MF_REDIS_LOOP_RANK 22
+static mf_loop_key_t mf__redis_loop_key =
+    MF_LOOP_KEY_INIT(MF_REDIS_LOOP_RANK, mf__registry_free);
+
 static mf_redis_registry_t *mf__registry(mf_loop_t *loop)
 {
-    mf_redis_registry_t *reg = mf_loop_ext(loop, MF_LOOP_EXT_REDIS);
+    mf_redis_registry_t *reg = mf_loop_get(loop, &mf__redis_loop_key);
     if (reg)
         return reg;
     reg = mf_xcalloc(1, sizeof(*reg));
     reg->loop = loop;
     mf_list_init(&reg->clients);
-    mf_loop_set_ext(loop, MF_LOOP_EXT_REDIS, reg, mf__registry_free);
+    mf_loop_set(loop, &mf__redis_loop_key, reg);
     return reg;
 }
 
@@ -202,7 +207,7 @@ uint64_t mf_redis_client_connects(const mf_redis_client_t *client)
 void mf_redis_clients_stats(mf_loop_t *loop, mf_redis_client_stats_fn fn,
                             void *ud)
 {
-    mf_redis_registry_t *reg = mf_loop_ext(loop, MF_LOOP_EXT_REDIS);
+    mf_redis_registry_t *reg = mf_loop_get(loop, &mf__redis_loop_key);
     mf_list_t *node, *n;
     if (!reg)
         return;

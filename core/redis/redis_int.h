@@ -5,7 +5,7 @@
  * redis_reply.c (reply memory and the redisReader adapter), redis_task.c
  * (the task kind) and redis_sub.c (pub/sub). Internal.
  *
- * Ownership: the loop's MF_LOOP_EXT_REDIS slot owns the registry; the
+ * Ownership: the loop's Redis key holds the registry; the
  * registry owns its clients; a client owns its connections and subscribers.
  * A connection never owns a task: it holds the tasks whose replies it
  * expects, in order, and completes them. Connection memory goes back from a

@@ -2,7 +2,7 @@
  * moonflow/dns.h — asynchronous name resolution on the loop, with c-ares.
  *
  * One resolver per loop (created on first use, kept in the loop's
- * MF_LOOP_EXT_DNS slot, destroyed with the loop). c-ares sockets are watched
+ * local storage, destroyed with the loop). c-ares sockets are watched
  * with mf_io_t and its timeouts with an mf_timer_t: no blocking getaddrinfo
  * on a loop thread, ever. /etc/hosts is honoured (c-ares lookups "fb").
  * Answers are cached per loop by host name (case-insensitive; each query

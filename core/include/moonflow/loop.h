@@ -167,26 +167,46 @@ MF_API mf_pool_t *mf_loop_pool(const mf_loop_t *loop);
 MF_API unsigned mf_loop_index(const mf_loop_t *loop);
 MF_API void mf_loop_set_index(mf_loop_t *loop, unsigned index);
 
-/* Per-loop extension slots: subsystems with per-loop state (the DNS resolver,
- * the HTTP client's connection pools, TLS contexts ...) keep it here, created
- * lazily on first use. mf_loop_destroy calls each slot's dtor (highest id
- * first) while the loop can still stop watchers and timers. */
-enum {
-    MF_LOOP_EXT_DNS,
-    MF_LOOP_EXT_HTTP_CLIENT,
-    MF_LOOP_EXT_TLS,
-    MF_LOOP_EXT_REDIS,
-    MF_LOOP_EXT_MYSQL,
-    MF_LOOP_EXT_KAFKA,
-    MF_LOOP_EXT_STREAM, /* the keepalive pool of streams (stream.h) */
-    MF_LOOP_EXT_LUA,
-    MF_LOOP_EXT_USER,
-    MF_LOOP_EXT_MAX = 16
-};
-typedef void (*mf_loop_ext_dtor)(mf_loop_t *loop, void *ext);
-MF_API void *mf_loop_ext(const mf_loop_t *loop, unsigned id);
-MF_API void mf_loop_set_ext(mf_loop_t *loop, unsigned id, void *ext,
-                            mf_loop_ext_dtor dtor);
+/* ---- Loop-local storage ----------------------------------------------
+ *
+ * Modules with per-loop state (the DNS resolver, the HTTP client's pools,
+ * TLS contexts, a Lua host ...) keep it in the loop under a key of their
+ * own, created lazily on first use; the engine knows none of them.
+ *
+ * Rank convention (prose, not an enum: each module defines its rank beside
+ * its key). Higher ranks are destroyed first, so a value whose teardown
+ * still calls into another's ranks above it:
+ *   10..19  services any other value's teardown may still use (the DNS
+ *           resolver);
+ *   20..39  protocol clients' per-loop state (connection pools, TLS
+ *           contexts, registries), then the keepalive pool of streams
+ *           above them, which closes streams of all of them;
+ *   40+     bindings that drive everything above (the Lua host). */
+
+/* A per-loop value's destructor: runs in mf_loop_destroy while the loop can
+ * still stop watchers and timers. */
+typedef void (*mf_loop_value_dtor)(mf_loop_t *loop, void *value);
+/* A key names one kind of per-loop value (as pthread_key_t names a thread's);
+ * a module keeps one static key. Its id is taken at first use, once, from a
+ * process-wide counter (atomic: workers may race). rank orders teardown:
+ * mf_loop_destroy runs the dtors of higher ranks first (a module above
+ * another picks a higher rank), equal ranks newest-key-first. At most
+ * MF_LOOP_KEYS keys per process; one more aborts. */
+typedef struct mf_loop_key {
+    unsigned _id; /* 0 until first use (accessed atomically) */
+    int rank;
+    mf_loop_value_dtor dtor;
+} mf_loop_key_t;
+/* clang-format off */
+#define MF_LOOP_KEY_INIT(rank, dtor) { 0, (rank), (dtor) }
+/* clang-format on */
+#define MF_LOOP_KEYS 64
+/* The loop's value under key; NULL until set. Cheap: one relaxed load and
+ * an index. Loop thread only. */
+MF_API void *mf_loop_get(const mf_loop_t *loop, mf_loop_key_t *key);
+/* Sets (or with NULL clears) the loop's value under key; the loop calls the
+ * key's dtor on a non-NULL value when it is destroyed. Loop thread only. */
+MF_API void mf_loop_set(mf_loop_t *loop, mf_loop_key_t *key, void *value);
 
 /* Per-loop allocator: size-class free lists carved from large slabs. No
  * malloc once the working set is warm. Loop thread only; sizes above

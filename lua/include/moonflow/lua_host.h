@@ -140,7 +140,7 @@ static inline int mf_lua_log_level(const char *name)
 /* Creates the state, opens the standard libraries, preloads the embedded
  * moonflow modules (require "moonflow") and registers the built-in task
  * kinds (timer, http, go, redis). opts may be NULL (all defaults). The
- * host registers itself in the loop's MF_LOOP_EXT_LUA slot (one host per
+ * host registers itself under the loop's Lua key (one host per
  * loop; a loop destroyed first destroys its host). Returns NULL if the loop
  * has a host already or LuaJIT cannot allocate a state. */
 MF_API mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,

@@ -15,6 +15,7 @@
 #include "test.h"
 
 #include "dns_stub.h"
+#include "net/net.h"
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -97,7 +98,7 @@ TEST(numeric_hosts_resolve_without_a_resolver_and_never_synchronously)
     ASSERT_STR_EQ(v4.addrs[0], "127.0.0.1:80");
     ASSERT_STR_EQ(v6.addrs[0], "[::1]:443");
     ASSERT_STR_EQ(bracketed.addrs[0], "[2001:db8::1]:8080");
-    ASSERT(mf_loop_ext(loop, MF_LOOP_EXT_DNS) == NULL); /* no c-ares */
+    ASSERT(mf__dns_resolver_of(loop) == NULL); /* no c-ares */
     mf_loop_destroy(loop);
 }
 
