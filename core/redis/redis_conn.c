@@ -64,15 +64,21 @@ static void mf__rconn_set_due(mf_redis_conn_t *conn, uint32_t ms)
 }
 
 /* Busy: the socket and the response timer keep the loop alive. Idle: the
- * connection waits for work without keeping the loop running. */
+ * connection waits for work without keeping the loop running; a shared
+ * one closes after the idle timeout, a dedicated one's idle timer is the
+ * pool's. */
 void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy)
 {
     if (conn->io.fd >= 0)
         mf_io_set_ref(conn->loop, &conn->io, busy);
     if (conn->state != MF_RCONN_READY || conn->kind == MF_RCONN_SUB)
         return;
-    mf__rconn_set_due(conn, busy ? mf__rconn_response_ms(conn)
-                                 : conn->client->opts.idle_timeout_ms);
+    if (busy)
+        mf__rconn_set_due(conn, mf__rconn_response_ms(conn));
+    else
+        mf__rconn_set_due(conn, conn->kind == MF_RCONN_POOLED
+                                    ? 0
+                                    : conn->client->opts.idle_timeout_ms);
 }
 
 static void mf__rconn_on_timer(mf_timer_t *timer)
@@ -132,8 +138,8 @@ mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
     mf__client_open_init(&conn->opener, loop, &conn->io, &conn->ssl);
     mf_timer_init(&conn->timer, mf__rconn_on_timer, conn);
     mf_list_init(&conn->queue);
-    mf_list_init(&conn->link);
-    mf_list_init(&conn->idle_link);
+    mf_list_init(&conn->pc.link); /* in no endpoint until the pool adds it */
+    mf_list_init(&conn->pc.idle_link);
     mf_post_init(&conn->flush_post, mf__rconn_flush_cb, conn);
     mf_post_init(&conn->free_post, mf__rconn_free_cb, conn);
     mf__buf_init(&conn->out);
@@ -429,6 +435,13 @@ static void mf__rconn_read(mf_redis_conn_t *conn, unsigned events)
 static void mf__rconn_on_io(mf_io_t *io, unsigned events)
 {
     mf_redis_conn_t *conn = io->data;
+    if (mf_pconn_idle(&conn->pc)) {
+        /* An idle dedicated connection: the server closed it or sent what
+         * nobody asked for; the pool drops it. */
+        if (events & ~(unsigned)MF_IO_WRITE)
+            mf_pconn_idle_fired(&conn->pc);
+        return;
+    }
     if (conn->state == MF_RCONN_OPENING) {
         mf__rconn_opening_event(conn, events);
         if (conn->state == MF_RCONN_OPENING || conn->state == MF_RCONN_CLOSED)

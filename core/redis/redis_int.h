@@ -1,13 +1,15 @@
 /*
  * redis_int.h — the Redis client's structs, shared by redis_client.c (URL,
- * per-loop registry, which connection serves a task), redis_conn.c (a
- * connection: open, AUTH/SELECT, write batching, reading replies),
- * redis_reply.c (reply memory and the redisReader adapter), redis_task.c
- * (the task kind) and redis_sub.c (pub/sub). Internal.
+ * the client as an endpoint's data, which connection serves a task),
+ * redis_conn.c (a connection: open, AUTH/SELECT, write batching, reading
+ * replies), redis_reply.c (reply memory and the redisReader adapter),
+ * redis_task.c (the task kind) and redis_sub.c (pub/sub). Internal.
  *
- * Ownership: the loop's Redis key holds the registry; the
- * registry owns its clients; a client owns its connections and subscribers.
- * A connection never owns a task: it holds the tasks whose replies it
+ * Ownership: the loop's endpoint pool (moonflow/endpoint.h) owns the
+ * endpoints; a client is the data of its endpoint (freed with it) and owns
+ * its shared connections and subscribers. The dedicated connections are
+ * counted, kept idle and handed out by the pool, and freed by the client's
+ * ops. A connection never owns a task: it holds the tasks whose replies it
  * expects, in order, and completes them. Connection memory goes back from a
  * deferred post, never inside one of its own callbacks.
  */
@@ -19,6 +21,7 @@
 #include "engine/buf.h"
 #include "net/client_open.h"
 #include "moonflow/dns.h"
+#include "moonflow/endpoint.h"
 #include "moonflow/redis.h"
 #include "net/tls.h"
 
@@ -60,13 +63,9 @@ void mf__redis_reader_free(redisReader *reader);
 
 /* ---- client (redis_client.c) ------------------------------------------ */
 
-typedef struct mf_redis_registry {
-    mf_loop_t *loop;
-    mf_list_t clients;
-} mf_redis_registry_t;
-
+/* The data of a "redis" endpoint, keyed by the URL and the options. */
 struct mf_redis_client {
-    mf_list_t link; /* registry->clients */
+    mf_endpoint_t *ep; /* its dedicated connections and their waiters */
     mf_loop_t *loop;
     char *url;
     mf_redis_opts_t opts; /* ca_file points at ca_copy */
@@ -79,18 +78,15 @@ struct mf_redis_client {
     long db;
     mf_redis_conn_t **shared; /* opts.pipeline_connections slots */
     unsigned next_shared;
-    mf_list_t pooled;  /* dedicated connections, busy or idle */
-    mf_list_t idle;    /* idle dedicated connections, most recent first */
-    mf_list_t waiters; /* tasks waiting for a dedicated connection */
-    unsigned npooled;
     mf_list_t subs; /* live subscribers */
     uint64_t connects;
     uint64_t writes;   /* writes of queued commands (mf_redis_clients_stats) */
     uint64_t commands; /* commands queued on its connections */
 };
 
-/* Gives the task a connection (shared or dedicated) or a place in line. */
-void mf__redis_client_route(mf_redis_task_t *t);
+/* Gives the task a connection (shared or dedicated) or a place in line.
+ * 0, or MF_EBUSY when the pool's line is full. */
+int mf__redis_client_route(mf_redis_task_t *t);
 /* A dedicated connection is done with its task: back to idle or closed. */
 void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse);
 /* The connection closed: forget it, and let a waiter have its slot. */
@@ -114,6 +110,7 @@ typedef enum mf_redis_conn_state {
 } mf_redis_conn_state_t;
 
 struct mf_redis_conn {
+    mf_pconn_t pc; /* dedicated: its place in the client's endpoint */
     mf_io_t io;
     mf_timer_t timer;  /* connect, then response, then idle */
     uint64_t timer_at; /* loop ms the timer fires at; 0: stopped */
@@ -135,9 +132,7 @@ struct mf_redis_conn {
     mf_redis_reply_t scratch_root;
     mf_buf_t out;
     size_t out_done;
-    mf_list_t queue;     /* tasks whose replies are due, in order */
-    mf_list_t link;      /* client->pooled */
-    mf_list_t idle_link; /* client->idle */
+    mf_list_t queue; /* tasks whose replies are due, in order */
     mf_redis_subscriber_t *sub;
     mf_post_t flush_post;
     mf_post_t free_post;
@@ -182,7 +177,8 @@ struct mf_redis_task {
     bool unformatted; /* a command could not be copied (out of memory) */
     mf_redis_phase_t phase;
     mf_redis_conn_t *conn;
-    mf_list_t link; /* conn->queue or client->waiters */
+    mf_list_t link;        /* conn->queue */
+    mf_pwaiter_t waiter;   /* in the endpoint's line for a dedicated one */
     size_t nread;   /* replies received */
     size_t nerrors; /* ... of which error replies */
     mf_redis_reply_t *replies;

@@ -281,7 +281,11 @@ static void mf__redis_task_dispatch(mf_task_t *task)
         return;
     }
     memset(t->replies, 0, t->ncmds * sizeof(*t->replies));
-    mf__redis_client_route(t);
+    int rc = mf__redis_client_route(t);
+    if (rc < 0) {
+        t->phase = MF_RT_DONE;
+        mf_task_complete(task, MF_STATE_TASK_ERROR, rc);
+    }
 }
 
 /* Timeout or cancel: stop waiting. On a shared connection whose commands
@@ -334,6 +338,7 @@ mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
     t->client = client;
     mf__buf_init(&t->cmds);
     mf_list_init(&t->link);
+    mf_pwaiter_init(&t->waiter, NULL); /* the client sets it when it waits */
     mf__redis_arena_init(&t->arena, client->opts.max_reply);
     return &t->base;
 }
