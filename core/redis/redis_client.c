@@ -2,7 +2,8 @@
  * redis_client.c — clients: options, the redis:// URL, the client as the
  * data of the loop's "redis" endpoint for that URL and options, and which
  * connection serves a task: a shared pipelined one, or a dedicated one
- * from the endpoint pool (idle, new, or a place in its line).
+ * from the endpoint pool (idle, new, or a place in its line). Its
+ * connections tell it of their end through the owner ops given at open.
  *
  * Ownership: the endpoint pool owns the endpoint and frees the client with
  * it at the loop's end (after closing the dedicated connections), with the
@@ -242,11 +243,33 @@ static void mf__pool_granted(mf_pwaiter_t *w, mf_pconn_t *pc)
                           mf_container_of(w, mf_redis_task_t, waiter));
 }
 
+/* A dedicated connection closed: its slot goes to the oldest waiter. */
+static void mf__pooled_closed(mf_redis_conn_t *conn, int error)
+{
+    (void)error;
+    mf_pconn_remove(&conn->pc);
+}
+
+static const mf_redis_conn_owner_t mf__pooled_owner = {NULL, NULL,
+                                                       mf__pooled_closed};
+
+/* A shared connection closed: the next task opens another. */
+static void mf__shared_closed(mf_redis_conn_t *conn, int error)
+{
+    mf_redis_client_t *c = conn->client;
+    (void)error;
+    if (c->shared[conn->slot] == conn)
+        c->shared[conn->slot] = NULL;
+}
+
+static const mf_redis_conn_owner_t mf__shared_owner = {NULL, NULL,
+                                                       mf__shared_closed};
+
 /* The pool has room: a new dedicated connection, the task's from now. */
 static void mf__pool_open(mf_endpoint_t *ep, mf_pwaiter_t *w)
 {
-    mf_redis_conn_t *conn =
-        mf__redis_conn_open(mf_endpoint_data(ep), MF_RCONN_POOLED);
+    mf_redis_conn_t *conn = mf__redis_conn_open(
+        mf_endpoint_data(ep), MF_RCONN_POOLED, &mf__pooled_owner, NULL);
     mf_pconn_add(ep, &conn->pc, &conn->io);
     mf__redis_conn_attach(conn, mf_container_of(w, mf_redis_task_t, waiter));
 }
@@ -255,10 +278,7 @@ static void mf__pool_open(mf_endpoint_t *ep, mf_pwaiter_t *w)
  * at the loop's end, any; its tasks then go with the loop. */
 static void mf__pool_close(mf_pconn_t *pc)
 {
-    mf_redis_conn_t *conn = mf_container_of(pc, mf_redis_conn_t, pc);
-    mf_list_init(&conn->queue);
-    conn->kind = MF_RCONN_SUB; /* nothing to forget: out of the pool */
-    mf__redis_conn_close(conn, MF_STATE_CANCELED, MF_ECANCELED);
+    mf__redis_conn_drop(mf_container_of(pc, mf_redis_conn_t, pc));
 }
 
 int mf__redis_client_route(mf_redis_task_t *t)
@@ -271,7 +291,8 @@ int mf__redis_client_route(mf_redis_task_t *t)
     }
     unsigned i = c->next_shared++ % c->opts.pipeline_connections;
     if (!c->shared[i]) {
-        c->shared[i] = mf__redis_conn_open(c, MF_RCONN_SHARED);
+        c->shared[i] =
+            mf__redis_conn_open(c, MF_RCONN_SHARED, &mf__shared_owner, NULL);
         c->shared[i]->slot = i;
     }
     mf__redis_conn_attach(c->shared[i], t);
@@ -288,22 +309,6 @@ void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse)
     mf_endpoint_release(&conn->pc); /* to the oldest waiter, or idle */
 }
 
-void mf__redis_client_forget(mf_redis_conn_t *conn)
-{
-    mf_redis_client_t *c = conn->client;
-    switch (conn->kind) {
-    case MF_RCONN_SHARED:
-        if (c->shared[conn->slot] == conn)
-            c->shared[conn->slot] = NULL;
-        return;
-    case MF_RCONN_POOLED:
-        mf_pconn_remove(&conn->pc); /* its slot goes to a waiter */
-        return;
-    default:
-        return;
-    }
-}
-
 void mf__redis_client_unwait(mf_redis_task_t *t)
 {
     mf_pwaiter_cancel(&t->waiter);
@@ -312,16 +317,6 @@ void mf__redis_client_unwait(mf_redis_task_t *t)
 /* ---- teardown (the loop is being destroyed) ------------------------------
  */
 
-static void mf__redis_client_drop_conn(mf_redis_conn_t *conn)
-{
-    if (conn->state != MF_RCONN_CLOSED) {
-        mf_list_init(&conn->queue); /* tasks go with the loop */
-        conn->sub = NULL;
-        conn->kind = MF_RCONN_SUB; /* forget nothing: we are tearing down */
-        mf__redis_conn_close(conn, MF_STATE_CANCELED, MF_ECANCELED);
-    }
-}
-
 /* The endpoint's end: its dedicated connections are closed already. */
 static void mf__client_free(void *data)
 {
@@ -329,7 +324,7 @@ static void mf__client_free(void *data)
     if (c->shared)
         for (unsigned i = 0; i < c->opts.pipeline_connections; i++)
             if (c->shared[i])
-                mf__redis_client_drop_conn(c->shared[i]);
+                mf__redis_conn_drop(c->shared[i]); /* tasks go with the loop */
     mf_list_t *node;
     while ((node = mf_list_pop_front(&c->subs)) != NULL)
         mf__redis_sub_free(mf_container_of(node, mf_redis_subscriber_t, link));
