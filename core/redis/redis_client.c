@@ -1,13 +1,16 @@
 /*
- * redis_client.c — clients: options, the redis:// URL, the per-loop
- * registry (one client per URL and options), and which connection serves
- * a task: a shared pipelined one, or one of the dedicated pool (idle, new,
- * or a place in the wait queue).
+ * redis_client.c — clients: options, the redis:// URL, the client as the
+ * data of the loop's "redis" endpoint for that URL and options, and which
+ * connection serves a task: a shared pipelined one, or a dedicated one
+ * from the endpoint pool (idle, new, or a place in its line). Its
+ * connections tell it of their end through the owner ops given at open.
  *
- * Ownership: the registry lives under the loop's Redis key and
- * is freed with the loop, with every client, connection and subscriber in
- * it. Client memory comes from mf_xcalloc once per URL and loop.
+ * Ownership: the endpoint pool owns the endpoint and frees the client with
+ * it at the loop's end (after closing the dedicated connections), with the
+ * shared connections and the subscribers. Client memory comes from
+ * mf_xcalloc once per URL, options and loop.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -80,37 +83,18 @@ static int mf__parse_url(mf_redis_client_t *c, const char *url)
     return 0;
 }
 
-/* ---- registry ------------------------------------------------------------
+/* ---- the endpoint -------------------------------------------------------
  */
 
-static void mf__client_free(mf_redis_client_t *c);
+static void mf__client_free(void *data);
+static void mf__pool_open(mf_endpoint_t *ep, mf_pwaiter_t *w);
+static void mf__pool_close(mf_pconn_t *pc);
 
-static void mf__registry_free(mf_loop_t *loop, void *ext)
-{
-    mf_redis_registry_t *reg = ext;
-    (void)loop;
-    mf_list_t *node;
-    while ((node = mf_list_pop_front(&reg->clients)) != NULL)
-        mf__client_free(mf_container_of(node, mf_redis_client_t, link));
-    mf_free(reg);
-}
-
-/* A protocol client's state (loop.h). */
-#define MF_REDIS_LOOP_RANK 22
-static mf_loop_key_t mf__redis_loop_key =
-    MF_LOOP_KEY_INIT(MF_REDIS_LOOP_RANK, mf__registry_free);
-
-static mf_redis_registry_t *mf__registry(mf_loop_t *loop)
-{
-    mf_redis_registry_t *reg = mf_loop_get(loop, &mf__redis_loop_key);
-    if (reg)
-        return reg;
-    reg = mf_xcalloc(1, sizeof(*reg));
-    reg->loop = loop;
-    mf_list_init(&reg->clients);
-    mf_loop_set(loop, &mf__redis_loop_key, reg);
-    return reg;
-}
+/* Dedicated connections in the loop's endpoint pool. An idle one whose
+ * socket fires is dropped (the server closed it, or sent what nobody asked
+ * for); one that is still open is healthy. */
+static const mf_endpoint_ops_t mf__redis_endpoint_ops = {
+    "redis", mf__pool_open, NULL, NULL, mf__pool_close, mf__client_free};
 
 /* Zero fields of the caller's opts mean the default. */
 static void mf__opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in)
@@ -132,17 +116,35 @@ static void mf__opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in)
         o->max_reply = d.max_reply;
 }
 
-static bool mf__opts_equal(const mf_redis_opts_t *a, const mf_redis_opts_t *b)
+static int mf__key_print(char *buf, size_t size, const char *url,
+                         const mf_redis_opts_t *o)
 {
-    bool same_ca =
-        a->ca_file == b->ca_file ||
-        (a->ca_file && b->ca_file && !strcmp(a->ca_file, b->ca_file));
-    return same_ca && a->connect_timeout_ms == b->connect_timeout_ms &&
-           a->response_timeout_ms == b->response_timeout_ms &&
-           a->idle_timeout_ms == b->idle_timeout_ms &&
-           a->pipeline_connections == b->pipeline_connections &&
-           a->max_connections == b->max_connections &&
-           a->max_reply == b->max_reply && a->tls_verify == b->tls_verify;
+    return snprintf(buf, size, "%s c%u r%u i%u p%u m%u x%llu v%d %s%s", url,
+                    o->connect_timeout_ms, o->response_timeout_ms,
+                    o->idle_timeout_ms, o->pipeline_connections,
+                    o->max_connections, (unsigned long long)o->max_reply,
+                    o->tls_verify ? 1 : 0, o->ca_file ? "ca=" : "",
+                    o->ca_file ? o->ca_file : "");
+}
+
+/* The endpoint key: the URL and every option, since two clients that
+ * differ in any of them behave differently (timeouts, how many shared
+ * connections, the pool's size, TLS). The CA file comes last: it may hold
+ * any character. Written into buf (size bytes) when it fits, else into
+ * memory the caller frees (*heap); NULL when it cannot be written (a URL
+ * of gigabytes). */
+static const char *mf__client_key(char *buf, size_t size, const char *url,
+                                  const mf_redis_opts_t *o, char **heap)
+{
+    *heap = NULL;
+    int n = mf__key_print(buf, size, url, o);
+    if (n < 0)
+        return NULL;
+    if ((size_t)n < size)
+        return buf;
+    *heap = mf_xmalloc((size_t)n + 1);
+    mf__key_print(*heap, (size_t)n + 1, url, o);
+    return *heap;
 }
 
 static mf_redis_client_t *mf__client_new(mf_loop_t *loop, const char *url,
@@ -150,9 +152,6 @@ static mf_redis_client_t *mf__client_new(mf_loop_t *loop, const char *url,
 {
     mf_redis_client_t *c = mf_xcalloc(1, sizeof(*c));
     c->loop = loop;
-    mf_list_init(&c->pooled);
-    mf_list_init(&c->idle);
-    mf_list_init(&c->waiters);
     mf_list_init(&c->subs);
     if (mf__parse_url(c, url) < 0) {
         mf__client_free(c);
@@ -170,32 +169,38 @@ static mf_redis_client_t *mf__client_new(mf_loop_t *loop, const char *url,
     return c;
 }
 
+/* The client of (url, opts) on the loop: found by its endpoint's key, or
+ * made with its endpoint. NULL for a malformed URL (no endpoint made). */
+static mf_redis_client_t *mf__client_get(mf_loop_t *loop, const char *url,
+                                         const mf_redis_opts_t *o)
+{
+    char buf[512], *heap;
+    const char *key = mf__client_key(buf, sizeof buf, url, o, &heap);
+    if (!key)
+        return NULL;
+    mf_endpoint_t *ep = mf_endpoint_find(loop, &mf__redis_endpoint_ops, key);
+    mf_redis_client_t *c = ep ? mf_endpoint_data(ep) : NULL;
+    if (!c && (c = mf__client_new(loop, url, o)) != NULL) {
+        mf_endpoint_limits_t limits = {o->max_connections, 0, 0,
+                                       o->idle_timeout_ms};
+        c->ep = mf_endpoint_get(loop, &mf__redis_endpoint_ops, key, &limits);
+        mf_endpoint_set_data(c->ep, c);
+    }
+    mf_free(heap);
+    return c;
+}
+
 mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
                                    const mf_redis_opts_t *opts, int *error)
 {
-    if (!url) {
-        if (error)
-            *error = MF_EINVAL;
-        return NULL;
+    mf_redis_client_t *c = NULL;
+    if (url) {
+        mf_redis_opts_t o;
+        mf__opts_normalize(&o, opts);
+        c = mf__client_get(loop, url, &o);
     }
-    mf_redis_opts_t o;
-    mf__opts_normalize(&o, opts);
-    mf_redis_registry_t *reg = mf__registry(loop);
-    mf_list_t *node;
-    mf_list_foreach(node, &reg->clients)
-    {
-        mf_redis_client_t *c = mf_container_of(node, mf_redis_client_t, link);
-        if (strcmp(c->url, url) == 0 && mf__opts_equal(&c->opts, &o)) {
-            if (error)
-                *error = 0;
-            return c;
-        }
-    }
-    mf_redis_client_t *c = mf__client_new(loop, url, &o);
     if (error)
         *error = c ? 0 : MF_EINVAL;
-    if (c)
-        mf_list_push_back(&reg->clients, &c->link);
     return c;
 }
 
@@ -204,136 +209,123 @@ uint64_t mf_redis_client_connects(const mf_redis_client_t *client)
     return client->connects;
 }
 
+typedef struct mf__stats_walk {
+    mf_redis_client_stats_fn fn;
+    void *ud;
+} mf__stats_walk_t;
+
+static void mf__endpoint_stats(void *ud, const mf_endpoint_stats_t *st)
+{
+    const mf__stats_walk_t *walk = ud;
+    const mf_redis_client_t *c = st->data;
+    mf_redis_client_stats_t out = {
+        c->host,         c->port,     c->db,      (unsigned)st->connections,
+        st->idle,        st->waiters, c->connects, c->writes,
+        c->commands};
+    walk->fn(walk->ud, &out);
+}
+
 void mf_redis_clients_stats(mf_loop_t *loop, mf_redis_client_stats_fn fn,
                             void *ud)
 {
-    mf_redis_registry_t *reg = mf_loop_get(loop, &mf__redis_loop_key);
-    mf_list_t *node, *n;
-    if (!reg)
-        return;
-    mf_list_foreach(node, &reg->clients)
-    {
-        const mf_redis_client_t *c =
-            mf_container_of(node, mf_redis_client_t, link);
-        mf_redis_client_stats_t st = {c->host,     c->port,   c->db,
-                                      c->npooled,  0,         0,
-                                      c->connects, c->writes, c->commands};
-        mf_list_foreach(n, &c->idle) st.idle++;
-        mf_list_foreach(n, &c->waiters) st.waiters++;
-        fn(ud, &st);
-    }
+    mf__stats_walk_t walk = {fn, ud};
+    mf_endpoint_stats(loop, mf__redis_endpoint_ops.protocol,
+                      mf__endpoint_stats, &walk);
 }
 
 /* ---- routing -------------------------------------------------------------
  */
 
-static void mf__client_serve_waiter(mf_redis_client_t *c)
+/* A dedicated connection, idle or freed by another task, is the task's. */
+static void mf__pool_granted(mf_pwaiter_t *w, mf_pconn_t *pc)
 {
-    if (mf_list_empty(&c->waiters))
-        return;
-    if (mf_list_empty(&c->idle) && c->npooled >= c->opts.max_connections)
-        return;
-    mf_redis_task_t *t =
-        mf_container_of(mf_list_pop_front(&c->waiters), mf_redis_task_t, link);
-    mf__redis_client_route(t);
+    mf__redis_conn_attach(mf_container_of(pc, mf_redis_conn_t, pc),
+                          mf_container_of(w, mf_redis_task_t, waiter));
 }
 
-static void mf__client_route_pooled(mf_redis_client_t *c, mf_redis_task_t *t)
+/* A dedicated connection closed: its slot goes to the oldest waiter. */
+static void mf__pooled_closed(mf_redis_conn_t *conn, int error)
 {
-    if (!mf_list_empty(&c->idle)) {
-        mf_redis_conn_t *conn = mf_container_of(mf_list_pop_front(&c->idle),
-                                                mf_redis_conn_t, idle_link);
-        mf__redis_conn_attach(conn, t);
-        return;
-    }
-    if (c->npooled < c->opts.max_connections) {
-        mf_redis_conn_t *conn = mf__redis_conn_open(c, MF_RCONN_POOLED);
-        mf_list_push_back(&c->pooled, &conn->link);
-        c->npooled++;
-        mf__redis_conn_attach(conn, t);
-        return;
-    }
-    t->phase = MF_RT_WAITING;
-    mf_list_push_back(&c->waiters, &t->link);
+    (void)error;
+    mf_pconn_remove(&conn->pc);
 }
 
-void mf__redis_client_route(mf_redis_task_t *t)
+static const mf_redis_conn_owner_t mf__pooled_owner = {NULL, NULL,
+                                                       mf__pooled_closed};
+
+/* A shared connection closed: the next task opens another. */
+static void mf__shared_closed(mf_redis_conn_t *conn, int error)
+{
+    mf_redis_client_t *c = conn->client;
+    (void)error;
+    if (c->shared[conn->slot] == conn)
+        c->shared[conn->slot] = NULL;
+}
+
+static const mf_redis_conn_owner_t mf__shared_owner = {NULL, NULL,
+                                                       mf__shared_closed};
+
+/* The pool has room: a new dedicated connection, the task's from now. */
+static void mf__pool_open(mf_endpoint_t *ep, mf_pwaiter_t *w)
+{
+    mf_redis_conn_t *conn = mf__redis_conn_open(
+        mf_endpoint_data(ep), MF_RCONN_POOLED, &mf__pooled_owner, NULL);
+    mf_pconn_add(ep, &conn->pc, &conn->io);
+    mf__redis_conn_attach(conn, mf_container_of(w, mf_redis_task_t, waiter));
+}
+
+/* The pool drops a connection: idle (timed out, closed by the server) or,
+ * at the loop's end, any; its tasks then go with the loop. */
+static void mf__pool_close(mf_pconn_t *pc)
+{
+    mf__redis_conn_drop(mf_container_of(pc, mf_redis_conn_t, pc));
+}
+
+int mf__redis_client_route(mf_redis_task_t *t)
 {
     mf_redis_client_t *c = t->client;
     if (t->dedicated || t->forced) {
-        mf__client_route_pooled(c, t);
-        return;
+        t->phase = MF_RT_WAITING; /* unless served at once */
+        mf_pwaiter_init(&t->waiter, mf__pool_granted);
+        return mf_endpoint_acquire(c->ep, &t->waiter);
     }
     unsigned i = c->next_shared++ % c->opts.pipeline_connections;
     if (!c->shared[i]) {
-        c->shared[i] = mf__redis_conn_open(c, MF_RCONN_SHARED);
+        c->shared[i] =
+            mf__redis_conn_open(c, MF_RCONN_SHARED, &mf__shared_owner, NULL);
         c->shared[i]->slot = i;
     }
     mf__redis_conn_attach(c->shared[i], t);
+    return 0;
 }
 
 void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse)
 {
-    mf_redis_client_t *c = conn->client;
     if (!reuse || conn->state != MF_RCONN_READY) {
         mf__redis_conn_close(conn, MF_STATE_SUCCESS, 0);
         return;
     }
     mf__redis_conn_set_busy(conn, false);
-    mf_list_push_front(&c->idle, &conn->idle_link);
-    mf__client_serve_waiter(c);
-}
-
-void mf__redis_client_forget(mf_redis_conn_t *conn)
-{
-    mf_redis_client_t *c = conn->client;
-    switch (conn->kind) {
-    case MF_RCONN_SHARED:
-        if (c->shared[conn->slot] == conn)
-            c->shared[conn->slot] = NULL;
-        return;
-    case MF_RCONN_POOLED:
-        mf_list_remove(&conn->link);
-        if (mf_list_linked(&conn->idle_link))
-            mf_list_remove(&conn->idle_link);
-        c->npooled--;
-        mf__client_serve_waiter(c);
-        return;
-    default:
-        return;
-    }
+    mf_endpoint_release(&conn->pc); /* to the oldest waiter, or idle */
 }
 
 void mf__redis_client_unwait(mf_redis_task_t *t)
 {
-    if (mf_list_linked(&t->link))
-        mf_list_remove(&t->link);
+    mf_pwaiter_cancel(&t->waiter);
 }
 
 /* ---- teardown (the loop is being destroyed) ------------------------------
  */
 
-static void mf__redis_client_drop_conn(mf_redis_conn_t *conn)
+/* The endpoint's end: its dedicated connections are closed already. */
+static void mf__client_free(void *data)
 {
-    if (conn->state != MF_RCONN_CLOSED) {
-        mf_list_init(&conn->queue); /* tasks go with the loop */
-        conn->sub = NULL;
-        conn->kind = MF_RCONN_SUB; /* forget nothing: we are tearing down */
-        mf__redis_conn_close(conn, MF_STATE_CANCELED, MF_ECANCELED);
-    }
-}
-
-static void mf__client_free(mf_redis_client_t *c)
-{
-    mf_list_init(&c->waiters);
+    mf_redis_client_t *c = data;
     if (c->shared)
         for (unsigned i = 0; i < c->opts.pipeline_connections; i++)
             if (c->shared[i])
-                mf__redis_client_drop_conn(c->shared[i]);
+                mf__redis_conn_drop(c->shared[i]); /* tasks go with the loop */
     mf_list_t *node;
-    while ((node = mf_list_pop_front(&c->pooled)) != NULL)
-        mf__redis_client_drop_conn(
-            mf_container_of(node, mf_redis_conn_t, link));
     while ((node = mf_list_pop_front(&c->subs)) != NULL)
         mf__redis_sub_free(mf_container_of(node, mf_redis_subscriber_t, link));
     mf_free(c->shared);

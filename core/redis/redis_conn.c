@@ -3,11 +3,15 @@
  * AUTH/SELECT, then commands out (batched: one write per loop iteration)
  * and replies in (matched, in order, to the tasks on its queue).
  *
- * Ownership: the client owns the connection (redis_client.c keeps it in a
- * shared slot, its pooled list or a subscriber). The connection holds the
- * tasks whose replies it expects but never frees them: it completes them.
- * Closing shuts the socket at once and frees the memory from a deferred
- * post, after the pending flush and DNS callbacks have run.
+ * It calls nothing above it: replies and its end reach the tasks through
+ * their hooks (mf_redis_task_hooks_t) and whoever opened it through the
+ * owner it was given (mf_redis_conn_owner_t).
+ *
+ * Ownership: its opener owns the connection (the client keeps it in a
+ * shared slot or the endpoint pool, a subscriber its own). The connection
+ * holds the tasks whose replies it expects but never frees them: it
+ * completes them. Closing shuts the socket at once and frees the memory
+ * from a deferred post, after the pending flush and DNS callbacks have run.
  */
 #include <stdio.h>
 #include <string.h>
@@ -64,15 +68,20 @@ static void mf__rconn_set_due(mf_redis_conn_t *conn, uint32_t ms)
 }
 
 /* Busy: the socket and the response timer keep the loop alive. Idle: the
- * connection waits for work without keeping the loop running. */
+ * connection waits for work without keeping the loop running; a shared
+ * one closes after the idle timeout, a dedicated one's idle timer is the
+ * pool's. */
 void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy)
 {
     if (conn->io.fd >= 0)
         mf_io_set_ref(conn->loop, &conn->io, busy);
     if (conn->state != MF_RCONN_READY || conn->kind == MF_RCONN_SUB)
         return;
-    mf__rconn_set_due(conn, busy ? mf__rconn_response_ms(conn)
-                                 : conn->client->opts.idle_timeout_ms);
+    uint32_t ms = busy ? mf__rconn_response_ms(conn)
+                  : conn->kind == MF_RCONN_POOLED
+                      ? 0
+                      : conn->client->opts.idle_timeout_ms;
+    mf__rconn_set_due(conn, ms);
 }
 
 static void mf__rconn_on_timer(mf_timer_t *timer)
@@ -119,7 +128,9 @@ static void mf__rconn_put_setup(mf_redis_conn_t *conn)
 }
 
 mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
-                                     mf_redis_conn_kind_t kind)
+                                     mf_redis_conn_kind_t kind,
+                                     const mf_redis_conn_owner_t *owner,
+                                     void *owner_data)
 {
     mf_loop_t *loop = client->loop;
     mf_redis_conn_t *conn = mf_loop_alloc(loop, sizeof(*conn));
@@ -127,13 +138,15 @@ mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
     conn->loop = loop;
     conn->client = client;
     conn->kind = kind;
+    conn->owner = owner;
+    conn->owner_data = owner_data;
     conn->state = MF_RCONN_OPENING;
     mf_io_init(&conn->io, -1, mf__rconn_on_io, conn);
     mf__client_open_init(&conn->opener, loop, &conn->io, &conn->ssl);
     mf_timer_init(&conn->timer, mf__rconn_on_timer, conn);
     mf_list_init(&conn->queue);
-    mf_list_init(&conn->link);
-    mf_list_init(&conn->idle_link);
+    mf_list_init(&conn->pc.link); /* in no endpoint until the pool adds it */
+    mf_list_init(&conn->pc.idle_link);
     mf_post_init(&conn->flush_post, mf__rconn_flush_cb, conn);
     mf_post_init(&conn->free_post, mf__rconn_free_cb, conn);
     mf__buf_init(&conn->out);
@@ -321,11 +334,11 @@ static void mf__rconn_setup_refused(mf_redis_conn_t *conn)
     mf_list_t *node;
     mf_list_foreach(node, &conn->queue)
     {
-        mf__redis_task_keep_refusal(
-            mf_container_of(node, mf_redis_task_t, link), &conn->scratch_root);
+        mf_redis_task_t *t = mf_container_of(node, mf_redis_task_t, link);
+        t->hooks->refused(t, &conn->scratch_root);
     }
-    if (conn->sub)
-        mf__redis_sub_keep_refusal(conn->sub, &conn->scratch_root);
+    if (conn->owner && conn->owner->refused)
+        conn->owner->refused(conn, &conn->scratch_root);
     mf__redis_conn_close(conn, MF_STATE_TASK_ERROR, MF_EACCES);
 }
 
@@ -345,14 +358,15 @@ static void mf__rconn_deliver(mf_redis_conn_t *conn, mf_redis_task_t *t)
     if (conn->state == MF_RCONN_SETUP) {
         mf__rconn_setup_reply(conn);
     } else if (conn->kind == MF_RCONN_SUB) {
-        mf__redis_sub_on_reply(conn->sub, &conn->scratch_root);
+        if (conn->owner && conn->owner->message)
+            conn->owner->message(conn, &conn->scratch_root);
     } else if (!t) {
         /* A reply nobody asked for: the stream is out of step. */
         mf__redis_conn_close(conn, MF_STATE_PROTOCOL_ERROR, MF_EPROTO);
         return;
     } else {
         mf__redis_conn_set_busy(conn, true); /* progress: restart timer */
-        mf__redis_task_on_reply(t);
+        t->hooks->reply(t);
     }
     if (conn->state != MF_RCONN_CLOSED)
         mf__redis_arena_reset(conn->loop, &conn->scratch);
@@ -387,10 +401,11 @@ static void mf__rconn_check_backlog(mf_redis_conn_t *conn)
     uint64_t limit = conn->client->opts.max_reply + MF__BACKLOG_SLACK;
     if (conn->state == MF_RCONN_CLOSED || !r || r->len - r->pos <= limit)
         return;
-    if (!mf_list_empty(&conn->queue))
-        mf__redis_task_end(
-            mf_container_of(conn->queue.next, mf_redis_task_t, link),
-            MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+    if (!mf_list_empty(&conn->queue)) {
+        mf_redis_task_t *t =
+            mf_container_of(conn->queue.next, mf_redis_task_t, link);
+        t->hooks->end(t, MF_STATE_TASK_ERROR, MF_EMSGSIZE);
+    }
     mf__redis_conn_close(conn, MF_STATE_SYS_ERROR, MF_ECONNABORTED);
 }
 
@@ -429,6 +444,13 @@ static void mf__rconn_read(mf_redis_conn_t *conn, unsigned events)
 static void mf__rconn_on_io(mf_io_t *io, unsigned events)
 {
     mf_redis_conn_t *conn = io->data;
+    if (mf_pconn_idle(&conn->pc)) {
+        /* An idle dedicated connection: the server closed it or sent what
+         * nobody asked for; the pool drops it. */
+        if (events & ~(unsigned)MF_IO_WRITE)
+            mf_pconn_idle_fired(&conn->pc);
+        return;
+    }
     if (conn->state == MF_RCONN_OPENING) {
         mf__rconn_opening_event(conn, events);
         if (conn->state == MF_RCONN_OPENING || conn->state == MF_RCONN_CLOSED)
@@ -474,8 +496,8 @@ void mf__redis_conn_close(mf_redis_conn_t *conn, int state, int error)
     mf__redis_reader_free(conn->reader);
     conn->reader = NULL;
     mf__buf_release(conn->loop, &conn->out);
-    mf__redis_client_forget(conn);
-    int sub_error = error;
+    if (conn->owner && conn->owner->closed)
+        conn->owner->closed(conn, error);
     /* Closed on purpose or idle: anybody still waiting sees "closed". */
     if (state == MF_STATE_SUCCESS) {
         state = MF_STATE_SYS_ERROR;
@@ -486,9 +508,14 @@ void mf__redis_conn_close(mf_redis_conn_t *conn, int state, int error)
         mf_redis_task_t *t = mf_container_of(node, mf_redis_task_t, link);
         mf_list_init(&t->link);
         t->conn = NULL;
-        mf__redis_task_end(t, state, error);
+        t->hooks->end(t, state, error);
     }
-    if (conn->sub)
-        mf__redis_sub_on_close(conn->sub, sub_error);
     mf_loop_defer(conn->loop, &conn->free_post);
+}
+
+void mf__redis_conn_drop(mf_redis_conn_t *conn)
+{
+    conn->owner = NULL;
+    mf_list_init(&conn->queue);
+    mf__redis_conn_close(conn, MF_STATE_CANCELED, MF_ECANCELED);
 }

@@ -1,13 +1,23 @@
 /*
- * redis_int.h — the Redis client's structs, shared by redis_client.c (URL,
- * per-loop registry, which connection serves a task), redis_conn.c (a
- * connection: open, AUTH/SELECT, write batching, reading replies),
- * redis_reply.c (reply memory and the redisReader adapter), redis_task.c
- * (the task kind) and redis_sub.c (pub/sub). Internal.
+ * redis_int.h — the Redis client's structs, shared by its files, which
+ * form a chain (each calls only those below it; a lower one speaks to an
+ * upper one through the function pointers the upper one registered):
+ *   redis_task.c     the task kind
+ *   redis_client.c   URL, the client as an endpoint's data, which
+ *                    connection serves a task
+ *   redis_sub.c      pub/sub
+ *   redis_conn.c     a connection: open, AUTH/SELECT, write batching,
+ *                    reading replies; tells its owner (mf_redis_conn_owner_t)
+ *                    and its tasks (mf_redis_task_hooks_t) what happened
+ *   redis_format.c   commands in protocol form
+ *   redis_reply.c    reply memory and the redisReader adapter
+ * Internal.
  *
- * Ownership: the loop's Redis key holds the registry; the
- * registry owns its clients; a client owns its connections and subscribers.
- * A connection never owns a task: it holds the tasks whose replies it
+ * Ownership: the loop's endpoint pool (moonflow/endpoint.h) owns the
+ * endpoints; a client is the data of its endpoint (freed with it) and owns
+ * its shared connections and subscribers. The dedicated connections are
+ * counted, kept idle and handed out by the pool, and freed by the client's
+ * ops. A connection never owns a task: it holds the tasks whose replies it
  * expects, in order, and completes them. Connection memory goes back from a
  * deferred post, never inside one of its own callbacks.
  */
@@ -19,11 +29,16 @@
 #include "engine/buf.h"
 #include "net/client_open.h"
 #include "moonflow/dns.h"
+#include "moonflow/endpoint.h"
 #include "moonflow/redis.h"
 #include "net/tls.h"
 
 typedef struct mf_redis_conn mf_redis_conn_t;
 typedef struct mf_redis_task mf_redis_task_t;
+
+/* The length of argument i (argvlen NULL: C strings). */
+#define MF__REDIS_ARGLEN(lens, argv, i) \
+    ((lens) ? (lens)[i] : strlen((argv)[i]))
 
 /* Redis's refusals are one short line ("WRONGPASS invalid username-password
  * pair or user is disabled."); a longer one is cut there, never dropped. */
@@ -58,15 +73,23 @@ typedef struct mf_redis_sink {
 redisReader *mf__redis_reader_create(mf_loop_t *loop, mf_redis_sink_t *sink);
 void mf__redis_reader_free(redisReader *reader);
 
-/* ---- client (redis_client.c) ------------------------------------------ */
+/* ---- protocol form (redis_format.c) ------------------------------------ */
 
-typedef struct mf_redis_registry {
-    mf_loop_t *loop;
-    mf_list_t clients;
-} mf_redis_registry_t;
+/* Bytes of one command in protocol form; 0 on overflow. */
+size_t mf__redis_format_size(int argc, const char *const *argv,
+                             const size_t *argvlen);
+/* Writes one command at p (mf__redis_format_size bytes of room). */
+void mf__redis_format_at(char *p, int argc, const char *const *argv,
+                         const size_t *argvlen);
+/* Appends one command in protocol form. 0 or MF_ENOMEM. */
+int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
+                     const char *const *argv, const size_t *argvlen);
 
+/* ---- the client's data (functions: redis_client.c) ----------------------- */
+
+/* The data of a "redis" endpoint, keyed by the URL and the options. */
 struct mf_redis_client {
-    mf_list_t link; /* registry->clients */
+    mf_endpoint_t *ep; /* its dedicated connections and their waiters */
     mf_loop_t *loop;
     char *url;
     mf_redis_opts_t opts; /* ca_file points at ca_copy */
@@ -79,24 +102,70 @@ struct mf_redis_client {
     long db;
     mf_redis_conn_t **shared; /* opts.pipeline_connections slots */
     unsigned next_shared;
-    mf_list_t pooled;  /* dedicated connections, busy or idle */
-    mf_list_t idle;    /* idle dedicated connections, most recent first */
-    mf_list_t waiters; /* tasks waiting for a dedicated connection */
-    unsigned npooled;
     mf_list_t subs; /* live subscribers */
     uint64_t connects;
     uint64_t writes;   /* writes of queued commands (mf_redis_clients_stats) */
     uint64_t commands; /* commands queued on its connections */
 };
 
-/* Gives the task a connection (shared or dedicated) or a place in line. */
-void mf__redis_client_route(mf_redis_task_t *t);
-/* A dedicated connection is done with its task: back to idle or closed. */
-void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse);
-/* The connection closed: forget it, and let a waiter have its slot. */
-void mf__redis_client_forget(mf_redis_conn_t *conn);
-/* A task gave up while waiting for a dedicated connection. */
-void mf__redis_client_unwait(mf_redis_task_t *t);
+/* ---- the task's data (functions: redis_task.c) ------------------------- */
+
+typedef enum mf_redis_phase {
+    MF_RT_IDLE,
+    MF_RT_WAITING, /* for a dedicated connection */
+    MF_RT_QUEUED,  /* on a connection that is not ready yet */
+    MF_RT_SENT,    /* commands in the output buffer or on the wire */
+    MF_RT_DONE
+} mf_redis_phase_t;
+
+/* What a connection tells the tasks on its queue, through functions the
+ * task kind puts in each task: the connection calls nothing above it. */
+typedef struct mf_redis_task_hooks {
+    /* One whole reply of t is in place (where mf__redis_task_slot said). */
+    void (*reply)(mf_redis_task_t *t);
+    /* t leaves its connection with (state, error); t->conn is NULL when the
+     * connection is closing. */
+    void (*end)(mf_redis_task_t *t, int state, int error);
+    /* The connection's AUTH or SELECT was refused with this error reply
+     * (end follows). */
+    void (*refused)(mf_redis_task_t *t, const mf_redis_reply_t *reply);
+} mf_redis_task_hooks_t;
+
+struct mf_redis_task {
+    mf_task_t base;
+    const mf_redis_task_hooks_t *hooks;
+    mf_redis_client_t *client;
+    mf_buf_t cmds; /* the commands in protocol form */
+    size_t ncmds;
+    bool dedicated;   /* a command needs a connection of its own */
+    bool forced;      /* mf_task_redis_set_dedicated */
+    bool blocking;    /* BLPOP ...: no response timeout, only its own */
+    bool dirty;       /* leaves the connection changed: close it after */
+    bool in_multi;    /* MULTI without EXEC/DISCARD so far */
+    bool watching;    /* WATCH without EXEC/DISCARD/UNWATCH so far */
+    bool abandoned;   /* timed out or canceled with replies still due */
+    bool overflow;    /* replies over max_reply */
+    bool unformatted; /* a command could not be copied (out of memory) */
+    mf_redis_phase_t phase;
+    mf_redis_conn_t *conn;
+    mf_list_t link; /* conn->queue */
+    size_t nread;   /* replies received */
+    size_t nerrors; /* ... of which error replies */
+    mf_redis_reply_t *replies;
+    mf_redis_arena_t arena;
+    const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */
+    /* Last, left out of the task's zeroing: set up by the client's route
+     * for a task that takes a dedicated connection, read only then. */
+    mf_pwaiter_t waiter;
+};
+
+/* Where the next reply of the task goes (NULL: discard it). */
+static inline mf_redis_reply_t *mf__redis_task_slot(mf_redis_task_t *t)
+{
+    if (t->abandoned || t->overflow || t->nread >= t->ncmds)
+        return NULL;
+    return &t->replies[t->nread];
+}
 
 /* ---- connection (redis_conn.c) ---------------------------------------- */
 
@@ -113,18 +182,34 @@ typedef enum mf_redis_conn_state {
     MF_RCONN_CLOSED
 } mf_redis_conn_state_t;
 
+/* What a connection tells whoever opened it (the client for a shared or
+ * dedicated one, a subscriber for its own), registered at open. NULL
+ * members: nothing to say. */
+typedef struct mf_redis_conn_owner {
+    /* A reply in the connection's scratch memory, valid during the call
+     * (a subscriber's connection: every reply). */
+    void (*message)(mf_redis_conn_t *conn, const mf_redis_reply_t *reply);
+    /* Its AUTH or SELECT was refused with this error reply (closed next). */
+    void (*refused)(mf_redis_conn_t *conn, const mf_redis_reply_t *reply);
+    /* It is closing (error 0: on purpose or idle), before its tasks end:
+     * forget it. */
+    void (*closed)(mf_redis_conn_t *conn, int error);
+} mf_redis_conn_owner_t;
+
 struct mf_redis_conn {
+    mf_pconn_t pc; /* dedicated: its place in the client's endpoint */
     mf_io_t io;
     mf_timer_t timer;  /* connect, then response, then idle */
     uint64_t timer_at; /* loop ms the timer fires at; 0: stopped */
     uint64_t due_ms;   /* ready: the response or idle deadline; 0: none */
     mf_loop_t *loop;
-    mf_redis_client_t *client;
+    mf_redis_client_t *client; /* where to, how, and its counters */
+    const mf_redis_conn_owner_t *owner; /* NULL: tell nobody (teardown) */
+    void *owner_data;                   /* e.g. the subscriber */
     mf_redis_conn_kind_t kind;
     mf_redis_conn_state_t state;
     bool resolving;
     bool flush_pending;
-    bool dirty; /* pooled: the task changed its state; never reuse */
     SSL *ssl;
     unsigned slot; /* shared: index in client->shared */
     unsigned setup_replies_left;
@@ -135,71 +220,29 @@ struct mf_redis_conn {
     mf_redis_reply_t scratch_root;
     mf_buf_t out;
     size_t out_done;
-    mf_list_t queue;     /* tasks whose replies are due, in order */
-    mf_list_t link;      /* client->pooled */
-    mf_list_t idle_link; /* client->idle */
-    mf_redis_subscriber_t *sub;
+    mf_list_t queue; /* tasks whose replies are due, in order */
     mf_post_t flush_post;
     mf_post_t free_post;
     mf_dns_query_t dns;
 };
 
-/* A new connection of the client; it starts opening at once. */
+/* A new connection of the client; it starts opening at once. owner (and
+ * owner_data) hear from it until it closes. */
 mf_redis_conn_t *mf__redis_conn_open(mf_redis_client_t *client,
-                                     mf_redis_conn_kind_t kind);
+                                     mf_redis_conn_kind_t kind,
+                                     const mf_redis_conn_owner_t *owner,
+                                     void *owner_data);
 /* Queues the task's commands behind those already on the connection. */
 void mf__redis_conn_attach(mf_redis_conn_t *conn, mf_redis_task_t *t);
 /* Appends raw protocol bytes and schedules a write (pub/sub commands). */
 void mf__redis_conn_send(mf_redis_conn_t *conn, const char *data, size_t len);
 /* Closes the connection; tasks still on it end with (state, error). */
 void mf__redis_conn_close(mf_redis_conn_t *conn, int state, int error);
-/* An idle dedicated connection is taken by a task / put back. */
+/* Closes it telling nobody, its owner nor its tasks: they go with the loop
+ * (teardown), or there are none (an idle one the pool dropped). */
+void mf__redis_conn_drop(mf_redis_conn_t *conn);
+/* A dedicated connection is taken by a task / put back. */
 void mf__redis_conn_set_busy(mf_redis_conn_t *conn, bool busy);
-
-/* ---- task (redis_task.c) ---------------------------------------------- */
-
-typedef enum mf_redis_phase {
-    MF_RT_IDLE,
-    MF_RT_WAITING, /* for a dedicated connection */
-    MF_RT_QUEUED,  /* on a connection that is not ready yet */
-    MF_RT_SENT,    /* commands in the output buffer or on the wire */
-    MF_RT_DONE
-} mf_redis_phase_t;
-
-struct mf_redis_task {
-    mf_task_t base;
-    mf_redis_client_t *client;
-    mf_buf_t cmds; /* the commands in protocol form */
-    size_t ncmds;
-    bool dedicated;   /* a command needs a connection of its own */
-    bool forced;      /* mf_task_redis_set_dedicated */
-    bool blocking;    /* BLPOP ...: no response timeout, only its own */
-    bool dirty;       /* leaves the connection changed: close it after */
-    bool in_multi;    /* MULTI without EXEC/DISCARD so far */
-    bool watching;    /* WATCH without EXEC/DISCARD/UNWATCH so far */
-    bool abandoned;   /* timed out or canceled with replies still due */
-    bool overflow;    /* replies over max_reply */
-    bool unformatted; /* a command could not be copied (out of memory) */
-    mf_redis_phase_t phase;
-    mf_redis_conn_t *conn;
-    mf_list_t link; /* conn->queue or client->waiters */
-    size_t nread;   /* replies received */
-    size_t nerrors; /* ... of which error replies */
-    mf_redis_reply_t *replies;
-    mf_redis_arena_t arena;
-    const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */
-};
-
-/* Where the next reply of the task goes (NULL: discard it). */
-mf_redis_reply_t *mf__redis_task_slot(mf_redis_task_t *t);
-/* One reply of the task arrived; it may complete the task. */
-void mf__redis_task_on_reply(mf_redis_task_t *t);
-/* The task leaves its connection with (state, error). */
-void mf__redis_task_end(mf_redis_task_t *t, int state, int error);
-/* Keeps (a bounded copy of) the error reply that refused the connection's
- * AUTH or SELECT, for mf_task_redis_error_message. */
-void mf__redis_task_keep_refusal(mf_redis_task_t *t,
-                                 const mf_redis_reply_t *reply);
 
 /* ---- pub/sub (redis_sub.c) -------------------------------------------- */
 
@@ -215,20 +258,18 @@ struct mf_redis_subscriber {
     mf_post_t end_post; /* the final callback, never inside a call */
 };
 
-/* A reply arrived on the subscriber's connection (scratch memory). */
-void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
-                            const mf_redis_reply_t *reply);
-/* Its connection ended (error 0: closed on purpose). */
-void mf__redis_sub_on_close(mf_redis_subscriber_t *sub, int error);
 /* Frees a subscriber whose connection is gone (loop teardown). */
 void mf__redis_sub_free(mf_redis_subscriber_t *sub);
-/* Keeps (a bounded copy of) the error reply that ends the subscriber: a
- * refused AUTH, SELECT or (P)SUBSCRIBE. */
-void mf__redis_sub_keep_refusal(mf_redis_subscriber_t *sub,
-                                const mf_redis_reply_t *reply);
 
-/* Appends one command in protocol form. 0 or MF_ENOMEM. */
-int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
-                     const char *const *argv, const size_t *argvlen);
+/* ---- client (redis_client.c) ------------------------------------------ */
+
+/* Gives the task a connection (shared or dedicated) or a place in line.
+ * 0, or MF_EBUSY when the pool's line is full. */
+int mf__redis_client_route(mf_redis_task_t *t);
+/* A dedicated connection is done with its task: back to the pool (the
+ * next waiter, or idle) when reuse and it is sound, else closed. */
+void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse);
+/* A task gave up while waiting for a dedicated connection. */
+void mf__redis_client_unwait(mf_redis_task_t *t);
 
 #endif /* MF_REDIS_INT_H */

@@ -5,6 +5,9 @@
  * end (error, server gone, or close) is reported once, from a deferred post,
  * after which the subscriber is freed.
  *
+ * Its connection tells it of replies, a refused AUTH/SELECT and its end
+ * through the owner ops given at open (mf__sub_conn_owner).
+ *
  * Ownership: the client keeps live subscribers in its subs list and frees
  * them with the loop; the user's pointer is valid until the final call.
  * Message memory is the connection's scratch arena, reset after each call.
@@ -45,6 +48,15 @@ static void mf__sub_end_cb(mf_post_t *post)
     mf_free(sub);
 }
 
+static void mf__sub_on_message(mf_redis_conn_t *conn,
+                               const mf_redis_reply_t *reply);
+static void mf__sub_on_refused(mf_redis_conn_t *conn,
+                               const mf_redis_reply_t *reply);
+static void mf__sub_on_close(mf_redis_conn_t *conn, int error);
+
+static const mf_redis_conn_owner_t mf__sub_conn_owner = {
+    mf__sub_on_message, mf__sub_on_refused, mf__sub_on_close};
+
 mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
                                           int nchannels,
                                           const char *const *channels,
@@ -57,8 +69,8 @@ mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
     sub->user = user;
     mf_post_init(&sub->end_post, mf__sub_end_cb, sub);
     mf_list_push_back(&client->subs, &sub->link);
-    sub->conn = mf__redis_conn_open(client, MF_RCONN_SUB);
-    sub->conn->sub = sub;
+    sub->conn =
+        mf__redis_conn_open(client, MF_RCONN_SUB, &mf__sub_conn_owner, sub);
     /* Queued behind AUTH/SELECT; written once the connection is up. */
     if (nchannels > 0)
         mf__sub_command(sub, true, pattern, nchannels, channels, lens);
@@ -91,15 +103,34 @@ static bool mf__is(const mf_redis_reply_t *r, const char *word)
            memcmp(r->str, word, n) == 0;
 }
 
-void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
-                            const mf_redis_reply_t *reply)
+/* Keeps (a bounded copy of) the error reply that ends the subscriber: a
+ * refused AUTH, SELECT or (P)SUBSCRIBE. */
+static void mf__sub_keep_refusal(mf_redis_subscriber_t *sub,
+                                 const mf_redis_reply_t *reply)
 {
+    size_t len =
+        reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
+    memcpy(sub->refusal, reply->str, len);
+    sub->refusal[len] = '\0';
+}
+
+static void mf__sub_on_refused(mf_redis_conn_t *conn,
+                               const mf_redis_reply_t *reply)
+{
+    mf__sub_keep_refusal(conn->owner_data, reply);
+}
+
+/* A reply arrived on the subscriber's connection (scratch memory). */
+static void mf__sub_on_message(mf_redis_conn_t *conn,
+                               const mf_redis_reply_t *reply)
+{
+    mf_redis_subscriber_t *sub = conn->owner_data;
     if (sub->closing)
         return;
     if (reply->type == MF_REDIS_ERROR) {
         /* A refused (P)SUBSCRIBE: NOPERM when the user may not listen. */
         bool denied = reply->len >= 6 && !memcmp(reply->str, "NOPERM", 6);
-        mf__redis_sub_keep_refusal(sub, reply);
+        mf__sub_keep_refusal(sub, reply);
         mf__redis_conn_close(sub->conn, MF_STATE_TASK_ERROR,
                              denied ? MF_EACCES : MF_EPROTO);
         return;
@@ -116,22 +147,15 @@ void mf__redis_sub_on_reply(mf_redis_subscriber_t *sub,
         sub->cb(sub, reply, 0, sub->user);
 }
 
-void mf__redis_sub_keep_refusal(mf_redis_subscriber_t *sub,
-                                const mf_redis_reply_t *reply)
-{
-    size_t len =
-        reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
-    memcpy(sub->refusal, reply->str, len);
-    sub->refusal[len] = '\0';
-}
-
 const char *mf_redis_subscriber_error_message(const mf_redis_subscriber_t *sub)
 {
     return sub->refusal[0] ? sub->refusal : NULL;
 }
 
-void mf__redis_sub_on_close(mf_redis_subscriber_t *sub, int error)
+/* Its connection ended (error 0: closed on purpose). */
+static void mf__sub_on_close(mf_redis_conn_t *conn, int error)
 {
+    mf_redis_subscriber_t *sub = conn->owner_data;
     sub->conn = NULL;
     sub->closing = true;
     sub->error = error;
@@ -140,9 +164,7 @@ void mf__redis_sub_on_close(mf_redis_subscriber_t *sub, int error)
 
 void mf__redis_sub_free(mf_redis_subscriber_t *sub)
 {
-    if (sub->conn) {
-        sub->conn->sub = NULL;
-        mf__redis_conn_close(sub->conn, MF_STATE_CANCELED, MF_ECANCELED);
-    }
+    if (sub->conn)
+        mf__redis_conn_drop(sub->conn);
     mf_free(sub);
 }

@@ -3,91 +3,21 @@
  * which of them need a connection of their own, dispatch, completion,
  * timeout/cancel, and the replies.
  *
+ * It talks down only (client: routing, the pool; connection: close, busy);
+ * its connection reaches it through the hooks each task carries.
+ *
  * Ownership: the task owns its command bytes and its reply memory (an
  * arena released in destroy, after the callback). While its replies are
  * due it sits on a connection's queue; the connection completes it. A task
  * that gives up on a shared connection stays queued, its replies discarded
  * as they arrive, and completes (freeing itself) after the last one.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
 #include "redis_int.h"
-
-/* ---- protocol form ---------------------------------------------------- */
-
-/* "*3\r\n" / "$5\r\n" at p: digits written backwards, no printf on the
- * hot path. Returns the end. */
-static char *mf__put_len(char *p, char kind, size_t n)
-{
-    char head[24];
-    char *h = head + sizeof head;
-    do {
-        *--h = (char)('0' + n % 10);
-        n /= 10;
-    } while (n);
-    *p++ = kind;
-    size_t digits = (size_t)(head + sizeof head - h);
-    memcpy(p, h, digits);
-    p += digits;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-static size_t mf__len_size(size_t n)
-{
-    size_t digits = 1;
-    while (n >= 10) {
-        n /= 10;
-        digits++;
-    }
-    return digits + 3; /* kind, digits, CRLF */
-}
-
-#define MF__ARGLEN(lens, argv, i) ((lens) ? (lens)[i] : strlen((argv)[i]))
-
-/* Bytes of one command in protocol form; 0 on overflow. */
-static size_t mf__redis_format_size(int argc, const char *const *argv,
-                                    const size_t *argvlen)
-{
-    size_t size = mf__len_size((size_t)argc);
-    for (int i = 0; i < argc; i++) {
-        size_t n = MF__ARGLEN(argvlen, argv, i);
-        size_t one = mf__len_size(n) + n + 2;
-        if (one < n || size + one < size)
-            return 0;
-        size += one;
-    }
-    return size;
-}
-
-/* Writes one command at p (mf__redis_format_size bytes of room). */
-static void mf__redis_format_at(char *p, int argc, const char *const *argv,
-                                const size_t *argvlen)
-{
-    p = mf__put_len(p, '*', (size_t)argc);
-    for (int i = 0; i < argc; i++) {
-        size_t n = MF__ARGLEN(argvlen, argv, i);
-        p = mf__put_len(p, '$', n);
-        memcpy(p, argv[i], n);
-        p += n;
-        *p++ = '\r';
-        *p++ = '\n';
-    }
-}
-
-int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
-                     const char *const *argv, const size_t *argvlen)
-{
-    size_t size = mf__redis_format_size(argc, argv, argvlen);
-    if (!size || mf__buf_reserve(loop, out, size) < 0)
-        return MF_ENOMEM;
-    mf__redis_format_at(out->data + out->len, argc, argv, argvlen);
-    out->len += size;
-    return 0;
-}
 
 /* ---- which commands need a connection of their own --------------------- */
 
@@ -167,11 +97,11 @@ static int mf__cmd_kind(const char *name, size_t n)
  * XREAD counts as blocking only with a BLOCK argument). */
 static int mf__cmd_code(int argc, const char *const *argv, const size_t *lens)
 {
-    int kind = mf__cmd_kind(argv[0], MF__ARGLEN(lens, argv, 0));
+    int kind = mf__cmd_kind(argv[0], MF__REDIS_ARGLEN(lens, argv, 0));
     if (kind != MF__CMD_XREAD)
         return kind;
     for (int i = 1; i < argc; i++)
-        if (mf__word_is(argv[i], MF__ARGLEN(lens, argv, i), "BLOCK"))
+        if (mf__word_is(argv[i], MF__REDIS_ARGLEN(lens, argv, i), "BLOCK"))
             return MF__CMD_BLOCKING;
     return 0;
 }
@@ -211,14 +141,10 @@ static mf_redis_task_t *mf__redis_task_of(const mf_task_t *task)
     return (mf_redis_task_t *)(void *)task;
 }
 
-mf_redis_reply_t *mf__redis_task_slot(mf_redis_task_t *t)
-{
-    if (t->abandoned || t->overflow || t->nread >= t->ncmds)
-        return NULL;
-    return &t->replies[t->nread];
-}
-
-void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
+/* The task leaves its connection with (state, error): it completes, and
+ * the connection goes back (dedicated) or idles when nothing else waits on
+ * it (shared). */
+static void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
 {
     mf_redis_conn_t *conn = t->conn;
     bool reuse = state == MF_STATE_SUCCESS && !t->dirty;
@@ -236,8 +162,10 @@ void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
         mf__redis_conn_set_busy(conn, false);
 }
 
-void mf__redis_task_keep_refusal(mf_redis_task_t *t,
-                                 const mf_redis_reply_t *reply)
+/* Keeps (a bounded copy of) the error reply that refused the connection's
+ * AUTH or SELECT, for mf_task_redis_error_message. */
+static void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                        const mf_redis_reply_t *reply)
 {
     size_t len =
         reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
@@ -249,7 +177,8 @@ void mf__redis_task_keep_refusal(mf_redis_task_t *t,
     t->refusal = copy;
 }
 
-void mf__redis_task_on_reply(mf_redis_task_t *t)
+/* One reply of the task arrived; it may complete the task. */
+static void mf__redis_task_on_reply(mf_redis_task_t *t)
 {
     const mf_redis_reply_t *r = mf__redis_task_slot(t);
     if (r && r->type == MF_REDIS_ERROR)
@@ -261,6 +190,10 @@ void mf__redis_task_on_reply(mf_redis_task_t *t)
     else
         mf__redis_task_end(t, MF_STATE_SUCCESS, 0);
 }
+
+/* How the task's connection speaks to it. */
+static const mf_redis_task_hooks_t mf__redis_task_hooks = {
+    mf__redis_task_on_reply, mf__redis_task_end, mf__redis_task_keep_refusal};
 
 static void mf__redis_task_dispatch(mf_task_t *task)
 {
@@ -281,7 +214,11 @@ static void mf__redis_task_dispatch(mf_task_t *task)
         return;
     }
     memset(t->replies, 0, t->ncmds * sizeof(*t->replies));
-    mf__redis_client_route(t);
+    int rc = mf__redis_client_route(t);
+    if (rc < 0) {
+        t->phase = MF_RT_DONE;
+        mf_task_complete(task, MF_STATE_TASK_ERROR, rc);
+    }
 }
 
 /* Timeout or cancel: stop waiting. On a shared connection whose commands
@@ -329,8 +266,9 @@ mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
                                 void *user)
 {
     mf_redis_task_t *t = mf_loop_alloc(client->loop, sizeof(*t));
-    memset(t, 0, sizeof(*t));
+    memset(t, 0, offsetof(mf_redis_task_t, waiter)); /* waiter: by route */
     mf_task_init(&t->base, &mf__redis_ops, client->loop, cb, user);
+    t->hooks = &mf__redis_task_hooks;
     t->client = client;
     mf__buf_init(&t->cmds);
     mf_list_init(&t->link);

@@ -16,6 +16,7 @@
 #include "codec.h"
 #include "common.h"
 #include "dns.h"
+#include "endpoint.h"
 #include "error.h"
 #include "fswatch.h"
 #include "go.h"
