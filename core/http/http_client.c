@@ -1,10 +1,11 @@
 /*
  * http_client.c — the http task: URL, request serialisation, response
  * reading (Content-Length, chunked, until close), timeouts, redirects and
- * retries. Relaying a response to a server exchange (proxying) is in
- * http_forward.c, which this file calls when the task has t->forward.
+ * retries. Relaying a response to a server exchange (proxying) is
+ * http_forward.c's, reached through the ops it set in t->relay.
  *
- * One attempt = acquire a connection (http_pool.c) → write the request →
+ * One attempt = acquire a connection (http_pool.c, which calls back through
+ * the task's mf_http_conn_user_ops_t) → write the request →
  * read the head → read the body → release the connection (reusable when the
  * response was complete and keep-alive) → complete, or go again for a
  * redirect or a safe retry. The task's own timer covers the connect phase
@@ -19,6 +20,7 @@
 #include "net/net.h"
 
 static void mf__client_task_attempt(mf_http_client_task_t *t);
+static void mf__client_task_on_io(mf_http_client_task_t *t, unsigned events);
 
 void mf_http_client_opts_init(mf_http_client_opts_t *o)
 {
@@ -192,7 +194,9 @@ static void mf__client_task_build_request(mf_http_client_task_t *t)
     mf__client_task_put(t, t->body.data, t->body.len);
 }
 
-void mf__client_task_mark(const mf_http_client_task_t *t, uint64_t *at)
+/* Stamps *at with the time, for a traced task only (mf_task_http_timings):
+ * an untraced one reads no clock. */
+static void mf__client_task_mark(const mf_http_client_task_t *t, uint64_t *at)
 {
     if (MF_LIKELY(mf_task_trace(&t->base) == NULL))
         return;
@@ -214,7 +218,7 @@ static void mf__client_task_arm(mf_http_client_task_t *t, uint32_t ms)
 
 static void mf__client_task_write(mf_http_client_task_t *t)
 {
-    mf_http_client_conn_t *conn = t->conn;
+    mf_http_client_conn_t *conn = t->user.conn;
     while (t->out_done < t->out.len) {
         struct iovec iov = {t->out.data + t->out_done,
                             t->out.len - t->out_done};
@@ -232,7 +236,7 @@ static void mf__client_task_write(mf_http_client_task_t *t)
     mf__client_task_mark(t, &t->timings.sent);
 }
 
-void mf__client_task_send(mf_http_client_task_t *t)
+static void mf__client_task_send(mf_http_client_task_t *t)
 {
     t->phase = MF_CT_SENDING;
     mf__client_task_mark(t, &t->timings.sending);
@@ -357,8 +361,8 @@ static void mf__client_task_process(mf_http_client_task_t *t, bool eof)
     bool complete = mf__client_task_body_progress(t, eof);
     if (t->phase != MF_CT_BODY)
         return; /* failed inside */
-    if (t->forward)
-        mf__http_forward_relay(t, complete);
+    if (t->relay)
+        t->relay->relay(t, complete);
     if (t->phase != MF_CT_BODY)
         return;
     if (complete)
@@ -393,7 +397,7 @@ void mf__client_task_read(mf_http_client_task_t *t)
             mf__client_task_too_long(t);
             return;
         }
-        mf_http_client_conn_t *conn = t->conn;
+        mf_http_client_conn_t *conn = t->user.conn;
         ssize_t n =
             mf__sock_read(conn->io.fd, conn->ssl, t->in.data + t->in.len,
                           t->in.cap - t->in.len);
@@ -417,12 +421,10 @@ void mf__client_task_read(mf_http_client_task_t *t)
     }
 }
 
-void mf__client_task_on_io(mf_http_client_task_t *t, unsigned events)
+static void mf__client_task_on_io(mf_http_client_task_t *t, unsigned events)
 {
+    (void)events; /* a write and a read are tried on either edge */
     switch (t->phase) {
-    case MF_CT_OPENING:
-        mf__http_opening_event(t, events);
-        return;
     case MF_CT_SENDING:
         mf__client_task_write(t);
         if (t->phase == MF_CT_HEAD)
@@ -569,13 +571,11 @@ static bool mf__client_task_may_retry(mf_http_client_task_t *t, int state)
     return mf__method_idempotent(t) || t->phase == MF_CT_OPENING;
 }
 
-static void mf__client_task_drop_conn(mf_http_client_task_t *t, bool reuse)
+/* A forward learns the task's end (it may answer its exchange). */
+static void mf__client_task_settle(mf_http_client_task_t *t, int state)
 {
-    mf_http_client_conn_t *conn = t->conn;
-    if (!conn)
-        return;
-    t->conn = NULL;
-    mf__http_release(conn, reuse);
+    if (t->relay)
+        t->relay->settle(t, state);
 }
 
 /* The task's end: settles a forward, then completes. */
@@ -584,7 +584,7 @@ static void mf__client_task_complete(mf_http_client_task_t *t, int state,
 {
     t->phase = MF_CT_DONE;
     mf_timer_stop(t->base._loop, &t->timer);
-    mf__http_forward_settle(t, state);
+    mf__client_task_settle(t, state);
     mf_task_complete(&t->base, state, error);
 }
 
@@ -599,10 +599,10 @@ void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
     bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t);
-    mf_http_client_conn_t *conn = t->conn;
+    const mf_http_client_conn_t *conn = t->user.conn;
     bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
                  mf__method_idempotent(t);
-    mf__client_task_drop_conn(t, reuse);
+    mf__http_pool_release(&t->user, reuse);
     int redirect = ok ? mf__client_task_redirect(t) : 0;
     if (redirect < 0) {
         mf__client_task_complete(t, MF_STATE_TASK_ERROR, redirect);
@@ -621,19 +621,59 @@ void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
     mf__client_task_complete(t, state, error);
 }
 
-void mf__client_task_open_failed(mf_http_client_task_t *t, int state, int error)
+/* ---- what the connection tells the task -------------------------------- */
+
+static mf_http_client_task_t *mf__client_task_of(mf_http_conn_user_t *u)
 {
-    t->conn = NULL;
+    return mf_container_of(u, mf_http_client_task_t, user);
+}
+
+/* The steps of opening, when a new connection was opened for the task. */
+static void mf__client_task_opened_at(mf_http_client_task_t *t,
+                                      const mf_dial_times_t *times)
+{
+    if (!times || !t->user.traced)
+        return;
+    /* Only the steps that happened: a failed dial stamps some. */
+    if (times->resolved)
+        t->timings.resolved = times->resolved;
+    if (times->connected)
+        t->timings.connected = times->connected;
+    if (times->opened)
+        t->timings.opened = times->opened;
+}
+
+static void mf__client_task_ready(mf_http_conn_user_t *u,
+                                  const mf_dial_times_t *times)
+{
+    mf_http_client_task_t *t = mf__client_task_of(u);
+    mf__client_task_opened_at(t, times);
+    mf__client_task_send(t);
+}
+
+static void mf__client_task_open_failed(mf_http_conn_user_t *u,
+                                        const mf_dial_times_t *times, int state,
+                                        int error)
+{
+    mf_http_client_task_t *t = mf__client_task_of(u);
+    mf__client_task_opened_at(t, times);
+    t->phase = MF_CT_OPENING; /* nothing was sent: a retry is safe */
     mf__client_task_finish(t, state, error);
 }
+
+static void mf__client_task_event(mf_http_conn_user_t *u, unsigned events)
+{
+    mf__client_task_on_io(mf__client_task_of(u), events);
+}
+
+static const mf_http_conn_user_ops_t mf__client_task_conn_ops = {
+    mf__client_task_ready, mf__client_task_open_failed, mf__client_task_event};
 
 static void mf__client_task_timed_out(mf_timer_t *timer)
 {
     mf_http_client_task_t *t = timer->data;
-    mf__http_abandon(t);
-    mf__http_forward_settle(t, MF_STATE_TIMEOUT);
-    if (t->resolving)
-        return; /* the canceled query completes the task */
+    mf__http_pool_abandon(&t->user);
+    mf__client_task_settle(t, MF_STATE_TIMEOUT);
     t->phase = MF_CT_DONE;
     mf_task_complete(&t->base, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
 }
@@ -644,13 +684,15 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
         mf__client_task_complete(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
         return;
     }
-    mf_http_pool_t *pool = mf__http_pool(t->base._loop);
-    t->ep =
-        mf__http_endpoint(pool, t->origin.host, t->origin.port, t->origin.tls,
-                          t->opts.tls_verify, t->opts.ca_file);
+    mf_endpoint_t *ep = mf__http_endpoint(t->base._loop, &t->origin,
+                                          t->opts.tls_verify, t->opts.ca_file);
     t->phase = MF_CT_IDLE;
+    t->user.traced = mf_task_trace(&t->base) != NULL;
     mf__client_task_arm(t, t->opts.connect_timeout_ms);
-    mf__http_acquire(t);
+    mf__http_pool_acquire(ep, &t->user);
+    if (t->phase == MF_CT_IDLE) /* no idle connection was ready */
+        t->phase =
+            mf_pwaiter_waiting(&t->user.waiter) ? MF_CT_WAITING : MF_CT_OPENING;
 }
 
 /* ---- the task kind ---------------------------------------------------------
@@ -676,11 +718,9 @@ static void mf__client_task_cancel(mf_task_t *task)
     if (t->phase == MF_CT_DONE)
         return;
     mf_timer_stop(task->_loop, &t->timer);
-    mf__http_abandon(t);
+    mf__http_pool_abandon(&t->user);
     /* A per-task timeout lands here too: the engine decided the state. */
-    mf__http_forward_settle(t, task->_state);
-    if (t->resolving)
-        return; /* completes from the DNS callback */
+    mf__client_task_settle(t, task->_state);
     t->phase = MF_CT_DONE;
     mf_task_complete(task, MF_STATE_CANCELED, MF_ECANCELED);
 }
@@ -690,7 +730,7 @@ static void mf__client_task_destroy(mf_task_t *task)
     mf_http_client_task_t *t = (mf_http_client_task_t *)task;
     mf_loop_t *loop = task->_loop;
     mf_timer_stop(loop, &t->timer);
-    mf__http_abandon(t);
+    mf__http_pool_abandon(&t->user);
     mf_buf_t *bufs[] = {&t->method, &t->url, &t->headers,
                         &t->body,   &t->out, &t->in};
     for (size_t i = 0; i < MF_ARRAY_SIZE(bufs); i++)
@@ -717,7 +757,7 @@ mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
     mf_task_init(&t->base, &mf__client_task_ops, loop, cb, user);
     mf_http_client_opts_init(&t->opts);
     mf_timer_init(&t->timer, mf__client_task_timed_out, t);
-    mf_list_init(&t->wait_link);
+    mf__http_pool_user_init(&t->user, &mf__client_task_conn_ops);
     const char *m = method && *method ? method : "GET";
     mf__client_task_keep(t, &t->method, m, strlen(m));
     mf__client_task_set_url(t, url ? url : "", url ? strlen(url) : 0);

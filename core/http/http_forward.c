@@ -4,7 +4,8 @@
  * answer back to that exchange as it arrives.
  *
  * May call: the client's internals (http_client_int.h: the task it extends,
- * its read and finish steps) and only the public exchange API
+ * its read and finish steps; the task calls back only through the relay
+ * ops set here) and only the public exchange API
  * (moonflow/http_server.h); it knows nothing of the server's connections.
  * The exchange stays alive while the task runs because the task is in the
  * exchange's series, which the exchange waits for.
@@ -75,7 +76,7 @@ static void mf__forward_resume(mf_http_exchange_t *ex, void *arg)
 
 /* A body that is complete at once goes out with a Content-Length; else the
  * pieces are streamed (chunked) as they arrive and dropped from memory. */
-void mf__http_forward_relay(mf_http_client_task_t *t, bool complete)
+static void mf__http_forward_relay(mf_http_client_task_t *t, bool complete)
 {
     mf_http_exchange_t *ex = t->forward;
     const char *body = t->in.data + t->head_len;
@@ -110,7 +111,7 @@ void mf__http_forward_relay(mf_http_client_task_t *t, bool complete)
  * 502 (504 on timeout); a streamed answer is ended by the exchange's series
  * when this task's callback has run. (If the client is gone, the answer
  * is built and dropped with the exchange.) */
-void mf__http_forward_settle(mf_http_client_task_t *t, int state)
+static void mf__http_forward_settle(mf_http_client_task_t *t, int state)
 {
     mf_http_exchange_t *ex = t->forward;
     if (!ex || t->relayed)
@@ -122,6 +123,9 @@ void mf__http_forward_settle(mf_http_client_task_t *t, int state)
 }
 
 /* ---- the forward task ---------------------------------------------------- */
+
+static const mf_http_relay_ops_t mf__http_forward_ops = {
+    mf__http_forward_relay, mf__http_forward_settle};
 
 /* The end-to-end headers, X-Forwarded-For and the body of the request. */
 static void mf__forward_copy_request(mf_http_client_task_t *t,
@@ -159,6 +163,7 @@ mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex, const char *upstream,
         mf_task_http_create(mf_http_exchange_loop(ex), method, url, cb, user);
     mf_http_client_task_t *t = (mf_http_client_task_t *)task;
     t->forward = ex;
+    t->relay = &mf__http_forward_ops;
     t->opts.max_retries = 0;
     mf__forward_copy_request(t, ex);
     return task;

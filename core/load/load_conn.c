@@ -9,16 +9,19 @@
  * less than asked drained the socket (plain TCP): no read to confirm
  * EAGAIN. Per request in steady state: one write, one read, one clock read.
  *
- * May call: the load (load_int.h), the loop, net (sockets, TLS) and the
- * HTTP parser. Owns mf_load_conn_t.
+ * May call: the load (load_int.h), the loop, net (sockets, TLS, the
+ * endpoint pool: each open socket is counted in its target's endpoint,
+ * outside the per-request path) and the HTTP parser. Owns mf_load_conn_t.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "load_int.h"
+#include "moonflow/dns.h"
 #include "moonflow/error.h"
 #include "net/net.h"
 
@@ -26,11 +29,49 @@ static void mf__load_conn_event(mf_io_t *io, unsigned events);
 static void mf__load_conn_timer(mf_timer_t *timer);
 static void mf__load_conn_next(mf_load_conn_t *c);
 
+/* ---- the endpoint pool's view --------------------------------------------
+ */
+
+static mf_load_conn_t *mf__load_conn_of(mf_pconn_t *pc)
+{
+    return mf_container_of(pc, mf_load_conn_t, pc);
+}
+
+static void mf__load_conn_shut(mf_load_conn_t *c);
+
+/* The loop ends with the load alive: its sockets close (the load's
+ * destroy closes the rest). */
+static void mf__load_conn_pool_close(mf_pconn_t *pc)
+{
+    mf__load_conn_shut(mf__load_conn_of(pc));
+}
+
+/* No open: the load opens its own; never idle in the pool. */
+static const mf_endpoint_ops_t mf__load_endpoint_ops = {
+    .protocol = "load",
+    .close = mf__load_conn_pool_close,
+};
+
+/* The target's endpoint, keyed by its address, TLS and SNI host. */
+static mf_endpoint_t *mf__load_endpoint(mf_load_t *load, size_t target)
+{
+    const mf_load_target_t *t = &load->targets[target];
+    char addr[64], key[MF_DNS_MAX_HOST + 80];
+    mf_sockaddr_format(&t->addr, addr, sizeof addr);
+    snprintf(key, sizeof key, "%s %d %.*s", addr, t->tls, MF_DNS_MAX_HOST,
+             t->host ? t->host : "");
+    return mf_endpoint_get(load->loop, &mf__load_endpoint_ops, key, NULL);
+}
+
+/* ---- life ----------------------------------------------------------------
+ */
+
 bool mf__load_conn_init(mf_load_conn_t *c, mf_load_t *load, size_t target)
 {
     memset(c, 0, sizeof(*c));
     c->load = load;
     c->target = target;
+    c->ep = mf__load_endpoint(load, target);
     mf_io_init(&c->io, -1, mf__load_conn_event, c);
     mf_timer_init(&c->timer, mf__load_conn_timer, c);
     c->rbuf = c->rbuf_own = mf_try_malloc(MF_LOAD_READ_BUF);
@@ -62,6 +103,7 @@ static void mf__load_conn_shut(mf_load_conn_t *c)
         c->ssl = NULL;
         close(c->io.fd);
         c->io.fd = -1;
+        mf_pconn_remove(&c->pc); /* harmless when the pool closes it */
     }
     c->state = MF_LOAD_CONN_CLOSED;
     c->pending = 0;
@@ -110,6 +152,7 @@ void mf__load_conn_open(mf_load_conn_t *c)
         mf__load_conn_fail(c, &load->stats.errors.connect);
         return;
     }
+    mf_pconn_add(c->ep, &c->pc, NULL); /* never idle: no watcher to unref */
     c->state = MF_LOAD_CONN_CONNECTING;
 }
 

@@ -9,6 +9,12 @@
  * framing. A connection reports to the load only through the mf__load_*
  * functions below; the load drives a connection only through the
  * mf__load_conn_* ones.
+ *
+ * Each open socket is also counted in its target's endpoint of the loop's
+ * endpoint pool (moonflow/endpoint.h, protocol "load"), added when its
+ * connect starts and removed when it closes, so the one stats walk sees
+ * the generator's connections with every client's. The pool never holds
+ * them idle: nothing of it runs per request.
  */
 #ifndef MF_LOAD_INT_H
 #define MF_LOAD_INT_H
@@ -18,6 +24,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "moonflow/endpoint.h"
 #include "moonflow/load.h"
 #include "net/tls.h"
 
@@ -40,6 +47,8 @@ enum {
 
 typedef struct mf_load_conn {
     mf_load_t *load;
+    mf_endpoint_t *ep; /* its target's */
+    mf_pconn_t pc;     /* in ep while its socket is open */
     mf_io_t io;
     mf_timer_t timer; /* reconnect, delay hook, constant-rate due time */
     SSL *ssl;

@@ -30,8 +30,16 @@ struct mf_endpoint {
     char key[];
 };
 
+/* A protocol's loop-wide limits (mf_endpoint_set_protocol_limits). */
+typedef struct mf_protocol_limits {
+    mf_list_t link; /* the registry's protocols */
+    const mf_endpoint_ops_t *ops;
+    mf_endpoint_limits_t limits;
+} mf_protocol_limits_t;
+
 typedef struct mf_endpoint_registry {
     mf_list_t endpoints;
+    mf_list_t protocols; /* mf_protocol_limits_t, one per ops that set them */
 } mf_endpoint_registry_t;
 
 static void mf__registry_free(mf_loop_t *loop, void *value);
@@ -50,6 +58,7 @@ static mf_endpoint_registry_t *mf__registry(mf_loop_t *loop, bool create)
         return reg;
     reg = mf_xmalloc(sizeof(*reg));
     mf_list_init(&reg->endpoints);
+    mf_list_init(&reg->protocols);
     mf_loop_set(loop, &mf__endpoint_key, reg);
     return reg;
 }
@@ -263,6 +272,8 @@ static void mf__registry_free(mf_loop_t *loop, void *value)
     mf_list_t *node;
     while ((node = mf_list_pop_front(&reg->endpoints)) != NULL)
         mf__endpoint_free(mf_container_of(node, mf_endpoint_t, link));
+    while ((node = mf_list_pop_front(&reg->protocols)) != NULL)
+        mf_free(mf_container_of(node, mf_protocol_limits_t, link));
     mf_free(reg);
 }
 
@@ -285,6 +296,43 @@ mf_endpoint_t *mf_endpoint_find(const mf_loop_t *loop,
     return NULL;
 }
 
+static mf_protocol_limits_t *mf__protocol_limits(mf_endpoint_registry_t *reg,
+                                                 const mf_endpoint_ops_t *ops)
+{
+    mf_list_t *node;
+    mf_list_foreach(node, &reg->protocols)
+    {
+        mf_protocol_limits_t *p =
+            mf_container_of(node, mf_protocol_limits_t, link);
+        if (p->ops == ops)
+            return p;
+    }
+    return NULL;
+}
+
+void mf_endpoint_set_protocol_limits(mf_loop_t *loop,
+                                     const mf_endpoint_ops_t *ops,
+                                     const mf_endpoint_limits_t *limits)
+{
+    mf_endpoint_registry_t *reg = mf__registry(loop, true);
+    mf_protocol_limits_t *p = mf__protocol_limits(reg, ops);
+    if (!p) {
+        p = mf_xmalloc(sizeof(*p));
+        p->ops = ops;
+        mf_list_push_back(&reg->protocols, &p->link);
+    }
+    p->limits = *limits;
+    mf_list_t *node, *next;
+    /* set_limits may serve a waiter, whose open may make endpoints (at
+     * the front): walk from a saved next. */
+    for (node = reg->endpoints.next; node != &reg->endpoints; node = next) {
+        next = node->next;
+        mf_endpoint_t *ep = mf_container_of(node, mf_endpoint_t, link);
+        if (ep->ops == ops)
+            mf_endpoint_set_limits(ep, limits);
+    }
+}
+
 mf_endpoint_t *mf_endpoint_get(mf_loop_t *loop, const mf_endpoint_ops_t *ops,
                                const char *key,
                                const mf_endpoint_limits_t *limits)
@@ -298,7 +346,10 @@ mf_endpoint_t *mf_endpoint_get(mf_loop_t *loop, const mf_endpoint_ops_t *ops,
     memcpy(ep->key, key, n);
     ep->loop = loop;
     ep->ops = ops;
-    if (limits)
+    const mf_protocol_limits_t *p = mf__protocol_limits(reg, ops);
+    if (p)
+        ep->limits = p->limits;
+    else if (limits)
         ep->limits = *limits;
     mf_list_init(&ep->conns);
     mf_list_init(&ep->idle);

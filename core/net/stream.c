@@ -1,13 +1,14 @@
 /*
  * stream.c — a client connection for protocols moonflow does not speak
- * itself: connect (DNS, each address in turn, or a unix socket), TLS, reads
- * into caller buffers and writes of iovecs with a timeout each, close. Owns
- * the mf_stream_t record; the keepalive pool (stream_pool.c) only links
- * idle streams and closes them through mf__stream_close.
+ * itself: connect (the dial: DNS, each address in turn; or a unix socket),
+ * TLS, reads into caller buffers and writes of iovecs with a timeout each,
+ * close. Owns the mf_stream_t record; the keepalive pool (stream_pool.c,
+ * the endpoint pool) only links idle streams and closes them through
+ * mf__stream_close.
  *
  * May call: the loop (watchers, timers, deferred posts, loop memory), the
- * resolver (moonflow/dns.h), the client opener and the TLS glue of this
- * folder, libc and OpenSSL.
+ * dial, the endpoint pool (an idle stream's event) and the TLS glue of
+ * this folder, libc and OpenSSL.
  */
 #include "stream_int.h"
 
@@ -28,7 +29,7 @@ enum { MF_STREAM_T_CONNECT, MF_STREAM_T_SEND, MF_STREAM_T_READ };
 static void mf__stream_maybe_free(mf_stream_t *s)
 {
     if (s->state == MF_STREAM_CLOSED && !s->rd.posted && !s->wr.posted &&
-        !s->dns_pending && !s->in_callback)
+        !mf__dial_active(&s->dial) && !s->in_callback)
         mf_loop_free(s->loop, s, sizeof *s);
 }
 
@@ -80,12 +81,9 @@ static void mf__stream_read_timed_out(mf_timer_t *timer)
 static void mf__stream_write_timed_out(mf_timer_t *timer)
 {
     mf_stream_t *s = timer->data;
-    if (s->state == MF_STREAM_RESOLVING) {
+    if (s->state == MF_STREAM_CONNECTING || s->state == MF_STREAM_HANDSHAKING) {
         s->state = MF_STREAM_FAILED;
-        mf_dns_query_cancel(&s->dns);
-    } else if (s->state == MF_STREAM_CONNECTING ||
-               s->state == MF_STREAM_HANDSHAKING) {
-        s->state = MF_STREAM_FAILED;
+        mf__dial_cancel(&s->dial); /* a DNS query still calls back */
         mf_io_stop(s->loop, &s->io);
     }
     mf__stream_op_complete(s, &s->wr, MF_ETIMEDOUT);
@@ -317,21 +315,15 @@ static void mf__stream_io_event(mf_io_t *io, unsigned events)
 {
     mf_stream_t *s = io->data;
     switch (s->state) {
-    case MF_STREAM_CONNECTING: {
-        int rc = mf__client_open_event(&s->open, events, NULL);
-        if (rc == MF_EAGAIN)
-            return;
-        s->state = rc == 0 ? MF_STREAM_OPEN : MF_STREAM_FAILED;
-        mf__stream_op_complete(s, &s->wr, rc);
+    case MF_STREAM_CONNECTING:
+        mf__dial_event(&s->dial, events);
         return;
-    }
     case MF_STREAM_HANDSHAKING:
         mf__stream_handshake_step(s);
         return;
     case MF_STREAM_POOLED:
         /* room to write again is no news; bytes or an end of file are */
-        if (!mf__stream_healthy(s))
-            mf__stream_pool_event(s);
+        mf_pconn_idle_fired(&s->pc); /* the pool asks healthy() */
         return;
     case MF_STREAM_OPEN:
         if (s->rd.active && !s->rd.posted)
@@ -344,7 +336,7 @@ static void mf__stream_io_event(mf_io_t *io, unsigned events)
     }
 }
 
-/* A socket connected at once (unix, UDP): watched from now on. */
+/* A unix socket, connected at once: watched from now on. */
 static int mf__stream_dial(mf_stream_t *s, const struct sockaddr *addr,
                            socklen_t len)
 {
@@ -379,27 +371,17 @@ static int mf__stream_dial_unix(mf_stream_t *s, const char *path)
     return mf__stream_dial(s, (struct sockaddr *)&un, sizeof un);
 }
 
-static void mf__stream_resolved(mf_dns_query_t *q, int status)
+/* The dial ended: open (a TCP connection, or a connected UDP socket), or
+ * failed with the resolver's or the last connect's code. */
+static void mf__stream_dialed(mf_dial_t *d, int state, int error)
 {
-    mf_stream_t *s = q->data;
-    s->dns_pending = false;
-    if (s->state != MF_STREAM_RESOLVING) { /* timed out or closed */
+    mf_stream_t *s = d->data;
+    if (s->state != MF_STREAM_CONNECTING) { /* timed out or closed */
         mf__stream_maybe_free(s);
         return;
     }
-    int rc = status;
-    if (rc == 0 && s->type == MF_STREAM_UDP) {
-        rc =
-            mf__stream_dial(s, &q->addrs[0].sa, mf__net_addr_len(&q->addrs[0]));
-    } else if (rc == 0) {
-        rc = mf__client_open_start(&s->open, q);
-        if (rc == 0) {
-            s->state = MF_STREAM_CONNECTING;
-            return;
-        }
-    }
-    s->state = rc == 0 ? MF_STREAM_OPEN : MF_STREAM_FAILED;
-    mf__stream_op_complete(s, &s->wr, rc);
+    s->state = state == MF_STATE_SUCCESS ? MF_STREAM_OPEN : MF_STREAM_FAILED;
+    mf__stream_op_complete(s, &s->wr, error);
 }
 
 void mf_stream_connect(mf_stream_t *s, const char *host, uint16_t port,
@@ -422,9 +404,9 @@ void mf_stream_connect(mf_stream_t *s, const char *host, uint16_t port,
         mf__stream_op_complete(s, &s->wr, MF_EINVAL);
         return;
     }
-    s->state = MF_STREAM_RESOLVING;
-    s->dns_pending = true;
-    mf_dns_query_start(s->loop, &s->dns, host, port, mf__stream_resolved, s);
+    s->state = MF_STREAM_CONNECTING;
+    mf_dial_opts_t opts = {.datagram = s->type == MF_STREAM_UDP};
+    mf__dial_start(&s->dial, host, port, &opts);
 }
 
 /* ---- life ------------------------------------------------------------- */
@@ -441,9 +423,7 @@ mf_stream_t *mf_stream_create(mf_loop_t *loop, mf_stream_type_t type)
     mf_io_init(&s->io, -1, mf__stream_io_event, s);
     mf__stream_op_init(s, &s->rd, mf__stream_read_timed_out);
     mf__stream_op_init(s, &s->wr, mf__stream_write_timed_out);
-    mf_list_init(&s->pool_link);
-    mf_timer_init(&s->idle, NULL, s); /* the pool sets its callback */
-    mf__client_open_init(&s->open, loop, &s->io, &s->ssl);
+    mf__dial_init(&s->dial, loop, &s->io, &s->ssl, mf__stream_dialed, s);
     return s;
 }
 
@@ -481,10 +461,9 @@ static void mf__stream_cancel_op(mf_stream_t *s, mf_stream_op_t *op)
 
 void mf__stream_close(mf_stream_t *s)
 {
-    if (s->state == MF_STREAM_RESOLVING)
-        mf_dns_query_cancel(&s->dns);
+    mf__dial_cancel(&s->dial); /* a DNS query still calls back */
+    mf_pconn_detach(&s->pc);   /* in no endpoint when the pool closes it */
     s->state = MF_STREAM_CLOSED;
-    mf_timer_stop(s->loop, &s->idle);
     if (s->io.fd >= 0) {
         mf_io_stop(s->loop, &s->io);
         if (s->ssl)

@@ -1,19 +1,20 @@
 /*
  * stream_int.h — the stream record, shared by stream.c (connecting, I/O,
- * closing: the owner of the record) and stream_pool.c (the per-loop
- * keepalive pool, which only links idle streams and closes dead ones
- * through the two calls below). Internal.
+ * closing: the owner of the record) and stream_pool.c (the keepalive
+ * pool: idle streams in the loop's endpoint pool, moonflow/endpoint.h,
+ * which links them through s->pc and closes dead ones with the calls
+ * below). Internal.
  */
 #ifndef MF_STREAM_INT_H
 #define MF_STREAM_INT_H
 
 #include "client_open.h"
+#include "moonflow/endpoint.h"
 #include "moonflow/stream.h"
 
 typedef enum mf_stream_state {
     MF_STREAM_NEW,         /* created, no connect yet */
-    MF_STREAM_RESOLVING,   /* the DNS query runs */
-    MF_STREAM_CONNECTING,  /* a non-blocking connect runs */
+    MF_STREAM_CONNECTING,  /* the dial runs: DNS, then a connect */
     MF_STREAM_HANDSHAKING, /* TLS */
     MF_STREAM_OPEN,        /* connected (and TLS done when asked) */
     MF_STREAM_POOLED,      /* idle in the keepalive pool */
@@ -50,23 +51,15 @@ struct mf_stream {
     struct iovec *wiov;
     int wcnt;
     size_t written;
-    bool dns_pending;     /* the query's callback has not run */
     unsigned in_callback; /* an operation's callback runs: no free yet */
     unsigned reused;
-    /* the pool's: its bucket's idle list, the bucket, the idle timer */
-    mf_list_t pool_link;
-    void *bucket;
-    mf_timer_t idle;
-    mf_client_open_t open;
-    mf_dns_query_t dns;
+    mf_pconn_t pc;  /* in an endpoint while pooled (the pool's links) */
+    mf_dial_t dial; /* its callback may be due after a close */
 };
 
-/* Closes the socket and TLS at once, without touching the pool's links
- * (the pool calls it on streams it has unlinked). */
+/* Closes the socket and TLS at once (the pool calls it on streams it
+ * has taken out of their endpoint). */
 void mf__stream_close(mf_stream_t *s);
-/* The socket of a pooled stream fired: the peer closed it or sent
- * something unasked; it leaves the pool, closed (stream_pool.c). */
-void mf__stream_pool_event(mf_stream_t *s);
 /* Whether an idle stream can be reused: nothing to read, no end of file
  * (a non-blocking peek), no TLS bytes buffered. */
 bool mf__stream_healthy(const mf_stream_t *s);

@@ -129,6 +129,13 @@ MF_API mf_endpoint_t *mf_endpoint_find(const mf_loop_t *loop,
                                        const char *key);
 MF_API void mf_endpoint_set_limits(mf_endpoint_t *ep,
                                    const mf_endpoint_limits_t *limits);
+/* A protocol's loop-wide limits (a configuration call such as
+ * mf_http_pool_configure): every endpoint of ops on the loop gets them
+ * now, and an endpoint of ops made later gets them instead of the limits
+ * mf_endpoint_get is given. */
+MF_API void mf_endpoint_set_protocol_limits(mf_loop_t *loop,
+                                            const mf_endpoint_ops_t *ops,
+                                            const mf_endpoint_limits_t *limits);
 MF_API const mf_endpoint_limits_t *mf_endpoint_limits(const mf_endpoint_t *ep);
 /* The protocol's data for the endpoint (freed by ops->free_data). */
 MF_API void mf_endpoint_set_data(mf_endpoint_t *ep, void *data);

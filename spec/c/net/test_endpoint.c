@@ -229,3 +229,30 @@ TEST(an_adopted_connection_is_taken_back_and_detached)
     mf_loop_destroy(loop);
     ASSERT_EQ(closes, 1);
 }
+
+TEST(protocol_limits_reach_existing_and_later_endpoints_of_that_protocol)
+{
+    reset();
+    mf_loop_t *loop = mf_loop_create();
+    mf_endpoint_limits_t own = {.max_conns = 1, .idle_timeout_ms = 1000};
+    mf_endpoint_t *before = mf_endpoint_get(loop, &test_ops, "g:1", &own);
+    mf_endpoint_t *other = mf_endpoint_get(loop, &other_ops, "g:1", &own);
+    waiter_t a, b;
+    waiter_init(&a), waiter_init(&b);
+    mf_endpoint_acquire(before, &a.w);
+    mf_endpoint_acquire(before, &b.w); /* over max_conns: it waits */
+    ASSERT(b.got == NULL && mf_endpoint_waiter_count(before) == 1);
+    mf_endpoint_limits_t wide = {.max_conns = 2, .idle_timeout_ms = 5000};
+    mf_endpoint_set_protocol_limits(loop, &test_ops, &wide);
+    ASSERT(b.got != NULL && b.opened); /* the new slot served the waiter */
+    ASSERT_EQ(mf_endpoint_limits(before)->idle_timeout_ms, 5000);
+    ASSERT_EQ(mf_endpoint_limits(other)->max_conns, 1); /* another protocol */
+    mf_endpoint_t *later = mf_endpoint_get(loop, &test_ops, "g:2", &own);
+    ASSERT_EQ(mf_endpoint_limits(later)->max_conns, 2);
+    ASSERT_EQ(mf_endpoint_limits(later)->idle_timeout_ms, 5000);
+    wide.max_conns = 3; /* set again: replaced, not added */
+    mf_endpoint_set_protocol_limits(loop, &test_ops, &wide);
+    ASSERT_EQ(mf_endpoint_limits(later)->max_conns, 3);
+    mf_loop_destroy(loop);
+    ASSERT_EQ(closes, 2);
+}
