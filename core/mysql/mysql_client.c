@@ -1,13 +1,22 @@
 /*
- * mysql_client.c — clients: options, the per-loop registry (one client per
- * URL and options, freed with the loop) and the pool: which connection
- * serves a task (idle, a new one, or a place in the wait queue), and where
- * a connection goes when its task is done.
+ * mysql_client.c — clients: options, and a client as the data of its
+ * endpoint in the loop's endpoint pool (moonflow/endpoint.h), found by a
+ * key made of the URL and the options; the MySQL side of the pool (the
+ * ops: open, health, close), which routes between the pool, the
+ * connections and the tasks: a connection opened for a waiter goes to it,
+ * one a task is done with is reset first when dirty, then goes back; and
+ * the KILL connection with its queue of thread ids.
  *
- * Ownership: the registry lives under the loop's MySQL key and
- * owns its clients; a client owns its connections and sessions. Client
- * memory comes from mf_xcalloc once per URL and loop.
+ * Calls down only: the pool, mysql_conn.c, mysql_quote.c, mysql_url.c.
+ * Upward, a connection reports through the hooks registered here, and a
+ * waiter is told through the ops its task registered.
+ *
+ * Ownership: the loop's endpoint pool owns the endpoint and frees the
+ * client (ops->free_data) after closing its pooled connections; a client
+ * owns its KILL connections and the sessions still open. Client memory
+ * comes from mf_xcalloc once per URL, options and loop.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "mysql_int.h"
@@ -45,40 +54,34 @@ static void mf__opts_normalize(mf_mysql_opts_t *o, const mf_mysql_opts_t *in)
 #undef MF__OPT
 }
 
-static bool mf__opts_equal(const mf_mysql_opts_t *a, const mf_mysql_opts_t *b)
-{
-    return a->connect_timeout_ms == b->connect_timeout_ms &&
-           a->query_timeout_ms == b->query_timeout_ms &&
-           a->idle_timeout_ms == b->idle_timeout_ms &&
-           a->max_connections == b->max_connections &&
-           a->max_waiters == b->max_waiters &&
-           a->wait_timeout_ms == b->wait_timeout_ms &&
-           a->stmt_cache == b->stmt_cache && a->max_result == b->max_result;
-}
-
-static mf_list_t *mf__list_first(mf_list_t *head)
-{
-    return mf_list_empty(head) ? NULL : head->next;
-}
-
-/* ---- registry -------------------------------------------------------------
+/* ---- the client as endpoint data ------------------------------------------
  */
 
-static void mf__client_free(mf_mysql_client_t *c)
+static void mf__conn_drop(mf_pconn_t *pc);
+static void mf__client_open(mf_endpoint_t *pool, mf_pwaiter_t *pw);
+static bool mf__client_healthy(mf_pconn_t *pc);
+static void mf__client_free(void *data);
+
+static const mf_endpoint_ops_t mf__mysql_pool_ops = {
+    .protocol = "mysql",
+    .open = mf__client_open,
+    .healthy = mf__client_healthy,
+    .idle_event = NULL, /* anything on an idle connection drops it */
+    .close = mf__conn_drop,
+    .free_data = mf__client_free,
+};
+
+static void mf__client_free(void *data)
 {
+    mf_mysql_client_t *c = data;
     mf_list_t *node;
     /* The loop goes away with tasks in flight: they are dropped, not
-     * completed, and no connection is opened for the waiting ones. */
-    c->closing = true;
-    mf_list_init(&c->waiters);
-    c->nwaiters = 0;
+     * completed. The pool closed the pooled connections already. */
     while ((node = mf_list_pop_front(&c->sessions)) != NULL) {
         mf_mysql_session_t *s = mf_container_of(node, mf_mysql_session_t, link);
         mf_loop_free(c->loop, s, sizeof(*s));
     }
-    while ((node = mf__list_first(&c->conns)) != NULL)
-        mf__mysql_conn_close(mf_container_of(node, mf_mysql_conn_t, link));
-    while ((node = mf__list_first(&c->killers)) != NULL)
+    while ((node = mf_list_pop_front(&c->killers)) != NULL)
         mf__mysql_conn_close(mf_container_of(node, mf_mysql_conn_t, link));
     mf__mysql_quoter_close(c);
     mf_free(c->kill_ids);
@@ -87,42 +90,12 @@ static void mf__client_free(mf_mysql_client_t *c)
     mf_free(c);
 }
 
-static void mf__registry_free(mf_loop_t *loop, void *ext)
-{
-    mf_mysql_registry_t *reg = ext;
-    (void)loop;
-    mf_list_t *node;
-    while ((node = mf_list_pop_front(&reg->clients)) != NULL)
-        mf__client_free(mf_container_of(node, mf_mysql_client_t, link));
-    mf_free(reg);
-}
-
-/* A protocol client's state (loop.h). */
-#define MF_MYSQL_LOOP_RANK 23
-static mf_loop_key_t mf__mysql_loop_key =
-    MF_LOOP_KEY_INIT(MF_MYSQL_LOOP_RANK, mf__registry_free);
-
-static mf_mysql_registry_t *mf__registry(mf_loop_t *loop)
-{
-    mf_mysql_registry_t *reg = mf_loop_get(loop, &mf__mysql_loop_key);
-    if (reg)
-        return reg;
-    reg = mf_xcalloc(1, sizeof(*reg));
-    reg->loop = loop;
-    mf_list_init(&reg->clients);
-    mf_loop_set(loop, &mf__mysql_loop_key, reg);
-    return reg;
-}
-
 static mf_mysql_client_t *mf__client_new(mf_loop_t *loop, const char *url,
                                          const mf_mysql_opts_t *opts)
 {
     mf_mysql_client_t *c = mf_xcalloc(1, sizeof(*c));
     c->loop = loop;
     c->opts = *opts;
-    mf_list_init(&c->conns);
-    mf_list_init(&c->idle);
-    mf_list_init(&c->waiters);
     mf_list_init(&c->killers);
     mf_list_init(&c->sessions);
     size_t n = strlen(url) + 1;
@@ -138,6 +111,45 @@ static mf_mysql_client_t *mf__client_new(mf_loop_t *loop, const char *url,
     return c;
 }
 
+/* The endpoint key: the URL and every option (two clients differing in any
+ * of them are two pools), in buf when it fits, else in *heap. */
+static const char *mf__client_key(char *buf, size_t cap, char **heap,
+                                  const char *url, const mf_mysql_opts_t *o)
+{
+#define MF__KEY_ARGS                                                      \
+    url, (unsigned)o->connect_timeout_ms, (unsigned)o->query_timeout_ms,  \
+        (unsigned)o->idle_timeout_ms, o->max_connections, o->max_waiters, \
+        (unsigned)o->wait_timeout_ms, o->stmt_cache,                      \
+        (unsigned long long)o->max_result
+    static const char fmt[] = "%s %u,%u,%u,%u,%u,%u,%u,%llu";
+    int n = snprintf(buf, cap, fmt, MF__KEY_ARGS);
+    *heap = NULL;
+    if (n >= 0 && (size_t)n < cap)
+        return buf;
+    *heap = mf_xmalloc((size_t)n + 1);
+    snprintf(*heap, (size_t)n + 1, fmt, MF__KEY_ARGS);
+    return *heap;
+#undef MF__KEY_ARGS
+}
+
+static mf_mysql_client_t *mf__client_get(mf_loop_t *loop, const char *url,
+                                         const mf_mysql_opts_t *o,
+                                         const char *key)
+{
+    mf_endpoint_t *pool = mf_endpoint_find(loop, &mf__mysql_pool_ops, key);
+    if (pool)
+        return mf_endpoint_data(pool);
+    mf_mysql_client_t *c = mf__client_new(loop, url, o);
+    if (!c)
+        return NULL; /* a malformed URL makes no endpoint */
+    mf_endpoint_limits_t lim = {.max_conns = o->max_connections,
+                                .max_waiters = o->max_waiters,
+                                .idle_timeout_ms = o->idle_timeout_ms};
+    c->pool = mf_endpoint_get(loop, &mf__mysql_pool_ops, key, &lim);
+    mf_endpoint_set_data(c->pool, c);
+    return c;
+}
+
 mf_mysql_client_t *mf_mysql_client(mf_loop_t *loop, const char *url,
                                    const mf_mysql_opts_t *opts, int *error)
 {
@@ -150,21 +162,12 @@ mf_mysql_client_t *mf_mysql_client(mf_loop_t *loop, const char *url,
             *error = MF_EINVAL;
         return NULL;
     }
-    mf_mysql_registry_t *reg = mf__registry(loop);
-    mf_list_t *node;
-    mf_list_foreach(node, &reg->clients)
-    {
-        mf_mysql_client_t *c = mf_container_of(node, mf_mysql_client_t, link);
-        if (strcmp(c->url, url) == 0 && mf__opts_equal(&c->opts, &o))
-            return c;
-    }
-    mf_mysql_client_t *c = mf__client_new(loop, url, &o);
-    if (!c) {
-        if (error)
-            *error = MF_EINVAL;
-        return NULL;
-    }
-    mf_list_push_back(&reg->clients, &c->link);
+    char buf[512], *heap;
+    const char *key = mf__client_key(buf, sizeof buf, &heap, url, &o);
+    mf_mysql_client_t *c = mf__client_get(loop, url, &o, key);
+    mf_free(heap);
+    if (!c && error)
+        *error = MF_EINVAL;
     return c;
 }
 
@@ -173,121 +176,294 @@ uint64_t mf_mysql_client_connects(const mf_mysql_client_t *client)
     return client->connects;
 }
 
+typedef struct mf__stats_walk {
+    mf_mysql_client_stats_fn fn;
+    void *ud;
+} mf__stats_walk_t;
+
+static void mf__stats_one(void *ud, const mf_endpoint_stats_t *st)
+{
+    const mf__stats_walk_t *walk = ud;
+    const mf_mysql_client_t *c = st->data;
+    if (!c)
+        return;
+    const mf_mysql_endpoint_t *ep = &c->ep;
+    mf_mysql_client_stats_t out = {ep->socket_path ? ep->socket_path : ep->host,
+                                   ep->port,
+                                   ep->db ? ep->db : "",
+                                   (unsigned)st->connections,
+                                   st->idle,
+                                   (unsigned)st->waiters +
+                                       c->nbound, /* queued, and opened for */
+                                   c->connects,
+                                   st->evictions};
+    walk->fn(walk->ud, &out);
+}
+
 void mf_mysql_clients_stats(mf_loop_t *loop, mf_mysql_client_stats_fn fn,
                             void *ud)
 {
-    mf_mysql_registry_t *reg = mf_loop_get(loop, &mf__mysql_loop_key);
-    mf_list_t *node, *n;
-    if (!reg)
-        return;
-    mf_list_foreach(node, &reg->clients)
-    {
-        const mf_mysql_client_t *c =
-            mf_container_of(node, mf_mysql_client_t, link);
-        const mf_mysql_endpoint_t *ep = &c->ep;
-        mf_mysql_client_stats_t st = {ep->socket_path ? ep->socket_path
-                                                      : ep->host,
-                                      ep->port,
-                                      ep->db ? ep->db : "",
-                                      c->nconns,
-                                      0,
-                                      c->nwaiters,
-                                      c->connects,
-                                      c->evictions};
-        mf_list_foreach(n, &c->idle) st.idle++;
-        fn(ud, &st);
-    }
+    mf__stats_walk_t walk = {fn, ud};
+    mf_endpoint_stats(loop, mf__mysql_pool_ops.protocol, mf__stats_one, &walk);
 }
 
 unsigned mf_mysql_client_open(const mf_mysql_client_t *client)
 {
-    return client->nconns - client->nopening;
+    return (unsigned)mf_endpoint_count(client->pool) - client->nopening;
 }
 
-/* ---- the pool -------------------------------------------------------------
+/* ---- waiters ----------------------------------------------------------------
  */
 
-/* Opens connections while waiters outnumber those already opening or
- * being reset (each will serve one). */
-static void mf__client_grow(mf_mysql_client_t *c)
+static mf_mysql_conn_t *mf__conn_of(mf_pconn_t *pc)
 {
-    while (!c->closing && c->nwaiters > c->nopening + c->nresetting &&
-           c->nconns < c->opts.max_connections)
-        mf__mysql_conn_open(c, false, 0);
+    return mf_container_of(pc, mf_mysql_conn_t, pconn);
 }
 
-void mf__mysql_client_acquire(mf_mysql_task_t *t)
+static mf_mysql_waiter_t *mf__waiter_of(mf_pwaiter_t *pw)
 {
-    mf_mysql_client_t *c = t->client;
-    mf_list_t *node;
-    while ((node = mf__list_first(&c->idle)) != NULL) {
-        mf_mysql_conn_t *conn =
-            mf_container_of(node, mf_mysql_conn_t, idle_link);
-        if (!mf__mysql_conn_alive(conn)) {
-            mf__mysql_conn_close(conn); /* its close is not seen yet */
-            continue;
-        }
-        mf__mysql_conn_take(conn);
-        mf__mysql_task_attach(t, conn);
-        return;
-    }
-    /* Tasks that a connection being opened will serve are not "in the
-     * queue" yet: max_waiters bounds the ones beyond them. */
-    if (c->nconns >= c->opts.max_connections &&
-        c->nwaiters >= c->opts.max_waiters + c->nopening) {
-        mf__mysql_task_fail_waiting(t, MF_STATE_TASK_ERROR, MF_EBUSY, 0, NULL,
-                                    NULL);
-        return;
-    }
-    t->step = MF_MT_WAITING;
-    mf_timer_start(c->loop, &t->timer, c->opts.wait_timeout_ms);
-    mf_list_push_back(&c->waiters, &t->link);
-    c->nwaiters++;
-    mf__client_grow(c);
+    return mf_container_of(pw, mf_mysql_waiter_t, pw);
 }
 
-void mf__mysql_client_unwait(mf_mysql_task_t *t)
+/* The pool hands an idle connection, or one released, to a waiter. */
+static void mf__waiter_granted(mf_pwaiter_t *pw, mf_pconn_t *pc)
 {
-    mf_list_remove(&t->link);
-    t->client->nwaiters--;
+    mf_mysql_waiter_t *w = mf__waiter_of(pw);
+    w->ops->granted(w, mf__conn_of(pc));
 }
 
-static mf_mysql_task_t *mf__client_pop_waiter(mf_mysql_client_t *c)
+void mf__mysql_waiter_init(mf_mysql_waiter_t *w,
+                           const mf_mysql_waiter_ops_t *ops)
 {
-    mf_list_t *node = mf_list_pop_front(&c->waiters);
-    if (!node)
-        return NULL;
-    c->nwaiters--;
-    return mf_container_of(node, mf_mysql_task_t, link);
+    mf_pwaiter_init(&w->pw, mf__waiter_granted);
+    w->opening = NULL;
+    w->ops = ops;
 }
 
-void mf__mysql_client_offer(mf_mysql_conn_t *conn)
+int mf__mysql_client_acquire(mf_mysql_client_t *c, mf_mysql_waiter_t *w)
 {
-    mf_mysql_task_t *t = mf__client_pop_waiter(conn->client);
-    if (t) {
-        conn->state = MF_MCONN_BUSY;
-        mf__mysql_task_attach(t, conn);
-        return;
-    }
+    return mf_endpoint_acquire(c->pool, &w->pw);
+}
+
+static void mf__unbind(mf_mysql_waiter_t *w)
+{
+    w->opening->opener = NULL;
+    w->opening->client->nbound--;
+    w->opening = NULL;
+}
+
+void mf__mysql_client_unwait(mf_mysql_waiter_t *w)
+{
+    if (w->opening) /* it opens on, for whoever waits then */
+        mf__unbind(w);
+    mf_pwaiter_cancel(&w->pw);
+}
+
+/* ---- pooled connections -----------------------------------------------------
+ */
+
+/* Out of the pool (its slot goes to the oldest waiter), then closed. */
+static void mf__conn_remove(mf_mysql_conn_t *conn)
+{
+    mf_pconn_remove(&conn->pconn);
+    mf__mysql_conn_close(conn);
+}
+
+/* The pool dropped it (idle too long, closed by the server, unhealthy, the
+ * loop's end). */
+static void mf__conn_drop(mf_pconn_t *pc)
+{
+    mf__mysql_conn_close(mf__conn_of(pc));
+}
+
+static bool mf__client_healthy(mf_pconn_t *pc)
+{
+    return mf__mysql_conn_alive(mf__conn_of(pc));
+}
+
+/* Open, clean and nobody's: the oldest waiter's, or idle. */
+static void mf__conn_offer(mf_mysql_conn_t *conn)
+{
     mf__mysql_conn_park(conn);
-    mf_list_push_front(&conn->client->idle, &conn->idle_link);
+    mf_endpoint_release(&conn->pconn);
 }
 
-void mf__mysql_client_open_failed(mf_mysql_conn_t *conn, int state, int error,
-                                  unsigned code, const char *sqlstate,
-                                  const char *message)
-{
-    mf_mysql_task_t *t = mf__client_pop_waiter(conn->client);
-    if (t)
-        mf__mysql_task_fail_waiting(t, state, error, code, sqlstate, message);
-}
-
-void mf__mysql_client_forget(mf_mysql_conn_t *conn)
+static void mf__pooled_opened(mf_mysql_conn_t *conn)
 {
     mf_mysql_client_t *c = conn->client;
+    c->nopening--;
+    c->connects++;
+    mf__mysql_client_learn_status(c, conn->mysql.server_status);
+    mf_mysql_waiter_t *w = conn->opener;
+    if (!w) { /* its waiter gave up */
+        mf__conn_offer(conn);
+        return;
+    }
+    mf__unbind(w);
+    w->ops->granted(w, conn);
+}
+
+static void mf__pooled_open_failed(mf_mysql_conn_t *conn, int state, int error,
+                                   unsigned code, const char *sqlstate,
+                                   const char *message)
+{
+    conn->client->nopening--;
+    mf_mysql_waiter_t *w = conn->opener;
+    if (w) {
+        mf__unbind(w);
+        w->ops->failed(w, state, error, code, sqlstate, message);
+    }
+    conn->broken = true;
+    mf__conn_remove(conn);
+}
+
+static void mf__pooled_reset_done(mf_mysql_conn_t *conn, bool ok)
+{
+    if (!ok) {
+        conn->broken = true;
+        mf__conn_remove(conn);
+        return;
+    }
+    conn->dirty = false;
+    mf__conn_offer(conn);
+}
+
+static const mf_mysql_conn_hooks_t mf__pooled_hooks = {
+    .opened = mf__pooled_opened,
+    .open_failed = mf__pooled_open_failed,
+    .reset_done = mf__pooled_reset_done,
+};
+
+/* ops->open: a new connection for w, whose slot it is. */
+static void mf__client_open(mf_endpoint_t *pool, mf_pwaiter_t *pw)
+{
+    mf_mysql_client_t *c = mf_endpoint_data(pool);
+    mf_mysql_waiter_t *w = mf__waiter_of(pw);
+    mf_mysql_conn_t *conn = mf__mysql_conn_create(c, &mf__pooled_hooks);
+    mf_pconn_add(pool, &conn->pconn, &conn->io);
+    c->nopening++;
+    conn->opener = w;
+    w->opening = conn;
+    c->nbound++;
+    mf__mysql_conn_connect(conn);
+}
+
+void mf__mysql_client_release(mf_mysql_conn_t *conn)
+{
+    conn->task = NULL;
+    conn->session = NULL;
+    if (conn->broken) {
+        mf__conn_remove(conn);
+        return;
+    }
+    if (!conn->dirty) {
+        mf__conn_offer(conn);
+        return;
+    }
+    /* A waiter waits for it rather than opening another connection. */
+    mf_pconn_returning(&conn->pconn);
+    mf__mysql_conn_reset(conn);
+}
+
+/* ---- KILL -------------------------------------------------------------------
+ */
+
+/* Queues id for the KILL connection already at work. Full or out of
+ * memory: the statement runs on until the server notices the closed
+ * socket; say so. */
+static void mf__kill_enqueue(mf_mysql_client_t *c, unsigned long id)
+{
+    if (!c->kill_ids) {
+        c->kill_cap = 2 * c->opts.max_connections;
+        c->kill_ids = mf_try_malloc(c->kill_cap * sizeof(*c->kill_ids));
+    }
+    if (!c->kill_ids || c->nkill_ids == c->kill_cap) {
+        fprintf(stderr,
+                "moonflow: mysql: KILL %lu not sent: %s (its statement runs "
+                "until the server sees the connection closed)\n",
+                id, c->kill_ids ? "too many kills queued" : "out of memory");
+        return;
+    }
+    c->kill_ids[(c->kill_head + c->nkill_ids++) % c->kill_cap] = id;
+}
+
+static bool mf__kill_dequeue(mf_mysql_client_t *c, unsigned long *id)
+{
+    if (c->nkill_ids == 0)
+        return false;
+    *id = c->kill_ids[c->kill_head];
+    c->kill_head = (c->kill_head + 1) % c->kill_cap;
+    c->nkill_ids--;
+    return true;
+}
+
+static void mf__killer_open(mf_mysql_client_t *c, unsigned long id);
+
+static void mf__killer_close(mf_mysql_conn_t *conn)
+{
     mf_list_remove(&conn->link);
-    if (conn->state == MF_MCONN_IDLE)
-        mf_list_remove(&conn->idle_link);
-    c->nconns--;
-    mf__client_grow(c); /* its slot may serve a waiter */
+    mf__mysql_conn_close(conn);
+}
+
+/* The next queued id goes out on the same connection while it is sound,
+ * or on a new one. */
+static void mf__kill_next(mf_mysql_conn_t *conn, bool sound)
+{
+    mf_mysql_client_t *c = conn->client;
+    unsigned long id;
+    if (!mf__kill_dequeue(c, &id)) {
+        mf__killer_close(conn);
+        return;
+    }
+    if (sound) {
+        mf__mysql_conn_send_kill(conn, id);
+        return;
+    }
+    mf__killer_close(conn);
+    mf__killer_open(c, id);
+}
+
+static void mf__killer_opened(mf_mysql_conn_t *conn)
+{
+    mf__mysql_client_learn_status(conn->client, conn->mysql.server_status);
+    mf__mysql_conn_send_kill(conn, conn->kill_id);
+}
+
+static void mf__killer_open_failed(mf_mysql_conn_t *conn, int state, int error,
+                                   unsigned code, const char *sqlstate,
+                                   const char *message)
+{
+    (void)state, (void)error, (void)code, (void)sqlstate;
+    fprintf(stderr, "moonflow: mysql: KILL %lu: no connection: %s\n",
+            conn->kill_id, message);
+    conn->broken = true;
+    mf__kill_next(conn, false);
+}
+
+static const mf_mysql_conn_hooks_t mf__killer_hooks = {
+    .opened = mf__killer_opened,
+    .open_failed = mf__killer_open_failed,
+    .kill_done = mf__kill_next,
+};
+
+/* A KILL connection, not pooled: sends KILL CONNECTION id once open. */
+static void mf__killer_open(mf_mysql_client_t *c, unsigned long id)
+{
+    mf_mysql_conn_t *conn = mf__mysql_conn_create(c, &mf__killer_hooks);
+    conn->kill_id = id;
+    mf_list_push_back(&c->killers, &conn->link);
+    mf__mysql_conn_connect(conn);
+}
+
+void mf__mysql_client_kill(mf_mysql_conn_t *conn)
+{
+    mf_mysql_client_t *c = conn->client;
+    if (conn->thread_id && mf__mysql_conn_is_open(conn)) {
+        if (mf_list_empty(&c->killers))
+            mf__killer_open(c, conn->thread_id);
+        else
+            mf__kill_enqueue(c, conn->thread_id);
+    }
+    conn->broken = true;
+    mf__conn_remove(conn);
 }

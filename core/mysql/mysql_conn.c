@@ -3,14 +3,16 @@
  * non-blocking API: name resolution with the net layer's DNS, connect
  * (TCP or unix socket, TLS, authentication) with the numeric address, the
  * operation runner that drives every fn_start/fn_cont pair from the loop,
- * COM_RESET_CONNECTION before reuse, the idle watch, KILL, and close.
+ * COM_RESET_CONNECTION, the idle watch, the KILL statement, and close.
  *
- * Ownership: the client owns the connection (client->conns, or
- * client->killers for a KILL connection); the MYSQL handle is embedded and
- * its memory is the connector's until mysql_close. The connection memory
- * goes back from a deferred post, never inside one of its callbacks.
- * May call: the engine and net layers, the connector, and the pool and
- * task functions of mysql_int.h.
+ * Ownership: the client owns the connection (in its endpoint's pool, or
+ * client->killers for a KILL connection) and decides when it closes; the
+ * MYSQL handle is embedded and its memory is the connector's until
+ * mysql_close. The connection memory goes back from a deferred post, never
+ * inside one of its callbacks.
+ * May call: the engine and net layers and the connector. Upward only
+ * through the hooks its owner registered (conn->hooks) and the pool's
+ * mf_pconn_idle_fired; it knows no task and no client function.
  */
 #include <errmsg.h>
 #include <errno.h>
@@ -31,12 +33,11 @@ static void mf__conn_io_cb(mf_io_t *io, unsigned events)
     mf_mysql_conn_t *conn = io->data;
     if (!conn->step) {
         /* Nothing asked to read: the server closed an idle connection (a
-         * restart, KILL, wait_timeout) or sent what nobody expects. A
-         * write-only edge (the last operation waited to write) is not. */
-        if (conn->state == MF_MCONN_IDLE && (events & ~MF_IO_WRITE)) {
-            conn->client->evictions++;
-            mf__mysql_conn_close(conn);
-        }
+         * restart, KILL, wait_timeout) or sent what nobody expects; the
+         * pool drops it. A write-only edge (the last operation waited to
+         * write) is not. */
+        if (mf_pconn_idle(&conn->pconn) && (events & ~MF_IO_WRITE))
+            mf_pconn_idle_fired(&conn->pconn);
         return;
     }
     int ready = 0;
@@ -162,23 +163,13 @@ void mf__mysql_conn_close(mf_mysql_conn_t *conn)
 {
     if (conn->state == MF_MCONN_CLOSED)
         return;
-    mf_mysql_client_t *c = conn->client;
     if (conn->state == MF_MCONN_RESOLVING)
         mf_dns_query_cancel(&conn->dns);
-    if (conn->killer) {
-        mf_list_remove(&conn->link);
-    } else {
-        if (!mf__conn_connected(conn))
-            c->nopening--;
-        if (conn->state == MF_MCONN_RESETTING)
-            c->nresetting--;
-        mf__mysql_client_forget(conn);
-    }
     if (conn->stmt_cache_drop)
         conn->stmt_cache_drop(conn);
     mf_io_stop(conn->loop, &conn->io);
     mf_timer_stop(conn->loop, &conn->op_timer);
-    mf_timer_stop(conn->loop, &conn->life_timer);
+    mf_timer_stop(conn->loop, &conn->connect_timer);
     mf__conn_close_handle(conn);
     conn->state = MF_MCONN_CLOSED;
     mf_loop_defer(conn->loop, &conn->free_post);
@@ -195,50 +186,57 @@ bool mf__mysql_conn_error_is_fatal(unsigned code)
            code == ER_NET_READ_ERROR || code == ER_NET_WRITE_INTERRUPTED;
 }
 
+void mf__mysql_error_map(unsigned code, const char *message, int *state,
+                         int *error)
+{
+    *state = MF_STATE_SYS_ERROR;
+    switch (code) {
+    case CR_CONNECTION_ERROR:
+    case CR_CONN_HOST_ERROR:
+        *error = MF_ECONNREFUSED;
+        return;
+    case CR_SERVER_GONE_ERROR:
+        *error = MF_ECLOSED;
+        return;
+    case CR_SERVER_LOST:
+    case CR_SERVER_LOST_EXTENDED:
+        *error = MF_ECONNRESET;
+        return;
+    case CR_SSL_CONNECTION_ERROR:
+        *state = MF_STATE_TLS_ERROR;
+        *error = MF_ETLS;
+        return;
+    case CR_OUT_OF_MEMORY:
+        *error = MF_ENOMEM;
+        return;
+    case ER_ACCESS_DENIED_ERROR:
+    case ER_DBACCESS_DENIED_ERROR:
+    case ER_BAD_DB_ERROR:
+    case ER_ACCESS_DENIED_NO_PASSWORD_ERROR:
+        *state = MF_STATE_TASK_ERROR;
+        *error = MF_EACCES;
+        return;
+    default:
+        break;
+    }
+    /* The connector reports a refused TLS requirement with generic codes
+     * whose text names TLS ("TLS/SSL error: ..."). */
+    if (message && (strstr(message, "TLS") || strstr(message, "SSL"))) {
+        *state = MF_STATE_TLS_ERROR;
+        *error = MF_ETLS;
+    } else if (code >= 2000 && code < 3000) {
+        *state = MF_STATE_SYS_ERROR;
+        *error = code == CR_UNKNOWN_HOST ? MF_EDNS : MF_EPROTO;
+        if (code == CR_UNKNOWN_HOST)
+            *state = MF_STATE_DNS_ERROR;
+    } else {
+        *state = MF_STATE_TASK_ERROR;
+        *error = MF_ESQL;
+    }
+}
+
 /* ---- KILL -----------------------------------------------------------------
  */
-
-/* Queues id for the KILL connection already at work. Full or out of
- * memory: the statement runs on until the server notices the closed
- * socket; say so. */
-static void mf__kill_enqueue(mf_mysql_client_t *c, unsigned long id)
-{
-    if (!c->kill_ids) {
-        c->kill_cap = 2 * c->opts.max_connections;
-        c->kill_ids = mf_try_malloc(c->kill_cap * sizeof(*c->kill_ids));
-    }
-    if (!c->kill_ids || c->nkill_ids == c->kill_cap) {
-        fprintf(stderr,
-                "moonflow: mysql: KILL %lu not sent: %s (its statement runs "
-                "until the server sees the connection closed)\n",
-                id, c->kill_ids ? "too many kills queued" : "out of memory");
-        return;
-    }
-    c->kill_ids[(c->kill_head + c->nkill_ids++) % c->kill_cap] = id;
-}
-
-static bool mf__kill_dequeue(mf_mysql_client_t *c, unsigned long *id)
-{
-    if (c->nkill_ids == 0)
-        return false;
-    *id = c->kill_ids[c->kill_head];
-    c->kill_head = (c->kill_head + 1) % c->kill_cap;
-    c->nkill_ids--;
-    return true;
-}
-
-void mf__mysql_conn_kill(mf_mysql_conn_t *conn)
-{
-    mf_mysql_client_t *c = conn->client;
-    if (conn->thread_id && mf__conn_connected(conn)) {
-        if (mf_list_empty(&c->killers))
-            mf__mysql_conn_open(c, true, conn->thread_id);
-        else
-            mf__kill_enqueue(c, conn->thread_id);
-    }
-    conn->broken = true;
-    mf__mysql_conn_close(conn);
-}
 
 static int mf__step_kill(mf_mysql_conn_t *conn, int ready)
 {
@@ -246,36 +244,6 @@ static int mf__step_kill(mf_mysql_conn_t *conn, int ready)
         return mysql_real_query_start(&conn->ret.i, &conn->mysql,
                                       conn->kill_sql, strlen(conn->kill_sql));
     return mysql_real_query_cont(&conn->ret.i, &conn->mysql, ready);
-}
-
-static void mf__kill_done(mf_mysql_conn_t *conn);
-
-static void mf__kill_send(mf_mysql_conn_t *conn)
-{
-    conn->state = MF_MCONN_KILLING;
-    snprintf(conn->kill_sql, sizeof conn->kill_sql, "KILL CONNECTION %lu",
-             conn->kill_id);
-    mf__mysql_conn_run(conn, mf__step_kill, mf__kill_done);
-}
-
-/* The next queued id goes out on the same connection while it is sound,
- * or on a new one. */
-static void mf__kill_next(mf_mysql_conn_t *conn, bool sound)
-{
-    mf_mysql_client_t *c = conn->client;
-    unsigned long id;
-    if (!mf__kill_dequeue(c, &id)) {
-        mf__mysql_conn_close(conn);
-        return;
-    }
-    if (sound) {
-        conn->kill_id = id;
-        mf__kill_send(conn);
-        return;
-    }
-    mf__mysql_conn_close(conn);
-    if (!c->closing)
-        mf__mysql_conn_open(c, true, id);
 }
 
 static void mf__kill_done(mf_mysql_conn_t *conn)
@@ -287,7 +255,15 @@ static void mf__kill_done(mf_mysql_conn_t *conn)
     if (code && code != ER_NO_SUCH_THREAD)
         fprintf(stderr, "moonflow: mysql: KILL %lu failed: %s\n", conn->kill_id,
                 mysql_error(&conn->mysql));
-    mf__kill_next(conn, !mf__mysql_conn_error_is_fatal(code));
+    conn->hooks->kill_done(conn, !mf__mysql_conn_error_is_fatal(code));
+}
+
+void mf__mysql_conn_send_kill(mf_mysql_conn_t *conn, unsigned long id)
+{
+    conn->state = MF_MCONN_KILLING;
+    conn->kill_id = id;
+    snprintf(conn->kill_sql, sizeof conn->kill_sql, "KILL CONNECTION %lu", id);
+    mf__mysql_conn_run(conn, mf__step_kill, mf__kill_done);
 }
 
 /* ---- opening --------------------------------------------------------------
@@ -305,17 +281,9 @@ static void mf__conn_refused(mf_mysql_conn_t *conn, int state, int error,
         sqlstate = mysql_sqlstate(m);
         message = mysql_error(m);
     }
-    if (!conn->killer)
-        mf__mysql_client_open_failed(conn, state, error, code, sqlstate,
-                                     message);
-    else
-        fprintf(stderr, "moonflow: mysql: KILL %lu: no connection: %s\n",
-                conn->kill_id, message);
+    mf_timer_stop(conn->loop, &conn->connect_timer);
     conn->broken = true;
-    if (conn->killer)
-        mf__kill_next(conn, false);
-    else
-        mf__mysql_conn_close(conn);
+    conn->hooks->open_failed(conn, state, error, code, sqlstate, message);
 }
 
 static void mf__conn_open_failed(mf_mysql_conn_t *conn, int state, int error)
@@ -323,21 +291,15 @@ static void mf__conn_open_failed(mf_mysql_conn_t *conn, int state, int error)
     mf__conn_refused(conn, state, error, 0, NULL, NULL);
 }
 
-static void mf__conn_life_cb(mf_timer_t *timer)
+static void mf__conn_connect_timer_cb(mf_timer_t *timer)
 {
-    mf_mysql_conn_t *conn = timer->data;
-    if (conn->state == MF_MCONN_IDLE) {
-        conn->client->evictions++;
-        mf__mysql_conn_close(conn); /* idle too long */
-        return;
-    }
-    mf__conn_open_failed(conn, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    mf__conn_open_failed(timer->data, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
 }
 
 static void mf__conn_opened(mf_mysql_conn_t *conn)
 {
     mf_mysql_client_t *c = conn->client;
-    mf_timer_stop(conn->loop, &conn->life_timer);
+    mf_timer_stop(conn->loop, &conn->connect_timer);
     /* The connector goes on in plain text when the server offers no TLS,
      * even with MYSQL_OPT_SSL_ENFORCE: refuse the connection here. */
     if (c->ep.ssl >= MF_MYSQL_SSL_REQUIRED &&
@@ -349,15 +311,8 @@ static void mf__conn_opened(mf_mysql_conn_t *conn)
         return;
     }
     conn->thread_id = mysql_thread_id(&conn->mysql);
-    mf__mysql_client_learn_status(c, conn->mysql.server_status);
-    if (conn->killer) {
-        mf__kill_send(conn);
-        return;
-    }
-    c->nopening--;
-    c->connects++;
-    conn->state = MF_MCONN_BUSY;
-    mf__mysql_client_offer(conn);
+    conn->state = MF_MCONN_OPEN;
+    conn->hooks->opened(conn);
 }
 
 static int mf__step_connect(mf_mysql_conn_t *conn, int ready)
@@ -384,7 +339,7 @@ static void mf__connect_done(mf_mysql_conn_t *conn)
     mf__conn_open_failed(conn, state, error);
 }
 
-static void mf__conn_connect(mf_mysql_conn_t *conn)
+static void mf__conn_handshake(mf_mysql_conn_t *conn)
 {
     conn->state = MF_MCONN_CONNECTING;
     mf__mysql_conn_run(conn, mf__step_connect, mf__connect_done);
@@ -406,7 +361,7 @@ static void mf__conn_dns_cb(mf_dns_query_t *q, int status)
         return;
     }
     mf_sockaddr_format_ip(&q->addrs[0], conn->addr, sizeof conn->addr);
-    mf__conn_connect(conn);
+    mf__conn_handshake(conn);
 }
 
 /* The connector's options: never blocking, the charset, TLS as asked. */
@@ -433,42 +388,44 @@ static int mf__conn_options(mf_mysql_conn_t *conn)
     return rc;
 }
 
-mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
-                                     unsigned long kill_id)
+mf_mysql_conn_t *mf__mysql_conn_create(mf_mysql_client_t *client,
+                                       const mf_mysql_conn_hooks_t *hooks)
 {
     mf_mysql_conn_t *conn = mf_loop_alloc(client->loop, sizeof(*conn));
     memset(conn, 0, sizeof(*conn));
     conn->loop = client->loop;
     conn->client = client;
-    conn->killer = killer;
-    conn->kill_id = kill_id;
+    conn->hooks = hooks;
     mf_io_init(&conn->io, -1, mf__conn_io_cb, conn);
     mf_timer_init(&conn->op_timer, mf__conn_op_timer_cb, conn);
-    mf_timer_init(&conn->life_timer, mf__conn_life_cb, conn);
+    mf_timer_init(&conn->connect_timer, mf__conn_connect_timer_cb, conn);
     mf_post_init(&conn->free_post, mf__conn_free_cb, conn);
-    mf_list_init(&conn->idle_link);
+    mf_list_init(&conn->link);
     conn->state = MF_MCONN_RESOLVING;
-    if (killer) {
-        mf_list_push_back(&client->killers, &conn->link);
-    } else {
-        mf_list_push_back(&client->conns, &conn->link);
-        client->nconns++;
-        client->nopening++;
-    }
-    mf_timer_start(conn->loop, &conn->life_timer,
+    return conn;
+}
+
+void mf__mysql_conn_connect(mf_mysql_conn_t *conn)
+{
+    const mf_mysql_client_t *client = conn->client;
+    mf_timer_start(conn->loop, &conn->connect_timer,
                    client->opts.connect_timeout_ms);
     if (!mysql_init(&conn->mysql) || mf__conn_options(conn) != 0) {
         mf__conn_open_failed(conn, MF_STATE_SYS_ERROR, MF_ENOMEM);
-        return NULL;
+        return;
     }
     if (client->ep.socket_path) {
-        mf__conn_connect(conn);
-        return conn;
+        mf__conn_handshake(conn);
+        return;
     }
     conn->resolving = true;
     mf_dns_query_start(conn->loop, &conn->dns, client->ep.host, client->ep.port,
                        mf__conn_dns_cb, conn);
-    return conn;
+}
+
+bool mf__mysql_conn_is_open(const mf_mysql_conn_t *conn)
+{
+    return mf__conn_connected(conn);
 }
 
 /* ---- reuse ----------------------------------------------------------------
@@ -476,15 +433,10 @@ mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
 
 void mf__mysql_conn_park(mf_mysql_conn_t *conn)
 {
-    conn->state = MF_MCONN_IDLE;
     conn->parked_ms = mf_loop_now(conn->loop);
     /* Read interest only: the idle watch is for the server's close. */
     if (conn->io.fd >= 0 && mf_io_start(conn->loop, &conn->io, MF_IO_READ) < 0)
         conn->broken = true; /* not watched: closed when next taken */
-    mf_io_set_ref(conn->loop, &conn->io, false);
-    mf_timer_set_ref(conn->loop, &conn->life_timer, false);
-    mf_timer_start(conn->loop, &conn->life_timer,
-                   conn->client->opts.idle_timeout_ms);
 }
 
 bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn)
@@ -502,14 +454,6 @@ bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn)
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-void mf__mysql_conn_take(mf_mysql_conn_t *conn)
-{
-    mf_list_remove(&conn->idle_link);
-    conn->state = MF_MCONN_BUSY;
-    mf_timer_stop(conn->loop, &conn->life_timer);
-    mf_io_set_ref(conn->loop, &conn->io, true);
-}
-
 static int mf__step_reset(mf_mysql_conn_t *conn, int ready)
 {
     if (!ready)
@@ -519,33 +463,19 @@ static int mf__step_reset(mf_mysql_conn_t *conn, int ready)
 
 static void mf__reset_done(mf_mysql_conn_t *conn)
 {
-    if (conn->ret.i) {
-        conn->broken = true;
-        mf__mysql_conn_close(conn);
-        return;
+    bool ok = conn->ret.i == 0;
+    if (ok) {
+        conn->dirty = false;
+        conn->state = MF_MCONN_OPEN;
     }
-    conn->dirty = false;
-    conn->client->nresetting--;
-    conn->state = MF_MCONN_BUSY;
-    mf__mysql_client_offer(conn);
+    conn->hooks->reset_done(conn, ok);
 }
 
-void mf__mysql_conn_release(mf_mysql_conn_t *conn)
+void mf__mysql_conn_reset(mf_mysql_conn_t *conn)
 {
-    conn->task = NULL;
-    conn->session = NULL;
-    if (conn->broken) {
-        mf__mysql_conn_close(conn);
-        return;
-    }
-    if (!conn->dirty) {
-        mf__mysql_client_offer(conn);
-        return;
-    }
     /* The server drops its prepared statements with the session state. */
     if (conn->stmt_cache_drop)
         conn->stmt_cache_drop(conn);
     conn->state = MF_MCONN_RESETTING;
-    conn->client->nresetting++;
     mf__mysql_conn_run(conn, mf__step_reset, mf__reset_done);
 }

@@ -1,14 +1,21 @@
 /*
  * mysql_int.h — the MySQL client's structs, shared by the files of
  * core/mysql only:
- *   mysql_client.c   options, the mysql:// URL, the per-loop registry (one
- *                    client per URL and options), the pool: which
- *                    connection serves a task (idle, new, or the wait queue)
- *   mysql_conn.c     a connection: resolve (net layer DNS), connect, the
- *                    operation runner over the connector's fn_start/fn_cont
- *                    pairs, reset before reuse, idle watch, close, KILL
  *   mysql_task.c     the task kind: dispatch, the phases, timeouts and
  *                    cancel, results and errors, sessions
+ *   mysql_client.c   options; a client (one per URL and options) as the
+ *                    data of its endpoint in the loop's endpoint pool, the
+ *                    pool's MySQL ops, routing between pool, connections and
+ *                    tasks (open for a waiter, reset before going back),
+ *                    the KILL connection and its queue
+ *   mysql_conn.c     a connection: resolve (net layer DNS), connect, the
+ *                    operation runner over the connector's fn_start/fn_cont
+ *                    pairs, COM_RESET_CONNECTION, idle watch, the KILL
+ *                    statement, close, error mapping
+ *
+ * Calls go down that chain only: task → client → conn. Up, a connection
+ * reports to its owner through conn->hooks (registered by the client) and
+ * the client to a task through t->waiter.ops (registered by the task).
  *   mysql_query.c    the text-protocol query phase (stored results)
  *   mysql_mem.c      task memory (an arena over the loop's free lists)
  *   mysql_quote.c    mf_mysql_quote
@@ -20,9 +27,11 @@
  *
  * A task's run is a small state machine:
  *
- *   dispatch → ACQUIRE (a session's pinned connection, an idle one, a new
- *   one, or the wait queue) → [the connection was reset before it went idle
- *   if its last user left session state behind] → QUERY (t->phase->run) →
+ *   dispatch → ACQUIRE (a session's pinned connection, or the endpoint
+ *   pool: an idle one, a new one opened for the task, or the wait queue;
+ *   a wait for a connection being reset counts that one) → [the connection
+ *   was reset before it went back if its last user left session state
+ *   behind] → QUERY (t->phase->run) →
  *   the phase calls mf__mysql_task_finish(t, state, error) → the connection
  *   goes back (idle, reset, or closed if broken) → mf_task_complete.
  *
@@ -60,9 +69,11 @@
  * (which deallocates the server's statements) and before it closes, so the
  * cache never outlives its statements.
  *
- * Ownership: the loop's MySQL key holds the registry; the
- * registry owns its clients; a client owns its connections (pooled and the
- * KILL ones) and live sessions. A task is owned by its series; while it runs
+ * Ownership: the loop's endpoint pool owns the endpoints and, through
+ * ops->free_data, their clients; the pool links the pooled connections
+ * and the waiters, the client closes its connections (the pool's close op
+ * for those the pool drops) and owns the KILL ones and live sessions. A
+ * task is owned by its series; while it runs
  * a connection points at it (conn->task) and it at the connection
  * (t->conn). Connection memory goes back from a deferred post, never inside
  * one of its own callbacks. Task results (MYSQL_RES kept whole, value
@@ -77,6 +88,7 @@
 #include <mysql.h>
 
 #include "moonflow/dns.h"
+#include "moonflow/endpoint.h"
 #include "moonflow/mysql.h"
 
 typedef struct mf_mysql_conn mf_mysql_conn_t;
@@ -132,13 +144,31 @@ typedef struct mf_mysql_endpoint {
 int mf__mysql_endpoint_parse(mf_mysql_endpoint_t *ep, const char *url);
 void mf__mysql_endpoint_free(mf_mysql_endpoint_t *ep);
 
-typedef struct mf_mysql_registry {
-    mf_loop_t *loop;
-    mf_list_t clients;
-} mf_mysql_registry_t;
+/* A task's place in the pool: in the endpoint's wait queue, or waiting for
+ * the connection opened for it. The task embeds it and registers ops, the
+ * only way the client calls up into the task. */
+typedef struct mf_mysql_waiter mf_mysql_waiter_t;
+typedef struct mf_mysql_waiter_ops {
+    /* conn (busy, open, clean) is the waiter's now. */
+    void (*granted)(mf_mysql_waiter_t *w, mf_mysql_conn_t *conn);
+    /* No connection for the waiter: the one opened for it failed
+     * (code/sqlstate/message: the connector's or our words, code 0 when
+     * none). */
+    void (*failed)(mf_mysql_waiter_t *w, int state, int error, unsigned code,
+                   const char *sqlstate, const char *message);
+} mf_mysql_waiter_ops_t;
 
+struct mf_mysql_waiter {
+    mf_pwaiter_t pw;
+    mf_mysql_conn_t *opening; /* the connection opened for it, not open yet */
+    const mf_mysql_waiter_ops_t *ops;
+};
+
+/* The endpoint data of one URL and options (mf_endpoint_data of pool):
+ * what the pool does not know about MySQL. The endpoint pool holds the
+ * pooled connections, idle and busy, and the waiters. */
 struct mf_mysql_client {
-    mf_list_t link; /* registry->clients */
+    mf_endpoint_t *pool; /* whose data this is */
     mf_loop_t *loop;
     char *url;
     mf_mysql_opts_t opts; /* zeros replaced by defaults */
@@ -146,11 +176,7 @@ struct mf_mysql_client {
     const MARIADB_CHARSET_INFO *charset_info; /* of ep.charset */
     bool no_backslash_escapes; /* learned from a connection's status */
     bool quoter_ready;
-    bool closing;       /* the loop is being destroyed */
     MYSQL quoter;       /* never connects: mf_mysql_quote's charset and mode */
-    mf_list_t conns;    /* every pooled connection, any state */
-    mf_list_t idle;     /* idle ones, most recently used first */
-    mf_list_t waiters;  /* tasks waiting for a connection, oldest first */
     mf_list_t killers;  /* the KILL connection in flight (not pooled) */
     mf_list_t sessions; /* open sessions */
     /* Thread ids waiting for the KILL connection, which sends one KILL at
@@ -160,30 +186,26 @@ struct mf_mysql_client {
      * at the first queued kill. */
     unsigned long *kill_ids;
     unsigned kill_head, nkill_ids, kill_cap;
-    unsigned nconns; /* pooled connections, opening included */
-    unsigned nopening;
-    unsigned nresetting;
-    unsigned nwaiters;
-    uint64_t connects;
-    uint64_t evictions; /* idle connections closed: timed out, or by the
-                           server (mf_mysql_clients_stats) */
+    unsigned nopening; /* pooled connections not open yet */
+    unsigned nbound;   /* waiters whose connection is being opened */
+    uint64_t connects; /* connections that opened */
 };
 
-/* Gives the task a connection: idle, new (the task waits for it) or a place
- * in the wait queue; fails it with EBUSY when the queue is full. */
-void mf__mysql_client_acquire(mf_mysql_task_t *t);
-/* A task waiting for a connection gives up (timeout, cancel). */
-void mf__mysql_client_unwait(mf_mysql_task_t *t);
-/* A pooled connection is free (open, clean): the oldest waiter takes it,
- * or it goes idle. */
-void mf__mysql_client_offer(mf_mysql_conn_t *conn);
-/* A pooled connection could not open: the oldest waiter fails with its
- * error (and the connector's or our words for it). */
-void mf__mysql_client_open_failed(mf_mysql_conn_t *conn, int state, int error,
-                                  unsigned code, const char *sqlstate,
-                                  const char *message);
-/* A pooled connection closed: forget it (its slot is free again). */
-void mf__mysql_client_forget(mf_mysql_conn_t *conn);
+/* Readies a task's waiter (once, at its creation). */
+void mf__mysql_waiter_init(mf_mysql_waiter_t *w,
+                           const mf_mysql_waiter_ops_t *ops);
+/* Gives the waiter a connection: an idle one (w->ops->granted before
+ * returning), a new one opened for it, or a place in the wait queue. 0, or
+ * MF_EBUSY when the queue is full (nothing called). */
+int mf__mysql_client_acquire(mf_mysql_client_t *c, mf_mysql_waiter_t *w);
+/* A waiting waiter gives up (timeout, cancel). */
+void mf__mysql_client_unwait(mf_mysql_waiter_t *w);
+/* The user (task or session) is done with a pooled connection: closed if
+ * broken, reset first if dirty, then the oldest waiter's or idle. */
+void mf__mysql_client_release(mf_mysql_conn_t *conn);
+/* Ends whatever runs on a pooled connection: KILL its thread on the server
+ * from the KILL connection, and close it. */
+void mf__mysql_client_kill(mf_mysql_conn_t *conn);
 
 /* mysql_quote.c: the quoting handle of a client, and what a connection's
  * server status teaches it (NO_BACKSLASH_ESCAPES). */
@@ -196,11 +218,9 @@ void mf__mysql_client_learn_status(mf_mysql_client_t *client, unsigned status);
 typedef enum mf_mysql_conn_state {
     MF_MCONN_RESOLVING,
     MF_MCONN_CONNECTING, /* TCP, TLS and authentication */
-    MF_MCONN_IDLE,       /* in client->idle, watched for the server's close */
-    MF_MCONN_BUSY,       /* a task or a session has it */
-    MF_MCONN_RESETTING,  /* COM_RESET_CONNECTION before going idle */
+    MF_MCONN_OPEN,       /* idle or busy: the pool knows which */
+    MF_MCONN_RESETTING,  /* COM_RESET_CONNECTION before going back */
     MF_MCONN_KILLING,    /* a KILL connection sending its statement */
-    MF_MCONN_CLOSING,    /* COM_QUIT on its way */
     MF_MCONN_CLOSED      /* memory goes back from free_post */
 } mf_mysql_conn_state_t;
 
@@ -208,21 +228,38 @@ typedef enum mf_mysql_conn_state {
 typedef int (*mf_mysql_step_fn)(mf_mysql_conn_t *conn, int ready);
 typedef void (*mf_mysql_done_fn)(mf_mysql_conn_t *conn);
 
+/* What a connection reports up to its owner (the client), which registers
+ * them when it creates the connection; the connection never closes itself:
+ * its owner decides. */
+typedef struct mf_mysql_conn_hooks {
+    /* Connected, authenticated, TLS as asked. */
+    void (*opened)(mf_mysql_conn_t *conn);
+    /* Did not open: code/sqlstate/message explain why. */
+    void (*open_failed)(mf_mysql_conn_t *conn, int state, int error,
+                        unsigned code, const char *sqlstate,
+                        const char *message);
+    /* mf__mysql_conn_reset ended: ok, or the connection is broken. */
+    void (*reset_done)(mf_mysql_conn_t *conn, bool ok);
+    /* mf__mysql_conn_send_kill ended; sound: the connection can send
+     * another. */
+    void (*kill_done)(mf_mysql_conn_t *conn, bool sound);
+} mf_mysql_conn_hooks_t;
+
 struct mf_mysql_conn {
     MYSQL mysql;
+    mf_pconn_t pconn; /* the pool's part (not for a KILL connection) */
     mf_io_t io;
-    mf_timer_t op_timer;   /* MYSQL_WAIT_TIMEOUT of the running step */
-    mf_timer_t life_timer; /* connect timeout, then idle timeout */
-    uint64_t parked_ms;    /* loop time when last parked idle */
+    mf_timer_t op_timer;      /* MYSQL_WAIT_TIMEOUT of the running step */
+    mf_timer_t connect_timer; /* opts.connect_timeout_ms */
+    uint64_t parked_ms;       /* loop time when last parked idle */
     mf_loop_t *loop;
     mf_mysql_client_t *client;
+    const mf_mysql_conn_hooks_t *hooks;
     mf_mysql_conn_state_t state;
-    bool killer;           /* a KILL connection, not pooled */
     bool broken;           /* never handed out again */
     bool dirty;            /* reset before its next user */
     bool in_runner;        /* the runner's loop is on the stack */
     bool resolving;        /* its DNS callback is still due */
-    bool io_started;       /* io registered with the loop */
     mf_mysql_step_fn step; /* the running operation, NULL when none */
     mf_mysql_done_fn done;
     union { /* the running operation's return value */
@@ -238,43 +275,48 @@ struct mf_mysql_conn {
     unsigned long thread_id; /* the server's id, for KILL */
     unsigned long kill_id;   /* a KILL connection: whom to kill */
     char kill_sql[48];
-    char addr[64];         /* the numeric address the connector connects to */
-    mf_mysql_task_t *task; /* the task it serves, if any */
+    char addr[64]; /* the numeric address the connector connects to */
+    mf_mysql_waiter_t *opener;   /* the waiter it is being opened for */
+    mf_mysql_task_t *task;       /* the task it serves, if any */
     mf_mysql_session_t *session; /* the session it is pinned to */
     void *stmt_cache;            /* mysql_stmt.c's, per connection */
     void (*stmt_cache_drop)(mf_mysql_conn_t *conn); /* frees stmt_cache */
-    mf_list_t link;      /* client->conns or client->killers */
-    mf_list_t idle_link; /* client->idle */
+    mf_list_t link; /* client->killers for a KILL connection */
     mf_post_t free_post;
     mf_dns_query_t dns;
 };
 
-/* A new pooled connection (killer false) that starts opening at once; or a
- * KILL connection that sends KILL CONNECTION kill_id and closes. */
-mf_mysql_conn_t *mf__mysql_conn_open(mf_mysql_client_t *client, bool killer,
-                                     unsigned long kill_id);
+/* A new connection of client, not open yet: nothing runs until
+ * mf__mysql_conn_connect. hooks: its owner's. */
+mf_mysql_conn_t *mf__mysql_conn_create(mf_mysql_client_t *client,
+                                       const mf_mysql_conn_hooks_t *hooks);
+/* Resolves and connects; ends with hooks->opened or hooks->open_failed
+ * (possibly before returning). */
+void mf__mysql_conn_connect(mf_mysql_conn_t *conn);
+/* Whether it connected (RESOLVING and CONNECTING are not). */
+bool mf__mysql_conn_is_open(const mf_mysql_conn_t *conn);
 /* Starts one operation on the connection (see the runner above). */
 void mf__mysql_conn_run(mf_mysql_conn_t *conn, mf_mysql_step_fn step,
                         mf_mysql_done_fn done);
-/* The task is done with a pooled connection: reset it if dirty, then offer
- * it to the pool; or close it if broken. */
-void mf__mysql_conn_release(mf_mysql_conn_t *conn);
+/* COM_RESET_CONNECTION (the statement cache dropped first); ends with
+ * hooks->reset_done. */
+void mf__mysql_conn_reset(mf_mysql_conn_t *conn);
+/* Sends KILL CONNECTION id; ends with hooks->kill_done. */
+void mf__mysql_conn_send_kill(mf_mysql_conn_t *conn, unsigned long id);
 /* Closes the connection now (an operation in flight is cut off); its memory
- * goes back later. */
+ * goes back later. Its owner took it out of the pool first. */
 void mf__mysql_conn_close(mf_mysql_conn_t *conn);
-/* Ends whatever runs on the connection: KILL its thread on the server from
- * a new connection, then close it. */
-void mf__mysql_conn_kill(mf_mysql_conn_t *conn);
-/* The connection goes idle: watched for the server's close (not keeping
- * the loop alive), closed after opts.idle_timeout_ms. */
+/* The connection is about to go idle: the watch is for the server's close
+ * only, and the time is noted for mf__mysql_conn_alive. */
 void mf__mysql_conn_park(mf_mysql_conn_t *conn);
 /* Whether an idle connection's socket is still quiet: the server's close
  * (a restart, KILL) may be waiting unseen in this loop pass. */
 bool mf__mysql_conn_alive(const mf_mysql_conn_t *conn);
-/* An idle connection is taken (stops its idle watch). */
-void mf__mysql_conn_take(mf_mysql_conn_t *conn);
 /* Whether the connector's last error means the connection is unusable. */
 bool mf__mysql_conn_error_is_fatal(unsigned code);
+/* (state, error) for a connector or server error number. */
+void mf__mysql_error_map(unsigned code, const char *message, int *state,
+                         int *error);
 
 /* ---- task (mysql_task.c) ------------------------------------------------- */
 
@@ -303,7 +345,7 @@ extern const mf_mysql_phase_t mf__mysql_stream_phase; /* mysql_stream.c */
 
 typedef enum mf_mysql_task_step {
     MF_MT_IDLE,
-    MF_MT_WAITING, /* in client->waiters */
+    MF_MT_WAITING, /* for a connection: t->waiter */
     MF_MT_QUEUED,  /* behind another task of its session */
     MF_MT_QUERY,   /* its phase runs on t->conn */
     MF_MT_DONE
@@ -316,10 +358,10 @@ struct mf_mysql_task {
     mf_mysql_conn_t *conn;
     const mf_mysql_phase_t *phase;
     mf_mysql_task_step_t step;
-    mf_list_t link;         /* client->waiters or session->queue */
-    uint64_t wait_deadline; /* loop time the wait for a connection ends */
-    mf_timer_t timer;       /* wait timeout, then query timeout */
-    char *sql;              /* arena copy, NUL-terminated */
+    mf_mysql_waiter_t waiter; /* its place in the pool */
+    mf_list_t link;           /* session->queue */
+    mf_timer_t timer;         /* wait timeout, then query timeout */
+    char *sql;                /* arena copy, NUL-terminated */
     size_t sql_len;
     bool bound;    /* mf_task_mysql_bind was called */
     bool invalid;  /* a bad argument: fails with EINVAL */
@@ -356,17 +398,6 @@ void mf__mysql_task_finish(mf_mysql_task_t *t, int state, int error);
  * to (state, error), marks the connection broken when the code says the
  * connection is gone, and finishes. */
 void mf__mysql_task_fail_conn(mf_mysql_task_t *t);
-/* A connection the task waited for: the task runs its phase on it. */
-void mf__mysql_task_attach(mf_mysql_task_t *t, mf_mysql_conn_t *conn);
-/* A task waiting for a connection fails (queue full, open failed with the
- * connector's words in code/sqlstate/message, or its wait timed out). */
-void mf__mysql_task_fail_waiting(mf_mysql_task_t *t, int state, int error,
-                                 unsigned code, const char *sqlstate,
-                                 const char *message);
-
-/* (state, error) for a connector or server error number. */
-void mf__mysql_error_map(unsigned code, const char *message, int *state,
-                         int *error);
 
 /* ---- sessions (mysql_task.c) --------------------------------------------- */
 

@@ -22,55 +22,6 @@
 /* ---- errors ---------------------------------------------------------------
  */
 
-void mf__mysql_error_map(unsigned code, const char *message, int *state,
-                         int *error)
-{
-    *state = MF_STATE_SYS_ERROR;
-    switch (code) {
-    case CR_CONNECTION_ERROR:
-    case CR_CONN_HOST_ERROR:
-        *error = MF_ECONNREFUSED;
-        return;
-    case CR_SERVER_GONE_ERROR:
-        *error = MF_ECLOSED;
-        return;
-    case CR_SERVER_LOST:
-    case CR_SERVER_LOST_EXTENDED:
-        *error = MF_ECONNRESET;
-        return;
-    case CR_SSL_CONNECTION_ERROR:
-        *state = MF_STATE_TLS_ERROR;
-        *error = MF_ETLS;
-        return;
-    case CR_OUT_OF_MEMORY:
-        *error = MF_ENOMEM;
-        return;
-    case ER_ACCESS_DENIED_ERROR:
-    case ER_DBACCESS_DENIED_ERROR:
-    case ER_BAD_DB_ERROR:
-    case ER_ACCESS_DENIED_NO_PASSWORD_ERROR:
-        *state = MF_STATE_TASK_ERROR;
-        *error = MF_EACCES;
-        return;
-    default:
-        break;
-    }
-    /* The connector reports a refused TLS requirement with generic codes
-     * whose text names TLS ("TLS/SSL error: ..."). */
-    if (message && (strstr(message, "TLS") || strstr(message, "SSL"))) {
-        *state = MF_STATE_TLS_ERROR;
-        *error = MF_ETLS;
-    } else if (code >= 2000 && code < 3000) {
-        *state = MF_STATE_SYS_ERROR;
-        *error = code == CR_UNKNOWN_HOST ? MF_EDNS : MF_EPROTO;
-        if (code == CR_UNKNOWN_HOST)
-            *state = MF_STATE_DNS_ERROR;
-    } else {
-        *state = MF_STATE_TASK_ERROR;
-        *error = MF_ESQL;
-    }
-}
-
 void mf__mysql_task_keep_error(mf_mysql_task_t *t, unsigned code,
                                const char *sqlstate, const char *message)
 {
@@ -126,8 +77,6 @@ mf_mysql_set_t *mf__mysql_task_add_set(mf_mysql_task_t *t)
 /* ---- the run --------------------------------------------------------------
  */
 
-static void mf__task_timer_cb(mf_timer_t *timer);
-
 static void mf__task_done(mf_mysql_task_t *t, int state, int error)
 {
     mf_timer_stop(t->base._loop, &t->timer);
@@ -135,7 +84,9 @@ static void mf__task_done(mf_mysql_task_t *t, int state, int error)
     mf_task_complete(&t->base, state, error);
 }
 
-void mf__mysql_task_attach(mf_mysql_task_t *t, mf_mysql_conn_t *conn)
+/* The task runs its phase on conn: a connection it waited for, or its
+ * session's. */
+static void mf__task_attach(mf_mysql_task_t *t, mf_mysql_conn_t *conn)
 {
     mf_timer_stop(t->base._loop, &t->timer);
     t->conn = conn;
@@ -164,13 +115,13 @@ void mf__mysql_task_finish(mf_mysql_task_t *t, int state, int error)
     mf__mysql_client_learn_status(t->client, status);
     mf__task_done(t, state, error);
     if (!s) {
-        mf__mysql_conn_release(conn);
+        mf__mysql_client_release(conn);
         return;
     }
     if (conn->broken) {
         s->broken = true;
         s->conn = NULL;
-        mf__mysql_conn_release(conn); /* closes it */
+        mf__mysql_client_release(conn); /* closes it */
     }
     mf__mysql_session_next(s);
 }
@@ -187,9 +138,11 @@ void mf__mysql_task_fail_conn(mf_mysql_task_t *t)
     mf__mysql_task_finish(t, state, error);
 }
 
-void mf__mysql_task_fail_waiting(mf_mysql_task_t *t, int state, int error,
-                                 unsigned code, const char *sqlstate,
-                                 const char *message)
+/* A task waiting for a connection fails (queue full, open failed with the
+ * connector's words in code/sqlstate/message, or its wait timed out). */
+static void mf__task_fail_waiting(mf_mysql_task_t *t, int state, int error,
+                                  unsigned code, const char *sqlstate,
+                                  const char *message)
 {
     if (code)
         mf__mysql_task_keep_error(t, code, sqlstate, message);
@@ -207,7 +160,7 @@ static void mf__task_abort(mf_mysql_task_t *t, int state, int error)
     mf_mysql_session_t *s = t->session;
     switch (t->step) {
     case MF_MT_WAITING:
-        mf__mysql_client_unwait(t);
+        mf__mysql_client_unwait(&t->waiter);
         break;
     case MF_MT_QUEUED:
         mf_list_remove(&t->link);
@@ -223,7 +176,7 @@ static void mf__task_abort(mf_mysql_task_t *t, int state, int error)
             s->broken = true;
             s->conn = NULL;
         }
-        mf__mysql_conn_kill(conn);
+        mf__mysql_client_kill(conn);
         break;
     }
     default:
@@ -239,6 +192,30 @@ static void mf__task_timer_cb(mf_timer_t *timer)
     mf__task_abort(timer->data, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
 }
 
+/* ---- the pool's answers (through t->waiter) ---------------------------------
+ */
+
+static mf_mysql_task_t *mf__task_of_waiter(mf_mysql_waiter_t *w)
+{
+    return mf_container_of(w, mf_mysql_task_t, waiter);
+}
+
+static void mf__waiter_granted(mf_mysql_waiter_t *w, mf_mysql_conn_t *conn)
+{
+    mf__task_attach(mf__task_of_waiter(w), conn);
+}
+
+static void mf__waiter_failed(mf_mysql_waiter_t *w, int state, int error,
+                              unsigned code, const char *sqlstate,
+                              const char *message)
+{
+    mf__task_fail_waiting(mf__task_of_waiter(w), state, error, code, sqlstate,
+                          message);
+}
+
+static const mf_mysql_waiter_ops_t mf__task_waiter_ops = {mf__waiter_granted,
+                                                          mf__waiter_failed};
+
 static void mf__task_run(mf_mysql_task_t *t)
 {
     mf_mysql_session_t *s = t->session;
@@ -248,10 +225,17 @@ static void mf__task_run(mf_mysql_task_t *t)
         return;
     }
     if (s && s->conn) {
-        mf__mysql_task_attach(t, s->conn);
+        mf__task_attach(t, s->conn);
         return;
     }
-    mf__mysql_client_acquire(t);
+    t->step = MF_MT_WAITING;
+    if (mf__mysql_client_acquire(t->client, &t->waiter) < 0) {
+        mf__task_fail_waiting(t, MF_STATE_TASK_ERROR, MF_EBUSY, 0, NULL, NULL);
+        return;
+    }
+    if (t->step == MF_MT_WAITING) /* not served at once */
+        mf_timer_start(t->base._loop, &t->timer,
+                       t->client->opts.wait_timeout_ms);
 }
 
 static void mf__task_dispatch(mf_task_t *task)
@@ -333,7 +317,7 @@ static void mf__session_free(mf_mysql_session_t *s)
 {
     if (s->conn) {
         s->conn->session = NULL;
-        mf__mysql_conn_release(s->conn); /* dirty: reset before reuse */
+        mf__mysql_client_release(s->conn); /* dirty: reset before reuse */
     }
     mf_list_remove(&s->link);
     mf_loop_free(s->client->loop, s, sizeof(*s));
@@ -403,6 +387,7 @@ mf_task_t *mf_task_mysql_create(mf_mysql_client_t *client, mf_task_cb cb,
     mf_task_init(&t->base, &mf__mysql_ops, client->loop, cb, user);
     t->client = client;
     mf_list_init(&t->link);
+    mf__mysql_waiter_init(&t->waiter, &mf__task_waiter_ops);
     mf_timer_init(&t->timer, mf__task_timer_cb, t);
     mf__mysql_arena_init(&t->arena, client->opts.max_result);
     return &t->base;

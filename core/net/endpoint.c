@@ -25,6 +25,7 @@ struct mf_endpoint {
     mf_list_t idle;    /* idle ones, most recently used first */
     mf_list_t waiters; /* oldest first */
     size_t nconns, nidle, nwaiters;
+    size_t nreturning; /* busy ones on their way back: mf_pconn_returning */
     uint64_t connects, evictions;
     bool closing; /* the loop is ending: no waiter is served */
     char key[];
@@ -142,12 +143,14 @@ static bool mf__has_slot(const mf_endpoint_t *ep)
     return !ep->limits.max_conns || ep->nconns < ep->limits.max_conns;
 }
 
-/* A slot or an idle connection freed up: the oldest waiter takes it. */
+/* A slot or an idle connection freed up: the oldest waiter takes it, unless
+ * the connections on their way back will serve every waiter. */
 static void mf__serve_waiter(mf_endpoint_t *ep)
 {
     if (ep->closing || mf_list_empty(&ep->waiters))
         return;
-    if (mf_list_empty(&ep->idle) && !mf__has_slot(ep))
+    if (mf_list_empty(&ep->idle) &&
+        (!mf__has_slot(ep) || ep->nwaiters <= ep->nreturning))
         return;
     mf_pwaiter_t *w =
         mf_container_of(mf_list_pop_front(&ep->waiters), mf_pwaiter_t, link);
@@ -162,7 +165,8 @@ int mf_endpoint_acquire(mf_endpoint_t *ep, mf_pwaiter_t *w)
         w->granted(w, c);
         return 0;
     }
-    if (mf__has_slot(ep) && !ep->closing) {
+    bool returning = ep->nwaiters < ep->nreturning; /* one will serve w */
+    if (!returning && mf__has_slot(ep) && !ep->closing) {
         ep->ops->open(ep, w);
         return 0;
     }
@@ -189,6 +193,7 @@ void mf_pconn_add(mf_endpoint_t *ep, mf_pconn_t *c, mf_io_t *io)
     c->ep = ep;
     c->io = io;
     c->uses = 0;
+    c->returning = false;
     mf_list_init(&c->idle_link);
     mf_timer_init(&c->idle_timer, mf__idle_expired, c);
     mf_timer_set_ref(ep->loop, &c->idle_timer, false);
@@ -197,9 +202,26 @@ void mf_pconn_add(mf_endpoint_t *ep, mf_pconn_t *c, mf_io_t *io)
     ep->connects++;
 }
 
+static void mf__unreturn(mf_pconn_t *c)
+{
+    if (!c->returning)
+        return;
+    c->returning = false;
+    c->ep->nreturning--;
+}
+
+void mf_pconn_returning(mf_pconn_t *c)
+{
+    if (c->returning || !c->ep)
+        return;
+    c->returning = true;
+    c->ep->nreturning++;
+}
+
 void mf_endpoint_release(mf_pconn_t *c)
 {
     mf_endpoint_t *ep = c->ep;
+    mf__unreturn(c);
     if (!mf_list_empty(&ep->waiters) && !ep->closing) {
         mf_pwaiter_t *w = mf_container_of(mf_list_pop_front(&ep->waiters),
                                           mf_pwaiter_t, link);
@@ -222,6 +244,7 @@ void mf_pconn_detach(mf_pconn_t *c)
         return;
     if (mf_pconn_idle(c))
         mf__idle_unlink(c);
+    mf__unreturn(c);
     mf_list_remove(&c->link);
     ep->nconns--;
     c->ep = NULL;

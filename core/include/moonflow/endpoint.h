@@ -24,6 +24,9 @@
  *                                least recently used idle one is closed).
  *   mf_pconn_remove(c)           the protocol closed c: its slot goes to the
  *                                oldest waiter (ops->open for it).
+ *   mf_pconn_returning(c)        (optional) c is being cleaned before its
+ *                                release (a session reset): a waiter waits
+ *                                for it instead of opening another one.
  * The pool closes an idle connection itself (idle timeout, an event on an
  * idle socket, a failed health check, over max_idle, the loop's end) by
  * removing it and calling ops->close, which frees it.
@@ -61,6 +64,8 @@ struct mf_pconn {
     mf_timer_t idle_timer;
     mf_io_t *io;   /* the protocol's watcher: unref'd while idle (may be NULL) */
     uint64_t uses; /* times handed out from idle */
+    /* busy, on its way back (mf_pconn_returning) */
+    bool returning;
 };
 
 /* c: an idle connection, the waiter's now (its socket keeps the loop
@@ -179,6 +184,12 @@ MF_API void mf_endpoint_release(mf_pconn_t *c);
 /* c leaves its endpoint (the protocol closes it): idle or busy, its slot
  * goes to the oldest waiter. Harmless when c is in no endpoint. */
 MF_API void mf_pconn_remove(mf_pconn_t *c);
+/* c, busy, is on its way back: the protocol cleans it (resets a session)
+ * before mf_endpoint_release, or closes it (mf_pconn_remove) if that fails.
+ * Until then a task that finds no idle connection waits for it instead of
+ * opening one, one waiter per returning connection, as a connection about
+ * to be free is cheaper than a new one. */
+MF_API void mf_pconn_returning(mf_pconn_t *c);
 /* Takes c out of its endpoint without serving a waiter: for a connection
  * handed to an owner the pool no longer counts (a byte stream taken back
  * by its user). */

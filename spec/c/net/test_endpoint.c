@@ -256,3 +256,41 @@ TEST(protocol_limits_reach_existing_and_later_endpoints_of_that_protocol)
     mf_loop_destroy(loop);
     ASSERT_EQ(closes, 2);
 }
+
+TEST(a_waiter_waits_for_a_returning_connection_instead_of_opening)
+{
+    reset();
+    mf_loop_t *loop = mf_loop_create();
+    mf_endpoint_limits_t lim = {.max_conns = 4, .idle_timeout_ms = 60000};
+    mf_endpoint_t *ep = mf_endpoint_get(loop, &test_ops, "g:1", &lim);
+    waiter_t a, b, c, d;
+    waiter_init(&a), waiter_init(&b), waiter_init(&c), waiter_init(&d);
+    mf_endpoint_acquire(ep, &a.w);
+    mf_endpoint_acquire(ep, &b.w);
+    ASSERT_EQ(opens, 2);
+    conn_t *ca = a.got, *cb = b.got;
+    mf_pconn_returning(&ca->pc); /* being reset, say */
+    mf_pconn_returning(&cb->pc);
+    c.got = d.got = NULL;
+    ASSERT_EQ(mf_endpoint_acquire(ep, &c.w), 0);
+    ASSERT_EQ(mf_endpoint_acquire(ep, &d.w), 0);
+    ASSERT_EQ(opens, 2); /* both wait, though there are free slots */
+    ASSERT_EQ(mf_endpoint_waiter_count(ep), 2);
+    mf_endpoint_release(&ca->pc); /* clean again: the oldest waiter's */
+    ASSERT(c.got == ca && !c.opened);
+    ASSERT_EQ(mf_endpoint_waiter_count(ep), 1);
+    /* The other one cannot be cleaned: its waiter gets a new connection. */
+    mf_pconn_remove(&cb->pc);
+    close_conn(&cb->pc);
+    ASSERT(d.opened && d.got != NULL && d.got != cb);
+    ASSERT_EQ(opens, 3);
+    ASSERT_EQ(mf_endpoint_waiter_count(ep), 0);
+    /* Nothing returns now: a new waiter opens at once. */
+    waiter_t e;
+    waiter_init(&e);
+    mf_endpoint_acquire(ep, &e.w);
+    ASSERT(e.opened);
+    ASSERT_EQ(opens, 4);
+    mf_loop_destroy(loop);
+    ASSERT_EQ(closes, 4);
+}
