@@ -4,8 +4,9 @@
  * the 100 ms tick (Req/Sec samples, response timeouts, live progress) and
  * the stats. The connections are load_conn.c's.
  *
- * May call: the loop, the histogram, the HTTP parser, load_conn.c through
- * load_int.h. Owns mf_load_t.
+ * May call: the loop, the histogram, load_record.c and load_conn.c through
+ * load_int.h (neither calls back here: a connection that must end the run
+ * does it through load->stop). Owns mf_load_t.
  */
 #include <math.h>
 #include <string.h>
@@ -15,38 +16,6 @@
 
 #define MF_LOAD_TICK_MS 100
 #define MF_LOAD_DEFAULT_TIMEOUT_NS 2000000000u
-
-/* ---- requests in a buffer --------------------------------------------- */
-
-size_t mf__load_scan_requests(const char *buf, size_t len, uint64_t *heads)
-{
-    size_t count = 0, pos = 0;
-    *heads = 0;
-    while (pos < len) {
-        mf_http_header_t headers[100];
-        mf_http_request_t req = {.headers = headers,
-                                 .num_headers = MF_ARRAY_SIZE(headers)};
-        int rc = mf_http_parse_request(buf + pos, len - pos, &req, NULL, NULL);
-        if (rc < 0 || req.body == MF_HTTP_BODY_CHUNKED)
-            return 0;
-        uint64_t body =
-            req.body == MF_HTTP_BODY_LENGTH ? req.content_length : 0;
-        if (body > len - pos - (size_t)rc)
-            return 0;
-        if (count < 64 && req.method_len == 4 &&
-            memcmp(req.method, "HEAD", 4) == 0)
-            *heads |= UINT64_C(1) << count;
-        pos += (size_t)rc + (size_t)body;
-        count++;
-    }
-    return count;
-}
-
-size_t mf_load_count_requests(const char *buf, size_t len)
-{
-    uint64_t heads;
-    return buf ? mf__load_scan_requests(buf, len, &heads) : 0;
-}
 
 /* ---- creation ------------------------------------------------------------ */
 
@@ -160,6 +129,7 @@ mf_load_t *mf_load_create(mf_loop_t *loop, const mf_load_config_t *cfg,
     if (hooks)
         load->hooks = *hooks;
     load->interval_ns = mf__load_interval(cfg);
+    load->stop = mf_load_stop;
     mf_timer_init(&load->phase_timer, mf__load_phase, load);
     mf_timer_init(&load->tick_timer, mf__load_tick, load);
     mf_post_init(&load->done_post, mf__load_finish, load);
@@ -320,41 +290,6 @@ static void mf__load_finish(mf_post_t *post)
     load->done_called = true;
     if (load->done)
         load->done(load, load->done_user);
-}
-
-void mf__load_fail(mf_load_t *load, int error)
-{
-    if (!load->error)
-        load->error = error;
-    mf_load_stop(load);
-}
-
-/* ---- recording ------------------------------------------------------------
- */
-
-void mf__load_record(mf_load_t *load, mf_load_conn_t *c, uint64_t now_ns)
-{
-    if (!load->measuring)
-        return;
-    mf_load_stats_t *s = &load->stats;
-    uint64_t latency = now_ns > c->start_ns ? now_ns - c->start_ns : 0;
-    s->requests++;
-    s->target_requests[c->target]++;
-    mf_hdr_record(s->latency, latency);
-    if (s->ntargets > 1)
-        mf_hdr_record(s->target_latency[c->target], latency);
-    if (c->status >= 400) {
-        s->errors.status++;
-        s->target_errors[c->target]++;
-    }
-}
-
-void mf__load_count_error(mf_load_t *load, size_t target, uint64_t *field)
-{
-    if (!load->measuring)
-        return;
-    (*field)++;
-    load->stats.target_errors[target]++;
 }
 
 int mf_load_error(const mf_load_t *load)

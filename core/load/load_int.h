@@ -7,8 +7,9 @@
  * progress), the stats and the hooks. load_conn.c owns mf_load_conn_t: one
  * client connection's socket, request buffer, read buffer and response
  * framing. A connection reports to the load only through the mf__load_*
- * functions below; the load drives a connection only through the
- * mf__load_conn_* ones.
+ * functions below (load_record.c, below both: the chain is load.c >
+ * load_conn.c > load_record.c); the load drives a connection only through
+ * the mf__load_conn_* ones.
  *
  * Each open socket is also counted in its target's endpoint of the loop's
  * endpoint pool (moonflow/endpoint.h, protocol "load"), added when its
@@ -104,6 +105,8 @@ struct mf_load {
     mf_timer_t tick_timer;  /* every 100 ms */
     mf_post_t done_post;
     void (*done)(mf_load_t *, void *);
+    void (*stop)(mf_load_t *); /* mf_load_stop: how a hook's error ends the
+                                  run from below (load_record.c) */
     void *done_user;
     mf_http_header_t headers[128]; /* a parsed head's fields, transient */
     /* Reads land here when a connection holds no partial response (the
@@ -128,7 +131,7 @@ static inline uint64_t mf__load_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- load.c, for connections ------------------------------------------- */
+/* ---- load_record.c, for connections ------------------------------------ */
 
 /* A response came whole at now_ns: count and record it. */
 void mf__load_record(mf_load_t *load, mf_load_conn_t *c, uint64_t now_ns);

@@ -110,7 +110,10 @@ typedef struct mf_endpoint_limits {
 
 typedef struct mf_endpoint_stats {
     const char *protocol; /* ops->protocol */
-    const char *key;      /* the endpoint's key; valid during the call */
+    const char *key;      /* the endpoint's key; valid during the call. It
+                             may hold credentials (a URL's password): never
+                             print or export it, describe the endpoint from
+                             the protocol's data instead */
     const void *data;     /* the protocol's data (mf_endpoint_data) */
     size_t connections;   /* busy, idle or opening */
     size_t idle;
