@@ -188,7 +188,8 @@ void mf_pwaiter_cancel(mf_pwaiter_t *w)
 
 /* ---- connections -------------------------------------------------------- */
 
-void mf_pconn_add(mf_endpoint_t *ep, mf_pconn_t *c, mf_io_t *io)
+/* Links c into ep, busy; counts no connect. */
+static void mf__pconn_link(mf_endpoint_t *ep, mf_pconn_t *c, mf_io_t *io)
 {
     c->ep = ep;
     c->io = io;
@@ -199,6 +200,11 @@ void mf_pconn_add(mf_endpoint_t *ep, mf_pconn_t *c, mf_io_t *io)
     mf_timer_set_ref(ep->loop, &c->idle_timer, false);
     mf_list_push_back(&ep->conns, &c->link);
     ep->nconns++;
+}
+
+void mf_pconn_add(mf_endpoint_t *ep, mf_pconn_t *c, mf_io_t *io)
+{
+    mf__pconn_link(ep, c, io);
     ep->connects++;
 }
 
@@ -262,8 +268,7 @@ void mf_pconn_remove(mf_pconn_t *c)
 void mf_endpoint_adopt_idle(mf_endpoint_t *ep, mf_pconn_t *c, mf_io_t *io,
                             uint32_t idle_ms)
 {
-    mf_pconn_add(ep, c, io);
-    ep->connects--; /* opened by its owner, not for the pool */
+    mf__pconn_link(ep, c, io); /* opened by its owner: no connect counted */
     if (!idle_ms)
         idle_ms = ep->limits.idle_timeout_ms;
     if (!idle_ms) {
