@@ -311,6 +311,17 @@ void mf__http_pool_abandon(mf_http_conn_user_t *u)
     mf__http_conn_close(conn);
 }
 
+/* An endpoint for people: its scheme, host and port. */
+static void mf__http_endpoint_describe(const mf_endpoint_t *ep,
+                                       mf_endpoint_stats_t *st, char *label,
+                                       size_t cap)
+{
+    const mf_http_endpoint_t *e = mf_endpoint_data(ep);
+    snprintf(label, cap, "%s://%s:%u", e->tls ? "https" : "http", e->host,
+             e->port);
+    st->label = label;
+}
+
 static const mf_endpoint_ops_t mf__http_endpoint_ops = {
     .protocol = "http",
     .open = mf__http_conn_open,
@@ -318,4 +329,5 @@ static const mf_endpoint_ops_t mf__http_endpoint_ops = {
     .idle_event = mf__http_conn_idle_event,
     .close = mf__http_conn_pool_close,
     .free_data = mf__http_endpoint_free,
+    .describe = mf__http_endpoint_describe,
 };

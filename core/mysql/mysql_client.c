@@ -61,6 +61,9 @@ static void mf__conn_drop(mf_pconn_t *pc);
 static void mf__client_open(mf_endpoint_t *pool, mf_pwaiter_t *pw);
 static bool mf__client_healthy(mf_pconn_t *pc);
 static void mf__client_free(void *data);
+static void mf__client_describe(const mf_endpoint_t *pool,
+                                mf_endpoint_stats_t *st, char *label,
+                                size_t cap);
 
 static const mf_endpoint_ops_t mf__mysql_pool_ops = {
     .protocol = "mysql",
@@ -69,6 +72,7 @@ static const mf_endpoint_ops_t mf__mysql_pool_ops = {
     .idle_event = NULL, /* anything on an idle connection drops it */
     .close = mf__conn_drop,
     .free_data = mf__client_free,
+    .describe = mf__client_describe,
 };
 
 static void mf__client_free(void *data)
@@ -176,6 +180,25 @@ uint64_t mf_mysql_client_connects(const mf_mysql_client_t *client)
     return client->connects;
 }
 
+/* A client for people (host:port/db or its socket, never the user or the
+ * password), and what it counts beside the pool: tasks bound to a
+ * connection being opened for them wait too. */
+static void mf__client_describe(const mf_endpoint_t *pool,
+                                mf_endpoint_stats_t *st, char *label,
+                                size_t cap)
+{
+    const mf_mysql_client_t *c = mf_endpoint_data(pool);
+    if (!c)
+        return;
+    const mf_mysql_endpoint_t *ep = &c->ep;
+    snprintf(label, cap, "%s:%u/%s",
+             ep->socket_path ? ep->socket_path : ep->host, ep->port,
+             ep->db ? ep->db : "");
+    st->label = label;
+    st->waiters += c->nbound;
+    st->connects = c->connects;
+}
+
 typedef struct mf__stats_walk {
     mf_mysql_client_stats_fn fn;
     void *ud;
@@ -193,9 +216,8 @@ static void mf__stats_one(void *ud, const mf_endpoint_stats_t *st)
                                    ep->db ? ep->db : "",
                                    (unsigned)st->connections,
                                    st->idle,
-                                   (unsigned)st->waiters +
-                                       c->nbound, /* queued, and opened for */
-                                   c->connects,
+                                   (unsigned)st->waiters, /* described */
+                                   st->connects,
                                    st->evictions};
     walk->fn(walk->ud, &out);
 }

@@ -445,9 +445,18 @@ void mf_endpoint_stats(mf_loop_t *loop, const char *protocol,
         const mf_endpoint_t *ep = mf_container_of(node, mf_endpoint_t, link);
         if (protocol && strcmp(ep->ops->protocol, protocol) != 0)
             continue;
-        mf_endpoint_stats_t st = {ep->ops->protocol, ep->key,   ep->data,
-                                  ep->nconns,        ep->nidle, ep->nwaiters,
-                                  ep->connects,      ep->evictions};
+        mf_endpoint_stats_t st = {.protocol = ep->ops->protocol,
+                                  .label = ep->ops->protocol,
+                                  .key = ep->key,
+                                  .data = ep->data,
+                                  .connections = ep->nconns,
+                                  .idle = ep->nidle,
+                                  .waiters = ep->nwaiters,
+                                  .connects = ep->connects,
+                                  .evictions = ep->evictions};
+        char label[MF_ENDPOINT_LABEL_MAX];
+        if (ep->ops->describe)
+            ep->ops->describe(ep, &st, label, sizeof label);
         fn(ud, &st);
     }
 }

@@ -89,12 +89,20 @@ static int mf__parse_url(mf_redis_client_t *c, const char *url)
 static void mf__client_free(void *data);
 static void mf__pool_open(mf_endpoint_t *ep, mf_pwaiter_t *w);
 static void mf__pool_close(mf_pconn_t *pc);
+static void mf__endpoint_describe(const mf_endpoint_t *ep,
+                                  mf_endpoint_stats_t *st, char *label,
+                                  size_t cap);
 
 /* Dedicated connections in the loop's endpoint pool. An idle one whose
  * socket fires is dropped (the server closed it, or sent what nobody asked
  * for); one that is still open is healthy. */
 static const mf_endpoint_ops_t mf__redis_endpoint_ops = {
-    "redis", mf__pool_open, NULL, NULL, mf__pool_close, mf__client_free};
+    .protocol = "redis",
+    .open = mf__pool_open,
+    .close = mf__pool_close,
+    .free_data = mf__client_free,
+    .describe = mf__endpoint_describe,
+};
 
 /* Zero fields of the caller's opts mean the default. */
 static void mf__opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in)
@@ -214,14 +222,29 @@ typedef struct mf__stats_walk {
     void *ud;
 } mf__stats_walk_t;
 
+/* A client for people (host:port/db, never its password), and what it counts
+ * beside the pool: every connection it opened (shared and subscribers
+ * too) and the batching of its shared connections. */
+static void mf__endpoint_describe(const mf_endpoint_t *ep,
+                                  mf_endpoint_stats_t *st, char *label,
+                                  size_t cap)
+{
+    const mf_redis_client_t *c = mf_endpoint_data(ep);
+    snprintf(label, cap, "%s:%u/%ld", c->host, c->port, c->db);
+    st->label = label;
+    st->connects = c->connects;
+    st->requests = c->commands;
+    st->writes = c->writes;
+}
+
 static void mf__endpoint_stats(void *ud, const mf_endpoint_stats_t *st)
 {
     const mf__stats_walk_t *walk = ud;
     const mf_redis_client_t *c = st->data;
     mf_redis_client_stats_t out = {
-        c->host,         c->port,     c->db,      (unsigned)st->connections,
-        st->idle,        st->waiters, c->connects, c->writes,
-        c->commands};
+        c->host,     c->port,     c->db,        (unsigned)st->connections,
+        st->idle,    st->waiters, st->connects, st->writes,
+        st->requests};
     walk->fn(walk->ud, &out);
 }
 
@@ -229,8 +252,8 @@ void mf_redis_clients_stats(mf_loop_t *loop, mf_redis_client_stats_fn fn,
                             void *ud)
 {
     mf__stats_walk_t walk = {fn, ud};
-    mf_endpoint_stats(loop, mf__redis_endpoint_ops.protocol,
-                      mf__endpoint_stats, &walk);
+    mf_endpoint_stats(loop, mf__redis_endpoint_ops.protocol, mf__endpoint_stats,
+                      &walk);
 }
 
 /* ---- routing -------------------------------------------------------------

@@ -30,12 +30,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <moonflow/endpoint.h>
 #include <moonflow/error.h>
-#include <moonflow/http_client.h>
 #include <moonflow/metrics.h>
-#include <moonflow/mysql.h>
 #include <moonflow/pool.h>
-#include <moonflow/redis.h>
 #include <moonflow/task.h>
 
 #include "serve.h"
@@ -71,6 +69,21 @@ typedef struct mf_task_entry {
 
 #define MF_TASK_CACHE 64 /* entries, a power of two */
 
+/* What one protocol's endpoints export, by {worker, endpoint}: a family
+ * per number of mf_endpoint_stats_t it exports, NULL for those it doesn't. */
+typedef struct mf_endpoint_families {
+    const char *protocol; /* mf_endpoint_ops_t.protocol */
+    mf_metric_family_t *conns, *idle, *waiters, *connects, *evictions,
+        *requests, *writes;
+} mf_endpoint_families_t;
+
+enum {
+    MF_ENDPOINT_HTTP,
+    MF_ENDPOINT_REDIS,
+    MF_ENDPOINT_MYSQL,
+    MF_ENDPOINT_PROTOCOLS
+};
+
 typedef struct mf_serve_metrics {
     mf_metric_family_t *requests, *duration, *bytes_in, *bytes_out;
     mf_metric_family_t *tasks, *task_duration;
@@ -83,13 +96,8 @@ typedef struct mf_serve_metrics {
     /* ... and the process's compute pool (worker 0 only) */
     mf_metric_t *pool_threads, *pool_queued, *pool_active, *pool_completed;
     uint64_t pool_completed_seen;
-    /* by {worker, endpoint}, for the HTTP client and Redis */
-    mf_metric_family_t *client_conns, *client_idle, *client_waiters,
-        *client_evictions;
-    mf_metric_family_t *redis_dedicated, *redis_idle, *redis_waiters,
-        *redis_connects, *redis_writes, *redis_commands;
-    mf_metric_family_t *mysql_conns, *mysql_idle, *mysql_waiters,
-        *mysql_connects, *mysql_evictions;
+    /* by {worker, endpoint}: the clients' endpoints, a protocol each */
+    mf_endpoint_families_t endpoints[MF_ENDPOINT_PROTOCOLS];
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
@@ -158,46 +166,32 @@ static void mf__set_by_endpoint(mf_serve_worker_t *w, mf_metric_family_t *f,
     }
 }
 
-static void mf__tick_http_endpoint(void *ud, const mf_http_endpoint_stats_t *st)
+/* A family's series for st's endpoint, when the protocol exports it. */
+static void mf__set_endpoint_number(mf_serve_worker_t *w, mf_metric_family_t *f,
+                                    const mf_endpoint_stats_t *st, double v)
 {
-    mf_serve_worker_t *w = ud;
-    mf_serve_metrics_t *m = w->mstate;
-    char endpoint[300];
-    snprintf(endpoint, sizeof endpoint, "%s://%s:%u",
-             st->tls ? "https" : "http", st->host, st->port);
-    mf__set_by_endpoint(w, m->client_conns, endpoint, (double)st->connections);
-    mf__set_by_endpoint(w, m->client_idle, endpoint, (double)st->idle);
-    mf__set_by_endpoint(w, m->client_waiters, endpoint, (double)st->waiters);
-    mf__set_by_endpoint(w, m->client_evictions, endpoint,
-                        (double)st->evictions);
+    if (f)
+        mf__set_by_endpoint(w, f, st->label, v);
 }
 
-static void mf__tick_redis_client(void *ud, const mf_redis_client_stats_t *st)
+/* One endpoint of the walk: the numbers its protocol exports. */
+static void mf__tick_endpoint(void *ud, const mf_endpoint_stats_t *st)
 {
     mf_serve_worker_t *w = ud;
-    mf_serve_metrics_t *m = w->mstate;
-    char endpoint[300];
-    snprintf(endpoint, sizeof endpoint, "%s:%u/%ld", st->host, st->port,
-             st->db);
-    mf__set_by_endpoint(w, m->redis_dedicated, endpoint, st->dedicated);
-    mf__set_by_endpoint(w, m->redis_idle, endpoint, (double)st->idle);
-    mf__set_by_endpoint(w, m->redis_waiters, endpoint, (double)st->waiters);
-    mf__set_by_endpoint(w, m->redis_connects, endpoint, (double)st->connects);
-    mf__set_by_endpoint(w, m->redis_writes, endpoint, (double)st->writes);
-    mf__set_by_endpoint(w, m->redis_commands, endpoint, (double)st->commands);
-}
-
-static void mf__tick_mysql_client(void *ud, const mf_mysql_client_stats_t *st)
-{
-    mf_serve_worker_t *w = ud;
-    mf_serve_metrics_t *m = w->mstate;
-    char endpoint[300];
-    snprintf(endpoint, sizeof endpoint, "%s:%u/%s", st->host, st->port, st->db);
-    mf__set_by_endpoint(w, m->mysql_conns, endpoint, st->connections);
-    mf__set_by_endpoint(w, m->mysql_idle, endpoint, (double)st->idle);
-    mf__set_by_endpoint(w, m->mysql_waiters, endpoint, st->waiters);
-    mf__set_by_endpoint(w, m->mysql_connects, endpoint, (double)st->connects);
-    mf__set_by_endpoint(w, m->mysql_evictions, endpoint, (double)st->evictions);
+    const mf_endpoint_families_t *f = NULL;
+    for (size_t i = 0; !f && i < MF_ENDPOINT_PROTOCOLS; i++)
+        if (w->mstate->endpoints[i].protocol &&
+            strcmp(w->mstate->endpoints[i].protocol, st->protocol) == 0)
+            f = &w->mstate->endpoints[i];
+    if (!f)
+        return; /* streams and load runs: not exported */
+    mf__set_endpoint_number(w, f->conns, st, (double)st->connections);
+    mf__set_endpoint_number(w, f->idle, st, (double)st->idle);
+    mf__set_endpoint_number(w, f->waiters, st, (double)st->waiters);
+    mf__set_endpoint_number(w, f->connects, st, (double)st->connects);
+    mf__set_endpoint_number(w, f->evictions, st, (double)st->evictions);
+    mf__set_endpoint_number(w, f->requests, st, (double)st->requests);
+    mf__set_endpoint_number(w, f->writes, st, (double)st->writes);
 }
 
 /* Once a second: what is read rather than counted. The loop's lag is how
@@ -229,9 +223,7 @@ static void mf__tick(mf_timer_t *timer)
     m->reloads_seen = done;
     m->reload_failures_seen = failed;
     mf__tick_pool(w, m);
-    mf_http_pool_stats(w->loop, mf__tick_http_endpoint, w);
-    mf_redis_clients_stats(w->loop, mf__tick_redis_client, w);
-    mf_mysql_clients_stats(w->loop, mf__tick_mysql_client, w);
+    mf_endpoint_stats(w->loop, NULL, mf__tick_endpoint, w);
     m->tick_due_ns = now + 1000000000u;
     mf_timer_start(w->loop, timer, 1000);
 }
@@ -241,42 +233,48 @@ static int mf__open_clients(mf_serve_worker_t *w, mf_serve_metrics_t *m)
 {
     static const char *const we[] = {"worker", "endpoint"};
     const mf_metric_type_t G = MF_METRIC_GAUGE, C = MF_METRIC_COUNTER;
+    mf_endpoint_families_t *http = &m->endpoints[MF_ENDPOINT_HTTP],
+                           *redis = &m->endpoints[MF_ENDPOINT_REDIS],
+                           *mysql = &m->endpoints[MF_ENDPOINT_MYSQL];
+    http->protocol = "http";
+    redis->protocol = "redis";
+    mysql->protocol = "mysql";
     const struct {
         mf_metric_family_t **out;
         const char *name, *help;
         mf_metric_type_t type;
     } fams[] = {
-        {&m->client_conns, "moonflow_http_client_connections",
+        {&http->conns, "moonflow_http_client_connections",
          "HTTP client connections open to each endpoint.", G},
-        {&m->client_idle, "moonflow_http_client_connections_idle",
+        {&http->idle, "moonflow_http_client_connections_idle",
          "HTTP client connections kept for the next request.", G},
-        {&m->client_waiters, "moonflow_http_client_waiters",
+        {&http->waiters, "moonflow_http_client_waiters",
          "HTTP requests waiting for a connection slot.", G},
-        {&m->client_evictions, "moonflow_http_client_evictions_total",
+        {&http->evictions, "moonflow_http_client_evictions_total",
          "Idle HTTP client connections closed (timed out, or by the "
          "server).",
          C},
-        {&m->redis_dedicated, "moonflow_redis_dedicated_connections",
+        {&redis->conns, "moonflow_redis_dedicated_connections",
          "Dedicated Redis connections (transactions, blocking commands).", G},
-        {&m->redis_idle, "moonflow_redis_dedicated_connections_idle",
+        {&redis->idle, "moonflow_redis_dedicated_connections_idle",
          "Idle dedicated Redis connections.", G},
-        {&m->redis_waiters, "moonflow_redis_waiters",
+        {&redis->waiters, "moonflow_redis_waiters",
          "Redis tasks waiting for a dedicated connection.", G},
-        {&m->redis_connects, "moonflow_redis_connects_total",
+        {&redis->connects, "moonflow_redis_connects_total",
          "Redis connections opened.", C},
-        {&m->redis_writes, "moonflow_redis_writes_total",
+        {&redis->writes, "moonflow_redis_writes_total",
          "Writes of Redis commands (commands / writes: the batching).", C},
-        {&m->redis_commands, "moonflow_redis_commands_total",
+        {&redis->requests, "moonflow_redis_commands_total",
          "Redis commands sent.", C},
-        {&m->mysql_conns, "moonflow_mysql_connections",
+        {&mysql->conns, "moonflow_mysql_connections",
          "Pooled MySQL connections, opening included.", G},
-        {&m->mysql_idle, "moonflow_mysql_connections_idle",
+        {&mysql->idle, "moonflow_mysql_connections_idle",
          "Idle pooled MySQL connections.", G},
-        {&m->mysql_waiters, "moonflow_mysql_waiters",
+        {&mysql->waiters, "moonflow_mysql_waiters",
          "MySQL tasks waiting for a connection.", G},
-        {&m->mysql_connects, "moonflow_mysql_connects_total",
+        {&mysql->connects, "moonflow_mysql_connects_total",
          "MySQL connections opened.", C},
-        {&m->mysql_evictions, "moonflow_mysql_evictions_total",
+        {&mysql->evictions, "moonflow_mysql_evictions_total",
          "Idle MySQL connections closed (timed out, or by the server).", C},
     };
     int rc = 0;

@@ -50,6 +50,9 @@
 #include "list.h"
 #include "loop.h"
 
+/* The longest label ops->describe may write, NUL included. */
+#define MF_ENDPOINT_LABEL_MAX 320
+
 MF_EXTERN_C_BEGIN
 
 typedef struct mf_endpoint mf_endpoint_t;
@@ -58,11 +61,11 @@ typedef struct mf_pwaiter mf_pwaiter_t;
 
 /* The part of a connection the pool links; embedded by the protocol. */
 struct mf_pconn {
-    mf_endpoint_t *ep; /* NULL when in no endpoint */
+    mf_endpoint_t *ep;   /* NULL when in no endpoint */
     mf_list_t link;      /* ep's connections */
     mf_list_t idle_link; /* ep's idle list while idle */
     mf_timer_t idle_timer;
-    mf_io_t *io;   /* the protocol's watcher: unref'd while idle (may be NULL) */
+    mf_io_t *io; /* the protocol's watcher: unref'd while idle (may be NULL) */
     uint64_t uses; /* times handed out from idle */
     /* busy, on its way back (mf_pconn_returning) */
     bool returning;
@@ -79,6 +82,8 @@ struct mf_pwaiter {
     mf_endpoint_t *ep; /* where it waits */
     mf_pwaiter_granted_fn granted;
 };
+
+typedef struct mf_endpoint_stats mf_endpoint_stats_t;
 
 typedef struct mf_endpoint_ops {
     const char *protocol; /* "http", "redis" ...: the stats' first column */
@@ -99,6 +104,14 @@ typedef struct mf_endpoint_ops {
     void (*close)(mf_pconn_t *c);
     /* Frees the endpoint's data at the loop's end. NULL: nothing to free. */
     void (*free_data)(void *data);
+    /* Completes an endpoint's stats for mf_endpoint_stats: writes a name
+     * for people into label (cap bytes; never a credential, so it may be
+     * logged and exported) and points st->label at it; fills the counters
+     * only the protocol keeps (requests, writes) and may count what it
+     * holds beside the pool (connections opened outside it, tasks bound to
+     * a connection being opened). NULL: the label is the protocol's name. */
+    void (*describe)(const mf_endpoint_t *ep, mf_endpoint_stats_t *st,
+                     char *label, size_t cap);
 } mf_endpoint_ops_t;
 
 typedef struct mf_endpoint_limits {
@@ -108,8 +121,9 @@ typedef struct mf_endpoint_limits {
     uint32_t idle_timeout_ms; /* 0: a released connection is closed */
 } mf_endpoint_limits_t;
 
-typedef struct mf_endpoint_stats {
+struct mf_endpoint_stats {
     const char *protocol; /* ops->protocol */
+    const char *label;    /* ops->describe's name for people: printable */
     const char *key;      /* the endpoint's key; valid during the call. It
                              may hold credentials (a URL's password): never
                              print or export it, describe the endpoint from
@@ -121,7 +135,11 @@ typedef struct mf_endpoint_stats {
     uint64_t connects;  /* connections added */
     uint64_t evictions; /* idle ones closed: timed out, by the peer, unhealthy
                            or over max_idle */
-} mf_endpoint_stats_t;
+    uint64_t requests;  /* requests carried, where the protocol counts them
+                           (ops->describe); else 0 */
+    uint64_t writes;    /* writes that carried them (requests / writes: the
+                           batching), where counted; else 0 */
+};
 typedef void (*mf_endpoint_stats_fn)(void *ud, const mf_endpoint_stats_t *st);
 
 /* The loop's endpoint of (ops, key), made on first use with limits (NULL:

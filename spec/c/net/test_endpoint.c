@@ -4,6 +4,7 @@
  * peer), open as soon as the pool asks for it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -95,8 +96,21 @@ static const mf_endpoint_ops_t test_ops = {
     .close = close_conn,
     .free_data = free_data,
 };
-static const mf_endpoint_ops_t other_ops = {
-    .protocol = "other", .open = open_conn, .close = close_conn};
+/* Names an endpoint from its data, never from its key (which may hold a
+ * password), and counts requests of its own. */
+static void describe(const mf_endpoint_t *ep, mf_endpoint_stats_t *st,
+                     char *label, size_t cap)
+{
+    snprintf(label, cap, "host-%s", (const char *)mf_endpoint_data(ep));
+    st->label = label;
+    st->requests = 7;
+    st->waiters += 1;
+}
+
+static const mf_endpoint_ops_t other_ops = {.protocol = "other",
+                                            .open = open_conn,
+                                            .close = close_conn,
+                                            .describe = describe};
 
 static void reset(void)
 {
@@ -297,4 +311,48 @@ TEST(a_waiter_waits_for_a_returning_connection_instead_of_opening)
     ASSERT_EQ(opens, 4);
     mf_loop_destroy(loop);
     ASSERT_EQ(closes, 4);
+}
+
+typedef struct walk {
+    int seen;
+    char labels[2][64];
+    uint64_t requests[2];
+    size_t waiters[2];
+} walk_t;
+
+static void walk_one(void *ud, const mf_endpoint_stats_t *st)
+{
+    walk_t *wk = ud;
+    ASSERT(wk->seen < 2);
+    snprintf(wk->labels[wk->seen], sizeof wk->labels[0], "%s %s", st->protocol,
+             st->label);
+    wk->requests[wk->seen] = st->requests;
+    wk->waiters[wk->seen] = st->waiters;
+    wk->seen++;
+}
+
+TEST(one_walk_reports_every_protocol_with_its_printable_label)
+{
+    reset();
+    mf_loop_t *loop = mf_loop_create();
+    mf_endpoint_get(loop, &test_ops, "user:secret@a:1", NULL);
+    mf_endpoint_t *o =
+        mf_endpoint_get(loop, &other_ops, "user:secret@b:2", NULL);
+    static char host[] = "b:2";
+    mf_endpoint_set_data(o, host);
+    walk_t wk = {0};
+    mf_endpoint_stats(loop, NULL, walk_one, &wk);
+    ASSERT_EQ(wk.seen, 2);
+    /* Without describe the label is the protocol; with it, the protocol's
+     * words and numbers; neither shows the key. */
+    int t = strncmp(wk.labels[0], "test", 4) == 0 ? 0 : 1;
+    ASSERT_STR_EQ(wk.labels[t], "test test");
+    ASSERT_EQ(wk.requests[t], 0);
+    ASSERT_STR_EQ(wk.labels[1 - t], "other host-b:2");
+    ASSERT_EQ(wk.requests[1 - t], 7);
+    ASSERT_EQ(wk.waiters[1 - t], 1);
+    wk.seen = 0;
+    mf_endpoint_stats(loop, "other", walk_one, &wk);
+    ASSERT_EQ(wk.seen, 1);
+    mf_loop_destroy(loop);
 }
