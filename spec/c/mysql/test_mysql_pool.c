@@ -4,6 +4,8 @@
  * bounds, idle connections closing, the reset before reuse, and sessions
  * (order, SET @v, transactions rolled back by the reset).
  */
+#include <moonflow/endpoint.h>
+
 #include "mysql/mysql_harness.h"
 
 static mf_mysql_opts_t pool_opts(unsigned max, unsigned waiters,
@@ -105,6 +107,17 @@ static void on_mysql_stats(void *ud, const mf_mysql_client_stats_t *st)
     seen->last.host = seen->last.db = NULL; /* valid during the call only */
 }
 
+/* The endpoint pool's walk, as serve's metrics read it. */
+static void on_endpoint(void *ud, const mf_endpoint_stats_t *st)
+{
+    char expect[64];
+    snprintf(expect, sizeof expect, "127.0.0.1:%u/test", main_server.port);
+    ASSERT_STR_EQ(st->protocol, "mysql");
+    ASSERT_STR_EQ(st->label, expect); /* not the user, not the password */
+    ASSERT_EQ(st->connects, 3);
+    (*(int *)ud)++;
+}
+
 TEST(idle_connections_close_after_the_idle_timeout)
 {
     mf_mysql_opts_t o = pool_opts(4, 8, 5000);
@@ -123,6 +136,9 @@ TEST(idle_connections_close_after_the_idle_timeout)
     ASSERT_EQ(seen.last.waiters, 0);
     ASSERT_EQ(seen.last.connects, 3);
     ASSERT_EQ(seen.last.evictions, 0);
+    int walked = 0;
+    mf_endpoint_stats(loop, NULL, on_endpoint, &walked);
+    ASSERT_EQ(walked, 1);
     spin(600);
     ASSERT_EQ(mf_mysql_client_open(c), 0);
     seen.clients = 0;
