@@ -1,10 +1,10 @@
 -- wget on moonflow: `moonflow run examples/wget/wget.lua URL`.
 --
 -- Fetches URL (http:// or https://, following up to 3 redirects) and
--- writes the status line and the response headers on stderr, the body on
--- stdout, so `> page.html` keeps the page alone. Exit status: 0 for any
--- HTTP answer, 1 when none came (the reason on stderr), 2 for a usage
--- error.
+-- writes the status line and the response headers (sorted by name) on
+-- stderr, the body on stdout, so `> page.html` keeps the page alone. Exit
+-- status: 0 for any HTTP answer, 1 when none came (the reason on stderr),
+-- 2 for a usage error.
 local mf = require "moonflow"
 
 local url = ...
@@ -20,9 +20,12 @@ if not res then
     return 1
 end
 
+local names = {}
+for name in pairs(res.headers) do names[#names + 1] = name end
+table.sort(names)
 local head = { ("HTTP %d %s"):format(res.status, res.url) }
-for name, value in pairs(res.headers) do
-    head[#head + 1] = name .. ": " .. value
+for _, name in ipairs(names) do
+    head[#head + 1] = name .. ": " .. res.headers[name]
 end
 io.stderr:write(table.concat(head, "\n"), "\n\n")
 io.stdout:write(res.body)
