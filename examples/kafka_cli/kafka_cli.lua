@@ -9,7 +9,8 @@
 -- -K DELIM, "key<DELIM>value"; without it no key) through
 -- mf.task.kafka_produce steps, up to 1,000 in flight, and waits for every
 -- delivery report; it prints nothing, and raises at the first failure
--- (moonflow prints the error and exits 1). consume reads TOPIC from the
+-- (moonflow prints the error and exits 1). A bad command line prints why
+-- and the usage on stderr, exit status 2. consume reads TOPIC from the
 -- beginning (a group of its own, no offset committed) and prints each
 -- message with FORMAT (default "%s\n"): %t topic, %p partition, %o offset,
 -- %k key, %s value, %S value bytes, %T timestamp (ms), %% a %, and the
@@ -33,9 +34,20 @@ local IN_FLIGHT = 1000
 
 -- ---- the command line ----------------------------------------------------
 
--- moonflow prints a raised error on stderr and exits 1.
+-- A failure once the client is open: raised, so moonflow closes the
+-- client (its delivery reports and threads) and exits 1 with the message
+-- and a traceback on stderr.
 local function fail(msg)
     error("kafka_cli: " .. msg, 0)
+end
+
+-- A bad command line, found before anything is opened: raised as a
+-- value of its own, which the main chunk turns into the message and the
+-- usage on stderr and exit status 2, without a traceback.
+local BAD_USAGE = {}
+
+local function usage_error(msg)
+    error(setmetatable({ msg = msg }, BAD_USAGE))
 end
 
 -- A group id no other run shares: this process's id and the time.
@@ -55,10 +67,10 @@ local function parse_args(argv)
         local a = argv[i]
         local flag = a:match("^%-(%a)$")
         if flag and VALUED[flag] then
-            local v = argv[i + 1] or fail("-" .. flag .. " needs a value\n" .. usage)
+            local v = argv[i + 1] or usage_error("-" .. flag .. " needs a value")
             if flag == "X" then
                 local name, value = v:match("^([^=]+)=(.*)$")
-                if not name then fail("-X " .. v .. ": PROP=VALUE expected") end
+                if not name then usage_error("-X " .. v .. ": PROP=VALUE expected") end
                 o.props[name] = value
             else
                 o[flag] = v
@@ -67,7 +79,7 @@ local function parse_args(argv)
         elseif a == "-e" then
             o.e, i = true, i + 1
         elseif flag then
-            fail("unknown option " .. a .. "\n" .. usage)
+            usage_error("unknown option " .. a)
         elseif not o.mode then
             o.mode, i = a, i + 1
         else
@@ -82,7 +94,7 @@ local function number_opt(o, flag, default, min)
     if v == nil then return default end
     local n = tonumber(v)
     if not n or n ~= math.floor(n) or n < min then
-        fail(("-%s %s: an integer of at least %d expected"):format(flag, v, min))
+        usage_error(("-%s %s: an integer of at least %d expected"):format(flag, v, min))
     end
     return n
 end
@@ -98,7 +110,7 @@ end
 local function message_of(o, text, partition)
     local m = { topic = o.t, value = text, partition = partition }
     if o.K then
-        local at = text:find(o.K, 1, true)
+        local at = text:find(o.K, 1)
         if at then m.key, m.value = text:sub(1, at - 1), text:sub(at + #o.K) end
     end
     return m
@@ -117,9 +129,13 @@ local function send(k, batch)
     end
 end
 
+local function check_produce(o)
+    if not o.t then usage_error("produce: -t TOPIC is required") end
+    o.partition = number_opt(o, "p", nil, 0)
+end
+
 local function produce(o)
-    if not o.t then fail("produce: -t TOPIC is required") end
-    local partition = number_opt(o, "p", nil, 0)
+    local partition = o.partition
     local k = open(o)
     local batch = {}
     local function add(text)
@@ -153,7 +169,7 @@ local function compile_format(f)
             elseif field:match("^[tpokSsT]$") then
                 parts[#parts + 1] = { field }
             else
-                fail("-f: unknown field %" .. field .. " (%t %p %o %k %s %S %T %%)")
+                usage_error("-f: unknown field %" .. field .. " (%t %p %o %k %s %S %T %%)")
             end
             i = i + 2
         elseif c == "\\" and ESCAPES[f:sub(i + 1, i + 1)] then
@@ -199,12 +215,16 @@ local function print_messages(c, parts, count, wait_ms, n)
     return false, n
 end
 
+local function check_consume(o)
+    if not o.t then usage_error("consume: -t TOPIC is required") end
+    o.count = number_opt(o, "c", nil, 1)
+    if not o.count and not o.e then usage_error("consume: -c COUNT or -e is required") end
+    o.wait_ms = o.e and number_opt(o, "w", 3000, 1) or nil
+    o.parts = compile_format(o.f or "%s\\n")
+end
+
 local function consume(o)
-    if not o.t then fail("consume: -t TOPIC is required") end
-    local count = number_opt(o, "c", nil, 1)
-    if not count and not o.e then fail("consume: -c COUNT or -e is required") end
-    local wait_ms = o.e and number_opt(o, "w", 3000, 1) or nil
-    local parts = compile_format(o.f or "%s\\n")
+    local count, wait_ms, parts = o.count, o.wait_ms, o.parts
     local assigned_at -- mf.now() of the first assignment
     local c = open(o):consumer {
         group = own_group(),
@@ -262,8 +282,25 @@ local function metadata(o)
     io.write(table.concat(out, "\n"), "\n")
 end
 
-local MODES = { produce = produce, consume = consume, metadata = metadata }
+local MODES = {
+    produce = { check = check_produce, run = produce },
+    consume = { check = check_consume, run = consume },
+    metadata = { run = metadata },
+}
 
-local o = parse_args(arg)
-local mode = MODES[o.mode or ""] or fail((o.mode and "unknown mode " .. o.mode .. "\n" or "") .. usage)
-mode(o)
+-- The mode and its options, every check made before anything is opened.
+local function command_line(argv)
+    local o = parse_args(argv)
+    local mode = MODES[o.mode or ""]
+        or usage_error(o.mode and "unknown mode " .. o.mode or "a MODE is required")
+    if mode.check then mode.check(o) end
+    return mode.run, o
+end
+
+local ok, run, o = pcall(command_line, arg)
+if not ok then
+    if getmetatable(run) ~= BAD_USAGE then error(run, 0) end
+    io.stderr:write("kafka_cli: ", run.msg, "\n", usage, "\n")
+    return 2 -- the main chunk's number is moonflow's exit status
+end
+run(o)

@@ -10,7 +10,8 @@
 -- without a result set (or an empty one) prints nothing. At the first error
 -- it raises "ERROR 1054 (42S22) at line N: message", N the line where the
 -- statement starts: moonflow prints it on stderr and exits 1. URL defaults to $MYSQL_URL, else
--- mysql://root@127.0.0.1:3306/.
+-- mysql://root@127.0.0.1:3306/. A bad command line prints the usage on
+-- stderr, exit status 2.
 --
 -- Statements end at a ';' outside quotes ('..', "..", `..`) and comments
 -- (-- .., # .., /* .. */), as the mariadb client splits them; a procedure
@@ -121,6 +122,7 @@ local function split(text)
     return stmts
 end
 
+-- The URL and the SQL (nil: stdin); nil, nil for a bad command line.
 local function parse_args(argv)
     local url, sql = os.getenv("MYSQL_URL") or "mysql://root@127.0.0.1:3306/", nil
     local i = 1
@@ -131,7 +133,7 @@ local function parse_args(argv)
         elseif a == "-e" and v then
             sql = v
         else
-            error("usage: mysql_cli.lua [-u mysql://user:pass@host:port/db] [-e SQL]", 0)
+            return nil
         end
         i = i + 2
     end
@@ -139,13 +141,17 @@ local function parse_args(argv)
 end
 
 local url, sql = parse_args(arg)
+if not url then
+    io.stderr:write("usage: moonflow run examples/mysql_cli/mysql_cli.lua",
+        " [-u mysql://user:pass@host:port/db] [-e SQL]\n")
+    return 2 -- the main chunk's number is moonflow's exit status
+end
 local db = mf.mysql(url, { rows = "array" })
 for _, stmt in ipairs(split(sql or io.read("*a"))) do
     local res, err = db:query(stmt.sql)
     if not res then
         -- Raised, as a `moonflow run` script fails: moonflow prints it on
-        -- stderr after "moonflow: " and exits 1 (os.exit would skip the
-        -- host's cleanup and lose what stdout still buffers).
+        -- stderr after "moonflow: " and exits 1.
         local code, state, msg = tostring(err):match("^mysql (%d+) (%w+): (.*)$")
         if code then
             error(("ERROR %s (%s) at line %d: %s"):format(code, state, stmt.line, msg), 0)

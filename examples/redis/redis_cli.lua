@@ -4,7 +4,8 @@
 -- strings with escapes, numbered (nested) arrays. Without CMD it reads one
 -- command per line from stdin (words, "double quoted" with \n \xHH ...
 -- escapes, or 'single quoted'). URL defaults to $REDIS_URL or
--- redis://127.0.0.1:6379/0. Exits 1 when the server cannot be reached.
+-- redis://127.0.0.1:6379/0. Exits 1 when the server cannot be reached, 2
+-- (the usage on stderr) for a bad command line.
 local mf = require "moonflow"
 
 -- `moonflow serve examples/redis` would load this file as the route
@@ -91,33 +92,41 @@ local function split(line)
     end
 end
 
+-- Prints the reply to cmd; false (and why on stderr) when no reply came.
 local function run(r, url, cmd)
     local res, err = r:pipeline { cmd }
     if not res then
-        error(("Could not connect to Redis at %s: %s"):format(url, err), 0)
+        io.stderr:write(("Could not connect to Redis at %s: %s\n"):format(url, err))
+        return false
     end
     io.stdout:write(format(res[1], ""))
     io.stdout:flush()
+    return true
 end
 
+-- The main chunk's number is moonflow's exit status.
 local args = { ... }
 local url = os.getenv("REDIS_URL") or "redis://127.0.0.1:6379/0"
 if args[1] == "-u" then
-    url = args[2] or error("-u needs a URL", 0)
+    if not args[2] then
+        io.stderr:write("usage: moonflow run examples/redis/redis_cli.lua",
+            " [-u URL] [CMD ARGS...]\n")
+        return 2
+    end
+    url = args[2]
     table.remove(args, 1)
     table.remove(args, 1)
 end
 local r = mf.redis(url, { status_table = true })
 
 if #args > 0 then
-    run(r, url, args)
-    return
+    return run(r, url, args) and 0 or 1
 end
 for line in io.lines() do
     local cmd = split(line)
     if not cmd then
         io.stdout:write("Invalid argument(s)\n")
-    elseif #cmd > 0 then
-        run(r, url, cmd)
+    elseif #cmd > 0 and not run(r, url, cmd) then
+        return 1
     end
 end

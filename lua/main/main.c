@@ -45,8 +45,9 @@ static const char usage_run[] =
     "Runs FILE's main chunk in a coroutine on an event loop, so it may call\n"
     "mf.sleep, mf.http.*, mf.go and wait on flows. ARGS are in the global\n"
     "`arg` (arg[0] is FILE) and in `...`; modules beside FILE can be\n"
-    "required. Exits when the chunk and its timers are done: 0, or 1 with\n"
-    "a traceback if a coroutine raised.\n";
+    "required. Exits when the chunk and its timers are done, with the status\n"
+    "the chunk returned (`return 2`: an integer 0 to 255, another number\n"
+    "gives 1; none: 0), or 1 with a traceback if a coroutine raised.\n";
 
 static const char usage_test[] =
     "usage: moonflow test [DIR] [BUSTED OPTIONS...]\n"
@@ -65,6 +66,7 @@ typedef struct run {
     bool test;      /* moonflow test: the main returns the failure count */
     bool looping;   /* inside mf_loop_run */
     int failed;     /* the main coroutine raised or was aborted */
+    int status;     /* moonflow run: the number the main chunk returned */
     int test_fails; /* moonflow test: failures + errors */
 } host_run_t;
 
@@ -111,6 +113,13 @@ static void run_loop(host_run_t *r)
     r->looping = false;
 }
 
+/* A script's returned number as a process status: a usage error can end
+ * with `return 2` after the host's cleanup, where os.exit would skip it. */
+static int exit_status(lua_Number n)
+{
+    return n >= 0 && n <= 255 && n == (int)n ? (int)n : 1;
+}
+
 static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
                          void *data)
 {
@@ -119,6 +128,9 @@ static void on_main_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     if (ex->status == MF_LUA_CO_DONE) {
         if (r->test && ex->nret >= 1 && lua_isnumber(ex->L, -1))
             r->test_fails = (int)lua_tointeger(ex->L, -1);
+        else if (!r->test && ex->nret >= 1 &&
+                 lua_type(ex->L, -ex->nret) == LUA_TNUMBER)
+            r->status = exit_status(lua_tonumber(ex->L, -ex->nret));
         return;
     }
     fprintf(stderr, "moonflow: %s\n", ex->message);
@@ -203,7 +215,7 @@ static int cmd_run(int argc, char **argv)
         run_loop(&r);
     }
     run_close(&r);
-    return r.failed ? 1 : 0;
+    return r.failed ? 1 : r.status;
 }
 
 /* Opens the run and pushes require(module)[field] (the module itself when

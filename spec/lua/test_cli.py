@@ -1,5 +1,5 @@
-"""The moonflow binary's command line: run (exit codes, arguments, timers
-keeping it alive, tracebacks), test (the summary line and exit code), serve
+"""The moonflow binary's command line: run (exit codes, the status the
+main chunk returns, arguments, timers keeping it alive, tracebacks), test (the summary line and exit code), serve
 (the placeholder), --help, help [COMMAND], --version, and bad commands and
 flags. Runs from a temporary directory: the Lua modules are embedded,
 nothing is read from the current directory."""
@@ -67,6 +67,21 @@ def main():
     check("run exits 1 with a traceback on error",
           p.returncode == 1 and "boom.lua:1: boom" in p.stderr
           and "stack traceback" in p.stderr, p)
+
+    write(d, "status.lua", 'local mf = require "moonflow"\n'
+          'mf.timer.at(20, function() print("timer") end)\n'
+          'io.stderr:write("usage: status.lua\\n")\nreturn 2\n')
+    p = moonflow(["run", "status.lua"], d)
+    check("run exits with the status the main chunk returns, after its "
+          "timers, without a traceback",
+          p.returncode == 2 and p.stdout == "timer\n"
+          and p.stderr == "usage: status.lua\n", p)
+    for value, status in (("256", 1), ("-1", 1), ("1.5", 1), ('"2"', 0),
+                          ("0", 0)):
+        write(d, "status.lua", "return %s\n" % value)
+        p = moonflow(["run", "status.lua"], d)
+        check("run: the main chunk returns %s: exit %d" % (value, status),
+              p.returncode == status, p)
 
     write(d, "timers.lua", 'local mf = require "moonflow"\n'
           'mf.timer.at(30, function() mf.sleep(5) print("late") end)\n'

@@ -169,8 +169,9 @@ def test_failures(mock):
         check("kafka_mock refuses %r with why" % cmd,
               refused is not None and "error " in refused, refused)
     bad = cli(mock, "consume", "-t", "x")
-    check("kafka_cli consume without -c or -e: exit 1 and why",
-          bad.returncode == 1 and b"-c COUNT or -e" in bad.stderr, bad.stderr)
+    check("kafka_cli consume without -c or -e: exit 2 and why, no traceback",
+          bad.returncode == 2 and b"-c COUNT or -e" in bad.stderr
+          and b"traceback" not in bad.stderr, bad.stderr)
     bad = cli(mock, "-X", "no.such.property=1", "metadata")
     check("kafka_cli -X with an unknown property: exit 1 naming it",
           bad.returncode == 1 and b"no.such.property" in bad.stderr, bad.stderr)
