@@ -33,6 +33,7 @@
 #include <lauxlib.h>
 
 #include <moonflow/lua_arg.h>
+#include <moonflow/url.h>
 #include <moonflow/common.h>
 
 #include "host/mf_lua_int.h"
@@ -593,10 +594,19 @@ static int mf_lua__client(lua_State *L)
     int err = 0;
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     db->client = mf_mysql_client(mf_lua_host_loop(host), url, &opts, &err);
+    if (!db->client && err == MF_EINVAL) {
+        static const char *const schemes[] = {"mysql", NULL};
+        char why[320];
+        return luaL_error(L, "%s: %s", mf_lua_usage(L),
+                          mf_url_problem(url, schemes,
+                                         "the user info, the database or an "
+                                         "option (?name=value) it does not "
+                                         "take",
+                                         why, sizeof why));
+    }
     if (!db->client)
-        return luaL_error(
-            L, "mf.mysql: cannot use '%s': %s", mf_lua__push_masked(L, url),
-            err == MF_EINVAL ? "malformed URL" : mf_strerror(err));
+        return luaL_error(L, "%s: cannot use '%s': %s", mf_lua_usage(L),
+                          mf_lua__push_masked(L, url), mf_strerror(err));
     luaL_getmetatable(L, MF_LUA_MYSQL);
     lua_setmetatable(L, -2);
     return 1;

@@ -27,6 +27,7 @@
 #include <lauxlib.h>
 
 #include <moonflow/lua_arg.h>
+#include <moonflow/url.h>
 #include <moonflow/common.h>
 
 #include "host/mf_lua_int.h"
@@ -539,9 +540,17 @@ static int mf_lua__client(lua_State *L)
     int err = 0;
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     r->client = mf_redis_client(mf_lua_host_loop(host), url, &opts, &err);
+    if (!r->client && err == MF_EINVAL) {
+        static const char *const schemes[] = {"redis", "rediss", NULL};
+        char why[320];
+        return luaL_error(L, "%s: %s", mf_lua_usage(L),
+                          mf_url_problem(url, schemes,
+                                         "the user info (a password is "
+                                         "needed) or the db number",
+                                         why, sizeof why));
+    }
     if (!r->client)
-        return luaL_error(L, "mf.redis: cannot use '%s': %s", url,
-                          mf_strerror(err));
+        return luaL_error(L, "%s: %s", mf_lua_usage(L), mf_strerror(err));
     luaL_getmetatable(L, MF_LUA_REDIS);
     lua_setmetatable(L, -2);
     return 1;

@@ -175,3 +175,50 @@ describe("misuse of a method", function()
         h:cancel()
     end)
 end)
+
+describe("a failure says what it is about", function()
+    local dead = assert(os.getenv("MF_DEAD_PORT"))
+
+    it("an HTTP URL the client cannot use: what is malformed", function()
+        local r, err = mf.http.get("htp://x")
+        assert.is_nil(r)
+        assert.equals("invalid argument: malformed URL 'htp://x': "
+            .. "scheme 'htp' (http:// or https:// expected)", err)
+        r, err = mf.http.get("http://")
+        assert.equals("invalid argument: malformed URL 'http://': no host", err)
+        r, err = mf.http.get("http://u:s3cret@127.0.0.1:x/")
+        assert.equals("invalid argument: malformed URL 'http://u:***@127.0.0.1:x/': "
+            .. "port 'x' (1 to 65535 expected)", err)
+    end)
+
+    it("an HTTP connection that failed: the origin", function()
+        local r, err = mf.http.get("http://127.0.0.1:" .. dead .. "/", { retries = 0 })
+        assert.is_nil(r)
+        assert.equals("connection refused: http://127.0.0.1:" .. dead, err)
+        r, err = mf.http.get("http://nosuch.invalid/", { retries = 0 })
+        assert.matches("^dns error: http://nosuch%.invalid:80", err)
+    end)
+
+    it("a TLS handshake that failed: the certificate check's verdict", function()
+        local port = assert(os.getenv("MF_HTTPS_PORT"))
+        local r, err = mf.http.get("https://127.0.0.1:" .. port .. "/", { retries = 0 })
+        assert.is_nil(r)
+        assert.matches("^tls error: https://127%.0%.0%.1:" .. port
+            .. ": 18: self%-signed certificate$", err)
+    end)
+
+    it("Redis and MySQL URLs: the same words as HTTP's", function()
+        local function raised_by(fn, url)
+            local ok, err = pcall(fn, url)
+            assert.is_false(ok)
+            return (err:gsub("^.-:%d+: ", ""))
+        end
+        assert.equals("mf.redis(url [, opts]): malformed URL 'redis://:::bad': no host",
+            raised_by(mf.redis, "redis://:::bad"))
+        assert.equals("mf.mysql(url [, opts]): malformed URL 'mysql://u:***@:3306/db': no host",
+            raised_by(mf.mysql, "mysql://u:s3cret@:3306/db"))
+        assert.equals("mf.redis(url [, opts]): malformed URL 'http://127.0.0.1/': "
+            .. "scheme 'http' (redis:// or rediss:// expected)",
+            raised_by(mf.redis, "http://127.0.0.1/"))
+    end)
+end)
