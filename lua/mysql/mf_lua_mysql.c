@@ -352,6 +352,11 @@ const char *mf_lua_mysql_error(const mf_task_t *task, char *buf, size_t len)
     int state = mf_task_state(task);
     if (state == MF_STATE_SUCCESS)
         return NULL;
+    const char *pool = mf_task_mysql_pool_error(task);
+    if (pool) { /* the pool's: no connection, no query ran */
+        snprintf(buf, len, "%s: %s", mf_state_name(state), pool);
+        return buf;
+    }
     /* A timeout is ours: whatever the connector said after the KILL, the
      * caller needs to know it was the time. */
     if (state != MF_STATE_TIMEOUT && mf_lua_mysql_explanation(task, buf, len))

@@ -222,3 +222,38 @@ describe("a failure says what it is about", function()
             raised_by(mf.redis, "http://127.0.0.1/"))
     end)
 end)
+
+describe("a MySQL pool that cannot serve", function()
+    local url = assert(os.getenv("MF_MYSQL_URL"))
+
+    it("says its queue is full, not 'task error'", function()
+        local small = mf.mysql(url, { pool = 1, queue = 1, queue_timeout = 5000 })
+        local r = mf.parallel {
+            mf.task.mysql(small, "SELECT SLEEP(0.3)"),
+            mf.task.mysql(small, "SELECT 1"),
+            mf.task.mysql(small, "SELECT 2"),
+        }:wait()
+        assert.equals("success", r[1].state)
+        assert.equals("success", r[2].state)
+        assert.equals("task error", r[3].state)
+        assert.equals("task error: mysql: no free connection in the pool of 1 (queue full)",
+            r[3].error)
+    end)
+
+    it("says how long it waited for a connection, unlike a query's timeout", function()
+        local small = mf.mysql(url, { pool = 1, queue_timeout = 200 })
+        local busy = mf.spawn(function() return small:query("SELECT SLEEP(0.6)") end)
+        mf.sleep(50)
+        local res, err = small:query("SELECT 1")
+        assert.is_nil(res)
+        assert.equals("timeout: mysql: waited 200 ms for a connection", err)
+        local r = mf.task.mysql(small, "SELECT 1"):wait()
+        assert.equals("timeout", r.state)
+        assert.equals("timeout: mysql: waited 200 ms for a connection", r.error)
+        assert(busy:wait())
+        local quick = mf.mysql(url, { timeout = 200 })
+        res, err = quick:query("SELECT SLEEP(2)")
+        assert.is_nil(res)
+        assert.equals("timeout: timed out", err)
+    end)
+end)
