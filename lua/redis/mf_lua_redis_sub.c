@@ -341,7 +341,10 @@ static int mf_lua__update(lua_State *L, bool subscribe, bool pattern)
         mf_lua_redis_argv_init(&a);
     else
         mf_lua__channels(L, &a,
-                         subscribe ? "sub:subscribe" : "sub:unsubscribe");
+                         subscribe
+                             ? pattern ? "sub:psubscribe" : "sub:subscribe"
+                         : pattern ? "sub:punsubscribe"
+                                   : "sub:unsubscribe");
     if (!s->sub || s->closed || s->overflow) {
         mf_lua_redis_argv_close(&a);
         lua_pushnil(L);
