@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "http_client_int.h"
+#include "moonflow/url.h"
 #include "net/net.h"
 
 static void mf__client_task_attempt(mf_http_client_task_t *t);
@@ -651,12 +652,29 @@ static void mf__client_task_ready(mf_http_conn_user_t *u,
     mf__client_task_send(t);
 }
 
+/* What a failed open is about: the origin ("https://host:port"), and for
+ * TLS the certificate check's verdict ("18: self-signed certificate"). */
+static void mf__client_task_explain_open(mf_http_client_task_t *t, int state,
+                                         long verify)
+{
+    const mf_http_origin_t *o = &t->origin;
+    bool v6 = strchr(o->host, ':') != NULL;
+    int n = snprintf(t->why, sizeof t->why, "%s://%s%s%s:%u",
+                     o->tls ? "https" : "http", v6 ? "[" : "", o->host,
+                     v6 ? "]" : "", (unsigned)o->port);
+    if (state == MF_STATE_TLS_ERROR && verify != X509_V_OK && n > 0 &&
+        (size_t)n < sizeof t->why)
+        snprintf(t->why + n, sizeof t->why - (size_t)n, ": %ld: %s", verify,
+                 X509_verify_cert_error_string(verify));
+}
+
 static void mf__client_task_open_failed(mf_http_conn_user_t *u,
                                         const mf_dial_times_t *times, int state,
                                         int error)
 {
     mf_http_client_task_t *t = mf__client_task_of(u);
     mf__client_task_opened_at(t, times);
+    mf__client_task_explain_open(t, state, u->verify_result);
     t->phase = MF_CT_OPENING; /* nothing was sent: a retry is safe */
     mf__client_task_finish(t, state, error);
 }
@@ -686,6 +704,7 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
     }
     mf_endpoint_t *ep = mf__http_endpoint(t->base._loop, &t->origin,
                                           t->opts.tls_verify, t->opts.ca_file);
+    t->why[0] = '\0'; /* a failed attempt before this one is retried */
     t->phase = MF_CT_IDLE;
     t->user.traced = mf_task_trace(&t->base) != NULL;
     mf__client_task_arm(t, t->opts.connect_timeout_ms);
@@ -706,6 +725,10 @@ static void mf__client_task_dispatch(mf_task_t *task)
         return;
     }
     if (mf__client_url_parse(t->url.data, &t->origin, &t->path_off) < 0) {
+        static const char *const schemes[] = {"http", "https", NULL};
+        mf_url_problem(t->url.data, schemes,
+                       "user info (name:password@) is not taken", t->why,
+                       sizeof t->why);
         mf_task_complete(task, MF_STATE_TASK_ERROR, MF_EINVAL);
         return;
     }
@@ -850,6 +873,12 @@ const char *mf_task_http_url(const mf_task_t *task)
 {
     mf_http_client_task_t *t = mf__ctask(task);
     return t ? t->url.data : NULL;
+}
+
+const char *mf_task_http_error_detail(const mf_task_t *task)
+{
+    mf_http_client_task_t *t = mf__ctask(task);
+    return t && t->why[0] ? t->why : NULL;
 }
 
 int mf_task_http_redirects(const mf_task_t *task)

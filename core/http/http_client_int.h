@@ -82,6 +82,7 @@ struct mf_http_conn_user {
     const mf_http_conn_user_ops_t *ops;
     mf_http_client_conn_t *conn; /* in hand, or opening for the user */
     bool traced;                 /* a new connection stamps its times */
+    long verify_result; /* the certificate check of a failed TLS open */
 };
 
 void mf__http_pool_user_init(mf_http_conn_user_t *u,
@@ -149,6 +150,9 @@ struct mf_http_client_task {
     bool paused;        /* the client is slow: stop reading the upstream */
     uint64_t body_seen; /* body bytes relayed and dropped from `in` */
     mf_http_timings_t timings; /* a traced task's (mf__client_task_mark) */
+    /* What a failure is about (mf_task_http_error_detail): the malformed
+     * URL's fault, or the origin a connection to failed; "" otherwise. */
+    char why[224];
     /* Last: creation zeroes everything before it, the parser fills it. */
     mf_http_header_t resp_headers[MF_HTTP_CLIENT_MAX_HEADERS];
 };

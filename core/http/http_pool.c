@@ -256,6 +256,9 @@ static void mf__http_conn_dialed(mf_dial_t *d, int state, int error)
     }
     conn->user = NULL;
     u->conn = NULL;
+    u->verify_result = state == MF_STATE_TLS_ERROR && conn->ssl
+                           ? SSL_get_verify_result(conn->ssl)
+                           : X509_V_OK;
     mf__http_conn_close(conn);
     u->ops->failed(u, &times, state, error);
 }

@@ -376,6 +376,9 @@ struct mf_mysql_task {
     mf_mysql_set_t *sets;
     size_t nsets, sets_cap;
     mf_mysql_error_t err;
+    /* Why it never got a connection (mf_task_mysql_pool_error); "": it
+     * did, or failed otherwise. */
+    char pool_why[80];
     mf_mysql_arena_t arena; /* everything above that the task allocates */
 };
 

@@ -189,7 +189,12 @@ static void mf__task_abort(mf_mysql_task_t *t, int state, int error)
 
 static void mf__task_timer_cb(mf_timer_t *timer)
 {
-    mf__task_abort(timer->data, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+    mf_mysql_task_t *t = timer->data;
+    if (t->step == MF_MT_WAITING) /* not the query's time: the pool's */
+        snprintf(t->pool_why, sizeof t->pool_why,
+                 "mysql: waited %u ms for a connection",
+                 (unsigned)t->client->opts.wait_timeout_ms);
+    mf__task_abort(t, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
 }
 
 /* ---- the pool's answers (through t->waiter) ---------------------------------
@@ -230,6 +235,9 @@ static void mf__task_run(mf_mysql_task_t *t)
     }
     t->step = MF_MT_WAITING;
     if (mf__mysql_client_acquire(t->client, &t->waiter) < 0) {
+        snprintf(t->pool_why, sizeof t->pool_why,
+                 "mysql: no free connection in the pool of %u (queue full)",
+                 (unsigned)t->client->opts.max_connections);
         mf__task_fail_waiting(t, MF_STATE_TASK_ERROR, MF_EBUSY, 0, NULL, NULL);
         return;
     }
@@ -488,4 +496,10 @@ const mf_mysql_result_t *mf_task_mysql_result(const mf_task_t *task, size_t i)
 const mf_mysql_error_t *mf_task_mysql_error(const mf_task_t *task)
 {
     return &mf__mysql_task_of(task)->err;
+}
+
+const char *mf_task_mysql_pool_error(const mf_task_t *task)
+{
+    const mf_mysql_task_t *t = mf__mysql_task_of(task);
+    return t->pool_why[0] ? t->pool_why : NULL;
 }

@@ -32,6 +32,7 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 #include <moonflow/parallel.h>
 
@@ -464,8 +465,8 @@ static void mf_lua__leaf_done(mf_task_t *task)
 
 static int mf_lua__push(lua_State *L)
 {
-    mf_lua_node_t **ref = luaL_checkudata(L, 1, MF_LUA_FLOWREF);
-    luaL_checktype(L, 2, LUA_TTABLE);
+    mf_lua_node_t **ref = mf_lua_check_udata(L, 1, MF_LUA_FLOWREF);
+    mf_lua_check_type(L, 2, LUA_TTABLE);
     mf_lua_node_t *n = *ref;
     if (!n || !n->series)
         return luaL_error(L, "flow:push outside the task's callback");
@@ -495,7 +496,7 @@ bool mf_lua_flow_node_within(const mf_lua_node_t *n,
  * series ends, and the flow goes on after it. */
 static int mf_lua__cancel(lua_State *L)
 {
-    mf_lua_node_t **ref = luaL_checkudata(L, 1, MF_LUA_FLOWREF);
+    mf_lua_node_t **ref = mf_lua_check_udata(L, 1, MF_LUA_FLOWREF);
     mf_lua_node_t *s = *ref;
     if (!s || !s->series)
         return luaL_error(L, "flow:cancel outside the task's callback");
@@ -515,7 +516,7 @@ static int mf_lua__cancel(lua_State *L)
 /* flow.wait(desc) -> results | nil, message */
 static int mf_lua__wait(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    mf_lua_check_type(L, 1, LUA_TTABLE);
     mf_lua_co_t *co = mf_lua_co_check(L);
     lua_settop(L, 1);
     /* a lone task without a callback needs no flow: it is waited on alone */
@@ -550,10 +551,11 @@ static int mf_lua__wait(lua_State *L)
 
 int mf_lua_open_flow(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {{"wait", mf_lua__wait},
-                                     {"has_kind", mf_lua_has_kind},
-                                     {"graph", mf_lua_graph_describe},
-                                     {NULL, NULL}};
+    static const luaL_Reg funcs[] = {
+        {"wait step:wait()", mf_lua__wait},
+        {"has_kind", mf_lua_has_kind},
+        {"graph mf.graph(nodes [, opts])", mf_lua_graph_describe},
+        {NULL, NULL}};
     if (luaL_newmetatable(L, MF_LUA_FLOWREF)) {
         lua_newtable(L);
         lua_pushcfunction(L, mf_lua__push);
@@ -566,6 +568,6 @@ int mf_lua_open_flow(lua_State *L)
     }
     lua_pop(L, 1);
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

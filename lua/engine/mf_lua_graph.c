@@ -28,6 +28,7 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/graph.h>
 
 #include "mf_lua_flow.h"
@@ -232,7 +233,7 @@ static bool mf_lua__graph_opts(lua_State *L, int idx)
 {
     if (lua_isnoneornil(L, idx))
         return false;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    mf_lua_check_type(L, idx, LUA_TTABLE);
     bool run = false;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
@@ -276,7 +277,7 @@ static mf_lua_graph_plan_t *mf_lua__graph_plan(lua_State *L, int list, int n,
 
 int mf_lua_graph_describe(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    mf_lua_check_type(L, 1, LUA_TTABLE);
     bool run = mf_lua__graph_opts(L, 2);
     lua_settop(L, 1);
     int n = mf_lua__graph_names(L); /* 2: names */

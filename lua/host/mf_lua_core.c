@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 #include <moonflow/error.h>
 #include <moonflow/loop.h>
@@ -76,8 +77,8 @@ static void mf_lua__sleep_fired(mf_timer_t *timer)
 
 static int mf_lua__sleep(lua_State *L)
 {
-    lua_Number ms = luaL_checknumber(L, 1);
-    luaL_argcheck(L, ms >= 0, 1, "negative duration");
+    lua_Number ms = mf_lua_check_number(L, 1);
+    mf_lua_arg_check(L, ms >= 0, 1, "negative duration");
     mf_lua_co_t *co = mf_lua_co_check(L);
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
     mf_lua_sleep_t *op = mf_loop_alloc(loop, sizeof(*op));
@@ -92,7 +93,7 @@ static int mf_lua__sleep(lua_State *L)
  * (clearing the mark); the resumer must then yield the same way. */
 static int mf_lua__nested_take(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTHREAD);
+    mf_lua_check_type(L, 1, LUA_TTHREAD);
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     mf_lua_co_t *co = host ? host->current : NULL;
     bool waited =
@@ -107,7 +108,7 @@ static int mf_lua__nested_take(lua_State *L)
  * wait of one it resumed: its own resumer passes it on. */
 static int mf_lua__nested_mark(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTHREAD);
+    mf_lua_check_type(L, 1, LUA_TTHREAD);
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     if (host && host->current)
         host->current->nested_wait = lua_tothread(L, 1);
@@ -205,7 +206,7 @@ void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
     if (!luaL_newmetatable(L, name))
         return;
     lua_newtable(L);
-    luaL_register(L, NULL, methods);
+    mf_lua_register(L, methods);
     lua_setfield(L, -2, "__index");
     if (gc) {
         lua_pushcfunction(L, gc);
@@ -221,13 +222,14 @@ void mf_lua_class(lua_State *L, const char *name, const luaL_Reg *methods,
 
 int mf_lua_open_core(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {{"sleep", mf_lua__sleep},
-                                     {"now", mf_lua__now},
-                                     {"counts", mf_lua__counts},
-                                     {"nested_take", mf_lua__nested_take},
-                                     {"nested_mark", mf_lua__nested_mark},
-                                     {NULL, NULL}};
+    static const luaL_Reg funcs[] = {
+        {"sleep mf.sleep(ms)", mf_lua__sleep},
+        {"now mf.now()", mf_lua__now},
+        {"counts mf.debug.counts()", mf_lua__counts},
+        {"nested_take", mf_lua__nested_take},
+        {"nested_mark", mf_lua__nested_mark},
+        {NULL, NULL}};
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

@@ -10,6 +10,7 @@
  */
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 
 #include "mf_lua_int.h"
@@ -64,10 +65,10 @@ static void mf_lua__timer_fired(mf_timer_t *timer)
 
 static int mf_lua__timer_start(lua_State *L, bool every)
 {
-    lua_Number ms = luaL_checknumber(L, 1);
-    luaL_argcheck(L, ms >= 0 && (!every || ms >= 1), 1,
-                  every ? "interval must be >= 1 ms" : "negative delay");
-    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_Number ms = mf_lua_check_number(L, 1);
+    mf_lua_arg_check(L, ms >= 0 && (!every || ms >= 1), 1,
+                     every ? "interval must be >= 1 ms" : "negative delay");
+    mf_lua_check_type(L, 2, LUA_TFUNCTION);
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     int n = lua_gettop(L) - 2;
     lua_createtable(L, n + 1, 1);
@@ -108,7 +109,7 @@ static int mf_lua__timer_every(lua_State *L)
 /* handle:cancel() -> true if it was still pending */
 static int mf_lua__timer_cancel(lua_State *L)
 {
-    mf_lua_timer_t *t = luaL_checkudata(L, 1, MF_LUA_TIMER);
+    mf_lua_timer_t *t = mf_lua_check_udata(L, 1, MF_LUA_TIMER);
     lua_pushboolean(L, t->armed);
     mf_lua__timer_release(t);
     return 1;
@@ -116,7 +117,7 @@ static int mf_lua__timer_cancel(lua_State *L)
 
 static int mf_lua__timer_pending(lua_State *L)
 {
-    mf_lua_timer_t *t = luaL_checkudata(L, 1, MF_LUA_TIMER);
+    mf_lua_timer_t *t = mf_lua_check_udata(L, 1, MF_LUA_TIMER);
     lua_pushboolean(L, t->armed);
     return 1;
 }
@@ -138,20 +139,23 @@ void mf_lua_timers_shutdown(mf_lua_host_t *host)
 
 int mf_lua_open_timer(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"cancel", mf_lua__timer_cancel},
-                                       {"pending", mf_lua__timer_pending},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"cancel handle:cancel()", mf_lua__timer_cancel},
+        {"pending handle:pending()", mf_lua__timer_pending},
+        {NULL, NULL}};
     static const luaL_Reg funcs[] = {
-        {"at", mf_lua__timer_at}, {"every", mf_lua__timer_every}, {NULL, NULL}};
+        {"at mf.timer.at(ms, fn, ...)", mf_lua__timer_at},
+        {"every mf.timer.every(ms, fn, ...)", mf_lua__timer_every},
+        {NULL, NULL}};
     if (luaL_newmetatable(L, MF_LUA_TIMER)) {
         lua_newtable(L);
-        luaL_register(L, NULL, methods);
+        mf_lua_register(L, methods);
         lua_setfield(L, -2, "__index");
         lua_pushcfunction(L, mf_lua__timer_gc);
         lua_setfield(L, -2, "__gc");
     }
     lua_pop(L, 1);
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

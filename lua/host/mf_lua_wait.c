@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 #include <moonflow/loop.h>
 
@@ -127,13 +128,13 @@ static void mf__waiter_timed_out(mf_timer_t *timer)
 
 static mf_lua_waiter_t *mf__waiter_check(lua_State *L, int idx)
 {
-    mf_lua_waiter_t **box = luaL_checkudata(L, idx, MF_LUA_WAITER);
+    mf_lua_waiter_t **box = mf_lua_check_udata(L, idx, MF_LUA_WAITER);
     return *box;
 }
 
 static int mf__waiter_gc(lua_State *L)
 {
-    mf_lua_waiter_t **box = luaL_checkudata(L, 1, MF_LUA_WAITER);
+    mf_lua_waiter_t **box = mf_lua_check_udata(L, 1, MF_LUA_WAITER);
     mf_lua_waiter_t *w = *box;
     *box = NULL;
     if (!w)
@@ -165,7 +166,7 @@ static int mf__waiter_new(lua_State *L)
 static int mf__waiter_park(lua_State *L)
 {
     mf_lua_waiter_t *w = mf__waiter_check(L, 1);
-    lua_Number ms = luaL_optnumber(L, 2, -1);
+    lua_Number ms = mf_lua_opt_number(L, 2, -1);
     if (w->state == MF_WAITER_WOKEN) { /* the wake came first */
         w->state = MF_WAITER_DONE;
         return mf__waiter_push_values(L, w);
@@ -282,8 +283,8 @@ static void mf__spawn_start(mf_post_t *post)
 
 static int mf__spawn(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TFUNCTION); /* done */
-    luaL_checktype(L, 2, LUA_TFUNCTION); /* fn */
+    mf_lua_check_type(L, 1, LUA_TFUNCTION); /* done */
+    mf_lua_check_type(L, 2, LUA_TFUNCTION); /* fn */
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     mf_loop_t *loop = mf_lua_host_loop(host);
     mf_lua_spawn_t *s = mf_loop_alloc(loop, sizeof *s);
@@ -306,7 +307,7 @@ int mf_lua_open_wait(lua_State *L)
     static const luaL_Reg funcs[] = {{"waiter", mf__waiter_new},
                                      {"park", mf__waiter_park},
                                      {"wake", mf__waiter_wake},
-                                     {"spawn", mf__spawn},
+                                     {"spawn mf.spawn(fn, ...)", mf__spawn},
                                      {NULL, NULL}};
     if (luaL_newmetatable(L, MF_LUA_WAITER)) {
         lua_pushcfunction(L, mf__waiter_gc);
@@ -314,6 +315,6 @@ int mf_lua_open_wait(lua_State *L)
     }
     lua_pop(L, 1);
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

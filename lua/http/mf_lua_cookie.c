@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/http_parser.h>
 #include <moonflow/lua_uri.h>
 
@@ -47,7 +48,7 @@ void mf_lua_cookies_add(lua_State *L, int t, const char *s, size_t n)
 static int mf__cookie_parse(lua_State *L)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     lua_newtable(L);
     mf_lua_cookies_add(L, lua_gettop(L), s, n);
     return 1;
@@ -173,17 +174,17 @@ static void mf__cookie_attributes(lua_State *L, int opts, luaL_Buffer *b)
 static int mf__cookie_format(lua_State *L)
 {
     size_t nlen, vlen;
-    const char *name = luaL_checklstring(L, 1, &nlen);
-    const char *value = luaL_checklstring(L, 2, &vlen);
+    const char *name = mf_lua_check_lstring(L, 1, &nlen);
+    const char *value = mf_lua_check_lstring(L, 2, &vlen);
     if (!lua_isnoneornil(L, 3))
-        luaL_checktype(L, 3, LUA_TTABLE);
+        mf_lua_check_type(L, 3, LUA_TTABLE);
     if (!mf_http_field_name_valid(name, nlen))
-        return luaL_argerror(L, 1, "a cookie name (a token) expected");
+        return mf_lua_arg_error(L, 1, "a cookie name (a token) expected");
     if (!mf_http_cookie_value_valid(value, vlen))
-        return luaL_argerror(L, 2,
-                             "a cookie value without spaces, '\"', "
-                             "',', ';', '\\' or control bytes "
-                             "expected (encode it first)");
+        return mf_lua_arg_error(L, 2,
+                                "a cookie value without spaces, '\"', "
+                                "',', ';', '\\' or control bytes "
+                                "expected (encode it first)");
     lua_settop(L, 3);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -202,6 +203,6 @@ int mf_lua_open_cookie(lua_State *L)
                                      {"format", mf__cookie_format},
                                      {NULL, NULL}};
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

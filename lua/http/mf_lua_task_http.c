@@ -263,6 +263,13 @@ static bool mf_lua__http_answer_failed(const mf_task_t *task, void *data)
 }
 
 /* For reports: the method. */
+/* "tls error: https://host:443: 18: self-signed certificate", "invalid
+ * argument: malformed URL: no host": what the failure is about. */
+static const char *mf_lua__http_error_detail(const mf_task_t *task, void *data)
+{
+    return mf_task_http_error_detail(task);
+}
+
 static void mf_lua__http_describe(lua_State *L, int idx)
 {
     lua_getfield(L, idx, "method");
@@ -277,4 +284,5 @@ const mf_lua_kind_t mf_lua_task_http_kind = {
     .release = mf_lua__http_release,
     .answer_failed = mf_lua__http_answer_failed,
     .describe = mf_lua__http_describe,
+    .error_detail = mf_lua__http_error_detail,
 };

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/http_parser.h>
 #include <moonflow/lua_uri.h>
 
@@ -60,11 +61,11 @@ static size_t mf__uri_escape_to(char *out, const char *s, size_t n)
 static int mf__uri_escape(lua_State *L)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     char small[MF_URI_STACK_BYTES];
     bool pushed;
     if (n > SIZE_MAX / 3)
-        return luaL_argerror(L, 1, "too long");
+        return mf_lua_arg_error(L, 1, "too long");
     char *out = mf_lua_scratch(L, small, sizeof small, 3 * n, &pushed);
     mf_lua_push_scratch(L, out, mf__uri_escape_to(out, s, n), pushed);
     return 1;
@@ -84,7 +85,7 @@ static size_t mf__uri_bad_escape(const char *s, size_t n)
 static int mf__uri_unescape(lua_State *L)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     char small[MF_URI_STACK_BYTES];
     bool pushed;
     char *out = mf_lua_scratch(L, small, sizeof small, n, &pushed);
@@ -162,10 +163,10 @@ bool mf_lua_push_args(lua_State *L, const char *s, size_t n, size_t max)
 static int mf__uri_decode_args(lua_State *L)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
-    lua_Integer max = luaL_optinteger(L, 2, MF_URI_DEFAULT_MAX_ARGS);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
+    lua_Integer max = mf_lua_opt_integer(L, 2, MF_URI_DEFAULT_MAX_ARGS);
     if (max < 0)
-        return luaL_argerror(L, 2, "a count of pairs (0: all) expected");
+        return mf_lua_arg_error(L, 2, "a count of pairs (0: all) expected");
     if (!mf_lua_push_args(L, s, n, (size_t)max))
         return 1;
     lua_pushliteral(L, "truncated");
@@ -280,7 +281,7 @@ static size_t mf__uri_all_pairs(lua_State *L, const char **keys, size_t count,
 
 static int mf__uri_encode_args(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    mf_lua_check_type(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
     size_t count;
     const char **keys = mf__uri_sorted_keys(L, 1, &count);
@@ -294,12 +295,13 @@ static int mf__uri_encode_args(lua_State *L)
 
 int mf_lua_open_uri(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {{"escape", mf__uri_escape},
-                                     {"unescape", mf__uri_unescape},
-                                     {"encode_args", mf__uri_encode_args},
-                                     {"decode_args", mf__uri_decode_args},
-                                     {NULL, NULL}};
+    static const luaL_Reg funcs[] = {
+        {"escape mf.uri.escape(s)", mf__uri_escape},
+        {"unescape mf.uri.unescape(s)", mf__uri_unescape},
+        {"encode_args mf.uri.encode_args(t)", mf__uri_encode_args},
+        {"decode_args mf.uri.decode_args(s [, max])", mf__uri_decode_args},
+        {NULL, NULL}};
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

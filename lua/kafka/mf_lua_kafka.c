@@ -21,6 +21,7 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 
 #include "host/mf_lua_int.h"
@@ -31,7 +32,7 @@
 
 mf_lua_kafka_t *mf_lua_kafka_check(lua_State *L, int idx)
 {
-    return luaL_checkudata(L, idx, MF_LUA_KAFKA);
+    return mf_lua_check_udata(L, idx, MF_LUA_KAFKA);
 }
 
 const char *mf_lua_kafka_error(const mf_task_t *task, char *buf, size_t len)
@@ -421,7 +422,7 @@ static void mf_lua__cache_key(lua_State *L, const mf_kafka_prop_t *props,
 /* open(conf) -> the producer object for conf on this host. */
 static int mf_lua__open(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    mf_lua_check_type(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
     size_t n = 0;
     mf_kafka_prop_t *props = mf_lua__props(L, 1, &n);
@@ -453,7 +454,7 @@ static int mf_lua__open(lua_State *L)
 /* At host close: the last reference flushes (bounded) and destroys. */
 static int mf_lua__gc(lua_State *L)
 {
-    mf_lua_kafka_t *obj = luaL_checkudata(L, 1, MF_LUA_KAFKA);
+    mf_lua_kafka_t *obj = mf_lua_check_udata(L, 1, MF_LUA_KAFKA);
     if (obj->k)
         mf_kafka_close(obj->k, MF_LUA_KAFKA_CLOSE_MS);
     obj->k = NULL;
@@ -576,6 +577,7 @@ static void mf_lua__produced(mf_task_t *task)
 static int mf_lua__produce(lua_State *L)
 {
     mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
+    mf_lua_check_type(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
     mf_kafka_message_t m;
     mf_lua_kafka_check_message(L, 2, &m);
@@ -697,7 +699,7 @@ static const char *mf_lua__batch_topic(lua_State *L)
 {
     if (lua_isnoneornil(L, 3))
         return NULL;
-    luaL_checktype(L, 3, LUA_TTABLE);
+    mf_lua_check_type(L, 3, LUA_TTABLE);
     const char *topic = NULL;
     lua_pushnil(L);
     while (lua_next(L, 3)) {
@@ -717,12 +719,13 @@ static const char *mf_lua__batch_topic(lua_State *L)
 static int mf_lua__produce_batch(lua_State *L)
 {
     mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
+    mf_lua_check_type(L, 2, LUA_TTABLE);
     lua_settop(L, 3);
     const char *topic = mf_lua__batch_topic(L);
     mf_lua_co_t *co = mf_lua_co_check(L);
     size_t n = lua_objlen(L, 2);
-    luaL_argcheck(L, n <= MF_LUA_KAFKA_BATCH_MAX, 2, "at most 100000 messages");
+    mf_lua_arg_check(L, n <= MF_LUA_KAFKA_BATCH_MAX, 2,
+                     "at most 100000 messages");
     if (n == 0) {
         mf_lua__push_batch_outcome(L, NULL, 0);
         return 1;
@@ -817,10 +820,10 @@ static void mf_lua__metadata_done(mf_task_t *task)
 static int mf_lua__metadata(lua_State *L)
 {
     mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
-    const char *topic = luaL_optstring(L, 2, NULL);
-    lua_Integer timeout = luaL_optinteger(L, 3, 0);
-    luaL_argcheck(L, timeout >= 0 && timeout <= INT32_MAX, 3,
-                  "timeout_ms must be a number of ms");
+    const char *topic = mf_lua_opt_string(L, 2, NULL);
+    lua_Integer timeout = mf_lua_opt_integer(L, 3, 0);
+    mf_lua_arg_check(L, timeout >= 0 && timeout <= INT32_MAX, 3,
+                     "timeout_ms must be a number of ms");
     mf_lua_co_t *co = mf_lua_co_check(L);
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
     mf_task_t *task = mf_task_kafka_metadata_create(
@@ -845,13 +848,13 @@ static void mf_lua__created(mf_task_t *task)
 static int mf_lua__create_topic(lua_State *L)
 {
     mf_lua_kafka_t *obj = mf_lua_kafka_check(L, 1);
-    const char *name = luaL_checkstring(L, 2);
-    lua_Integer parts = luaL_checkinteger(L, 3);
-    lua_Integer repl = luaL_optinteger(L, 4, -1);
-    luaL_argcheck(L, parts > 0 && parts <= INT32_MAX, 3,
-                  "partitions must be a positive number");
-    luaL_argcheck(L, repl == -1 || (repl > 0 && repl <= INT16_MAX), 4,
-                  "replication must be a positive number (or -1)");
+    const char *name = mf_lua_check_string(L, 2);
+    lua_Integer parts = mf_lua_check_integer(L, 3);
+    lua_Integer repl = mf_lua_opt_integer(L, 4, -1);
+    mf_lua_arg_check(L, parts > 0 && parts <= INT32_MAX, 3,
+                     "partitions must be a positive number");
+    mf_lua_arg_check(L, repl == -1 || (repl > 0 && repl <= INT16_MAX), 4,
+                     "replication must be a positive number (or -1)");
     mf_lua_co_t *co = mf_lua_co_check(L);
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
     mf_task_t *task = mf_task_kafka_create_topic_create(
@@ -871,16 +874,18 @@ static int mf_lua__consumer(lua_State *L)
 
 int mf_lua_open_kafka(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"produce", mf_lua__produce},
-                                       {"produce_batch", mf_lua__produce_batch},
-                                       {"metadata", mf_lua__metadata},
-                                       {"create_topic", mf_lua__create_topic},
-                                       {"consumer", mf_lua__consumer},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"produce k:produce(msg)", mf_lua__produce},
+        {"produce_batch k:produce_batch(msgs [, opts])", mf_lua__produce_batch},
+        {"metadata k:metadata([topic [, ms]])", mf_lua__metadata},
+        {"create_topic k:create_topic(name, partitions [, replication])",
+         mf_lua__create_topic},
+        {"consumer k:consumer(conf)", mf_lua__consumer},
+        {NULL, NULL}};
     mf_lua_class(L, MF_LUA_KAFKA, methods, mf_lua__gc, mf_lua__tostring);
     lua_pop(L, 1);
     lua_newtable(L);
-    lua_pushcfunction(L, mf_lua__open);
+    mf_lua_push_named(L, mf_lua__open, "mf.kafka(conf)");
     lua_setfield(L, -2, "open");
     return 1;
 }

@@ -33,6 +33,7 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 
 #include "host/mf_lua_int.h"
@@ -72,7 +73,7 @@ typedef struct mf_lua_kc_op {
 
 static mf_lua_kc_t *mf_lua__kc_check(lua_State *L)
 {
-    mf_lua_kc_t **ud = luaL_checkudata(L, 1, MF_LUA_KAFKA_CONSUMER);
+    mf_lua_kc_t **ud = mf_lua_check_udata(L, 1, MF_LUA_KAFKA_CONSUMER);
     return *ud;
 }
 
@@ -224,18 +225,18 @@ static void mf_lua__polled(mf_task_t *task)
 
 static int mf_lua__wait_arg(lua_State *L, int idx, int dflt)
 {
-    lua_Number ms = luaL_optnumber(L, idx, dflt);
+    lua_Number ms = mf_lua_opt_number(L, idx, dflt);
     if (ms < 0 || ms != floor(ms) || ms > 2147483647)
-        luaL_argerror(L, idx, "wait_ms must be an integer >= 0");
+        mf_lua_arg_error(L, idx, "wait_ms must be an integer >= 0");
     return (int)ms;
 }
 
 static int mf_lua__poll(lua_State *L)
 {
     mf_lua_kc_t *kc = mf_lua__kc_open(L, "poll");
-    lua_Number max = luaL_optnumber(L, 2, MF_LUA_KC_BATCH);
+    lua_Number max = mf_lua_opt_number(L, 2, MF_LUA_KC_BATCH);
     if (max < 1 || max > 100000 || max != floor(max))
-        luaL_argerror(L, 2, "max must be an integer from 1 to 100000");
+        mf_lua_arg_error(L, 2, "max must be an integer from 1 to 100000");
     int wait_ms = mf_lua__wait_arg(L, 3, 1000);
     mf_task_t *task = mf_task_kafka_poll_create(kc->c, (size_t)max, wait_ms,
                                                 mf_lua__polled, NULL);
@@ -382,21 +383,21 @@ static int mf_lua__messages(lua_State *L)
 static size_t mf_lua__parts(lua_State *L, int idx, bool offsets,
                             mf_kafka_tp_t **out)
 {
-    luaL_checktype(L, idx, LUA_TTABLE);
+    mf_lua_check_type(L, idx, LUA_TTABLE);
     size_t n = lua_objlen(L, idx);
     if (n == 0)
-        luaL_argerror(L, idx, "parts must be a non-empty array");
+        mf_lua_arg_error(L, idx, "parts must be a non-empty array");
     mf_kafka_tp_t *tp = lua_newuserdata(L, n * sizeof *tp);
     lua_replace(L, idx + 1); /* anchored in the slot after parts */
     for (size_t i = 0; i < n; i++) {
         lua_rawgeti(L, idx, (int)i + 1);
         if (!lua_istable(L, -1))
-            luaL_argerror(L, idx, "each part must be a table");
+            mf_lua_arg_error(L, idx, "each part must be a table");
         lua_getfield(L, -1, "topic");
         lua_getfield(L, -2, "partition");
         lua_getfield(L, -3, "offset");
         if (lua_type(L, -3) != LUA_TSTRING || !lua_isnumber(L, -2))
-            luaL_argerror(L, idx, "each part needs topic= and partition=");
+            mf_lua_arg_error(L, idx, "each part needs topic= and partition=");
         tp[i].topic = lua_tostring(L, -3);
         tp[i].partition = (int32_t)lua_tointeger(L, -2);
         tp[i].offset = MF_KAFKA_OFFSET_INVALID;
@@ -407,14 +408,14 @@ static size_t mf_lua__parts(lua_State *L, int idx, bool offsets,
             else if (strcmp(o, "end") == 0)
                 tp[i].offset = MF_KAFKA_OFFSET_END;
             else
-                luaL_argerror(L, idx,
-                              "offset must be a number, "
-                              "\"beginning\" or \"end\"");
+                mf_lua_arg_error(L, idx,
+                                 "offset must be a number, "
+                                 "\"beginning\" or \"end\"");
         } else if (offsets) {
             if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
-                luaL_argerror(L, idx,
-                              "each part needs offset= (a number >= "
-                              "0, \"beginning\" or \"end\")");
+                mf_lua_arg_error(L, idx,
+                                 "each part needs offset= (a number >= "
+                                 "0, \"beginning\" or \"end\")");
             tp[i].offset = (int64_t)lua_tonumber(L, -1);
         }
         lua_pop(L, 4);
@@ -515,8 +516,8 @@ static int mf_lua__assignment(lua_State *L)
 static int mf_lua__lag(lua_State *L)
 {
     mf_lua_kc_t *kc = mf_lua__kc_open(L, "lag");
-    const char *topic = luaL_checkstring(L, 2);
-    lua_Number part = luaL_checknumber(L, 3);
+    const char *topic = mf_lua_check_string(L, 2);
+    lua_Number part = mf_lua_check_number(L, 3);
     mf_kafka_lag_t lag;
     if (mf_kafka_consumer_lag(kc->c, topic, (int32_t)part, &lag) != 0) {
         lua_pushnil(L);
@@ -857,17 +858,18 @@ static void mf_lua__copts_key(lua_State *L, mf_lua__copts_t *o, mf_lua_kc_t *kc,
 
 static void mf_lua__kc_metatable(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"messages", mf_lua__messages},
-                                       {"poll", mf_lua__poll},
-                                       {"commit", mf_lua__commit},
-                                       {"pause", mf_lua__pause},
-                                       {"resume", mf_lua__resume},
-                                       {"seek", mf_lua__seek},
-                                       {"assignment", mf_lua__assignment},
-                                       {"lag", mf_lua__lag},
-                                       {"errors", mf_lua__errors},
-                                       {"close", mf_lua__close},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"messages c:messages([wait_ms])", mf_lua__messages},
+        {"poll c:poll([max [, wait_ms]])", mf_lua__poll},
+        {"commit c:commit([parts])", mf_lua__commit},
+        {"pause c:pause(parts)", mf_lua__pause},
+        {"resume c:resume(parts)", mf_lua__resume},
+        {"seek c:seek(parts)", mf_lua__seek},
+        {"assignment c:assignment()", mf_lua__assignment},
+        {"lag c:lag(topic, partition)", mf_lua__lag},
+        {"errors c:errors()", mf_lua__errors},
+        {"close c:close()", mf_lua__close},
+        {NULL, NULL}};
     mf_lua_class(L, MF_LUA_KAFKA_CONSUMER, methods, mf_lua__gc,
                  mf_lua__tostring);
 }
@@ -902,7 +904,7 @@ int mf_lua_kafka_consumer_new(lua_State *L, int kidx, int optsidx)
     if (optsidx < 0)
         optsidx = lua_gettop(L) + optsidx + 1;
     mf_lua_kafka_t *k = mf_lua_kafka_check(L, kidx);
-    luaL_checktype(L, optsidx, LUA_TTABLE);
+    mf_lua_check_type(L, optsidx, LUA_TTABLE);
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     if (!host)
         return luaL_error(L, "k:consumer: no moonflow host runs this state");

@@ -21,6 +21,7 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/lua_wrk.h>
 
 #define ADDR_MT "moonflow.wrk.addr"
@@ -120,7 +121,7 @@ void mf_lua_wrk_push_addr(lua_State *L, const mf_sockaddr_t *addr)
 
 static int addr_tostring(lua_State *L)
 {
-    const mf_sockaddr_t *a = luaL_checkudata(L, 1, ADDR_MT);
+    const mf_sockaddr_t *a = mf_lua_check_udata(L, 1, ADDR_MT);
     char buf[80];
     lua_pushstring(L, mf_sockaddr_format(a, buf, sizeof buf));
     return 1;
@@ -155,7 +156,7 @@ static int try_connect(const mf_sockaddr_t *a)
 
 static int wrk_connect(lua_State *L)
 {
-    const mf_sockaddr_t *a = luaL_checkudata(L, 1, ADDR_MT);
+    const mf_sockaddr_t *a = mf_lua_check_udata(L, 1, ADDR_MT);
     lua_pushboolean(L, try_connect(a) == 0);
     return 1;
 }
@@ -185,8 +186,8 @@ static bool addr_copy(const struct addrinfo *ai, mf_sockaddr_t *a)
 
 static int wrk_lookup(lua_State *L)
 {
-    const char *host = luaL_checkstring(L, 1);
-    const char *service = luaL_checkstring(L, 2);
+    const char *host = mf_lua_check_string(L, 1);
+    const char *service = mf_lua_check_string(L, 2);
     struct addrinfo *list;
     char err[256];
     if (lookup(host, service, &list, err, sizeof err) < 0)
@@ -305,13 +306,13 @@ int mf_lua_wrk_copy(lua_State *from, int idx, lua_State *to, char *err,
 
 static mf_lua_wrk_thread_t *check_thread(lua_State *L)
 {
-    return *(mf_lua_wrk_thread_t **)luaL_checkudata(L, 1, THREAD_MT);
+    return *(mf_lua_wrk_thread_t **)mf_lua_check_udata(L, 1, THREAD_MT);
 }
 
 static int thread_get(lua_State *L)
 {
     mf_lua_wrk_thread_t *t = check_thread(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = mf_lua_check_string(L, 2);
     char err[128];
     lua_getglobal(t->L, name);
     int rc = mf_lua_wrk_copy(t->L, -1, L, err, sizeof err);
@@ -324,7 +325,7 @@ static int thread_get(lua_State *L)
 static int thread_set(lua_State *L)
 {
     mf_lua_wrk_thread_t *t = check_thread(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = mf_lua_check_string(L, 2);
     lua_settop(L, 3);
     char err[128];
     if (mf_lua_wrk_copy(L, 3, t->L, err, sizeof err) < 0)
@@ -345,13 +346,13 @@ static int thread_stop(lua_State *L)
 static int thread_index(lua_State *L)
 {
     mf_lua_wrk_thread_t *t = check_thread(L);
-    const char *key = luaL_checkstring(L, 2);
+    const char *key = mf_lua_check_string(L, 2);
     if (!strcmp(key, "get"))
-        lua_pushcfunction(L, thread_get);
+        mf_lua_push_named(L, thread_get, "thread:get(name)");
     else if (!strcmp(key, "set"))
-        lua_pushcfunction(L, thread_set);
+        mf_lua_push_named(L, thread_set, "thread:set(name, value)");
     else if (!strcmp(key, "stop"))
-        lua_pushcfunction(L, thread_stop);
+        mf_lua_push_named(L, thread_stop, "thread:stop()");
     else if (!strcmp(key, "addr"))
         mf_lua_wrk_push_addr(L, &t->addr);
     else
@@ -362,10 +363,10 @@ static int thread_index(lua_State *L)
 static int thread_newindex(lua_State *L)
 {
     mf_lua_wrk_thread_t *t = check_thread(L);
-    const char *key = luaL_checkstring(L, 2);
+    const char *key = mf_lua_check_string(L, 2);
     if (strcmp(key, "addr") != 0)
         return luaL_error(L, "cannot set '%s' on thread", key);
-    t->addr = *(const mf_sockaddr_t *)luaL_checkudata(L, 3, ADDR_MT);
+    t->addr = *(const mf_sockaddr_t *)mf_lua_check_udata(L, 3, ADDR_MT);
     return 0;
 }
 
@@ -385,7 +386,7 @@ typedef struct stats_ud {
 
 static stats_ud_t *check_stats(lua_State *L)
 {
-    return luaL_checkudata(L, 1, STATS_MT);
+    return mf_lua_check_udata(L, 1, STATS_MT);
 }
 
 /* wrk's statistics are whole units (µs, requests/s). */
@@ -397,8 +398,8 @@ static lua_Number whole(const stats_ud_t *s, uint64_t v)
 static int stats_percentile(lua_State *L)
 {
     stats_ud_t *s = check_stats(L);
-    double p = luaL_checknumber(L, 2);
-    luaL_argcheck(L, p >= 0 && p <= 100, 2, "percentile must be 0..100");
+    double p = mf_lua_check_number(L, 2);
+    mf_lua_arg_check(L, p >= 0 && p <= 100, 2, "percentile must be 0..100");
     lua_pushnumber(L, whole(s, mf_hdr_percentile(s->h, p)));
     return 1;
 }
@@ -406,7 +407,7 @@ static int stats_percentile(lua_State *L)
 static int stats_index(lua_State *L)
 {
     stats_ud_t *s = check_stats(L);
-    const char *key = luaL_checkstring(L, 2);
+    const char *key = mf_lua_check_string(L, 2);
     if (!strcmp(key, "min"))
         lua_pushnumber(L, whole(s, mf_hdr_min(s->h)));
     else if (!strcmp(key, "max"))
@@ -416,7 +417,7 @@ static int stats_index(lua_State *L)
     else if (!strcmp(key, "stdev"))
         lua_pushnumber(L, mf_hdr_stdev(s->h) / s->div);
     else if (!strcmp(key, "percentile"))
-        lua_pushcfunction(L, stats_percentile);
+        mf_lua_push_named(L, stats_percentile, "stats:percentile(p)");
     else
         lua_pushnil(L);
     return 1;
@@ -427,7 +428,7 @@ static int stats_index(lua_State *L)
 static int stats_call(lua_State *L)
 {
     stats_ud_t *s = check_stats(L);
-    lua_Integer i = luaL_checkinteger(L, 2);
+    lua_Integer i = mf_lua_check_integer(L, 2);
     mf_hdr_iter_t it = MF_HDR_ITER_INIT;
     for (lua_Integer k = 0; k < i; k++)
         if (!mf_hdr_next(s->h, &it))
@@ -472,11 +473,11 @@ static void register_metatables(lua_State *L)
                                         {"__len", stats_len},
                                         {NULL, NULL}};
     luaL_newmetatable(L, ADDR_MT);
-    luaL_register(L, NULL, addr_mt);
+    mf_lua_register(L, addr_mt);
     luaL_newmetatable(L, THREAD_MT);
-    luaL_register(L, NULL, thread_mt);
+    mf_lua_register(L, thread_mt);
     luaL_newmetatable(L, STATS_MT);
-    luaL_register(L, NULL, stats_mt);
+    mf_lua_register(L, stats_mt);
     lua_pop(L, 3);
 }
 
@@ -519,9 +520,9 @@ int mf_lua_wrk_open(lua_State *L, const mf_lua_wrk_url_t *url,
     set_string(L, "host", url->host);
     set_string(L, "port", url->port);
     set_string(L, "path", url->path);
-    lua_pushcfunction(L, wrk_lookup);
+    mf_lua_push_named(L, wrk_lookup, "wrk.lookup(host, service)");
     lua_setfield(L, -2, "lookup");
-    lua_pushcfunction(L, wrk_connect);
+    mf_lua_push_named(L, wrk_connect, "wrk.connect(addr)");
     lua_setfield(L, -2, "connect");
     set_headers(L, headers, nheaders);
     lua_setglobal(L, "wrk");

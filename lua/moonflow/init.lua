@@ -41,9 +41,11 @@ local function step(kind, fields)
     return setmetatable(fields, Step)
 end
 
-local function copy_opts(opts, into)
+-- usage names the function for misuse ("mf.http.get(url [, opts])").
+local function copy_opts(opts, into, usage)
     if opts ~= nil and type(opts) ~= "table" then
-        raise("options must be a table")
+        raise(("%s: opts: a table expected, got %s"):format(
+            usage or "options", type(opts)))
     end
     for k, v in pairs(opts or {}) do into[k] = v end
     return into
@@ -85,7 +87,7 @@ function mf.task.timer(ms, opts)
     if type(ms) ~= "number" or ms < 0 then
         raise("mf.task.timer(ms): a number >= 0 expected")
     end
-    return step("timer", copy_opts(opts, { ms = ms }))
+    return step("timer", copy_opts(opts, { ms = ms }, "mf.task.timer(ms [, opts])"))
 end
 
 function mf.task.http(req)
@@ -100,6 +102,10 @@ end
 -- mf.task.go(name, ...) or mf.task.go{name = , args = {...}, timeout = }.
 function mf.task.go(name, ...)
     if type(name) == "table" then
+        if type(name.name) ~= "string" then
+            raise("mf.task.go{name = , args = {...}}: name: a string expected, got "
+                .. type(name.name))
+        end
         local fields = copy_opts(name, {})
         local args = fields.args or {}
         fields.args = { n = #args, unpack(args) }
@@ -138,13 +144,16 @@ end
 -- mf.task.dns(host [, opts]): a step resolving host (result.addresses);
 -- mf.dns.resolve(host): the addresses, or nil, err.
 function mf.task.dns(host, opts)
-    if type(host) ~= "string" then raise("mf.task.dns(host): a name expected") end
-    return step("dns", copy_opts(opts, { host = host }))
+    if type(host) ~= "string" then raise("mf.task.dns(host [, opts]): a name expected") end
+    return step("dns", copy_opts(opts, { host = host }, "mf.task.dns(host [, opts])"))
 end
 
 mf.dns = {}
 
 function mf.dns.resolve(host)
+    if type(host) ~= "string" then
+        raise("mf.dns.resolve(host): a name expected, got " .. type(host))
+    end
     local r, err = value_of(mf.task.dns(host):wait())
     if not r then return nil, err end
     return r.addresses
@@ -153,22 +162,42 @@ end
 mf.http = {}
 
 function mf.http.request(req)
+    if type(req) ~= "table" or type(req.url) ~= "string" then
+        raise("mf.http.request{url = ...}: url expected")
+    end
     local r, err = value_of(mf.task.http(req):wait())
     if not r then return nil, err end
     r.state = nil
     return r
 end
 
+local function check_url(usage, url)
+    if type(url) ~= "string" then
+        raise(("%s: url: a string expected, got %s"):format(usage, type(url)))
+    end
+end
+
 function mf.http.get(url, opts)
-    return mf.http.request(copy_opts(opts, { url = url, method = "GET" }))
+    local usage = "mf.http.get(url [, opts])"
+    check_url(usage, url)
+    return mf.http.request(copy_opts(opts, { url = url, method = "GET" }, usage))
 end
 
 function mf.http.post(url, body, opts)
+    local usage = "mf.http.post(url, body [, opts])"
+    check_url(usage, url)
+    if body ~= nil and type(body) ~= "string" then
+        raise(usage .. ": body: a string expected, got " .. type(body))
+    end
     return mf.http.request(copy_opts(opts,
-        { url = url, method = "POST", body = body }))
+        { url = url, method = "POST", body = body }, usage))
 end
 
 function mf.go(name, ...)
+    local fname = type(name) == "table" and name.name or name
+    if type(fname) ~= "string" then
+        raise("mf.go(name, ...): name: a string expected, got " .. type(fname))
+    end
     local r, err = value_of(mf.task.go(name, ...):wait())
     if not r then return nil, err end
     return r.value
@@ -214,6 +243,7 @@ mf.redis = cached_clients("redis", credis.client)
 -- or mf.task.redis(r, {{cmd, ...}, {cmd, ...}}[, opts]): a trailing table
 -- holds the task options (timeout, callback). A list of commands gives
 -- result.values, one command result.value.
+local REDIS = "mf.task.redis(r, cmd, ... [, opts])"
 function mf.task.redis(r, cmd, ...)
     if getmetatable(r) ~= "moonflow.redis" then
         raise("mf.task.redis(r, ...): r must be a client from mf.redis")
@@ -221,9 +251,9 @@ function mf.task.redis(r, cmd, ...)
     if type(cmd) == "table" then
         local opts = ...
         if type(cmd[1]) == "table" then
-            return step("redis", copy_opts(opts, { client = r, cmds = cmd, list = true }))
+            return step("redis", copy_opts(opts, { client = r, cmds = cmd, list = true }, REDIS))
         end
-        return step("redis", copy_opts(opts, { client = r, cmds = { cmd } }))
+        return step("redis", copy_opts(opts, { client = r, cmds = { cmd } }, REDIS))
     end
     local n = select("#", ...)
     local args = { cmd, ... }
@@ -232,7 +262,7 @@ function mf.task.redis(r, cmd, ...)
         opts = args[n + 1]
         args[n + 1] = nil
     end
-    return step("redis", copy_opts(opts, { client = r, cmds = { args } }))
+    return step("redis", copy_opts(opts, { client = r, cmds = { args } }, REDIS))
 end
 
 -- MySQL. One client object per URL and options on this host, as mf.redis.
@@ -295,7 +325,8 @@ function mf.task.mysql(db, sql, ...)
         args[n] = nil
         args.n = n - 1
     end
-    return step("mysql", copy_opts(opts, { db = db, sql = sql, args = args }))
+    return step("mysql", copy_opts(opts, { db = db, sql = sql, args = args },
+        "mf.task.mysql(db, sql, ... [, opts])"))
 end
 
 -- Kafka. mf.kafka(conf): the producer object for these librdkafka
@@ -321,7 +352,8 @@ function mf.task.kafka_produce(k, msg, opts)
     if type(msg) ~= "table" then
         raise("mf.task.kafka_produce(k, msg): msg must be a table")
     end
-    return step("kafka_produce", copy_opts(opts, { producer = k, message = msg }))
+    return step("kafka_produce", copy_opts(opts, { producer = k, message = msg },
+        "mf.task.kafka_produce(k, msg [, opts])"))
 end
 
 -- mf.task.NAME{fields}: a task of any kind registered from C
@@ -347,7 +379,12 @@ local decode_missing = function()
 end
 mf.json = {
     encode = cjson.encode,
-    decode = luacjson_ok and luacjson.decode or decode_missing,
+    decode = luacjson_ok and function(s)
+        if type(s) ~= "string" then
+            raise("mf.json.decode(s): a string expected, got " .. type(s))
+        end
+        return luacjson.decode(s)
+    end or decode_missing,
     null = cjson.null,
 }
 
@@ -367,7 +404,11 @@ mf.socket = {
     udp = csocket.udp,
     connect = function(...)
         local sock = csocket.tcp()
-        local ok, err = sock:connect(...)
+        local done, ok, err = pcall(sock.connect, sock, ...)
+        if not done then -- misuse, worded by sock:connect: named as called
+            local at = ok:find("sock:connect", 1, true) or 1
+            raise("mf.socket.connect" .. ok:sub(at + #"sock:connect"))
+        end
         if not ok then return nil, err end
         return sock
     end,

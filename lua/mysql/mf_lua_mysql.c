@@ -32,6 +32,8 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
+#include <moonflow/url.h>
 #include <moonflow/common.h>
 
 #include "host/mf_lua_int.h"
@@ -350,6 +352,11 @@ const char *mf_lua_mysql_error(const mf_task_t *task, char *buf, size_t len)
     int state = mf_task_state(task);
     if (state == MF_STATE_SUCCESS)
         return NULL;
+    const char *pool = mf_task_mysql_pool_error(task);
+    if (pool) { /* the pool's: no connection, no query ran */
+        snprintf(buf, len, "%s: %s", mf_state_name(state), pool);
+        return buf;
+    }
     /* A timeout is ours: whatever the connector said after the KILL, the
      * caller needs to know it was the time. */
     if (state != MF_STATE_TIMEOUT && mf_lua_mysql_explanation(task, buf, len))
@@ -419,7 +426,7 @@ static void mf_lua__call_done(mf_task_t *task)
 static int mf_lua__query(lua_State *L)
 {
     mf_lua_mysql_target_t t = mf_lua_mysql_target(L, 1);
-    luaL_checktype(L, 2, LUA_TSTRING);
+    mf_lua_check_type(L, 2, LUA_TSTRING);
     mf_lua_co_t *co = mf_lua_co_check(L);
     mf_lua_mysql_params_t p;
     mf_lua_mysql_params_from_stack(L, &p, 3, lua_gettop(L));
@@ -446,7 +453,7 @@ static int mf_lua__quote(lua_State *L)
 {
     mf_lua_mysql_target_t t = mf_lua_mysql_target(L, 1);
     size_t len;
-    const char *s = luaL_checklstring(L, 2, &len);
+    const char *s = mf_lua_check_lstring(L, 2, &len);
     char small[512];
     char *out = small;
     if (len > (sizeof small - 3) / 2) {
@@ -463,7 +470,7 @@ static int mf_lua__quote(lua_State *L)
 
 static mf_lua_mysql_t *mf_lua__check_db(lua_State *L, int idx)
 {
-    return luaL_checkudata(L, idx, MF_LUA_MYSQL);
+    return mf_lua_check_udata(L, idx, MF_LUA_MYSQL);
 }
 
 mf_lua_mysql_target_t mf_lua_mysql_target(lua_State *L, int idx)
@@ -477,11 +484,13 @@ mf_lua_mysql_target_t mf_lua_mysql_target(lua_State *L, int idx)
     }
     mf_lua_mysql_pinned_t *p = luaL_testudata(L, idx, MF_LUA_MYSQL_PINNED);
     if (!p)
-        luaL_error(L,
-                   "mysql: a database object from mf.mysql (or the tx/s "
-                   "given to a transaction or session function) "
-                   "expected, got %s",
-                   luaL_typename(L, idx));
+        mf_lua_arg_error(L, idx,
+                         lua_pushfstring(L,
+                                         "a database object from mf.mysql "
+                                         "(or the tx/s given to a "
+                                         "transaction or session function) "
+                                         "expected, got %s",
+                                         luaL_typename(L, idx)));
     if (!p->pin)
         luaL_error(L, "mysql: this %s is over (its function returned)",
                    p->transaction ? "transaction" : "session");
@@ -570,7 +579,7 @@ static const char *mf_lua__push_masked(lua_State *L, const char *url)
  * or options (mf.mysql caches the objects per URL and options). */
 static int mf_lua__client(lua_State *L)
 {
-    const char *url = luaL_checkstring(L, 1);
+    const char *url = mf_lua_check_string(L, 1);
     lua_settop(L, 2);
     mf_lua_mysql_t *db = lua_newuserdata(L, sizeof(*db));
     db->client = NULL;
@@ -578,7 +587,7 @@ static int mf_lua__client(lua_State *L)
     mf_mysql_opts_t opts;
     mf_mysql_opts_init(&opts);
     if (!lua_isnil(L, 2)) {
-        luaL_checktype(L, 2, LUA_TTABLE);
+        mf_lua_check_type(L, 2, LUA_TTABLE);
         lua_pushnil(L);
         while (lua_next(L, 2)) {
             mf_lua__client_opt(L, &opts, db);
@@ -590,10 +599,19 @@ static int mf_lua__client(lua_State *L)
     int err = 0;
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     db->client = mf_mysql_client(mf_lua_host_loop(host), url, &opts, &err);
+    if (!db->client && err == MF_EINVAL) {
+        static const char *const schemes[] = {"mysql", NULL};
+        char why[320];
+        return luaL_error(L, "%s: %s", mf_lua_usage(L),
+                          mf_url_problem(url, schemes,
+                                         "the user info, the database or an "
+                                         "option (?name=value) it does not "
+                                         "take",
+                                         why, sizeof why));
+    }
     if (!db->client)
-        return luaL_error(
-            L, "mf.mysql: cannot use '%s': %s", mf_lua__push_masked(L, url),
-            err == MF_EINVAL ? "malformed URL" : mf_strerror(err));
+        return luaL_error(L, "%s: cannot use '%s': %s", mf_lua_usage(L),
+                          mf_lua__push_masked(L, url), mf_strerror(err));
     luaL_getmetatable(L, MF_LUA_MYSQL);
     lua_setmetatable(L, -2);
     return 1;
@@ -620,7 +638,7 @@ static void mf_lua__class(lua_State *L, const char *name, const luaL_Reg *m,
 {
     luaL_newmetatable(L, name);
     lua_newtable(L);
-    luaL_register(L, NULL, m);
+    mf_lua_register(L, m);
     lua_pushvalue(L, -1);
     lua_setfield(L, -4, key);
     lua_setfield(L, -2, "__index");
@@ -633,20 +651,23 @@ static void mf_lua__class(lua_State *L, const char *name, const luaL_Reg *m,
 
 int mf_lua_open_mysql(lua_State *L)
 {
-    static const luaL_Reg db_methods[] = {{"query", mf_lua__query},
-                                          {"quote", mf_lua__quote},
-                                          {"open", mf_lua__open},
-                                          {NULL, NULL}};
+    static const luaL_Reg db_methods[] = {
+        {"query db:query(sql, ...)", mf_lua__query},
+        {"quote db:quote(s)", mf_lua__quote},
+        {"open db:open()", mf_lua__open},
+        {NULL, NULL}};
     static const luaL_Reg pinned_methods[] = {
-        {"query", mf_lua__query}, {"quote", mf_lua__quote}, {NULL, NULL}};
+        {"query db:query(sql, ...)", mf_lua__query},
+        {"quote db:quote(s)", mf_lua__quote},
+        {NULL, NULL}};
     lua_newtable(L);
     mf_lua__class(L, MF_LUA_MYSQL, db_methods, "db_methods");
     mf_lua__class(L, MF_LUA_MYSQL_PINNED, pinned_methods, "pinned_methods");
     mf_lua_mysql_rows_init(L);
     mf_lua_mysql_pin_init(L);
-    lua_pushcfunction(L, mf_lua__client);
+    mf_lua_push_named(L, mf_lua__client, "mf.mysql(url [, opts])");
     lua_setfield(L, -2, "client");
-    lua_pushcfunction(L, mf_lua_mysql_rows_next);
+    mf_lua_push_named(L, mf_lua_mysql_rows_next, "db:rows(sql, ...)");
     lua_setfield(L, -2, "rows_next");
     return 1;
 }

@@ -33,6 +33,8 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
+
 #include "host/mf_lua_int.h"
 #include "mf_lua_mysql.h"
 
@@ -384,7 +386,7 @@ static void mf_lua__pin_child(lua_State *L, mf_lua_mysql_pin_t *pin,
 static int mf_lua__pin_begin(lua_State *L, bool transaction)
 {
     const char *what = transaction ? "db:transaction" : "db:session";
-    mf_lua_mysql_t *db = luaL_checkudata(L, 1, MF_LUA_MYSQL);
+    mf_lua_mysql_t *db = mf_lua_check_udata(L, 1, MF_LUA_MYSQL);
     if (lua_type(L, 2) != LUA_TFUNCTION)
         return luaL_error(L, "%s(fn, ...): fn must be a function, got %s", what,
                           luaL_typename(L, 2));
@@ -440,9 +442,11 @@ void mf_lua_mysql_pin_init(lua_State *L)
     lua_getfield(L, -1, "db_methods");
     lua_getglobal(L, "pcall");
     lua_pushcclosure(L, mf_lua_mysql_transaction, 1);
+    mf_lua_name(L, "db:transaction(fn, ...)");
     lua_setfield(L, -2, "transaction");
     lua_pop(L, 1);
     lua_getglobal(L, "pcall");
     lua_pushcclosure(L, mf_lua_mysql_session, 1);
+    mf_lua_name(L, "db:session(fn, ...)");
     lua_setfield(L, -2, "session");
 }

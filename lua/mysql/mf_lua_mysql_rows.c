@@ -26,6 +26,8 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
+
 #include "host/mf_lua_int.h"
 #include "mf_lua_mysql.h"
 
@@ -163,7 +165,7 @@ static void mf_lua__stream_detach(void *arg)
 int mf_lua_mysql_rows(lua_State *L)
 {
     mf_lua_mysql_target_t t = mf_lua_mysql_target(L, 1);
-    luaL_checktype(L, 2, LUA_TSTRING);
+    mf_lua_check_type(L, 2, LUA_TSTRING);
     mf_lua_co_check(L);
     unsigned *live = lua_touserdata(L, lua_upvalueindex(1));
     if (*live >= MF_LUA_MYSQL_GC_STREAMS)
@@ -212,7 +214,7 @@ static int mf_lua__push_next_row(lua_State *L, mf_lua_mysql_stream_t *s)
  * ask again) */
 int mf_lua_mysql_rows_next(lua_State *L)
 {
-    mf_lua_mysql_rows_obj_t *obj = luaL_checkudata(L, 1, MF_LUA_MYSQL_ROWS);
+    mf_lua_mysql_rows_obj_t *obj = mf_lua_check_udata(L, 1, MF_LUA_MYSQL_ROWS);
     mf_lua_mysql_stream_t *s = obj->s;
     if (s->co)
         return luaL_error(L, "mysql rows: another coroutine is reading "
@@ -284,5 +286,6 @@ void mf_lua_mysql_rows_init(lua_State *L)
     unsigned *live = lua_newuserdata(L, sizeof *live);
     *live = 0;
     lua_pushcclosure(L, mf_lua_mysql_rows, 1);
+    mf_lua_name(L, "db:rows(sql, ...)");
     lua_setfield(L, -2, "rows");
 }

@@ -99,6 +99,9 @@ static void mf_lua__mysql_result(lua_State *L, mf_task_t *task, void *data)
 static const char *mf_lua__mysql_error_detail(const mf_task_t *task, void *data)
 {
     mf_lua_mysql_data_t *d = data;
+    const char *pool = mf_task_mysql_pool_error(task);
+    if (pool)
+        return pool;
     if (mf_task_state(task) == MF_STATE_TIMEOUT)
         return NULL;
     return mf_lua_mysql_explanation(task, d->why, sizeof d->why);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/error.h>
 
 #include "mf_lua_socket.h"
@@ -95,7 +96,7 @@ mf_lua_sock_t *mf_lua_sock_new(lua_State *L, bool udp)
 mf_lua_sock_t *mf_lua_sock_check(lua_State *L, int idx, bool udp)
 {
     mf_lua_sock_t **box =
-        luaL_checkudata(L, idx, udp ? MF_LUA_UDP : MF_LUA_TCP);
+        mf_lua_check_udata(L, idx, udp ? MF_LUA_UDP : MF_LUA_TCP);
     return *box;
 }
 
@@ -288,18 +289,18 @@ int mf_lua_sock_start_connect(lua_State *L, mf_lua_sock_t *s, uint16_t port)
 int mf_lua_sock_peer(lua_State *L, mf_lua_sock_t *s, uint16_t *port)
 {
     size_t hlen;
-    const char *host = luaL_checklstring(L, 2, &hlen);
+    const char *host = mf_lua_check_lstring(L, 2, &hlen);
     if (hlen == 0 || hlen >= sizeof s->peer)
-        luaL_argerror(L, 2, "bad host name length");
+        mf_lua_arg_error(L, 2, "bad host name length");
     memcpy(s->peer, host, hlen + 1);
     *port = 0;
     if (strncmp(host, "unix:", 5) == 0) {
         snprintf(s->name, sizeof s->name, "%s", host);
         return 3;
     }
-    lua_Integer p = luaL_checkinteger(L, 3);
+    lua_Integer p = mf_lua_check_integer(L, 3);
     if (p < 1 || p > 65535)
-        luaL_argerror(L, 3, "port out of range (1 to 65535)");
+        mf_lua_arg_error(L, 3, "port out of range (1 to 65535)");
     *port = (uint16_t)p;
     snprintf(s->name, sizeof s->name, "%s:%u", host, (unsigned)p);
     return 4;
@@ -311,7 +312,7 @@ static void mf_lua__sock_connect_opts(lua_State *L, mf_lua_sock_t *s, int idx)
 {
     if (lua_isnoneornil(L, idx))
         return;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    mf_lua_check_type(L, idx, LUA_TTABLE);
     lua_getfield(L, idx, "pool");
     if (!lua_isnil(L, -1)) {
         size_t n = 0;
@@ -396,10 +397,10 @@ static bool mf_lua__sock_verify_arg(lua_State *L, int idx, const char **ca)
         return true;
     if (lua_type(L, idx) == LUA_TBOOLEAN)
         return lua_toboolean(L, idx);
-    luaL_checktype(L, idx, LUA_TTABLE);
+    mf_lua_check_type(L, idx, LUA_TTABLE);
     lua_getfield(L, idx, "ca_file");
     if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
-        luaL_argerror(L, idx, "ca_file: a path");
+        mf_lua_arg_error(L, idx, "ca_file: a path");
     *ca = lua_tostring(L, -1); /* anchored by the table until the call */
     lua_getfield(L, idx, "verify");
     bool verify = lua_isnil(L, -1) || lua_toboolean(L, -1);
@@ -410,11 +411,11 @@ static bool mf_lua__sock_verify_arg(lua_State *L, int idx, const char **ca)
 static int mf_lua__sock_sslhandshake(lua_State *L)
 {
     mf_lua_sock_t *s = mf_lua_sock_check(L, 1, false);
-    const char *name = luaL_optstring(L, 3, NULL);
+    const char *name = mf_lua_opt_string(L, 3, NULL);
     const char *ca;
     bool verify = mf_lua__sock_verify_arg(L, 4, &ca);
     if (name && strlen(name) > MF_DNS_MAX_HOST)
-        luaL_argerror(L, 3, "server name too long");
+        mf_lua_arg_error(L, 3, "server name too long");
     if (!s->stream)
         return mf_lua_sock_fail(L, "closed");
     if (s->rd.co || s->wr.co)
@@ -467,7 +468,7 @@ static void mf_lua__sock_gather_at(lua_State *L, mf_lua_sock_t *s, int idx,
 void mf_lua_sock_gather(lua_State *L, mf_lua_sock_t *s, int idx)
 {
     s->slen = 0;
-    luaL_checkany(L, idx);
+    mf_lua_check_any(L, idx);
     mf_lua__sock_gather_at(L, s, idx, 0);
 }
 
@@ -548,9 +549,9 @@ static int mf_lua__sock_tcp_send(lua_State *L)
 
 static uint32_t mf_lua__sock_ms(lua_State *L, int idx)
 {
-    lua_Number ms = luaL_optnumber(L, idx, 0);
+    lua_Number ms = mf_lua_opt_number(L, idx, 0);
     if (!(ms >= 0 && ms <= 0x7fffffff))
-        luaL_argerror(L, idx, "a timeout in ms, 0 to 2^31 - 1");
+        mf_lua_arg_error(L, idx, "a timeout in ms, 0 to 2^31 - 1");
     return (uint32_t)ms;
 }
 
@@ -582,9 +583,9 @@ static int mf_lua__sock_setkeepalive(lua_State *L)
 {
     mf_lua_sock_t *s = mf_lua_sock_check(L, 1, false);
     uint32_t idle = mf_lua__sock_ms(L, 2);
-    lua_Integer size = luaL_optinteger(L, 3, s->pool_size);
+    lua_Integer size = mf_lua_opt_integer(L, 3, s->pool_size);
     if (size < 0 || size > 65535)
-        luaL_argerror(L, 3, "pool size out of range (1 to 65535)");
+        mf_lua_arg_error(L, 3, "pool size out of range (1 to 65535)");
     if (!s->stream)
         return mf_lua_sock_fail(L, "closed");
     if (s->rd.co || s->wr.co)
@@ -653,24 +654,31 @@ int mf_lua_sock_gc(lua_State *L)
 int mf_lua_open_socket(lua_State *L)
 {
     static const luaL_Reg tcp_methods[] = {
-        {"connect", mf_lua__sock_connect},
-        {"sslhandshake", mf_lua__sock_sslhandshake},
-        {"send", mf_lua__sock_tcp_send},
-        {"receive", mf_lua_sock_receive},
-        {"receiveuntil", mf_lua_sock_receiveuntil},
-        {"settimeout", mf_lua__sock_tcp_settimeout},
-        {"settimeouts", mf_lua__sock_settimeouts},
-        {"setkeepalive", mf_lua__sock_setkeepalive},
-        {"getreusedtimes", mf_lua__sock_getreusedtimes},
-        {"close", mf_lua__sock_tcp_close},
+        {"connect sock:connect(host, port [, opts])", mf_lua__sock_connect},
+        {"sslhandshake sock:sslhandshake(reused_session, server_name, "
+         "ssl_verify)",
+         mf_lua__sock_sslhandshake},
+        {"send sock:send(data)", mf_lua__sock_tcp_send},
+        {"receive sock:receive([pattern])", mf_lua_sock_receive},
+        {"receiveuntil sock:receiveuntil(pattern [, opts])",
+         mf_lua_sock_receiveuntil},
+        {"settimeout sock:settimeout(ms)", mf_lua__sock_tcp_settimeout},
+        {"settimeouts sock:settimeouts(connect, send, read)",
+         mf_lua__sock_settimeouts},
+        {"setkeepalive sock:setkeepalive([idle_ms [, pool_size]])",
+         mf_lua__sock_setkeepalive},
+        {"getreusedtimes sock:getreusedtimes()", mf_lua__sock_getreusedtimes},
+        {"close sock:close()", mf_lua__sock_tcp_close},
         {NULL, NULL}};
     static const luaL_Reg funcs[] = {
-        {"tcp", mf_lua__sock_tcp}, {"udp", mf_lua_sock_udp_new}, {NULL, NULL}};
+        {"tcp mf.socket.tcp()", mf_lua__sock_tcp},
+        {"udp mf.socket.udp()", mf_lua_sock_udp_new},
+        {NULL, NULL}};
     mf_lua_class(L, MF_LUA_TCP, tcp_methods, mf_lua__sock_gc,
                  mf_lua_sock_tostring);
     lua_pop(L, 1);
     mf_lua_sock_udp_class(L);
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

@@ -16,6 +16,7 @@
  */
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/error.h>
 
 #include "mf_lua_socket.h"
@@ -241,17 +242,17 @@ int mf_lua_sock_receive(lua_State *L)
     if (lua_isnumber(L, 2)) { /* a numeric string counts too, as there */
         lua_Number n = lua_tonumber(L, 2);
         if (!(n >= 0 && n <= 1e15))
-            luaL_argerror(L, 2, "bad pattern argument: a byte count >= 0");
+            mf_lua_arg_error(L, 2, "bad pattern argument: a byte count >= 0");
         mode = MF_RECV_BYTES;
         want = (size_t)n;
     } else {
-        const char *pat = luaL_optstring(L, 2, "*l");
+        const char *pat = mf_lua_opt_string(L, 2, "*l");
         if (strcmp(pat, "*l") == 0 || strcmp(pat, "l") == 0)
             mode = MF_RECV_LINE;
         else if (strcmp(pat, "*a") == 0 || strcmp(pat, "a") == 0)
             mode = MF_RECV_ALL;
         else
-            return luaL_argerror(L, 2, "bad pattern argument");
+            return mf_lua_arg_error(L, 2, "bad pattern argument");
     }
     int busy = mf_lua__recv_ready(L, s);
     if (busy)
@@ -273,9 +274,9 @@ static int mf_lua__recv_iterate(lua_State *L)
     size_t plen;
     const char *pat = lua_tolstring(L, lua_upvalueindex(2), &plen);
     bool sized = !lua_isnoneornil(L, 1);
-    lua_Integer size = sized ? luaL_checkinteger(L, 1) : 0;
+    lua_Integer size = sized ? mf_lua_check_integer(L, 1) : 0;
     if (sized && size < 1)
-        luaL_argerror(L, 1, "bad size: at least 1");
+        mf_lua_arg_error(L, 1, "bad size: at least 1");
     int busy = mf_lua__recv_ready(L, s);
     if (busy)
         return busy;
@@ -294,15 +295,15 @@ int mf_lua_sock_receiveuntil(lua_State *L)
 {
     mf_lua_sock_check(L, 1, false);
     size_t plen;
-    luaL_checklstring(L, 2, &plen);
+    mf_lua_check_lstring(L, 2, &plen);
     if (plen == 0)
-        return luaL_argerror(L, 2, "pattern is empty");
+        return mf_lua_arg_error(L, 2, "pattern is empty");
     bool inclusive = false;
     if (!lua_isnoneornil(L, 3)) {
-        luaL_checktype(L, 3, LUA_TTABLE);
+        mf_lua_check_type(L, 3, LUA_TTABLE);
         lua_getfield(L, 3, "inclusive");
         if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN)
-            return luaL_argerror(L, 3, "inclusive: a boolean");
+            return mf_lua_arg_error(L, 3, "inclusive: a boolean");
         inclusive = lua_toboolean(L, -1);
         lua_pop(L, 1);
     }
@@ -317,9 +318,9 @@ int mf_lua_sock_receiveuntil(lua_State *L)
 int mf_lua_sock_receive_dgram(lua_State *L)
 {
     mf_lua_sock_t *s = mf_lua_sock_check(L, 1, true);
-    lua_Integer size = luaL_optinteger(L, 2, MF_LUA_DGRAM_DEFAULT);
+    lua_Integer size = mf_lua_opt_integer(L, 2, MF_LUA_DGRAM_DEFAULT);
     if (size < 1)
-        luaL_argerror(L, 2, "bad size: at least 1");
+        mf_lua_arg_error(L, 2, "bad size: at least 1");
     int busy = mf_lua__recv_ready(L, s);
     if (busy)
         return busy;

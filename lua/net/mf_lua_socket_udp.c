@@ -42,12 +42,13 @@ int mf_lua_sock_udp_new(lua_State *L)
 
 void mf_lua_sock_udp_class(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"setpeername", mf_lua__udp_setpeername},
-                                       {"send", mf_lua__udp_send},
-                                       {"receive", mf_lua_sock_receive_dgram},
-                                       {"settimeout", mf_lua__udp_settimeout},
-                                       {"close", mf_lua__udp_close},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"setpeername u:setpeername(host, port)", mf_lua__udp_setpeername},
+        {"send u:send(data)", mf_lua__udp_send},
+        {"receive u:receive([size])", mf_lua_sock_receive_dgram},
+        {"settimeout u:settimeout(ms)", mf_lua__udp_settimeout},
+        {"close u:close()", mf_lua__udp_close},
+        {NULL, NULL}};
     mf_lua_class(L, MF_LUA_UDP, methods, mf_lua_sock_gc, mf_lua_sock_tostring);
     lua_pop(L, 1);
 }

@@ -26,6 +26,8 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
+#include <moonflow/url.h>
 #include <moonflow/common.h>
 
 #include "host/mf_lua_int.h"
@@ -423,7 +425,7 @@ static int mf_lua__call(lua_State *L)
 static int mf_lua__pipeline(lua_State *L)
 {
     mf_lua_redis_t *r = mf_lua_redis_check(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
+    mf_lua_check_type(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
     int n = mf_lua_redis_check_cmds(L, 2, "r:pipeline");
     mf_lua_co_t *co = mf_lua_co_check(L);
@@ -446,7 +448,7 @@ static int mf_lua__pipeline(lua_State *L)
 
 mf_lua_redis_t *mf_lua_redis_check(lua_State *L, int idx)
 {
-    return luaL_checkudata(L, idx, MF_LUA_REDIS);
+    return mf_lua_check_udata(L, idx, MF_LUA_REDIS);
 }
 
 static const char *const mf_lua__opt_names[] = {"connect_timeout",
@@ -519,7 +521,7 @@ static void mf_lua__client_opt(lua_State *L, mf_redis_opts_t *opts,
  * or options (mf.redis caches the objects per URL and options). */
 static int mf_lua__client(lua_State *L)
 {
-    const char *url = luaL_checkstring(L, 1);
+    const char *url = mf_lua_check_string(L, 1);
     lua_settop(L, 2);
     mf_lua_redis_t *r = lua_newuserdata(L, sizeof(*r));
     r->client = NULL;
@@ -528,7 +530,7 @@ static int mf_lua__client(lua_State *L)
     mf_redis_opts_t opts;
     mf_redis_opts_init(&opts);
     if (!lua_isnil(L, 2)) {
-        luaL_checktype(L, 2, LUA_TTABLE);
+        mf_lua_check_type(L, 2, LUA_TTABLE);
         lua_pushnil(L);
         while (lua_next(L, 2)) { /* ca_file stays alive in opts meanwhile */
             mf_lua__client_opt(L, &opts, r);
@@ -538,9 +540,17 @@ static int mf_lua__client(lua_State *L)
     int err = 0;
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     r->client = mf_redis_client(mf_lua_host_loop(host), url, &opts, &err);
+    if (!r->client && err == MF_EINVAL) {
+        static const char *const schemes[] = {"redis", "rediss", NULL};
+        char why[320];
+        return luaL_error(L, "%s: %s", mf_lua_usage(L),
+                          mf_url_problem(url, schemes,
+                                         "the user info (a password is "
+                                         "needed) or the db number",
+                                         why, sizeof why));
+    }
     if (!r->client)
-        return luaL_error(L, "mf.redis: cannot use '%s': %s", url,
-                          mf_strerror(err));
+        return luaL_error(L, "%s: %s", mf_lua_usage(L), mf_strerror(err));
     luaL_getmetatable(L, MF_LUA_REDIS);
     lua_setmetatable(L, -2);
     return 1;
@@ -561,17 +571,18 @@ static int mf_lua__connects(lua_State *L)
 
 int mf_lua_open_redis(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"call", mf_lua__call},
-                                       {"pipeline", mf_lua__pipeline},
-                                       {"subscribe", mf_lua_redis_subscribe},
-                                       {"psubscribe", mf_lua_redis_psubscribe},
-                                       {"connects", mf_lua__connects},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"call r:call(cmd, ...)", mf_lua__call},
+        {"pipeline r:pipeline(cmds)", mf_lua__pipeline},
+        {"subscribe r:subscribe(channel, ...)", mf_lua_redis_subscribe},
+        {"psubscribe r:psubscribe(pattern, ...)", mf_lua_redis_psubscribe},
+        {"connects r:connects()", mf_lua__connects},
+        {NULL, NULL}};
     mf_lua_class(L, MF_LUA_REDIS, methods, NULL, mf_lua__client_tostring);
     lua_pop(L, 1);
     mf_lua_redis_sub_init(L);
     lua_newtable(L);
-    lua_pushcfunction(L, mf_lua__client);
+    mf_lua_push_named(L, mf_lua__client, "mf.redis(url [, opts])");
     lua_setfield(L, -2, "client");
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");

@@ -26,6 +26,7 @@
 
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 
 #include "host/mf_lua_int.h"
@@ -60,7 +61,7 @@ typedef struct mf_lua_sub {
 
 static mf_lua_sub_t *mf_lua__sub_check(lua_State *L)
 {
-    mf_lua_sub_t **ud = luaL_checkudata(L, 1, MF_LUA_REDIS_SUB);
+    mf_lua_sub_t **ud = mf_lua_check_udata(L, 1, MF_LUA_REDIS_SUB);
     return *ud;
 }
 
@@ -340,7 +341,10 @@ static int mf_lua__update(lua_State *L, bool subscribe, bool pattern)
         mf_lua_redis_argv_init(&a);
     else
         mf_lua__channels(L, &a,
-                         subscribe ? "sub:subscribe" : "sub:unsubscribe");
+                         subscribe
+                             ? pattern ? "sub:psubscribe" : "sub:subscribe"
+                         : pattern ? "sub:punsubscribe"
+                                   : "sub:unsubscribe");
     if (!s->sub || s->closed || s->overflow) {
         mf_lua_redis_argv_close(&a);
         lua_pushnil(L);
@@ -435,7 +439,7 @@ static int mf_lua__next_wait(lua_State *L, mf_lua_sub_t *s, lua_Number ms)
 static int mf_lua__sub_next(lua_State *L)
 {
     mf_lua_sub_t *s = mf_lua__sub_check(L);
-    lua_Number ms = luaL_optnumber(L, 2, -1);
+    lua_Number ms = mf_lua_opt_number(L, 2, -1);
     if (s->head != s->tail) {
         mf_lua__dequeue(s, L);
         return 1;
@@ -489,13 +493,15 @@ static int mf_lua__sub_gc(lua_State *L)
 void mf_lua_redis_sub_init(lua_State *L)
 {
     static const luaL_Reg methods[] = {
-        {"next", mf_lua__sub_next},
-        {"messages", mf_lua__sub_messages},
-        {"subscribe", mf_lua__sub_subscribe},
-        {"unsubscribe", mf_lua__sub_unsubscribe},
-        {"psubscribe", mf_lua__sub_psubscribe},
-        {"punsubscribe", mf_lua__sub_punsubscribe},
-        {"close", mf_lua__sub_close_m},
+        {"next sub:next([timeout_ms])", mf_lua__sub_next},
+        {"messages sub:messages([timeout_ms])", mf_lua__sub_messages},
+        {"subscribe sub:subscribe(channel, ...)", mf_lua__sub_subscribe},
+        {"unsubscribe sub:unsubscribe([channel, ...])",
+         mf_lua__sub_unsubscribe},
+        {"psubscribe sub:psubscribe(pattern, ...)", mf_lua__sub_psubscribe},
+        {"punsubscribe sub:punsubscribe([pattern, ...])",
+         mf_lua__sub_punsubscribe},
+        {"close sub:close()", mf_lua__sub_close_m},
         {NULL, NULL}};
     mf_lua_class(L, MF_LUA_REDIS_SUB, methods, mf_lua__sub_gc, NULL);
     lua_pop(L, 1);

@@ -16,6 +16,7 @@
  */
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/lua_uri.h>
 
 #include "serve.h"
@@ -29,7 +30,7 @@ static mf_serve_worker_t *mf__capture_worker(lua_State *L)
 static int mf__capture_route(lua_State *L)
 {
     size_t len;
-    const char *path = luaL_checklstring(L, 1, &len);
+    const char *path = mf_lua_check_lstring(L, 1, &len);
     mf_serve_worker_t *w = mf__capture_worker(L);
     uint32_t timeout = 0;
     switch (mf_serve_routes_push_handler(w->routes, L, path, len, &timeout)) {
@@ -80,11 +81,11 @@ static int mf__capture_current(lua_State *L)
 static int mf__capture_form(lua_State *L)
 {
     size_t tlen = 0, n;
-    const char *type = luaL_optlstring(L, 1, NULL, &tlen);
-    const char *body = luaL_checklstring(L, 2, &n);
-    lua_Integer max = luaL_optinteger(L, 3, 100);
+    const char *type = mf_lua_opt_lstring(L, 1, NULL, &tlen);
+    const char *body = mf_lua_check_lstring(L, 2, &n);
+    lua_Integer max = mf_lua_opt_integer(L, 3, 100);
     if (max < 0)
-        return luaL_argerror(L, 3, "a count >= 0 expected");
+        return mf_lua_arg_error(L, 3, "a count >= 0 expected");
     return mf_lua_push_form(L, type, tlen, body, n, (unsigned)max);
 }
 

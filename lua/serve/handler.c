@@ -43,6 +43,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/lua_json.h>
 #include <moonflow/lua_uri.h>
 
@@ -557,15 +558,15 @@ static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
         return luaL_error(L, "the response was already sent");
     size_t len = 0;
     const char *data =
-        lua_isnoneornil(L, body) ? "" : luaL_checklstring(L, body, &len);
+        lua_isnoneornil(L, body) ? "" : mf_lua_check_lstring(L, body, &len);
     return mf__resp_answer(L, request, data, len, MF__TEXT_TYPE);
 }
 
 static int mf__check_status(lua_State *L, int idx)
 {
-    int status = (int)luaL_checkinteger(L, idx);
+    int status = (int)mf_lua_check_integer(L, idx);
     if (status < 100 || status > 999)
-        return luaL_argerror(L, idx, "an HTTP status (100-999) expected");
+        return mf_lua_arg_error(L, idx, "an HTTP status (100-999) expected");
     return status;
 }
 
@@ -575,7 +576,7 @@ static int mf__check_status(lua_State *L, int idx)
 static int mf__resp_json(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    luaL_checkany(L, 2);
+    mf_lua_check_any(L, 2);
     int status = lua_isnoneornil(L, 3) ? 0 : mf__check_status(L, 3);
     if (request->sent || request->streaming)
         return luaL_error(L, "the response was already sent");
@@ -596,12 +597,12 @@ static int mf__resp_redirect(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     size_t len;
-    const char *url = luaL_checklstring(L, 2, &len);
-    int status = (int)luaL_optinteger(L, 3, 302);
+    const char *url = mf_lua_check_lstring(L, 2, &len);
+    int status = (int)mf_lua_opt_integer(L, 3, 302);
     if (!mf_http_field_value_valid(url, len))
-        return luaL_argerror(L, 2, "a URL without control bytes expected");
+        return mf_lua_arg_error(L, 2, "a URL without control bytes expected");
     if (status < 300 || status > 399)
-        return luaL_argerror(L, 3, "a 3xx status expected");
+        return mf_lua_arg_error(L, 3, "a 3xx status expected");
     if (mf_http_exchange_add_header(request->ex, "Location", 8, url, len) < 0) {
         mf__request_abort(request); /* no memory: a 500, reported */
         return 0;
@@ -640,9 +641,9 @@ static void mf__check_header_value(lua_State *L, int idx)
         const char *v = lua_tolstring(L, -1, &len);
         if ((t != LUA_TSTRING && t != LUA_TNUMBER) ||
             !mf_http_field_value_valid(v, len))
-            luaL_argerror(L, idx,
-                          "a header value expected (a string or a number "
-                          "without control bytes, or a list of them)");
+            mf_lua_arg_error(L, idx,
+                             "a header value expected (a string or a number "
+                             "without control bytes, or a list of them)");
         lua_pop(L, 1);
     }
 }
@@ -654,11 +655,11 @@ static int mf__resp_set_header(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     size_t nlen;
-    const char *name = luaL_checklstring(L, 2, &nlen);
+    const char *name = mf_lua_check_lstring(L, 2, &nlen);
     if (!mf_http_field_name_valid(name, nlen))
-        return luaL_argerror(L, 2,
-                             "a header name expected (a token: "
-                             "letters, digits, !#$%&'*+-.^_`|~)");
+        return mf_lua_arg_error(L, 2,
+                                "a header name expected (a token: "
+                                "letters, digits, !#$%&'*+-.^_`|~)");
     mf__check_header_value(L, 3);
     if (request->streaming)
         return luaL_error(L, "the headers were already sent");
@@ -692,7 +693,7 @@ static int mf__resp_write(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     size_t len;
-    const char *data = luaL_checklstring(L, 2, &len);
+    const char *data = mf_lua_check_lstring(L, 2, &len);
     if (request->sent)
         return luaL_error(L, "the response was already sent");
     int rc = 0;
@@ -732,7 +733,7 @@ static int mf__resp_property(lua_State *L)
     mf_serve_request_t *request =
         mf_serve_object_request(mf_serve_check_object(L, 1, 1));
     size_t len;
-    const char *key = luaL_checklstring(L, 2, &len);
+    const char *key = mf_lua_check_lstring(L, 2, &len);
     if (len == 6 && !memcmp(key, "status", 6)) {
         lua_pushinteger(L, request ? request->status : 0);
         return 1;
@@ -754,7 +755,7 @@ static int mf__resp_property(lua_State *L)
 static int mf__resp_newindex(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    const char *key = luaL_checkstring(L, 2);
+    const char *key = mf_lua_check_string(L, 2);
     if (!strcmp(key, "status")) {
         int status = mf__check_status(L, 3);
         if (request->sent || request->streaming)
@@ -773,8 +774,10 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     lua_pushvalue(L, -1);
     lua_pushvalue(L, -1);
     lua_pushcclosure(L, mf_serve_req_header, 1);
+    mf_lua_name(L, "req:header(name)");
     lua_pushvalue(L, -2);
     lua_pushcclosure(L, mf_serve_req_form, 1);
+    mf_lua_name(L, "req:form([max])");
     lua_pushcclosure(L, mf_serve_req_index, 3);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
@@ -786,15 +789,16 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     lua_getglobal(L, "require");
     lua_pushliteral(L, "moonflow.serve");
     lua_call(L, 1, 1); /* the Lua side: methods, index, headers_mt */
-    static const luaL_Reg methods[] = {{"send", mf__resp_send},
-                                       {"write", mf__resp_write},
-                                       {"redirect", mf__resp_redirect},
-                                       {"json", mf__resp_json},
-                                       {"set_header", mf__resp_set_header},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"send resp:send([body])", mf__resp_send},
+        {"write resp:write(chunk)", mf__resp_write},
+        {"redirect resp:redirect(url [, status])", mf__resp_redirect},
+        {"json resp:json(value [, status])", mf__resp_json},
+        {"set_header resp:set_header(name, value)", mf__resp_set_header},
+        {NULL, NULL}};
     lua_getfield(L, -1, "response");
     lua_pushvalue(L, mt);
-    luaL_openlib(L, NULL, methods, 1);
+    mf_lua_register_up(L, methods, 1);
     lua_getfield(L, -2, "index"); /* index(methods, property) */
     lua_insert(L, -2);
     lua_pushvalue(L, mt);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/lua_uri.h>
 
 #include "request.h"
@@ -96,7 +97,7 @@ mf_serve_object_t *mf_serve_check_object(lua_State *L, int idx, int mt_up)
     mf_serve_object_t *obj = lua_touserdata(L, idx);
     if (!obj || !lua_getmetatable(L, idx) ||
         !lua_rawequal(L, -1, lua_upvalueindex(mt_up)))
-        luaL_typerror(L, idx, "moonflow request or response");
+        mf_lua_type_error(L, idx, "moonflow request or response");
     lua_pop(L, 1);
     return obj;
 }
@@ -196,7 +197,7 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
 int mf_serve_req_header(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = mf_lua_check_string(L, 2);
     const mf_http_request_t *head = mf_http_exchange_request(request->ex);
     const mf_http_header_t *h =
         mf_http_find_header(head->headers, head->num_headers, name);
@@ -210,8 +211,8 @@ int mf_serve_req_header(lua_State *L)
 int mf_serve_req_form(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    lua_Integer max = luaL_optinteger(L, 2, 100);
-    luaL_argcheck(L, max >= 0 && max <= 1000000, 2, "a count of fields");
+    lua_Integer max = mf_lua_opt_integer(L, 2, 100);
+    mf_lua_arg_check(L, max >= 0 && max <= 1000000, 2, "a count of fields");
     const mf_http_request_t *head = mf_http_exchange_request(request->ex);
     const mf_http_header_t *type =
         mf_http_find_header(head->headers, head->num_headers, "Content-Type");
@@ -235,7 +236,7 @@ int mf_serve_req_index(lua_State *L)
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     const mf_http_request_t *head = mf_http_exchange_request(request->ex);
     size_t klen;
-    const char *key = luaL_checklstring(L, 2, &klen);
+    const char *key = mf_lua_check_lstring(L, 2, &klen);
     if (!strcmp(key, "method"))
         lua_pushlstring(L, head->method, head->method_len);
     else if (!strcmp(key, "path"))

@@ -150,6 +150,16 @@ static int mf__serve_run_init(mf_serve_worker_t *w, const char *file)
     return w->error ? -1 : 0;
 }
 
+/* A file of the config that would not open, named by its key as the
+ * config file spells it: "access_log /var/log/x.log: no such file ...". */
+static void mf__serve_file_failed(mf_serve_worker_t *w, const char *key,
+                                  const char *path)
+{
+    snprintf(w->init_error, sizeof w->init_error, "%s %s: %s", key, path,
+             mf_strerror(w->error));
+    w->error_what = w->init_error;
+}
+
 /* Opens the worker's objects; a failure leaves w->error and w->error_what
  * (mf__serve_started reports it) and no server. */
 /* The prefix of the request ids this worker makes: random, so that ids of
@@ -192,7 +202,7 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     w->routes = mf_serve_routes_create(w->host, c->root, c->routes, c->nroutes);
     mf_serve_capture_open(w);
     if ((w->error = mf_serve_log_open(w)) < 0) {
-        w->error_what = c->access_log;
+        mf__serve_file_failed(w, "access_log", c->access_log);
         return;
     }
     if ((w->error = mf_serve_metrics_open(w)) < 0) {
@@ -206,7 +216,7 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
         return;
     }
     if ((w->error = mf_serve_trace_open(w)) < 0) {
-        w->error_what = c->trace_file;
+        mf__serve_file_failed(w, "trace.file", c->trace_file);
         return;
     }
     mf_serve_observe_open(w);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/common.h>
 #include <moonflow/error.h>
 
@@ -131,7 +132,7 @@ static void mf__module_load(lua_State *L, int env, const char *path)
  * other module from the state's require. */
 static int mf__site_require(lua_State *L)
 {
-    const char *name = luaL_checkstring(L, 1);
+    const char *name = mf_lua_check_string(L, 1);
     lua_settop(L, 1);
     lua_getfield(L, lua_upvalueindex(MF__UP_LOADED), name);
     if (lua_touserdata(L, 2) == &mf__loading)

@@ -20,6 +20,7 @@
  */
 #include <lauxlib.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/codec.h>
 
 #include "host/mf_lua_int.h"
@@ -30,11 +31,11 @@
 static int mf__base64_encode_with(lua_State *L, unsigned flags)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     char small[MF_CODEC_STACK_BYTES];
     bool pushed;
     if (n > (SIZE_MAX / 4) * 3 - 2)
-        return luaL_argerror(L, 1, "too long");
+        return mf_lua_arg_error(L, 1, "too long");
     char *out = mf_lua_scratch(L, small, sizeof small,
                                mf_base64_encoded_size(n), &pushed);
     mf_lua_push_scratch(L, out, mf_base64_encode(out, s, n, flags), pushed);
@@ -44,7 +45,7 @@ static int mf__base64_encode_with(lua_State *L, unsigned flags)
 static int mf__base64_decode_with(lua_State *L, unsigned flags)
 {
     size_t n, bad = 0;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     char small[MF_CODEC_STACK_BYTES];
     bool pushed;
     char *out = mf_lua_scratch(L, small, sizeof small,
@@ -85,11 +86,11 @@ static int mf__base64_decode_url(lua_State *L)
 static int mf__hex_encode(lua_State *L)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     char small[MF_CODEC_STACK_BYTES];
     bool pushed;
     if (n > SIZE_MAX / 2)
-        return luaL_argerror(L, 1, "too long");
+        return mf_lua_arg_error(L, 1, "too long");
     char *out = mf_lua_scratch(L, small, sizeof small, 2 * n, &pushed);
     mf_hex_encode(out, s, n);
     mf_lua_push_scratch(L, out, 2 * n, pushed);
@@ -99,7 +100,7 @@ static int mf__hex_encode(lua_State *L)
 static int mf__hex_decode(lua_State *L)
 {
     size_t n, bad = 0;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     char small[MF_CODEC_STACK_BYTES];
     bool pushed;
     char *out = mf_lua_scratch(L, small, sizeof small, n / 2, &pushed);
@@ -118,19 +119,21 @@ static int mf__hex_decode(lua_State *L)
 
 int mf_lua_open_codec(lua_State *L)
 {
-    static const luaL_Reg base64[] = {{"encode", mf__base64_encode},
-                                      {"encode_url", mf__base64_encode_url},
-                                      {"decode", mf__base64_decode},
-                                      {"decode_url", mf__base64_decode_url},
-                                      {NULL, NULL}};
-    static const luaL_Reg hex[] = {
-        {"encode", mf__hex_encode}, {"decode", mf__hex_decode}, {NULL, NULL}};
+    static const luaL_Reg base64[] = {
+        {"encode mf.base64.encode(s)", mf__base64_encode},
+        {"encode_url mf.base64.encode_url(s)", mf__base64_encode_url},
+        {"decode mf.base64.decode(s)", mf__base64_decode},
+        {"decode_url mf.base64.decode_url(s)", mf__base64_decode_url},
+        {NULL, NULL}};
+    static const luaL_Reg hex[] = {{"encode mf.hex.encode(s)", mf__hex_encode},
+                                   {"decode mf.hex.decode(s)", mf__hex_decode},
+                                   {NULL, NULL}};
     lua_createtable(L, 0, 2);
     lua_newtable(L);
-    luaL_register(L, NULL, base64);
+    mf_lua_register(L, base64);
     lua_setfield(L, -2, "base64");
     lua_newtable(L);
-    luaL_register(L, NULL, hex);
+    mf_lua_register(L, hex);
     lua_setfield(L, -2, "hex");
     return 1;
 }

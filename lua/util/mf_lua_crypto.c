@@ -24,6 +24,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <moonflow/lua_arg.h>
+
 #include "host/mf_lua_int.h"
 #include "mf_lua_util.h"
 
@@ -54,7 +56,7 @@ static int mf__crypto_digest(lua_State *L)
 {
     const EVP_MD *md = lua_touserdata(L, lua_upvalueindex(1));
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     unsigned char out[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     if (!EVP_Digest(s, n, out, &len, md, NULL))
@@ -65,15 +67,15 @@ static int mf__crypto_digest(lua_State *L)
 
 static int mf__crypto_hmac(lua_State *L)
 {
-    const char *alg = luaL_checkstring(L, 1);
+    const char *alg = mf_lua_check_string(L, 1);
     size_t klen, n;
-    const char *key = luaL_checklstring(L, 2, &klen);
-    const char *s = luaL_checklstring(L, 3, &n);
+    const char *key = mf_lua_check_lstring(L, 2, &klen);
+    const char *s = mf_lua_check_lstring(L, 3, &n);
     const EVP_MD *md = mf__crypto_md(alg);
     if (!md)
-        return luaL_argerror(L, 1,
-                             "\"md5\", \"sha1\", \"sha256\" or "
-                             "\"sha512\" expected");
+        return mf_lua_arg_error(L, 1,
+                                "\"md5\", \"sha1\", \"sha256\" or "
+                                "\"sha512\" expected");
     unsigned char out[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     if (klen > INT_MAX ||
@@ -85,11 +87,11 @@ static int mf__crypto_hmac(lua_State *L)
 
 static int mf__crypto_random(lua_State *L)
 {
-    lua_Integer n = luaL_checkinteger(L, 1);
+    lua_Integer n = mf_lua_check_integer(L, 1);
     if (n < 0 || n > MF_CRYPTO_RANDOM_MAX)
-        return luaL_argerror(L, 1,
-                             "a count of bytes from 0 to 1048576 "
-                             "expected");
+        return mf_lua_arg_error(L, 1,
+                                "a count of bytes from 0 to 1048576 "
+                                "expected");
     unsigned char small[256];
     unsigned char *out =
         n <= (lua_Integer)sizeof small ? small : lua_newuserdata(L, (size_t)n);
@@ -102,15 +104,19 @@ static int mf__crypto_random(lua_State *L)
 int mf_lua_open_crypto(lua_State *L)
 {
     static const char *const digests[] = {"md5", "sha1", "sha256", "sha512"};
+    static const char *const usages[] = {
+        "mf.crypto.md5(s)", "mf.crypto.sha1(s)", "mf.crypto.sha256(s)",
+        "mf.crypto.sha512(s)"};
     lua_createtable(L, 0, 6);
     for (size_t i = 0; i < sizeof digests / sizeof *digests; i++) {
         lua_pushlightuserdata(L, (void *)mf__crypto_md(digests[i]));
         lua_pushcclosure(L, mf__crypto_digest, 1);
+        mf_lua_name(L, usages[i]);
         lua_setfield(L, -2, digests[i]);
     }
-    lua_pushcfunction(L, mf__crypto_hmac);
+    mf_lua_push_named(L, mf__crypto_hmac, "mf.crypto.hmac(alg, key, s)");
     lua_setfield(L, -2, "hmac");
-    lua_pushcfunction(L, mf__crypto_random);
+    mf_lua_push_named(L, mf__crypto_random, "mf.crypto.random(n)");
     lua_setfield(L, -2, "random");
     return 1;
 }

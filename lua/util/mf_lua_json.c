@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/lua_json.h>
 
 #include "host/mf_lua_int.h"
@@ -361,7 +362,7 @@ const char *mf_lua_json_encode(lua_State *L, int idx, size_t *len)
 /* mf.json.encode(value): the text, or raises. */
 static int mf__json_encode(lua_State *L)
 {
-    luaL_checkany(L, 1);
+    mf_lua_check_any(L, 1);
     size_t len;
     const char *text = mf_lua_json_encode(L, 1, &len);
     lua_pushlstring(L, text, len);
@@ -371,7 +372,7 @@ static int mf__json_encode(lua_State *L)
 int mf_lua_open_json(lua_State *L)
 {
     lua_createtable(L, 0, 2);
-    lua_pushcfunction(L, mf__json_encode);
+    mf_lua_push_named(L, mf__json_encode, "mf.json.encode(v)");
     lua_setfield(L, -2, "encode");
     lua_pushlightuserdata(L, NULL); /* == cjson.null == mf.null */
     lua_setfield(L, -2, "null");

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include <moonflow/lua_arg.h>
+
 #include "host/mf_lua_int.h"
 #include "mf_lua_util.h"
 
@@ -96,13 +98,13 @@ static size_t mf__log_prefix(mf_lua_host_t *host, int level, char *line,
 
 static int mf__log(lua_State *L)
 {
-    const char *name = luaL_checkstring(L, 1);
+    const char *name = mf_lua_check_string(L, 1);
     int level = mf_lua_log_level(name);
     if (!level)
-        return luaL_argerror(L, 1,
-                             "a level expected (\"debug\", \"info\", "
-                             "\"notice\", \"warn\", \"error\", "
-                             "\"crit\", \"alert\" or \"emerg\")");
+        return mf_lua_arg_error(L, 1,
+                                "a level expected (\"debug\", \"info\", "
+                                "\"notice\", \"warn\", \"error\", "
+                                "\"crit\", \"alert\" or \"emerg\")");
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     if (!host || level > host->log_level)
         return 0;
@@ -117,7 +119,7 @@ int mf_lua_open_log(lua_State *L)
 {
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     lua_createtable(L, 0, 2);
-    lua_pushcfunction(L, mf__log);
+    mf_lua_push_named(L, mf__log, "mf.log(level, ...)");
     lua_setfield(L, -2, "log");
     lua_createtable(L, 0, 2);
     lua_pushinteger(L, host ? (lua_Integer)host->worker_id : 0);

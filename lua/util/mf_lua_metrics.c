@@ -29,6 +29,7 @@
 #include <math.h>
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/error.h>
 #include <moonflow/metrics.h>
 
@@ -70,7 +71,7 @@ static size_t mf__strings(lua_State *L, int idx, const char *what,
 {
     if (lua_isnoneornil(L, idx))
         return 0;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    mf_lua_check_type(L, idx, LUA_TTABLE);
     size_t n = lua_objlen(L, idx);
     if (n > max)
         luaL_error(L, "mf.metrics: %s: at most %d expected, got %d", what,
@@ -90,7 +91,7 @@ static size_t mf__buckets(lua_State *L, int idx, double *out)
 {
     if (lua_isnoneornil(L, idx))
         return 0;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    mf_lua_check_type(L, idx, LUA_TTABLE);
     size_t n = lua_objlen(L, idx);
     if (n == 0 || n > MF_METRIC_MAX_BUCKETS)
         luaL_error(L, "mf.metrics: buckets: 1 to %d bounds expected, got %d",
@@ -134,8 +135,8 @@ static int mf__declare(lua_State *L, mf_metric_type_t type)
 {
     const char *labels[MF_METRIC_MAX_LABELS];
     double buckets[MF_METRIC_MAX_BUCKETS];
-    mf_metric_spec_t spec = {luaL_checkstring(L, 1),
-                             luaL_optstring(L, 2, ""),
+    mf_metric_spec_t spec = {mf_lua_check_string(L, 1),
+                             mf_lua_opt_string(L, 2, ""),
                              type,
                              labels,
                              0,
@@ -353,7 +354,7 @@ static int mf__record(lua_State *L, const char *method, mf_metric_type_t type,
 {
     mf_lua_metric_t *m = mf__check(L, method);
     mf__must_be(L, m, type, method);
-    double v = luaL_checknumber(L, 2);
+    double v = mf_lua_check_number(L, 2);
     mf_metric_t *s = mf__series(L, m, 3, method);
     if (!s)
         return 2;
@@ -398,23 +399,25 @@ static int mf__metric_gc(lua_State *L)
 int mf_lua_open_metrics(lua_State *L)
 {
     static const luaL_Reg methods[] = {
-        {"inc", mf__inc},         {"dec", mf__dec},     {"set", mf__set},
-        {"observe", mf__observe}, {"value", mf__value}, {NULL, NULL}};
+        {"inc m:inc([n [, label_values]])", mf__inc},
+        {"dec g:dec([n [, label_values]])", mf__dec},
+        {"set g:set(v [, label_values])", mf__set},
+        {"observe h:observe(v [, label_values])", mf__observe},
+        {"value m:value([label_values])", mf__value},
+        {NULL, NULL}};
     mf_lua_class(L, mf__metric_mt, methods, mf__metric_gc, NULL);
     lua_pop(L, 1);
-    static const luaL_Reg fns[] = {{"counter", mf__counter},
-                                   {"gauge", mf__gauge},
-                                   {"histogram", mf__histogram},
-                                   {NULL, NULL}};
+    static const luaL_Reg fns[] = {
+        {"counter mf.metrics.counter(name, help [, label_names])", mf__counter},
+        {"gauge mf.metrics.gauge(name, help [, label_names])", mf__gauge},
+        {"histogram mf.metrics.histogram(name, help [, label_names [, "
+         "buckets]])",
+         mf__histogram},
+        {NULL, NULL}};
     lua_createtable(L, 0, 4);
     lua_newtable(L); /* this state's objects by name */
-    for (const luaL_Reg *f = fns; f->name; f++) {
-        lua_pushvalue(L, -1);
-        lua_pushcclosure(L, f->func, 1);
-        lua_setfield(L, -3, f->name);
-    }
-    lua_pop(L, 1);
-    lua_pushcfunction(L, mf__text);
+    mf_lua_register_up(L, fns, 1);
+    mf_lua_push_named(L, mf__text, "mf.metrics.text()");
     lua_setfield(L, -2, "text");
     return 1;
 }

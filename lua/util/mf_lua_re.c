@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
+
 #include "host/mf_lua_int.h"
 #include "mf_lua_util.h"
 
@@ -52,7 +54,7 @@ typedef struct mf__re {
 
 static int mf__re_gc(lua_State *L)
 {
-    mf__re_t *re = luaL_checkudata(L, 1, MF_RE_MT);
+    mf__re_t *re = mf_lua_check_udata(L, 1, MF_RE_MT);
     pcre2_match_data_free(re->md);
     pcre2_match_context_free(re->mctx);
     pcre2_code_free(re->code);
@@ -73,7 +75,7 @@ static void mf__re_push_error(lua_State *L, const char *what, int code)
 
 static uint32_t mf__re_flags(lua_State *L, int idx)
 {
-    const char *o = luaL_optstring(L, idx, "");
+    const char *o = mf_lua_opt_string(L, idx, "");
     uint32_t flags = 0;
     for (; *o; o++) {
         switch (*o) {
@@ -102,11 +104,11 @@ static uint32_t mf__re_flags(lua_State *L, int idx)
         case 'o':
             break;
         default:
-            luaL_argerror(L, idx,
-                          lua_pushfstring(L,
-                                          "unknown regex option '%c' "
-                                          "(imsxuaDjo)",
-                                          *o));
+            mf_lua_arg_error(L, idx,
+                             lua_pushfstring(L,
+                                             "unknown regex option '%c' "
+                                             "(imsxuaDjo)",
+                                             *o));
         }
     }
     return flags;
@@ -150,7 +152,7 @@ static bool mf__re_compile(lua_State *L, const char *pattern, size_t len,
 static mf__re_t *mf__re_get(lua_State *L, int idx, int opts)
 {
     size_t len;
-    const char *pattern = luaL_checklstring(L, idx, &len);
+    const char *pattern = mf_lua_check_lstring(L, idx, &len);
     uint32_t flags = mf__re_flags(L, opts);
     lua_pushlightuserdata(L, (void *)&mf__re_cache_key);
     lua_rawget(L, LUA_REGISTRYINDEX);
@@ -230,16 +232,16 @@ static void mf__re_push_captures(lua_State *L, mf__re_t *re, const char *s)
 /* init (1-based, default 1) as a byte offset; may be past the end. */
 static size_t mf__re_init(lua_State *L, int idx, size_t n)
 {
-    lua_Integer init = luaL_optinteger(L, idx, 1);
+    lua_Integer init = mf_lua_opt_integer(L, idx, 1);
     if (init < 1)
-        luaL_argerror(L, idx, "a position from 1 expected");
+        mf_lua_arg_error(L, idx, "a position from 1 expected");
     return (size_t)init - 1 > n ? n + 1 : (size_t)init - 1;
 }
 
 static int mf__re_match(lua_State *L)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     size_t at = mf__re_init(L, 4, n);
     mf__re_t *re = mf__re_get(L, 2, 3);
     if (!re)
@@ -256,14 +258,14 @@ static int mf__re_match(lua_State *L)
 static int mf__re_find(lua_State *L)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     size_t at = mf__re_init(L, 4, n);
-    lua_Integer nth = luaL_optinteger(L, 5, 0);
+    lua_Integer nth = mf_lua_opt_integer(L, 5, 0);
     mf__re_t *re = mf__re_get(L, 2, 3);
     if (!re)
         return 2;
     if (nth < 0 || (uint32_t)nth > re->groups)
-        return luaL_argerror(L, 5, "no such group");
+        return mf_lua_arg_error(L, 5, "no such group");
     if (at > n)
         return 0;
     int rc = mf__re_exec(L, re, s, n, at, 0);
@@ -308,7 +310,7 @@ static int mf__re_gmatch_next(lua_State *L)
 
 static int mf__re_gmatch(lua_State *L)
 {
-    luaL_checkstring(L, 1);
+    mf_lua_check_string(L, 1);
     if (!mf__re_get(L, 2, 3))
         return 2;
     lua_pushvalue(L, 1);
@@ -394,10 +396,10 @@ static void mf__re_replace(lua_State *L, luaL_Buffer *b, mf__re_t *re,
 static int mf__re_substitute(lua_State *L, bool all)
 {
     size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
+    const char *s = mf_lua_check_lstring(L, 1, &n);
     int t = lua_type(L, 3);
-    luaL_argcheck(L, t == LUA_TSTRING || t == LUA_TFUNCTION, 3,
-                  "a template string or a function expected");
+    mf_lua_arg_check(L, t == LUA_TSTRING || t == LUA_TFUNCTION, 3,
+                     "a template string or a function expected");
     mf__re_t *re = mf__re_get(L, 2, 4);
     if (!re)
         return 2;
@@ -442,9 +444,12 @@ static int mf__re_gsub(lua_State *L)
 int mf_lua_open_re(lua_State *L)
 {
     static const luaL_Reg funcs[] = {
-        {"match", mf__re_match},   {"find", mf__re_find},
-        {"gmatch", mf__re_gmatch}, {"sub", mf__re_sub},
-        {"gsub", mf__re_gsub},     {NULL, NULL}};
+        {"match mf.re.match(s, re [, opts [, init]])", mf__re_match},
+        {"find mf.re.find(s, re [, opts [, init [, nth]]])", mf__re_find},
+        {"gmatch mf.re.gmatch(s, re [, opts])", mf__re_gmatch},
+        {"sub mf.re.sub(s, re, repl [, opts])", mf__re_sub},
+        {"gsub mf.re.gsub(s, re, repl [, opts])", mf__re_gsub},
+        {NULL, NULL}};
     if (luaL_newmetatable(L, MF_RE_MT)) {
         lua_pushcfunction(L, mf__re_gc);
         lua_setfield(L, -2, "__gc");
@@ -454,6 +459,6 @@ int mf_lua_open_re(lua_State *L)
     lua_newtable(L);
     lua_rawset(L, LUA_REGISTRYINDEX);
     lua_newtable(L);
-    luaL_register(L, NULL, funcs);
+    mf_lua_register(L, funcs);
     return 1;
 }

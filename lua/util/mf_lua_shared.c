@@ -35,6 +35,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include <moonflow/lua_arg.h>
 #include <moonflow/error.h>
 #include <moonflow/lua_shared.h>
 
@@ -543,28 +544,29 @@ static int mf__free_space(lua_State *L)
     return 1;
 }
 
-static const luaL_Reg mf__methods[] = {{"get", mf__get},
-                                       {"get_stale", mf__get_stale},
-                                       {"set", mf__set},
-                                       {"safe_set", mf__safe_set},
-                                       {"add", mf__add},
-                                       {"safe_add", mf__safe_add},
-                                       {"replace", mf__replace},
-                                       {"delete", mf__delete},
-                                       {"incr", mf__incr},
-                                       {"lpush", mf__lpush},
-                                       {"rpush", mf__rpush},
-                                       {"lpop", mf__lpop},
-                                       {"rpop", mf__rpop},
-                                       {"llen", mf__llen},
-                                       {"ttl", mf__ttl},
-                                       {"expire", mf__expire},
-                                       {"flush_all", mf__flush_all},
-                                       {"flush_expired", mf__flush_expired},
-                                       {"get_keys", mf__get_keys},
-                                       {"capacity", mf__capacity},
-                                       {"free_space", mf__free_space},
-                                       {NULL, NULL}};
+static const luaL_Reg mf__methods[] = {
+    {"get d:get(key)", mf__get},
+    {"get_stale d:get_stale(key)", mf__get_stale},
+    {"set d:set(key, value [, exptime [, flags]])", mf__set},
+    {"safe_set d:safe_set(key, value [, exptime [, flags]])", mf__safe_set},
+    {"add d:add(key, value [, exptime [, flags]])", mf__add},
+    {"safe_add d:safe_add(key, value [, exptime [, flags]])", mf__safe_add},
+    {"replace d:replace(key, value [, exptime [, flags]])", mf__replace},
+    {"delete d:delete(key)", mf__delete},
+    {"incr d:incr(key, n [, init [, init_ttl]])", mf__incr},
+    {"lpush d:lpush(key, v)", mf__lpush},
+    {"rpush d:rpush(key, v)", mf__rpush},
+    {"lpop d:lpop(key)", mf__lpop},
+    {"rpop d:rpop(key)", mf__rpop},
+    {"llen d:llen(key)", mf__llen},
+    {"ttl d:ttl(key)", mf__ttl},
+    {"expire d:expire(key, exptime)", mf__expire},
+    {"flush_all d:flush_all()", mf__flush_all},
+    {"flush_expired d:flush_expired([max])", mf__flush_expired},
+    {"get_keys d:get_keys([max])", mf__get_keys},
+    {"capacity d:capacity()", mf__capacity},
+    {"free_space d:free_space()", mf__free_space},
+    {NULL, NULL}};
 
 /* ---- the module ---------------------------------------------------------- */
 
@@ -601,8 +603,8 @@ static int mf__shared_get(lua_State *L)
 /* shared.create(name, bytes): the dict of that name, made if need be. */
 static int mf__shared_create(lua_State *L)
 {
-    const char *name = luaL_checkstring(L, 1);
-    double bytes = luaL_checknumber(L, 2);
+    const char *name = mf_lua_check_string(L, 1);
+    double bytes = mf_lua_check_number(L, 2);
     if (mf_lua_shared_check_name(name) < 0)
         return luaL_error(L,
                           "mf.shared_dict(name, bytes): name: an "
@@ -657,12 +659,9 @@ static void mf__push_metatable(lua_State *L)
     mf__push_buffer(L);
     int buf = lua_gettop(L);
     lua_createtable(L, 0, (int)MF_ARRAY_SIZE(mf__methods));
-    for (const luaL_Reg *m = mf__methods; m->name; m++) {
-        lua_pushvalue(L, buf);
-        lua_pushvalue(L, mt);
-        lua_pushcclosure(L, m->func, 2);
-        lua_setfield(L, -2, m->name);
-    }
+    lua_pushvalue(L, buf);
+    lua_pushvalue(L, mt);
+    mf_lua_register_up(L, mf__methods, 2);
     lua_pushvalue(L, -1);
     lua_setfield(L, mt, "__index");
     lua_setfield(L, mt, "methods"); /* for moonflow.shared_ffi */
@@ -685,6 +684,7 @@ int mf_lua_open_shared(lua_State *L)
     lua_pushcclosure(L, mf__shared_get, 2);
     lua_setfield(L, -4, "get");
     lua_pushcclosure(L, mf__shared_create, 2);
+    mf_lua_name(L, "mf.shared_dict(name, bytes)");
     lua_setfield(L, -2, "create");
     return 1;
 }

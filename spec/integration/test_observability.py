@@ -701,6 +701,9 @@ class TraceConfig(unittest.TestCase):
                              text=True, timeout=10)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("/nonexistent-dir/t.jsonl", out.stderr)
+        # named by its config key, the cause after it
+        self.assertIn("moonflow serve: trace.file /nonexistent-dir/t.jsonl: ",
+                      out.stderr)
 
 
 if __name__ == "__main__":

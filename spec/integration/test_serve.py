@@ -619,6 +619,8 @@ class Config(ServeTest):
                                "--workers", "1", "--access-log", log)
         self.assertEqual(out.returncode, 1)
         self.assertIn(log, out.stderr)
+        # named by its config key, the cause after it
+        self.assertIn("moonflow serve: access_log %s: " % log, out.stderr)
 
 
 class Lifecycle(ServeTest):

@@ -112,7 +112,7 @@ describe("mf.crypto", function()
 
     it("raises on misuse, naming the argument", function()
         assert.has_error(function() mf.crypto.hmac("sha3", "k", "d") end,
-            "bad argument #1 to 'hmac' (\"md5\", \"sha1\", \"sha256\" or \"sha512\" expected)")
+            "mf.crypto.hmac(alg, key, s): alg: \"md5\", \"sha1\", \"sha256\" or \"sha512\" expected")
         assert.has_error(function() mf.crypto.random(-1) end)
         assert.has_error(function() mf.crypto.random(1048577) end)
         assert.has_error(function() mf.crypto.sha256() end)

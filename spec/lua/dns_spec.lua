@@ -20,7 +20,7 @@ describe("mf.dns.resolve", function()
     end)
 
     it("raises on misuse", function()
-        assert.has_error(function() mf.dns.resolve(1) end, "mf.task.dns(host): a name expected")
+        assert.has_error(function() mf.dns.resolve(1) end, "mf.dns.resolve(host): a name expected, got number")
         assert.has_error(function() mf.dns.resolve("") end)
         assert.has_error(function() mf.dns.resolve(("a"):rep(300)) end)
     end)

@@ -70,20 +70,21 @@ describe("mf.http", function()
         local r, err = mf.http.get("http://127.0.0.1:" .. dead .. "/",
                                                               { retries = 0 })
         assert.is_nil(r)
-        assert.are.equal("connection refused", err)
+        assert.are.equal("connection refused: http://127.0.0.1:" .. dead, err)
     end)
 
     it("returns nil, 'tls error' when the server does not speak TLS", function()
         local r, err = mf.http.get("https://127.0.0.1:" .. port .. "/",
                                                               { timeout = 3000 })
         assert.is_nil(r)
-        assert.are.equal("tls error", err)
+        assert.are.equal("tls error: https://127.0.0.1:" .. port, err)
     end)
 
     it("returns nil, 'invalid argument' for a URL it cannot use", function()
         local r, err = mf.http.get("ftp://example/")
         assert.is_nil(r)
-        assert.are.equal("invalid argument", err)
+        assert.are.equal("invalid argument: malformed URL 'ftp://example/': "
+            .. "scheme 'ftp' (http:// or https:// expected)", err)
     end)
 
     it("follows redirects when asked, and reports the final url", function()
@@ -172,7 +173,8 @@ describe("mf.http over TLS", function()
     it("returns nil, 'tls error' for a certificate it cannot verify", function()
         local r, err = mf.http.get(url, { retries = 0 })
         assert.is_nil(r)
-        assert.are.equal("tls error", err)
+        assert.matches("^tls error: https://127%.0%.0%.1:" .. tls_port
+            .. ": %d+: self%-signed certificate", err)
     end)
 
     it("verifies the server against ca_file", function()
@@ -226,7 +228,7 @@ describe("mf.task.http", function()
         }:wait()
         assert.are.equal("timeout", r[1].state)
         assert.are.equal("system error", r[2].state)
-        assert.are.equal("connection refused", r[2].error)
+        assert.are.equal("connection refused: http://127.0.0.1:" .. dead, r[2].error)
         assert.are.equal("success", r[3].state)
         assert.is_nil(r[2].status)
     end)
@@ -259,7 +261,8 @@ describe("mf.http and the host's counts", function()
             local r = mf.parallel(steps):wait()
             assert.are.equal("timeout", r[2].state)
             assert.are.equal("3", r[3].body)
-            assert.are.equal("connection refused", r[21].error)
+            assert.are.equal("connection refused: http://127.0.0.1:" .. dead,
+                r[21].error)
         end
         mf.sleep(10)
         collectgarbage()

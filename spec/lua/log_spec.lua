@@ -13,8 +13,8 @@ describe("mf.log", function()
 
     it("raises on a level it does not know", function()
         assert.has_error(function() mf.log("loud", "x") end,
-            'bad argument #1 to \'log\' (a level expected ("debug", "info", "notice", '
-            .. '"warn", "error", "crit", "alert" or "emerg"))')
+            'mf.log(level, ...): level: a level expected ("debug", "info", "notice", '
+            .. '"warn", "error", "crit", "alert" or "emerg")')
         assert.has_error(function() mf.log() end)
     end)
 end)

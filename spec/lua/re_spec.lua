@@ -46,7 +46,7 @@ describe("mf.re.match", function()
 
     it("raises on misuse", function()
         assert.has_error(function() mf.re.match("x", "x", "q") end,
-            "bad argument #3 to 'match' (unknown regex option 'q' (imsxuaDjo))")
+            "mf.re.match(s, re [, opts [, init]]): opts: unknown regex option 'q' (imsxuaDjo)")
         assert.has_error(function() mf.re.match(nil, "x") end)
         assert.has_error(function() mf.re.match("x", "x", nil, 0) end)
     end)

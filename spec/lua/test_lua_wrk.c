@@ -1,5 +1,5 @@
-/* wrk's Lua API (lua/load/mf_lua_wrk.c, moonflow/lua_wrk.h) driven through its C
- * API on plain lua_States: the wrk table and wrk.format (defaults from the
+/* wrk's Lua API (lua/load/mf_lua_wrk.c, moonflow/lua_wrk.h) driven through its
+ * C API on plain lua_States: the wrk table and wrk.format (defaults from the
  * table, Host, Content-Length for a body), init(args) and the frozen
  * wrk.request(), wrk.lookup and wrk.connect against a real listening
  * socket on 127.0.0.1 and a closed port, mf_lua_wrk_resolve, thread
@@ -259,10 +259,11 @@ TEST(lookup_and_connect_reach_a_listening_socket_and_not_a_closed_port)
     EVAL_EQ(L, code, want);
     expect_error(L, "return wrk.lookup('no-such-host.invalid', '80')",
                  "unable to resolve no-such-host.invalid:80");
-    expect_error(L, "return wrk.lookup('127.0.0.1')",
-                 "bad argument #2 to '?' (string expected, got no value)");
+    expect_error(
+        L, "return wrk.lookup('127.0.0.1')",
+        "wrk.lookup(host, service): service: a string expected, got no value");
     expect_error(L, "return wrk.connect('127.0.0.1:80')",
-                 "moonflow.wrk.addr expected");
+                 "wrk.connect(addr): a moonflow.wrk.addr expected");
     lua_close(L);
     close(listener);
 }
@@ -338,8 +339,11 @@ TEST(thread_get_and_set_copy_values_between_states)
     EVAL_EQ(own, "co = coroutine.create(print) return 1", "1");
     expect_error(main, "return th:get('co')",
                  "thread:get('co'): cannot transfer 'thread' to thread");
-    expect_error(main, "th:set()", "(string expected, got no value)");
-    expect_error(main, "th.get(42, 'x')", "moonflow.wrk.thread expected");
+    expect_error(
+        main, "th:set()",
+        "thread:set(name, value): name: a string expected, got no value");
+    expect_error(main, "th.get(42, 'x')",
+                 "thread:get(name): self: a moonflow.wrk.thread expected");
     /* a failed set leaves nothing behind on the other state */
     ASSERT_EQ(lua_gettop(own), 0);
     lua_close(main);
@@ -371,7 +375,7 @@ TEST(thread_addr_and_stop_go_through_the_thread_record)
     EVAL_EQ(L, "th.addr = wrk.lookup('::1', '7')[1]; return tostring(th.addr)",
             "[::1]:7");
     ASSERT_EQ(t.addr.sa.sa_family, AF_INET6);
-    expect_error(L, "th.addr = '1.2.3.4:5'", "moonflow.wrk.addr expected");
+    expect_error(L, "th.addr = '1.2.3.4:5'", "a moonflow.wrk.addr expected");
     expect_error(L, "th.other = 1", "cannot set 'other' on thread");
     EVAL_EQ(L, "return tostring(th.other)", "nil");
     stops = 0;
@@ -417,9 +421,9 @@ TEST(stats_read_min_max_mean_stdev_and_percentiles_of_a_histogram)
     expect_error(L, "return s:percentile(101)", "percentile must be 0..100");
     expect_error(L, "return s:percentile(-1)", "percentile must be 0..100");
     expect_error(L, "return s:percentile('x')",
-                 "(number expected, got string)");
+                 "stats:percentile(p): a number expected, got string");
     expect_error(L, "return s.percentile({}, 50)",
-                 "moonflow.wrk.stats expected");
+                 "stats:percentile(p): self: a moonflow.wrk.stats expected");
     lua_close(L);
     mf_hdr_destroy(h);
 }

@@ -117,6 +117,12 @@ MF_API const char *mf_task_http_header(const mf_task_t *task, const char *name,
 /* The URL finally answered (after redirects). */
 MF_API const char *mf_task_http_url(const mf_task_t *task);
 MF_API int mf_task_http_redirects(const mf_task_t *task);
+/* What a failed task's error is about, or NULL: for MF_EINVAL the URL's
+ * fault ("malformed URL 'http://': no host", moonflow/url.h); for a connection
+ * that could not be opened (DNS, connect, TLS) its origin ("https://host:443"),
+ * and for TLS the certificate check's verdict after it ("...: 18:
+ * self-signed certificate"). Never the URL's user info. */
+MF_API const char *mf_task_http_error_detail(const mf_task_t *task);
 
 /* When each step of a task's last attempt happened (CLOCK_MONOTONIC ns; 0:
  * it did not happen, e.g. a pooled connection needs no resolving or

@@ -42,6 +42,7 @@
 #include "task.h"
 #include "tasks.h"
 #include "tls.h"
+#include "url.h"
 #include "workers.h"
 
 /* The release; CMake reads its project version from this line. */

@@ -255,6 +255,11 @@ typedef struct mf_mysql_error {
     const char *message;
 } mf_mysql_error_t;
 MF_API const mf_mysql_error_t *mf_task_mysql_error(const mf_task_t *task);
+/* Why a task that never got a connection failed, apart from a query's own
+ * failures: "mysql: no free connection in the pool of 16 (queue full)"
+ * (MF_EBUSY), "mysql: waited 5000 ms for a connection" (the wait's
+ * MF_ETIMEDOUT, not the query's); NULL otherwise. */
+MF_API const char *mf_task_mysql_pool_error(const mf_task_t *task);
 
 /* ---- sessions ----------------------------------------------------------- */
 
