@@ -20,6 +20,13 @@
  * which names the property. moonflow's defaults, where the caller gives
  * none: enable.idempotence=true (hence acks=all, retries without
  * duplicates, order kept per partition), message.timeout.ms=30000.
+ * What that promises: each message is reported once, and a partition's
+ * reported offsets grow in the order the tasks were dispatched; no
+ * duplicate is the broker's doing (it recognizes a retried request by its
+ * sequence numbers). librdkafka 2.0.2's mock cluster does not for a
+ * producer without transactions: after a connection cut with requests
+ * answered but unread, it may hold an unreported copy of them before the
+ * reported messages.
  *
  * Producer (mf_kafka_t). One librdkafka producer per distinct property list
  * per process: mf_kafka_open with the same properties (same names, values
