@@ -848,14 +848,18 @@ static int mf_lua__create_topic(lua_State *L)
     const char *name = luaL_checkstring(L, 2);
     lua_Integer parts = luaL_checkinteger(L, 3);
     lua_Integer repl = luaL_optinteger(L, 4, -1);
+    lua_Integer timeout = luaL_optinteger(L, 5, 0);
     luaL_argcheck(L, parts > 0 && parts <= INT32_MAX, 3,
                   "partitions must be a positive number");
     luaL_argcheck(L, repl == -1 || (repl > 0 && repl <= INT16_MAX), 4,
                   "replication must be a positive number (or -1)");
+    luaL_argcheck(L, timeout >= 0 && timeout <= INT32_MAX, 5,
+                  "timeout_ms must be a number of ms");
     mf_lua_co_t *co = mf_lua_co_check(L);
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
     mf_task_t *task = mf_task_kafka_create_topic_create(
-        loop, obj->k, name, (int)parts, (int)repl, mf_lua__created, co);
+        loop, obj->k, name, (int)parts, (int)repl, (int)timeout,
+        mf_lua__created, co);
     return mf_lua__park_on(L, co, task);
 }
 

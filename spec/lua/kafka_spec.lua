@@ -303,13 +303,15 @@ end)
 
 describe("k:create_topic", function()
     -- librdkafka 2.0.2's mock cluster has no CreateTopics and names no
-    -- controller: the request fails after the admin timeout
-    -- (socket.timeout.ms), with librdkafka's words.
-    it("returns nil and the error when the cluster cannot create it", function()
-        local quick = mf.kafka { brokers = brokers, ["socket.timeout.ms"] = 1000 }
-        local ok, err = quick:create_topic("spec-created", 3)
+    -- controller: the request fails after its timeout (without one,
+    -- librdkafka's socket.timeout.ms: 60 s), with librdkafka's words.
+    it("returns nil and the error when the cluster cannot create it in time", function()
+        local start = mf.now()
+        local ok, err = k:create_topic("spec-created", 3, nil, 1000)
+        local took = mf.now() - start
         assert.is_nil(ok)
         assert.are.equal("kafka _TIMED_OUT: Failed while waiting for controller: Local: Timed out", err)
+        assert.is_true(took >= 900 and took < 5000, took)
     end)
 
     -- spec/fixture/kafka_controller.py answers CreateTopics as a one-broker
@@ -334,6 +336,8 @@ describe("k:create_topic", function()
         assert.has_error(function() k:create_topic("t", 0) end)
         assert.has_error(function() k:create_topic("t", 3, 0) end)
         assert.has_error(function() k:create_topic(nil, 3) end)
+        assert.has_error(function() k:create_topic("t", 3, nil, -1) end)
+        assert.has_error(function() k:create_topic("t", 3, nil, "soon") end)
     end)
 end)
 

@@ -215,11 +215,12 @@ MF_API mf_task_t *mf_task_kafka_metadata_create(mf_loop_t *loop, mf_kafka_t *k,
 MF_API const mf_kafka_metadata_t *mf_task_kafka_metadata(const mf_task_t *t);
 
 /* Creates a topic (replication -1: the broker's default). Fails with MF_EEXIST
- * when it exists, with MF_EKAFKA and the broker's words otherwise. */
-MF_API mf_task_t *
-mf_task_kafka_create_topic_create(mf_loop_t *loop, mf_kafka_t *k,
-                                  const char *topic, int partitions,
-                                  int replication, mf_task_cb cb, void *user);
+ * when it exists, with MF_EKAFKA and the broker's words otherwise, with
+ * MF_ETIMEDOUT when no answer came within timeout_ms (0: 10000; librdkafka's
+ * admin request timeout, which also bounds the wait for a controller). */
+MF_API mf_task_t *mf_task_kafka_create_topic_create(
+    mf_loop_t *loop, mf_kafka_t *k, const char *topic, int partitions,
+    int replication, int timeout_ms, mf_task_cb cb, void *user);
 
 /* ---- consumer ------------------------------------------------------------ */
 
