@@ -120,6 +120,8 @@ describe("k:produce", function()
         raises({ topic = "t", timestamp = "now" }, "timestamp")
         raises({ topic = "t", headers = "a=1" }, "headers")
         raises({ topic = "t", headers = { { 1, "x" } } }, "headers[1]")
+        raises({ topic = "t", headers = { [2] = { "x", "1" } } }, "headers must")
+        raises({ topic = "t", headers = { a = "1", [true] = "x" } }, "headers must")
         raises({ topic = "t", headers = { a = 1 } }, "headers")
         raises("t", "a table")
         assert.has_error(function() k.produce(42, { topic = "t" }) end)
@@ -361,6 +363,28 @@ describe("k:consumer", function()
         assert.is_nil(got[2].key)
         assert.are.equal("v", got[2].value)
         assert.are.same({ { "x", "1" }, { "x", nil } }, got[2].headers)
+    end)
+
+    it("delivers every header of a table that mixes both forms", function()
+        local t = topic(1)
+        assert(k:produce { topic = t, value = "m",
+                           headers = { source = "web", { "x", "1" },
+                                       { "x", nil }, lang = "lua" } })
+        local c = k:consumer { group = "kh-" .. t, topics = { t },
+                               ["session.timeout.ms"] = 3000 }
+        local got
+        for m in c:messages(10000) do
+            got = m
+            break
+        end
+        c:close()
+        -- The pairs first, in order, then the named ones (in any order).
+        assert.are.same({ { "x", "1" }, { "x", nil } },
+                        { got.headers[1], got.headers[2] })
+        assert.are.equal(4, #got.headers)
+        local named = {}
+        for i = 3, 4 do named[got.headers[i][1]] = got.headers[i][2] end
+        assert.are.same({ source = "web", lang = "lua" }, named)
     end)
 
     it("raises naming a missing group", function()
