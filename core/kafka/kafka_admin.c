@@ -229,6 +229,7 @@ typedef struct mf__kafka_create_topic {
     mf__kafka_report_t *report;
     int partitions;
     int replication;
+    int timeout_ms;
     size_t name_size;
     char name[]; /* the topic */
 } mf__kafka_create_topic_t;
@@ -261,6 +262,11 @@ static void mf__ct_request(mf__kafka_create_topic_t *t, rd_kafka_NewTopic_t *nt,
     rd_kafka_AdminOptions_t *o =
         rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
     rd_kafka_AdminOptions_set_opaque(o, r);
+    /* Without it librdkafka waits socket.timeout.ms (60 s by default), for
+     * a controller too; refused only out of range (kept in range). */
+    char err[128];
+    rd_kafka_AdminOptions_set_request_timeout(o, t->timeout_ms, err,
+                                              sizeof err);
     rd_kafka_queue_t *bg = rd_kafka_queue_get_background(rk);
     mf__kafka_admin_out(t->k, 1);
     rd_kafka_CreateTopics(rk, &nt, 1, o, bg);
@@ -303,8 +309,8 @@ static const mf_task_ops_t mf__ct_ops = {"kafka_create_topic", mf__ct_dispatch,
 
 mf_task_t *mf_task_kafka_create_topic_create(mf_loop_t *loop, mf_kafka_t *k,
                                              const char *topic, int partitions,
-                                             int replication, mf_task_cb cb,
-                                             void *user)
+                                             int replication, int timeout_ms,
+                                             mf_task_cb cb, void *user)
 {
     size_t name_size = strlen(topic ? topic : "") + 1;
     mf__kafka_create_topic_t *t = mf_loop_alloc(loop, sizeof *t + name_size);
@@ -314,6 +320,10 @@ mf_task_t *mf_task_kafka_create_topic_create(mf_loop_t *loop, mf_kafka_t *k,
     t->report = NULL;
     t->partitions = partitions;
     t->replication = replication;
+    /* librdkafka takes up to an hour. */
+    t->timeout_ms = timeout_ms <= 0 ? 10000 : timeout_ms;
+    if (t->timeout_ms > 3600000)
+        t->timeout_ms = 3600000;
     t->name_size = name_size;
     memcpy(t->name, topic ? topic : "", name_size);
     return &t->head.base;

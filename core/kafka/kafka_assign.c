@@ -51,7 +51,7 @@ static void mf__parts_view(mf_kafka_consumer_t *c)
 }
 
 void mf__kafka_parts_add(mf_kafka_consumer_t *c,
-                          const rd_kafka_topic_partition_list_t *l)
+                         const rd_kafka_topic_partition_list_t *l)
 {
     for (int i = 0; i < l->cnt; i++) {
         const rd_kafka_topic_partition_t *p = &l->elems[i];
@@ -63,13 +63,14 @@ void mf__kafka_parts_add(mf_kafka_consumer_t *c,
         }
         size_t len = strlen(p->topic) + 1;
         char *topic = memcpy(mf_xmalloc(len), p->topic, len);
-        c->parts[c->nparts++] = (mf__kafka_part_t){topic, p->partition, -1, -1};
+        c->parts[c->nparts++] =
+            (mf__kafka_part_t){topic, p->partition, -1, -1, false, -1};
     }
     mf__parts_view(c);
 }
 
 void mf__kafka_parts_remove(mf_kafka_consumer_t *c,
-                             const rd_kafka_topic_partition_list_t *l)
+                            const rd_kafka_topic_partition_list_t *l)
 {
     for (int i = 0; i < l->cnt; i++) {
         mf__kafka_part_t *p = mf__kafka_consumer_part(c, l->elems[i].topic,

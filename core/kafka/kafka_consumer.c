@@ -521,6 +521,16 @@ static int mf__consumer_pause_resume(mf_kafka_consumer_t *c,
         rc = mf__tp_result(l, errbuf, errlen);
     }
     rd_kafka_topic_partition_list_destroy(l);
+    /* Remembered: librdkafka may lose a pause (kafka_poll.c holds back
+     * what a paused partition still yields). */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        mf__kafka_part_t *p =
+            mf__kafka_consumer_part(c, parts[i].topic, parts[i].partition);
+        if (p) {
+            p->paused = pause;
+            p->held_from = -1;
+        }
+    }
     return rc;
 }
 

@@ -29,6 +29,8 @@ typedef struct mf__kafka_part {
     int64_t committed; /* what the last commit result said; -1: none */
     int64_t to_store;  /* next offset to store (records handed out below
                           it); -1: nothing to store */
+    bool paused;       /* by mf_kafka_consumer_pause, until resumed */
+    int64_t held_from; /* the first record held back while paused; -1 */
 } mf__kafka_part_t;
 
 typedef struct mf__kafka_poll mf__kafka_poll_t;

@@ -299,39 +299,57 @@ static void mf_lua__header_pair(lua_State *L, size_t i, mf_kafka_header_t *h)
     lua_pop(L, 2);
 }
 
-/* The headers table at idx into a userdata array pushed on the stack. */
+/* Raises: the headers table holds a key of neither form. */
+static void mf_lua__headers_bad(lua_State *L)
+{
+    luaL_error(L, "kafka message: headers must map names to strings or list "
+                  "{name, value} pairs");
+}
+
+/* Counts the named entries of the headers table at idx (string keys); any
+ * key but a name or an index of its list part raises. */
+static size_t mf_lua__headers_named(lua_State *L, int idx, size_t listed)
+{
+    size_t named = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) == LUA_TSTRING) {
+            if (lua_type(L, -1) != LUA_TSTRING)
+                mf_lua__headers_bad(L);
+            named++;
+        } else if (lua_type(L, -2) != LUA_TNUMBER || lua_tonumber(L, -2) < 1 ||
+                   lua_tonumber(L, -2) > (lua_Number)listed ||
+                   lua_tonumber(L, -2) != floor(lua_tonumber(L, -2))) {
+            mf_lua__headers_bad(L);
+        }
+        lua_pop(L, 1);
+    }
+    return named;
+}
+
+/* The headers table at idx into a userdata array pushed on the stack: its
+ * list of {name, value} pairs first, in order, then its name = value
+ * entries (both forms may share one table). */
 static mf_kafka_header_t *mf_lua__headers(lua_State *L, int idx, size_t *n)
 {
-    size_t count = lua_objlen(L, idx);
-    bool pairs = count > 0;
-    if (!pairs) {
-        lua_pushnil(L);
-        while (lua_next(L, idx)) {
-            if (lua_type(L, -2) != LUA_TSTRING ||
-                lua_type(L, -1) != LUA_TSTRING)
-                luaL_error(L, "kafka message: headers must map names to "
-                              "strings or list {name, value} pairs");
-            count++;
-            lua_pop(L, 1);
-        }
-    }
+    size_t listed = lua_objlen(L, idx);
+    size_t count = listed + mf_lua__headers_named(L, idx, listed);
     mf_kafka_header_t *hs =
         lua_newuserdata(L, (count ? count : 1) * sizeof *hs);
-    if (pairs) {
-        for (size_t i = 0; i < count; i++) {
-            lua_rawgeti(L, idx, (int)i + 1);
-            mf_lua__header_pair(L, i + 1, &hs[i]);
-            lua_pop(L, 1);
-        }
-    } else {
-        size_t i = 0;
-        lua_pushnil(L);
-        while (lua_next(L, idx)) {
+    for (size_t i = 0; i < listed; i++) {
+        lua_rawgeti(L, idx, (int)i + 1);
+        mf_lua__header_pair(L, i + 1, &hs[i]);
+        lua_pop(L, 1);
+    }
+    size_t i = listed;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) == LUA_TSTRING) {
             hs[i].name = lua_tostring(L, -2);
             hs[i].value = lua_tolstring(L, -1, &hs[i].len);
             i++;
-            lua_pop(L, 1);
         }
+        lua_pop(L, 1);
     }
     *n = count;
     return hs;
@@ -851,14 +869,18 @@ static int mf_lua__create_topic(lua_State *L)
     const char *name = mf_lua_check_string(L, 2);
     lua_Integer parts = mf_lua_check_integer(L, 3);
     lua_Integer repl = mf_lua_opt_integer(L, 4, -1);
+    lua_Integer timeout = mf_lua_opt_integer(L, 5, 0);
     mf_lua_arg_check(L, parts > 0 && parts <= INT32_MAX, 3,
                      "partitions must be a positive number");
     mf_lua_arg_check(L, repl == -1 || (repl > 0 && repl <= INT16_MAX), 4,
                      "replication must be a positive number (or -1)");
+    mf_lua_arg_check(L, timeout >= 0 && timeout <= INT32_MAX, 5,
+                     "timeout_ms must be a number of ms");
     mf_lua_co_t *co = mf_lua_co_check(L);
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_co_host(co));
     mf_task_t *task = mf_task_kafka_create_topic_create(
-        loop, obj->k, name, (int)parts, (int)repl, mf_lua__created, co);
+        loop, obj->k, name, (int)parts, (int)repl, (int)timeout,
+        mf_lua__created, co);
     return mf_lua__park_on(L, co, task);
 }
 
@@ -878,7 +900,7 @@ int mf_lua_open_kafka(lua_State *L)
         {"produce k:produce(msg)", mf_lua__produce},
         {"produce_batch k:produce_batch(msgs [, opts])", mf_lua__produce_batch},
         {"metadata k:metadata([topic [, ms]])", mf_lua__metadata},
-        {"create_topic k:create_topic(name, partitions [, replication])",
+        {"create_topic k:create_topic(name, partitions [, replication [, ms]])",
          mf_lua__create_topic},
         {"consumer k:consumer(conf)", mf_lua__consumer},
         {NULL, NULL}};

@@ -53,6 +53,13 @@ typedef struct mf_lua_kc {
     int batch_ref;
     int next, count;
     bool has_prev; /* the last message handed out, stored at the next */
+    /* The wait of messages(wait_ms) counts from the first assignment: a
+     * poll that ended empty before it, or that began before it, is
+     * followed by one more for the rest of the wait. */
+    bool joined;         /* assigned once (an empty assignment too) */
+    uint64_t joined_at;  /* loop time of the first assignment */
+    uint64_t wait_began; /* loop time the current poll began */
+    int wait_ms;         /* of the loop's wait; -1: none */
     char prev_topic[256];
     int32_t prev_partition;
     int64_t prev_offset;
@@ -112,14 +119,19 @@ static void mf_lua__op_detach(void *arg)
     mf_loop_free(op->kc->loop, op, sizeof *op);
 }
 
-static int mf_lua__park_on(lua_State *L, mf_lua_kc_t *kc, mf_task_t *task)
+/* Starts task for co, which waits (parked) for its completion. */
+static void mf_lua__start_for(mf_lua_co_t *co, mf_lua_kc_t *kc, mf_task_t *task)
 {
-    mf_lua_co_t *co = mf_lua_co_check(L);
     mf_lua_kc_op_t *op = mf_loop_alloc(kc->loop, sizeof *op);
     *op = (mf_lua_kc_op_t){co, kc, task, {NULL, NULL}};
     task->user = op;
     mf_task_start(task);
     mf_lua_co_park(co, mf_lua__op_detach, op);
+}
+
+static int mf_lua__park_on(lua_State *L, mf_lua_kc_t *kc, mf_task_t *task)
+{
+    mf_lua__start_for(mf_lua_co_check(L), kc, task);
     return lua_yield(L, 0);
 }
 
@@ -299,6 +311,31 @@ static void mf_lua__batch_unstore(mf_lua_kc_t *kc, const mf_task_t *task)
     }
 }
 
+static void mf_lua__fetched(mf_task_t *task);
+
+/* What is left of the loop's wait after a poll that ended empty: all of it
+ * before the first assignment, the part after it when the poll began
+ * before it, 0 otherwise. */
+static int mf_lua__wait_left(const mf_lua_kc_t *kc)
+{
+    if (kc->wait_ms <= 0)
+        return 0;
+    if (!kc->joined)
+        return kc->wait_ms;
+    if (kc->joined_at <= kc->wait_began)
+        return 0;
+    uint64_t since = mf_loop_now(kc->loop) - kc->joined_at;
+    return since >= (uint64_t)kc->wait_ms ? 0 : kc->wait_ms - (int)since;
+}
+
+/* The next poll task of the loop, waiting up to wait_ms. */
+static mf_task_t *mf_lua__fetch(mf_lua_kc_t *kc, int wait_ms)
+{
+    kc->wait_began = mf_loop_now(kc->loop);
+    return mf_task_kafka_poll_create(kc->c, kc->batch, wait_ms, mf_lua__fetched,
+                                     NULL);
+}
+
 static void mf_lua__fetched(mf_task_t *task)
 {
     mf_lua_kc_t *kc;
@@ -315,6 +352,11 @@ static void mf_lua__fetched(mf_task_t *task)
         } else {
             mf_lua_co_resume(co, mf_lua__push_failure(L, task));
         }
+        return;
+    }
+    int left = n == 0 && kc->c && !kc->closing ? mf_lua__wait_left(kc) : 0;
+    if (left > 0) { /* the wait has not (all) passed since the assignment */
+        mf_lua__start_for(co, kc, mf_lua__fetch(kc, left));
         return;
     }
     if (n == 0) { /* wait_ms passed with nothing: the loop ends */
@@ -345,9 +387,8 @@ static int mf_lua__next_raw(lua_State *L)
         lua_pushnil(L);
         return 1;
     }
-    mf_task_t *task = mf_task_kafka_poll_create(kc->c, kc->batch, wait_ms,
-                                                mf_lua__fetched, NULL);
-    return mf_lua__park_on(L, kc, task);
+    kc->wait_ms = wait_ms;
+    return mf_lua__park_on(L, kc, mf_lua__fetch(kc, wait_ms));
 }
 
 /* The iterator raises what the raw step returns as an error (a C function
@@ -695,6 +736,10 @@ static void mf_lua__rebalanced(mf_kafka_consumer_t *c,
     mf_lua_kc_t *kc = user;
     if (what != MF_KAFKA_ASSIGNED) /* those records go to the next owner */
         kc->has_prev = false;
+    else if (!kc->joined) {
+        kc->joined = true;
+        kc->joined_at = mf_loop_now(kc->loop);
+    }
     int fn = what == MF_KAFKA_ASSIGNED ? kc->on_assign : kc->on_revoke;
     if (!kc->host || fn == LUA_NOREF)
         return;

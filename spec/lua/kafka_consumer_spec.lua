@@ -89,6 +89,25 @@ describe("mf.kafka consumer", function()
         assert.equals(0, after)
     end)
 
+    it("counts messages()' wait from the first assignment: a fresh "
+       .. "consumer gets what is there", function()
+        local t = fresh(1)
+        produce(t, 3)
+        local assigned
+        local c = k:consumer(opts { group = "g-" .. t, topics = { t },
+                                    on_assign = function()
+                                        assigned = assigned or mf.now()
+                                    end })
+        local start = mf.now()
+        local got = {}
+        for m in c:messages(300) do got[#got + 1] = m.value end
+        assert.are.same({ "v1", "v2", "v3" }, got)
+        -- The group join alone takes longer than the wait.
+        assert.is_true(assigned - start > 300, assigned - start)
+        assert.is_true(mf.now() - assigned >= 300)
+        assert.is_true(c:close())
+    end)
+
     it("ends a messages() loop waiting with no limit when another "
        .. "coroutine closes the consumer", function()
         local t = fresh(1)

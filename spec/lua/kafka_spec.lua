@@ -120,6 +120,8 @@ describe("k:produce", function()
         raises({ topic = "t", timestamp = "now" }, "timestamp")
         raises({ topic = "t", headers = "a=1" }, "headers")
         raises({ topic = "t", headers = { { 1, "x" } } }, "headers[1]")
+        raises({ topic = "t", headers = { [2] = { "x", "1" } } }, "headers must")
+        raises({ topic = "t", headers = { a = "1", [true] = "x" } }, "headers must")
         raises({ topic = "t", headers = { a = 1 } }, "headers")
         raises("t", "a table")
         assert.has_error(function() k.produce(42, { topic = "t" }) end)
@@ -303,13 +305,15 @@ end)
 
 describe("k:create_topic", function()
     -- librdkafka 2.0.2's mock cluster has no CreateTopics and names no
-    -- controller: the request fails after the admin timeout
-    -- (socket.timeout.ms), with librdkafka's words.
-    it("returns nil and the error when the cluster cannot create it", function()
-        local quick = mf.kafka { brokers = brokers, ["socket.timeout.ms"] = 1000 }
-        local ok, err = quick:create_topic("spec-created", 3)
+    -- controller: the request fails after its timeout (without one,
+    -- librdkafka's socket.timeout.ms: 60 s), with librdkafka's words.
+    it("returns nil and the error when the cluster cannot create it in time", function()
+        local start = mf.now()
+        local ok, err = k:create_topic("spec-created", 3, nil, 1000)
+        local took = mf.now() - start
         assert.is_nil(ok)
         assert.are.equal("kafka _TIMED_OUT: Failed while waiting for controller: Local: Timed out", err)
+        assert.is_true(took >= 900 and took < 5000, took)
     end)
 
     -- spec/fixture/kafka_controller.py answers CreateTopics as a one-broker
@@ -334,6 +338,8 @@ describe("k:create_topic", function()
         assert.has_error(function() k:create_topic("t", 0) end)
         assert.has_error(function() k:create_topic("t", 3, 0) end)
         assert.has_error(function() k:create_topic(nil, 3) end)
+        assert.has_error(function() k:create_topic("t", 3, nil, -1) end)
+        assert.has_error(function() k:create_topic("t", 3, nil, "soon") end)
     end)
 end)
 
@@ -357,6 +363,28 @@ describe("k:consumer", function()
         assert.is_nil(got[2].key)
         assert.are.equal("v", got[2].value)
         assert.are.same({ { "x", "1" }, { "x", nil } }, got[2].headers)
+    end)
+
+    it("delivers every header of a table that mixes both forms", function()
+        local t = topic(1)
+        assert(k:produce { topic = t, value = "m",
+                           headers = { source = "web", { "x", "1" },
+                                       { "x", nil }, lang = "lua" } })
+        local c = k:consumer { group = "kh-" .. t, topics = { t },
+                               ["session.timeout.ms"] = 3000 }
+        local got
+        for m in c:messages(10000) do
+            got = m
+            break
+        end
+        c:close()
+        -- The pairs first, in order, then the named ones (in any order).
+        assert.are.same({ { "x", "1" }, { "x", nil } },
+                        { got.headers[1], got.headers[2] })
+        assert.are.equal(4, #got.headers)
+        local named = {}
+        for i = 3, 4 do named[got.headers[i][1]] = got.headers[i][2] end
+        assert.are.same({ source = "web", lang = "lua" }, named)
     end)
 
     it("raises naming a missing group", function()

@@ -20,6 +20,13 @@
  * which names the property. moonflow's defaults, where the caller gives
  * none: enable.idempotence=true (hence acks=all, retries without
  * duplicates, order kept per partition), message.timeout.ms=30000.
+ * What that promises: each message is reported once, and a partition's
+ * reported offsets grow in the order the tasks were dispatched; no
+ * duplicate is the broker's doing (it recognizes a retried request by its
+ * sequence numbers). librdkafka 2.0.2's mock cluster does not for a
+ * producer without transactions: after a connection cut with requests
+ * answered but unread, it may hold an unreported copy of them before the
+ * reported messages.
  *
  * Producer (mf_kafka_t). One librdkafka producer per distinct property list
  * per process: mf_kafka_open with the same properties (same names, values
@@ -208,11 +215,12 @@ MF_API mf_task_t *mf_task_kafka_metadata_create(mf_loop_t *loop, mf_kafka_t *k,
 MF_API const mf_kafka_metadata_t *mf_task_kafka_metadata(const mf_task_t *t);
 
 /* Creates a topic (replication -1: the broker's default). Fails with MF_EEXIST
- * when it exists, with MF_EKAFKA and the broker's words otherwise. */
-MF_API mf_task_t *
-mf_task_kafka_create_topic_create(mf_loop_t *loop, mf_kafka_t *k,
-                                  const char *topic, int partitions,
-                                  int replication, mf_task_cb cb, void *user);
+ * when it exists, with MF_EKAFKA and the broker's words otherwise, with
+ * MF_ETIMEDOUT when no answer came within timeout_ms (0: 10000; librdkafka's
+ * admin request timeout, which also bounds the wait for a controller). */
+MF_API mf_task_t *mf_task_kafka_create_topic_create(
+    mf_loop_t *loop, mf_kafka_t *k, const char *topic, int partitions,
+    int replication, int timeout_ms, mf_task_cb cb, void *user);
 
 /* ---- consumer ------------------------------------------------------------ */
 
