@@ -373,8 +373,27 @@ static void mf__kafka_background(rd_kafka_t *rk, rd_kafka_event_t *ev,
 /* ---- open and close
  * ---------------------------------------------------------- */
 
+/* moonflow's producer defaults where the caller gives none. The last one
+ * bounds how late a message's timeout is seen: librdkafka fails a queued
+ * message past message.timeout.ms only when its broker's thread wakes, and
+ * the thread of a broker that is down sleeps its reconnect backoff, which
+ * grows up to reconnect.backoff.max.ms (10 s by librdkafka's default: a
+ * message failed up to 10 s late). At 500 ms it fails at most about half a
+ * second late, for one connection attempt every 500 ms to a broker that is
+ * down. It must stay last: it is left out when the caller sets
+ * reconnect.backoff.ms, which librdkafka wants no higher than the max. */
 static const mf_kafka_prop_t mf__kafka_producer_defaults[] = {
-    {"enable.idempotence", "true"}, {"message.timeout.ms", "30000"}};
+    {"enable.idempotence", "true"},
+    {"message.timeout.ms", "30000"},
+    {"reconnect.backoff.max.ms", "500"}};
+
+static size_t mf__kafka_producer_ndefaults(const mf_kafka_prop_t *props,
+                                           size_t n)
+{
+    size_t all = MF_ARRAY_SIZE(mf__kafka_producer_defaults);
+    return mf__kafka_props_have(props, n, "reconnect.backoff.ms") ? all - 1
+                                                                  : all;
+}
 
 static bool mf__kafka_same_props(const mf_kafka_t *k,
                                  const mf_kafka_prop_t *props, size_t n)
@@ -415,7 +434,7 @@ static rd_kafka_t *mf__kafka_new_rk(mf_kafka_t *k, const mf_kafka_prop_t *props,
     }
     rd_kafka_conf_t *conf = mf__kafka_conf_new(
         props, n, mf__kafka_producer_defaults,
-        MF_ARRAY_SIZE(mf__kafka_producer_defaults), errbuf, errlen);
+        mf__kafka_producer_ndefaults(props, n), errbuf, errlen);
     if (!conf)
         return NULL;
     rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR |

@@ -1,8 +1,8 @@
 /*
  * lua/main/main.c — the moonflow binary: `moonflow run FILE.lua`, `moonflow
  * test [DIR]`, `moonflow serve` (lua/serve/serve.c), `moonflow bench`,
- * `moonflow trace FILE` (moonflow/trace.lua), `moonflow help [COMMAND]` and
- * `moonflow --version`.
+ * `moonflow trace FILE` (moonflow/trace.lua), `moonflow kafka-mock`
+ * (lua/kafka_mock), `moonflow help [COMMAND]` and `moonflow --version`.
  *
  * Owns the process: one loop, a small compute pool for mf.go, one Lua host.
  * The script's main chunk (or busted's runner) runs in a host coroutine; the
@@ -24,6 +24,7 @@
 #include <moonflow/lua_host.h>
 #include <moonflow/lua_shared.h>
 #include "bench/bench_main.h"
+#include "kafka_mock/kafka_mock_main.h"
 #include "serve/serve_main.h"
 
 static const char usage_main[] =
@@ -34,6 +35,7 @@ static const char usage_main[] =
     "  serve [DIR] [OPTIONS]    serve the Lua handlers in DIR over HTTP\n"
     "  bench [OPTIONS] URL...   load-test URLs (wrk's flags and scripts)\n"
     "  trace FILE [ID...]       draw serve's request traces as waterfalls\n"
+    "  kafka-mock [OPTIONS]     a local mock Kafka cluster to try clients on\n"
     "  help [COMMAND]           show this help, or a command's\n"
     "\n"
     "moonflow COMMAND --help shows a command's help too;\n"
@@ -308,17 +310,20 @@ static int cmd_bench(int argc, char **argv)
     return mf_bench_main(argc, argv);
 }
 
+static int cmd_kafka_mock(int argc, char **argv)
+{
+    return mf_kafka_mock_main(argc, argv);
+}
+
 /* The commands; each takes the arguments after its name. */
 typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
 } command_t;
 
-static const command_t commands[] = {{"run", cmd_run},
-                                     {"test", cmd_test},
-                                     {"serve", cmd_serve},
-                                     {"bench", cmd_bench},
-                                     {"trace", cmd_trace}};
+static const command_t commands[] = {
+    {"run", cmd_run},     {"test", cmd_test},   {"serve", cmd_serve},
+    {"bench", cmd_bench}, {"trace", cmd_trace}, {"kafka-mock", cmd_kafka_mock}};
 
 static const command_t *find_command(const char *name)
 {

@@ -191,7 +191,7 @@ def main():
     check("help prints the same as --help",
           p.returncode == 0 and p.stdout == top.stdout
           and "help [COMMAND]" in p.stdout, p)
-    for cmd in ("run", "test", "serve"):
+    for cmd in ("run", "test", "serve", "kafka-mock"):
         own = moonflow([cmd, "--help"], d)
         p = moonflow(["help", cmd], d)
         check("help %s prints the same as %s --help" % (cmd, cmd),
