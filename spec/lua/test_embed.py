@@ -8,13 +8,16 @@ with the kind's message).
 With --installed (ctest's embed.installed), the program is first built the
 way an embedding project builds it: the build tree (MF_BUILD_DIR) is
 installed with `MF_CMAKE --install` into a temporary prefix, and
-examples/embed/main.c, copied out of the source tree, is compiled with
-`MF_CC ... $(pkg-config --cflags --libs moonflow)`, PKG_CONFIG_PATH naming
-the prefix only: once against the shared libraries, once with --static
-against the .a ones. The public headers are also compiled and linked as
-C++. Both programs then pass the same checks.
+examples/embed/main.c, copied out of the source tree as app.c, is built by
+the commands of core/README.md's embedding section (the sh block between
+its `embed commands` markers), run as written with PKG_CONFIG_PATH naming
+the prefix only: `# shared` against the shared libraries, `# static`
+against the archives. Both programs then pass the same checks, run
+without LD_LIBRARY_PATH. The public headers are also compiled and linked
+as C++.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,7 +79,7 @@ def check(cond, what, proc=None):
 
 
 def check_program(embed, workdir, env=None):
-    name = os.path.basename(embed)
+    name = os.path.join(*embed.split(os.sep)[-2:])  # shared/app, static/app
     p = run([embed], env)
     check(p.returncode == 0 and p.stdout == DEFAULT_OUTPUT,
           "%s: the default script's output" % name, p)
@@ -101,6 +104,24 @@ def pkg_config(env, *args):
     return p.stdout.split()
 
 
+def readme_commands():
+    """{"shared": command, "static": command} from core/README.md."""
+    with open(os.path.join(SOURCE, "core", "README.md")) as f:
+        text = f.read()
+    m = re.search(r"<!-- embed commands: begin[^>]*-->\s*```sh\n(.*?)```"
+                  r"\s*<!-- embed commands: end -->", text, re.S)
+    check(m is not None, "core/README.md: no embed commands block")
+    commands = {}
+    for line in m.group(1).splitlines():
+        command, _, comment = line.partition(" #")
+        if command.strip():
+            commands[comment.strip()] = command.strip()
+    check(sorted(commands) == ["shared", "static"],
+          "core/README.md: one `# shared` and one `# static` command, "
+          "not %r" % commands)
+    return commands
+
+
 def install(work):
     prefix = os.path.join(work, "prefix")
     p = run([os.environ["MF_CMAKE"], "--install", os.environ["MF_BUILD_DIR"],
@@ -109,7 +130,20 @@ def install(work):
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib",
                                                          "pkgconfig"))
     env.pop("PKG_CONFIG_LIBDIR", None)
+    env.pop("LD_LIBRARY_PATH", None)
     return prefix, env
+
+
+def build_from_readme(work, env, kind, command):
+    """Runs the README's command in a folder of its own; returns ./app."""
+    folder = os.path.join(work, kind)
+    os.mkdir(folder)
+    shutil.copy(os.path.join(SOURCE, "examples", "embed", "main.c"),
+                os.path.join(folder, "app.c"))
+    p = subprocess.run(["sh", "-c", command], cwd=folder, env=env,
+                       timeout=120, capture_output=True, text=True)
+    check(p.returncode == 0, "%s: %s" % (kind, command), p)
+    return os.path.join(folder, "app")
 
 
 def build_installed(work):
@@ -120,33 +154,23 @@ def build_installed(work):
     flags = " ".join(cflags + libs)
     for tree in (SOURCE, os.environ["MF_BUILD_DIR"]):
         check(tree not in flags, "pkg-config names %s: %s" % (tree, flags))
-    src = os.path.join(work, "main.c")
-    shutil.copy(os.path.join(SOURCE, "examples", "embed", "main.c"), src)
-    cc = [os.environ.get("MF_CC", "cc"), "-std=c11", "-Wall", "-Wextra",
-          "-Werror"]
-    shared = os.path.join(work, "embed_shared")
-    p = run(cc + [src, "-o", shared] + cflags + libs, env, timeout=120)
-    check(p.returncode == 0, "cc embed against the shared libraries", p)
-    # The same flags, the two moonflow libraries taken as archives.
-    archives = {"-lmoonflow_lua": "-l:libmoonflow_lua.a",
-                "-lmoonflow": "-l:libmoonflow.a"}
-    static_libs = [archives.get(f, f) for f in pkg_config(env, "--static",
-                                                           "--libs")]
-    static = os.path.join(work, "embed_static")
-    p = run(cc + [src, "-o", static] + cflags + static_libs, env, timeout=120)
-    check(p.returncode == 0, "cc embed against the static libraries", p)
-    run_env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(prefix, "lib"))
-    p = run(["ldd", shared], run_env)
-    check(os.path.join(prefix, "lib", "libmoonflow_lua.so") in p.stdout,
-          "embed_shared loads the installed libmoonflow_lua.so", p)
-    p = run(["ldd", static], run_env)
-    check("libmoonflow" not in p.stdout,
-          "embed_static needs no moonflow shared library", p)
-    check_cpp(work, env, run_env, cflags, libs)
-    return [(shared, run_env), (static, None)]
+    commands = readme_commands()
+    shared = build_from_readme(work, env, "shared", commands["shared"])
+    static = build_from_readme(work, env, "static", commands["static"])
+    p = run(["ldd", shared], env)
+    check(re.search(r"libmoonflow_lua\.so\.0 => %s" %
+                    re.escape(os.path.join(prefix, "lib")), p.stdout)
+          is not None and "not found" not in p.stdout,
+          "the shared program loads the installed libmoonflow_lua.so "
+          "without LD_LIBRARY_PATH", p)
+    p = run(["ldd", static], env)
+    check(p.returncode == 0 and "libmoonflow" not in p.stdout,
+          "the static program needs no moonflow shared library", p)
+    check_cpp(work, env, cflags, libs)
+    return [(shared, env), (static, env)]
 
 
-def check_cpp(work, env, run_env, cflags, libs):
+def check_cpp(work, env, cflags, libs):
     cxx = shutil.which("c++")
     if not cxx:
         print("skip c++: no C++ compiler")
@@ -158,7 +182,7 @@ def check_cpp(work, env, run_env, cflags, libs):
     p = run([cxx, "-Wall", "-Wextra", "-Werror", src, "-o", exe] + cflags +
             libs, env, timeout=120)
     check(p.returncode == 0, "c++ with the public headers", p)
-    p = run([exe], run_env)
+    p = run([exe], env)
     check(p.returncode == 0 and p.stdout == "c++ ok\n",
           "a C++ program runs the host", p)
     print("ok c++")
