@@ -156,8 +156,9 @@ def test_wget(origin):
     dead = "http://127.0.0.1:%d/" % harness.free_port()
     p = run("wget/wget.lua", [dead])
     check("wget: exit 1 and why when nothing answers, no traceback",
-          p.returncode == 1 and p.stderr == ("wget: %s: connection refused\n"
-                                             % dead).encode(), p.stderr)
+          p.returncode == 1 and p.stderr == ("wget: %s: connection refused: %s\n"
+                                             % (dead, dead.rstrip("/"))).encode(),
+          p.stderr)
 
 
 def test_parallel_wget(origin):
@@ -175,7 +176,7 @@ def test_parallel_wget(origin):
     p = run("parallel_wget/parallel_wget.lua", [base + "/", dead])
     check("parallel_wget: a failed URL says why, exit 1",
           p.returncode == 1 and p.stdout.decode().endswith(
-              "%s\tfailed\tconnection refused\n" % dead), p)
+              "%s\tfailed\tconnection refused: %s\n" % (dead, dead.rstrip("/"))), p)
 
 
 def test_graph_task(origin):
