@@ -7,7 +7,8 @@
 -- The second server takes the listening socket over from the first: no
 -- connection is refused or reset in between; the first answers what it
 -- already accepted, then exits 0. Clients see "version 1", then
--- "version 2", and no error.
+-- "version 2", and no error: while both run, both accept on the one
+-- socket, so the two versions may alternate until the first exits.
 local version = os.getenv("SITE_VERSION") or "1"
 
 return function(_, resp)
