@@ -397,14 +397,15 @@ static void mf__server_header_refused(mf_http_site_t *site,
             head_sent ? "refused" : "the answer is a 500");
 }
 
-/* The minor version when v[0..len) is "HTTP/1.0" or "HTTP/1.1" (with the
- * line's CR after it, if any), else -1. */
+/* The minor version when v[0..len) is "HTTP/1." DIGIT (with the line's CR
+ * after it, if any), read as the parser does (1.2 and later as 1.1), else
+ * -1. */
 static int mf__rejected_version(const char *v, size_t len)
 {
-    if (len < 8 || memcmp(v, "HTTP/1.", 7) != 0 ||
-        (v[7] != '0' && v[7] != '1') || (len > 8 && v[8] != '\r'))
+    if (len < 8 || memcmp(v, "HTTP/1.", 7) != 0 || v[7] < '0' || v[7] > '9' ||
+        (len > 8 && v[8] != '\r'))
         return -1;
-    return v[7] - '0';
+    return v[7] > '1' ? 1 : v[7] - '0';
 }
 
 /* The parts of a refused request's line that arrived whole: the method
