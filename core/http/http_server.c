@@ -452,8 +452,8 @@ mf__rejected_request(const mf_http_server_t *srv, const char *p, size_t len,
 }
 
 static void mf__server_rejected(mf_http_site_t *site, int status,
-                                const mf_buf_t *in, size_t off,
-                                const mf_sockaddr_t *peer)
+                                size_t body_bytes, const mf_buf_t *in,
+                                size_t off, const mf_sockaddr_t *peer)
 {
     mf_http_server_t *srv = mf__server_of(site);
     enum { MAX_HEADERS = 100 }; /* as many as any request may have */
@@ -465,7 +465,7 @@ static void mf__server_rejected(mf_http_site_t *site, int status,
     const char *p = have ? in->data + off : NULL;
     const mf_http_request_t *known =
         mf__rejected_request(srv, p, have, &req, headers, MAX_HEADERS);
-    srv->config.on_reject(srv, status, known, peer, srv->site.user);
+    srv->config.on_reject(srv, status, known, peer, body_bytes, srv->site.user);
 }
 
 static const mf_http_site_hooks_t mf__server_hooks = {

@@ -263,8 +263,9 @@ static void mf__request_fail(mf_serve_request_t *request, int status,
 }
 
 /* Ends an answer that cannot be completed (mf_http_exchange_abort): with
- * nothing sent yet it becomes the server's 500, logged as a 500; a stream
- * is cut and logged with the status it had sent (as nginx logs it). */
+ * nothing sent yet it becomes the server's 500, logged as a 500 with the
+ * body the server sends; a stream is cut and logged with the status and
+ * bytes it had sent (as nginx logs it). */
 static void mf__request_abort(mf_serve_request_t *request)
 {
     mf_http_exchange_t *ex = request->ex;
@@ -272,7 +273,7 @@ static void mf__request_abort(mf_serve_request_t *request)
     request->sent = true;
     if (!request->streaming) {
         request->status = 500;
-        request->bytes = 0;
+        request->bytes = mf_http_error_body_len(500);
     }
     mf__exchange_log(request->w, ex, request->status, request->bytes,
                      &request->start, request);

@@ -181,11 +181,13 @@ void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
  * MF_SERVE_ID_MAX + 1 bytes; returns the length. */
 size_t mf_serve_make_request_id(mf_serve_worker_t *w,
                                 const mf_http_request_t *req, char *out);
-/* The HTTP server's on_reject hook (user: the worker): the access line of
- * a request refused before any handler ran. */
+/* The HTTP server's on_reject hook (user: the worker): the access line
+ * and the metrics of a request refused before any handler ran, with the
+ * body bytes of the server's answer. */
 void mf_serve_log_reject(mf_http_server_t *srv, int status,
                          const mf_http_request_t *req,
-                         const mf_sockaddr_t *peer, void *worker);
+                         const mf_sockaddr_t *peer, size_t body_bytes,
+                         void *worker);
 void mf_serve_log_close(mf_serve_worker_t *w);
 /* One byte of a client's text as JSON writes it into out: itself, or a
  * two-byte escape (\" \\), or \u00XX for control bytes and bytes past

@@ -792,13 +792,29 @@ class ErrorsInTheLogs(unittest.TestCase):
         self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:80])
         line = self.wait_line(self.log, '"GET /malformed HTTP/1.1" 400 ')[0]
         self.assertRegex(line, r'^127\.0\.0\.1 - - \[[^]]+\] "GET /malformed '
-                               r'HTTP/1\.1" 400 0 "-" "-" \d+\.\d{3} '
-                               r'[0-9a-f]{32}$')
+                               r'HTTP/1\.1" 400 16 "-" "-" \d+\.\d{3} '
+                               r'[0-9a-f]{32}$')  # "400 Bad Request\n"
         # Not HTTP at all: nothing of a request line is known.
         before = len([l for l in self.lines(self.log) if '"-" 400 ' in l])
         out = self.raw(b"\x16\x03\x01\x02\r\n\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:80])
         self.wait_line(self.log, '"-" 400 ', count=before + 1)
+
+    def test_refused_requests_are_logged_with_the_body_bytes_sent(self):
+        # Each answer the connection makes itself: the access line counts
+        # its body, as nginx's $body_bytes_sent does.
+        for raw, status in [
+                (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n", 414),
+                (b"GET /v2 HTTP/2.0\r\nHost: h\r\n\r\n", 505),
+                (b"POST /gz HTTP/1.1\r\nHost: h\r\n"
+                 b"Transfer-Encoding: gzip, chunked\r\n\r\n", 501)]:
+            with self.subTest(status):
+                out = self.raw(raw)
+                head, _, body = out.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 %d " % status))
+                line = self.wait_line(self.log, '" %d ' % status)[-1]
+                self.assertIn('" %d %d "' % (status, len(body)), line)
+                self.assertGreater(len(body), 0)
 
     def test_an_oversize_head_is_answered_431_and_logged(self):
         out = self.raw(b"GET /big-head HTTP/1.1\r\nHost: h\r\nX-Big: " +
@@ -861,7 +877,8 @@ class ErrorsInTheLogs(unittest.TestCase):
         self.assertEqual(r.status, 500)
         self.assertNotIn(b"never sent", r.body)
         self.assertEqual(r.header("connection"), "close")
-        self.wait_line(self.log, '"GET /bad-header HTTP/1.1" 500 ')
+        self.wait_line(self.log, '"GET /bad-header HTTP/1.1" 500 %d '
+                       % len(r.body))  # the server's own 500, counted
         self.wait_line(self.errors, 'GET /bad-header: response header '
                        '"Content-Length " is not a valid field name')
 class OnePerAddress(ServeTest):
