@@ -487,8 +487,9 @@ static uint32_t mf__serve_until_stopped(mf_serve_config_t *c,
 {
     unsigned n = mf_workers_count(workers);
     mf_serve_handover_serving(handover, c->http.listen);
-    fprintf(stderr, "moonflow serve: %s on http%s://%s (%u workers)\n", c->root,
-            c->http.tls.cert_file ? "s" : "", c->http.listen, n);
+    fprintf(stderr, "moonflow serve: %s on http%s://%s (%u worker%s)\n",
+            c->root, c->http.tls.cert_file ? "s" : "", c->http.listen, n,
+            n == 1 ? "" : "s");
     mf__serve_wait(workers, jobs, sigs, handover);
     if (!mf_serve_handover_done(handover)) {
         fprintf(stderr, "moonflow serve: stopping\n");

@@ -640,6 +640,15 @@ class Lifecycle(ServeTest):
         code, _, _ = srv.stop(sig=signal.SIGTERM)
         self.assertEqual(code, 0)
 
+    def test_the_start_line_counts_its_workers_in_words(self):
+        root = self.site({"index.lua": handler("hi")})
+        for workers, words in [(1, b"(1 worker)\n"), (2, b"(2 workers)\n")]:
+            with self.subTest(workers):
+                srv = self.serve(root=root, workers=workers)
+                code, _, err = srv.stop(sig=signal.SIGTERM)
+                self.assertEqual(code, 0)
+                self.assertIn(words, err)
+
     def test_pipelined_requests_to_lua_handlers_are_answered_in_order(self):
         root = self.site({
             "n.lua": 'return function(req, resp) resp:send(req.query.i) end\n',
