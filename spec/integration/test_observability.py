@@ -641,6 +641,22 @@ class Traces(unittest.TestCase):
         # The shorter call's bar ends well before the longer one's.
         self.assertLess(body[2].count("="), body[4].count("="))
 
+    def test_moonflow_trace_names_the_ids_it_does_not_find(self):
+        self.get("/hello", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: here-1\r\n")
+        self.trace_of("here-1")
+        out = subprocess.run([MOONFLOW, "trace", self.file, "no-such-id"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertEqual(out.stdout, "")
+        self.assertIn("no trace with id no-such-id", out.stderr)
+        # The ids found are drawn; the missing one is still named.
+        out = subprocess.run([MOONFLOW, "trace", self.file, "here-1", "gone-2"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertRegex(out.stdout, r"^trace here-1  GET /hello  200 ")
+        self.assertNotIn("here-1", out.stderr)
+        self.assertIn("no trace with id gone-2", out.stderr)
+
     def test_a_failed_task_is_an_error_span_and_untraced_requests_leave_none(self):
         self.get("/dead", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: dead-1\r\n")
         spans = self.trace_of("dead-1")
