@@ -475,7 +475,8 @@ class RequestIds(unittest.TestCase):
         bad = request(self.port, b"GET /refused HTTP/1.1\r\nHost: h\r\nno colon\r\n\r\n")
         self.assertEqual(bad.status, 400)
         refused = self.lines('"uri":"/refused"')[0]
-        self.assertEqual((refused["status"], refused["body_bytes_sent"]), (400, 0))
+        self.assertEqual((refused["status"], refused["body_bytes_sent"]),
+                         (400, len(bad.body)))  # "400 Bad Request\n"
         self.assertRegex(refused["request_id"], r"^[0-9a-f]{32}$")
         s = connect(self.port)
         s.sendall(b"GET /slow HTTP/1.1\r\nHost: h\r\nX-Request-Id: gone-1\r\n\r\n")
