@@ -45,9 +45,9 @@ static const char usage_serve[] =
     "reload when they change (inotify) and on SIGHUP; SIGINT/SIGTERM stop\n"
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
-    "root, access_log, access_log_format, tls, limits, timeouts, routes, jit,\n"
-    "log_level, init, init_worker, shared, metrics, trace); options given on\n"
-    "the command line win.\n"
+    "root, access_log, access_log_format, request_id_header, tls, limits,\n"
+    "timeouts, routes, jit, log_level, init, init_worker, shared, metrics,\n"
+    "trace); options given on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -425,6 +425,7 @@ static void mf__serve_defaults(mf_serve_config_t *c)
     c->cpu_budget_ms = MF_SERVE_DEFAULT_CPU_MS;
     c->lua_memory_mib = MF_SERVE_DEFAULT_LUA_MEMORY_MIB;
     c->stop_timeout_ms = MF_SERVE_DEFAULT_STOP_MS;
+    c->request_id_header = "X-Request-Id"; /* a literal: never freed */
 }
 
 /* ---- the command ------------------------------------------------------------

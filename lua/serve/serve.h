@@ -47,13 +47,17 @@
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
 #define MF_SERVE_MAX_WORKERS 1024
-#define MF_SERVE_ID_MAX 128 /* bytes of a request id */
+#define MF_SERVE_ID_MAX 128       /* bytes of a request id */
+#define MF_SERVE_ID_HEADER_MAX 64 /* bytes of request_id_header's name */
 
 typedef struct mf_serve_config {
-    char *root;                  /* the scripts folder */
-    unsigned workers;            /* 0: one per core */
-    char *access_log;            /* NULL/"off", "-" (stdout) or a file */
-    bool access_log_json;        /* access_log_format = "json" */
+    char *root;           /* the scripts folder */
+    unsigned workers;     /* 0: one per core */
+    char *access_log;     /* NULL/"off", "-" (stdout) or a file */
+    bool access_log_json; /* access_log_format = "json" */
+    /* request_id_header: the response header that carries the request's
+     * id back (default X-Request-Id); NULL ("off"): none. */
+    char *request_id_header;
     char *init;                  /* run once, on worker 0, at start; NULL */
     char *init_worker;           /* run on every worker at start; NULL */
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
@@ -181,6 +185,11 @@ void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
  * MF_SERVE_ID_MAX + 1 bytes; returns the length. */
 size_t mf_serve_make_request_id(mf_serve_worker_t *w,
                                 const mf_http_request_t *req, char *out);
+/* The request's id back to the client, in the header the config names
+ * (request_id_header), unless it names none. The name was checked when
+ * the config was read, and an id holds only bytes a field value may. */
+void mf_serve_add_request_id(const mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                             const char *id);
 /* The HTTP server's on_reject hook (user: the worker): the access line
  * and the metrics of a request refused before any handler ran, with the
  * body bytes of the server's answer. */
