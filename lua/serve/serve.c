@@ -57,10 +57,20 @@ static const char usage_serve[] =
 /* ---- one worker ------------------------------------------------------------
  */
 
+/* The error log: one write() per line, so that lines of workers that log
+ * at once never mix (stderr has no buffer: a line in pieces would be
+ * written in pieces). */
 static void mf__serve_log_to_stderr(void *ud, const char *msg)
 {
+    char line[4200];
     (void)ud;
-    fprintf(stderr, "%s\n", msg);
+    size_t n = strlen(msg);
+    if (n > sizeof line - 1)
+        n = sizeof line - 1; /* mf.log cuts its lines well before */
+    memcpy(line, msg, n);
+    line[n++] = '\n';
+    while (write(2, line, n) < 0 && errno == EINTR)
+        ;
 }
 
 static void mf__serve_on_file_change(mf_fswatch_t *watch, const char *path,

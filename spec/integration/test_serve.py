@@ -1079,6 +1079,73 @@ class Takeover(ServeTest):
                                  b"\r\n").body, b"v")
 
 
+class WholeLines(ServeTest):
+    """Workers share stdout and stderr: a line a handler writes, with
+    io.stderr:write, io.write, print or mf.log, reaches the file whole,
+    whatever the other workers write at the same moment."""
+
+    HANDLER = ('local mf = require "moonflow"\n'
+               'return function(req, resp)\n'
+               '  local w = req.query.w\n'
+               '  for i = 1, 40 do\n'
+               '    io.stderr:write("err-", w, "-", i, " a", " b", " c", " d",\n'
+               '                    " e", " f", " g", " end", "\\n")\n'
+               '    print("out", w, i, "x", "y", "z")\n'
+               '    io.write("io-", w, "-", i, " p", " q", " r", "\\n")\n'
+               '    mf.log("warn", "log-", w, "-", i, " s", " t", " u")\n'
+               '  end\n'
+               '  resp:send("ok")\n'
+               'end\n')
+
+    def test_lines_written_by_many_workers_at_once_stay_whole(self):
+        root = self.site({"lines.lua": self.HANDLER})
+        tmp = temp_dir(self)
+        out_path, err_path = (os.path.join(tmp, n) for n in ("out", "err"))
+        port = free_port()
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                [MOONFLOW, "serve", root, "--workers", "4", "--listen",
+                 "127.0.0.1:%d" % port], stdout=out, stderr=err)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        wait_port(port, proc)
+        clients, rounds = 8, 6
+
+        def client(c):
+            for r in range(rounds):
+                w = c * rounds + r
+                self.assertEqual(self.get_port(port, "/lines?w=%d" % w), b"ok")
+        threads = [threading.Thread(target=client, args=(c,))
+                   for c in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=20), 0)
+        n = clients * rounds * 40
+        with open(err_path, errors="replace") as f:
+            err = f.read().splitlines()
+        with open(out_path, errors="replace") as f:
+            out = f.read().splitlines()
+        whole = {
+            "err": (err, r"^err-\d+-\d+ a b c d e f g end$"),
+            "log": (err, r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[warn\] "
+                         r"GET /lines \[[0-9a-f]{32}\]: log-\d+-\d+ s t u$"),
+            "out": (out, r"^out\t\d+\t\d+\tx\ty\tz$"),
+            "io": (out, r"^io-\d+-\d+ p q r$"),
+        }
+        for kind, (lines, pattern) in whole.items():
+            with self.subTest(kind):
+                mine = [l for l in lines if kind in l]
+                broken = [l for l in mine if not re.match(pattern, l)]
+                self.assertEqual(broken[:5], [])
+                self.assertEqual(len(mine), n)
+
+    def get_port(self, port, path):
+        return request(port, b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" %
+                       path.encode()).body
+
+
 class HandlerUtilities(ServeTest):
     """mf.log, mf.worker and req.ctx in handlers served by `moonflow
     serve`."""
