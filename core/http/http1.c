@@ -474,12 +474,15 @@ static bool mf__h1_idle(const void *proto)
 }
 
 /* The server is stopping: an idle connection closes now (after its
- * pending output); a busy one answers with Connection: close. */
+ * pending output); a busy one answers with Connection: close. So does one
+ * whose request has arrived but not been read yet: closing it would reset
+ * a request the client sent before the stop, unanswered. */
 static void mf__h1_stop(void *proto)
 {
     mf_http1_t *h = proto;
     h->keep_alive = false;
-    if (h->phase != MF_H1_IDLE || h->in->buf.len)
+    if (h->phase != MF_H1_IDLE || h->in->buf.len ||
+        mf__transport_input_waiting(h->t))
         return; /* busy: its answer says Connection: close */
     if (mf__transport_writing(h->t)) {
         h->closing = true; /* after its last answer is out */
