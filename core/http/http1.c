@@ -141,13 +141,16 @@ static uint32_t mf__h1_phase_timeout(const mf_http1_t *h)
 static void mf__h1_fail(mf_http1_t *h, int status)
 {
     mf_http_head_t hd;
-    h->site->hooks->rejected(h->site, status, &h->in->buf, h->in->off,
-                             h->peer); /* for the access log */
-    mf__http_head_error(&hd, h->site, status);
+    size_t body_len = mf__http_head_error(&hd, h->site, status);
     h->closing = true;
     mf__transport_end(h->t, true);
     h->phase = MF_H1_LINGERING;
-    if (mf__transport_queue_copy(h->t, hd.fixed, hd.len) < 0)
+    bool queued = mf__transport_queue_copy(h->t, hd.fixed, hd.len) == 0;
+    /* For the access log: what the client gets, before a close can free
+     * what it had sent. */
+    h->site->hooks->rejected(h->site, status, queued ? body_len : 0,
+                             &h->in->buf, h->in->off, h->peer);
+    if (!queued)
         mf__transport_close(h->t);
 }
 
@@ -442,7 +445,7 @@ static void mf__h1_on_timeout(void *proto)
      * request that never completed gets no answer (nginx does the same),
      * but is reported as a 408, as nginx logs it. */
     if (h->phase == MF_H1_HEAD || h->phase == MF_H1_BODY)
-        h->site->hooks->rejected(h->site, 408, &h->in->buf, h->in->off,
+        h->site->hooks->rejected(h->site, 408, 0, &h->in->buf, h->in->off,
                                  h->peer);
     mf__transport_close(h->t);
 }
@@ -471,12 +474,15 @@ static bool mf__h1_idle(const void *proto)
 }
 
 /* The server is stopping: an idle connection closes now (after its
- * pending output); a busy one answers with Connection: close. */
+ * pending output); a busy one answers with Connection: close. So does one
+ * whose request has arrived but not been read yet: closing it would reset
+ * a request the client sent before the stop, unanswered. */
 static void mf__h1_stop(void *proto)
 {
     mf_http1_t *h = proto;
     h->keep_alive = false;
-    if (h->phase != MF_H1_IDLE || h->in->buf.len)
+    if (h->phase != MF_H1_IDLE || h->in->buf.len ||
+        mf__transport_input_waiting(h->t))
         return; /* busy: its answer says Connection: close */
     if (mf__transport_writing(h->t)) {
         h->closing = true; /* after its last answer is out */

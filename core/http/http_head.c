@@ -51,14 +51,28 @@ void mf__http_head_common(mf_http_head_t *h, mf_http_site_t *site, int status)
     mf__http_head_put(h, date, date_len);
 }
 
-void mf__http_head_error(mf_http_head_t *h, mf_http_site_t *site, int status)
+/* The body of an error answer, "400 Bad Request\n": its length. Fits:
+ * reason phrases are at most 31 bytes. */
+static size_t mf__http_error_body(char out[64], int status)
+{
+    int n = snprintf(out, 64, "%d %s\n", status, mf_http_reason(status));
+    return n < 0 ? 0 : (size_t)n;
+}
+
+size_t mf_http_error_body_len(int status)
 {
     char body[64];
-    int blen =
-        snprintf(body, sizeof body, "%d %s\n", status, mf_http_reason(status));
+    return mf__http_error_body(body, status);
+}
+
+size_t mf__http_head_error(mf_http_head_t *h, mf_http_site_t *site, int status)
+{
+    char body[64];
+    size_t blen = mf__http_error_body(body, status);
     mf__http_head_common(h, site, status);
     mf__http_head_put(h, "Content-Type: text/plain\r\nContent-Length: ", 42);
     h->len += mf__http_fmt_u64(h->fixed + h->len, (uint64_t)blen);
     mf__http_head_put(h, "\r\nConnection: close\r\n\r\n", 23);
-    mf__http_head_put(h, body, (size_t)blen);
+    mf__http_head_put(h, body, blen);
+    return blen;
 }

@@ -64,7 +64,7 @@ static inline size_t mf__http_fmt_hex(char *out, uint64_t v)
 void mf__http_head_common(mf_http_head_t *h, mf_http_site_t *site, int status);
 
 /* Fills h with a whole error answer: head and a one-line text body, with
- * Connection: close. */
-void mf__http_head_error(mf_http_head_t *h, mf_http_site_t *site, int status);
+ * Connection: close. Returns the body's length (mf_http_error_body_len). */
+size_t mf__http_head_error(mf_http_head_t *h, mf_http_site_t *site, int status);
 
 #endif /* MF_HTTP_HEAD_H */

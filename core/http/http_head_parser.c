@@ -277,13 +277,17 @@ int mf__http_parse_fields(const char *p, const char *end, mf_http_header_t *h,
     return 0;
 }
 
+/* RFC 9110 §2.5: a recipient handles a higher minor version of a major
+ * version it implements as the highest minor it conforms to, so HTTP/1.2
+ * and later 1.x read as 1.1 (and are answered as 1.1); only another major
+ * version is 505. */
 int mf__http_parse_version(const char *p, int *minor)
 {
     if (memcmp(p, "HTTP/", 5) != 0 || !mf__is_digit(p[5]) || p[6] != '.' ||
         !mf__is_digit(p[7]))
         return 400;
-    if (p[5] != '1' || p[7] > '1')
+    if (p[5] != '1')
         return 505;
-    *minor = p[7] - '0';
+    *minor = p[7] > '1' ? 1 : p[7] - '0';
     return 0;
 }

@@ -112,8 +112,9 @@ int mf__http_parse_fields(const char *p, const char *end, mf_http_header_t *h,
                           size_t cap, size_t *count, mf__fields_t *f, int over);
 
 /* HTTP-version = "HTTP/" DIGIT "." DIGIT (RFC 9112 §2.3), at p with at least
- * 8 bytes before end. 0 for 1.0 and 1.1 (minor set); 505 for any other
- * well-formed version; 400 when this is not a version at all. */
+ * 8 bytes before end. 0 for any 1.x (minor set: 0 for 1.0, 1 for 1.1 and
+ * higher); 505 for any other major version; 400 when this is not a version
+ * at all. */
 int mf__http_parse_version(const char *p, int *minor);
 
 /* ---- request heads (http_request_parser.c, http_request_prefix.c) ------ */

@@ -397,14 +397,15 @@ static void mf__server_header_refused(mf_http_site_t *site,
             head_sent ? "refused" : "the answer is a 500");
 }
 
-/* The minor version when v[0..len) is "HTTP/1.0" or "HTTP/1.1" (with the
- * line's CR after it, if any), else -1. */
+/* The minor version when v[0..len) is "HTTP/1." DIGIT (with the line's CR
+ * after it, if any), read as the parser does (1.2 and later as 1.1), else
+ * -1. */
 static int mf__rejected_version(const char *v, size_t len)
 {
-    if (len < 8 || memcmp(v, "HTTP/1.", 7) != 0 ||
-        (v[7] != '0' && v[7] != '1') || (len > 8 && v[8] != '\r'))
+    if (len < 8 || memcmp(v, "HTTP/1.", 7) != 0 || v[7] < '0' || v[7] > '9' ||
+        (len > 8 && v[8] != '\r'))
         return -1;
-    return v[7] - '0';
+    return v[7] > '1' ? 1 : v[7] - '0';
 }
 
 /* The parts of a refused request's line that arrived whole: the method
@@ -451,8 +452,8 @@ mf__rejected_request(const mf_http_server_t *srv, const char *p, size_t len,
 }
 
 static void mf__server_rejected(mf_http_site_t *site, int status,
-                                const mf_buf_t *in, size_t off,
-                                const mf_sockaddr_t *peer)
+                                size_t body_bytes, const mf_buf_t *in,
+                                size_t off, const mf_sockaddr_t *peer)
 {
     mf_http_server_t *srv = mf__server_of(site);
     enum { MAX_HEADERS = 100 }; /* as many as any request may have */
@@ -464,7 +465,7 @@ static void mf__server_rejected(mf_http_site_t *site, int status,
     const char *p = have ? in->data + off : NULL;
     const mf_http_request_t *known =
         mf__rejected_request(srv, p, have, &req, headers, MAX_HEADERS);
-    srv->config.on_reject(srv, status, known, peer, srv->site.user);
+    srv->config.on_reject(srv, status, known, peer, body_bytes, srv->site.user);
 }
 
 static const mf_http_site_hooks_t mf__server_hooks = {

@@ -46,11 +46,12 @@ typedef struct mf_http_site_hooks {
     void (*header_refused)(mf_http_site_t *site, const mf_http_request_t *req,
                            const char *name, size_t name_len, const char *fault,
                            bool report, bool head_sent);
-    /* A protocol refused a request with status (or closed it stalled:
-     * 408); in->data[off..len) is what it had received of it. Tells the
-     * config's on_reject hook, if any, what is known of the request. */
-    void (*rejected)(mf_http_site_t *site, int status, const mf_buf_t *in,
-                     size_t off, const mf_sockaddr_t *peer);
+    /* A protocol refused a request with status and an answer of
+     * body_bytes (or closed it stalled: 408, 0 bytes); in->data[off..len)
+     * is what it had received of it. Tells the config's on_reject hook, if
+     * any, what is known of the request. */
+    void (*rejected)(mf_http_site_t *site, int status, size_t body_bytes,
+                     const mf_buf_t *in, size_t off, const mf_sockaddr_t *peer);
 } mf_http_site_hooks_t;
 
 struct mf_http_site {

@@ -120,6 +120,12 @@ mf_transport_t *mf__transport_from_link(mf_list_t *link)
     return mf_container_of(link, mf_transport_t, link);
 }
 
+bool mf__transport_input_waiting(const mf_transport_t *t)
+{
+    char c;
+    return !t->closed && recv(t->io.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 bool mf__transport_idle(const mf_transport_t *t)
 {
     return !t->closed && !t->in.buf.len && !t->nsegs && t->ops->idle(t->proto);

@@ -114,6 +114,9 @@ mf_list_t *mf__transport_link(mf_transport_t *t);
 mf_transport_t *mf__transport_from_link(mf_list_t *link);
 /* Nothing in, nothing out, and the protocol idle. */
 bool mf__transport_idle(const mf_transport_t *t);
+/* Whether bytes have arrived on the socket that were not read yet (a
+ * request sent as the server began to stop: not an idle connection). */
+bool mf__transport_input_waiting(const mf_transport_t *t);
 /* Asks the protocol to stop gracefully (ops->stop). */
 void mf__transport_stop(mf_transport_t *t);
 

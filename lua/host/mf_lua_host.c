@@ -18,10 +18,19 @@
 
 const char mf_lua_host_key;
 
+/* One write() per line: the workers share stderr. */
 static void mf_lua__log_stderr(void *ud, const char *msg)
 {
+    char line[4200];
     (void)ud;
-    fprintf(stderr, "moonflow: %s\n", msg);
+    int n = snprintf(line, sizeof line, "moonflow: %s\n", msg);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof line) { /* cut: the line still ends */
+        n = (int)sizeof line - 1;
+        line[n - 1] = '\n';
+    }
+    mf_lua_write_all(2, line, (size_t)n);
 }
 
 /* package.path = prefix .. ";" .. package.path (same for cpath). */
@@ -179,6 +188,7 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
     lua_pushlightuserdata(L, host);
     lua_rawset(L, LUA_REGISTRYINDEX);
     luaL_openlibs(L);
+    mf_lua_stdio_whole(L);
     mf_lua__host_watch(host, opts);
     mf_lua__prepend_path(L, "path",
                          opts && opts->package_path ? opts->package_path

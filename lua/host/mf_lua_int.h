@@ -187,6 +187,13 @@ extern const char mf_lua_host_key;
 /* Calls the function below nargs values on the host's state as a slice
  * (mf_lua_host_pcall) with no result; a raise is logged as "WHAT: error". */
 void mf_lua_call_logged(mf_lua_host_t *host, int nargs, const char *what);
+/* mf_lua_stdio.c: print, io.write and file:write of the state write their
+ * arguments as one piece (whole lines when many threads share stdout and
+ * stderr). */
+void mf_lua_stdio_whole(lua_State *L);
+/* Writes text[0..len) to fd, in one write() unless the kernel takes less
+ * (a log line from one thread never meets another's). */
+void mf_lua_write_all(int fd, const char *text, size_t len);
 /* Pushes a table {n = n, L[first] .. L[first + n - 1]} (values kept in
  * place); for results and arguments that must wait in the registry. */
 void mf_lua_pack(lua_State *L, int first, int n);

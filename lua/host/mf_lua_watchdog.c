@@ -369,4 +369,14 @@ void mf_lua_watch_unregister(mf_lua_watch_t *w)
 void mf_lua_host_interrupt_all(bool on)
 {
     atomic_store(&mf_lua__wd.interrupt_all, on);
+    if (!on)
+        return;
+    /* A pass now, not at the next tick: a stop's grace is short, and on a
+     * busy machine every tick of it counts. */
+    pthread_mutex_lock(&mf_lua__wd.life);
+    pthread_mutex_lock(&mf_lua__wd.lock);
+    if (mf_lua__wd.running)
+        pthread_cond_signal(&mf_lua__wd.wake);
+    pthread_mutex_unlock(&mf_lua__wd.lock);
+    pthread_mutex_unlock(&mf_lua__wd.life);
 }

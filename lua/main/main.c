@@ -278,7 +278,8 @@ static const char usage_trace[] =
     "trace.file: one OTLP JSON object a line) as text waterfalls: each task\n"
     "under its parent, with its start, its duration, its state and a bar.\n"
     "REQUEST_IDs (or trace ids) pick traces; none: every one. Exit status 1\n"
-    "when FILE cannot be read or a line is no trace.\n";
+    "when FILE cannot be read, a line is no trace or an ID has no trace in\n"
+    "FILE (named on stderr).\n";
 
 /* moonflow trace: moonflow/trace.lua's main in the host. */
 static int cmd_trace(int argc, char **argv)

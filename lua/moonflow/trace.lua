@@ -11,7 +11,8 @@
 --       0.2 ms  101.7 ms    parallel  success           |======================|
 --       0.2 ms   60.3 ms      http  success             |=============         |
 --
--- IDs pick the traces of those request ids (or trace ids); none: all.
+-- IDs pick the traces of those request ids (or trace ids); none: all. An
+-- id that no trace in FILE has is named on stderr, and the exit status is 1.
 local json = require "cjson.safe"
 
 local M = {}
@@ -127,13 +128,35 @@ function M.render(spans)
     return table.concat(out, "\n")
 end
 
-local function wanted(ids, spans)
+-- Whether the trace is one asked for (every one when no id was given);
+-- the id it matched is marked found.
+local function wanted(ids, found, spans)
     if not next(ids) then return true end
     local root = spans[1]
-    return ids[attr(root, "moonflow.request_id") or ""] or ids[root.traceId or ""]
+    for _, id in ipairs { attr(root, "moonflow.request_id") or "", root.traceId or "" } do
+        if ids[id] then
+            found[id] = true
+            return true
+        end
+    end
+    return false
 end
 
--- moonflow trace FILE [ID...]: 0, 1 (a line that is no trace), 2 (usage).
+-- Says on stderr which of the ids asked for no trace in file holds; true
+-- when there was one.
+local function report_missing(file, args, found)
+    local missing = false
+    for i = 2, #args do
+        if not found[args[i]] then
+            io.stderr:write(("moonflow trace: %s: no trace with id %s\n"):format(file, args[i]))
+            missing, found[args[i]] = true, true -- once per id
+        end
+    end
+    return missing
+end
+
+-- moonflow trace FILE [ID...]: 0, 1 (a line that is no trace, or an id
+-- that no trace has), 2 (usage).
 function M.main(args)
     local file = args[1]
     if not file or file == "--help" or file == "-h" then
@@ -147,6 +170,7 @@ function M.main(args)
     end
     local ids = {}
     for i = 2, #args do ids[args[i]] = true end
+    local found = {}
     local status, n, first = 0, 0, true
     for line in f:lines() do
         n = n + 1
@@ -155,7 +179,7 @@ function M.main(args)
             if not spans then
                 io.stderr:write(("moonflow trace: %s:%d: %s\n"):format(file, n, why))
                 status = 1
-            elseif wanted(ids, spans) then
+            elseif wanted(ids, found, spans) then
                 local text, why2 = M.render(spans)
                 if not text then
                     io.stderr:write(("moonflow trace: %s:%d: %s\n"):format(file, n, why2))
@@ -168,6 +192,7 @@ function M.main(args)
         end
     end
     f:close()
+    if report_missing(file, args, found) then status = 1 end
     return status
 end
 

@@ -6,6 +6,7 @@
  *     listen = "127.0.0.1:8080", workers = 2, root = "site",
  *     access_log = "logs/access.log",            -- or "-" (stdout), "off"
  *     access_log_format = "combined",            -- or "json" (JSON lines)
+ *     request_id_header = "X-Request-Id",        -- the id echoed; "off"
  *     tls = { cert = "c.pem", key = "k.pem",
  *             sni = { ["api.test"] = { cert = "a.pem", key = "a.key" } } },
  *     limits = { max_body = 1048576, max_head = 8192, max_line = 8192,
@@ -46,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "serve.h"
 
@@ -220,6 +222,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"root", LUA_TSTRING, 0, 0, NULL},
     {"access_log", LUA_TSTRING, 0, 0, NULL},
     {"access_log_format", LUA_TSTRING, 0, 0, NULL},
+    {"request_id_header", LUA_TSTRING, 0, 0, NULL},
     {"workers", LUA_TNUMBER, 0, MF_SERVE_MAX_WORKERS, " (0: one per core)"},
     {"limits", LUA_TTABLE, 0, 0, NULL},
     {"timeouts", LUA_TTABLE, 0, 0, NULL},
@@ -623,6 +626,30 @@ static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
     return rc;
 }
 
+/* request_id_header: a field name the handlers may set (not one the server
+ * manages: the answer would become a 500), or "off". */
+static int mf__config_id_header(mf_serve_config_t *c, const char *s, char *err,
+                                size_t errlen)
+{
+    static const char *const managed[] = {"content-length", "transfer-encoding",
+                                          "connection", "keep-alive", "date"};
+    size_t len = strlen(s);
+    bool ok = len <= MF_SERVE_ID_HEADER_MAX && mf_http_field_name_valid(s, len);
+    for (size_t i = 0; ok && i < MF_ARRAY_SIZE(managed); i++)
+        ok = strcasecmp(s, managed[i]) != 0;
+    if (!ok) {
+        snprintf(err, errlen,
+                 "request_id_header: a header name (a token of at most %d "
+                 "bytes, not one the server sets) or \"off\" expected, got "
+                 "\"%.80s\"",
+                 MF_SERVE_ID_HEADER_MAX, s);
+        return -1;
+    }
+    c->request_id_header =
+        strcmp(s, "off") ? mf_serve_config_strdup(c, s) : NULL;
+    return 0;
+}
+
 /* The top-level keys, then the sections; the table at t. */
 static int mf__config_read_table(lua_State *L, int t, mf_serve_config_t *c,
                                  const char *dir, char *err, size_t errlen)
@@ -653,6 +680,9 @@ static int mf__config_read_table(lua_State *L, int t, mf_serve_config_t *c,
         }
         c->access_log_json = !strcmp(s, "json");
     }
+    if ((s = mf__field_string(L, t, "request_id_header")) &&
+        mf__config_id_header(c, s, err, errlen) < 0)
+        return -1;
     if ((s = mf__field_string(L, t, "init")))
         c->init = mf__config_path(c, dir, s);
     if ((s = mf__field_string(L, t, "init_worker")))

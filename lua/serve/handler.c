@@ -80,17 +80,18 @@ static double mf__seconds_since(const mf_serve_worker_t *w,
 }
 
 /* What an ended exchange leaves: its trace's status, its access line and
- * its metrics (request: NULL for an answer without a handler's request). */
+ * its metrics (request: NULL for an answer without a handler's request,
+ * whose id is `id`, or made for the line when NULL). */
 static void mf__exchange_account(mf_serve_worker_t *w, mf_http_exchange_t *ex,
-                                 mf_serve_request_t *request, int status,
-                                 size_t bytes, double seconds)
+                                 mf_serve_request_t *request, const char *id,
+                                 int status, size_t bytes, double seconds)
 {
     if (request && request->trace)
         mf_serve_trace_answered(request->trace, status);
     if (w->log_fd >= 0)
         mf_serve_log_request(w, mf_http_exchange_request(ex),
                              mf_http_exchange_peer(ex), status, bytes, seconds,
-                             request ? mf_serve_request_id(request) : NULL);
+                             request ? mf_serve_request_id(request) : id);
     if (w->mstate)
         mf_serve_metrics_exchange(w, ex, request != NULL, status, bytes,
                                   seconds);
@@ -98,14 +99,14 @@ static void mf__exchange_account(mf_serve_worker_t *w, mf_http_exchange_t *ex,
 
 /* The access log line and the metrics of an exchange about to end; from
  * here on the handler's side wants no on_close call. request: the record
- * of a handler's request, NULL for an answer without one. */
+ * of a handler's request, NULL for an answer without one (id: its id). */
 static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                              int status, size_t bytes,
                              const struct timespec *start,
-                             mf_serve_request_t *request)
+                             mf_serve_request_t *request, const char *id)
 {
     mf_http_exchange_on_close(ex, NULL, NULL);
-    mf__exchange_account(w, ex, request, status, bytes,
+    mf__exchange_account(w, ex, request, id, status, bytes,
                          mf__seconds_since(w, start));
 }
 
@@ -115,13 +116,15 @@ static void mf__exchange_send_logged(mf_serve_worker_t *w,
                                      mf_http_exchange_t *ex, int status,
                                      size_t bytes, const struct timespec *start,
                                      const char *body, size_t len,
-                                     mf_serve_request_t *request)
+                                     mf_serve_request_t *request,
+                                     const char *id)
 {
-    mf__exchange_log(w, ex, status, bytes, start, request);
+    mf__exchange_log(w, ex, status, bytes, start, request, id);
     mf_http_exchange_send_body(ex, body, len);
 }
 
-/* An answer without Lua (404, 500, 504). */
+/* An answer without Lua (404, 500, 504): with the request's id, made here
+ * when there is no handler's request. */
 static void mf__exchange_send_plain(mf_serve_worker_t *w,
                                     mf_http_exchange_t *ex, int status,
                                     const char *text,
@@ -129,10 +132,17 @@ static void mf__exchange_send_plain(mf_serve_worker_t *w,
                                     mf_serve_request_t *request)
 {
     static const char type[] = "Content-Type: text/plain\r\n";
+    char made[MF_SERVE_ID_MAX + 1];
+    const char *id = made;
+    if (request)
+        id = mf_serve_request_id(request);
+    else
+        mf_serve_make_request_id(w, mf_http_exchange_request(ex), made);
     size_t len = strlen(text);
     mf_http_exchange_set_status(ex, status);
     mf_http_exchange_add_header_static(ex, type, sizeof type - 1);
-    mf__exchange_send_logged(w, ex, status, len, start, text, len, request);
+    mf_serve_add_request_id(w, ex, id);
+    mf__exchange_send_logged(w, ex, status, len, start, text, len, request, id);
 }
 
 /* "moonflow: GET /route: message" on the error log (stderr). */
@@ -192,11 +202,22 @@ static int mf__request_add_header(lua_State *L, mf_serve_request_t *request,
                : 0;
 }
 
+/* Whether the header name [name, name + len) is the one the request's id
+ * goes back in: the handler's own value wins then. */
+static bool mf__is_id_header(const mf_serve_request_t *request,
+                             const char *name, size_t len)
+{
+    const char *id_name = request->w->config->request_id_header;
+    return id_name && strlen(id_name) == len &&
+           strncasecmp(name, id_name, len) == 0;
+}
+
 /* Copies resp.headers into the exchange; values may be strings, numbers
- * or lists of them. Notes whether a Content-Type was among them. 0, or -1
- * when one could not be added (reported): the answer must be a 500. */
+ * or lists of them. Notes whether a Content-Type, and the id's header,
+ * were among them. 0, or -1 when one could not be added (reported): the
+ * answer must be a 500. */
 static int mf__request_copy_headers(lua_State *L, mf_serve_request_t *request,
-                                    bool *has_type)
+                                    bool *has_type, bool *has_id)
 {
     int rc = 0;
     if (request->headers_ref == LUA_NOREF)
@@ -210,6 +231,8 @@ static int mf__request_copy_headers(lua_State *L, mf_serve_request_t *request,
             lua_type(L, key) == LUA_TSTRING ? lua_tolstring(L, key, &nlen) : "";
         if (nlen == 12 && !strncasecmp(name, "content-type", 12))
             *has_type = true;
+        else if (mf__is_id_header(request, name, nlen))
+            *has_id = true;
         bool list = lua_istable(L, -1);
         int n = list ? (int)lua_objlen(L, -1) : 1;
         for (int i = 1; rc == 0 && i <= n; i++) {
@@ -226,17 +249,20 @@ static int mf__request_copy_headers(lua_State *L, mf_serve_request_t *request,
     return rc;
 }
 
-/* Status, headers and the Content-Type line given (a literal) unless
- * resp.headers has one, before the first byte. 0, or -1 when the headers
- * cannot be sent (reported). */
+/* Status, headers, the Content-Type line given (a literal) and the id's
+ * header unless resp.headers has them, before the first byte. 0, or -1
+ * when the headers cannot be sent (reported). */
 static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
                                 const char *type_line, size_t type_len)
 {
-    bool has_type = false;
-    if (mf__request_copy_headers(L, request, &has_type) < 0)
+    bool has_type = false, has_id = false;
+    if (mf__request_copy_headers(L, request, &has_type, &has_id) < 0)
         return -1;
     if (!has_type) /* a constant: no copy */
         mf_http_exchange_add_header_static(request->ex, type_line, type_len);
+    if (!has_id)
+        mf_serve_add_request_id(request->w, request->ex,
+                                mf_serve_request_id(request));
     mf_http_exchange_set_status(request->ex, request->status);
     return 0;
 }
@@ -249,7 +275,7 @@ static void mf__request_send(mf_serve_request_t *request, const char *body,
     request->ex = NULL;
     request->sent = true;
     mf__exchange_send_logged(request->w, ex, request->status, request->bytes,
-                             &request->start, body, len, request);
+                             &request->start, body, len, request, NULL);
 }
 
 static void mf__request_fail(mf_serve_request_t *request, int status,
@@ -264,8 +290,9 @@ static void mf__request_fail(mf_serve_request_t *request, int status,
 }
 
 /* Ends an answer that cannot be completed (mf_http_exchange_abort): with
- * nothing sent yet it becomes the server's 500, logged as a 500; a stream
- * is cut and logged with the status it had sent (as nginx logs it). */
+ * nothing sent yet it becomes the server's 500, logged as a 500 with the
+ * body the server sends; a stream is cut and logged with the status and
+ * bytes it had sent (as nginx logs it). */
 static void mf__request_abort(mf_serve_request_t *request)
 {
     mf_http_exchange_t *ex = request->ex;
@@ -273,10 +300,10 @@ static void mf__request_abort(mf_serve_request_t *request)
     request->sent = true;
     if (!request->streaming) {
         request->status = 500;
-        request->bytes = 0;
+        request->bytes = mf_http_error_body_len(500);
     }
     mf__exchange_log(request->w, ex, request->status, request->bytes,
-                     &request->start, request);
+                     &request->start, request, NULL);
     mf_http_exchange_abort(ex);
 }
 
@@ -392,7 +419,7 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
     mf_serve_request_t *request = arg;
     mf_serve_worker_t *w = request->w;
     int status = request->streaming ? request->status : 499;
-    mf__exchange_account(w, ex, request, status, request->bytes,
+    mf__exchange_account(w, ex, request, NULL, status, request->bytes,
                          mf__seconds_since(w, &request->start));
     request->ex = NULL; /* dead after this callback */
     if (request->co)

@@ -320,14 +320,15 @@ void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
 
 void mf_serve_log_reject(mf_http_server_t *srv, int status,
                          const mf_http_request_t *req,
-                         const mf_sockaddr_t *peer, void *worker)
+                         const mf_sockaddr_t *peer, size_t body_bytes,
+                         void *worker)
 {
     mf_serve_worker_t *w = worker;
     (void)srv;
     if (w->log_fd >= 0)
-        mf_serve_log_request(w, req, peer, status, 0, 0, NULL);
+        mf_serve_log_request(w, req, peer, status, body_bytes, 0, NULL);
     if (w->mstate)
-        mf_serve_metrics_request(w, req, false, status, 0, 0, 0);
+        mf_serve_metrics_request(w, req, false, status, 0, body_bytes, 0);
 }
 
 void mf_serve_log_close(mf_serve_worker_t *w)

@@ -572,12 +572,15 @@ void mf_serve_metrics_answer(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     double seconds = (double)(now.tv_sec - start->tv_sec) +
                      (double)(now.tv_nsec - start->tv_nsec) / 1e9;
     size_t bytes = text ? len : sizeof refused - 1;
+    char id[MF_SERVE_ID_MAX + 1];
+    mf_serve_make_request_id(w, req, id);
     if (w->log_fd >= 0)
         mf_serve_log_request(w, req, mf_http_exchange_peer(ex), status, bytes,
-                             seconds, NULL);
+                             seconds, id);
     mf_serve_metrics_request(w, req, true, status, 0, bytes, seconds);
     mf_http_exchange_set_status(ex, status);
     mf_http_exchange_add_header_static(ex, type, sizeof type - 1);
+    mf_serve_add_request_id(w, ex, id);
     mf_http_exchange_send_body(ex, text ? text : refused, bytes);
     mf_free(text);
 }

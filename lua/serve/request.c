@@ -79,6 +79,18 @@ void mf_serve_request_id_start(mf_serve_request_t *request,
     }
 }
 
+void mf_serve_add_request_id(const mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                             const char *id)
+{
+    const char *name = w->config->request_id_header;
+    if (!name)
+        return;
+    char line[MF_SERVE_ID_HEADER_MAX + MF_SERVE_ID_MAX + 5];
+    int n = snprintf(line, sizeof line, "%s: %s\r\n", name, id);
+    if (n > 0 && (size_t)n < sizeof line)
+        mf_http_exchange_add_header_line(ex, line, (size_t)n);
+}
+
 const char *mf_serve_request_id(mf_serve_request_t *request)
 {
     if (!request->id_len)

@@ -45,9 +45,9 @@ static const char usage_serve[] =
     "reload when they change (inotify) and on SIGHUP; SIGINT/SIGTERM stop\n"
     "gracefully (a worker still busy after timeouts.stop, 1000 ms, is given\n"
     "up: exit status 3). --config FILE reads a Lua table (listen, workers,\n"
-    "root, access_log, access_log_format, tls, limits, timeouts, routes, jit,\n"
-    "log_level, init, init_worker, shared, metrics, trace); options given on\n"
-    "the command line win.\n"
+    "root, access_log, access_log_format, request_id_header, tls, limits,\n"
+    "timeouts, routes, jit, log_level, init, init_worker, shared, metrics,\n"
+    "trace); options given on the command line win.\n"
     "One server per address: another one there is an error. A graceful\n"
     "restart: start the new server with the same address and --takeover;\n"
     "it takes the listening sockets over from the running one, which\n"
@@ -57,10 +57,20 @@ static const char usage_serve[] =
 /* ---- one worker ------------------------------------------------------------
  */
 
+/* The error log: one write() per line, so that lines of workers that log
+ * at once never mix (stderr has no buffer: a line in pieces would be
+ * written in pieces). */
 static void mf__serve_log_to_stderr(void *ud, const char *msg)
 {
+    char line[4200];
     (void)ud;
-    fprintf(stderr, "%s\n", msg);
+    size_t n = strlen(msg);
+    if (n > sizeof line - 1)
+        n = sizeof line - 1; /* mf.log cuts its lines well before */
+    memcpy(line, msg, n);
+    line[n++] = '\n';
+    while (write(2, line, n) < 0 && errno == EINTR)
+        ;
 }
 
 static void mf__serve_on_file_change(mf_fswatch_t *watch, const char *path,
@@ -435,6 +445,7 @@ static void mf__serve_defaults(mf_serve_config_t *c)
     c->cpu_budget_ms = MF_SERVE_DEFAULT_CPU_MS;
     c->lua_memory_mib = MF_SERVE_DEFAULT_LUA_MEMORY_MIB;
     c->stop_timeout_ms = MF_SERVE_DEFAULT_STOP_MS;
+    c->request_id_header = "X-Request-Id"; /* a literal: never freed */
 }
 
 /* ---- the command ------------------------------------------------------------
@@ -497,8 +508,9 @@ static uint32_t mf__serve_until_stopped(mf_serve_config_t *c,
 {
     unsigned n = mf_workers_count(workers);
     mf_serve_handover_serving(handover, c->http.listen);
-    fprintf(stderr, "moonflow serve: %s on http%s://%s (%u workers)\n", c->root,
-            c->http.tls.cert_file ? "s" : "", c->http.listen, n);
+    fprintf(stderr, "moonflow serve: %s on http%s://%s (%u worker%s)\n",
+            c->root, c->http.tls.cert_file ? "s" : "", c->http.listen, n,
+            n == 1 ? "" : "s");
     mf__serve_wait(workers, jobs, sigs, handover);
     if (!mf_serve_handover_done(handover)) {
         fprintf(stderr, "moonflow serve: stopping\n");

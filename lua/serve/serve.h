@@ -47,13 +47,17 @@
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
 #define MF_SERVE_MAX_WORKERS 1024
-#define MF_SERVE_ID_MAX 128 /* bytes of a request id */
+#define MF_SERVE_ID_MAX 128       /* bytes of a request id */
+#define MF_SERVE_ID_HEADER_MAX 64 /* bytes of request_id_header's name */
 
 typedef struct mf_serve_config {
-    char *root;                  /* the scripts folder */
-    unsigned workers;            /* 0: one per core */
-    char *access_log;            /* NULL/"off", "-" (stdout) or a file */
-    bool access_log_json;        /* access_log_format = "json" */
+    char *root;           /* the scripts folder */
+    unsigned workers;     /* 0: one per core */
+    char *access_log;     /* NULL/"off", "-" (stdout) or a file */
+    bool access_log_json; /* access_log_format = "json" */
+    /* request_id_header: the response header that carries the request's
+     * id back (default X-Request-Id); NULL ("off"): none. */
+    char *request_id_header;
     char *init;                  /* run once, on worker 0, at start; NULL */
     char *init_worker;           /* run on every worker at start; NULL */
     uint32_t handler_timeout_ms; /* 0: none; over it: 504 */
@@ -181,11 +185,18 @@ void mf_serve_log_request(mf_serve_worker_t *w, const mf_http_request_t *req,
  * MF_SERVE_ID_MAX + 1 bytes; returns the length. */
 size_t mf_serve_make_request_id(mf_serve_worker_t *w,
                                 const mf_http_request_t *req, char *out);
-/* The HTTP server's on_reject hook (user: the worker): the access line of
- * a request refused before any handler ran. */
+/* The request's id back to the client, in the header the config names
+ * (request_id_header), unless it names none. The name was checked when
+ * the config was read, and an id holds only bytes a field value may. */
+void mf_serve_add_request_id(const mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                             const char *id);
+/* The HTTP server's on_reject hook (user: the worker): the access line
+ * and the metrics of a request refused before any handler ran, with the
+ * body bytes of the server's answer. */
 void mf_serve_log_reject(mf_http_server_t *srv, int status,
                          const mf_http_request_t *req,
-                         const mf_sockaddr_t *peer, void *worker);
+                         const mf_sockaddr_t *peer, size_t body_bytes,
+                         void *worker);
 void mf_serve_log_close(mf_serve_worker_t *w);
 /* One byte of a client's text as JSON writes it into out: itself, or a
  * two-byte escape (\" \\), or \u00XX for control bytes and bytes past

@@ -227,6 +227,17 @@ class Accepted(unittest.TestCase):
                 self.assertEqual(r.status, 200)  # "/" answers the hello body
                 self.assertEqual(r.body, body_pattern(len(r.body)))
 
+    def test_a_higher_http1_minor_version_is_answered_as_1_1(self):
+        # RFC 9110 section 2.5: HTTP/1.2 is handled as 1.1, persistent by
+        # default, and the answer says HTTP/1.1.
+        with connect(srv.port) as s:
+            for _ in range(2):
+                s.sendall(b"GET /info HTTP/1.2\r\nHost: h\r\n\r\n")
+                r, _ = read_response(s)
+                self.assertEqual(r.status, 200)
+                self.assertTrue(r.raw_head.startswith(b"HTTP/1.1 200 "), r.raw_head)
+                self.assertNotIn("connection", r.headers)
+
     def test_chunk_extensions_that_follow_the_grammar_are_skipped(self):
         for ext in [b"2;name=value", b'2;a="q"', b'2 ; a = "x\\"y" ;b',
                     b"2;flag;x=1"]:

@@ -396,6 +396,11 @@ class RequestIds(unittest.TestCase):
                        'end\n' % cls.port,
             "slow.lua": 'local mf = require "moonflow"\n'
                         'return function(req, resp) mf.sleep(2000) end\n',
+            "stream.lua": 'return function(req, resp)\n'
+                          '  resp:write("a"); resp:write("b") end\n',
+            "own_header.lua": 'return function(req, resp)\n'
+                              '  resp.headers["x-REQUEST-id"] = "theirs"\n'
+                              '  resp:send("") end\n',
         }
         cls.log = os.path.join(cls.tmp, "access.log")
         conf = write_site(cls.tmp, files,
@@ -443,6 +448,27 @@ class RequestIds(unittest.TestCase):
             mine = self.get("/up", b"X-Request-Id: " + bad + b"\r\n").body.split()
             self.assertRegex(mine[0].decode(), r"^[0-9a-f]{32}$")
 
+    def test_every_answer_carries_its_id_back(self):
+        # The client's valid id comes back as it was sent; a made one is
+        # the id of the access line. Handler answers, streams, 404s.
+        r = self.get("/up", b"X-Request-Id: back-1\r\n")
+        self.assertEqual(r.header("x-request-id"), "back-1")
+        r = self.get("/up")
+        made = r.body.decode().split()[0]
+        self.assertEqual(r.header("x-request-id"), made)
+        r = self.get("/stream", b"X-Request-Id: back-2\r\n")
+        self.assertEqual((r.body, r.header("x-request-id")), (b"ab", "back-2"))
+        r = self.get("/nowhere")
+        self.assertEqual(r.status, 404)
+        made = r.header("x-request-id")
+        self.assertRegex(made, r"^[0-9a-f]{32}$")
+        self.assertEqual(self.lines('"request_id":"%s"' % made)[0]["uri"],
+                         "/nowhere")
+        # An id the handler sets itself is the one sent, once.
+        r = self.get("/own_header", b"X-Request-Id: back-3\r\n")
+        self.assertEqual(r.header("x-request-id"), "theirs")
+        self.assertEqual(r.raw_head.lower().count(b"x-request-id"), 1)
+
     def test_a_handler_naming_its_own_id_sends_that_one(self):
         self.assertEqual(self.get("/own").body, b"mine")
 
@@ -475,7 +501,8 @@ class RequestIds(unittest.TestCase):
         bad = request(self.port, b"GET /refused HTTP/1.1\r\nHost: h\r\nno colon\r\n\r\n")
         self.assertEqual(bad.status, 400)
         refused = self.lines('"uri":"/refused"')[0]
-        self.assertEqual((refused["status"], refused["body_bytes_sent"]), (400, 0))
+        self.assertEqual((refused["status"], refused["body_bytes_sent"]),
+                         (400, len(bad.body)))  # "400 Bad Request\n"
         self.assertRegex(refused["request_id"], r"^[0-9a-f]{32}$")
         s = connect(self.port)
         s.sendall(b"GET /slow HTTP/1.1\r\nHost: h\r\nX-Request-Id: gone-1\r\n\r\n")
@@ -484,6 +511,52 @@ class RequestIds(unittest.TestCase):
         left = self.lines('"request_id":"gone-1"')[0]
         self.assertEqual(left["status"], 499)
         self.assertIsNone(left["referer"])
+
+
+class RequestIdHeader(unittest.TestCase):
+    """request_id_header: renames the header the id goes back in, or
+    ("off") sends none; a name that cannot be one is refused at start."""
+
+    def serve(self, setting):
+        root = tempfile.mkdtemp(prefix="mf-id-header-")
+        self.addCleanup(shutil.rmtree, root, True)
+        conf = write_site(root, {"a.lua": 'return function(req, resp)\n'
+                                          '  resp:send(req.id) end\n'},
+                          'return { root = ".", request_id_header = %s }\n'
+                          % setting)
+        port = free_port()
+        srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
+                      "127.0.0.1:%d" % port, "--workers", "1"], port)
+        self.addCleanup(srv.stop, signal.SIGTERM)
+        return port
+
+    def get(self, port, path):
+        return request(port, b"GET %s HTTP/1.1\r\nHost: h\r\n"
+                       b"X-Request-Id: sent-1\r\n\r\n" % path)
+
+    def test_a_renamed_header_carries_the_id(self):
+        port = self.serve('"X-Trace-Id"')
+        for path in (b"/a", b"/missing"):
+            r = self.get(port, path)
+            self.assertEqual(r.header("x-trace-id"), "sent-1")
+            self.assertIsNone(r.header("x-request-id"))
+
+    def test_off_sends_no_id(self):
+        port = self.serve('"off"')
+        r = self.get(port, b"/a")
+        self.assertEqual(r.body, b"sent-1")  # still the request's id
+        self.assertIsNone(r.header("x-request-id"))
+
+    def test_a_name_that_cannot_be_one_is_refused(self):
+        root = tempfile.mkdtemp(prefix="mf-id-header-")
+        self.addCleanup(shutil.rmtree, root, True)
+        for bad in ('"X Id"', '"Content-Length"', '""'):
+            conf = write_site(root, {}, 'return { root = ".", '
+                              'request_id_header = %s }\n' % bad)
+            out = subprocess.run([MOONFLOW, "serve", "--config", conf],
+                                 capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("request_id_header: a header name", out.stderr)
 
 
 class AccessLogConfig(unittest.TestCase):
@@ -640,6 +713,22 @@ class Traces(unittest.TestCase):
             self.assertGreaterEqual(first, at_least - 1)  # whole ms timers
         # The shorter call's bar ends well before the longer one's.
         self.assertLess(body[2].count("="), body[4].count("="))
+
+    def test_moonflow_trace_names_the_ids_it_does_not_find(self):
+        self.get("/hello", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: here-1\r\n")
+        self.trace_of("here-1")
+        out = subprocess.run([MOONFLOW, "trace", self.file, "no-such-id"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertEqual(out.stdout, "")
+        self.assertIn("no trace with id no-such-id", out.stderr)
+        # The ids found are drawn; the missing one is still named.
+        out = subprocess.run([MOONFLOW, "trace", self.file, "here-1", "gone-2"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 1)
+        self.assertRegex(out.stdout, r"^trace here-1  GET /hello  200 ")
+        self.assertNotIn("here-1", out.stderr)
+        self.assertIn("no trace with id gone-2", out.stderr)
 
     def test_a_failed_task_is_an_error_span_and_untraced_requests_leave_none(self):
         self.get("/dead", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: dead-1\r\n")

@@ -14,8 +14,10 @@ time, so the bounds compare the server's CPU time with the budget, and wall
 time only with generous limits. $MF_MOONFLOW is the binary (the ASan twin in
 asan.*)."""
 import os
+import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -235,7 +237,7 @@ class Stop(unittest.TestCase):
         self.addCleanup(srv.kill)
         return srv
 
-    def start(self, srv, path):
+    def start(self, srv, path, wait=0.1):
         """Sends GET path in a thread; returns the list its answer (or its
         error) lands in."""
         answers = []
@@ -247,9 +249,19 @@ class Stop(unittest.TestCase):
                 answers.append(type(e).__name__)
         t = threading.Thread(target=run)
         t.start()
+        self.clients.append(t)
         self.addCleanup(t.join, 15)
-        time.sleep(0.1)  # the handler runs
+        time.sleep(wait)  # the handler runs
         return answers
+
+    def setUp(self):
+        self.clients = []
+
+    def doCleanups_of_client(self):
+        """Waits for the clients started so far (bounded)."""
+        for t in self.clients:
+            t.join(15)
+        self.clients = []
 
     def test_a_runaway_is_interrupted_and_the_stop_is_clean(self):
         # the default config: limits.cpu 1000 ms, timeouts.stop 1000 ms
@@ -258,8 +270,35 @@ class Stop(unittest.TestCase):
         code, seconds = srv.stop()
         self.assertEqual(code, 0, srv.stderr()[-3000:])
         self.assertLess(seconds, 2.0)
+        self.doCleanups_of_client()  # the answer is read by now
         self.assertEqual(answers, [503])  # interrupted halfway through
         self.assertIn("interrupted: the host is stopping", srv.stderr())
+
+    def test_a_runaway_in_flight_at_sigterm_is_answered_every_time(self):
+        # The stop of a runaway, again and again with the CPU busy: every
+        # trial answers 503 and exits 0 within 2 s. MF_STOP_TRIALS sets the
+        # count (200 for a soak); the loop stops early past 150 s.
+        trials = int(os.environ.get("MF_STOP_TRIALS", "20"))
+        hogs = [subprocess.Popen(["nice", "-n", "10", sys.executable, "-c",
+                                  "while True: pass"]) for _ in range(2)]
+        for h in hogs:
+            self.addCleanup(h.wait)
+            self.addCleanup(h.kill)
+        deadline = time.monotonic() + 150
+        done, failures = 0, []
+        while done < trials and time.monotonic() < deadline:
+            srv = Serve(self)
+            answers = self.start(srv, "/spin", 0.1 + random.random() * 0.05)
+            code, seconds = srv.stop()
+            srv.kill()
+            self.doCleanups_of_client()
+            if (code, answers) != (0, [503]) or seconds >= 2.0:
+                failures.append((done, code, answers, round(seconds, 2)))
+            done += 1
+        print("\n  %d stops of a runaway under load, %d failed" %
+              (done, len(failures)))
+        self.assertEqual(failures, [])
+        self.assertGreaterEqual(done, min(trials, 10))
 
     def test_a_worker_stuck_in_c_is_given_up_with_status_3(self):
         for path in ("/cstuck", "/rearm"):

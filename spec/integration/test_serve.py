@@ -642,6 +642,15 @@ class Lifecycle(ServeTest):
         code, _, _ = srv.stop(sig=signal.SIGTERM)
         self.assertEqual(code, 0)
 
+    def test_the_start_line_counts_its_workers_in_words(self):
+        root = self.site({"index.lua": handler("hi")})
+        for workers, words in [(1, b"(1 worker)\n"), (2, b"(2 workers)\n")]:
+            with self.subTest(workers):
+                srv = self.serve(root=root, workers=workers)
+                code, _, err = srv.stop(sig=signal.SIGTERM)
+                self.assertEqual(code, 0)
+                self.assertIn(words, err)
+
     def test_pipelined_requests_to_lua_handlers_are_answered_in_order(self):
         root = self.site({
             "n.lua": 'return function(req, resp) resp:send(req.query.i) end\n',
@@ -794,13 +803,29 @@ class ErrorsInTheLogs(unittest.TestCase):
         self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:80])
         line = self.wait_line(self.log, '"GET /malformed HTTP/1.1" 400 ')[0]
         self.assertRegex(line, r'^127\.0\.0\.1 - - \[[^]]+\] "GET /malformed '
-                               r'HTTP/1\.1" 400 0 "-" "-" \d+\.\d{3} '
-                               r'[0-9a-f]{32}$')
+                               r'HTTP/1\.1" 400 16 "-" "-" \d+\.\d{3} '
+                               r'[0-9a-f]{32}$')  # "400 Bad Request\n"
         # Not HTTP at all: nothing of a request line is known.
         before = len([l for l in self.lines(self.log) if '"-" 400 ' in l])
         out = self.raw(b"\x16\x03\x01\x02\r\n\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:80])
         self.wait_line(self.log, '"-" 400 ', count=before + 1)
+
+    def test_refused_requests_are_logged_with_the_body_bytes_sent(self):
+        # Each answer the connection makes itself: the access line counts
+        # its body, as nginx's $body_bytes_sent does.
+        for raw, status in [
+                (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n", 414),
+                (b"GET /v2 HTTP/2.0\r\nHost: h\r\n\r\n", 505),
+                (b"POST /gz HTTP/1.1\r\nHost: h\r\n"
+                 b"Transfer-Encoding: gzip, chunked\r\n\r\n", 501)]:
+            with self.subTest(status):
+                out = self.raw(raw)
+                head, _, body = out.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 %d " % status))
+                line = self.wait_line(self.log, '" %d ' % status)[-1]
+                self.assertIn('" %d %d "' % (status, len(body)), line)
+                self.assertGreater(len(body), 0)
 
     def test_an_oversize_head_is_answered_431_and_logged(self):
         out = self.raw(b"GET /big-head HTTP/1.1\r\nHost: h\r\nX-Big: " +
@@ -863,7 +888,8 @@ class ErrorsInTheLogs(unittest.TestCase):
         self.assertEqual(r.status, 500)
         self.assertNotIn(b"never sent", r.body)
         self.assertEqual(r.header("connection"), "close")
-        self.wait_line(self.log, '"GET /bad-header HTTP/1.1" 500 ')
+        self.wait_line(self.log, '"GET /bad-header HTTP/1.1" 500 %d '
+                       % len(r.body))  # the server's own 500, counted
         self.wait_line(self.errors, 'GET /bad-header: response header '
                        '"Content-Length " is not a valid field name')
 class OnePerAddress(ServeTest):
@@ -1053,6 +1079,73 @@ class Takeover(ServeTest):
         self.wait_log(log, "workers)", proc)
         self.assertEqual(request(port, b"GET /v HTTP/1.1\r\nHost: h\r\n"
                                  b"\r\n").body, b"v")
+
+
+class WholeLines(ServeTest):
+    """Workers share stdout and stderr: a line a handler writes, with
+    io.stderr:write, io.write, print or mf.log, reaches the file whole,
+    whatever the other workers write at the same moment."""
+
+    HANDLER = ('local mf = require "moonflow"\n'
+               'return function(req, resp)\n'
+               '  local w = req.query.w\n'
+               '  for i = 1, 40 do\n'
+               '    io.stderr:write("err-", w, "-", i, " a", " b", " c", " d",\n'
+               '                    " e", " f", " g", " end", "\\n")\n'
+               '    print("out", w, i, "x", "y", "z")\n'
+               '    io.write("io-", w, "-", i, " p", " q", " r", "\\n")\n'
+               '    mf.log("warn", "log-", w, "-", i, " s", " t", " u")\n'
+               '  end\n'
+               '  resp:send("ok")\n'
+               'end\n')
+
+    def test_lines_written_by_many_workers_at_once_stay_whole(self):
+        root = self.site({"lines.lua": self.HANDLER})
+        tmp = temp_dir(self)
+        out_path, err_path = (os.path.join(tmp, n) for n in ("out", "err"))
+        port = free_port()
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                [MOONFLOW, "serve", root, "--workers", "4", "--listen",
+                 "127.0.0.1:%d" % port], stdout=out, stderr=err)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        wait_port(port, proc)
+        clients, rounds = 8, 6
+
+        def client(c):
+            for r in range(rounds):
+                w = c * rounds + r
+                self.assertEqual(self.get_port(port, "/lines?w=%d" % w), b"ok")
+        threads = [threading.Thread(target=client, args=(c,))
+                   for c in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=20), 0)
+        n = clients * rounds * 40
+        with open(err_path, errors="replace") as f:
+            err = f.read().splitlines()
+        with open(out_path, errors="replace") as f:
+            out = f.read().splitlines()
+        whole = {
+            "err": (err, r"^err-\d+-\d+ a b c d e f g end$"),
+            "log": (err, r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[warn\] "
+                         r"GET /lines \[[0-9a-f]{32}\]: log-\d+-\d+ s t u$"),
+            "out": (out, r"^out\t\d+\t\d+\tx\ty\tz$"),
+            "io": (out, r"^io-\d+-\d+ p q r$"),
+        }
+        for kind, (lines, pattern) in whole.items():
+            with self.subTest(kind):
+                mine = [l for l in lines if kind in l]
+                broken = [l for l in mine if not re.match(pattern, l)]
+                self.assertEqual(broken[:5], [])
+                self.assertEqual(len(mine), n)
+
+    def get_port(self, port, path):
+        return request(port, b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" %
+                       path.encode()).body
 
 
 class HandlerUtilities(ServeTest):

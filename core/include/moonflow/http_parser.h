@@ -82,7 +82,7 @@ typedef struct mf_http_request {
     size_t path_len;
     const char *query; /* after '?', without it; NULL when absent */
     size_t query_len;
-    int minor_version;         /* 0 or 1 (HTTP/1.x only) */
+    int minor_version;         /* 0 or 1 (HTTP/1.2 and later 1.x read as 1) */
     mf_http_header_t *headers; /* in: caller's array */
     size_t num_headers;        /* in: capacity; out: count */
     /* Derived from the headers, so servers need not scan them again. */
@@ -100,10 +100,11 @@ typedef struct mf_http_request {
 /* Parses a request head from buf[0..len). Returns the head's length in bytes
  * (request line + headers + blank line) when complete, MF_HTTP_INCOMPLETE, or
  * MF_HTTP_ERROR with req->error_status set. limits may be NULL (defaults).
- * An HTTP/1.1 request without Host is a 400 (RFC 9112 §3.2). Empty lines
- * before the request line are skipped (RFC 9112 §2.2). `scanned` may be NULL;
- * otherwise it holds how many bytes were already judged (0 on the first
- * call) and is updated.
+ * A higher minor version of HTTP/1 is read as 1.1 (RFC 9110 §2.5); another
+ * major version is 505. An HTTP/1.1 request without Host is a 400 (RFC 9112
+ * §3.2). Empty lines before the request line are skipped (RFC 9112 §2.2).
+ * `scanned` may be NULL; otherwise it holds how many bytes were already
+ * judged (0 on the first call) and is updated.
  *
  * An incomplete head fails as soon as its bytes rule it out, with the status
  * of the first byte that does: 400 for a byte or line end the grammar does

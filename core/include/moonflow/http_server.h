@@ -73,12 +73,15 @@ typedef void (*mf_http_handler)(mf_http_exchange_t *ex, void *user);
  * whole head when it was complete (a body too big or stalled), else only
  * the parts of the request line that arrived whole — method, then target
  * (target_len 0 when not known), then minor_version (-1 when not known) —
- * with no headers; NULL when not even the method is known. req and its
- * strings are valid during the call only. user is the handler's. Runs on
- * the loop's thread, before the answer is written; must not block. */
+ * with no headers; NULL when not even the method is known. body_bytes is
+ * the length of the answer's body (mf_http_error_body_len(status)), 0 when
+ * the connection closes unanswered. req and its strings are valid during
+ * the call only. user is the handler's. Runs on the loop's thread, before
+ * the answer is written; must not block. */
 typedef void (*mf_http_reject_cb)(mf_http_server_t *srv, int status,
                                   const mf_http_request_t *req,
-                                  const mf_sockaddr_t *peer, void *user);
+                                  const mf_sockaddr_t *peer, size_t body_bytes,
+                                  void *user);
 
 typedef struct mf_http_server_config {
     const char *listen;            /* "127.0.0.1:8080", "[::1]:8443", ":8080" */
@@ -174,6 +177,11 @@ MF_API uint64_t mf_http_server_invalid_headers(const mf_http_server_t *srv);
  * bytes written. */
 MF_API size_t mf_http_log_escape(char *out, size_t cap, const char *s,
                                  size_t len);
+/* The length of the body of an answer the server makes itself: a refused
+ * request, or the 500 that replaces an answer that cannot go out
+ * (mf_http_exchange_abort before anything was sent). That body is one
+ * line of text, "500 Internal Server Error\n". */
+MF_API size_t mf_http_error_body_len(int status);
 
 /* ---- the exchange: request side --------------------------------------- */
 

@@ -169,6 +169,7 @@ typedef struct rejected {
     int minor;
     char agent[32]; /* the User-Agent of a whole head */
     bool has_peer;
+    size_t body_bytes; /* of the answer, as the hook was told */
 } rejected_t;
 
 static rejected_t rejects[64];
@@ -183,7 +184,7 @@ static void copy_text(char *out, size_t cap, const char *s, size_t n)
 
 static void on_reject(mf_http_server_t *srv, int status,
                       const mf_http_request_t *req, const mf_sockaddr_t *peer,
-                      void *user)
+                      size_t body_bytes, void *user)
 {
     (void)srv;
     (void)user;
@@ -192,6 +193,7 @@ static void on_reject(mf_http_server_t *srv, int status,
     rejected_t *r = &rejects[nrejects++];
     memset(r, 0, sizeof(*r));
     r->status = status;
+    r->body_bytes = body_bytes;
     r->has_peer = peer && peer->sa.sa_family == AF_INET;
     r->known = req != NULL;
     if (!req)
@@ -844,6 +846,9 @@ TEST(each_refused_request_reaches_on_reject_with_what_is_known_of_it)
         ASSERT_EQ(a->r[i].status, want[i]);
         ASSERT_EQ(r[i].status, want[i]);
         ASSERT(r[i].has_peer);
+        /* The hook is told the body the client got: "400 Bad Request\n" */
+        ASSERT_EQ(r[i].body_bytes, a->r[i].body_len);
+        ASSERT_EQ(r[i].body_bytes, mf_http_error_body_len(want[i]));
     }
     /* A bad header: the request line is known, not the headers. */
     ASSERT(r[0].known);
