@@ -4,7 +4,9 @@
  *
  *   cookie.parse(s)        {name = value} of a Cookie header's value (the
  *                          first of a repeated name wins, RFC 6265 §5.4)
- *   cookie.format(name, value [, opts])  a Set-Cookie header's value;
+ *   cookie.format(name, value [, opts])  a Set-Cookie header's value
+ *   (cookie.set_line(resp, name, value [, opts]) the same for
+ *   resp:set_cookie, whose argument errors name it);
  *       opts: path, domain (strings), expires (seconds since the epoch, or
  *       an HTTP date as a string), max_age (seconds), secure, httponly
  *       (booleans), samesite ("Strict", "Lax" or "None": None needs
@@ -171,37 +173,53 @@ static void mf__cookie_attributes(lua_State *L, int opts, luaL_Buffer *b)
     }
 }
 
-static int mf__cookie_format(lua_State *L)
+/* The Set-Cookie value of the arguments name, value [, opts] from index
+ * at: 1 for cookie.format, 2 for the response's method (self first), so
+ * that an argument error names the parameter the caller wrote. */
+static int mf__cookie_format_at(lua_State *L, int at)
 {
     size_t nlen, vlen;
-    const char *name = mf_lua_check_lstring(L, 1, &nlen);
-    const char *value = mf_lua_check_lstring(L, 2, &vlen);
-    if (!lua_isnoneornil(L, 3))
-        mf_lua_check_type(L, 3, LUA_TTABLE);
+    const char *name = mf_lua_check_lstring(L, at, &nlen);
+    const char *value = mf_lua_check_lstring(L, at + 1, &vlen);
+    if (!lua_isnoneornil(L, at + 2))
+        mf_lua_check_type(L, at + 2, LUA_TTABLE);
     if (!mf_http_field_name_valid(name, nlen))
-        return mf_lua_arg_error(L, 1, "a cookie name (a token) expected");
+        return mf_lua_arg_error(L, at, "a cookie name (a token) expected");
     if (!mf_http_cookie_value_valid(value, vlen))
-        return mf_lua_arg_error(L, 2,
+        return mf_lua_arg_error(L, at + 1,
                                 "a cookie value without spaces, '\"', "
                                 "',', ';', '\\' or control bytes "
                                 "expected (encode it first)");
-    lua_settop(L, 3);
+    lua_settop(L, at + 2);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     luaL_addlstring(&b, name, nlen);
     luaL_addchar(&b, '=');
     luaL_addlstring(&b, value, vlen);
-    if (lua_istable(L, 3))
-        mf__cookie_attributes(L, 3, &b);
+    if (lua_istable(L, at + 2))
+        mf__cookie_attributes(L, at + 2, &b);
     luaL_pushresult(&b);
     return 1;
 }
 
+static int mf__cookie_format(lua_State *L)
+{
+    return mf__cookie_format_at(L, 1);
+}
+
+static int mf__cookie_set_line(lua_State *L)
+{
+    return mf__cookie_format_at(L, 2);
+}
+
 int mf_lua_open_cookie(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {{"parse", mf__cookie_parse},
-                                     {"format", mf__cookie_format},
-                                     {NULL, NULL}};
+    static const luaL_Reg funcs[] = {
+        {"parse cookie.parse(s)", mf__cookie_parse},
+        {"format cookie.format(name, value [, opts])", mf__cookie_format},
+        {"set_line resp:set_cookie(name, value [, opts])",
+         mf__cookie_set_line},
+        {NULL, NULL}};
     lua_newtable(L);
     mf_lua_register(L, funcs);
     return 1;

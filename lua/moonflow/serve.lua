@@ -2,7 +2,7 @@
 -- the case-insensitive request header table. The C side (lua/serve/handler.c)
 -- merges `response` (the methods written in Lua) into resp's methods.
 local type, rawget, lower = type, rawget, string.lower
-local cookie_format = require("moonflow.cookie").format
+local cookie_line = require("moonflow.cookie").set_line
 
 local M = { response = {} }
 
@@ -17,9 +17,10 @@ M.headers_mt = {
 }
 
 -- resp:set_cookie(name, value [, opts]): one more Set-Cookie header
--- (moonflow.cookie.format checks and writes it; misuse raises).
+-- (moonflow.cookie checks and writes it; misuse raises, naming
+-- resp:set_cookie).
 function M.response.set_cookie(resp, name, value, opts)
-    local line = cookie_format(name, value, opts)
+    local line = cookie_line(resp, name, value, opts)
     local headers = resp.headers
     local now = headers["Set-Cookie"]
     if now == nil then

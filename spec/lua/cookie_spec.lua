@@ -22,7 +22,7 @@ describe("moonflow.cookie", function()
 
     it("refuses what a Set-Cookie cannot carry, naming it", function()
         assert.has_error(function() cookie.format("bad name", "x") end,
-            "bad argument #1 to 'format' (a cookie name (a token) expected)")
+            "cookie.format(name, value [, opts]): name: a cookie name (a token) expected")
         for _, v in ipairs { "a b", "a;b", "a,b", 'a"b', "a\\b", "a\nb" } do
             assert.has_error(function() cookie.format("n", v) end)
         end

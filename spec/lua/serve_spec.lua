@@ -142,6 +142,19 @@ describe("moonflow serve", function()
         assert.truthy(second:match("^false .*moonflow request or response"))
     end)
 
+    it("names the method in every misuse of req and resp", function()
+        local r = assert(get("/misuse_names"))
+        assert.equals(200, r.status)
+        local calls = mf.json.decode(r.body)
+        assert.is_true(#calls >= 13)
+        for _, c in ipairs(calls) do
+            assert.is_true(c.raised, c.name .. " raised nothing")
+            assert.is_nil(c.err:find("'?'", 1, true), c.err)
+            assert.is_nil(c.err:find("bad argument", 1, true), c.err)
+            assert.truthy(c.err:find(c.name .. "(", 1, true), c.name .. " not named in: " .. c.err)
+        end
+    end)
+
     it("lets only the handler's coroutine use req and resp", function()
         local r = assert(get("/owner?step=during"))
         assert.truthy(r.body:match("^false .*not its handler"), r.body)
