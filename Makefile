@@ -31,7 +31,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libmariadb-dev mariadb-server mariadb-client librdkafka-dev kcat \
            libpcre2-dev prometheus memcached lua-nginx-redis \
            lua-nginx-memcached lua-nginx-websocket lua-nginx-dns \
-           lua-nginx-cookie lua-resty-lrucache
+           lua-nginx-cookie lua-resty-lrucache lua-resty-core \
+           lua-nginx-string lua-nginx-kafka python3-websockets
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -50,11 +51,13 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # checked by Prometheus's own parser (promtool, from prometheus; its
 # service is never started). OpenResty's libraries as Debian packages them
 # (lua-nginx-redis, -memcached, -websocket, -dns, -cookie,
-# lua-resty-lrucache) run unchanged in the specs on the ngx compatibility
-# module, against redis-server, memcached (started on a loopback port by
-# the specs' harness) and Python peers; make bench uses lua-nginx-redis and
+# lua-resty-lrucache, lua-resty-core, -string, -kafka) run unchanged in the
+# specs on the ngx compatibility module, against redis-server, memcached
+# (started on a loopback port by the specs' harness), librdkafka's mock
+# cluster and Python peers (python3-websockets: a real WebSocket client for
+# the WebSocket server of lua-nginx-websocket); make bench uses lua-nginx-redis and
 # lua-nginx-memcached in nginx's Lua handlers too.
-BENCH_PACKAGES = libnginx-mod-http-lua sysbench lua-nginx-kafka
+BENCH_PACKAGES = libnginx-mod-http-lua sysbench
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
         format
