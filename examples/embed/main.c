@@ -1,8 +1,10 @@
 /*
  * examples/embed — moonflow embedded in a C program: a loop with a compute
- * pool, a Lua host, a C function of our own for mf.go ("reverse", on the
- * pool) and a task kind of our own that Lua composes like any other
- * ("add": {a =, b =, ms =} completes after ms on the loop, result.sum).
+ * pool of two threads, a Lua host, C functions of our own for mf.go (on
+ * the pool: "reverse", and "sort" and "matmul", which examples/sort and
+ * examples/matrix_multiply call) and a task kind of our own
+ * that Lua composes like any other ("add": {a =, b =, ms =} completes
+ * after ms on the loop, result.sum).
  *
  *   embed [SCRIPT.lua [ARGS...]]
  *
@@ -13,6 +15,8 @@
  * Builds against the installed library alone:
  *   cc main.c $(pkg-config --cflags --libs moonflow)
  */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +54,153 @@ static int reverse(const mf_lua_go_args_t *args, char **out, size_t *out_len)
     (*out)[n] = '\0';
     *out_len = n;
     return 0;
+}
+
+/* ---- mf.go("sort", "5 -3 12 ...") and mf.go("matmul", A, B) ---------
+ * The integers ascending, one space between them; A x B, a matrix written
+ * row by row, rows separated by ';', numbers by spaces ("1 2; 3 4"). Text
+ * that is not that (a word that is not a number, rows of different
+ * lengths, A's columns not B's rows) is MF_EINVAL: mf.go answers nil,
+ * "invalid argument". Each call owns what it allocates. */
+
+/* A NUL-terminated copy of an argument, for strtoll/strtod. */
+static char *arg_copy(const mf_lua_go_args_t *args, size_t i)
+{
+    char *s = mf_xmalloc(args->len[i] + 1);
+    memcpy(s, args->v[i], args->len[i]);
+    s[args->len[i]] = '\0';
+    return s;
+}
+
+static int compare_int64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The integers of text (at most len / 2 + 1 of them): their count, or -1
+ * for a word that is not one. */
+static long parse_integers(char *text, size_t len, int64_t *v)
+{
+    long n = 0;
+    char *p = text, *end = text + len;
+    for (;;) {
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\t'))
+            p++;
+        if (p == end)
+            return n;
+        char *next;
+        errno = 0;
+        long long x = strtoll(p, &next, 10);
+        if (next == p || errno == ERANGE ||
+            (next < end && *next != ' ' && *next != '\n' && *next != '\t'))
+            return -1;
+        v[n++] = x;
+        p = next;
+    }
+}
+
+static int compute_sort(const mf_lua_go_args_t *args, char **out,
+                        size_t *out_len)
+{
+    if (args->n != 1)
+        return MF_EINVAL;
+    char *text = arg_copy(args, 0);
+    int64_t *v = mf_xmalloc((args->len[0] / 2 + 1) * sizeof *v);
+    long n = parse_integers(text, args->len[0], v);
+    mf_free(text);
+    if (n < 0) {
+        mf_free(v);
+        return MF_EINVAL;
+    }
+    qsort(v, (size_t)n, sizeof *v, compare_int64);
+    char *buf = mf_xmalloc((size_t)n * 21 + 1); /* "-9223372036854775808 " */
+    size_t used = 0;
+    for (long i = 0; i < n; i++)
+        used += (size_t)sprintf(buf + used, i ? " %" PRId64 : "%" PRId64, v[i]);
+    buf[used] = '\0';
+    mf_free(v);
+    *out = buf;
+    *out_len = used;
+    return 0;
+}
+
+/* A matrix: rows x cols numbers, row by row. */
+typedef struct matrix {
+    size_t rows, cols;
+    double *v;
+} matrix_t;
+
+/* Reads "1 2; 3 4" into m; -1 for a word that is not a number or rows of
+ * different lengths. */
+static int parse_matrix(char *text, matrix_t *m)
+{
+    size_t cap = 16, n = 0;
+    m->v = mf_xmalloc(cap * sizeof *m->v);
+    m->rows = m->cols = 0;
+    for (char *row = text; row; m->rows++) {
+        char *semi = strchr(row, ';');
+        if (semi)
+            *semi = '\0';
+        size_t cols = 0;
+        char *p = row, *next;
+        for (double x = strtod(p, &next); next != p; x = strtod(p, &next)) {
+            if (n == cap)
+                m->v = mf_xrealloc(m->v, (cap *= 2) * sizeof *m->v);
+            m->v[n++] = x;
+            cols++;
+            p = next;
+        }
+        p += strspn(p, " \t\n");
+        if (*p != '\0' || cols == 0 || (m->rows && cols != m->cols))
+            return -1;
+        m->cols = cols;
+        row = semi ? semi + 1 : NULL;
+    }
+    return 0;
+}
+
+static int read_matrix(const mf_lua_go_args_t *args, size_t i, matrix_t *m)
+{
+    char *text = arg_copy(args, i);
+    int rc = parse_matrix(text, m);
+    mf_free(text);
+    return rc;
+}
+
+/* a x b, written as the arguments are. */
+static char *format_product(const matrix_t *a, const matrix_t *b, size_t *len)
+{
+    size_t cap = a->rows * b->cols * 26 + 1, used = 0;
+    char *buf = mf_xmalloc(cap);
+    for (size_t i = 0; i < a->rows; i++) {
+        for (size_t j = 0; j < b->cols; j++) {
+            double sum = 0;
+            for (size_t k = 0; k < a->cols; k++)
+                sum += a->v[i * a->cols + k] * b->v[k * b->cols + j];
+            used += (size_t)snprintf(buf + used, cap - used, "%s%.17g",
+                                     j ? " " : (i ? "; " : ""), sum);
+        }
+    }
+    *len = used;
+    return buf;
+}
+
+static int compute_matmul(const mf_lua_go_args_t *args, char **out,
+                          size_t *out_len)
+{
+    if (args->n != 2)
+        return MF_EINVAL;
+    matrix_t a = {0}, b = {0};
+    int rc = read_matrix(args, 0, &a) < 0 || read_matrix(args, 1, &b) < 0 ||
+                     a.cols != b.rows
+                 ? MF_EINVAL
+                 : 0;
+    if (rc == 0)
+        *out = format_product(&a, &b, out_len);
+    mf_free(a.v);
+    mf_free(b.v);
+    return rc;
 }
 
 /* ---- the "add" task: a C task kind of our own (mf_task_ops_t) -------- */
@@ -181,10 +332,12 @@ static int push_script(lua_State *L, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    if (mf_lua_go_register("reverse", reverse) != 0)
+    if (mf_lua_go_register("reverse", reverse) != 0 ||
+        mf_lua_go_register("sort", compute_sort) != 0 ||
+        mf_lua_go_register("matmul", compute_matmul) != 0)
         return 1;
     mf_loop_t *loop = mf_loop_create();
-    mf_pool_t *pool = mf_pool_create(1);
+    mf_pool_t *pool = mf_pool_create(2);
     mf_loop_set_pool(loop, pool);
     mf_lua_host_t *host = mf_lua_host_create(loop, NULL);
     if (!host || mf_lua_kind_register(host, &add_kind) != 0)

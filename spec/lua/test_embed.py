@@ -1,7 +1,8 @@
 """examples/embed, run and checked: the default script's output (its own
 mf.go function and task kind, alone, in a parallel, timed out), a script
-file with arguments, and a script whose task description is wrong (exit 1
-with the kind's message).
+file with arguments, a script whose task description is wrong (exit 1
+with the kind's message), and examples/sort and examples/matrix_multiply
+on its "sort" and "matmul".
 
   MF_EMBED=build/examples/embed python3 spec/lua/test_embed.py
 
@@ -95,7 +96,32 @@ def check_program(embed, workdir, env=None):
     p = run([embed, bad], env)
     check(p.returncode == 1 and "add task: a must be a number" in p.stderr,
           "%s: a bad description ends the script with exit 1" % name, p)
+    check_compute_examples(embed, name, env)
     print("ok %s" % name)
+
+
+def check_compute_examples(embed, name, env):
+    """examples/sort and examples/matrix_multiply on the program's "sort"
+    and "matmul" (Workflow's sort and matrix tutorials)."""
+    sort = os.path.join(SOURCE, "examples", "sort", "sort.lua")
+    p = run([embed, sort, "20000"], env)
+    lines = p.stdout.splitlines()
+    check(p.returncode == 0 and len(lines) == 3
+          and lines[0].startswith("sorted 20000 integers in one task")
+          and lines[1].startswith("sorted them as 4 parts side by side")
+          and re.fullmatch(r"smallest -\d+, largest \d+", lines[2]),
+          "%s: examples/sort sorts on the pool, whole and in 4 parts" % name, p)
+    p = run([embed, sort, "x"], env)
+    check(p.returncode == 1 and "usage: embed examples/sort/sort.lua" in p.stderr,
+          "%s: examples/sort refuses a count that is not one" % name, p)
+    matmul = os.path.join(SOURCE, "examples", "matrix_multiply",
+                          "matrix_multiply.lua")
+    p = run([embed, matmul], env)
+    check(p.returncode == 0 and p.stdout ==
+          "[1 2; 3 4] x [5 6; 7 8] = [19 22; 43 50]\n"
+          "[1 2 3] x [1; 0; -1] = [-2]\n"
+          "[1 2; 3 4] x [1 2 3]: nil, invalid argument\n",
+          "%s: examples/matrix_multiply's products and refusal" % name, p)
 
 
 def pkg_config(env, *args):
