@@ -160,7 +160,7 @@ int mf__net_socket_error(int fd)
     return err ? mf_err_from_errno(err) : 0;
 }
 
-static bool mf__net_parse_port(const char *s, size_t n, uint16_t *port)
+bool mf__net_parse_port(const char *s, size_t n, uint16_t *port)
 {
     unsigned long v = 0;
     if (n == 0 || n > 5)

@@ -30,6 +30,8 @@ int mf__net_connect(const mf_sockaddr_t *addr);
 /* The pending error of a connecting socket (0 when connected). */
 int mf__net_socket_error(int fd);
 uint16_t mf__net_port(const mf_sockaddr_t *addr);
+/* Whether s[0..n) is a port, 1 to 65535 in decimal; sets *port if so. */
+bool mf__net_parse_port(const char *s, size_t n, uint16_t *port);
 /* The "host[:port]" of a URL's authority, n bytes (host may be "[v6]"):
  * host gets the name, NUL-terminated; *port is set when one is given (1 to
  * 65535) and left alone otherwise (the scheme's default). 0 or MF_EINVAL. */

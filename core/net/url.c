@@ -9,6 +9,7 @@
 
 #include "moonflow/dns.h"
 #include "moonflow/url.h"
+#include "net.h"
 
 /* "http:// or https://" into out. */
 static void mf__url_schemes_text(const char *const *schemes, char *out,
@@ -37,15 +38,8 @@ static bool mf__url_scheme_known(const char *url, size_t n,
 /* Whether s[0..n) is a port: 1 to 65535 in decimal. */
 static bool mf__url_port_ok(const char *s, size_t n)
 {
-    unsigned long v = 0;
-    if (n == 0 || n > 5)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (unsigned long)(s[i] - '0');
-    }
-    return v >= 1 && v <= 65535;
+    uint16_t port;
+    return mf__net_parse_port(s, n, &port);
 }
 
 /* The fault of the authority's host[:port] hp[0..n), written into what;
