@@ -235,6 +235,80 @@ describe("moonflow.ngx's request mapping (ngx.handler)", function()
         assert.is_false(j.thread_had_request)
     end)
 
+    -- A request of plain tables, bound by ngx.handler: the variables read
+    -- from what it is given.
+    local function with_request(req, resp, fn)
+        local out
+        ngx.handler(function() out = fn() end)(req, resp or { status = 200, headers = {} })
+        return out
+    end
+
+    it("reads IPv6 peers, the host, response headers and the dates (ngx.var)", function()
+        local function req(peer, host)
+            return { peer = peer, headers = { host = host }, uri = "/p", path = "/p",
+                     method = "GET", version = "1.1", body = "" }
+        end
+        local v = ngx.var
+        local function bin(peer) return with_request(req(peer), nil, function() return v.binary_remote_addr end) end
+        assert.equals("00000000000000000000000000000001", mf.hex.encode(bin("[::1]:80")))
+        assert.equals("20010db8000000000000ff0000428329", mf.hex.encode(bin("[2001:db8::ff00:42:8329]:1")))
+        assert.equals("00000000000000000000ffff01020304", mf.hex.encode(bin("[::ffff:1.2.3.4]:1")))
+        assert.equals("fe800000000000000000000000000001", mf.hex.encode(bin("[fe80:0:0:0:0:0:0:1]:1")))
+        assert.equals("0a000001", mf.hex.encode(bin("10.0.0.1:9")))
+        assert.equals("::1", with_request(req("[::1]:80"), nil, function() return v.remote_addr end))
+        assert.equals("80", with_request(req("[::1]:80"), nil, function() return v.remote_port end))
+        assert.equals("[::1]", with_request(req("[::1]:1", "[::1]:8080"), nil, function() return v.host end))
+        assert.equals("", with_request(req("[::1]:1"), nil, function() return v.host end))
+        assert.is_nil(with_request(req("[::1]:1"), nil, function() return v.request_body end))
+        assert.is_nil(with_request(req("[::1]:1"), nil, function() return v.args end))
+        assert.equals("", with_request(req("[::1]:1"), nil, function() return v.is_args end))
+        local resp = { status = 200, headers = { ["X-Out"] = { "a", "b" }, ["Content-Type"] = "t/x" } }
+        assert.equals("a, b", with_request(req("[::1]:1"), resp, function() return v.sent_http_x_out end))
+        assert.equals("t/x", with_request(req("[::1]:1"), resp, function() return v.sent_http_content_type end))
+        local dates = with_request(req("[::1]:1"), nil, function()
+            return { v.time_local, v.time_iso8601, v.pid, v.msec }
+        end)
+        assert.equals(os.date("%d/%b/%Y:%H:%M:%S %z"):sub(1, 11), dates[1]:sub(1, 11))
+        assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d[+-]%d%d:%d%d$", dates[2])
+        assert.equals(tostring(ngx.worker.pid()), dates[3])
+        assert.matches("^%d+%.%d%d%d$", dates[4])
+    end)
+
+    it("lists the response's headers (ngx.resp.get_headers), at most max", function()
+        local resp = { status = 200, headers = { ["X-A"] = "1", ["X-Multi"] = { "a", "b" } } }
+        local got = with_request({ headers = {} }, resp, function()
+            ngx.header.content_length = 10 -- kept for reading back
+            local h = ngx.resp.get_headers()
+            local raw = ngx.resp.get_headers(0, true)
+            local few, err = ngx.resp.get_headers(2)
+            local n = 0
+            for _ in pairs(few) do n = n + 1 end
+            return { h = h, raw = raw, n = n, err = err }
+        end)
+        assert.equals("1", got.h.x_a)
+        assert.equals("1", got.h["X-A"])
+        assert.are.same({ "a", "b" }, got.h["x-multi"])
+        assert.equals("10", got.h.content_length)
+        assert.equals("1", got.raw["X-A"])
+        assert.is_nil(got.raw["x-a"])
+        assert.equals("truncated", got.err)
+        assert.is_true(got.n <= 2)
+    end)
+
+    it("changes the body the handler reads (ngx.req.set_body_data)", function()
+        local got = with_request({ headers = {}, body = "a=1" }, nil, function()
+            ngx.req.discard_body()
+            local before = ngx.req.get_post_args()
+            ngx.req.set_body_data("b=2")
+            return { before = before, after = ngx.req.get_post_args(),
+                     data = ngx.req.get_body_data(), var = ngx.var.request_body }
+        end)
+        assert.are.same({ a = "1" }, got.before)
+        assert.are.same({ b = "2" }, got.after)
+        assert.equals("b=2", got.data)
+        assert.equals("b=2", got.var)
+    end)
+
     it("re-raises a handler's error with the traceback of where it was raised", function()
         local function deep_in_the_handler() error("boom") end
         local h = ngx.handler(function() deep_in_the_handler() end)

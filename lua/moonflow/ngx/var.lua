@@ -5,7 +5,6 @@
 -- variable of the request's own: nginx's `set $name`, which a moonflow
 -- site has no config for). Writing a built-in one raises, as nginx does.
 local request = require "moonflow.ngx.request"
-local mf = require "moonflow"
 
 local find, sub, lower, gsub, byte, char = string.find, string.sub, string.lower,
     string.gsub, string.byte, string.char
@@ -25,30 +24,13 @@ local function args_of(r)
     return q and sub(uri, q + 1) or nil
 end
 
--- $uri: the path decoded, its slashes merged and its dot segments
--- resolved, as nginx normalizes it (an invalid escape is kept as sent).
-local function normalize(path)
-    if not (find(path, "%", 1, true) or find(path, "//", 1, true) or find(path, "/.", 1, true)) then
-        return path
-    end
-    path = mf.uri.unescape(path) or path
-    path = gsub(path, "//+", "/")
-    local out = {}
-    for seg in path:gmatch("[^/]+") do
-        if seg == ".." then
-            out[#out] = nil
-        elseif seg ~= "." then
-            out[#out + 1] = seg
-        end
-    end
-    local tail = (find(path, "/$") or find(path, "/%.%.?$")) and #out > 0 and "/" or ""
-    return "/" .. concat(out, "/") .. tail
-end
-
+-- $uri: the path. nginx decodes and normalizes it; serve matches routes
+-- on the path as sent, so a path that reaches a handler has no escape
+-- or dot segment to undo, save in a file name that holds one.
 local function uri_of(r)
     local st = changes(r)
     if st and st.uri then return st.uri end
-    return normalize(r.req.path)
+    return r.req.path
 end
 
 local function method_of(r)
