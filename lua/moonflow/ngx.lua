@@ -158,9 +158,10 @@ end
 function ngx.handler(fn)
     return function(req, resp)
         local co = running()
+        local outer = request.bound[co] -- a wrapped handler calling another
         request.bound[co] = { req = req, resp = resp }
         local ok, err = xpcall(fn, with_traceback, req, resp)
-        request.bound[co] = nil
+        request.bound[co] = outer
         if not ok then error(err, 0) end
     end
 end

@@ -409,6 +409,8 @@ describe("moonflow.ngx in a plain moonflow serve handler (no wrapper)", function
         assert.equals("x=1&y=2", j.args_after)
         assert.equals("1", j.arg_x_after)
         assert.matches('ngx.var.uri: variable "uri" not changeable', j.uri_not_changeable, 1, true)
+        assert.matches('variable "query_string" not changeable', j.query_string_not_changeable, 1, true)
+        assert.matches('variable "http_x_test" not changeable', j.http_not_changeable, 1, true)
     end)
 
     it("reads and changes the request (ngx.req)", function()

@@ -244,7 +244,7 @@ return function(into)
             if value ~= nil and type(value) ~= "string" and type(value) ~= "number" then
                 error("ngx.var." .. tostring(name) .. ": a string or a number expected", 2)
             end
-            if name == "args" or name == "query_string" then
+            if name == "args" then
                 return ngx.req.set_uri_args(value or "")
             end
             if vars[name] or (type(name) == "string" and family(r, name) ~= false) then

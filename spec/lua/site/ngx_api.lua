@@ -32,6 +32,8 @@ function cases.vars(req, resp)
     out.args_after = v.args
     out.arg_x_after = v.arg_x
     out.uri_not_changeable = select(2, pcall(function() v.uri = "/x" end))
+    out.query_string_not_changeable = select(2, pcall(function() v.query_string = "a=1" end))
+    out.http_not_changeable = select(2, pcall(function() v.http_x_test = "x" end))
     resp:json(out)
 end
 
