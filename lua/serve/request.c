@@ -321,15 +321,6 @@ int mf_serve_req_index(lua_State *L)
         return mf__req_peer(L, request);
     else if (!strcmp(key, "id"))
         lua_pushstring(L, mf_serve_request_id(request));
-    else if (!strcmp(key, "raw_header"))
-        return mf__req_raw_header(L, head);
-    else if (!strcmp(key, "start_time"))
-        lua_pushnumber(L, mf__request_start_time(request));
-    else if (!strcmp(key, "server_addr"))
-        return mf__req_server_addr(L, request);
-    else if (!strcmp(key, "scheme"))
-        lua_pushstring(L, request->w->config->http.tls.cert_file ? "https"
-                                                                 : "http");
     else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
              !strcmp(key, "body") || !strcmp(key, "ctx") ||
              !strcmp(key, "cookies")) {
@@ -349,7 +340,16 @@ int mf_serve_req_index(lua_State *L)
             lua_pushlstring(L, body ? body : "", len);
         }
         mf__fields_set(L, request, key);
-    } else
+    } else if (!strcmp(key, "raw_header")) /* rarer: after the cached ones */
+        return mf__req_raw_header(L, head);
+    else if (!strcmp(key, "start_time"))
+        lua_pushnumber(L, mf__request_start_time(request));
+    else if (!strcmp(key, "server_addr"))
+        return mf__req_server_addr(L, request);
+    else if (!strcmp(key, "scheme"))
+        lua_pushstring(L, request->w->config->http.tls.cert_file ? "https"
+                                                                 : "http");
+    else
         lua_pushnil(L);
     return 1;
 }
