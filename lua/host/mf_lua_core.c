@@ -132,12 +132,11 @@ static int mf_lua__epoch_ms(lua_State *L)
     mf_loop_t *loop = mf_lua_host_loop(mf_lua_host_from_state(L));
     struct timespec real;
     clock_gettime(CLOCK_REALTIME, &real);
-    uint64_t mono_ms = mf_monotonic_ns() / 1000000u;
-    uint64_t loop_ms = mf_loop_now(loop);
-    int64_t ago = mono_ms > loop_ms ? (int64_t)(mono_ms - loop_ms) : 0;
-    int64_t real_ms =
-        (int64_t)real.tv_sec * 1000 + (int64_t)(real.tv_nsec / 1000000);
-    lua_pushnumber(L, (lua_Number)(real_ms - ago));
+    uint64_t mono_ns = mf_monotonic_ns();
+    uint64_t loop_ns = mf_loop_now(loop) * 1000000u;
+    int64_t ago = mono_ns > loop_ns ? (int64_t)(mono_ns - loop_ns) : 0;
+    int64_t real_ns = (int64_t)real.tv_sec * 1000000000 + real.tv_nsec;
+    lua_pushnumber(L, (lua_Number)((real_ns - ago) / 1000000));
     return 1;
 }
 

@@ -273,12 +273,11 @@ static double mf__request_start_time(const mf_serve_request_t *request)
 {
     struct timespec real;
     clock_gettime(CLOCK_REALTIME, &real);
-    uint64_t now_ms = mf_monotonic_ns() / 1000000u;
-    uint64_t ago_ms =
-        now_ms > request->start_ms ? now_ms - request->start_ms : 0;
-    int64_t real_ms =
-        (int64_t)real.tv_sec * 1000 + (int64_t)(real.tv_nsec / 1000000);
-    return (double)(real_ms - (int64_t)ago_ms) / 1000.0;
+    uint64_t mono_ns = mf_monotonic_ns();
+    uint64_t start_ns = request->start_ms * 1000000u;
+    int64_t ago = mono_ns > start_ns ? (int64_t)(mono_ns - start_ns) : 0;
+    int64_t real_ns = (int64_t)real.tv_sec * 1000000000 + real.tv_nsec;
+    return (double)((real_ns - ago) / 1000000) / 1000.0;
 }
 
 /* "ip:port" the request came in on: the listening address's host (the

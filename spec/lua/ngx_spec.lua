@@ -262,6 +262,11 @@ describe("moonflow.ngx's request mapping (ngx.handler)", function()
         assert.is_nil(with_request(req("[::1]:1"), nil, function() return v.request_body end))
         assert.is_nil(with_request(req("[::1]:1"), nil, function() return v.args end))
         assert.equals("", with_request(req("[::1]:1"), nil, function() return v.is_args end))
+        local q = req("[::1]:1")
+        q.uri = "/p?xa=5&A=6&a=7&a-b=8&x.y=9&empty="
+        assert.are.same({ "6", "8", "9", "", "5" }, with_request(q, nil, function()
+            return { v.arg_a, v["arg_a-b"], v["arg_x.y"], v.arg_empty, v.arg_XA }
+        end))
         local resp = { status = 200, headers = { ["X-Out"] = { "a", "b" }, ["Content-Type"] = "t/x" } }
         assert.equals("a, b", with_request(req("[::1]:1"), resp, function() return v.sent_http_x_out end))
         assert.equals("t/x", with_request(req("[::1]:1"), resp, function() return v.sent_http_content_type end))

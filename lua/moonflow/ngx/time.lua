@@ -9,7 +9,19 @@ local floor, date, tonumber = math.floor, os.date, tonumber
 -- each turn of the loop, as nginx's is, so that it agrees with timers and
 -- sleeps; ngx.update_time makes the loop read its clock at once.
 local core = require "moonflow.core"
-local epoch_ms, update_time = core.epoch_ms, core.update_time
+local loop_ms, update_time = core.now, core.update_time
+
+-- The same for the whole turn: computed once per value of the loop's
+-- time (the two clocks it is made of are read one after the other, and a
+-- millisecond boundary between the reads must not move it).
+local last_loop, last_epoch
+local function epoch_ms()
+    local now = loop_ms()
+    if now ~= last_loop then
+        last_loop, last_epoch = now, core.epoch_ms()
+    end
+    return last_epoch
+end
 
 local WEEKDAYS = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" }
 local MONTHS = { "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",

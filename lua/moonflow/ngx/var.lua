@@ -40,10 +40,19 @@ end
 
 -- ---- the peers --------------------------------------------------------------
 
+-- "ip:port" or "[ip6]:port" split, remembered: a worker sees the same
+-- peers again and again (kept-alive connections), and this is the cost of
+-- $remote_addr. At most 1,000 remembered at a time.
+local split_cache, split_count = {}, 0
+
 local function split_addr(addr)
     if not addr then return nil end
+    local known = split_cache[addr]
+    if known then return known[1], known[2] end
     local host, port = addr:match("^%[(.*)%]:(%d+)$")
     if not host then host, port = addr:match("^(.*):(%d+)$") end
+    if split_count >= 1000 then split_cache, split_count = {}, 0 end
+    split_cache[addr], split_count = { host, port }, split_count + 1
     return host, port
 end
 
@@ -114,19 +123,33 @@ local function header_value(headers, name)
 end
 
 -- $arg_NAME: the raw (still escaped) value of the first NAME=... of the
--- query, the name in any case; nil for a key without "=" (nginx's).
+-- query, the name in any case; nil for a key without "=" (nginx's). The
+-- search is a Lua pattern matching NAME= in any case ("[aA]="), made once
+-- per name (at most 1,000 kept).
+local arg_patterns, arg_count = {}, 0
+
+local function arg_pattern(name)
+    local pat = arg_patterns[name]
+    if pat then return pat end
+    pat = name:gsub("%W", "%%%0")
+              :gsub("%a", function(c) return "[" .. c:lower() .. c:upper() .. "]" end) .. "="
+    if arg_count >= 1000 then arg_patterns, arg_count = {}, 0 end
+    arg_patterns[name], arg_count = pat, arg_count + 1
+    return pat
+end
+
 local function arg_value(args, name)
     if not args then return nil end
-    local lname, n = lower(name), #name
-    local at = 1
-    while at <= #args do
-        local amp = find(args, "&", at, true) or #args + 1
-        if byte(args, at + n) == 61 and lower(sub(args, at, at + n - 1)) == lname then -- '='
-            return sub(args, at + n + 1, amp - 1)
+    local pat, at = arg_pattern(name), 1
+    while true do
+        local from, to = find(args, pat, at)
+        if not from then return nil end
+        if from == 1 or byte(args, from - 1) == 38 then -- '&'
+            local amp = find(args, "&", to + 1, true)
+            return sub(args, to + 1, (amp or #args + 1) - 1)
         end
-        at = amp + 1
+        at = from + 1
     end
-    return nil
 end
 
 -- ---- the table --------------------------------------------------------------
