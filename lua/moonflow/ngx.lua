@@ -394,8 +394,10 @@ function ngx.eof()
     local st = state(r)
     if st.eof then return nil, "seen eof" end
     st.eof, st.headers_sent = true, true
-    request.answered(r, st)
-    if not r.resp.sent then r.resp:send() end
+    if not r.resp.sent then
+        request.answered(r)
+        r.resp:send()
+    end
     return 1
 end
 
@@ -414,7 +416,7 @@ function ngx.redirect(uri, status)
         error("ngx.redirect: the response headers were already sent", 2)
     end
     st.eof, st.headers_sent = true, true
-    request.answered(r, st)
+    request.answered(r, status)
     r.resp:redirect(uri, status)
     local exit = rawget(ngx, "exit")
     if exit then return exit(status) end

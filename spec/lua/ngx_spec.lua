@@ -488,7 +488,7 @@ describe("moonflow.ngx in a plain moonflow serve handler (no wrapper)", function
 
     it("ends the answer at ngx.eof while the handler goes on", function()
         local t0 = ngx.now()
-        local r = get("eof")
+        local r = get("eof", { query = "&x=1", headers = { ["X-Test"] = "t" } })
         assert.equals(200, r.status)
         assert.equals("before eof\n", r.body)
         assert.is_true(ngx.now() - t0 < 0.25, "the answer waited for the handler's end")
@@ -496,6 +496,16 @@ describe("moonflow.ngx in a plain moonflow serve handler (no wrapper)", function
         local j = mf.json.decode(get("eof_result").body)
         assert.is_nil(j.ok)
         assert.equals("seen eof", j.err)
+        -- the request stays readable after its answer
+        assert.equals("/ngx_api", j.uri)
+        assert.equals("200", j.status)
+        assert.is_true(tonumber(j.request_time) >= 0.3, j.request_time)
+        assert.equals("GET", j.method)
+        assert.equals("1", j.arg)
+        assert.equals("t", j.header)
+        assert.is_true(j.sent)
+        assert.is_nil(j.set_status) -- logged and left, no raise
+        assert.equals("seen eof", j.eof_again)
     end)
 
     it("sends the head at ngx.send_headers", function()

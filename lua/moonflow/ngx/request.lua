@@ -24,16 +24,29 @@ M.bound = bound
 -- remembered per thread: a table lookup instead of a C call.
 local kept = setmetatable({}, { __mode = "k" })
 
+-- Once the answer is out (ngx.eof, ngx.redirect) the server's req
+-- refuses every read, while the handler may go on: the record then has
+-- r.after, a copy of the request made just before (see M.answered), used
+-- while the answer is sent; the thread's next request, whose answer is
+-- not sent yet, drops it.
+local function after_answer(r)
+    local after = r.after
+    if not after then return r end
+    if r.resp.sent then return after end
+    r.after = nil
+    return r
+end
+
 -- The record { req =, resp = } of the request running here, or nil.
 local function find()
     local co = running()
     local r = bound[co]
-    if r then return r end
+    if r then return after_answer(r) end
     local subs = serve.subrequests
     local sub = subs and subs[co]
     if not sub then
         r = kept[co]
-        if r then return r end
+        if r then return after_answer(r) end
     end
     local current = serve.current
     if not current then return nil end
@@ -60,15 +73,8 @@ end
 local states = setmetatable({}, { __mode = "k" })
 M.changed = false -- whether any request ever changed what ngx.var reads
 
--- Once the answer is out (ngx.eof, ngx.redirect) the server's req no
--- longer answers, while the handler may go on: the state is kept in the
--- record (r.over) until the thread's next request, whose answer is not
--- sent yet, finds its own.
 function M.state(r)
-    local over = r.over
-    if over and r.resp.sent then return over end
     local key = r.req.ctx or r.req -- a plain table given to ngx.handler's fn
-    r.over = nil
     local st = states[key]
     if not st then
         st = {}
@@ -77,8 +83,23 @@ function M.state(r)
     return st
 end
 
--- The answer is out: keep the state for the rest of the handler.
-function M.answered(r, st) r.over = st end
+-- The request's fields and its answer's status and headers, copied for
+-- the rest of the handler once the answer is out (its ctx, hence its
+-- state, is the same table).
+local FIELDS = { "method", "path", "uri", "version", "peer", "headers", "cookies", "query",
+                 "body", "id", "raw_header", "start_time", "server_addr", "scheme", "ctx",
+                 "subrequest" }
+
+-- Called just before the answer goes out, with the status it goes out
+-- with.
+function M.answered(r, status)
+    if r.after then return end
+    local req, copy = r.req, {}
+    for i = 1, #FIELDS do copy[FIELDS[i]] = req[FIELDS[i]] end
+    local resp = r.resp
+    r.after = { req = copy, resp = { status = status or resp.status, headers = resp.headers,
+                                     sent = true } }
+end
 
 -- The state when one may exist (ngx.var's fast path: no lookup before
 -- the first change anywhere).

@@ -111,7 +111,11 @@ function cases.eof()
     assert(ngx.eof() == 1)
     local ok, err = ngx.say("after")
     mf.sleep(300) -- the client has its whole answer by now
-    after_eof = { ok = ok, err = err }
+    after_eof = { ok = ok, err = err, uri = ngx.var.uri, status = ngx.var.status,
+                  request_time = ngx.var.request_time, method = ngx.req.get_method(),
+                  arg = ngx.var.arg_x, header = ngx.var.http_x_test, sent = ngx.headers_sent,
+                  set_status = select(2, pcall(function() ngx.status = 500 end)),
+                  eof_again = select(2, ngx.eof()) }
 end
 
 function cases.eof_result(_, resp) resp:json(after_eof or {}) end
