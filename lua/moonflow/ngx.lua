@@ -369,10 +369,20 @@ end
 function ngx.print(...) return print_with("print", false, ...) end
 function ngx.say(...) return print_with("say", true, ...) end
 
+-- A 101 (Switching Protocols) head is no start of a body stream: it
+-- goes out with the raw connection (ngx.req.socket(true)), as the
+-- WebSocket servers ask for it; send_headers and flush only mark it sent.
+local function upgrading(r, st)
+    if r.resp.status ~= 101 then return false end
+    st.headers_sent = true
+    return true
+end
+
 -- The head goes out now (an empty piece of the stream).
 function ngx.send_headers()
     local r = current("ngx.send_headers")
     if headers_sent(r) then return nil, "header already sent" end
+    if upgrading(r, state(r)) then return 1 end
     return output(r, "")
 end
 
@@ -383,7 +393,7 @@ function ngx.flush(wait)
     local r = current("ngx.flush")
     local st = state(r)
     if st.eof or r.resp.sent then return nil, "seen eof" end
-    if not st.headers_sent then return output(r, "") end
+    if not st.headers_sent and not upgrading(r, st) then return output(r, "") end
     return 1
 end
 

@@ -515,6 +515,13 @@ describe("moonflow.ngx in a plain moonflow serve handler (no wrapper)", function
         assert.equals("sent=true again=nil header already sent\n", r.body)
     end)
 
+    it("leaves a 101 head for the raw connection (send_headers and flush start no stream)", function()
+        local r = get("upgrade_head")
+        assert.equals(200, r.status)
+        assert.equals("sent=true streaming=false", r.body)
+        assert.is_nil(r.headers["transfer-encoding"])
+    end)
+
     it("redirects with ngx.redirect", function()
         local r = get("redirect")
         assert.equals(301, r.status)

@@ -128,6 +128,19 @@ function cases.send_headers()
     ngx.say("sent=", sent, " again=", again, " ", err)
 end
 
+-- A 101 head is left for the raw connection: send_headers and flush only
+-- mark it sent (here the handler then answers as usual, which shows no
+-- stream was started).
+function cases.upgrade_head(_, resp)
+    ngx.status = 101
+    ngx.header.upgrade = "websocket"
+    assert(ngx.send_headers() == 1)
+    assert(ngx.flush(true) == 1)
+    local sent = ngx.headers_sent
+    resp.status = 200
+    resp:send("sent=" .. tostring(sent) .. " streaming=" .. tostring(resp.sent))
+end
+
 function cases.redirect()
     ngx.redirect("/ok?from=ngx", ngx.HTTP_MOVED_PERMANENTLY)
 end
