@@ -1,11 +1,13 @@
 /*
  * lua/host/mf_lua_core.c — moonflow.core, the private C side of require
- * "moonflow": sleep (the model of a parking call), now, debug counters,
- * and the stable error strings every result uses.
+ * "moonflow": sleep (the model of a parking call), now, the loop's time
+ * on the wall clock (moonflow.ngx's ngx.now), debug counters, and the
+ * stable error strings every result uses.
  */
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 
 #include <lauxlib.h>
 
@@ -122,6 +124,29 @@ static int mf_lua__now(lua_State *L)
     return 1;
 }
 
+/* epoch_ms(): the loop's time (cached at the turn's start, as nginx's is)
+ * in milliseconds since the epoch: the wall clock now, less how long ago
+ * the loop read its clock. */
+static int mf_lua__epoch_ms(lua_State *L)
+{
+    mf_loop_t *loop = mf_lua_host_loop(mf_lua_host_from_state(L));
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    uint64_t mono_ns = mf_monotonic_ns();
+    uint64_t loop_ns = mf_loop_now(loop) * 1000000u;
+    int64_t ago = mono_ns > loop_ns ? (int64_t)(mono_ns - loop_ns) : 0;
+    int64_t real_ns = (int64_t)real.tv_sec * 1000000000 + real.tv_nsec;
+    lua_pushnumber(L, (lua_Number)((real_ns - ago) / 1000000));
+    return 1;
+}
+
+/* update_time(): the loop reads its clock now (ngx.update_time). */
+static int mf_lua__update_time(lua_State *L)
+{
+    mf_loop_update_time(mf_lua_host_loop(mf_lua_host_from_state(L)));
+    return 0;
+}
+
 /* The fields of mf_lua_counts_t by name, for mf.debug.counts(). */
 static const struct mf_lua_count_field {
     const char *name;
@@ -225,6 +250,8 @@ int mf_lua_open_core(lua_State *L)
     static const luaL_Reg funcs[] = {
         {"sleep mf.sleep(ms)", mf_lua__sleep},
         {"now mf.now()", mf_lua__now},
+        {"epoch_ms", mf_lua__epoch_ms},
+        {"update_time", mf_lua__update_time},
         {"counts mf.debug.counts()", mf_lua__counts},
         {"nested_take", mf_lua__nested_take},
         {"nested_mark", mf_lua__nested_mark},

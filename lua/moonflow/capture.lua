@@ -224,12 +224,25 @@ return function(c)
         raise("mf.capture: only inside a moonflow serve handler")
     end
 
+    local answering = setmetatable({}, { __mode = "k" }) -- and its resp
+
     local function run(handler, req, resp)
-        running[c.current()] = req
+        local co = c.current()
+        running[co], answering[co] = req, resp
         handler(req, resp)
     end
 
-    local function forget(_, thread) running[thread] = nil end
+    local function forget(_, thread) running[thread], answering[thread] = nil, nil end
+
+    -- For moonflow.ngx: the running coroutine's thread, and the req and
+    -- resp of the subrequest or the handler it runs (none outside one).
+    serve.subrequests = running
+    function serve.current()
+        local co, req, resp = c.current()
+        local sub = co and running[co]
+        if sub then return co, sub, answering[co] end
+        return co, req, resp
+    end
 
     -- The subrequest for uri: its answer at once (no such route), or the
     -- step that runs its handler (a lua task: a timeout or the parent's

@@ -49,8 +49,8 @@ static int mf__capture_route(lua_State *L)
 }
 
 /* current() -> the running moonflow coroutine's thread (nil outside one),
- * and the req object its handler keeps when it has one. Whether that req
- * still belongs to this coroutine, reading it tells (it raises if not). */
+ * and the req and resp objects its handler keeps when it has them. Whether that
+ * req still belongs to this coroutine, reading it tells (it raises if not). */
 static int mf__capture_current(lua_State *L)
 {
     mf_serve_worker_t *w = mf__capture_worker(L);
@@ -74,7 +74,8 @@ static int mf__capture_current(lua_State *L)
         lua_pop(L, 1);
         return 1;
     }
-    return 2;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, mf_lua_co_keep(co)[MF_SERVE_KEEP_RESP]);
+    return 3;
 }
 
 /* form(content_type, body [, max]) -> table | nil, err (req:form's) */

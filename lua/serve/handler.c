@@ -469,6 +469,7 @@ static mf_serve_request_t *mf__request_create(mf_serve_worker_t *w,
     request->headers_ref = LUA_NOREF;
     request->fields_ref = LUA_NOREF;
     request->start = *start;
+    request->start_ms = mf_loop_now(w->loop);
     mf_timer_init(&request->timer, mf__on_handler_timeout, request);
     mf_serve_request_id_start(request, mf_http_exchange_request(ex));
     return request;
@@ -581,6 +582,10 @@ static int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
 static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
                               int body)
 {
+    if (request->streaming && !request->sent && lua_isnoneornil(L, body)) {
+        mf__request_send(request, NULL, 0); /* the stream's last chunk */
+        return 0;
+    }
     if (request->sent || request->streaming)
         return luaL_error(L, "the response was already sent");
     size_t len = 0;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <moonflow/lua_arg.h>
 #include <moonflow/lua_uri.h>
@@ -243,6 +244,60 @@ static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
     return 1;
 }
 
+/* The head as the client sent it, from its request line to its blank line
+ * (the parser's strings point into it, and it stays in place until the
+ * exchange ends): after the last field (or the request line), at most
+ * whitespace, then the line ends. */
+static int mf__req_raw_header(lua_State *L, const mf_http_request_t *head)
+{
+    const char *p = head->target + head->target_len;
+    if (head->num_headers) {
+        const mf_http_header_t *last = &head->headers[head->num_headers - 1];
+        p = last->value_len ? last->value + last->value_len
+                            : last->name + last->name_len;
+    }
+    /* two line ends in a row ("\n\n" or "\n\r\n") close the head */
+    const char *end = NULL;
+    for (const char *q = p; !end && q < p + 8192; q++)
+        if (q[0] == '\n' && (q[1] == '\n' || (q[1] == '\r' && q[2] == '\n')))
+            end = q + (q[1] == '\n' ? 2 : 3);
+    if (!end) /* cannot be: the parser saw the blank line */
+        return luaL_error(L, "req.raw_header: the head's end is not found");
+    lua_pushlstring(L, head->method, (size_t)(end - head->method));
+    return 1;
+}
+
+/* req.start_time: the request's start in seconds since the epoch, to the
+ * millisecond (the loop's time then, moved onto the wall clock now). */
+static double mf__request_start_time(const mf_serve_request_t *request)
+{
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    uint64_t mono_ns = mf_monotonic_ns();
+    uint64_t start_ns = request->start_ms * 1000000u;
+    int64_t ago = mono_ns > start_ns ? (int64_t)(mono_ns - start_ns) : 0;
+    int64_t real_ns = (int64_t)real.tv_sec * 1000000000 + real.tv_nsec;
+    return (double)((real_ns - ago) / 1000000) / 1000.0;
+}
+
+/* "ip:port" the request came in on: the listening address's host (the
+ * wildcard when it listens on every address) and the port it is bound to. */
+static int mf__req_server_addr(lua_State *L, mf_serve_request_t *request)
+{
+    const char *listen = request->w->config->http.listen;
+    const char *colon = listen ? strrchr(listen, ':') : NULL;
+    size_t hlen = colon ? (size_t)(colon - listen) : 0;
+    uint16_t port = mf_http_server_port(mf_http_exchange_server(request->ex));
+    char addr[80];
+    if (hlen == 0 || hlen > 64)
+        snprintf(addr, sizeof addr, "0.0.0.0:%u", (unsigned)port);
+    else
+        snprintf(addr, sizeof addr, "%.*s:%u", (int)hlen, listen,
+                 (unsigned)port);
+    lua_pushstring(L, addr);
+    return 1;
+}
+
 int mf_serve_req_index(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
@@ -284,7 +339,16 @@ int mf_serve_req_index(lua_State *L)
             lua_pushlstring(L, body ? body : "", len);
         }
         mf__fields_set(L, request, key);
-    } else
+    } else if (!strcmp(key, "raw_header")) /* rarer: after the cached ones */
+        return mf__req_raw_header(L, head);
+    else if (!strcmp(key, "start_time"))
+        lua_pushnumber(L, mf__request_start_time(request));
+    else if (!strcmp(key, "server_addr"))
+        return mf__req_server_addr(L, request);
+    else if (!strcmp(key, "scheme"))
+        lua_pushstring(L, request->w->config->http.tls.cert_file ? "https"
+                                                                 : "http");
+    else
         lua_pushnil(L);
     return 1;
 }

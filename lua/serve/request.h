@@ -46,6 +46,7 @@ struct mf_serve_request {
     int headers_ref; /* resp.headers, created on first use */
     int fields_ref;  /* req.query/headers/body, computed on first use */
     struct timespec start;
+    uint64_t start_ms;       /* the loop's time at the start (req.start_time) */
     mf_timer_t timer;        /* the handler timeout */
     mf_serve_trace_t *trace; /* trace.c: a sampled request's; NULL */
     uint64_t serial; /* this worker's count of requests: a made id's end */

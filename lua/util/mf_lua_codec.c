@@ -7,6 +7,9 @@
  *   mf.base64.decode(s) / mf.base64.decode_url(s)
  *   mf.hex.encode(s)         lowercase
  *   mf.hex.decode(s)         either case
+ *   crc32(s)                 the module's own (moonflow.ngx's
+ *                            ngx.crc32_short/long): CRC-32 as zlib and
+ *                            nginx compute it (reflected 0xEDB88320)
  *
  * Decoders return nil, "invalid base64 at byte N" (1-based) for a byte
  * outside the alphabet (whitespace included) or misplaced padding, and
@@ -19,6 +22,8 @@
  * userdata the collector takes when it is larger.
  */
 #include <lauxlib.h>
+#include <pthread.h>
+#include <stdint.h>
 
 #include <moonflow/lua_arg.h>
 #include <moonflow/codec.h>
@@ -117,6 +122,34 @@ static int mf__hex_decode(lua_State *L)
     return 1;
 }
 
+/* The table of the reflected polynomial 0xEDB88320, made once for every
+ * loop thread's state. */
+static uint32_t mf__crc32_table[256];
+static pthread_once_t mf__crc32_once = PTHREAD_ONCE_INIT;
+
+static void mf__crc32_fill(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        mf__crc32_table[i] = c;
+    }
+}
+
+static int mf__crc32(lua_State *L)
+{
+    size_t n;
+    const unsigned char *s =
+        (const unsigned char *)mf_lua_check_lstring(L, 1, &n);
+    pthread_once(&mf__crc32_once, mf__crc32_fill);
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++)
+        c = mf__crc32_table[(c ^ s[i]) & 0xFF] ^ (c >> 8);
+    lua_pushnumber(L, (lua_Number)(c ^ 0xFFFFFFFFu));
+    return 1;
+}
+
 int mf_lua_open_codec(lua_State *L)
 {
     static const luaL_Reg base64[] = {
@@ -128,12 +161,14 @@ int mf_lua_open_codec(lua_State *L)
     static const luaL_Reg hex[] = {{"encode mf.hex.encode(s)", mf__hex_encode},
                                    {"decode mf.hex.decode(s)", mf__hex_decode},
                                    {NULL, NULL}};
-    lua_createtable(L, 0, 2);
+    lua_createtable(L, 0, 3);
     lua_newtable(L);
     mf_lua_register(L, base64);
     lua_setfield(L, -2, "base64");
     lua_newtable(L);
     mf_lua_register(L, hex);
     lua_setfield(L, -2, "hex");
+    lua_pushcfunction(L, mf__crc32);
+    lua_setfield(L, -2, "crc32");
     return 1;
 }
