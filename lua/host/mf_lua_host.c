@@ -73,6 +73,24 @@ static int mf_lua__preload(lua_State *L)
     return 0;
 }
 
+/* The embedded modules every state runs at its start: moonflow.ffi_guard
+ * (ffi.cdef and ffi.metatype that a hot reload may run again). A failure
+ * is a defect of the build: logged, the state goes on. */
+static void mf_lua__run_startup_modules(mf_lua_host_t *host)
+{
+    static const char *const names[] = {"moonflow.ffi_guard"};
+    lua_State *L = host->L;
+    for (size_t i = 0; i < MF_ARRAY_SIZE(names); i++) {
+        lua_getglobal(L, "require");
+        lua_pushstring(L, names[i]);
+        if (lua_pcall(L, 1, 0, 0) != 0) {
+            mf_lua_host_log(host, "moonflow: %s: %s", names[i],
+                            lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+    }
+}
+
 /* ---- the memory cap ------------------------------------------------------
  *
  * LuaJIT's own allocator (fast, one arena per state), wrapped to count
@@ -204,6 +222,7 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
         return NULL;
     }
     mf_lua_kinds_init(host);
+    mf_lua__run_startup_modules(host);
     mf_loop_set(loop, &mf_lua__host_loop_key, host);
     return host;
 }
