@@ -1,8 +1,9 @@
 """LuaJIT's FFI under moonflow serve's hot reload: a route and the site
 module it requires declare C types and functions with ffi.cdef and give a
 type methods with ffi.metatype, at their top level, which every reload runs
-again in the same Lua state (moonflow.ffi_guard). $MF_MOONFLOW is the
-binary (the ASan twin in asan.*)."""
+again in the same Lua state (moonflow.ffi_guard). And lua-resty-core's FFI
+modules in handlers, on the functions the binary exports
+(lua/ngx_ffi). $MF_MOONFLOW is the binary (the ASan twin in asan.*)."""
 import os
 import re
 import signal
@@ -148,6 +149,46 @@ class FfiReload(Serve):
         self.assertIn("lib/cdefs.lua:3: ffi.cdef: 'reload_obj_t' is "
                       "declared already", said[0])
         self.assertNotIn("attempt to redefine", log)
+
+
+# A handler on lua-resty-core: the shared dict through ngx.shared (the
+# config's dict), time, digests, base64, URIs and the worker, as OpenResty
+# code writes them.
+RESTY_HANDLER = '''local ngx = require "moonflow.ngx"
+require "resty.core"
+local str = require "nginx.string"
+return function(req, resp)
+    local hits = ngx.shared.hits
+    local n = assert(hits:incr("n", 1, 0))
+    resp:send(table.concat({
+        n, ngx.worker.id(), ngx.worker.count(),
+        tostring(math.abs(ngx.now() - os.time()) <= 1),
+        ngx.md5("x"), str.to_hex(ngx.sha1_bin("x")):sub(1, 8),
+        ngx.crc32_long("x"), ngx.encode_base64("x"),
+        ngx.escape_uri("a b"), ngx.http_time(0)}, " "))
+end
+'''
+
+
+class RestyCoreInServe(Serve):
+    def test_resty_core_modules_run_in_handlers(self):
+        root = self.site({"r.lua": RESTY_HANDLER, "_conf.lua":
+                          "return { shared = { hits = 1048576 } }\n"})
+        srv = self.serve(root, "--config", os.path.join(root, "_conf.lua"),
+                         workers=2)
+        seen = set()
+        for i in range(1, 41):
+            r = self.get(srv, "/r")
+            self.assertEqual(r.status, 200, r.body)
+            fields = r.body.decode().split(" ", 9)
+            self.assertEqual(int(fields[0]), i)  # one dict for both workers
+            seen.add(fields[1])
+            self.assertEqual(fields[2:], [
+                "2", "true", "9dd4e461268c8034f5c8564e155c67a6", "11f6ad8e",
+                "2363233923", "eA==", "a%20b",
+                "Thu, 01 Jan 1970 00:00:00 GMT"])
+        self.assertLessEqual(seen, {"0", "1"})
+        self.stop(srv)
 
 
 if __name__ == "__main__":
