@@ -2,10 +2,11 @@
 -- Its modules replace ngx.* functions with FFI calls into nginx; moonflow's
 -- binary exports the C functions of those that need no nginx request
 -- (lua/ngx_ffi: resty.core.shdict, .time, .hash, .base64, .uri, .worker,
--- .utils, ngx.base64), so they load from their files and run as written.
+-- .utils, .regex, ngx.base64, ngx.re), so they load from their files and
+-- run as written.
 -- The others reach the request through nginx's request pointer, which
 -- moonflow does not have: their API (ngx.var, ngx.ctx, ngx.exit,
--- ngx.req.*, ngx.header, ngx.get_phase, ngx.re ...) is moonflow.ngx's,
+-- ngx.req.*, ngx.header, ngx.get_phase ...) is moonflow.ngx's,
 -- and requiring them (as require "resty.core" does) gives a module table
 -- that leaves moonflow.ngx's functions in place. ngx.semaphore runs on
 -- mf.semaphore.
@@ -20,7 +21,7 @@ local request_bound = {
     "resty.core.var", "resty.core.ctx", "resty.core.exit",
     "resty.core.request", "resty.core.response", "resty.core.phase",
     "resty.core.misc", "resty.core.ndk", "resty.core.socket",
-    "resty.core.coroutine", "resty.core.param", "resty.core.regex",
+    "resty.core.coroutine", "resty.core.param",
 }
 
 -- What the stand-in of a module holds besides its version.

@@ -4,7 +4,7 @@
  * their names and their ABI (the ffi.cdef lines of those Lua files are the
  * reference), exported by the moonflow binary so ffi.C finds them. Each is
  * backed by moonflow's own code: shared dicts (moonflow/shdict.h), base64
- * (moonflow/codec.h), OpenSSL's digests, the host's worker numbers.
+ * (moonflow/codec.h), OpenSSL's digests, PCRE2, the host's worker numbers.
  *
  * Only these names leave the binary (NGX_FFI_API); the files of this
  * folder are compiled with hidden visibility otherwise. A request pointer

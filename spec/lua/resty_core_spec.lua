@@ -100,6 +100,35 @@ describe("lua-resty-core on moonflow", function()
         assert.is_false(ngx.worker.exiting())
     end)
 
+    it("matches, finds and substitutes on PCRE2 (resty.core.regex, ngx.re)", function()
+        require "resty.core.regex"
+        local m = ngx.re.match("hello, 1234", "(?<word>[a-z]+), (\\d)\\d+", "jo")
+        assert.are.same({ [0] = "hello, 1234", "hello", "1", word = "hello" }, m)
+        assert.is_nil(ngx.re.match("abc", "x"))
+        assert.equals("B", ngx.re.match("ABC", "b", "i")[0])
+        assert.is_false(ngx.re.match("a", "(b)?a")[1])
+        assert.are.same({ 8, 11 }, { ngx.re.find("hello, 1234", "[0-9]+", "jo") })
+        local ctx = { pos = 3 }
+        assert.equals("34", ngx.re.match("1234, hello", "[0-9]+", "", ctx)[0])
+        assert.equals(5, ctx.pos)
+        local words = {}
+        for w in ngx.re.gmatch("hello, world", "[a-z]+", "j") do words[#words + 1] = w[0] end
+        assert.are.same({ "hello", "world" }, words)
+        assert.are.same({ "[hello,h], world", 1 }, { ngx.re.sub("hello, world", "([a-z])[a-z]+", "[$0,$1]") })
+        assert.are.same({ "[hello,hx], [world,wx]", 2 },
+                        { ngx.re.gsub("hello, world", "([a-z])[a-z]+", "[$0,${1}x]") })
+        assert.are.same({ "a$b$c", 2 }, { ngx.re.gsub("a.b.c", "\\.", "$$") })
+        assert.are.same({ "<hello>, <world>", 2 },
+                        { ngx.re.gsub("hello, world", "[a-z]+", function(w) return "<" .. w[0] .. ">" end) })
+        assert.are.same({ nil, nil, "failed to compile the replacement template" },
+                        { ngx.re.sub("abc", "b", "$x") })
+        local bad, err = ngx.re.match("abc", "(")
+        assert.is_nil(bad)
+        assert.matches("missing closing parenthesis", err)
+        assert.equals("ll", ngx.re.match("hello", "l+", "d")[0])
+        assert.are.same({ "a", "b", "", "c" }, (require "ngx.re").split("a,b,,c", ","))
+    end)
+
     it("replaces characters (resty.core.utils)", function()
         local utils = require "resty.core.utils"
         assert.equals("a-b-c", utils.str_replace_char("a_b_c", "_", "-"))
