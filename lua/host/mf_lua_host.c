@@ -18,6 +18,9 @@
 
 const char mf_lua_host_key;
 
+/* The host made last on this thread (mf_lua_host_on_thread). */
+static _Thread_local mf_lua_host_t *mf_lua__thread_host;
+
 /* One write() per line: the workers share stderr. */
 static void mf_lua__log_stderr(void *ud, const char *msg)
 {
@@ -71,6 +74,26 @@ static int mf_lua__preload(lua_State *L)
     }
     lua_pop(L, 2);
     return 0;
+}
+
+/* The embedded modules every state runs at its start: moonflow.ffi_guard
+ * (ffi.cdef and ffi.metatype that a hot reload may run again) and
+ * moonflow.resty_core (lua-resty-core's modules that moonflow.ngx stands
+ * for). A failure is a defect of the build: logged, the state goes on. */
+static void mf_lua__run_startup_modules(mf_lua_host_t *host)
+{
+    static const char *const names[] = {"moonflow.ffi_guard",
+                                        "moonflow.resty_core"};
+    lua_State *L = host->L;
+    for (size_t i = 0; i < MF_ARRAY_SIZE(names); i++) {
+        lua_getglobal(L, "require");
+        lua_pushstring(L, names[i]);
+        if (lua_pcall(L, 1, 0, 0) != 0) {
+            mf_lua_host_log(host, "moonflow: %s: %s", names[i],
+                            lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+    }
 }
 
 /* ---- the memory cap ------------------------------------------------------
@@ -204,7 +227,9 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
         return NULL;
     }
     mf_lua_kinds_init(host);
+    mf_lua__run_startup_modules(host);
     mf_loop_set(loop, &mf_lua__host_loop_key, host);
+    mf_lua__thread_host = host;
     return host;
 }
 
@@ -218,6 +243,8 @@ void mf_lua_host_destroy(mf_lua_host_t *host)
             "host shutdown");
     mf_lua_timers_shutdown(host);
     mf_loop_set(host->loop, &mf_lua__host_loop_key, NULL);
+    if (mf_lua__thread_host == host)
+        mf_lua__thread_host = NULL;
     mf_lua_watch_unregister(host->watch);
     mf_lua__uncap_memory(host);
     lua_close(host->L);
@@ -243,6 +270,11 @@ mf_lua_host_t *mf_lua_host_from_state(lua_State *L)
     mf_lua_host_t *host = lua_touserdata(L, -1);
     lua_pop(L, 1);
     return host;
+}
+
+mf_lua_host_t *mf_lua_host_on_thread(void)
+{
+    return mf_lua__thread_host;
 }
 
 mf_lua_host_t *mf_lua_host_of(const mf_loop_t *loop)

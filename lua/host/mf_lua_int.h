@@ -102,6 +102,10 @@ struct mf_lua_co {
     mf_list_t owned; /* mf_lua_owned_t: closed when the coroutine ends */
 };
 
+/* The host made last on the calling thread and not destroyed, or NULL:
+ * for C code that Lua reaches without its state (FFI calls, lua/ngx_ffi). */
+mf_lua_host_t *mf_lua_host_on_thread(void);
+
 /* Whether co's waiter wants lean results for the wait starting now. */
 static inline bool mf_lua_co_lean(const mf_lua_co_t *co)
 {
