@@ -94,6 +94,7 @@ describe("lua-resty-core on moonflow", function()
 
     it("knows the worker (resty.core.worker)", function()
         require "resty.core.worker"
+        ffi.cdef "int getpid(void);"
         assert.equals(mf.worker.id, ngx.worker.id())
         assert.equals(mf.worker.count, ngx.worker.count())
         assert.equals(ffi.C.getpid(), ngx.worker.pid())
