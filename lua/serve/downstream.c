@@ -219,9 +219,24 @@ static int mf__ds_end(lua_State *L, mf_ds_t *s, const char *err)
     return 3;
 }
 
-/* ---- reading
- * -----------------------------------------------------------------
+/* ---- reading ---------------------------------------------------------------
  */
+
+/* A body the server refused is answered by the server (413, 400, 408)
+ * unless the handler's answer had begun: the access line and the metrics
+ * say that status too (a status the handler sets later wins there). */
+static void mf__ds_refused(mf_ds_t *s, ssize_t code)
+{
+    mf_serve_request_t *request = s->request;
+    if (request->sent || request->streaming)
+        return;
+    if (code == MF_EMSGSIZE)
+        request->status = 413;
+    else if (code == MF_EPROTO)
+        request->status = 400;
+    else if (code == MF_ETIMEDOUT)
+        request->status = 408;
+}
 
 /* Room for one read: buffered bytes moved to the front, then more. */
 static bool mf__ds_room(mf_ds_t *s)
@@ -259,8 +274,10 @@ static int mf__ds_run(lua_State *L, mf_ds_t *s, mf_http_exchange_t *ex)
         ssize_t n = mf_http_exchange_read(ex, s->buf + s->end, s->cap - s->end);
         if (n == MF_EAGAIN)
             return MF_DS_WAIT;
-        if (n < 0)
+        if (n < 0) {
+            mf__ds_refused(s, n);
             return mf__ds_end(L, s, mf__ds_errstr(n));
+        }
         if (n == 0)
             s->eof = true;
         s->end += (size_t)n;

@@ -209,7 +209,8 @@ class Downstream(unittest.TestCase):
         try:
             srv = Server([MOONFLOW, "serve", "--config", conf, "--listen",
                           "127.0.0.1:%d" % port, "--workers", "1",
-                          "--access-log", "off"], port, stderr_path=errors)
+                          "--access-log", os.path.join(root, "access.log")],
+                         port, stderr_path=errors)
         except Exception:
             shutil.rmtree(root, ignore_errors=True)
             raise
@@ -239,6 +240,19 @@ class Downstream(unittest.TestCase):
     def error_log(self, name):
         with open(self.servers[name][2], errors="replace") as f:
             return f.read()
+
+    def wait_access_lines(self, name, text, n):
+        path = os.path.join(self.servers[name][1], "access.log")
+        deadline = time.time() + 5
+        lines = []
+        while time.time() < deadline:  # written every second
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    lines = [l for l in f if text in l]
+                if len(lines) >= n:
+                    return
+            time.sleep(0.1)
+        self.fail("%d lines with %r in the access log: %r" % (n, text, lines))
 
     def post(self, path, body, headers=b"", name="big"):
         return request(self.port(name), b"POST %s HTTP/1.1\r\nHost: h\r\n"
@@ -353,6 +367,9 @@ class Downstream(unittest.TestCase):
             self.assertLess(time.time(), deadline, self.error_log("small"))
             time.sleep(0.05)
         self.assertEqual(self.post("/all", b"ok", name="small").body, b"ok")
+        # both access lines say what the client got (the second one is the
+        # handler's request, whose answer the server replaced)
+        self.wait_access_lines("small", '"POST /all HTTP/1.1" 413 ', 2)
 
     def test_req_socket_reads_a_body_read_before_the_handler(self):
         self.assertEqual(self.post("/buffered", b"hello").body,
