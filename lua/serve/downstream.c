@@ -18,11 +18,13 @@
  * receive ("body too large", "bad body", "timeout") and the client hears
  * 413, 400 or 408 unless the handler's answer had begun.
  *
- * Only the handler's own coroutine may use the socket, while its request
- * lasts (the object is then "closed"). One receive or send waits at a
- * time (they are the handler's calls). After req:socket(true) the request
- * counts as streaming for handler.c: its end sends nothing more, and the
- * server closes the connection.
+ * The handler's coroutine and the Lua threads it spawns may use the
+ * socket while the request lasts (then it answers "closed"): one receive
+ * and one send may wait at a time, in two threads (a WebSocket server
+ * reading in one and sending in the other). A reader left parked when the
+ * request ends wakes at its timeout with "closed". After req:socket(true)
+ * the request counts as streaming for handler.c: its end sends nothing
+ * more, and the server closes the connection.
  *
  * May call: the HTTP exchange API, the Lua host, request.h.
  */
@@ -54,8 +56,9 @@ typedef struct mf_ds {
     mf_serve_object_t *req;      /* the handler thread's req object */
     mf_serve_request_t *request; /* valid while req->request is it */
     uint64_t serial;             /* and has this serial */
-    mf_lua_co_t *co;             /* parked on a receive or a send */
-    mf_timer_t timer;            /* a parked receive's timeout */
+    mf_loop_t *loop;
+    mf_lua_co_t *rd, *wr; /* parked on a receive, on a send */
+    mf_timer_t timer;     /* a parked receive's timeout */
     uint32_t read_ms;
     bool raw;
     bool closed; /* sock:close() */
@@ -76,15 +79,24 @@ typedef struct mf_ds {
 /* ---- the socket's request --------------------------------------------------
  */
 
-/* The exchange of the socket's request when the running coroutine may use
- * it, else NULL. */
+/* The exchange of the socket's request while the request lasts (its
+ * handler runs and has not answered, or holds the raw connection), else
+ * NULL. The record is only read once the req object says it is still
+ * the socket's: the serial tells a later request in the same thread. */
+static mf_http_exchange_t *mf__ds_live(const mf_ds_t *s)
+{
+    if (s->req->request != s->request || s->request->serial != s->serial ||
+        !s->request->co)
+        return NULL;
+    return s->request->ex;
+}
+
+/* The same for a call from Lua: not after sock:close(). Any Lua thread of
+ * the request may call (a WebSocket server reads in one and sends in
+ * another, as in OpenResty). */
 static mf_http_exchange_t *mf__ds_exchange(const mf_ds_t *s)
 {
-    if (s->closed || s->req->request != s->request ||
-        s->request->serial != s->serial)
-        return NULL;
-    mf_serve_request_t *request = mf_serve_object_request(s->req);
-    return request ? request->ex : NULL;
+    return s->closed ? NULL : mf__ds_live(s);
 }
 
 static int mf__ds_fail(lua_State *L, const char *err)
@@ -284,11 +296,11 @@ static int mf__ds_run(lua_State *L, mf_ds_t *s, mf_http_exchange_t *ex)
     }
 }
 
-static void mf__ds_resume(mf_ds_t *s, int n)
+/* The parked coroutine *side goes on with the n values on its thread. */
+static void mf__ds_resume(mf_lua_co_t **side, int n)
 {
-    mf_lua_co_t *co = s->co;
-    s->co = NULL;
-    mf_timer_stop(s->request->w->loop, &s->timer);
+    mf_lua_co_t *co = *side;
+    *side = NULL;
     mf_lua_co_unpark(co);
     mf_lua_co_resume(co, n);
 }
@@ -296,39 +308,50 @@ static void mf__ds_resume(mf_ds_t *s, int n)
 static void mf__ds_on_readable(mf_http_exchange_t *ex, void *arg)
 {
     mf_ds_t *s = arg;
-    if (!s->co)
+    if (!s->rd)
         return;
-    lua_State *T = mf_lua_co_thread(s->co);
-    int n = mf__ds_run(T, s, ex);
+    int n = mf__ds_run(mf_lua_co_thread(s->rd), s, ex);
     if (n == MF_DS_WAIT) {
         mf_http_exchange_on_readable(ex, mf__ds_on_readable, s);
         return;
     }
-    mf__ds_resume(s, n);
+    mf_timer_stop(s->loop, &s->timer);
+    mf__ds_resume(&s->rd, n);
 }
 
+/* A receive waited past the read timeout; a reader whose request ended
+ * meanwhile (a thread of the handler's) wakes here too. */
 static void mf__ds_on_timeout(mf_timer_t *timer)
 {
     mf_ds_t *s = timer->data;
-    if (!s->co)
+    if (!s->rd)
         return;
-    if (s->request->ex)
-        mf_http_exchange_on_readable(s->request->ex, NULL, NULL);
-    int n = mf__ds_end(mf_lua_co_thread(s->co), s, "timeout");
-    mf__ds_resume(s, n);
+    mf_http_exchange_t *ex = mf__ds_live(s);
+    if (ex)
+        mf_http_exchange_on_readable(ex, NULL, NULL);
+    int n = mf__ds_end(mf_lua_co_thread(s->rd), s, ex ? "timeout" : "closed");
+    mf__ds_resume(&s->rd, n);
 }
 
-/* The coroutine was aborted while parked (timeout, shutdown, client gone):
+/* A parked coroutine was aborted (handler timeout, shutdown, client gone):
  * nothing may call it back. */
-static void mf__ds_cleanup(void *op)
+static void mf__ds_cleanup_rd(void *op)
 {
     mf_ds_t *s = op;
-    s->co = NULL;
-    mf_timer_stop(s->request->w->loop, &s->timer);
-    if (s->request->ex) {
-        mf_http_exchange_on_readable(s->request->ex, NULL, NULL);
-        mf_http_exchange_on_drain(s->request->ex, NULL, NULL);
-    }
+    s->rd = NULL;
+    mf_timer_stop(s->loop, &s->timer);
+    mf_http_exchange_t *ex = mf__ds_live(s);
+    if (ex)
+        mf_http_exchange_on_readable(ex, NULL, NULL);
+}
+
+static void mf__ds_cleanup_wr(void *op)
+{
+    mf_ds_t *s = op;
+    s->wr = NULL;
+    mf_http_exchange_t *ex = mf__ds_live(s);
+    if (ex)
+        mf_http_exchange_on_drain(ex, NULL, NULL);
 }
 
 /* Runs the receive set up in s: its results, or parks until they come. */
@@ -337,11 +360,10 @@ static int mf__ds_receive(lua_State *L, mf_ds_t *s, mf_http_exchange_t *ex)
     int n = mf__ds_run(L, s, ex);
     if (n != MF_DS_WAIT)
         return n;
-    mf_lua_co_t *co = mf_lua_co_check(L);
-    s->co = co;
-    mf_lua_co_park(co, mf__ds_cleanup, s);
+    s->rd = mf_lua_co_check(L);
+    mf_lua_co_park(s->rd, mf__ds_cleanup_rd, s);
     mf_http_exchange_on_readable(ex, mf__ds_on_readable, s);
-    mf_timer_start(s->request->w->loop, &s->timer, s->read_ms);
+    mf_timer_start(s->loop, &s->timer, s->read_ms);
     return lua_yield(L, 0);
 }
 
@@ -377,6 +399,8 @@ static int mf__ds_receive_method(lua_State *L)
     mf_http_exchange_t *ex = mf__ds_exchange(s);
     if (!ex)
         return mf__ds_fail(L, "closed");
+    if (s->rd)
+        return mf__ds_fail(L, "socket busy reading");
     if (mode == MF_DS_BYTES && want == 0) {
         lua_pushliteral(L, "");
         return 1;
@@ -399,6 +423,8 @@ static int mf__ds_iterate(lua_State *L)
     mf_http_exchange_t *ex = mf__ds_exchange(s);
     if (!ex)
         return mf__ds_fail(L, "closed");
+    if (s->rd)
+        return mf__ds_fail(L, "socket busy reading");
     s->mode = MF_DS_UNTIL;
     s->sized = sized;
     s->want = (size_t)size;
@@ -435,12 +461,12 @@ static void mf__ds_on_drain(mf_http_exchange_t *ex, void *arg)
 {
     mf_ds_t *s = arg;
     (void)ex;
-    if (!s->co)
+    if (!s->wr)
         return;
     /* queued: sent as far as the socket goes (a closed connection fails
      * the next call) */
-    lua_pushinteger(mf_lua_co_thread(s->co), (lua_Integer)s->sent);
-    mf__ds_resume(s, 1);
+    lua_pushinteger(mf_lua_co_thread(s->wr), (lua_Integer)s->sent);
+    mf__ds_resume(&s->wr, 1);
 }
 
 /* sock:send(data): raw sockets only; the bytes sent, or nil, err. Waits
@@ -455,6 +481,8 @@ static int mf__ds_send(lua_State *L)
         return mf__ds_fail(L, "closed");
     if (!s->raw)
         return mf__ds_fail(L, "not a raw socket (req:socket(true))");
+    if (s->wr)
+        return mf__ds_fail(L, "socket busy writing");
     int rc = mf_http_exchange_write(ex, data, len);
     if (rc < 0)
         return mf__ds_fail(L, "closed");
@@ -463,10 +491,9 @@ static int mf__ds_send(lua_State *L)
         lua_pushinteger(L, (lua_Integer)len);
         return 1;
     }
-    mf_lua_co_t *co = mf_lua_co_check(L);
-    s->co = co;
+    s->wr = mf_lua_co_check(L);
     s->sent = len;
-    mf_lua_co_park(co, mf__ds_cleanup, s);
+    mf_lua_co_park(s->wr, mf__ds_cleanup_wr, s);
     mf_http_exchange_on_drain(ex, mf__ds_on_drain, s);
     return lua_yield(L, 0);
 }
@@ -531,6 +558,7 @@ static int mf__ds_new(lua_State *L, mf_serve_request_t *request, bool raw)
     s->request = request;
     s->serial = request->serial;
     s->raw = raw;
+    s->loop = request->w->loop;
     uint32_t body_ms = request->w->config->http.body_timeout_ms;
     s->read_ms = raw || !body_ms ? MF_DS_RAW_TIMEOUT_MS : body_ms;
     mf_timer_init(&s->timer, mf__ds_on_timeout, s);

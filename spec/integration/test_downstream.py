@@ -152,6 +152,21 @@ end)
     end
 end
 ''',
+    # A thread of the handler sends while the handler waits in a receive.
+    "duplex.lua": '''local mf = require "moonflow"
+return function(req, resp)
+    local sock = assert(req:socket(true))
+    local writer = mf.spawn(function()
+        for i = 1, 3 do
+            mf.sleep(20)
+            assert(sock:send("tick " .. i .. "\\n"))
+        end
+    end)
+    local line, err = sock:receive("*l")
+    writer:wait()
+    sock:send("got " .. tostring(line or err) .. "\\n")
+end
+''',
 }
 
 CONFIG = '''return { root = ".", limits = { max_body = %d },
@@ -433,6 +448,24 @@ class Downstream(unittest.TestCase):
                     break
                 rest += data
         self.assertEqual(rest, b"SECOND\n")
+
+    def test_one_thread_sends_while_another_waits_in_a_receive(self):
+        with connect(self.port()) as s:
+            s.sendall(b"GET /duplex HTTP/1.1\r\nHost: h\r\n\r\n")
+            s.settimeout(5)
+            buf = b""
+            while b"tick 3\n" not in buf:
+                data = s.recv(4096)
+                self.assertTrue(data, buf)
+                buf += data
+            s.sendall(b"hello\n")
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    break
+                buf += data
+        body = buf.split(b"\r\n\r\n", 1)[1]
+        self.assertEqual(body, b"tick 1\ntick 2\ntick 3\ngot hello\n")
 
     def test_nginx_websocket_server_echoes_a_real_client(self):
         websockets = import_websockets()
