@@ -152,6 +152,15 @@ end)
     end
 end
 ''',
+    # OpenResty's form: ngx.req.socket() on a streamed route.
+    "ngxbody.lua": '''require "moonflow.ngx"
+return ngx.handler(function(req, resp)
+    local sock = assert(ngx.req.socket())
+    local upto = sock:receiveuntil("&")
+    local first = upto()
+    resp:send(ngx.req.http_version() .. " " .. first .. " " .. sock:receive("*a"))
+end)
+''',
     # A thread of the handler sends while the handler waits in a receive.
     "duplex.lua": '''local mf = require "moonflow"
 return function(req, resp)
@@ -176,7 +185,8 @@ CONFIG = '''return { root = ".", limits = { max_body = %d },
     ["/parts"] = { file = "parts.lua", body = "stream" },
     ["/until"] = { file = "until.lua", body = "stream" },
     ["/timeout"] = { file = "timeout.lua", body = "stream" },
-    ["/all"] = { file = "all.lua", body = "stream" } } }
+    ["/all"] = { file = "all.lua", body = "stream" },
+    ["/ngxbody"] = { file = "ngxbody.lua", body = "stream" } } }
 '''
 
 
@@ -385,6 +395,10 @@ class Downstream(unittest.TestCase):
         # both access lines say what the client got (the second one is the
         # handler's request, whose answer the server replaced)
         self.wait_access_lines("small", '"POST /all HTTP/1.1" 413 ', 2)
+
+    def test_ngx_req_socket_is_req_socket(self):
+        self.assertEqual(self.post("/ngxbody", b"a=1&b=2").body,
+                         b"1.1 a=1 b=2")
 
     def test_req_socket_reads_a_body_read_before_the_handler(self):
         self.assertEqual(self.post("/buffered", b"hello").body,
