@@ -656,11 +656,18 @@ static bool mf__h1_idle(const void *proto)
 /* The server is stopping: an idle connection closes now (after its
  * pending output); a busy one answers with Connection: close. So does one
  * whose request has arrived but not been read yet: closing it would reset
- * a request the client sent before the stop, unanswered. */
+ * a request the client sent before the stop, unanswered. An upgraded
+ * connection has no end of its own: its reader hears the end now (reads
+ * answer 0), so that its handler can finish. */
 static void mf__h1_stop(void *proto)
 {
     mf_http1_t *h = proto;
     h->keep_alive = false;
+    if (h->raw) {
+        h->peer_closed = true;
+        mf__h1_stream_wake_later(h);
+        return;
+    }
     if (h->phase != MF_H1_IDLE || h->in->buf.len ||
         mf__transport_input_waiting(h->t))
         return; /* busy: its answer says Connection: close */

@@ -190,6 +190,11 @@ CONFIG = '''return { root = ".", limits = { max_body = %d },
 '''
 
 
+WS_HANDSHAKE = (b"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+
+
 def import_websockets():
     """python3-websockets (the Makefile's PACKAGES) is Debian's: a Python
     built elsewhere (pyenv) does not search Debian's dist-packages."""
@@ -502,11 +507,29 @@ class Downstream(unittest.TestCase):
         code, reason = asyncio.run(asyncio.wait_for(talk(), 30))
         self.assertEqual((code, reason), (4001, "echo done"))
 
+    def test_a_stop_ends_a_websocket_handler_waiting_for_its_client(self):
+        root = self.servers["big"][1]
+        port = free_port()
+        srv = Server([MOONFLOW, "serve", root, "--listen",
+                      "127.0.0.1:%d" % port, "--workers", "1",
+                      "--access-log", "off"], port)
+        try:
+            with connect(port) as s:
+                s.sendall(WS_HANDSHAKE)
+                s.settimeout(5)
+                self.assertTrue(s.recv(4096).startswith(b"HTTP/1.1 101 "))
+                t0 = time.time()
+                code, _, err = srv.stop(sig=signal.SIGTERM, timeout=30)
+                took = time.time() - t0
+        finally:
+            srv.stop()
+        # the handler's receive heard the end: no wait for timeouts.stop
+        self.assertEqual(code, 0, err)
+        self.assertLess(took, 0.9)
+
     def test_a_websocket_handshake_gets_101_with_connection_upgrade(self):
         with connect(self.port()) as s:
-            s.sendall(b"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n"
-                      b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            s.sendall(WS_HANDSHAKE)
             s.settimeout(5)
             buf = b""
             while b"\r\n\r\n" not in buf:

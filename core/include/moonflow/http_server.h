@@ -239,11 +239,13 @@ MF_API void mf_http_exchange_on_readable(mf_http_exchange_t *ex,
  * hands the connection over: from here on mf_http_exchange_read returns
  * the client's bytes and mf_http_exchange_write sends bytes as they are
  * (no chunks); the server parses nothing more on the connection and
- * closes it when the exchange ends (_send). A 101 answer says
- * "Connection: upgrade", any other "Connection: close". Before anything
- * was sent only, and not while a streamed body is unread: 0, MF_EBUSY
- * (a body still on its way), MF_EINVAL (the head was sent already, or a
- * header was refused: the answer became a 500), MF_ENOMEM, MF_ECLOSED. */
+ * closes it when the exchange ends (_send); a graceful stop makes reads
+ * answer 0, as the client's end would, so that the handler finishes. A
+ * 101 answer says "Connection: upgrade", any other "Connection: close".
+ * Before anything was sent only, and not while a streamed body is unread:
+ * 0, MF_EBUSY (a body still on its way), MF_EINVAL (the head was sent
+ * already, or a header was refused: the answer became a 500), MF_ENOMEM,
+ * MF_ECLOSED. */
 MF_API int mf_http_exchange_upgrade(mf_http_exchange_t *ex);
 
 /* ---- the exchange: response side -------------------------------------- */
