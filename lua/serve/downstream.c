@@ -39,6 +39,10 @@
 #include "request.h"
 
 #define MF_DS_MT "moonflow.downstream"
+/* The registry's table of the socket each req object made last (weak
+ * values): a second req:socket() of a request gets the same socket, with
+ * the bytes it has buffered. */
+#define MF_DS_MADE "moonflow.downstream.made"
 /* Room made for each read from the exchange. */
 #define MF_DS_CHUNK (16 * 1024)
 /* The read timeout of a raw socket when none is set (OpenResty's). */
@@ -565,16 +569,50 @@ static int mf__ds_new(lua_State *L, mf_serve_request_t *request, bool raw)
     return 1;
 }
 
+/* The socket the req object at 1 made for this request, pushed (its raw
+ * flag in *raw), or false pushed. Compares without reading the socket's
+ * record of an older request. */
+static bool mf__ds_made(lua_State *L, mf_serve_request_t *request, bool *raw)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, MF_DS_MADE);
+    lua_pushvalue(L, 1);
+    lua_rawget(L, -2);
+    lua_remove(L, -2);
+    mf_ds_t *s = luaL_testudata(L, -1, MF_DS_MT);
+    if (s && s->request == request && s->serial == request->serial) {
+        *raw = s->raw;
+        return true;
+    }
+    lua_pop(L, 1);
+    lua_pushboolean(L, 0);
+    return false;
+}
+
+/* Remembers the socket on top for the req object at 1. */
+static int mf__ds_remember(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, MF_DS_MADE);
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, -3);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    return 1;
+}
+
 /* req:socket([raw]) — upvalue 1: the request metatable. */
 int mf_serve_req_socket(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    bool raw = lua_toboolean(L, 2);
+    bool raw = lua_toboolean(L, 2), made_raw = false;
+    if (mf__ds_made(L, request, &made_raw) && (made_raw || !raw))
+        return 1; /* the same socket again */
+    lua_pop(L, 1);
     if (!raw) {
         const mf_http_request_t *head = mf_http_exchange_request(request->ex);
         if (head->body == MF_HTTP_BODY_NONE)
             return mf__ds_fail(L, "no body");
-        return mf__ds_new(L, request, false);
+        mf__ds_new(L, request, false);
+        return mf__ds_remember(L);
     }
     if (request->sent || request->streaming)
         return mf__ds_fail(L, "the response head was already sent");
@@ -588,7 +626,8 @@ int mf_serve_req_socket(lua_State *L)
                                                : "the response head cannot "
                                                  "be sent");
     request->streaming = true; /* the head is out: the end sends nothing */
-    return mf__ds_new(L, request, true);
+    mf__ds_new(L, request, true);
+    return mf__ds_remember(L);
 }
 
 void mf_serve_downstream_open(mf_serve_worker_t *w)
@@ -611,6 +650,12 @@ void mf_serve_downstream_open(mf_serve_worker_t *w)
     lua_pushcfunction(L, mf__ds_gc);
     lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, MF_DS_MADE);
 }
 
 bool mf_serve_downstream_stream_body(const mf_http_request_t *req, void *worker)

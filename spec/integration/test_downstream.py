@@ -152,6 +152,14 @@ end)
     end
 end
 ''',
+    # A second req:socket() is the first socket, with what it buffered.
+    "twice.lua": '''return function(req, resp)
+    local a = assert(req:socket())
+    local first = a:receive(2)
+    local b = assert(req:socket())
+    resp:send(tostring(a == b) .. " " .. first .. b:receive("*a"))
+end
+''',
     # OpenResty's form: ngx.req.socket() on a streamed route.
     "ngxbody.lua": '''require "moonflow.ngx"
 return ngx.handler(function(req, resp)
@@ -186,7 +194,8 @@ CONFIG = '''return { root = ".", limits = { max_body = %d },
     ["/until"] = { file = "until.lua", body = "stream" },
     ["/timeout"] = { file = "timeout.lua", body = "stream" },
     ["/all"] = { file = "all.lua", body = "stream" },
-    ["/ngxbody"] = { file = "ngxbody.lua", body = "stream" } } }
+    ["/ngxbody"] = { file = "ngxbody.lua", body = "stream" },
+    ["/twice"] = { file = "twice.lua", body = "stream" } } }
 '''
 
 
@@ -400,6 +409,9 @@ class Downstream(unittest.TestCase):
         # both access lines say what the client got (the second one is the
         # handler's request, whose answer the server replaced)
         self.wait_access_lines("small", '"POST /all HTTP/1.1" 413 ', 2)
+
+    def test_a_second_req_socket_is_the_first(self):
+        self.assertEqual(self.post("/twice", b"abcdef").body, b"true abcdef")
 
     def test_ngx_req_socket_is_req_socket(self):
         self.assertEqual(self.post("/ngxbody", b"a=1&b=2").body,
