@@ -37,8 +37,15 @@ typedef enum mf_h1_phase {
     MF_H1_CLOSED
 } mf_h1_phase_t;
 
+/* The window a streamed body (or an upgraded connection) is read
+ * through: room behind the head, used again as the handler reads. */
+#define MF_H1_STREAM_WINDOW (64 * 1024)
+
 /* A request body being received: kept apart so that an idle keep-alive
- * connection stays small. */
+ * connection stays small. It also serves a body streamed to the handler
+ * and the raw bytes of an upgraded connection (the stream fields): their
+ * decoded bytes are [head_len, head_len + body_have) from the input's off,
+ * of which the first `taken` were read by the handler. */
 typedef struct mf_h1_body {
     size_t head_len;         /* the parsed head's length */
     size_t body_have;        /* decoded body bytes after the head */
@@ -48,6 +55,15 @@ typedef struct mf_h1_body {
     mf_http_chunked_t chunked;
     bool chunked_body;
     bool sent_continue;
+    /* the stream */
+    bool streaming;       /* the handler reads it (stream_body) */
+    bool expect_continue; /* 100 Continue at the first read that waits */
+    bool complete;        /* the body's last byte is in body_have */
+    bool watching;        /* the exchange waits for a read's answer */
+    int refused;          /* 413, 400, 408: the body was refused */
+    size_t taken;         /* bytes of body_have the handler has read */
+    uint64_t total;       /* decoded body bytes so far */
+    mf_post_t kick;       /* reads again and answers a watch */
 } mf_h1_body_t;
 
 typedef struct mf_http1 {
@@ -69,6 +85,7 @@ typedef struct mf_http1 {
     bool closing;      /* the transport ends after its queue: no more input */
     bool peer_closed;  /* the client half-closed */
     bool dispatching;  /* the exchange runs its handler (see above) */
+    bool raw;          /* upgraded: the exchange has the connection's bytes */
 } mf_http1_t;
 
 _Static_assert(sizeof(mf_http1_t) <= 128,
@@ -78,6 +95,8 @@ static const mf_transport_ops_t mf__h1_transport_ops;
 static const mf_http_proto_ops_t mf__h1_proto_ops;
 
 static void mf__h1_process(mf_http1_t *h);
+static void mf__h1_stream_kick(mf_post_t *post);
+static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len, bool body);
 
 static bool mf__h1_held(const mf_http1_t *h)
 {
@@ -170,8 +189,11 @@ static void mf__h1_body_arrived(mf_http1_t *h, size_t n)
 
 static void mf__h1_drop_body(mf_http1_t *h)
 {
-    if (h->body)
+    if (h->body) {
+        if (mf_list_linked(&h->body->kick._link))
+            mf_list_remove(&h->body->kick._link);
         mf_loop_free(h->loop, h->body, sizeof(*h->body));
+    }
     h->body = NULL;
 }
 
@@ -208,7 +230,10 @@ static void mf__h1_dispatch(mf_http1_t *h, const mf_http_request_t *req,
     size_t head_len = raw_len - body_len;
     const char *body =
         body_len ? h->in->buf.data + h->in->off + head_len : NULL;
-    mf__h1_drop_body(h); /* the body stays in the input */
+    if (h->body && h->body->streaming)
+        body_len = SIZE_MAX; /* read through the stream (http_proto.h) */
+    else
+        mf__h1_drop_body(h); /* the body stays in the input */
     h->req_len = raw_len;
     h->requests++;
     unsigned max = h->config->max_keepalive_requests;
@@ -295,17 +320,144 @@ static bool mf__h1_body(mf_http1_t *h)
     return mf__h1_length_body(h, h->body->content_length);
 }
 
+/* ---- a body streamed to the handler, an upgraded connection ----------------
+ */
+
+static size_t mf__h1_stream_start(const mf_http1_t *h)
+{
+    return h->in->off + h->body->head_len;
+}
+
+/* Takes the bytes that arrived behind the decoded ones: a Content-Length
+ * body up to its end (what follows is the next request), a chunked one
+ * decoded in place, and after an upgrade everything. */
+static void mf__h1_stream_take(mf_http1_t *h)
+{
+    mf_h1_body_t *b = h->body;
+    mf_transport_input_t *in = h->in;
+    if (b->complete || b->refused)
+        return;
+    size_t from = mf__h1_stream_start(h) + b->body_have;
+    size_t len = in->buf.len - from;
+    if (h->raw) {
+        b->body_have += len;
+        return;
+    }
+    if (!b->chunked_body) {
+        uint64_t left = b->content_length - b->total;
+        size_t n = len < left ? len : (size_t)left;
+        b->body_have += n;
+        b->total += n;
+        b->complete = b->total == b->content_length;
+        return;
+    }
+    ssize_t rest =
+        mf_http_chunked_decode(&b->chunked, in->buf.data + from, &len);
+    b->body_have += len;
+    b->total += len;
+    if (rest == MF_HTTP_ERROR) {
+        b->refused = b->chunked.error_status;
+    } else if (rest == MF_HTTP_INCOMPLETE) {
+        in->buf.len = from + len;
+    } else {
+        in->buf.len = from + len + (size_t)rest; /* the next request */
+        b->complete = true;
+    }
+}
+
+/* Whether a read would answer now (bytes, the end, an error). */
+static bool mf__h1_stream_ready(const mf_http1_t *h)
+{
+    const mf_h1_body_t *b = h->body;
+    return b->taken < b->body_have || b->complete || b->refused ||
+           h->peer_closed;
+}
+
+/* Tells a waiting exchange that its read has an answer. */
+static void mf__h1_stream_wake(mf_http1_t *h)
+{
+    mf_h1_body_t *b = h->body;
+    if (!b || !b->watching || !mf__h1_stream_ready(h))
+        return;
+    b->watching = false;
+    h->exops->readable(h->ex);
+}
+
+/* The same from inside the transport's calls: on the next phase, so that
+ * the handler, which may read, answer or end the request, never runs
+ * inside the transport's read loop. */
+static void mf__h1_stream_wake_later(mf_http1_t *h)
+{
+    mf_h1_body_t *b = h->body;
+    if (b && b->watching && mf__h1_stream_ready(h) &&
+        !mf_list_linked(&b->kick._link))
+        mf_loop_defer(h->loop, &b->kick);
+}
+
+/* Bytes arrived for the stream. A body that comes too slowly while the
+ * handler waits for it is refused 408 (a handler that reads slowly is not
+ * the client's fault: its bytes wait in the socket meanwhile). */
+static void mf__h1_stream_arrived(mf_http1_t *h, size_t n)
+{
+    mf_h1_body_t *b = h->body;
+    b->received += n;
+    if (!h->raw && b->watching && !b->complete && !b->refused &&
+        mf_loop_now(h->loop) >= mf__h1_body_due(h))
+        b->refused = 408;
+    mf__h1_stream_take(h);
+    mf__h1_stream_wake_later(h);
+}
+
+/* Reads on after the handler made room (the input is pinned: reading
+ * stops when the window is full), sends a 100 Continue queued by the
+ * watch, and answers the watch if it can: on the next phase, never inside
+ * the exchange's call. */
+static void mf__h1_stream_kick(mf_post_t *post)
+{
+    mf_http1_t *h = post->data;
+    if (h->phase == MF_H1_CLOSED)
+        return;
+    mf__transport_resume(h->t); /* may end the request: h->body changes */
+    if (h->phase != MF_H1_CLOSED)
+        mf__h1_stream_wake(h);
+}
+
+/* Dispatches a request whose bytes after the head the handler may read:
+ * a streamed body, or those of a connection that may be upgraded. The
+ * input gets a window behind the head first (it is pinned from the
+ * dispatch on and cannot grow then), so the head is parsed again when the
+ * buffer moved. */
+static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len, bool body)
+{
+    mf_transport_input_t *in = h->in;
+    if (in->buf.cap - in->buf.len < MF_H1_STREAM_WINDOW &&
+        mf__transport_input_reserve(h->t, MF_H1_STREAM_WINDOW) < 0) {
+        mf__h1_fail(h, 500);
+        return false;
+    }
+    if (body) {
+        h->body->streaming = true;
+        mf__h1_stream_take(h); /* what came with the head */
+    }
+    mf__h1_dispatch_with_body(h, 0, head_len);
+    return true;
+}
+
 /* A head has been parsed: decide how its body arrives. */
 static bool mf__h1_head_done(mf_http1_t *h, mf_http_request_t *req,
                              int head_len)
 {
     if (req->body == MF_HTTP_BODY_NONE) {
+        if (req->upgrade) /* may be handed over: room for its bytes */
+            return mf__h1_dispatch_streamed(h, (size_t)head_len, false);
         mf__h1_dispatch(h, req, 0, (size_t)head_len);
         return true;
     }
     if (!h->body)
         h->body = mf_loop_alloc(h->loop, sizeof(*h->body));
     mf_h1_body_t *b = h->body;
+    memset(b, 0, sizeof(*b));
+    mf_post_init(&b->kick, mf__h1_stream_kick, h);
     b->head_len = (size_t)head_len;
     b->body_have = 0;
     b->started = mf_loop_now(h->loop);
@@ -320,6 +472,11 @@ static bool mf__h1_head_done(mf_http1_t *h, mf_http_request_t *req,
     }
     if (req->body == MF_HTTP_BODY_CHUNKED)
         mf_http_chunked_init(&b->chunked, max);
+    if (h->config->stream_body && h->config->stream_body(req, h->site->user)) {
+        h->keep_alive = req->keep_alive;
+        b->expect_continue = req->expect_continue;
+        return mf__h1_dispatch_streamed(h, (size_t)head_len, true);
+    }
     h->phase = MF_H1_BODY;
     h->in->max = SIZE_MAX; /* the body may fill the input */
     h->keep_alive = req->keep_alive;
@@ -365,10 +522,22 @@ static void mf__h1_process(mf_http1_t *h)
     }
 }
 
-/* The exchange is done: drop the request's bytes. */
+/* The exchange is done: drop the request's bytes. A streamed body not
+ * read to its end, or an upgrade, ends the connection (lingering, so
+ * that unread bytes do not reset it under the answer). */
 static void mf__h1_request_finished(mf_http1_t *h)
 {
     mf_transport_input_t *in = h->in;
+    bool linger = false;
+    if (h->body) { /* streamed (a body still arriving is dropped here) */
+        mf_h1_body_t *b = h->body;
+        if (h->raw || !b->complete) {
+            h->keep_alive = false;
+            linger = !h->raw;
+        }
+        h->req_len = b->head_len + b->body_have;
+        mf__h1_drop_body(h);
+    }
     in->off += h->req_len;
     h->req_len = 0;
     h->scanned = 0;
@@ -378,7 +547,7 @@ static void mf__h1_request_finished(mf_http1_t *h)
     }
     if (!h->keep_alive) {
         h->closing = true;
-        mf__transport_end(h->t, false);
+        mf__transport_end(h->t, linger);
     }
     h->phase = MF_H1_IDLE;
 }
@@ -389,6 +558,10 @@ static void mf__h1_request_finished(mf_http1_t *h)
 static void mf__h1_on_data(void *proto, size_t n)
 {
     mf_http1_t *h = proto;
+    if (h->phase == MF_H1_HANDLING && h->body) {
+        mf__h1_stream_arrived(h, n);
+        return;
+    }
     if (h->phase == MF_H1_BODY)
         mf__h1_body_arrived(h, n); /* may answer 408 */
     mf__h1_process(h);
@@ -403,6 +576,10 @@ static void mf__h1_on_eof(void *proto)
 {
     mf_http1_t *h = proto;
     h->peer_closed = true;
+    if (h->raw) { /* the handler reads the end; the connection stays */
+        mf__h1_stream_wake_later(h);
+        return;
+    }
     h->closing = true;
     mf__transport_end(h->t, false);
     if (h->phase == MF_H1_HANDLING && !mf__transport_writing(h->t)) {
@@ -423,6 +600,9 @@ static void mf__h1_on_flushed(void *proto)
     uint32_t ms = mf__h1_phase_timeout(h);
     if (ms)
         mf__transport_arm(h->t, ms);
+    else if (h->phase == MF_H1_HANDLING)
+        mf__transport_disarm(h->t); /* no stall left: a held exchange (a
+                                       stream, an upgrade) keeps its time */
 }
 
 static void mf__h1_on_drain(void *proto)
@@ -476,11 +656,18 @@ static bool mf__h1_idle(const void *proto)
 /* The server is stopping: an idle connection closes now (after its
  * pending output); a busy one answers with Connection: close. So does one
  * whose request has arrived but not been read yet: closing it would reset
- * a request the client sent before the stop, unanswered. */
+ * a request the client sent before the stop, unanswered. An upgraded
+ * connection has no end of its own: its reader hears the end now (reads
+ * answer 0), so that its handler can finish. */
 static void mf__h1_stop(void *proto)
 {
     mf_http1_t *h = proto;
     h->keep_alive = false;
+    if (h->raw) {
+        h->peer_closed = true;
+        mf__h1_stream_wake_later(h);
+        return;
+    }
     if (h->phase != MF_H1_IDLE || h->in->buf.len ||
         mf__transport_input_waiting(h->t))
         return; /* busy: its answer says Connection: close */
@@ -530,8 +717,13 @@ void mf__http1_attach(mf_http_site_t *site, mf_transport_t *t)
  * it, the client has not half-closed, the server is not stopping), and
  * its Connection line. Decides for good: asked once, when the head is
  * built. */
-static void mf__h1_connection_line(mf_http1_t *h, mf_http_head_t *hd)
+static void mf__h1_connection_line(mf_http1_t *h, mf_http_head_t *hd,
+                                   int status)
 {
+    if (h->raw && status == 101) {
+        mf__http_head_put(hd, "Connection: upgrade\r\n", 21);
+        return;
+    }
     if (h->peer_closed || h->site->stopping)
         h->keep_alive = false;
     if (!h->keep_alive)
@@ -559,7 +751,7 @@ static int mf__h1_send_head(void *proto, const mf_http_response_head_t *rh,
         hd.len += mf__http_fmt_u64(hd.fixed + hd.len, rh->length);
         mf__http_head_put(&hd, "\r\n", 2);
     }
-    mf__h1_connection_line(h, &hd);
+    mf__h1_connection_line(h, &hd, rh->status);
     mf_piece_t pieces[4 + MF_HTTP_STATIC_LINES];
     size_t n = 0;
     pieces[n++] = (mf_piece_t){hd.fixed, hd.len};
@@ -582,7 +774,7 @@ static int mf__h1_send_body(void *proto, const char *data, size_t len,
 static int mf__h1_send_piece(void *proto, const void *data, size_t len)
 {
     mf_http1_t *h = proto;
-    if (h->minor_version < 1)
+    if (h->minor_version < 1 || h->raw)
         return mf__transport_queue_copy(h->t, data, len);
     char size[20];
     size_t n = mf__http_fmt_hex(size, len);
@@ -595,7 +787,7 @@ static int mf__h1_send_piece(void *proto, const void *data, size_t len)
 static int mf__h1_end_stream(void *proto)
 {
     mf_http1_t *h = proto;
-    if (h->minor_version < 1)
+    if (h->minor_version < 1 || h->raw)
         return 0;
     return mf__transport_queue_copy(h->t, "0\r\n\r\n", 5);
 }
@@ -652,6 +844,91 @@ static void mf__h1_abort(void *proto)
     mf__transport_close(h->t);
 }
 
+/* A streamed body's bytes, or after an upgrade the connection's. Reading
+ * all that was taken lets the window be used again: the bytes behind (a
+ * chunk's head not decoded yet, the next request) move to its start. */
+static ssize_t mf__h1_read(void *proto, void *buf, size_t len)
+{
+    mf_http1_t *h = proto;
+    mf_h1_body_t *b = h->body;
+    if (h->phase == MF_H1_CLOSED || !b)
+        return MF_ECLOSED;
+    if (b->taken < b->body_have) {
+        size_t n = b->body_have - b->taken;
+        n = n < len ? n : len;
+        char *at = h->in->buf.data + mf__h1_stream_start(h);
+        memcpy(buf, at + b->taken, n);
+        b->taken += n;
+        if (b->taken == b->body_have) {
+            mf_transport_input_t *in = h->in;
+            size_t behind = in->buf.len - mf__h1_stream_start(h) - b->body_have;
+            memmove(at, at + b->body_have, behind);
+            in->buf.len -= b->body_have;
+            b->body_have = b->taken = 0;
+        }
+        return (ssize_t)n;
+    }
+    if (b->refused)
+        return b->refused == 413   ? MF_EMSGSIZE
+               : b->refused == 408 ? MF_ETIMEDOUT
+                                   : MF_EPROTO;
+    if (b->complete)
+        return 0;
+    if (h->peer_closed)
+        return h->raw ? 0 : MF_ECLOSED;
+    return MF_EAGAIN;
+}
+
+static int mf__h1_body_status(const void *proto)
+{
+    const mf_http1_t *h = proto;
+    return h->body && h->body->refused ? h->body->refused : 400;
+}
+
+/* The exchange waits for a read: the client may be waiting for a 100
+ * Continue, and the window may have filled (reading stopped): the kick
+ * sends the one and reads again. */
+static void mf__h1_watch_read(void *proto)
+{
+    mf_http1_t *h = proto;
+    mf_h1_body_t *b = h->body;
+    if (!b)
+        return;
+    b->watching = true;
+    if (b->expect_continue && !b->sent_continue && !b->complete && !h->raw &&
+        mf__transport_queue_room(h->t) > 0) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        b->sent_continue = true; /* no memory: the client sends anyway */
+        mf__transport_queue_copy(h->t, cont, sizeof cont - 1);
+    }
+    if (!mf_list_linked(&b->kick._link))
+        mf_loop_defer(h->loop, &b->kick);
+}
+
+/* Hands the connection to the exchange: the bytes behind the request (and
+ * its body, read whole) are the first raw bytes. */
+static int mf__h1_upgrade(void *proto)
+{
+    mf_http1_t *h = proto;
+    mf_h1_body_t *b = h->body;
+    if (b && (!b->complete || b->taken < b->body_have))
+        return MF_EBUSY;
+    if (!b) {
+        b = h->body = mf_loop_alloc(h->loop, sizeof(*b));
+        memset(b, 0, sizeof(*b));
+        mf_post_init(&b->kick, mf__h1_stream_kick, h);
+        b->head_len = h->req_len;
+    } else {
+        b->head_len += b->body_have;
+        b->body_have = b->taken = 0;
+    }
+    b->complete = false;
+    h->raw = true;
+    h->keep_alive = false;
+    mf__h1_stream_take(h);
+    return 0;
+}
+
 static const mf_http_proto_ops_t mf__h1_proto_ops = {
     .send_head = mf__h1_send_head,
     .send_body = mf__h1_send_body,
@@ -663,4 +940,8 @@ static const mf_http_proto_ops_t mf__h1_proto_ops = {
     .watch_drain = mf__h1_watch_drain,
     .release = mf__h1_release,
     .abort = mf__h1_abort,
+    .read = mf__h1_read,
+    .body_status = mf__h1_body_status,
+    .watch_read = mf__h1_watch_read,
+    .upgrade = mf__h1_upgrade,
 };

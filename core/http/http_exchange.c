@@ -22,6 +22,13 @@
  * counts it (mf_http_server_failed_responses). A header the handler should
  * not have given (mf__header_fault) turns the answer into the same 500, and
  * an abort ends it the same way: a 500 before the head, a cut after.
+ *
+ * The request body reaches the handler from memory (read before the
+ * handler) or, streamed, through the protocol's read and watch_read; an
+ * upgrade sends the head unframed and turns those reads into the
+ * connection's raw bytes (state MF_EX_RAW: writes go out unframed, the
+ * send adds nothing). A body the protocol refuses while it is read (413,
+ * 400, 408) is answered in place of the handler's answer.
  */
 #include <string.h>
 #include <strings.h>
@@ -36,6 +43,7 @@
 typedef enum mf_ex_state {
     MF_EX_ACTIVE, /* the handler, its series or holder builds the answer */
     MF_EX_STREAM, /* streamed response: head queued, chunks flowing */
+    MF_EX_RAW,    /* upgraded: head queued, the connection's bytes both ways */
     MF_EX_FAILED, /* a 500 was queued or the connection cut (out of memory,
                      an invalid header, an abort); further output is
                      dropped until the send */
@@ -51,7 +59,9 @@ struct mf_http_exchange {
     mf_http_request_t req;
     const char *body;
     size_t body_len;
+    size_t body_read; /* bytes of body handed to mf_http_exchange_read */
     mf_ex_state_t state;
+    bool streamed; /* the protocol streams the body (no body above) */
     bool held;
     bool closed_early;  /* the connection went away before the response */
     bool out_of_memory; /* an append failed: the answer becomes a 500 */
@@ -70,6 +80,9 @@ struct mf_http_exchange {
     mf_http_exchange_drain_cb on_drain;
     void *on_drain_arg;
     mf_post_t drain_post;
+    mf_http_exchange_readable_cb on_readable;
+    void *on_readable_arg;
+    mf_post_t readable_post; /* a reader of a body in memory */
     mf_http_header_t headers[MF_HTTP_MAX_HEADERS]; /* last: not zeroed */
 };
 
@@ -211,6 +224,7 @@ mf__exchange_create(mf_http_site_t *site, const mf_http_proto_ops_t *ops,
      * also an empty buffer and no callback. */
     memset(ex, 0, offsetof(mf_http_exchange_t, headers));
     mf_list_init(&ex->drain_post._link); /* no drain call pending */
+    mf_list_init(&ex->readable_post._link);
     ex->ops = ops;
     ex->proto = proto;
     ex->site = site;
@@ -220,8 +234,9 @@ mf__exchange_create(mf_http_site_t *site, const mf_http_proto_ops_t *ops,
     memcpy(ex->headers, req->headers,
            req->num_headers * sizeof(ex->headers[0]));
     ex->req.headers = ex->headers;
-    ex->body = body;
-    ex->body_len = body_len;
+    ex->streamed = body_len == SIZE_MAX; /* read through the protocol */
+    ex->body = ex->streamed ? NULL : body;
+    ex->body_len = ex->streamed ? 0 : body_len;
     ex->state = MF_EX_ACTIVE;
     ex->status = 200;
     return ex;
@@ -241,6 +256,15 @@ static void mf__exchange_run(mf_http_exchange_t *ex)
     mf_http_exchange_send(ex);
 }
 
+static void mf__exchange_readable(mf_http_exchange_t *ex)
+{
+    if (!ex->on_readable)
+        return;
+    mf_http_exchange_readable_cb cb = ex->on_readable;
+    ex->on_readable = NULL;
+    cb(ex, ex->on_readable_arg);
+}
+
 static void mf__exchange_lost(mf_http_exchange_t *ex)
 {
     ex->closed_early = true;
@@ -249,6 +273,7 @@ static void mf__exchange_lost(mf_http_exchange_t *ex)
         ex->on_drain = NULL;
         cb(ex, ex->on_drain_arg);
     }
+    mf__exchange_readable(ex); /* and a reader: its next read fails */
     if (ex->on_close) {
         mf_http_exchange_close_cb cb = ex->on_close;
         ex->on_close = NULL;
@@ -276,6 +301,8 @@ static void mf__exchange_destroy(mf_http_exchange_t *ex)
 {
     if (mf_list_linked(&ex->drain_post._link))
         mf_list_remove(&ex->drain_post._link); /* a drain call not run yet */
+    if (mf_list_linked(&ex->readable_post._link))
+        mf_list_remove(&ex->readable_post._link);
     mf__buf_release(ex->loop, &ex->resp_headers);
     mf__buf_release(ex->loop, &ex->resp_body);
     mf_loop_free(ex->loop, ex, sizeof(*ex));
@@ -360,7 +387,7 @@ static const char *mf__header_fault(const mf_http_exchange_t *ex,
         return "has a control byte in its value";
     if (mf__header_is_managed(name, name_len))
         return "is set by the server";
-    if (ex->state == MF_EX_STREAM)
+    if (ex->state == MF_EX_STREAM || ex->state == MF_EX_RAW)
         return "comes after the head was sent";
     if (ex->state != MF_EX_ACTIVE)
         return "comes after the answer ended";
@@ -488,6 +515,7 @@ void mf_http_exchange_send(mf_http_exchange_t *ex)
     /* The handler lets go here: no callback of its may run after. */
     ex->on_close = NULL;
     ex->on_drain = NULL;
+    ex->on_readable = NULL;
     ex->held = false;
     if (!ex->closed_early) {
         if (ex->state == MF_EX_STREAM)
@@ -511,9 +539,10 @@ void mf_http_exchange_abort(mf_http_exchange_t *ex)
      * it back. */
     ex->on_close = NULL;
     ex->on_drain = NULL;
+    ex->on_readable = NULL;
     if (ex->state == MF_EX_ACTIVE)
         mf__exchange_answer_500(ex);
-    else if (ex->state == MF_EX_STREAM)
+    else if (ex->state == MF_EX_STREAM || ex->state == MF_EX_RAW)
         mf__exchange_close(ex);
     mf_http_exchange_send(ex); /* failed: ends the exchange, adds nothing */
 }
@@ -583,10 +612,108 @@ void mf_http_exchange_on_drain(mf_http_exchange_t *ex,
     }
 }
 
+/* ---- public API: the body as a stream, the raw connection -------------- */
+
+bool mf_http_exchange_body_streamed(const mf_http_exchange_t *ex)
+{
+    return ex->streamed;
+}
+
+/* The body was refused while the handler read it: the client hears the
+ * status the protocol names (413, 400, 408) if nothing was sent, else the
+ * answer is cut; either way the connection ends after it, and the
+ * handler's own answer is dropped. */
+static void mf__exchange_body_refused(mf_http_exchange_t *ex)
+{
+    if (ex->state == MF_EX_ACTIVE) {
+        ex->state = MF_EX_FAILED;
+        int status = ex->ops->body_status(ex->proto);
+        if (ex->ops->send_error(ex->proto, status) < 0)
+            ex->ops->abort(ex->proto); /* runs mf__exchange_lost */
+        else
+            ex->ops->flush(ex->proto);
+    } else if (ex->state == MF_EX_STREAM) {
+        mf__exchange_close(ex);
+    }
+}
+
+/* Whether reads go to the protocol: a streamed body, or the connection. */
+static bool mf__exchange_reads_proto(const mf_http_exchange_t *ex)
+{
+    return ex->streamed || ex->state == MF_EX_RAW;
+}
+
+ssize_t mf_http_exchange_read(mf_http_exchange_t *ex, void *buf, size_t len)
+{
+    if (ex->closed_early)
+        return MF_ECLOSED;
+    if (!mf__exchange_reads_proto(ex)) { /* the body read before */
+        size_t n = ex->body_len - ex->body_read;
+        n = n < len ? n : len;
+        if (n)
+            memcpy(buf, ex->body + ex->body_read, n);
+        ex->body_read += n;
+        return (ssize_t)n;
+    }
+    ssize_t n = ex->ops->read(ex->proto, buf, len);
+    if (n == MF_EMSGSIZE || n == MF_EPROTO || n == MF_ETIMEDOUT)
+        mf__exchange_body_refused(ex);
+    return n;
+}
+
+static void mf__exchange_readable_now(mf_post_t *post)
+{
+    mf__exchange_readable(post->data);
+}
+
+void mf_http_exchange_on_readable(mf_http_exchange_t *ex,
+                                  mf_http_exchange_readable_cb cb, void *arg)
+{
+    ex->on_readable = cb;
+    ex->on_readable_arg = arg;
+    if (!cb)
+        return;
+    if (!ex->closed_early && mf__exchange_reads_proto(ex)) {
+        ex->ops->watch_read(ex->proto);
+        return;
+    }
+    /* A body in memory (or a connection gone) answers at once: on the
+     * next phase, never inside this call. */
+    if (!mf_list_linked(&ex->readable_post._link)) {
+        mf_post_init(&ex->readable_post, mf__exchange_readable_now, ex);
+        mf_loop_defer(ex->loop, &ex->readable_post);
+    }
+}
+
+int mf_http_exchange_upgrade(mf_http_exchange_t *ex)
+{
+    if (ex->closed_early)
+        return MF_ECLOSED;
+    if (ex->state != MF_EX_ACTIVE)
+        return MF_EINVAL;
+    if (ex->out_of_memory || ex->bad_header) {
+        int rc = ex->out_of_memory ? MF_ENOMEM : MF_EINVAL;
+        mf__exchange_refuse_answer(ex);
+        return rc;
+    }
+    int rc = ex->ops->upgrade(ex->proto);
+    if (rc < 0)
+        return rc;
+    ex->state = MF_EX_RAW;
+    if (mf__exchange_queue_head(ex, MF_HTTP_FRAME_NONE, 0, NULL, 0) < 0) {
+        mf__exchange_cut(ex); /* no HTTP answer can follow an upgrade */
+        return MF_ENOMEM;
+    }
+    if (ex->ops->flush(ex->proto) < 0 || ex->closed_early)
+        return MF_ECLOSED;
+    return 0;
+}
+
 const mf_http_exchange_ops_t mf__http_exchange_ops = {
     .create = mf__exchange_create,
     .run = mf__exchange_run,
     .lost = mf__exchange_lost,
     .drained = mf__exchange_drained,
+    .readable = mf__exchange_readable,
     .destroy = mf__exchange_destroy,
 };

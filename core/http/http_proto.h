@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "engine/buf.h"
 #include "moonflow/http_server.h"
@@ -102,6 +103,21 @@ typedef struct mf_http_proto_ops {
     /* Closes the connection now (the answer cannot be completed): the
      * exchange is told (lost) first. */
     void (*abort)(void *proto);
+    /* A streamed body, or after upgrade the connection's bytes: copies up
+     * to len of them into buf (mf_http_exchange_read's answers; a refused
+     * body answers MF_EMSGSIZE, MF_EPROTO or MF_ETIMEDOUT, and
+     * body_status then says which status the client should hear). */
+    ssize_t (*read)(void *proto, void *buf, size_t len);
+    int (*body_status)(const void *proto);
+    /* Asks for one readable call (mf_http_exchange_ops_t) once a read has
+     * an answer other than MF_EAGAIN; never calls it inside this call. */
+    void (*watch_read)(void *proto);
+    /* Stops parsing the connection: what follows the request is raw bytes
+     * for read, sends are not framed, the connection ends with the
+     * exchange, and the head says "Connection: upgrade" for a 101. 0 or
+     * MF_EBUSY (a streamed body is not read to its end). Before the head
+     * is queued. */
+    int (*upgrade)(void *proto);
 } mf_http_proto_ops_t;
 
 /* What a protocol may ask of the exchange layer (registered by the server
@@ -109,7 +125,8 @@ typedef struct mf_http_proto_ops {
 typedef struct mf_http_exchange_ops {
     /* The exchange of a parsed request (req's headers are copied; its
      * strings, and body, point into the protocol's input). peer lives as
-     * long as proto. */
+     * long as proto. A body the protocol streams comes as body NULL and
+     * body_len SIZE_MAX (read through the proto ops). */
     mf_http_exchange_t *(*create)(struct mf_http_site *site,
                                   const mf_http_proto_ops_t *ops, void *proto,
                                   const mf_sockaddr_t *peer,
@@ -123,6 +140,8 @@ typedef struct mf_http_exchange_ops {
     void (*lost)(mf_http_exchange_t *ex);
     /* The output fell below the watched mark: wakes a waiting writer. */
     void (*drained)(mf_http_exchange_t *ex);
+    /* A watched read has its answer now: wakes a waiting reader. */
+    void (*readable)(mf_http_exchange_t *ex);
     /* Frees the exchange and its response buffers. */
     void (*destroy)(mf_http_exchange_t *ex);
 } mf_http_exchange_ops_t;

@@ -24,7 +24,8 @@
  *     init = "init.lua",   -- run once, on worker 0, as the server starts
  *     init_worker = "w.lua",  -- run on every worker as it starts
  *     routes = { ["/"] = "home.lua",
- *                ["/slow"] = { file = "slow.lua", timeout = 500 } },
+ *                ["/slow"] = { file = "slow.lua", timeout = 500 },
+ *                ["/upload"] = { file = "up.lua", body = "stream" } },
  *     shared = { hits = 1048576 },   -- dicts of every worker: name = bytes
  *     metrics = { path = "/metrics",  -- Prometheus's page; none without
  *                 listen = "127.0.0.1:9145" },  -- its own address
@@ -276,7 +277,10 @@ static const mf_config_key_t mf__metrics_keys[] = {
     {"listen", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
-    {"file", LUA_TSTRING, 0, 0, NULL}, MF_CONFIG_MS("timeout"), MF_CONFIG_END};
+    {"file", LUA_TSTRING, 0, 0, NULL},
+    MF_CONFIG_MS("timeout"),
+    {"body", LUA_TSTRING, 0, 0, NULL},
+    MF_CONFIG_END};
 
 static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
                                              const char *name)
@@ -425,6 +429,7 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                                ? mf__field_string(L, -1, "file")
                                : NULL;
         double timeout = 0;
+        const char *body = NULL;
         if (lua_istable(L, -1)) {
             char where[128];
             snprintf(where, sizeof where, "routes[%.100s].", path ? path : "?");
@@ -432,6 +437,14 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                                  errlen) < 0)
                 return -1;
             mf__field_number(L, lua_gettop(L), "timeout", &timeout);
+            body = mf__field_string(L, lua_gettop(L), "body");
+        }
+        if (body && strcmp(body, "stream") != 0) {
+            snprintf(err, errlen,
+                     "routes[%.100s].body: \"stream\" or nothing (the body "
+                     "read before the handler)",
+                     path ? path : "?");
+            return -1;
         }
         if (!path || path[0] != '/' || !file) {
             snprintf(err, errlen,
@@ -448,6 +461,7 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
         r->path = mf_serve_config_strdup(c, path);
         r->file = mf_serve_config_strdup(c, file);
         r->timeout_ms = (uint32_t)timeout;
+        r->stream_body = body != NULL;
         lua_pop(L, 1);
     }
     return 0;

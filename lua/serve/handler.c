@@ -267,6 +267,11 @@ static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
     return 0;
 }
 
+int mf_serve_request_set_head(lua_State *L, mf_serve_request_t *request)
+{
+    return mf__request_set_head(L, request, "", 0); /* no Content-Type */
+}
+
 /* Sends the answer (or ends a streamed one) with body as its last bytes. */
 static void mf__request_send(mf_serve_request_t *request, const char *body,
                              size_t len)

@@ -320,9 +320,12 @@ int mf_serve_req_index(lua_State *L)
         return mf__req_peer(L, request);
     else if (!strcmp(key, "id"))
         lua_pushstring(L, mf_serve_request_id(request));
-    else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
-             !strcmp(key, "body") || !strcmp(key, "ctx") ||
-             !strcmp(key, "cookies")) {
+    else if (!strcmp(key, "socket")) { /* downstream.c */
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_pushcclosure(L, mf_serve_req_socket, 1);
+    } else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
+               !strcmp(key, "body") || !strcmp(key, "ctx") ||
+               !strcmp(key, "cookies")) {
         if (mf__fields_get(L, request, key))
             return 1;
         if (!strcmp(key, "ctx"))

@@ -76,6 +76,12 @@ mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up);
 int mf_serve_req_header(lua_State *L);
 int mf_serve_req_form(lua_State *L);
 int mf_serve_req_index(lua_State *L);
+/* downstream.c: req:socket([raw]) (upvalue 1: the metatable). */
+int mf_serve_req_socket(lua_State *L);
+/* handler.c: puts the response head (resp.status, resp.headers, the id's
+ * header) into the exchange, for req:socket(true) to send: 0, or -1 when
+ * a header cannot be sent (reported; the answer becomes a 500). */
+int mf_serve_request_set_head(lua_State *L, mf_serve_request_t *request);
 
 /* trace.c: the trace of a request, when the config asks for one and it is
  * sampled (NULL otherwise): begun as its coroutine is made, told its

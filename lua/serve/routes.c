@@ -41,6 +41,7 @@ typedef struct mf_serve_route {
     int ref;              /* the handler, LUA_NOREF if none yet */
     uint32_t source_hash; /* of the source the handler came from */
     uint32_t timeout_ms;  /* from the config; 0 for file routes */
+    bool stream_body;     /* from the config: body = "stream" */
     char strings[];       /* path, file and rel_file, each NUL-terminated */
 } mf_serve_route_t;
 
@@ -375,6 +376,13 @@ mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
     return MF_SERVE_ROUTE_FOUND;
 }
 
+bool mf_serve_routes_stream_body(mf_serve_routes_t *r, const char *path,
+                                 size_t len)
+{
+    mf_serve_route_t *e = mf__route_find(r, path, len, mf__fnv1a(path, len));
+    return e && e->stream_body;
+}
+
 /* ---- changes --------------------------------------------------------------
  */
 
@@ -506,6 +514,7 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
             r, routes[i].path, strlen(routes[i].path), f, f[0] != '/');
         e->fixed = true;
         e->timeout_ms = routes[i].timeout_ms;
+        e->stream_body = routes[i].stream_body;
     }
     return r;
 }

@@ -61,6 +61,7 @@ typedef struct mf_serve_route_spec {
     const char *path;
     const char *file;
     uint32_t timeout_ms; /* the handler's; 0: the server's default */
+    bool stream_body;    /* body = "stream": req:socket() reads the body */
 } mf_serve_route_spec_t;
 
 mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
@@ -92,6 +93,12 @@ mf_serve_route_result_t mf_serve_routes_push_handler(mf_serve_routes_t *routes,
                                                      const char *path,
                                                      size_t len,
                                                      uint32_t *timeout_ms);
+
+/* Whether the explicit route of this URL path streams its body (body =
+ * "stream"): asked by the server when a head with a body is parsed. A
+ * hash lookup; no file is read. */
+bool mf_serve_routes_stream_body(mf_serve_routes_t *routes, const char *path,
+                                 size_t len);
 
 /* A file under the root changed (relative path as fswatch reports it). */
 void mf_serve_routes_changed(mf_serve_routes_t *routes, const char *file);

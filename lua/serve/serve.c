@@ -209,6 +209,7 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     }
     mf__serve_add_root_to_path(mf_lua_host_state(w->host), c->root);
     mf_serve_handler_open(w);
+    mf_serve_downstream_open(w);
     w->routes = mf_serve_routes_create(w->host, c->root, c->routes, c->nroutes);
     mf_serve_capture_open(w);
     if ((w->error = mf_serve_log_open(w)) < 0) {
@@ -237,6 +238,7 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     mf_http_server_config_t http = c->http; /* copied by the server */
     if (w->log_fd >= 0 || w->mstate)        /* refused requests count too */
         http.on_reject = mf_serve_log_reject;
+    http.stream_body = mf_serve_downstream_stream_body;
     http.listen_fds = w->listen_fds;
     http.nlisten_fds = w->nlisten_fds;
     w->nlisten_fds = 0; /* the server's now, started or not */

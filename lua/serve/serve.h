@@ -162,6 +162,12 @@ typedef struct mf_serve_worker {
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker);
 /* Registers the request/response metatables in the worker's host. */
 void mf_serve_handler_open(mf_serve_worker_t *w);
+/* downstream.c: the downstream socket's class in the worker's host, and
+ * the server's stream_body question (mf_http_server_config_t): whether the
+ * request's route reads its body with req:socket() (body = "stream"). */
+void mf_serve_downstream_open(mf_serve_worker_t *w);
+bool mf_serve_downstream_stream_body(const mf_http_request_t *req,
+                                     void *worker);
 /* A handler's coroutine keeps its req and resp objects in these slots of
  * mf_lua_co_keep (capture.c finds a request's req there). */
 #define MF_SERVE_KEEP_REQ 0

@@ -21,6 +21,11 @@
  *      mf_http_exchange_send(ex) later (the Lua host resumes a coroutine).
  * Streaming: mf_http_exchange_write sends a chunked body piece by piece
  * (headers go out with the first piece); mf_http_exchange_send ends it.
+ * The other way, a handler may read the request body as a stream
+ * (mf_http_exchange_read: the config's stream_body decides per request
+ * whether the server leaves the body unread for it), and take the raw
+ * connection after the head (mf_http_exchange_upgrade: WebSocket and
+ * other upgrades).
  *
  * Pipelined requests are answered in order: the next request on a
  * connection is parsed only when the current response is queued.
@@ -53,6 +58,7 @@
 #define MOONFLOW_HTTP_SERVER_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "dns.h"
 #include "http_parser.h"
@@ -117,6 +123,15 @@ typedef struct mf_http_server_config {
      * call. */
     const int *listen_fds;
     unsigned nlisten_fds;
+    /* Whether a request's body is left to the handler to read as a stream
+     * (mf_http_exchange_read) instead of being read whole before the
+     * handler runs: asked, with the handler's user, once the head is
+     * parsed, for a request with a body. NULL (the default): every body is
+     * read first. A streamed body keeps the limits of a read one (max_body:
+     * 413; a chunked body is refused at its first byte past it), the body
+     * deadlines (body_total_timeout_ms, min_body_rate: 408) as its bytes
+     * arrive, and 100-continue goes out at the first read that waits. */
+    bool (*stream_body)(const mf_http_request_t *req, void *user);
 } mf_http_server_config_t;
 
 /* Fills every field with its default. */
@@ -193,6 +208,45 @@ MF_API const char *mf_http_exchange_body(const mf_http_exchange_t *ex,
 MF_API const mf_sockaddr_t *mf_http_exchange_peer(const mf_http_exchange_t *ex);
 MF_API mf_loop_t *mf_http_exchange_loop(const mf_http_exchange_t *ex);
 MF_API mf_http_server_t *mf_http_exchange_server(const mf_http_exchange_t *ex);
+
+/* ---- the exchange: the body as a stream, the raw connection ----------- */
+
+/* Reads up to len bytes of the request body into buf: the bytes (> 0), 0
+ * at the body's end, MF_EAGAIN when none are there yet (mf_http_exchange_
+ * on_readable tells when), or an error: MF_ECLOSED (the client is gone),
+ * MF_EMSGSIZE (the body is past max_body), MF_EPROTO (bad chunked coding),
+ * MF_ETIMEDOUT (the body came too slowly: the body deadlines). On these
+ * three the server answers 413, 400 or 408 itself if nothing was sent yet
+ * (the handler's answer is dropped) and closes the connection after it.
+ * A body read whole before the handler is read from memory; a streamed
+ * one (stream_body) from the connection, through a window of the input
+ * that is used again as the handler reads: memory stays flat however
+ * long the body. After mf_http_exchange_upgrade, reads return the
+ * connection's bytes, 0 once the client has closed its side. */
+MF_API ssize_t mf_http_exchange_read(mf_http_exchange_t *ex, void *buf,
+                                     size_t len);
+/* Whether the body is streamed (stream_body said so and it was not whole
+ * when the head was parsed); mf_http_exchange_body is then NULL. */
+MF_API bool mf_http_exchange_body_streamed(const mf_http_exchange_t *ex);
+/* Calls cb(ex, arg) once, when a read would not answer MF_EAGAIN any more
+ * (bytes, the end or an error; the connection closing too), never inside
+ * this call. NULL cancels. */
+typedef void (*mf_http_exchange_readable_cb)(mf_http_exchange_t *ex, void *arg);
+MF_API void mf_http_exchange_on_readable(mf_http_exchange_t *ex,
+                                         mf_http_exchange_readable_cb cb,
+                                         void *arg);
+/* Sends the response head now (status and headers, no body framing) and
+ * hands the connection over: from here on mf_http_exchange_read returns
+ * the client's bytes and mf_http_exchange_write sends bytes as they are
+ * (no chunks); the server parses nothing more on the connection and
+ * closes it when the exchange ends (_send); a graceful stop makes reads
+ * answer 0, as the client's end would, so that the handler finishes. A
+ * 101 answer says "Connection: upgrade", any other "Connection: close".
+ * Before anything was sent only, and not while a streamed body is unread:
+ * 0, MF_EBUSY (a body still on its way), MF_EINVAL (the head was sent
+ * already, or a header was refused: the answer became a 500), MF_ENOMEM,
+ * MF_ECLOSED. */
+MF_API int mf_http_exchange_upgrade(mf_http_exchange_t *ex);
 
 /* ---- the exchange: response side -------------------------------------- */
 
