@@ -651,40 +651,10 @@ ngx.location = {
 -- the downstream socket
 -- ngx.req.socket([raw]) is req:socket([raw]) of the handler's request: the
 -- body as a stream, or with raw the connection once the response head is
--- out (req:socket(true) sends ngx.status and ngx.header first). What
--- Debian's nginx.websocket.server calls around it, kept to the least and
--- only where nothing above defines it: ngx.req.http_version, ngx.status,
--- ngx.headers_sent, ngx.send_headers and ngx.flush (these two mark the
--- head as sent; it goes out with req:socket(true) or the handler's
--- answer).
+-- out (req:socket(true) sends ngx.status and ngx.header first, which is
+-- how Debian's nginx.websocket.server answers its 101).
 function ngx.req.socket(raw)
     return current("ngx.req.socket").req:socket(raw)
-end
-ngx.req.http_version = ngx.req.http_version or function()
-    return tonumber(current("ngx.req.http_version").req.version)
-end
-ngx.send_headers = ngx.send_headers or function()
-    current("ngx.send_headers").head_sent = true
-    return 1
-end
-ngx.flush = ngx.flush or function()
-    current("ngx.flush")
-    return 1
-end
-if getmetatable(ngx) == nil then
-    setmetatable(ngx, {
-        __index = function(_, k)
-            local r = bound[running()]
-            if k == "status" then return r and r.resp.status end
-            if k == "headers_sent" then
-                return r ~= nil and (r.head_sent or r.resp.sent) or false
-            end
-        end,
-        __newindex = function(t, k, v)
-            if k ~= "status" then return rawset(t, k, v) end
-            current("ngx.status").resp.status = v
-        end,
-    })
 end
 
 _G.ngx = ngx
