@@ -120,10 +120,26 @@ mf_serve_object_t *mf_serve_check_object(lua_State *L, int idx, int mt_up)
 mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj)
 {
     mf_serve_request_t *request = obj->request;
-    if (!request || !request->ex || !request->co ||
+    if (!request || (!request->ex && !request->kept) || !request->co ||
         mf_lua_host_current(request->w->host) != request->co)
         return NULL;
     return request;
+}
+
+mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w)
+{
+    mf_lua_co_t *co = mf_lua_host_current(w->host);
+    if (!co)
+        return NULL;
+    int ref = mf_lua_co_keep(co)[MF_SERVE_KEEP_REQ];
+    if (ref == LUA_NOREF || ref == LUA_REFNIL)
+        return NULL;
+    lua_State *L = mf_lua_host_state(w->host);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    mf_serve_object_t *obj = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    mf_serve_request_t *request = obj ? obj->request : NULL;
+    return request && request->co == co ? request : NULL;
 }
 
 mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
@@ -206,10 +222,23 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
     return 1;
 }
 
+/* The kept field key (mf_serve_request_keep) on top; nil if none. */
+static void mf__kept_get(lua_State *L, mf_serve_request_t *request,
+                         const char *key)
+{
+    if (!mf__fields_get(L, request, key))
+        lua_pushnil(L);
+}
+
 int mf_serve_req_header(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     const char *name = mf_lua_check_string(L, 2);
+    if (!request->ex) { /* kept: the headers table reads any spelling */
+        mf__kept_get(L, request, "headers");
+        lua_getfield(L, -1, name);
+        return 1;
+    }
     const mf_http_request_t *head = mf_http_exchange_request(request->ex);
     const mf_http_header_t *h =
         mf_http_find_header(head->headers, head->num_headers, name);
@@ -219,12 +248,27 @@ int mf_serve_req_header(lua_State *L)
     return 1;
 }
 
+/* req:form of a kept request: its kept body and Content-Type. */
+static int mf__kept_form(lua_State *L, mf_serve_request_t *request,
+                         unsigned max)
+{
+    size_t tlen = 0, len = 0;
+    mf__kept_get(L, request, "headers");
+    lua_getfield(L, -1, "content-type");
+    const char *type = lua_tolstring(L, -1, &tlen);
+    mf__kept_get(L, request, "body");
+    const char *body = lua_tolstring(L, -1, &len);
+    return mf_lua_push_form(L, type, tlen, body ? body : "", len, max);
+}
+
 /* req:form([max]): the body as a form (moonflow/lua_uri.h), or nil, err. */
 int mf_serve_req_form(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     lua_Integer max = mf_lua_opt_integer(L, 2, 100);
     mf_lua_arg_check(L, max >= 0 && max <= 1000000, 2, "a count of fields");
+    if (!request->ex)
+        return mf__kept_form(L, request, (unsigned)max);
     const mf_http_request_t *head = mf_http_exchange_request(request->ex);
     const mf_http_header_t *type =
         mf_http_find_header(head->headers, head->num_headers, "Content-Type");
@@ -243,12 +287,12 @@ static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
     return 1;
 }
 
-int mf_serve_req_index(lua_State *L)
+/* req[key] (the key at index key) from the exchange's head. */
+static int mf__req_field(lua_State *L, mf_serve_request_t *request, int keyidx)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
-    size_t klen;
-    const char *key = mf_lua_check_lstring(L, 2, &klen);
+    const mf_http_request_t *head =
+        request->ex ? mf_http_exchange_request(request->ex) : NULL;
+    const char *key = lua_tostring(L, keyidx);
     if (!strcmp(key, "method"))
         lua_pushlstring(L, head->method, head->method_len);
     else if (!strcmp(key, "path"))
@@ -287,4 +331,36 @@ int mf_serve_req_index(lua_State *L)
     } else
         lua_pushnil(L);
     return 1;
+}
+
+/* The head's fields, kept in the field cache by mf_serve_request_keep. */
+static const char *const mf__kept_fields[] = {
+    "method",  "path",  "uri",     "version", "peer",
+    "headers", "query", "cookies", "body",    NULL};
+
+void mf_serve_request_keep(mf_serve_request_t *request, lua_State *L)
+{
+    if (request->kept || !request->ex)
+        return;
+    for (int i = 0; mf__kept_fields[i]; i++) {
+        lua_pushstring(L, mf__kept_fields[i]);
+        mf__req_field(L, request, lua_gettop(L)); /* cached as it is made */
+        if (i < 5) /* the scalar ones are not cached by req_field */
+            mf__fields_set(L, request, mf__kept_fields[i]);
+        lua_pop(L, 2);
+    }
+    request->kept = true;
+}
+
+int mf_serve_req_index(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    size_t klen;
+    const char *key = mf_lua_check_lstring(L, 2, &klen);
+    if (!request->ex && strcmp(key, "header") && strcmp(key, "form") &&
+        strcmp(key, "id") && strcmp(key, "ctx")) {
+        mf__kept_get(L, request, key);
+        return 1;
+    }
+    return mf__req_field(L, request, 2);
 }
