@@ -1,9 +1,9 @@
 """Subrequests under `moonflow serve` (mf.capture, mf.capture_multi,
 ngx.location.capture): a handler captures a slow route, a failing one and a
 missing one side by side; what a subrequest inherits; the depth limit; a
-client that leaves while its handler waits on subrequests (both go on). One server for
-the file, its stderr (the error log) in a file; it must stop with status 0
-(under the ASan twin that includes the leak check).
+client that leaves while its handler waits on subrequests (both go on).
+One server for the file, its stderr (the error log) in a file; it must stop
+with status 0 (under the ASan twin that includes the leak check).
 $MF_MOONFLOW is the binary."""
 import json
 import os
