@@ -321,8 +321,6 @@ static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
                                 const char *type_line, size_t type_len)
 {
     bool has_type = false, has_id = false;
-    if (MF_UNLIKELY(request->phased))
-        mf__header_filter(L, request); /* cannot wait: the client is here */
     if (mf__request_copy_headers(L, request, &has_type, &has_id) < 0)
         return -1;
     if (!has_type) /* a constant: no copy */
@@ -350,7 +348,8 @@ mf__request_take_exchange(mf_serve_request_t *request)
 static inline void mf__request_send(mf_serve_request_t *request,
                                     const char *body, size_t len)
 {
-    mf_http_exchange_t *ex = mf__request_take_exchange(request);
+    mf_http_exchange_t *ex = request->ex; /* phases: kept by the caller */
+    request->ex = NULL;
     request->sent = true;
     mf__exchange_send_logged(request->w, ex, request->status, request->bytes,
                              &request->start, body, len, request, NULL);
@@ -475,13 +474,16 @@ static const char *mf__cut_reason(const mf_lua_co_exit_t *ex)
 static void mf__request_end(lua_State *L, mf_serve_request_t *request)
 {
     size_t len = 0;
-    const char *last;
+    const char *last = "";
+    if (request->phased && !request->streaming)
+        mf__header_filter(L, request);
     if (!request->streaming &&
         mf__request_set_head(L, request, MF__TEXT_TYPE) < 0) {
         mf__request_abort(request);
         return;
     }
-    last = !request->phased ? "" : mf__body_filter(L, request, "", &len, true);
+    if (request->phased)
+        last = mf__body_filter(L, request, "", &len, true);
     request->bytes += len;
     if (request->streaming && len > 0) { /* a filter's last piece */
         mf_http_exchange_write(request->ex, last, len); /* queued */
@@ -489,6 +491,8 @@ static void mf__request_end(lua_State *L, mf_serve_request_t *request)
             return; /* the client left meanwhile */
         len = 0;
     }
+    if (request->phased)
+        mf_serve_request_keep(request, mf_lua_host_state(request->w->host));
     mf__request_send(request, last, len);
 }
 
@@ -828,16 +832,35 @@ static void mf__log_phase_start(mf_serve_request_t *request)
 
 /* Sends data (copied) as the whole body, with the type given unless
  * resp.headers has one. */
-static inline int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
-                                  const char *data, size_t len,
-                                  const char *type, size_t type_len)
+/* mf__resp_answer for a route with phases: through its filters, its req
+ * fields kept for the log phase. */
+static MF__COLD int mf__resp_answer_phased(lua_State *L,
+                                           mf_serve_request_t *request,
+                                           const char *data, size_t len,
+                                           const char *type, size_t type_len)
 {
+    mf__header_filter(L, request); /* cannot wait: the client is here */
     if (mf__request_set_head(L, request, type, type_len) < 0) {
         mf__request_abort(request); /* a 500, reported */
         return 0;
     }
+    data = mf__body_filter(L, request, data, &len, true);
+    request->bytes = len;
+    mf_serve_request_keep(request, mf_lua_host_state(request->w->host));
+    mf__request_send(request, data, len);
+    return 0;
+}
+
+static inline int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
+                                  const char *data, size_t len,
+                                  const char *type, size_t type_len)
+{
     if (MF_UNLIKELY(request->phased))
-        data = mf__body_filter(L, request, data, &len, true);
+        return mf__resp_answer_phased(L, request, data, len, type, type_len);
+    if (mf__request_set_head(L, request, type, type_len) < 0) {
+        mf__request_abort(request); /* a 500, reported */
+        return 0;
+    }
     request->bytes = len;
     mf__request_send(request, data, len);
     return 0;
@@ -854,13 +877,20 @@ static int mf__resp_closed(lua_State *L, mf_serve_request_t *request,
     return 2;
 }
 
-static inline int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
-                                     int body)
+/* An answer the request cannot take: raises when one was sent, or
+ * returns nil, "closed" when the client has left. */
+static MF__COLD int mf__resp_refused(lua_State *L, mf_serve_request_t *request)
 {
     if (request->sent || request->streaming)
         return luaL_error(L, "the response was already sent");
-    if (!request->ex)
-        return mf__resp_closed(L, request, true);
+    return mf__resp_closed(L, request, true);
+}
+
+static inline int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
+                                     int body)
+{
+    if (MF_UNLIKELY(request->sent || request->streaming || !request->ex))
+        return mf__resp_refused(L, request);
     size_t len = 0;
     const char *data =
         lua_isnoneornil(L, body) ? "" : mf_lua_check_lstring(L, body, &len);
@@ -883,10 +913,8 @@ static int mf__resp_json(lua_State *L)
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     mf_lua_check_any(L, 2);
     int status = lua_isnoneornil(L, 3) ? 0 : mf__check_status(L, 3);
-    if (request->sent || request->streaming)
-        return luaL_error(L, "the response was already sent");
-    if (!request->ex)
-        return mf__resp_closed(L, request, true);
+    if (MF_UNLIKELY(request->sent || request->streaming || !request->ex))
+        return mf__resp_refused(L, request);
     size_t len;
     const char *body = mf_lua_json_encode(L, 2, &len);
     if (status)
@@ -1013,6 +1041,8 @@ static int mf__resp_write(lua_State *L)
         return mf__resp_closed(L, request, false);
     int rc = 0;
     if (!request->streaming) {
+        if (request->phased)
+            mf__header_filter(L, request);
         rc = mf__request_set_head(L, request, MF__TEXT_TYPE);
         request->streaming = rc == 0;
     }

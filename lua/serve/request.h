@@ -68,10 +68,6 @@ struct mf_serve_request {
     uint8_t phase; /* mf_serve_phase_t */
     bool phased;   /* a route with phases: phases_ref is set */
     bool has_on_abort; /* on_abort_ref is set */
-    /* A route with phases: its table (held by the request until the log
-     * phase ends, whatever reloads do); valid when phased. */
-    int phases_ref;
-    int on_abort_ref; /* a function run when the client leaves */
     size_t bytes;
     int headers_ref; /* resp.headers, created on first use */
     int fields_ref;  /* req.query/headers/body, computed on first use */
@@ -82,6 +78,10 @@ struct mf_serve_request {
     uint8_t id_len;  /* the id in id[], 0: not written yet */
     char id[MF_SERVE_ID_MAX + 1];
     /* Past the part a new record zeroes: */
+    /* A route with phases: its table (held by the request until the log
+     * phase ends, whatever reloads do); valid when phased. */
+    int phases_ref;
+    int on_abort_ref;    /* a function run when the client leaves */
     uint32_t timeout_ms; /* the handler's, when phased: the log phase's too */
     mf_timer_t wake; /* made when needed (wake_made): a client gone, an exit */
 };

@@ -39,7 +39,8 @@ typedef struct mf_serve_route {
     bool stale;           /* compile again before the next use */
     uint32_t generation;  /* of the site's code it was compiled in */
     int ref;              /* the handler, LUA_NOREF if none yet */
-    bool phases;          /* ref is a table of phases, not a function */
+    /* MF_SERVE_ROUTE_FOUND, or _PHASES when ref is a table of phases */
+    mf_serve_route_result_t found;
     uint32_t source_hash; /* of the source the handler came from */
     uint32_t timeout_ms;  /* from the config; 0 for file routes */
     char strings[];       /* path, file and rel_file, each NUL-terminated */
@@ -297,7 +298,8 @@ static void mf__route_set(mf_serve_routes_t *r, mf_serve_route_t *e,
                           lua_State *L, const char *text, size_t len)
 {
     mf_lua_unref(r->host, e->ref);
-    e->phases = lua_istable(L, -1);
+    e->found =
+        lua_istable(L, -1) ? MF_SERVE_ROUTE_PHASES : MF_SERVE_ROUTE_FOUND;
     e->ref = mf_lua_ref(r->host, L); /* pops the function */
     e->source_hash = mf__fnv1a(text, len);
 }
@@ -416,7 +418,7 @@ mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
         return MF_SERVE_ROUTE_BROKEN;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
     *timeout_ms = e->timeout_ms;
-    return e->phases ? MF_SERVE_ROUTE_PHASES : MF_SERVE_ROUTE_FOUND;
+    return e->found;
 }
 
 /* ---- changes --------------------------------------------------------------
