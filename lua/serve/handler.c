@@ -338,7 +338,7 @@ static mf_http_exchange_t *
 mf__request_take_exchange(mf_serve_request_t *request)
 {
     if (MF_UNLIKELY(request->phased))
-        mf_serve_request_keep(request, mf_lua_host_state(request->w->host));
+        mf_serve_request_keep(request);
     mf_http_exchange_t *ex = request->ex;
     request->ex = NULL;
     return ex;
@@ -416,6 +416,8 @@ static MF__COLD void mf__request_free_extras(mf_serve_request_t *request)
         mf_timer_stop(request->w->loop, &request->wake);
     if (request->phased)
         mf_lua_unref(request->w->host, request->phases_ref);
+    if (request->kept)
+        mf_free(request->kept_head);
     if (request->has_on_abort)
         mf_lua_unref(request->w->host, request->on_abort_ref);
 }
@@ -492,7 +494,7 @@ static void mf__request_end(lua_State *L, mf_serve_request_t *request)
         len = 0;
     }
     if (request->phased)
-        mf_serve_request_keep(request, mf_lua_host_state(request->w->host));
+        mf_serve_request_keep(request);
     mf__request_send(request, last, len);
 }
 
@@ -606,7 +608,7 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
     request->status = status;
     mf__exchange_account(w, ex, request, NULL, status, request->bytes,
                          mf__seconds_since(w, &request->start));
-    mf_serve_request_keep(request, mf_lua_host_state(w->host));
+    mf_serve_request_keep(request);
     request->ex = NULL; /* dead after this callback */
     request->client_gone = true;
     if (!request->co)
@@ -846,7 +848,7 @@ static MF__COLD int mf__resp_answer_phased(lua_State *L,
     }
     data = mf__body_filter(L, request, data, &len, true);
     request->bytes = len;
-    mf_serve_request_keep(request, mf_lua_host_state(request->w->host));
+    mf_serve_request_keep(request);
     mf__request_send(request, data, len);
     return 0;
 }

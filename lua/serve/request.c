@@ -2,9 +2,11 @@
  * lua/serve/request.c — the `req` object of a handler (userdata
  * "moonflow.request"): its fields (method, path, uri, version, query,
  * headers, cookies, body, peer, ctx, id) read from the exchange's parsed
- * head, the costly ones made on first use and cached for the request;
- * req:header and req:form; and request ids (serve.h, request.h). Every access
- * checks that the running coroutine is the request's own (request.h).
+ * head (or from a copy of it, kept once the exchange is gone: a client
+ * that left, a route with phases that answered), the costly ones made on
+ * first use and cached for the request; req:header and req:form; and
+ * request ids (serve.h, request.h). Every access checks that the running
+ * coroutine is the request's own (request.h).
  *
  * May call: the HTTP exchange API, the Lua host, the query-string and
  * cookie parsers of the Lua layer (moonflow/lua_uri.h).
@@ -222,24 +224,33 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
     return 1;
 }
 
-/* The kept field key (mf_serve_request_keep) on top; nil if none. */
-static void mf__kept_get(lua_State *L, mf_serve_request_t *request,
-                         const char *key)
+/* The request's parsed head, body and peer: the exchange's while it
+ * lives, then the copy mf_serve_request_keep made. */
+static const mf_http_request_t *mf__head(const mf_serve_request_t *request)
 {
-    if (!mf__fields_get(L, request, key))
-        lua_pushnil(L);
+    return request->ex ? mf_http_exchange_request(request->ex)
+                       : &request->kept_head->head;
+}
+
+static const char *mf__body(const mf_serve_request_t *request, size_t *len)
+{
+    if (request->ex)
+        return mf_http_exchange_body(request->ex, len);
+    *len = request->kept_head->body_len;
+    return request->kept_head->body;
+}
+
+static const mf_sockaddr_t *mf__peer(const mf_serve_request_t *request)
+{
+    return request->ex ? mf_http_exchange_peer(request->ex)
+                       : &request->kept_head->peer;
 }
 
 int mf_serve_req_header(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     const char *name = mf_lua_check_string(L, 2);
-    if (!request->ex) { /* kept: the headers table reads any spelling */
-        mf__kept_get(L, request, "headers");
-        lua_getfield(L, -1, name);
-        return 1;
-    }
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    const mf_http_request_t *head = mf__head(request);
     const mf_http_header_t *h =
         mf_http_find_header(head->headers, head->num_headers, name);
     if (!h)
@@ -248,32 +259,17 @@ int mf_serve_req_header(lua_State *L)
     return 1;
 }
 
-/* req:form of a kept request: its kept body and Content-Type. */
-static int mf__kept_form(lua_State *L, mf_serve_request_t *request,
-                         unsigned max)
-{
-    size_t tlen = 0, len = 0;
-    mf__kept_get(L, request, "headers");
-    lua_getfield(L, -1, "content-type");
-    const char *type = lua_tolstring(L, -1, &tlen);
-    mf__kept_get(L, request, "body");
-    const char *body = lua_tolstring(L, -1, &len);
-    return mf_lua_push_form(L, type, tlen, body ? body : "", len, max);
-}
-
 /* req:form([max]): the body as a form (moonflow/lua_uri.h), or nil, err. */
 int mf_serve_req_form(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     lua_Integer max = mf_lua_opt_integer(L, 2, 100);
     mf_lua_arg_check(L, max >= 0 && max <= 1000000, 2, "a count of fields");
-    if (!request->ex)
-        return mf__kept_form(L, request, (unsigned)max);
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    const mf_http_request_t *head = mf__head(request);
     const mf_http_header_t *type =
         mf_http_find_header(head->headers, head->num_headers, "Content-Type");
     size_t len;
-    const char *body = mf_http_exchange_body(request->ex, &len);
+    const char *body = mf__body(request, &len);
     return mf_lua_push_form(L, type ? type->value : NULL,
                             type ? type->value_len : 0, body ? body : "", len,
                             (unsigned)max);
@@ -282,7 +278,7 @@ int mf_serve_req_form(lua_State *L)
 static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
 {
     char addr[64];
-    mf_sockaddr_format(mf_http_exchange_peer(request->ex), addr, sizeof addr);
+    mf_sockaddr_format(mf__peer(request), addr, sizeof addr);
     lua_pushstring(L, addr);
     return 1;
 }
@@ -290,8 +286,7 @@ static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
 /* req[key] (the key at index key) from the exchange's head. */
 static int mf__req_field(lua_State *L, mf_serve_request_t *request, int keyidx)
 {
-    const mf_http_request_t *head =
-        request->ex ? mf_http_exchange_request(request->ex) : NULL;
+    const mf_http_request_t *head = mf__head(request);
     const char *key = lua_tostring(L, keyidx);
     if (!strcmp(key, "method"))
         lua_pushlstring(L, head->method, head->method_len);
@@ -324,7 +319,7 @@ static int mf__req_field(lua_State *L, mf_serve_request_t *request, int keyidx)
             mf__req_headers(L, head);
         else {
             size_t len;
-            const char *body = mf_http_exchange_body(request->ex, &len);
+            const char *body = mf__body(request, &len);
             lua_pushlstring(L, body ? body : "", len);
         }
         mf__fields_set(L, request, key);
@@ -333,34 +328,69 @@ static int mf__req_field(lua_State *L, mf_serve_request_t *request, int keyidx)
     return 1;
 }
 
-/* The head's fields, kept in the field cache by mf_serve_request_keep. */
-static const char *const mf__kept_fields[] = {
-    "method",  "path",  "uri",     "version", "peer",
-    "headers", "query", "cookies", "body",    NULL};
+/* [start, end): the bytes of the head's buffer its pointers reach (a
+ * pointer outside, as the "/" of an absolute-form target without a path,
+ * is a literal of the parser's and stays as it is). */
+static void mf__head_span(const mf_http_request_t *h, const char **start,
+                          const char **end)
+{
+    const char *s = h->method, *e = h->target + h->target_len;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        const char *v = h->headers[i].value + h->headers[i].value_len;
+        const char *n = h->headers[i].name + h->headers[i].name_len;
+        e = v > e ? v : e;
+        e = n > e ? n : e;
+    }
+    *start = s;
+    *end = e;
+}
 
-void mf_serve_request_keep(mf_serve_request_t *request, lua_State *L)
+static const char *mf__rebase(const char *p, const char *start, const char *end,
+                              const char *to)
+{
+    return p && p >= start && p <= end ? to + (p - start) : p;
+}
+
+void mf_serve_request_keep(mf_serve_request_t *request)
 {
     if (request->kept || !request->ex)
         return;
-    for (int i = 0; mf__kept_fields[i]; i++) {
-        lua_pushstring(L, mf__kept_fields[i]);
-        mf__req_field(L, request, lua_gettop(L)); /* cached as it is made */
-        if (i < 5) /* the scalar ones are not cached by req_field */
-            mf__fields_set(L, request, mf__kept_fields[i]);
-        lua_pop(L, 2);
+    const mf_http_request_t *h = mf_http_exchange_request(request->ex);
+    const char *start, *end;
+    size_t body_len;
+    const char *body = mf_http_exchange_body(request->ex, &body_len);
+    mf__head_span(h, &start, &end);
+    size_t span = (size_t)(end - start);
+    size_t hsize = h->num_headers * sizeof(mf_http_header_t);
+    mf_serve_kept_head_t *k =
+        mf_xmalloc(sizeof(*k) + hsize + span + body_len + 1);
+    mf_http_header_t *headers = (mf_http_header_t *)(k + 1);
+    char *bytes = (char *)headers + hsize;
+    memcpy(bytes, start, span);
+    if (body_len)
+        memcpy(bytes + span, body, body_len);
+    k->head = *h;
+    k->head.headers = headers;
+    k->head.method = mf__rebase(h->method, start, end, bytes);
+    k->head.target = mf__rebase(h->target, start, end, bytes);
+    k->head.path = mf__rebase(h->path, start, end, bytes);
+    k->head.query = mf__rebase(h->query, start, end, bytes);
+    k->head.host = mf__rebase(h->host, start, end, bytes);
+    for (size_t i = 0; i < h->num_headers; i++) {
+        headers[i] = h->headers[i];
+        headers[i].name = mf__rebase(h->headers[i].name, start, end, bytes);
+        headers[i].value = mf__rebase(h->headers[i].value, start, end, bytes);
     }
-    request->kept = true;
+    k->body = bytes + span;
+    k->body_len = body_len;
+    k->peer = *mf_http_exchange_peer(request->ex);
+    request->kept_head = k;
+    request->kept = request->extras = true; /* extras: freed at the end */
 }
 
 int mf_serve_req_index(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    size_t klen;
-    const char *key = mf_lua_check_lstring(L, 2, &klen);
-    if (!request->ex && strcmp(key, "header") && strcmp(key, "form") &&
-        strcmp(key, "id") && strcmp(key, "ctx")) {
-        mf__kept_get(L, request, key);
-        return 1;
-    }
+    mf_lua_check_string(L, 2);
     return mf__req_field(L, request, 2);
 }

@@ -23,6 +23,16 @@
 typedef struct mf_serve_request mf_serve_request_t;
 typedef struct mf_serve_trace mf_serve_trace_t;
 
+/* A request's head, body and peer copied out of its exchange (one
+ * allocation: this, the header array, the head's bytes, the body), so
+ * that req answers once the exchange is gone. */
+typedef struct mf_serve_kept_head {
+    mf_http_request_t head; /* its pointers into the bytes below */
+    const char *body;
+    size_t body_len;
+    mf_sockaddr_t peer;
+} mf_serve_kept_head_t;
+
 /* Where a request is (moonflow.serve.phase(), ngx.get_phase()). A plain
  * handler runs in CONTENT, the zero of a fresh record. */
 typedef enum mf_serve_phase {
@@ -54,7 +64,7 @@ struct mf_serve_request {
     bool streaming; /* resp:write started a chunked answer */
     bool timed_out;
     /* The request lives on without its exchange (the client left, or a
-     * route with phases answered): req reads its kept fields. */
+     * route with phases answered): req reads kept_head. */
     bool kept;
     bool client_gone;
     bool write_parked;  /* resp:write waits for the client to drain */
@@ -81,7 +91,8 @@ struct mf_serve_request {
     /* A route with phases: its table (held by the request until the log
      * phase ends, whatever reloads do); valid when phased. */
     int phases_ref;
-    int on_abort_ref;    /* a function run when the client leaves */
+    int on_abort_ref;                /* a function run when the client leaves */
+    mf_serve_kept_head_t *kept_head; /* valid when kept; freed with it */
     uint32_t timeout_ms; /* the handler's, when phased: the log phase's too */
     mf_timer_t wake; /* made when needed (wake_made): a client gone, an exit */
 };
@@ -95,11 +106,10 @@ void mf_serve_request_id_start(mf_serve_request_t *request,
 /* The request's id (NUL-terminated, in the record). */
 const char *mf_serve_request_id(mf_serve_request_t *request);
 
-/* Copies into the request's field cache every req field the exchange's
- * head holds (method, path, uri, version, peer, headers, query, cookies,
- * body), so that req answers once the exchange is gone; sets kept. L: any
- * thread of the host. */
-void mf_serve_request_keep(mf_serve_request_t *request, lua_State *L);
+/* Copies the exchange's head, body and peer (mf_serve_kept_head_t), so
+ * that req answers once the exchange is gone; sets kept. The record frees
+ * the copy (kept_head, when kept). */
+void mf_serve_request_keep(mf_serve_request_t *request);
 /* The request whose handler (or phase) the running coroutine is, or NULL. */
 mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w);
 
