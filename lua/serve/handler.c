@@ -164,7 +164,9 @@ static void mf__log_handler_error(mf_serve_request_t *request,
                                   const char *message)
 {
     const mf_http_request_t *head =
-        request->ex ? mf_http_exchange_request(request->ex) : NULL;
+        request->ex     ? mf_http_exchange_request(request->ex)
+        : request->kept ? &request->kept_head->head /* the client left */
+                        : NULL;
     mf_lua_host_log(request->w->host, "moonflow: %.*s %.*s: %s",
                     head ? (int)head->method_len : 1, head ? head->method : "-",
                     head ? (int)head->path_len : 1, head ? head->path : "-",
