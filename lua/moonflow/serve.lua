@@ -49,7 +49,7 @@ end
 -- coroutine, calls M.header_filter / M.body_filter before the head and on
 -- every piece of the body, and M.run_log in a coroutine of its own once
 -- the answer is over. The C side (install) gives: phase(), request(),
--- enter(n), finish(), stop(), on_abort(fn).
+-- enter(n), finish(), stop(), end(), on_abort(fn), reason(status).
 
 local xpcall, error, traceback = xpcall, error, debug.traceback
 local tostring, floor = tostring, math.floor
@@ -166,7 +166,10 @@ function M.exit(code)
     end
     local req, resp, phase, phased = nil, nil, nil, nil
     if c then req, resp, phase, phased = c.request() end
-    if not req then error("ngx.exit: no request here", 2) end
+    if not req then -- a timer, init, a thread: it ends there
+        if not c then error("ngx.exit: outside moonflow serve", 2) end
+        return c["end"]()
+    end
     exit_code = code
     if phased or phase ~= "content" then error(EXIT, 0) end
     -- a plain handler: its answer, then its end (as if it had returned)

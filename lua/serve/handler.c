@@ -1211,6 +1211,43 @@ static int mf__serve_stop(lua_State *L)
     return lua_yield(L, 0);
 }
 
+/* ngx.exit in code that serves no request (a timer, init, a thread): the
+ * coroutine parks, and a timer of its own aborts it on the loop. The park's
+ * cleanup (this abort, or the host's at a stop) lets go of the coroutine,
+ * so a later timer never touches a dead one. */
+typedef struct mf__exit_op {
+    mf_timer_t timer;
+    mf_lua_co_t *co;
+    mf_loop_t *loop;
+} mf__exit_op_t;
+
+static void mf__exit_op_cleanup(void *op)
+{
+    ((mf__exit_op_t *)op)->co = NULL;
+}
+
+static void mf__exit_op_fire(mf_timer_t *timer)
+{
+    mf__exit_op_t *op = timer->data;
+    if (op->co) /* its cleanup (mf__exit_op_cleanup) runs in here */
+        mf_lua_co_abort(op->co, "ngx.exit");
+    mf_loop_free(op->loop, op, sizeof(*op));
+}
+
+/* end(): ends the running coroutine (not a request's) at once. */
+static int mf__serve_end(lua_State *L)
+{
+    mf_serve_worker_t *w = mf__phase_worker(L);
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    mf__exit_op_t *op = mf_loop_alloc(w->loop, sizeof(*op));
+    op->co = co;
+    op->loop = w->loop;
+    mf_timer_init(&op->timer, mf__exit_op_fire, op);
+    mf_lua_co_park(co, mf__exit_op_cleanup, op);
+    mf_timer_start(w->loop, &op->timer, 0);
+    return lua_yield(L, 0);
+}
+
 /* on_abort(fn): fn runs in a coroutine of its own when the client leaves
  * (at once if it has). Returns true. */
 static int mf__serve_on_abort(lua_State *L)
@@ -1241,11 +1278,15 @@ static int mf__serve_reason(lua_State *L)
 /* Gives moonflow.serve (on top of L) its C side and takes its runners. */
 static void mf__phases_open(mf_serve_worker_t *w, lua_State *L)
 {
-    static const luaL_Reg funcs[] = {
-        {"phase", mf__serve_phase},   {"request", mf__serve_request},
-        {"enter", mf__serve_enter},   {"finish", mf__serve_finish},
-        {"stop", mf__serve_stop},     {"on_abort", mf__serve_on_abort},
-        {"reason", mf__serve_reason}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"phase", mf__serve_phase},
+                                     {"request", mf__serve_request},
+                                     {"enter", mf__serve_enter},
+                                     {"finish", mf__serve_finish},
+                                     {"stop", mf__serve_stop},
+                                     {"end", mf__serve_end},
+                                     {"on_abort", mf__serve_on_abort},
+                                     {"reason", mf__serve_reason},
+                                     {NULL, NULL}};
     int m = lua_gettop(L);
     lua_getfield(L, m, "install"); /* install(c): the Lua side's runners */
     lua_newtable(L);

@@ -35,6 +35,8 @@ mf.shared.conc:set("init", ngx.get_phase())
     "init_worker.lua": '''local mf = require "moonflow"
 local ngx = require "moonflow.ngx"
 mf.shared.conc:set("init_worker", ngx.get_phase())
+ngx.exit(ngx.OK) -- ends the script, quietly
+error("not reached")
 ''',
     "site/limited.lua": '''local mf = require "moonflow"
 local ngx = require "moonflow.ngx"
@@ -137,6 +139,7 @@ class Phases(unittest.TestCase):
     def test_init_phases(self):
         c = self.count()
         self.assertEqual((c["init"], c["init_worker"]), ("init", "init_worker"))
+        self.assertNotIn("not reached", self.error_log())
 
     def test_a_counter_kept_by_access_and_log_comes_back_to_zero(self):
         before = self.settled()

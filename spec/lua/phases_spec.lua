@@ -96,10 +96,12 @@ describe("request phases", function()
             state(key, "order").order)
     end)
 
-    it("say timer in a timer a handler started", function()
+    it("say timer in a timer a handler started, which ngx.exit ends", function()
         local key = new_key("timer")
         assert(get("/phases?case=timer&key=" .. key))
         assert.are.equal("timer", state(key, "timer").timer)
+        mf.sleep(50)
+        assert.are.equal("timer", state(key).timer)
     end)
 
     it("end a plain handler with ngx.exit", function()

@@ -47,6 +47,8 @@ return {
             local key = req.query.key -- req is not the timer's
             mf.timer.at(0, function()
                 locks:set("timer:" .. key, ngx.get_phase())
+                ngx.exit(ngx.OK) -- ends the timer's coroutine
+                locks:set("timer:" .. key, "not ended by ngx.exit")
             end)
             resp:send("timer")
         else
