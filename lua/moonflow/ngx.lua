@@ -657,5 +657,27 @@ function ngx.req.socket(raw)
     return current("ngx.req.socket").req:socket(raw)
 end
 
+-- phases
+-- ngx.get_phase, ngx.exit, ngx.ctx and ngx.on_abort over moonflow.serve's
+-- request phases (lua/README.md, "Request phases"). Outside `moonflow
+-- serve` the phase is "timer" (as OpenResty's resty command runs code).
+do
+    local serve = require "moonflow.serve"
+    function ngx.get_phase() return serve.phase() or "timer" end
+    ngx.exit = serve.exit
+    ngx.on_abort = serve.on_abort
+    -- ngx.ctx is the running request's req.ctx: read through ngx's
+    -- metatable (whatever __index was there before still answers the rest).
+    local mt = getmetatable(ngx) or {}
+    local index = mt.__index
+    mt.__index = function(t, k)
+        if k == "ctx" then return serve.ctx() end
+        if type(index) == "function" then return index(t, k) end
+        if index ~= nil then return index[k] end
+    end
+    setmetatable(ngx, mt)
+end
+-- end phases
+
 _G.ngx = ngx
 return ngx

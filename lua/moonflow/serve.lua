@@ -42,4 +42,156 @@ function M.index(methods, property)
     end
 end
 
+-- ---- phases --------------------------------------------------------------
+-- A route may return a table of phases instead of a function (routes.c
+-- checks its keys): rewrite, access, content, header_filter, body_filter,
+-- log, on_abort. handler.c runs M.run(phases, req, resp) as the request's
+-- coroutine, calls M.header_filter / M.body_filter before the head and on
+-- every piece of the body, and M.run_log in a coroutine of its own once
+-- the answer is over. The C side (install) gives: phase(), request(),
+-- enter(n), finish(), stop(), end(), on_abort(fn), reason(status).
+
+local xpcall, error, traceback = xpcall, error, debug.traceback
+local tostring, floor = tostring, math.floor
+
+-- handler.c's phase numbers (mf_serve_phase_t).
+local CONTENT, REWRITE, ACCESS, HEADER_FILTER, BODY_FILTER = 0, 1, 2, 3, 4
+local OK, ERROR = 0, -1
+
+local c -- the C side, set by install
+
+-- ngx.exit's unwinding: raised, caught by the phase that runs.
+local EXIT = setmetatable({}, { __tostring = function() return "ngx.exit" end })
+local exit_code
+
+local function catch(err)
+    if err == EXIT then return EXIT end
+    if type(err) == "string" then return traceback(err, 2) end
+    return err
+end
+
+-- Runs one phase; false when it ended with ngx.exit (exit_code says how).
+local function run_phase(n, fn, ...)
+    local was = c.enter(n)
+    exit_code = nil
+    local ok, err = xpcall(fn, catch, ...)
+    c.enter(was)
+    if not ok and err ~= EXIT then error(err, 0) end
+    return ok
+end
+
+-- ngx.exit(status) with an HTTP status: that answer, unless one went out.
+local function answer(resp, code)
+    if resp.headers_sent then return end
+    resp.status = code
+    resp:send(code >= 300 and c.reason(code) or "")
+end
+
+-- What ngx.exit asked of the rewrite, access or content phase: true when
+-- the request goes on to its next phase.
+local function after_exit(resp, code, phase)
+    if code == OK then return phase ~= CONTENT end
+    if code == ERROR then error("ngx.exit(ngx.ERROR): the request is aborted", 0) end
+    if code >= 100 then answer(resp, code) end
+    return false
+end
+
+-- Rewrite or access: true when the request goes on (the phase neither
+-- answered nor ended it with ngx.exit).
+local function before_content(n, fn, req, resp)
+    if not fn then return true end
+    if not run_phase(n, fn, req, resp) and not after_exit(resp, exit_code, n) then
+        return false
+    end
+    return not (resp.sent or resp.headers_sent)
+end
+
+function M.run(phases, req, resp)
+    if before_content(REWRITE, phases.rewrite, req, resp) and
+        before_content(ACCESS, phases.access, req, resp) and
+        not run_phase(CONTENT, phases.content, req, resp) then
+        after_exit(resp, exit_code, CONTENT)
+    end
+    c.finish()
+end
+
+function M.header_filter(phases, req, resp)
+    local fn = phases.header_filter
+    if fn then run_phase(HEADER_FILTER, fn, req, resp) end
+end
+
+local function check_piece(piece)
+    if type(piece) ~= "string" then
+        error("body_filter: a string expected back (or nil: the piece as it "
+              .. "was), got " .. type(piece), 0)
+    end
+    return piece
+end
+
+local filtered
+local function body_filter(fn, req, resp, chunk, eof)
+    filtered = fn(req, resp, chunk, eof)
+    if filtered == nil then filtered = chunk end
+end
+
+function M.body_filter(phases, req, resp, chunk, eof)
+    local fn = phases.body_filter
+    if not fn then return chunk end
+    filtered = chunk
+    run_phase(BODY_FILTER, body_filter, fn, req, resp, chunk, eof)
+    local piece = filtered
+    filtered = nil
+    return check_piece(piece)
+end
+
+-- The log phase's coroutine: an ngx.exit there only ends it.
+function M.run_log(phases, req, resp)
+    local ok, err = xpcall(phases.log, catch, req, resp)
+    if not ok and err ~= EXIT then error(err, 0) end
+end
+
+-- The running request's phase: rewrite, access, content, header_filter,
+-- body_filter, log; init, init_worker or timer for code that serves no
+-- request (outside moonflow serve: nil).
+function M.phase()
+    return c and c.phase() or nil
+end
+
+-- ngx.exit(code) with OpenResty's meaning: ngx.OK ends the phase (the
+-- request goes on to the next one), an HTTP status answers with it (unless
+-- the head went out) and ends the request's handler, ngx.ERROR aborts it.
+function M.exit(code)
+    if type(code) ~= "number" or floor(code) ~= code then
+        error("ngx.exit: an integer status expected, got " .. tostring(code), 2)
+    end
+    local req, resp, phase, phased = nil, nil, nil, nil
+    if c then req, resp, phase, phased = c.request() end
+    if not req then -- a timer, init, a thread: it ends there
+        if not c then error("ngx.exit: outside moonflow serve", 2) end
+        return c["end"]()
+    end
+    exit_code = code
+    if phased or phase ~= "content" then error(EXIT, 0) end
+    -- a plain handler: its answer, then its end (as if it had returned)
+    if code == ERROR then error("ngx.exit(ngx.ERROR): the request is aborted", 2) end
+    if code >= 100 then answer(resp, code) end
+    return c.stop()
+end
+
+-- The running request's req.ctx (ngx.ctx): one table for all its phases.
+function M.ctx()
+    local req = c and c.request()
+    if not req then error("ngx.ctx: no request here", 2) end
+    return req.ctx
+end
+
+-- on_abort(fn): fn runs in a coroutine of its own when the client of the
+-- running request leaves (its handler goes on).
+function M.on_abort(fn)
+    if not c then error("on_abort: no request here", 2) end
+    return c.on_abort(fn)
+end
+
+function M.install(cside) c = cside end
+
 return M

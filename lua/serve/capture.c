@@ -26,7 +26,8 @@ static mf_serve_worker_t *mf__capture_worker(lua_State *L)
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
-/* route(path) -> handler, timeout_ms | nil, 404 | nil, 500 */
+/* route(path) -> handler, timeout_ms | nil, 404 | nil, 500. Of a route
+ * with phases, its content (as nginx's subrequests skip access). */
 static int mf__capture_route(lua_State *L)
 {
     size_t len;
@@ -34,6 +35,10 @@ static int mf__capture_route(lua_State *L)
     mf_serve_worker_t *w = mf__capture_worker(L);
     uint32_t timeout = 0;
     switch (mf_serve_routes_push_handler(w->routes, L, path, len, &timeout)) {
+    case MF_SERVE_ROUTE_PHASES: /* a subrequest runs the content */
+        lua_getfield(L, -1, "content");
+        lua_remove(L, -2);
+        /* fall through */
     case MF_SERVE_ROUTE_FOUND:
         lua_pushinteger(L, timeout ? timeout : w->config->handler_timeout_ms);
         return 2;

@@ -24,8 +24,18 @@
  * reported with the route; resp:set_header raises on a bad name or value at
  * once. A send while the handler still runs is safe: the HTTP server
  * finishes the exchange only after its handler call has returned. A client
- * that goes away aborts the coroutine (its pending task is canceled), is
- * logged 499 (nginx's code), and the exchange is forgotten. A path without
+ * that goes away is logged 499 (nginx's code) and the exchange is
+ * forgotten, but the handler goes on, as OpenResty's does: the record
+ * keeps the req fields (request.c), answers and writes return nil,
+ * "closed" (a parked write is woken), the route's on_abort function runs;
+ * on_abort = "stop" aborts the coroutine instead (its pending task is
+ * canceled).
+ *
+ * A route may be a table of phases (moonflow.serve runs them): rewrite,
+ * access and content in the handler's coroutine, the header and body
+ * filters called from the answering functions, and the log phase in a
+ * coroutine of its own started once the handler's has ended, which then
+ * owns the record. A path without
  * a script (404) or whose script never loaded (500) is answered at once,
  * without a record.
  *
@@ -56,6 +66,10 @@ static const char mf__json_type[] = "Content-Type: application/json\r\n";
 #define MF__TEXT_TYPE mf__text_type, sizeof mf__text_type - 1
 #define MF__JSON_TYPE mf__json_type, sizeof mf__json_type - 1
 static const char mf__resp_mt[] = "moonflow.response";
+
+/* Out of the way of a plain handler's path (phases, a client gone): kept
+ * out of line so that the hot functions around them stay inlined. */
+#define MF__COLD __attribute__((noinline, cold))
 
 /* ---- answering -------------------------------------------------------------
  */
@@ -150,7 +164,9 @@ static void mf__log_handler_error(mf_serve_request_t *request,
                                   const char *message)
 {
     const mf_http_request_t *head =
-        request->ex ? mf_http_exchange_request(request->ex) : NULL;
+        request->ex     ? mf_http_exchange_request(request->ex)
+        : request->kept ? &request->kept_head->head /* the client left */
+                        : NULL;
     mf_lua_host_log(request->w->host, "moonflow: %.*s %.*s: %s",
                     head ? (int)head->method_len : 1, head ? head->method : "-",
                     head ? (int)head->path_len : 1, head ? head->path : "-",
@@ -249,6 +265,57 @@ static int mf__request_copy_headers(lua_State *L, mf_serve_request_t *request,
     return rc;
 }
 
+/* Whether L runs the request's code: filters run there only (an answer
+ * made at the coroutine's end, on the host's state, has none to run in). */
+static bool mf__in_request(lua_State *L, const mf_serve_request_t *request)
+{
+    return request->co && L != mf_lua_host_state(request->w->host);
+}
+
+/* Calls moonflow.serve's runner ref (a filter) with the route's phases,
+ * req and resp, and nargs more values on top of L; leaves nret results. */
+static void mf__call_phases(lua_State *L, mf_serve_request_t *request, int ref,
+                            int nargs, int nret)
+{
+    int base = lua_gettop(L) - nargs;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, request->phases_ref);
+    int *keep = mf_lua_co_keep(request->co);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_REQ]);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_RESP]);
+    for (int i = 1; i <= nargs; i++)
+        lua_pushvalue(L, base + i);
+    lua_call(L, 3 + nargs, nret);
+    for (int i = 0; i < nargs; i++)
+        lua_remove(L, base + 1);
+}
+
+/* The route's header filter, once, before the head is built: it may
+ * change resp.status and resp.headers. */
+static MF__COLD void mf__header_filter(lua_State *L,
+                                       mf_serve_request_t *request)
+{
+    if (request->head_filtered || !mf__in_request(L, request))
+        return;
+    request->head_filtered = true;
+    mf__call_phases(L, request, request->w->header_filter_ref, 0, 0);
+}
+
+/* The route's body filter on a piece of the body (eof: its last): returns
+ * what to send instead (left on L's stack, which anchors it), or data. */
+static MF__COLD const char *mf__body_filter(lua_State *L,
+                                            mf_serve_request_t *request,
+                                            const char *data, size_t *len,
+                                            bool eof)
+{
+    if (!mf__in_request(L, request))
+        return data;
+    lua_pushlstring(L, data, *len);
+    lua_pushboolean(L, eof);
+    mf__call_phases(L, request, request->w->body_filter_ref, 2, 1);
+    return lua_tolstring(L, -1, len); /* a string: the runner checked */
+}
+
 /* Status, headers, the Content-Type line given (a literal) and the id's
  * header unless resp.headers has them, before the first byte. 0, or -1
  * when the headers cannot be sent (reported). */
@@ -272,11 +339,23 @@ int mf_serve_request_set_head(lua_State *L, mf_serve_request_t *request)
     return mf__request_set_head(L, request, "", 0); /* no Content-Type */
 }
 
-/* Sends the answer (or ends a streamed one) with body as its last bytes. */
-static void mf__request_send(mf_serve_request_t *request, const char *body,
-                             size_t len)
+/* Takes the exchange from the request, which is answered now. A route
+ * with phases keeps its req fields first: its log phase reads them. */
+static mf_http_exchange_t *
+mf__request_take_exchange(mf_serve_request_t *request)
 {
+    if (MF_UNLIKELY(request->phased))
+        mf_serve_request_keep(request);
     mf_http_exchange_t *ex = request->ex;
+    request->ex = NULL;
+    return ex;
+}
+
+/* Sends the answer (or ends a streamed one) with body as its last bytes. */
+static inline void mf__request_send(mf_serve_request_t *request,
+                                    const char *body, size_t len)
+{
+    mf_http_exchange_t *ex = request->ex; /* phases: kept by the caller */
     request->ex = NULL;
     request->sent = true;
     mf__exchange_send_logged(request->w, ex, request->status, request->bytes,
@@ -286,8 +365,7 @@ static void mf__request_send(mf_serve_request_t *request, const char *body,
 static void mf__request_fail(mf_serve_request_t *request, int status,
                              const char *text)
 {
-    mf_http_exchange_t *ex = request->ex;
-    request->ex = NULL;
+    mf_http_exchange_t *ex = mf__request_take_exchange(request);
     request->sent = true;
     request->status = status;
     mf__exchange_send_plain(request->w, ex, status, text, &request->start,
@@ -300,8 +378,7 @@ static void mf__request_fail(mf_serve_request_t *request, int status,
  * bytes it had sent (as nginx logs it). */
 static void mf__request_abort(mf_serve_request_t *request)
 {
-    mf_http_exchange_t *ex = request->ex;
-    request->ex = NULL;
+    mf_http_exchange_t *ex = mf__request_take_exchange(request);
     request->sent = true;
     if (!request->streaming) {
         request->status = 500;
@@ -326,16 +403,41 @@ static void mf__request_cut(mf_serve_request_t *request, const char *why)
 
 /* ---- the coroutine's end ------------------------------------------------- */
 
+static void mf__log_phase_start(mf_serve_request_t *request);
+static void mf__request_wake(mf_serve_request_t *request);
+
+/* The req and resp objects let go of the request (their thread may serve
+ * another one next). */
+static void mf__request_unbind(mf_serve_request_t *request)
+{
+    if (request->req->request == request)
+        request->req->request = NULL;
+    if (request->resp->request == request)
+        request->resp->request = NULL;
+}
+
+/* What a record with phases, an on_abort or a wake holds. */
+static MF__COLD void mf__request_free_extras(mf_serve_request_t *request)
+{
+    if (request->wake_made)
+        mf_timer_stop(request->w->loop, &request->wake);
+    if (request->phased)
+        mf_lua_unref(request->w->host, request->phases_ref);
+    if (request->kept)
+        mf_free(request->kept_head);
+    if (request->has_on_abort)
+        mf_lua_unref(request->w->host, request->on_abort_ref);
+}
+
 static void mf__request_free(mf_serve_request_t *request)
 {
     mf_loop_t *loop = request->w->loop;
     mf_timer_stop(loop, &request->timer);
     mf_lua_unref(request->w->host, request->headers_ref);
     mf_lua_unref(request->w->host, request->fields_ref);
-    if (request->req->request == request)
-        request->req->request = NULL;
-    if (request->resp->request == request)
-        request->resp->request = NULL;
+    if (MF_UNLIKELY(request->extras))
+        mf__request_free_extras(request);
+    mf__request_unbind(request);
     if (request->trace) /* its tasks may still hold it */
         mf_serve_trace_end(request->trace);
     mf_loop_free(loop, request, sizeof(*request));
@@ -375,6 +477,34 @@ static const char *mf__cut_reason(const mf_lua_co_exit_t *ex)
     }
 }
 
+/* The answer of a handler that returned: what it set (status, headers,
+ * an empty body), or the last chunk of its stream; in the request's
+ * coroutine, through the route's filters. */
+static void mf__request_end(lua_State *L, mf_serve_request_t *request)
+{
+    size_t len = 0;
+    const char *last = "";
+    if (request->phased && !request->streaming)
+        mf__header_filter(L, request);
+    if (!request->streaming &&
+        mf__request_set_head(L, request, MF__TEXT_TYPE) < 0) {
+        mf__request_abort(request);
+        return;
+    }
+    if (request->phased)
+        last = mf__body_filter(L, request, "", &len, true);
+    request->bytes += len;
+    if (request->streaming && len > 0) { /* a filter's last piece */
+        mf_http_exchange_write(request->ex, last, len); /* queued */
+        if (!request->ex)
+            return; /* the client left meanwhile */
+        len = 0;
+    }
+    if (request->phased)
+        mf_serve_request_keep(request);
+    mf__request_send(request, last, len);
+}
+
 /* Answers what the handler's end calls for, if nothing was sent yet: when
  * it returned, what it set (status, headers, empty body) or the end of its
  * chunked body; when it raised or was stopped, a 500/503/504; when it timed
@@ -385,13 +515,8 @@ static void mf__request_answer_at_exit(mf_serve_request_t *request,
 {
     if (!request->ex || request->sent)
         return;
-    if (ex->status == MF_LUA_CO_DONE) {
-        lua_State *L = mf_lua_host_state(request->w->host);
-        if (!request->streaming &&
-            mf__request_set_head(L, request, MF__TEXT_TYPE) < 0)
-            mf__request_abort(request);
-        else
-            mf__request_send(request, NULL, 0);
+    if (ex->status == MF_LUA_CO_DONE || request->exiting) {
+        mf__request_end(mf_lua_host_state(request->w->host), request);
     } else if (request->streaming) {
         mf__request_cut(request, mf__cut_reason(ex));
     } else if (ex->status == MF_LUA_CO_ERROR) {
@@ -401,6 +526,24 @@ static void mf__request_answer_at_exit(mf_serve_request_t *request,
     } else {
         mf__request_fail(request, 500, "500 Internal Server Error\n");
     }
+}
+
+/* Whether the request's route has a log phase to run now that its
+ * handler has ended (its req fields were kept: the route has phases);
+ * then it starts on the loop, not inside the exit callback. */
+static MF__COLD bool mf__log_due(mf_serve_request_t *request)
+{
+    lua_State *L = mf_lua_host_state(request->w->host);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, request->phases_ref);
+    lua_getfield(L, -1, "log");
+    bool has_log = lua_isfunction(L, -1);
+    lua_pop(L, 2);
+    if (!has_log || !request->kept)
+        return false;
+    mf__request_unbind(request); /* the handler's thread is free now */
+    request->log_due = true;
+    mf__request_wake(request);
+    return true;
 }
 
 /* The coroutine ended (returned, raised or was aborted): the one place a
@@ -414,21 +557,76 @@ static void mf__on_handler_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     if (ex->status == MF_LUA_CO_ERROR)
         mf__log_handler_error(request, ex->message);
     mf__request_answer_at_exit(request, ex);
+    if (MF_UNLIKELY(request->phased) && mf__log_due(request))
+        return;
     mf__request_free(request);
 }
 
+/* After the client left, on the loop (never inside the callback that
+ * said so): a resp:write that waits for the client returns nil, "closed";
+ * the request's on_abort function runs in a coroutine of its own. */
+static void mf__on_wake(mf_timer_t *timer)
+{
+    mf_serve_request_t *request = timer->data;
+    if (request->log_due) {
+        request->log_due = false;
+        mf__log_phase_start(request);
+        return;
+    }
+    if (request->abort_due && request->has_on_abort) {
+        request->abort_due = false;
+        lua_State *L = mf_lua_host_state(request->w->host);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, request->on_abort_ref);
+        mf_lua_host_spawn(request->w->host, 0, NULL, NULL); /* errors: logged */
+    }
+    if (request->exiting && request->co) { /* ngx.exit: end it now */
+        mf_lua_co_abort(request->co, "ngx.exit");
+        return;
+    }
+    if (request->write_parked && request->co) {
+        request->write_parked = false;
+        mf_lua_co_unpark(request->co);
+        lua_State *T = mf_lua_co_thread(request->co);
+        lua_pushnil(T);
+        lua_pushliteral(T, "closed");
+        mf_lua_co_resume(request->co, 2);
+    }
+}
+
+static void mf__request_wake(mf_serve_request_t *request)
+{
+    if (!request->wake_made) {
+        mf_timer_init(&request->wake, mf__on_wake, request);
+        request->wake_made = request->extras = true;
+    }
+    mf_timer_start(request->w->loop, &request->wake, 0);
+}
+
 /* The client left before the answer was complete: logged as nginx does,
- * 499 when nothing was sent, else the status its stream had sent. */
+ * 499 when nothing was sent, else the status its stream had sent. The
+ * handler goes on, as OpenResty's does (its writes return nil, "closed",
+ * its req keeps its fields, its log phase runs), unless its route says
+ * on_abort = "stop"; an on_abort function is run at once. */
 static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
 {
     mf_serve_request_t *request = arg;
     mf_serve_worker_t *w = request->w;
     int status = request->streaming ? request->status : 499;
+    request->status = status;
     mf__exchange_account(w, ex, request, NULL, status, request->bytes,
                          mf__seconds_since(w, &request->start));
+    mf_serve_request_keep(request);
     request->ex = NULL; /* dead after this callback */
-    if (request->co)
+    request->client_gone = true;
+    if (!request->co)
+        return;
+    if (request->abort_stop) {
         mf_lua_co_abort(request->co, "client closed the connection");
+        return;
+    }
+    request->abort_due = request->has_on_abort;
+    if (request->abort_due || request->write_parked)
+        mf__request_wake(request);
 }
 
 static void mf__on_handler_timeout(mf_timer_t *timer)
@@ -480,6 +678,28 @@ static mf_serve_request_t *mf__request_create(mf_serve_worker_t *w,
     return request;
 }
 
+/* A route with phases (its table on top of T): the request holds the
+ * table, takes its on_abort, and runs moonflow.serve's runner with it:
+ * runner(phases, req, resp). */
+static MF__COLD void mf__request_phases(mf_serve_request_t *request,
+                                        lua_State *T, uint32_t timeout)
+{
+    request->timeout_ms = timeout; /* the log phase's too */
+    lua_pushvalue(T, -1);
+    request->phases_ref = mf_lua_ref(request->w->host, T);
+    request->phased = request->extras = true;
+    lua_getfield(T, -1, "on_abort");
+    if (lua_isfunction(T, -1)) {
+        request->on_abort_ref = mf_lua_ref(request->w->host, T);
+        request->has_on_abort = true;
+    } else {
+        request->abort_stop = lua_isstring(T, -1); /* "stop": checked */
+        lua_pop(T, 1);
+    }
+    lua_rawgeti(T, LUA_REGISTRYINDEX, request->w->run_ref);
+    lua_insert(T, -2);
+}
+
 /* The label of the request's mf.log lines: "GET /path [ID]" while it is
  * not answered (the head's memory goes with the exchange), then
  * "(answered) [ID]". */
@@ -508,7 +728,8 @@ static const char *mf__request_id_of(void *ud)
  * hooks (moonflow/lua_co.h): its log label, its id, its trace, its
  * deadline. */
 static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
-                              uint32_t timeout, const struct timespec *start)
+                              uint32_t timeout, const struct timespec *start,
+                              bool phases)
 {
     mf_serve_request_t *request = mf__request_create(w, ex, start);
     mf_http_exchange_hold(ex);
@@ -531,11 +752,16 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
         hooks.deadline = mf_loop_now(w->loop) + timeout;
     lua_State *T = mf_lua_co_thread(request->co);
     lua_xmove(mf_lua_host_state(w->host), T, 1); /* the handler */
-    int *keep = mf_lua_co_keep(request->co);     /* MF_SERVE_KEEP_REQ, _RESP */
+    int nargs = 2;
+    if (phases) { /* the route's table of phases */
+        mf__request_phases(request, T, timeout);
+        nargs = 3;
+    }
+    int *keep = mf_lua_co_keep(request->co); /* MF_SERVE_KEEP_REQ, _RESP */
     request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
     request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
     /* may free request: not touched after */
-    mf_lua_co_start_with(request->co, 2, &hooks);
+    mf_lua_co_start_with(request->co, nargs, &hooks);
 }
 
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
@@ -549,12 +775,15 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
         mf_serve_metrics_answer(w, ex, &start);
         return;
     }
-    switch (mf_serve_routes_push_handler(w->routes, mf_lua_host_state(w->host),
-                                         head->path, head->path_len,
-                                         &timeout)) {
+    mf_serve_route_result_t rc =
+        mf_serve_routes_push_handler(w->routes, mf_lua_host_state(w->host),
+                                     head->path, head->path_len, &timeout);
+    switch (rc) {
     case MF_SERVE_ROUTE_FOUND:
-        mf__request_start(
-            w, ex, timeout ? timeout : w->config->handler_timeout_ms, &start);
+    case MF_SERVE_ROUTE_PHASES:
+        mf__request_start(w, ex,
+                          timeout ? timeout : w->config->handler_timeout_ms,
+                          &start, rc == MF_SERVE_ROUTE_PHASES);
         break;
     case MF_SERVE_ROUTE_MISSING:
         mf__exchange_send_plain(w, ex, 404, "404 Not Found\n", &start, NULL);
@@ -566,15 +795,78 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
     }
 }
 
+/* ---- the log phase ---------------------------------------------------------
+ */
+
+static void mf__on_log_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
+                            void *data)
+{
+    mf_serve_request_t *request = data;
+    (void)co;
+    request->co = NULL;
+    if (ex->status == MF_LUA_CO_ERROR)
+        mf__log_handler_error(request, ex->message);
+    mf__request_free(request);
+}
+
+/* Runs the route's log function in a coroutine of its own once the
+ * answer is over (sent, failed, or the client gone): it sees the request's
+ * kept req fields, req.ctx and resp.status, under the handler's limits.
+ * The coroutine owns the request from here on. */
+static void mf__log_phase_start(mf_serve_request_t *request)
+{
+    mf_serve_worker_t *w = request->w;
+    request->phase = MF_SERVE_PHASE_LOG;
+    request->co = mf_lua_host_prepare(w->host, mf__on_log_exit, request);
+    lua_State *T = mf_lua_co_thread(request->co);
+    lua_rawgeti(T, LUA_REGISTRYINDEX, w->log_ref);
+    lua_rawgeti(T, LUA_REGISTRYINDEX, request->phases_ref);
+    int *keep = mf_lua_co_keep(request->co);
+    request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
+    request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
+    mf_lua_co_hooks_t hooks = {
+        .describe = mf__describe_request,
+        .describe_ud = request,
+        .request_id = mf__request_id_of,
+        .request_id_ud = request,
+    };
+    if (request->timeout_ms) {
+        mf_timer_start(w->loop, &request->timer, request->timeout_ms);
+        hooks.deadline = mf_loop_now(w->loop) + request->timeout_ms;
+    }
+    mf_lua_co_start_with(request->co, 3, &hooks); /* may free request */
+}
+
 /* ---- the response object ---------------------------------------------------
  */
 
 /* Sends data (copied) as the whole body, with the type given unless
  * resp.headers has one. */
-static int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
-                           const char *data, size_t len, const char *type,
-                           size_t type_len)
+/* mf__resp_answer for a route with phases: through its filters, its req
+ * fields kept for the log phase. */
+static MF__COLD int mf__resp_answer_phased(lua_State *L,
+                                           mf_serve_request_t *request,
+                                           const char *data, size_t len,
+                                           const char *type, size_t type_len)
 {
+    mf__header_filter(L, request); /* cannot wait: the client is here */
+    if (mf__request_set_head(L, request, type, type_len) < 0) {
+        mf__request_abort(request); /* a 500, reported */
+        return 0;
+    }
+    data = mf__body_filter(L, request, data, &len, true);
+    request->bytes = len;
+    mf_serve_request_keep(request);
+    mf__request_send(request, data, len);
+    return 0;
+}
+
+static inline int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
+                                  const char *data, size_t len,
+                                  const char *type, size_t type_len)
+{
+    if (MF_UNLIKELY(request->phased))
+        return mf__resp_answer_phased(L, request, data, len, type, type_len);
     if (mf__request_set_head(L, request, type, type_len) < 0) {
         mf__request_abort(request); /* a 500, reported */
         return 0;
@@ -584,15 +876,37 @@ static int mf__resp_answer(lua_State *L, mf_serve_request_t *request,
     return 0;
 }
 
-static int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
-                              int body)
+/* What an answer or a write gets once the client has left. */
+static int mf__resp_closed(lua_State *L, mf_serve_request_t *request,
+                           bool answer)
 {
-    if (request->streaming && !request->sent && lua_isnoneornil(L, body)) {
-        mf__request_send(request, NULL, 0); /* the stream's last chunk */
-        return 0;
-    }
+    if (answer) /* the answer is over, though unheard: no second one */
+        request->sent = true;
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    return 2;
+}
+
+/* An answer the request cannot take: raises when one was sent, or
+ * returns nil, "closed" when the client has left. */
+static MF__COLD int mf__resp_refused(lua_State *L, mf_serve_request_t *request)
+{
     if (request->sent || request->streaming)
         return luaL_error(L, "the response was already sent");
+    return mf__resp_closed(L, request, true);
+}
+
+static inline int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
+                                     int body)
+{
+    if (MF_UNLIKELY(request->sent || request->streaming || !request->ex)) {
+        if (request->streaming && !request->sent && request->ex &&
+            lua_isnoneornil(L, body)) {
+            mf__request_end(L, request); /* the stream's last chunk */
+            return 0;
+        }
+        return mf__resp_refused(L, request);
+    }
     size_t len = 0;
     const char *data =
         lua_isnoneornil(L, body) ? "" : mf_lua_check_lstring(L, body, &len);
@@ -615,8 +929,8 @@ static int mf__resp_json(lua_State *L)
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     mf_lua_check_any(L, 2);
     int status = lua_isnoneornil(L, 3) ? 0 : mf__check_status(L, 3);
-    if (request->sent || request->streaming)
-        return luaL_error(L, "the response was already sent");
+    if (MF_UNLIKELY(request->sent || request->streaming || !request->ex))
+        return mf__resp_refused(L, request);
     size_t len;
     const char *body = mf_lua_json_encode(L, 2, &len);
     if (status)
@@ -640,6 +954,10 @@ static int mf__resp_redirect(lua_State *L)
         return mf_lua_arg_error(L, 2, "a URL without control bytes expected");
     if (status < 300 || status > 399)
         return mf_lua_arg_error(L, 3, "a 3xx status expected");
+    if (!request->ex)
+        return request->sent || request->streaming
+                   ? luaL_error(L, "the response was already sent")
+                   : mf__resp_closed(L, request, true);
     if (mf_http_exchange_add_header(request->ex, "Location", 8, url, len) < 0) {
         mf__request_abort(request); /* no memory: a 500, reported */
         return 0;
@@ -710,6 +1028,7 @@ static int mf__resp_set_header(lua_State *L)
 static void mf__write_cleanup(void *op)
 {
     mf_serve_request_t *request = op;
+    request->write_parked = false;
     if (request->ex)
         mf_http_exchange_on_drain(request->ex, NULL, NULL);
 }
@@ -720,6 +1039,7 @@ static void mf__on_drain(mf_http_exchange_t *ex, void *arg)
     (void)ex;
     if (!request->co)
         return;
+    request->write_parked = false;
     mf_lua_co_unpark(request->co);
     lua_pushboolean(mf_lua_co_thread(request->co), 1);
     mf_lua_co_resume(request->co, 1);
@@ -733,12 +1053,18 @@ static int mf__resp_write(lua_State *L)
     const char *data = mf_lua_check_lstring(L, 2, &len);
     if (request->sent)
         return luaL_error(L, "the response was already sent");
+    if (!request->ex)
+        return mf__resp_closed(L, request, false);
     int rc = 0;
     if (!request->streaming) {
+        if (request->phased)
+            mf__header_filter(L, request);
         rc = mf__request_set_head(L, request, MF__TEXT_TYPE);
         request->streaming = rc == 0;
     }
-    if (rc == 0) {
+    if (rc == 0 && request->phased)
+        data = mf__body_filter(L, request, data, &len, false);
+    if (rc == 0 && len > 0) { /* a filter may drop a piece: "" */
         request->bytes += len;
         rc = mf_http_exchange_write(request->ex, data, len);
     }
@@ -750,14 +1076,13 @@ static int mf__resp_write(lua_State *L)
             request->streaming = false; /* its head never went out */
             mf__request_abort(request);
         }
-        lua_pushnil(L);
-        lua_pushliteral(L, "closed");
-        return 2;
+        return mf__resp_closed(L, request, false);
     }
     if (rc == 0) {
         lua_pushboolean(L, 1);
         return 1;
     }
+    request->write_parked = true;
     mf_lua_co_park(request->co, mf__write_cleanup, request);
     mf_http_exchange_on_drain(request->ex, mf__on_drain, request);
     return lua_yield(L, 0);
@@ -785,6 +1110,10 @@ static int mf__resp_property(lua_State *L)
         lua_pushboolean(L, !request || request->sent);
         return 1;
     }
+    if (len == 12 && !memcmp(key, "headers_sent", 12)) {
+        lua_pushboolean(L, !request || request->sent || request->streaming);
+        return 1;
+    }
     lua_pushnil(L);
     return 1;
 }
@@ -801,6 +1130,190 @@ static int mf__resp_newindex(lua_State *L)
         return 0;
     }
     return luaL_error(L, "resp.%s cannot be set", key);
+}
+
+/* ---- phases: what moonflow.serve's Lua side asks ---------------------------
+ */
+
+static const char *const mf__phase_names[] = {
+    [MF_SERVE_PHASE_CONTENT] = "content",
+    [MF_SERVE_PHASE_REWRITE] = "rewrite",
+    [MF_SERVE_PHASE_ACCESS] = "access",
+    [MF_SERVE_PHASE_HEADER_FILTER] = "header_filter",
+    [MF_SERVE_PHASE_BODY_FILTER] = "body_filter",
+    [MF_SERVE_PHASE_LOG] = "log"};
+
+static mf_serve_worker_t *mf__phase_worker(lua_State *L)
+{
+    return lua_touserdata(L, lua_upvalueindex(1));
+}
+
+/* phase() -> the running code's phase: its request's, or init,
+ * init_worker, timer for code that serves no request. */
+static int mf__serve_phase(lua_State *L)
+{
+    mf_serve_worker_t *w = mf__phase_worker(L);
+    mf_serve_request_t *request = mf_serve_current_request(w);
+    lua_pushstring(L, request ? mf__phase_names[request->phase]
+                              : w->phase_outside);
+    return 1;
+}
+
+static mf_serve_request_t *mf__phase_request(lua_State *L, const char *what)
+{
+    mf_serve_request_t *request = mf_serve_current_request(mf__phase_worker(L));
+    if (!request)
+        luaL_error(L,
+                   "%s: no request here (a handler or one of its phases "
+                   "has one)",
+                   what);
+    return request;
+}
+
+/* request() -> req, resp, phase name, whether the route has phases; or
+ * nothing outside a request. */
+static int mf__serve_request(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_current_request(mf__phase_worker(L));
+    if (!request)
+        return 0;
+    int *keep = mf_lua_co_keep(request->co);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_REQ]);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_RESP]);
+    lua_pushstring(L, mf__phase_names[request->phase]);
+    lua_pushboolean(L, request->phased);
+    return 4;
+}
+
+/* enter(n) -> the phase it leaves: the runner's step to phase n. */
+static int mf__serve_enter(lua_State *L)
+{
+    mf_serve_request_t *request = mf__phase_request(L, "phase");
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 0 && n <= MF_SERVE_PHASE_LOG, 1, "a phase");
+    lua_pushinteger(L, request->phase);
+    request->phase = (uint8_t)n;
+    return 1;
+}
+
+/* finish(): the end of the answer of a handler that returned (the
+ * runner's last step, so that the filters see it). */
+static int mf__serve_finish(lua_State *L)
+{
+    mf_serve_request_t *request = mf__phase_request(L, "finish");
+    if (request->ex && !request->sent)
+        mf__request_end(L, request);
+    return 0;
+}
+
+static void mf__exit_cleanup(void *op)
+{
+    (void)op;
+}
+
+/* stop(): ends the running handler now, as if it had returned (ngx.exit
+ * in a plain handler, after its answer): it parks, and the request's wake
+ * aborts it on the loop. */
+static int mf__serve_stop(lua_State *L)
+{
+    mf_serve_request_t *request = mf__phase_request(L, "ngx.exit");
+    request->exiting = true;
+    mf_lua_co_park(request->co, mf__exit_cleanup, request);
+    mf__request_wake(request);
+    return lua_yield(L, 0);
+}
+
+/* ngx.exit in code that serves no request (a timer, init, a thread): the
+ * coroutine parks, and a timer of its own aborts it on the loop. The park's
+ * cleanup (this abort, or the host's at a stop) lets go of the coroutine,
+ * so a later timer never touches a dead one. */
+typedef struct mf__exit_op {
+    mf_timer_t timer;
+    mf_lua_co_t *co;
+    mf_loop_t *loop;
+} mf__exit_op_t;
+
+static void mf__exit_op_cleanup(void *op)
+{
+    ((mf__exit_op_t *)op)->co = NULL;
+}
+
+static void mf__exit_op_fire(mf_timer_t *timer)
+{
+    mf__exit_op_t *op = timer->data;
+    if (op->co) /* its cleanup (mf__exit_op_cleanup) runs in here */
+        mf_lua_co_abort(op->co, "ngx.exit");
+    mf_loop_free(op->loop, op, sizeof(*op));
+}
+
+/* end(): ends the running coroutine (not a request's) at once. */
+static int mf__serve_end(lua_State *L)
+{
+    mf_serve_worker_t *w = mf__phase_worker(L);
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    mf__exit_op_t *op = mf_loop_alloc(w->loop, sizeof(*op));
+    op->co = co;
+    op->loop = w->loop;
+    mf_timer_init(&op->timer, mf__exit_op_fire, op);
+    mf_lua_co_park(co, mf__exit_op_cleanup, op);
+    mf_timer_start(w->loop, &op->timer, 0);
+    return lua_yield(L, 0);
+}
+
+/* on_abort(fn): fn runs in a coroutine of its own when the client leaves
+ * (at once if it has). Returns true. */
+static int mf__serve_on_abort(lua_State *L)
+{
+    mf_serve_request_t *request = mf__phase_request(L, "on_abort");
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_settop(L, 1);
+    if (request->has_on_abort)
+        mf_lua_unref(request->w->host, request->on_abort_ref);
+    request->on_abort_ref = mf_lua_ref(request->w->host, L);
+    request->has_on_abort = request->extras = true;
+    if (request->client_gone) {
+        request->abort_due = true;
+        mf__request_wake(request);
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* reason(status) -> "403 Forbidden\n": the body of an ngx.exit answer. */
+static int mf__serve_reason(lua_State *L)
+{
+    int status = (int)luaL_checkinteger(L, 1);
+    lua_pushfstring(L, "%d %s\n", status, mf_http_reason(status));
+    return 1;
+}
+
+/* Gives moonflow.serve (on top of L) its C side and takes its runners. */
+static void mf__phases_open(mf_serve_worker_t *w, lua_State *L)
+{
+    static const luaL_Reg funcs[] = {{"phase", mf__serve_phase},
+                                     {"request", mf__serve_request},
+                                     {"enter", mf__serve_enter},
+                                     {"finish", mf__serve_finish},
+                                     {"stop", mf__serve_stop},
+                                     {"end", mf__serve_end},
+                                     {"on_abort", mf__serve_on_abort},
+                                     {"reason", mf__serve_reason},
+                                     {NULL, NULL}};
+    int m = lua_gettop(L);
+    lua_getfield(L, m, "install"); /* install(c): the Lua side's runners */
+    lua_newtable(L);
+    lua_pushlightuserdata(L, w);
+    luaL_openlib(L, NULL, funcs, 1);
+    lua_call(L, 1, 0);
+    static const char *const runners[] = {"run", "run_log", "header_filter",
+                                          "body_filter"};
+    int *refs[] = {&w->run_ref, &w->log_ref, &w->header_filter_ref,
+                   &w->body_filter_ref};
+    for (int i = 0; i < 4; i++) {
+        lua_getfield(L, m, runners[i]);
+        *refs[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    w->phase_outside = "init";
 }
 
 void mf_serve_handler_open(mf_serve_worker_t *w)
@@ -826,6 +1339,7 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     lua_getglobal(L, "require");
     lua_pushliteral(L, "moonflow.serve");
     lua_call(L, 1, 1); /* the Lua side: methods, index, headers_mt */
+    mf__phases_open(w, L);
     static const luaL_Reg methods[] = {
         {"send resp:send([body])", mf__resp_send},
         {"write resp:write(chunk)", mf__resp_write},

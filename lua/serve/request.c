@@ -2,9 +2,11 @@
  * lua/serve/request.c — the `req` object of a handler (userdata
  * "moonflow.request"): its fields (method, path, uri, version, query,
  * headers, cookies, body, peer, ctx, id) read from the exchange's parsed
- * head, the costly ones made on first use and cached for the request;
- * req:header and req:form; and request ids (serve.h, request.h). Every access
- * checks that the running coroutine is the request's own (request.h).
+ * head (or from a copy of it, kept once the exchange is gone: a client
+ * that left, a route with phases that answered), the costly ones made on
+ * first use and cached for the request; req:header and req:form; and
+ * request ids (serve.h, request.h). Every access checks that the running
+ * coroutine is the request's own (request.h).
  *
  * May call: the HTTP exchange API, the Lua host, the query-string and
  * cookie parsers of the Lua layer (moonflow/lua_uri.h).
@@ -121,10 +123,26 @@ mf_serve_object_t *mf_serve_check_object(lua_State *L, int idx, int mt_up)
 mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj)
 {
     mf_serve_request_t *request = obj->request;
-    if (!request || !request->ex || !request->co ||
+    if (!request || (!request->ex && !request->kept) || !request->co ||
         mf_lua_host_current(request->w->host) != request->co)
         return NULL;
     return request;
+}
+
+mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w)
+{
+    mf_lua_co_t *co = mf_lua_host_current(w->host);
+    if (!co)
+        return NULL;
+    int ref = mf_lua_co_keep(co)[MF_SERVE_KEEP_REQ];
+    if (ref == LUA_NOREF || ref == LUA_REFNIL)
+        return NULL;
+    lua_State *L = mf_lua_host_state(w->host);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    mf_serve_object_t *obj = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    mf_serve_request_t *request = obj ? obj->request : NULL;
+    return request && request->co == co ? request : NULL;
 }
 
 mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
@@ -207,11 +225,33 @@ static int mf__req_headers(lua_State *L, const mf_http_request_t *head)
     return 1;
 }
 
+/* The request's parsed head, body and peer: the exchange's while it
+ * lives, then the copy mf_serve_request_keep made. */
+static const mf_http_request_t *mf__head(const mf_serve_request_t *request)
+{
+    return request->ex ? mf_http_exchange_request(request->ex)
+                       : &request->kept_head->head;
+}
+
+static const char *mf__body(const mf_serve_request_t *request, size_t *len)
+{
+    if (request->ex)
+        return mf_http_exchange_body(request->ex, len);
+    *len = request->kept_head->body_len;
+    return request->kept_head->body;
+}
+
+static const mf_sockaddr_t *mf__peer(const mf_serve_request_t *request)
+{
+    return request->ex ? mf_http_exchange_peer(request->ex)
+                       : &request->kept_head->peer;
+}
+
 int mf_serve_req_header(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     const char *name = mf_lua_check_string(L, 2);
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    const mf_http_request_t *head = mf__head(request);
     const mf_http_header_t *h =
         mf_http_find_header(head->headers, head->num_headers, name);
     if (!h)
@@ -226,11 +266,11 @@ int mf_serve_req_form(lua_State *L)
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
     lua_Integer max = mf_lua_opt_integer(L, 2, 100);
     mf_lua_arg_check(L, max >= 0 && max <= 1000000, 2, "a count of fields");
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
+    const mf_http_request_t *head = mf__head(request);
     const mf_http_header_t *type =
         mf_http_find_header(head->headers, head->num_headers, "Content-Type");
     size_t len;
-    const char *body = mf_http_exchange_body(request->ex, &len);
+    const char *body = mf__body(request, &len);
     return mf_lua_push_form(L, type ? type->value : NULL,
                             type ? type->value_len : 0, body ? body : "", len,
                             (unsigned)max);
@@ -239,16 +279,16 @@ int mf_serve_req_form(lua_State *L)
 static int mf__req_peer(lua_State *L, mf_serve_request_t *request)
 {
     char addr[64];
-    mf_sockaddr_format(mf_http_exchange_peer(request->ex), addr, sizeof addr);
+    mf_sockaddr_format(mf__peer(request), addr, sizeof addr);
     lua_pushstring(L, addr);
     return 1;
 }
 
-/* The head as the client sent it, from its request line to its blank line
- * (the parser's strings point into it, and it stays in place until the
- * exchange ends): after the last field (or the request line), at most
- * whitespace, then the line ends. */
-static int mf__req_raw_header(lua_State *L, const mf_http_request_t *head)
+/* Past the blank line that ends the head (the parser's strings point into
+ * its buffer, and a kept head copies it up to there): after the last field
+ * (or the request line), at most whitespace, then two line ends in a row
+ * ("\n\n" or "\n\r\n"). NULL cannot be: the parser saw that line. */
+static const char *mf__head_end(const mf_http_request_t *head)
 {
     const char *p = head->target + head->target_len;
     if (head->num_headers) {
@@ -256,12 +296,18 @@ static int mf__req_raw_header(lua_State *L, const mf_http_request_t *head)
         p = last->value_len ? last->value + last->value_len
                             : last->name + last->name_len;
     }
-    /* two line ends in a row ("\n\n" or "\n\r\n") close the head */
-    const char *end = NULL;
-    for (const char *q = p; !end && q < p + 8192; q++)
+    for (const char *q = p; q < p + 8192; q++)
         if (q[0] == '\n' && (q[1] == '\n' || (q[1] == '\r' && q[2] == '\n')))
-            end = q + (q[1] == '\n' ? 2 : 3);
-    if (!end) /* cannot be: the parser saw the blank line */
+            return q + (q[1] == '\n' ? 2 : 3);
+    return NULL;
+}
+
+/* The head as the client sent it, from its request line to its blank
+ * line. */
+static int mf__req_raw_header(lua_State *L, const mf_http_request_t *head)
+{
+    const char *end = mf__head_end(head);
+    if (!end)
         return luaL_error(L, "req.raw_header: the head's end is not found");
     lua_pushlstring(L, head->method, (size_t)(end - head->method));
     return 1;
@@ -287,7 +333,9 @@ static int mf__req_server_addr(lua_State *L, mf_serve_request_t *request)
     const char *listen = request->w->config->http.listen;
     const char *colon = listen ? strrchr(listen, ':') : NULL;
     size_t hlen = colon ? (size_t)(colon - listen) : 0;
-    uint16_t port = mf_http_server_port(mf_http_exchange_server(request->ex));
+    uint16_t port =
+        request->ex ? mf_http_server_port(mf_http_exchange_server(request->ex))
+                    : request->kept_head->port;
     char addr[80];
     if (hlen == 0 || hlen > 64)
         snprintf(addr, sizeof addr, "0.0.0.0:%u", (unsigned)port);
@@ -298,12 +346,11 @@ static int mf__req_server_addr(lua_State *L, mf_serve_request_t *request)
     return 1;
 }
 
-int mf_serve_req_index(lua_State *L)
+/* req[key] (the key at index key) from the exchange's head. */
+static int mf__req_field(lua_State *L, mf_serve_request_t *request, int keyidx)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
-    const mf_http_request_t *head = mf_http_exchange_request(request->ex);
-    size_t klen;
-    const char *key = mf_lua_check_lstring(L, 2, &klen);
+    const mf_http_request_t *head = mf__head(request);
+    const char *key = lua_tostring(L, keyidx);
     if (!strcmp(key, "method"))
         lua_pushlstring(L, head->method, head->method_len);
     else if (!strcmp(key, "path"))
@@ -338,7 +385,7 @@ int mf_serve_req_index(lua_State *L)
             mf__req_headers(L, head);
         else {
             size_t len;
-            const char *body = mf_http_exchange_body(request->ex, &len);
+            const char *body = mf__body(request, &len);
             lua_pushlstring(L, body ? body : "", len);
         }
         mf__fields_set(L, request, key);
@@ -354,4 +401,75 @@ int mf_serve_req_index(lua_State *L)
     else
         lua_pushnil(L);
     return 1;
+}
+
+/* [start, end): the bytes of the head's buffer its pointers reach (a
+ * pointer outside, as the "/" of an absolute-form target without a path,
+ * is a literal of the parser's and stays as it is). */
+static void mf__head_span(const mf_http_request_t *h, const char **start,
+                          const char **end)
+{
+    const char *s = h->method, *e = h->target + h->target_len;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        const char *v = h->headers[i].value + h->headers[i].value_len;
+        const char *n = h->headers[i].name + h->headers[i].name_len;
+        e = v > e ? v : e;
+        e = n > e ? n : e;
+    }
+    *start = s;
+    *end = e;
+}
+
+static const char *mf__rebase(const char *p, const char *start, const char *end,
+                              const char *to)
+{
+    return p && p >= start && p <= end ? to + (p - start) : p;
+}
+
+void mf_serve_request_keep(mf_serve_request_t *request)
+{
+    if (request->kept || !request->ex)
+        return;
+    const mf_http_request_t *h = mf_http_exchange_request(request->ex);
+    const char *start, *end;
+    size_t body_len;
+    const char *body = mf_http_exchange_body(request->ex, &body_len);
+    mf__head_span(h, &start, &end);
+    const char *head_end = mf__head_end(h); /* req.raw_header reads to it */
+    if (head_end > end)
+        end = head_end;
+    size_t span = (size_t)(end - start);
+    size_t hsize = h->num_headers * sizeof(mf_http_header_t);
+    mf_serve_kept_head_t *k =
+        mf_xmalloc(sizeof(*k) + hsize + span + body_len + 1);
+    mf_http_header_t *headers = (mf_http_header_t *)(k + 1);
+    char *bytes = (char *)headers + hsize;
+    memcpy(bytes, start, span);
+    if (body_len)
+        memcpy(bytes + span, body, body_len);
+    k->head = *h;
+    k->head.headers = headers;
+    k->head.method = mf__rebase(h->method, start, end, bytes);
+    k->head.target = mf__rebase(h->target, start, end, bytes);
+    k->head.path = mf__rebase(h->path, start, end, bytes);
+    k->head.query = mf__rebase(h->query, start, end, bytes);
+    k->head.host = mf__rebase(h->host, start, end, bytes);
+    for (size_t i = 0; i < h->num_headers; i++) {
+        headers[i] = h->headers[i];
+        headers[i].name = mf__rebase(h->headers[i].name, start, end, bytes);
+        headers[i].value = mf__rebase(h->headers[i].value, start, end, bytes);
+    }
+    k->body = bytes + span;
+    k->body_len = body_len;
+    k->peer = *mf_http_exchange_peer(request->ex);
+    k->port = mf_http_server_port(mf_http_exchange_server(request->ex));
+    request->kept_head = k;
+    request->kept = request->extras = true; /* extras: freed at the end */
+}
+
+int mf_serve_req_index(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_lua_check_string(L, 2);
+    return mf__req_field(L, request, 2);
 }

@@ -23,6 +23,28 @@
 typedef struct mf_serve_request mf_serve_request_t;
 typedef struct mf_serve_trace mf_serve_trace_t;
 
+/* A request's head, body and peer copied out of its exchange (one
+ * allocation: this, the header array, the head's bytes, the body), so
+ * that req answers once the exchange is gone. */
+typedef struct mf_serve_kept_head {
+    mf_http_request_t head; /* its pointers into the bytes below */
+    const char *body;
+    size_t body_len;
+    mf_sockaddr_t peer;
+    uint16_t port; /* the server's, for req.server_addr */
+} mf_serve_kept_head_t;
+
+/* Where a request is (moonflow.serve.phase(), ngx.get_phase()). A plain
+ * handler runs in CONTENT, the zero of a fresh record. */
+typedef enum mf_serve_phase {
+    MF_SERVE_PHASE_CONTENT = 0,
+    MF_SERVE_PHASE_REWRITE,
+    MF_SERVE_PHASE_ACCESS,
+    MF_SERVE_PHASE_HEADER_FILTER,
+    MF_SERVE_PHASE_BODY_FILTER,
+    MF_SERVE_PHASE_LOG
+} mf_serve_phase_t;
+
 /* req or resp: made once per coroutine thread and kept with it
  * (mf_lua_co_keep), so a request allocates no Lua object. request is the
  * one the thread serves now; an object is usable only by the coroutine
@@ -42,6 +64,21 @@ struct mf_serve_request {
     bool sent;      /* the answer (or its end) is queued */
     bool streaming; /* resp:write started a chunked answer */
     bool timed_out;
+    /* The request lives on without its exchange (the client left, or a
+     * route with phases answered): req reads kept_head. */
+    bool kept;
+    bool client_gone;
+    bool write_parked;  /* resp:write waits for the client to drain */
+    bool abort_stop;    /* the route's on_abort = "stop" */
+    bool head_filtered; /* the header filter has run */
+    bool exiting;       /* ngx.exit ended a plain handler: as if returned */
+    bool abort_due;     /* the client left: on_abort runs at the wake */
+    bool log_due;       /* the handler ended: the log phase starts then */
+    bool wake_made;     /* wake is initialized */
+    bool extras;   /* phases_ref, on_abort_ref or wake to let go at the end */
+    uint8_t phase; /* mf_serve_phase_t */
+    bool phased;   /* a route with phases: phases_ref is set */
+    bool has_on_abort; /* on_abort_ref is set */
     size_t bytes;
     int headers_ref; /* resp.headers, created on first use */
     int fields_ref;  /* req.query/headers/body, computed on first use */
@@ -52,6 +89,14 @@ struct mf_serve_request {
     uint64_t serial; /* this worker's count of requests: a made id's end */
     uint8_t id_len;  /* the id in id[], 0: not written yet */
     char id[MF_SERVE_ID_MAX + 1];
+    /* Past the part a new record zeroes: */
+    /* A route with phases: its table (held by the request until the log
+     * phase ends, whatever reloads do); valid when phased. */
+    int phases_ref;
+    int on_abort_ref;                /* a function run when the client leaves */
+    mf_serve_kept_head_t *kept_head; /* valid when kept; freed with it */
+    uint32_t timeout_ms; /* the handler's, when phased: the log phase's too */
+    mf_timer_t wake; /* made when needed (wake_made): a client gone, an exit */
 };
 
 /* Takes the request's id from its head (a valid X-Request-Id: 1 to 128
@@ -62,6 +107,13 @@ void mf_serve_request_id_start(mf_serve_request_t *request,
                                const mf_http_request_t *head);
 /* The request's id (NUL-terminated, in the record). */
 const char *mf_serve_request_id(mf_serve_request_t *request);
+
+/* Copies the exchange's head, body and peer (mf_serve_kept_head_t), so
+ * that req answers once the exchange is gone; sets kept. The record frees
+ * the copy (kept_head, when kept). */
+void mf_serve_request_keep(mf_serve_request_t *request);
+/* The request whose handler (or phase) the running coroutine is, or NULL. */
+mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w);
 
 /* The request obj is bound to, if the running coroutine is the one
  * handling it (or a flow callback of it); else NULL. */

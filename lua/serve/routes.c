@@ -39,6 +39,8 @@ typedef struct mf_serve_route {
     bool stale;           /* compile again before the next use */
     uint32_t generation;  /* of the site's code it was compiled in */
     int ref;              /* the handler, LUA_NOREF if none yet */
+    /* MF_SERVE_ROUTE_FOUND, or _PHASES when ref is a table of phases */
+    mf_serve_route_result_t found;
     uint32_t source_hash; /* of the source the handler came from */
     uint32_t timeout_ms;  /* from the config; 0 for file routes */
     bool stream_body;     /* from the config: body = "stream" */
@@ -233,6 +235,46 @@ void mf_serve_routes_cache_misses(mf_serve_routes_t *r, bool on)
 
 /* ---- loading scripts ----------------------------------------------------- */
 
+/* A route's table of phases (at t): content a function; rewrite, access,
+ * header_filter, body_filter, log and on_abort functions when given
+ * (on_abort may be "stop"); no other key. NULL, or why not (a literal or
+ * a string pushed on L). */
+static const char *mf__route_check_phases(lua_State *L, int t)
+{
+    static const char *const names[] = {
+        "content",     "rewrite", "access",   "header_filter",
+        "body_filter", "log",     "on_abort", NULL};
+    lua_getfield(L, t, "content");
+    bool content = lua_isfunction(L, -1);
+    lua_pop(L, 1);
+    if (!content)
+        return "a table of phases needs a content function";
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        int i = 0;
+        const char *key =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+        while (names[i] && strcmp(names[i], key))
+            i++;
+        bool stop = lua_type(L, -1) == LUA_TSTRING &&
+                    !strcmp(lua_tostring(L, -1), "stop");
+        if (!names[i]) {
+            lua_pushfstring(L,
+                            "%s: no such phase (content, rewrite, access, "
+                            "header_filter, body_filter, log, on_abort)",
+                            *key ? key : luaL_typename(L, -2));
+            return lua_tostring(L, -1);
+        }
+        if (!lua_isfunction(L, -1) && !(stop && !strcmp(key, "on_abort"))) {
+            lua_pushfstring(L, "phase %s: a function expected, got %s", key,
+                            luaL_typename(L, -1));
+            return lua_tostring(L, -1);
+        }
+        lua_pop(L, 1);
+    }
+    return NULL;
+}
+
 /* Compiles a route script in the site's current generation and runs it;
  * leaves the function it returned on L (the host's state). The main chunk
  * runs as a slice of the host: a script whose top level never ends is
@@ -246,8 +288,10 @@ static const char *mf__route_compile(mf_serve_routes_t *r, lua_State *L,
         return err;
     if (mf_lua_host_pcall(r->host, 0, 1, 0) != 0)
         return lua_tostring(L, -1);
+    if (lua_istable(L, -1))
+        return mf__route_check_phases(L, lua_gettop(L));
     if (!lua_isfunction(L, -1))
-        return "the script must return a function";
+        return "the script must return a function or a table of phases";
     return NULL;
 }
 
@@ -255,6 +299,8 @@ static void mf__route_set(mf_serve_routes_t *r, mf_serve_route_t *e,
                           lua_State *L, const char *text, size_t len)
 {
     mf_lua_unref(r->host, e->ref);
+    e->found =
+        lua_istable(L, -1) ? MF_SERVE_ROUTE_PHASES : MF_SERVE_ROUTE_FOUND;
     e->ref = mf_lua_ref(r->host, L); /* pops the function */
     e->source_hash = mf__fnv1a(text, len);
 }
@@ -373,7 +419,7 @@ mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
         return MF_SERVE_ROUTE_BROKEN;
     lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
     *timeout_ms = e->timeout_ms;
-    return MF_SERVE_ROUTE_FOUND;
+    return e->found;
 }
 
 bool mf_serve_routes_stream_body(mf_serve_routes_t *r, const char *path,

@@ -83,10 +83,12 @@ void mf_serve_routes_cache_misses(mf_serve_routes_t *routes, bool on);
 typedef enum mf_serve_route_result {
     MF_SERVE_ROUTE_FOUND = 0,   /* the handler is pushed on L */
     MF_SERVE_ROUTE_MISSING = 1, /* no script for this path: 404 */
-    MF_SERVE_ROUTE_BROKEN = 2   /* the script never loaded: 500 (logged) */
+    MF_SERVE_ROUTE_BROKEN = 2,  /* the script never loaded: 500 (logged) */
+    MF_SERVE_ROUTE_PHASES = 3   /* its table of phases is pushed on L */
 } mf_serve_route_result_t;
 
-/* Pushes the handler for the URL path (without query) onto L, and sets
+/* Pushes the handler (or table of phases) for the URL path (without
+ * query) onto L, and sets
  * *timeout_ms to the route's handler timeout (0: none of its own). */
 mf_serve_route_result_t mf_serve_routes_push_handler(mf_serve_routes_t *routes,
                                                      lua_State *L,

@@ -232,9 +232,13 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     }
     mf_serve_observe_open(w);
     mf__serve_watch(w);
-    if ((c->init && w->id == 0 && mf__serve_run_init(w, c->init) < 0) ||
-        (c->init_worker && mf__serve_run_init(w, c->init_worker) < 0))
+    w->phase_outside = "init"; /* what ngx.get_phase() says meanwhile */
+    if (c->init && w->id == 0 && mf__serve_run_init(w, c->init) < 0)
         return;
+    w->phase_outside = "init_worker";
+    if (c->init_worker && mf__serve_run_init(w, c->init_worker) < 0)
+        return;
+    w->phase_outside = "timer"; /* timers, and what init scripts do later */
     mf_http_server_config_t http = c->http; /* copied by the server */
     if (w->log_fd >= 0 || w->mstate)        /* refused requests count too */
         http.on_reject = mf_serve_log_reject;

@@ -145,6 +145,12 @@ typedef struct mf_serve_worker {
      * per request instead of a lookup by name */
     int req_mt_ref;
     int resp_mt_ref;
+    /* moonflow.serve's runners of a route with phases (handler.c): its
+     * rewrite/access/content, its log, its header and body filters */
+    int run_ref, log_ref, header_filter_ref, body_filter_ref;
+    /* The phase of Lua code that runs for no request: "init" and
+     * "init_worker" while those scripts start, "timer" after. */
+    const char *phase_outside;
     /* request ids made here: 16 hex digits of the worker's random prefix
      * (a restart makes new ones), then 16 of the serial */
     uint64_t id_prefix;

@@ -1,9 +1,9 @@
 """Subrequests under `moonflow serve` (mf.capture, mf.capture_multi,
 ngx.location.capture): a handler captures a slow route, a failing one and a
 missing one side by side; what a subrequest inherits; the depth limit; a
-client that leaves while its handler waits on subrequests. One server for
-the file, its stderr (the error log) in a file; it must stop with status 0
-(under the ASan twin that includes the leak check).
+client that leaves while its handler waits on subrequests (both go on).
+One server for the file, its stderr (the error log) in a file; it must stop
+with status 0 (under the ASan twin that includes the leak check).
 $MF_MOONFLOW is the binary."""
 import json
 import os
@@ -185,15 +185,14 @@ class Capture(unittest.TestCase):
         r = self.get("/ngx")
         self.assertEqual(r.body, b"200 yes 404")
 
-    def test_a_client_leaving_during_a_capture_aborts_the_subrequest(self):
+    def test_a_client_leaving_during_a_capture_lets_the_subrequest_finish(self):
+        # As in OpenResty: the handler outlives its client, and so does the
+        # subrequest it waits on.
         with connect(self.port) as s:
             s.sendall(b"GET /wait HTTP/1.1\r\nHost: h\r\n\r\n")
             time.sleep(0.1)  # the handler waits on its subrequest now
         self.assertEqual(self.get("/ok").body, b"ok")
-        self.assertEqual(self.get("/marked?ms=400&tag=after-left").body,
-                         b"marked")  # past the aborted one's 300 ms
-        self.wait_log("marked after-left")
-        self.assertNotIn("marked left", self.error_log())
+        self.wait_log("marked left")
 
     def test_a_subrequest_past_its_timeout_is_a_504_and_stops(self):
         r = self.get("/timeout")

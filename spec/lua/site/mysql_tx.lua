@@ -1,7 +1,9 @@
 -- /mysql_tx?op=insert|raise|hang|spin|count&id=N: transactions on
 -- serve_t in a handler (mysql_spec.lua). The client has one connection, so
 -- a pinned connection that never came back makes the next request wait
--- and fail.
+-- and fail. The route stops its handler when the client leaves (on_abort
+-- = "stop"): mysql_spec.lua checks that the transaction is rolled back and
+-- the connection given back then.
 local mf = require "moonflow"
 
 local function insert(tx, id)
@@ -25,7 +27,7 @@ local ops = {
     end,
 }
 
-return function(req, resp)
+local function content(req, resp)
     local db = mf.mysql(os.getenv("MF_MYSQL_URL"), { pool = 1, queue_timeout = 3000 })
     local id = assert(tonumber(req.query.id))
     if req.query.op == "count" then
@@ -36,3 +38,5 @@ return function(req, resp)
     assert(db:transaction(ops[req.query.op], id))
     resp:send("committed")
 end
+
+return { content = content, on_abort = "stop" }

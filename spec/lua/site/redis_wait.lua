@@ -1,8 +1,9 @@
 -- /redis_wait?what=call|sub&ms=N: waits N ms in r:call (BLPOP) or in
--- sub:next, for the leak check of aborted handlers (redis_spec.lua).
+-- sub:next, for the leak check of aborted handlers (redis_spec.lua): the
+-- route stops its handler when the client leaves (on_abort = "stop").
 local mf = require "moonflow"
 
-return function(req, resp)
+local function content(req, resp)
     local r = mf.redis(os.getenv("MF_REDIS_URL"))
     local ms = tonumber(req.query.ms) or 1000
     if req.query.what == "sub" then
@@ -14,3 +15,5 @@ return function(req, resp)
     end
     resp:send("waited")
 end
+
+return { content = content, on_abort = "stop" }
