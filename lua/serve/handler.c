@@ -328,8 +328,7 @@ static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
     if (!has_type) /* a constant: no copy */
         mf_http_exchange_add_header_static(request->ex, type_line, type_len);
     if (!has_id)
-        mf_serve_add_request_id(request->w, request->ex,
-                                mf_serve_request_id(request));
+        mf_serve_request_add_id(request);
     mf_http_exchange_set_status(request->ex, request->status);
     return 0;
 }

@@ -97,6 +97,11 @@ struct mf_serve_request {
     mf_serve_kept_head_t *kept_head; /* valid when kept; freed with it */
     uint32_t timeout_ms; /* the handler's, when phased: the log phase's too */
     mf_timer_t wake; /* made when needed (wake_made): a client gone, an exit */
+    /* "X-Request-Id: ID\r\n", written where the answer's head is set and
+     * handed to the exchange by reference (it is copied out as the head
+     * goes, in the same call): no copy into the exchange's header buffer,
+     * which a plain answer does not need otherwise. */
+    char id_line[MF_SERVE_ID_HEADER_MAX + MF_SERVE_ID_MAX + 5];
 };
 
 /* Takes the request's id from its head (a valid X-Request-Id: 1 to 128
@@ -107,6 +112,9 @@ void mf_serve_request_id_start(mf_serve_request_t *request,
                                const mf_http_request_t *head);
 /* The request's id (NUL-terminated, in the record). */
 const char *mf_serve_request_id(mf_serve_request_t *request);
+/* Adds the request id's header (the config's request_id_header, unless
+ * off) to the answer about to be sent, from request->id_line. */
+void mf_serve_request_add_id(mf_serve_request_t *request);
 
 /* Copies the exchange's head, body and peer (mf_serve_kept_head_t), so
  * that req answers once the exchange is gone; sets kept. The record frees

@@ -176,13 +176,16 @@ static void mf__serve_file_failed(mf_serve_worker_t *w, const char *key,
  * workers, restarts and machines do not meet. */
 static void mf__serve_id_prefix(mf_serve_worker_t *w)
 {
-    if (getrandom(&w->id_prefix, sizeof w->id_prefix, 0) ==
-        (ssize_t)sizeof w->id_prefix)
-        return;
-    struct timespec now; /* no entropy yet (early boot): time, pid, worker */
-    clock_gettime(CLOCK_REALTIME, &now);
-    w->id_prefix = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^
-                   ((uint64_t)getpid() << 16) ^ w->id;
+    if (getrandom(&w->id_prefix, sizeof w->id_prefix, 0) !=
+        (ssize_t)sizeof w->id_prefix) {
+        struct timespec now; /* no entropy yet (early boot): time, pid */
+        clock_gettime(CLOCK_REALTIME, &now);
+        w->id_prefix = ((uint64_t)now.tv_sec << 32) ^ (uint64_t)now.tv_nsec ^
+                       ((uint64_t)getpid() << 16) ^ w->id;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++)
+        w->id_prefix_hex[i] = hex[(w->id_prefix >> (60 - 4 * i)) & 15];
 }
 
 static void mf__serve_open_worker(mf_serve_worker_t *w)

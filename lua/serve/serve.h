@@ -154,6 +154,7 @@ typedef struct mf_serve_worker {
     /* request ids made here: 16 hex digits of the worker's random prefix
      * (a restart makes new ones), then 16 of the serial */
     uint64_t id_prefix;
+    char id_prefix_hex[16]; /* id_prefix written once, as every id starts */
     uint64_t id_serial;
     mf_metrics_t *metrics;           /* the process's registry; shard id */
     struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
