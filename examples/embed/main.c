@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,6 +333,7 @@ static int push_script(lua_State *L, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    signal(SIGPIPE, SIG_IGN); /* a peer gone: a write's error, not our end */
     if (mf_lua_go_register("reverse", reverse) != 0 ||
         mf_lua_go_register("sort", compute_sort) != 0 ||
         mf_lua_go_register("matmul", compute_matmul) != 0)
