@@ -117,6 +117,8 @@ static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
     co->exiting = true;
     mf_lua__co_cleanup(co);
     mf_lua__co_release_owned(co);
+    if (co->hooks.ended)
+        co->hooks.ended(co->hooks.ended_ud, co);
     mf_list_remove(&co->link);
     if (status == MF_LUA_CO_ERROR)
         host->counts.errors++;
@@ -230,6 +232,11 @@ const char *mf_lua_host_request_id(const mf_lua_host_t *host)
 bool mf_lua_co_start(mf_lua_co_t *co, int nargs)
 {
     return mf_lua__co_run(co, nargs);
+}
+
+void mf_lua_co_set_hooks(mf_lua_co_t *co, const mf_lua_co_hooks_t *hooks)
+{
+    co->hooks = *hooks;
 }
 
 bool mf_lua_co_start_with(mf_lua_co_t *co, int nargs,

@@ -16,7 +16,8 @@
  *   wait.spawn(done, fn, ...)  runs fn(...) in a new coroutine from the
  *                              loop's next turn; done(ok, ...) is called
  *                              when it ends (ok false: the error, with its
- *                              traceback, or why it was aborted)
+ *                              traceback, or why it was aborted); the
+ *                              spawner's adopt hook (lua_co.h) runs first
  *
  * Owns the waiter records (mf_lua_waiter_t, loop memory): the userdata
  * holds a pointer; a record is freed once its userdata is collected and no
@@ -293,6 +294,9 @@ static int mf__spawn(lua_State *L)
     s->loop = loop;
     s->nargs = lua_gettop(L) - 2;
     s->co = mf_lua_host_prepare(host, mf__spawn_exit, s);
+    mf_lua_co_t *spawner = mf_lua_host_current(host);
+    if (spawner && spawner->hooks.adopt) /* the thread works for its owner */
+        spawner->hooks.adopt(spawner->hooks.adopt_ud, s->co);
     lua_State *T = mf_lua_co_thread(s->co);
     luaL_checkstack(T, s->nargs + 1, "mf.spawn's arguments");
     lua_xmove(L, T, s->nargs + 1); /* fn and its arguments */

@@ -164,10 +164,12 @@ function M.exit(code)
     if type(code) ~= "number" or floor(code) ~= code then
         error("ngx.exit: an integer status expected, got " .. tostring(code), 2)
     end
-    local req, resp, phase, phased = nil, nil, nil, nil
-    if c then req, resp, phase, phased = c.request() end
-    if not req then -- a timer, init, a thread: it ends there
+    local req, resp, phase, phased, thread = nil, nil, nil, nil, nil
+    if c then req, resp, phase, phased, thread = c.request() end
+    if not req or thread then -- a timer, init, a thread: it ends there
         if not c then error("ngx.exit: outside moonflow serve", 2) end
+        -- a request's thread answers with an HTTP status first
+        if thread and code >= 100 then answer(resp, code) end
         return c["end"]()
     end
     exit_code = code

@@ -35,7 +35,10 @@
  * access and content in the handler's coroutine, the header and body
  * filters called from the answering functions, and the log phase in a
  * coroutine of its own started once the handler's has ended, which then
- * owns the record. A path without
+ * owns the record. Threads the request's code spawns (mf.spawn,
+ * ngx.thread.spawn) are adopted (the host's adopt hook): bound to the
+ * record, which outlives its coroutine until the last of them ends; the
+ * log phase starts only then. A path without
  * a script (404) or whose script never loaded (500) is answered at once,
  * without a record.
  *
@@ -344,7 +347,7 @@ int mf_serve_request_set_head(lua_State *L, mf_serve_request_t *request)
 static mf_http_exchange_t *
 mf__request_take_exchange(mf_serve_request_t *request)
 {
-    if (MF_UNLIKELY(request->phased))
+    if (MF_UNLIKELY(request->phased || request->threads))
         mf_serve_request_keep(request);
     mf_http_exchange_t *ex = request->ex;
     request->ex = NULL;
@@ -356,6 +359,8 @@ static inline void mf__request_send(mf_serve_request_t *request,
                                     const char *body, size_t len)
 {
     mf_http_exchange_t *ex = request->ex; /* phases: kept by the caller */
+    if (MF_UNLIKELY(request->threads))    /* they may read req after */
+        mf_serve_request_keep(request);
     request->ex = NULL;
     request->sent = true;
     mf__exchange_send_logged(request->w, ex, request->status, request->bytes,
@@ -546,8 +551,18 @@ static MF__COLD bool mf__log_due(mf_serve_request_t *request)
     return true;
 }
 
-/* The coroutine ended (returned, raised or was aborted): the one place a
- * request record is freed. */
+/* The request's code is over (its handler's or log phase's coroutine and
+ * the threads they spawned): its log phase is due, or the record goes. */
+static void mf__request_settle(mf_serve_request_t *request)
+{
+    if (MF_UNLIKELY(request->phased) && request->phase != MF_SERVE_PHASE_LOG &&
+        mf__log_due(request))
+        return;
+    mf__request_free(request);
+}
+
+/* The coroutine ended (returned, raised or was aborted): the record is
+ * freed now, or by the last of its threads (mf__thread_ended). */
 static void mf__on_handler_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
                                 void *data)
 {
@@ -557,9 +572,9 @@ static void mf__on_handler_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     if (ex->status == MF_LUA_CO_ERROR)
         mf__log_handler_error(request, ex->message);
     mf__request_answer_at_exit(request, ex);
-    if (MF_UNLIKELY(request->phased) && mf__log_due(request))
+    if (MF_UNLIKELY(request->threads))
         return;
-    mf__request_free(request);
+    mf__request_settle(request);
 }
 
 /* After the client left, on the loop (never inside the callback that
@@ -583,13 +598,15 @@ static void mf__on_wake(mf_timer_t *timer)
         mf_lua_co_abort(request->co, "ngx.exit");
         return;
     }
-    if (request->write_parked && request->co) {
+    mf_lua_co_t *writer = request->writer;
+    if (request->write_parked && writer) {
         request->write_parked = false;
-        mf_lua_co_unpark(request->co);
-        lua_State *T = mf_lua_co_thread(request->co);
+        request->writer = NULL;
+        mf_lua_co_unpark(writer);
+        lua_State *T = mf_lua_co_thread(writer);
         lua_pushnil(T);
         lua_pushliteral(T, "closed");
-        mf_lua_co_resume(request->co, 2);
+        mf_lua_co_resume(writer, 2);
     }
 }
 
@@ -635,6 +652,79 @@ static void mf__on_handler_timeout(mf_timer_t *timer)
     request->timed_out = true;
     if (request->co)
         mf_lua_co_abort(request->co, "handler timeout");
+}
+
+/* ---- threads of a request ------------------------------------------------
+ */
+
+static mf_serve_object_t *mf__push_object(lua_State *T, int *keep, int mt_ref,
+                                          mf_serve_request_t *request);
+static void mf__describe_request(void *ud, char *buf, size_t cap);
+static const char *mf__request_id_of(void *ud);
+
+/* A thread the request's code spawned (mf.spawn, ngx.thread.spawn) ended:
+ * its objects let go of the request, and the last one over settles it. */
+static MF__COLD void mf__thread_ended(void *ud, mf_lua_co_t *co)
+{
+    mf_serve_request_t *request = ud;
+    lua_State *L = mf_lua_host_state(request->w->host);
+    int *keep = mf_lua_co_keep(co);
+    for (int i = 0; i < 2; i++) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, keep[i]);
+        mf_serve_object_t *obj = lua_touserdata(L, -1);
+        lua_pop(L, 1);
+        if (obj && obj->request == request) {
+            obj->request = NULL;
+            obj->thread = false;
+        }
+    }
+    if (--request->threads == 0 && !request->co)
+        mf__request_settle(request);
+}
+
+static void mf__thread_adopt(void *ud, mf_lua_co_t *child);
+
+/* The hooks of the request's coroutines and of its threads: its log
+ * label, its id, its trace, and the adoption of the threads they spawn. */
+static void mf__request_hooks(mf_serve_request_t *request,
+                              mf_lua_co_hooks_t *hooks)
+{
+    hooks->describe = mf__describe_request;
+    hooks->describe_ud = request;
+    hooks->request_id = mf__request_id_of;
+    hooks->request_id_ud = request;
+    hooks->adopt = mf__thread_adopt;
+    hooks->adopt_ud = request;
+    if (request->trace)
+        hooks->trace = mf_serve_trace_context(request->trace);
+}
+
+/* A thread spawned by the request's code belongs to the request, as in
+ * OpenResty: its req and resp objects are bound to it, it reports the
+ * phase of the code that spawned it, and the record (and the log phase)
+ * waits for its end. */
+static MF__COLD void mf__thread_adopt(void *ud, mf_lua_co_t *child)
+{
+    mf_serve_request_t *request = ud;
+    mf_serve_worker_t *w = request->w;
+    const mf_serve_object_t *spawner =
+        mf_serve_current_object(w, MF_SERVE_KEEP_REQ);
+    uint8_t phase =
+        spawner && spawner->thread ? spawner->phase : request->phase;
+    lua_State *T = mf_lua_co_thread(child);
+    int *keep = mf_lua_co_keep(child);
+    mf_serve_object_t *objs[2] = {
+        mf__push_object(T, &keep[0], w->req_mt_ref, request),
+        mf__push_object(T, &keep[1], w->resp_mt_ref, request)};
+    lua_pop(T, 2);
+    for (int i = 0; i < 2; i++) {
+        objs[i]->thread = true;
+        objs[i]->phase = phase;
+    }
+    mf_lua_co_hooks_t hooks = {.ended = mf__thread_ended, .ended_ud = request};
+    mf__request_hooks(request, &hooks);
+    mf_lua_co_set_hooks(child, &hooks);
+    request->threads++;
 }
 
 /* ---- the handler -----------------------------------------------------------
@@ -737,17 +827,11 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
-    mf_lua_co_hooks_t hooks = {
-        .describe = mf__describe_request,
-        .describe_ud = request,
-        .request_id = mf__request_id_of,
-        .request_id_ud = request,
-    };
     if (w->trace_fd >= 0) /* tracing on: maybe this one */
         request->trace =
             mf_serve_trace_begin(request, mf_http_exchange_request(ex));
-    if (request->trace)
-        hooks.trace = mf_serve_trace_context(request->trace);
+    mf_lua_co_hooks_t hooks = {0};
+    mf__request_hooks(request, &hooks);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         hooks.deadline = mf_loop_now(w->loop) + timeout;
     lua_State *T = mf_lua_co_thread(request->co);
@@ -806,7 +890,8 @@ static void mf__on_log_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     request->co = NULL;
     if (ex->status == MF_LUA_CO_ERROR)
         mf__log_handler_error(request, ex->message);
-    mf__request_free(request);
+    if (!request->threads)
+        mf__request_free(request);
 }
 
 /* Runs the route's log function in a coroutine of its own once the
@@ -824,12 +909,8 @@ static void mf__log_phase_start(mf_serve_request_t *request)
     int *keep = mf_lua_co_keep(request->co);
     request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
     request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
-    mf_lua_co_hooks_t hooks = {
-        .describe = mf__describe_request,
-        .describe_ud = request,
-        .request_id = mf__request_id_of,
-        .request_id_ud = request,
-    };
+    mf_lua_co_hooks_t hooks = {0};
+    mf__request_hooks(request, &hooks);
     if (request->timeout_ms) {
         mf_timer_start(w->loop, &request->timer, request->timeout_ms);
         hooks.deadline = mf_loop_now(w->loop) + request->timeout_ms;
@@ -1029,6 +1110,7 @@ static void mf__write_cleanup(void *op)
 {
     mf_serve_request_t *request = op;
     request->write_parked = false;
+    request->writer = NULL;
     if (request->ex)
         mf_http_exchange_on_drain(request->ex, NULL, NULL);
 }
@@ -1037,12 +1119,14 @@ static void mf__on_drain(mf_http_exchange_t *ex, void *arg)
 {
     mf_serve_request_t *request = arg;
     (void)ex;
-    if (!request->co)
+    mf_lua_co_t *writer = request->writer;
+    if (!writer)
         return;
     request->write_parked = false;
-    mf_lua_co_unpark(request->co);
-    lua_pushboolean(mf_lua_co_thread(request->co), 1);
-    mf_lua_co_resume(request->co, 1);
+    request->writer = NULL;
+    mf_lua_co_unpark(writer);
+    lua_pushboolean(mf_lua_co_thread(writer), 1);
+    mf_lua_co_resume(writer, 1);
 }
 
 /* Streams a piece (chunked). Waits (yields) while the client is slow. */
@@ -1083,7 +1167,8 @@ static int mf__resp_write(lua_State *L)
         return 1;
     }
     request->write_parked = true;
-    mf_lua_co_park(request->co, mf__write_cleanup, request);
+    request->writer = mf_lua_co_check(L); /* the handler or a thread of it */
+    mf_lua_co_park(request->writer, mf__write_cleanup, request);
     mf_http_exchange_on_drain(request->ex, mf__on_drain, request);
     return lua_yield(L, 0);
 }
@@ -1153,9 +1238,13 @@ static mf_serve_worker_t *mf__phase_worker(lua_State *L)
 static int mf__serve_phase(lua_State *L)
 {
     mf_serve_worker_t *w = mf__phase_worker(L);
-    mf_serve_request_t *request = mf_serve_current_request(w);
-    lua_pushstring(L, request ? mf__phase_names[request->phase]
-                              : w->phase_outside);
+    const mf_serve_object_t *obj =
+        mf_serve_current_object(w, MF_SERVE_KEEP_REQ);
+    if (!obj)
+        lua_pushstring(L, w->phase_outside);
+    else
+        lua_pushstring(
+            L, mf__phase_names[obj->thread ? obj->phase : obj->request->phase]);
     return 1;
 }
 
@@ -1170,19 +1259,24 @@ static mf_serve_request_t *mf__phase_request(lua_State *L, const char *what)
     return request;
 }
 
-/* request() -> req, resp, phase name, whether the route has phases; or
- * nothing outside a request. */
+/* request() -> req, resp, phase name, whether the route has phases,
+ * whether the running coroutine is a thread of the request; or nothing
+ * outside a request. */
 static int mf__serve_request(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_current_request(mf__phase_worker(L));
-    if (!request)
+    mf_serve_worker_t *w = mf__phase_worker(L);
+    const mf_serve_object_t *obj =
+        mf_serve_current_object(w, MF_SERVE_KEEP_REQ);
+    if (!obj)
         return 0;
-    int *keep = mf_lua_co_keep(request->co);
+    int *keep = mf_lua_co_keep(mf_lua_host_current(w->host));
     lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_REQ]);
     lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_RESP]);
-    lua_pushstring(L, mf__phase_names[request->phase]);
-    lua_pushboolean(L, request->phased);
-    return 4;
+    lua_pushstring(
+        L, mf__phase_names[obj->thread ? obj->phase : obj->request->phase]);
+    lua_pushboolean(L, obj->request->phased);
+    lua_pushboolean(L, obj->thread);
+    return 5;
 }
 
 /* enter(n) -> the phase it leaves: the runner's step to phase n. */

@@ -101,7 +101,23 @@ typedef struct mf_lua_co_hooks {
      * coroutine is not touched (the owner's own timer aborts it). Needs an
      * interruptible host; ignored otherwise. 0: none. */
     uint64_t deadline;
+    /* A thread the coroutine's Lua code spawns (mf.spawn, ngx.thread.spawn:
+     * moonflow.wait's spawn) works for the same owner: adopt(adopt_ud,
+     * child) runs as the thread is made, in the spawner's turn and before
+     * the thread runs, and may give it hooks (mf_lua_co_set_hooks). NULL:
+     * a spawned thread starts without hooks. */
+    void (*adopt)(void *ud, mf_lua_co_t *child);
+    void *adopt_ud;
+    /* Called once in the coroutine's exit path (whichever way it ends),
+     * before its exit callback. NULL: none. */
+    void (*ended)(void *ud, mf_lua_co_t *co);
+    void *ended_ud;
 } mf_lua_co_hooks_t;
+
+/* Gives a coroutine that has not started yet its hooks (copied), for an
+ * adopt hook. */
+MF_API void mf_lua_co_set_hooks(mf_lua_co_t *co,
+                                const mf_lua_co_hooks_t *hooks);
 
 /* mf_lua_co_start (lua_host.h) with hooks: the coroutine made by
  * mf_lua_host_prepare gets *hooks (copied; NULL keeps what it has), then
