@@ -738,6 +738,8 @@ static mf_serve_object_t *mf__push_object(lua_State *T, int *keep, int mt_ref,
     mf_serve_object_t *obj;
     if (*keep == LUA_NOREF) {
         obj = lua_newuserdata(T, sizeof(*obj));
+        obj->thread = false; /* a thread's binding sets it */
+        obj->phase = 0;
         lua_rawgeti(T, LUA_REGISTRYINDEX, mt_ref);
         lua_setmetatable(T, -2);
         lua_pushvalue(T, -1);
