@@ -367,12 +367,22 @@ static inline void mf__request_send(mf_serve_request_t *request,
                              &request->start, body, len, request, NULL);
 }
 
+/* Sets the answer's status, unless the server refused the request's body
+ * while the handler read it: the client heard that refusal (413, 400,
+ * 408), and the access log, the metrics and the log phase say so. */
+static inline void mf__set_status(mf_serve_request_t *request, int status)
+{
+    if (MF_LIKELY(!request->refused))
+        request->status = status;
+}
+
 static void mf__request_fail(mf_serve_request_t *request, int status,
                              const char *text)
 {
     mf_http_exchange_t *ex = mf__request_take_exchange(request);
     request->sent = true;
-    request->status = status;
+    mf__set_status(request, status);
+    status = request->status;
     mf__exchange_send_plain(request->w, ex, status, text, &request->start,
                             request);
 }
@@ -386,8 +396,8 @@ static void mf__request_abort(mf_serve_request_t *request)
     mf_http_exchange_t *ex = mf__request_take_exchange(request);
     request->sent = true;
     if (!request->streaming) {
-        request->status = 500;
-        request->bytes = mf_http_error_body_len(500);
+        mf__set_status(request, 500);
+        request->bytes = mf_http_error_body_len(request->status);
     }
     mf__exchange_log(request->w, ex, request->status, request->bytes,
                      &request->start, request, NULL);
@@ -628,8 +638,8 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
 {
     mf_serve_request_t *request = arg;
     mf_serve_worker_t *w = request->w;
-    int status = request->streaming ? request->status : 499;
-    request->status = status;
+    mf__set_status(request, request->streaming ? request->status : 499);
+    int status = request->status;
     mf__exchange_account(w, ex, request, NULL, status, request->bytes,
                          mf__seconds_since(w, &request->start));
     mf_serve_request_keep(request);
@@ -1017,7 +1027,7 @@ static int mf__resp_json(lua_State *L)
     size_t len;
     const char *body = mf_lua_json_encode(L, 2, &len);
     if (status)
-        request->status = status;
+        mf__set_status(request, status);
     return mf__resp_answer(L, request, body, len, MF__JSON_TYPE);
 }
 
@@ -1045,7 +1055,7 @@ static int mf__resp_redirect(lua_State *L)
         mf__request_abort(request); /* no memory: a 500, reported */
         return 0;
     }
-    request->status = status;
+    mf__set_status(request, status);
     lua_settop(L, 1);
     return mf__resp_send_body(L, request, 2);
 }
@@ -1213,7 +1223,7 @@ static int mf__resp_newindex(lua_State *L)
         int status = mf__check_status(L, 3);
         if (request->sent || request->streaming)
             return luaL_error(L, "the status was already sent");
-        request->status = status;
+        mf__set_status(request, status);
         return 0;
     }
     return luaL_error(L, "resp.%s cannot be set", key);

@@ -85,6 +85,7 @@ struct mf_serve_request {
     uint8_t phase; /* mf_serve_phase_t */
     bool phased;   /* a route with phases: phases_ref is set */
     bool has_on_abort; /* on_abort_ref is set */
+    bool refused;      /* the server refused the body as it was read: status */
     /* Threads its code spawned that still run: the record outlives its
      * coroutine until they end (its log phase waits for them). */
     uint32_t threads;
