@@ -117,8 +117,6 @@ static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
     co->exiting = true;
     mf_lua__co_cleanup(co);
     mf_lua__co_release_owned(co);
-    if (co->hooks.ended)
-        co->hooks.ended(co->hooks.ended_ud, co);
     mf_list_remove(&co->link);
     if (status == MF_LUA_CO_ERROR)
         host->counts.errors++;

@@ -347,7 +347,7 @@ int mf_serve_request_set_head(lua_State *L, mf_serve_request_t *request)
 static mf_http_exchange_t *
 mf__request_take_exchange(mf_serve_request_t *request)
 {
-    if (MF_UNLIKELY(request->phased || request->threads))
+    if (MF_UNLIKELY(request->phased))
         mf_serve_request_keep(request);
     mf_http_exchange_t *ex = request->ex;
     request->ex = NULL;
@@ -359,8 +359,6 @@ static inline void mf__request_send(mf_serve_request_t *request,
                                     const char *body, size_t len)
 {
     mf_http_exchange_t *ex = request->ex; /* phases: kept by the caller */
-    if (MF_UNLIKELY(request->threads))    /* they may read req after */
-        mf_serve_request_keep(request);
     request->ex = NULL;
     request->sent = true;
     mf__exchange_send_logged(request->w, ex, request->status, request->bytes,
@@ -444,7 +442,8 @@ static MF__COLD void mf__request_free_extras(mf_serve_request_t *request)
         mf_lua_unref(request->w->host, request->on_abort_ref);
 }
 
-static void mf__request_free(mf_serve_request_t *request)
+static inline __attribute__((always_inline)) void
+mf__request_free(mf_serve_request_t *request)
 {
     mf_loop_t *loop = request->w->loop;
     mf_timer_stop(loop, &request->timer);
@@ -582,9 +581,12 @@ static void mf__on_handler_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     if (ex->status == MF_LUA_CO_ERROR)
         mf__log_handler_error(request, ex->message);
     mf__request_answer_at_exit(request, ex);
-    if (MF_UNLIKELY(request->threads))
+    if (MF_UNLIKELY(request->phased || request->threads)) {
+        if (!request->threads) /* else the last one settles it */
+            mf__request_settle(request);
         return;
-    mf__request_settle(request);
+    }
+    mf__request_free(request);
 }
 
 /* After the client left, on the loop (never inside the callback that
@@ -694,19 +696,26 @@ static MF__COLD void mf__thread_ended(void *ud, mf_lua_co_t *co)
 
 static void mf__thread_adopt(void *ud, mf_lua_co_t *child);
 
+/* The request's coroutines adopt the threads they spawn; so do those
+ * threads, whose end the request follows. */
+static const mf_lua_co_family_t mf__request_family = {mf__thread_adopt, NULL};
+static const mf_lua_co_family_t mf__thread_family = {mf__thread_adopt,
+                                                     mf__thread_ended};
+
 /* The hooks of the request's coroutines and of its threads: its log
- * label, its id, its trace, and the adoption of the threads they spawn. */
-static void mf__request_hooks(mf_serve_request_t *request,
-                              mf_lua_co_hooks_t *hooks)
+ * label, its id, its trace, and its family. */
+static inline mf_lua_co_hooks_t
+mf__request_hooks(mf_serve_request_t *request, const mf_lua_co_family_t *family)
 {
-    hooks->describe = mf__describe_request;
-    hooks->describe_ud = request;
-    hooks->request_id = mf__request_id_of;
-    hooks->request_id_ud = request;
-    hooks->adopt = mf__thread_adopt;
-    hooks->adopt_ud = request;
-    if (request->trace)
-        hooks->trace = mf_serve_trace_context(request->trace);
+    return (mf_lua_co_hooks_t){
+        .describe = mf__describe_request,
+        .describe_ud = request,
+        .request_id = mf__request_id_of,
+        .request_id_ud = request,
+        .trace = request->trace ? mf_serve_trace_context(request->trace) : NULL,
+        .family = family,
+        .family_ud = request,
+    };
 }
 
 /* A thread spawned by the request's code belongs to the request, as in
@@ -731,9 +740,9 @@ static MF__COLD void mf__thread_adopt(void *ud, mf_lua_co_t *child)
         objs[i]->thread = true;
         objs[i]->phase = phase;
     }
-    mf_lua_co_hooks_t hooks = {.ended = mf__thread_ended, .ended_ud = request};
-    mf__request_hooks(request, &hooks);
+    mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__thread_family);
     mf_lua_co_set_hooks(child, &hooks);
+    mf_serve_request_keep(request); /* req outlives the answer for it */
     request->threads++;
 }
 
@@ -842,8 +851,7 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (w->trace_fd >= 0) /* tracing on: maybe this one */
         request->trace =
             mf_serve_trace_begin(request, mf_http_exchange_request(ex));
-    mf_lua_co_hooks_t hooks = {0};
-    mf__request_hooks(request, &hooks);
+    mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__request_family);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         hooks.deadline = mf_loop_now(w->loop) + timeout;
     lua_State *T = mf_lua_co_thread(request->co);
@@ -921,8 +929,7 @@ static void mf__log_phase_start(mf_serve_request_t *request)
     int *keep = mf_lua_co_keep(request->co);
     request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
     request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
-    mf_lua_co_hooks_t hooks = {0};
-    mf__request_hooks(request, &hooks);
+    mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__request_family);
     if (request->timeout_ms) {
         mf_timer_start(w->loop, &request->timer, request->timeout_ms);
         hooks.deadline = mf_loop_now(w->loop) + request->timeout_ms;
