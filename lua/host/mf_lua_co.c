@@ -232,6 +232,11 @@ bool mf_lua_co_start(mf_lua_co_t *co, int nargs)
     return mf_lua__co_run(co, nargs);
 }
 
+void mf_lua_co_set_hooks(mf_lua_co_t *co, const mf_lua_co_hooks_t *hooks)
+{
+    co->hooks = *hooks;
+}
+
 bool mf_lua_co_start_with(mf_lua_co_t *co, int nargs,
                           const mf_lua_co_hooks_t *hooks)
 {

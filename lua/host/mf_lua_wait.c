@@ -16,7 +16,9 @@
  *   wait.spawn(done, fn, ...)  runs fn(...) in a new coroutine from the
  *                              loop's next turn; done(ok, ...) is called
  *                              when it ends (ok false: the error, with its
- *                              traceback, or why it was aborted)
+ *                              traceback, or why it was aborted); the
+ *                              spawner's family's adopt (lua_co.h) runs
+ *                              first
  *
  * Owns the waiter records (mf_lua_waiter_t, loop memory): the userdata
  * holds a pointer; a record is freed once its userdata is collected and no
@@ -250,7 +252,8 @@ static void mf__spawn_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
 {
     mf_lua_spawn_t *s = data;
     lua_State *L = ex->L;
-    (void)co;
+    if (co->hooks.family && co->hooks.family->ended) /* its owner's */
+        co->hooks.family->ended(co->hooks.family_ud, co);
     /* {true, results...} or {false, the error}: pushed in a row, packed */
     if (ex->status == MF_LUA_CO_DONE) {
         lua_pushboolean(L, 1);
@@ -293,6 +296,9 @@ static int mf__spawn(lua_State *L)
     s->loop = loop;
     s->nargs = lua_gettop(L) - 2;
     s->co = mf_lua_host_prepare(host, mf__spawn_exit, s);
+    mf_lua_co_t *spawner = mf_lua_host_current(host);
+    if (spawner && spawner->hooks.family && spawner->hooks.family->adopt)
+        spawner->hooks.family->adopt(spawner->hooks.family_ud, s->co);
     lua_State *T = mf_lua_co_thread(s->co);
     luaL_checkstack(T, s->nargs + 1, "mf.spawn's arguments");
     lua_xmove(L, T, s->nargs + 1); /* fn and its arguments */

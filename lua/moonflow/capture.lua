@@ -14,6 +14,10 @@
 -- POST and PUT without opts.body the parent's body. Its own: the method
 -- (opts.method, default GET), path and query (the uri's, then opts.args),
 -- a fresh req.ctx, and req.subrequest, its depth (1 under a handler).
+-- Of a route with phases, the subrequest runs the content, then its
+-- header_filter and body_filter on the answer (as nginx's output filters
+-- run on subrequests), never rewrite, access or log; ngx.get_phase() says
+-- "content", "header_filter" or "body_filter" there.
 --
 -- Failures are answers, never the caller's errors: a route with no script
 -- 404, a handler that raised or a script that never loaded 500 (the error
@@ -27,7 +31,8 @@ local serve = require "moonflow.serve"
 local cookie_parse = require("moonflow.cookie").parse
 local raise = require "moonflow.raise"
 
-local type, pairs, tostring, setmetatable, pcall = type, pairs, tostring, setmetatable, pcall
+local type, pairs, next, tostring, setmetatable, pcall =
+    type, pairs, next, tostring, setmetatable, pcall
 local lower, concat, find, sub = string.lower, table.concat, string.find, string.sub
 
 -- nginx stops subrequests 50 levels deep; so do we.
@@ -155,8 +160,8 @@ end
 
 function Response:send(body)
     check_unsent(self, "resp:send")
-    if body ~= nil then self.chunks[#self.chunks + 1] = tostring(body) end
-    self.sent = true
+    self.chunks[#self.chunks + 1] = body ~= nil and tostring(body) or ""
+    self.sent = true -- the last piece ends the body (its eof)
 end
 
 function Response:write(chunk)
@@ -214,6 +219,8 @@ return function(c)
     -- A subrequest's coroutine → its req (the parent of its own captures),
     -- while its handler runs: the thread may serve a request next.
     local running = setmetatable({}, { __mode = "k" })
+    -- A subrequest's coroutine → its phase (moonflow.serve's sub_phase).
+    local phase_of = setmetatable({}, { __mode = "k" })
 
     -- The caller's req and the depth of the subrequests it makes.
     local function parent_of()
@@ -226,13 +233,54 @@ return function(c)
 
     local answering = setmetatable({}, { __mode = "k" }) -- and its resp
 
-    local function run(handler, req, resp)
-        local co = c.current()
-        running[co], answering[co] = req, resp
-        handler(req, resp)
+    -- The route's filters on the answer the content made: the header
+    -- filter once, then the body filter on each piece (each resp:write;
+    -- resp:send's last, with eof; or "" with eof after a stream), as the
+    -- server runs them on a request's answer.
+    local function filter(me, phases, req, resp)
+        if phases.header_filter then
+            phase_of[me] = "header_filter"
+            phases.header_filter(req, resp)
+        end
+        local body_filter = phases.body_filter
+        if not body_filter then return end
+        phase_of[me] = "body_filter"
+        local chunks = resp.chunks
+        if not resp.sent then chunks[#chunks + 1] = "" end
+        for i = 1, #chunks do
+            local piece = body_filter(req, resp, chunks[i], i == #chunks)
+            if piece == nil then piece = chunks[i] end
+            if type(piece) ~= "string" then
+                raise("body_filter: a string expected back (or nil: the piece as it was), got "
+                      .. type(piece))
+            end
+            chunks[i] = piece
+        end
     end
 
-    local function forget(_, thread) running[thread], answering[thread] = nil, nil end
+    local function run(handler, req, resp, phases)
+        local co = c.current()
+        running[co], answering[co] = req, resp
+        phase_of[co] = "content"
+        handler(req, resp)
+        if phases then filter(co, phases, req, resp) end
+    end
+
+    local function forget(_, thread)
+        running[thread], answering[thread], phase_of[thread] = nil, nil, nil
+    end
+
+    -- The phase and the req of the subrequest running here, or nil.
+    serve.sub_phase = function()
+        if next(phase_of) == nil then return nil end -- no subrequest runs
+        local co = c.current()
+        return co and phase_of[co]
+    end
+    serve.sub_request = function()
+        if next(running) == nil then return nil end
+        local co = c.current()
+        return co and running[co]
+    end
 
     -- For moonflow.ngx: the running coroutine's thread, and the req and
     -- resp of the subrequest or the handler it runs (none outside one).
@@ -253,11 +301,11 @@ return function(c)
             raise(("mf.capture: subrequests nested deeper than %d (%s)"):format(MAX_DEPTH, uri))
         end
         local req = new_request(parent, uri, opts, depth)
-        local handler, timeout = c.route(req.path)
+        local handler, timeout, phases = c.route(req.path)
         if not handler then return { answer = plain_answer(timeout) } end
         timeout = opts.timeout or timeout
         local resp = new_response()
-        local step = mf.task.lua { fn = run, args = { handler, req, resp }, finally = forget,
+        local step = mf.task.lua { fn = run, args = { handler, req, resp, phases }, finally = forget,
                                    timeout = timeout > 0 and timeout or nil }
         return { step = step, resp = resp, uri = uri }
     end

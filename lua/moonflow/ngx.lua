@@ -139,8 +139,9 @@ ngx.socket = { tcp = mf.socket.tcp, udp = mf.socket.udp, connect = mf.socket.con
 -- ---- the request ------------------------------------------------------------
 -- The running request (moonflow.ngx.request): under `moonflow serve` the
 -- handler's req and resp, found without a wrapper; ngx.handler(fn) binds
--- them explicitly. Lua threads the handler spawns have no request of
--- their own. current(what) raises, naming the API, outside a request.
+-- them explicitly. Lua threads the handler spawns (ngx.thread.spawn,
+-- mf.spawn) are the request's too, as in OpenResty. current(what) raises,
+-- naming the API, outside a request.
 local request = require "moonflow.ngx.request"
 local current, state = request.current, request.state
 local running, xpcall, error, traceback = coroutine.running, xpcall, error, debug.traceback

@@ -154,7 +154,8 @@ end
 -- body_filter, log; init, init_worker or timer for code that serves no
 -- request (outside moonflow serve: nil).
 function M.phase()
-    return c and c.phase() or nil
+    local sub = M.sub_phase -- a subrequest's (moonflow.capture)
+    return sub and sub() or c and c.phase() or nil
 end
 
 -- ngx.exit(code) with OpenResty's meaning: ngx.OK ends the phase (the
@@ -164,10 +165,12 @@ function M.exit(code)
     if type(code) ~= "number" or floor(code) ~= code then
         error("ngx.exit: an integer status expected, got " .. tostring(code), 2)
     end
-    local req, resp, phase, phased = nil, nil, nil, nil
-    if c then req, resp, phase, phased = c.request() end
-    if not req then -- a timer, init, a thread: it ends there
+    local req, resp, phase, phased, thread = nil, nil, nil, nil, nil
+    if c then req, resp, phase, phased, thread = c.request() end
+    if not req or thread then -- a timer, init, a thread: it ends there
         if not c then error("ngx.exit: outside moonflow serve", 2) end
+        -- a request's thread answers with an HTTP status first
+        if thread and code >= 100 then answer(resp, code) end
         return c["end"]()
     end
     exit_code = code
@@ -178,9 +181,11 @@ function M.exit(code)
     return c.stop()
 end
 
--- The running request's req.ctx (ngx.ctx): one table for all its phases.
+-- The running request's req.ctx (ngx.ctx): one table for all its phases;
+-- a subrequest's is its own.
 function M.ctx()
-    local req = c and c.request()
+    local sub = M.sub_request -- a subrequest's own (moonflow.capture)
+    local req = sub and sub() or c and c.request()
     if not req then error("ngx.ctx: no request here", 2) end
     return req.ctx
 end

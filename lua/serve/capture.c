@@ -26,8 +26,10 @@ static mf_serve_worker_t *mf__capture_worker(lua_State *L)
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
-/* route(path) -> handler, timeout_ms | nil, 404 | nil, 500. Of a route
- * with phases, its content (as nginx's subrequests skip access). */
+/* route(path) -> handler, timeout_ms [, phases] | nil, 404 | nil, 500. Of
+ * a route with phases, its content (as nginx's subrequests skip access),
+ * and its table, whose filters apply to the subrequest's answer (as
+ * nginx's output filters do). */
 static int mf__capture_route(lua_State *L)
 {
     size_t len;
@@ -35,10 +37,12 @@ static int mf__capture_route(lua_State *L)
     mf_serve_worker_t *w = mf__capture_worker(L);
     uint32_t timeout = 0;
     switch (mf_serve_routes_push_handler(w->routes, L, path, len, &timeout)) {
-    case MF_SERVE_ROUTE_PHASES: /* a subrequest runs the content */
+    case MF_SERVE_ROUTE_PHASES: /* the content, the timeout, the table */
         lua_getfield(L, -1, "content");
-        lua_remove(L, -2);
-        /* fall through */
+        lua_insert(L, -2);
+        lua_pushinteger(L, timeout ? timeout : w->config->handler_timeout_ms);
+        lua_insert(L, -2);
+        return 3;
     case MF_SERVE_ROUTE_FOUND:
         lua_pushinteger(L, timeout ? timeout : w->config->handler_timeout_ms);
         return 2;

@@ -239,8 +239,9 @@ static int mf__ds_end(lua_State *L, mf_ds_t *s, const char *err)
  */
 
 /* A body the server refused is answered by the server (413, 400, 408)
- * unless the handler's answer had begun: the access line and the metrics
- * say that status too (a status the handler sets later wins there). */
+ * unless the handler's answer had begun: the access line, the metrics and
+ * the route's log phase say that status too, whatever the handler does
+ * next (answers, sets another status, raises). */
 static void mf__ds_refused(mf_ds_t *s, ssize_t code)
 {
     mf_serve_request_t *request = s->request;
@@ -252,6 +253,9 @@ static void mf__ds_refused(mf_ds_t *s, ssize_t code)
         request->status = 400;
     else if (code == MF_ETIMEDOUT)
         request->status = 408;
+    else
+        return;
+    request->refused = true;
 }
 
 /* Room for one read: buffered bytes moved to the front, then more. */

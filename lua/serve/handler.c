@@ -35,7 +35,10 @@
  * access and content in the handler's coroutine, the header and body
  * filters called from the answering functions, and the log phase in a
  * coroutine of its own started once the handler's has ended, which then
- * owns the record. A path without
+ * owns the record. Threads the request's code spawns (mf.spawn,
+ * ngx.thread.spawn) are adopted (the host's adopt hook): bound to the
+ * record, which outlives its coroutine until the last of them ends; the
+ * log phase starts only then. A path without
  * a script (404) or whose script never loaded (500) is answered at once,
  * without a record.
  *
@@ -361,12 +364,22 @@ static inline void mf__request_send(mf_serve_request_t *request,
                              &request->start, body, len, request, NULL);
 }
 
+/* Sets the answer's status, unless the server refused the request's body
+ * while the handler read it: the client heard that refusal (413, 400,
+ * 408), and the access log, the metrics and the log phase say so. */
+static inline void mf__set_status(mf_serve_request_t *request, int status)
+{
+    if (MF_LIKELY(!request->refused))
+        request->status = status;
+}
+
 static void mf__request_fail(mf_serve_request_t *request, int status,
                              const char *text)
 {
     mf_http_exchange_t *ex = mf__request_take_exchange(request);
     request->sent = true;
-    request->status = status;
+    mf__set_status(request, status);
+    status = request->status;
     mf__exchange_send_plain(request->w, ex, status, text, &request->start,
                             request);
 }
@@ -380,8 +393,8 @@ static void mf__request_abort(mf_serve_request_t *request)
     mf_http_exchange_t *ex = mf__request_take_exchange(request);
     request->sent = true;
     if (!request->streaming) {
-        request->status = 500;
-        request->bytes = mf_http_error_body_len(500);
+        mf__set_status(request, 500);
+        request->bytes = mf_http_error_body_len(request->status);
     }
     mf__exchange_log(request->w, ex, request->status, request->bytes,
                      &request->start, request, NULL);
@@ -428,7 +441,8 @@ static MF__COLD void mf__request_free_extras(mf_serve_request_t *request)
         mf_lua_unref(request->w->host, request->on_abort_ref);
 }
 
-static void mf__request_free(mf_serve_request_t *request)
+static inline __attribute__((always_inline)) void
+mf__request_free(mf_serve_request_t *request)
 {
     mf_loop_t *loop = request->w->loop;
     mf_timer_stop(loop, &request->timer);
@@ -545,8 +559,18 @@ static MF__COLD bool mf__log_due(mf_serve_request_t *request)
     return true;
 }
 
-/* The coroutine ended (returned, raised or was aborted): the one place a
- * request record is freed. */
+/* The request's code is over (its handler's or log phase's coroutine and
+ * the threads they spawned): its log phase is due, or the record goes. */
+static void mf__request_settle(mf_serve_request_t *request)
+{
+    if (MF_UNLIKELY(request->phased) && request->phase != MF_SERVE_PHASE_LOG &&
+        mf__log_due(request))
+        return;
+    mf__request_free(request);
+}
+
+/* The coroutine ended (returned, raised or was aborted): the record is
+ * freed now, or by the last of its threads (mf__thread_ended). */
 static void mf__on_handler_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
                                 void *data)
 {
@@ -556,8 +580,11 @@ static void mf__on_handler_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     if (ex->status == MF_LUA_CO_ERROR)
         mf__log_handler_error(request, ex->message);
     mf__request_answer_at_exit(request, ex);
-    if (MF_UNLIKELY(request->phased) && mf__log_due(request))
+    if (MF_UNLIKELY(request->phased || request->threads)) {
+        if (!request->threads) /* else the last one settles it */
+            mf__request_settle(request);
         return;
+    }
     mf__request_free(request);
 }
 
@@ -582,13 +609,15 @@ static void mf__on_wake(mf_timer_t *timer)
         mf_lua_co_abort(request->co, "ngx.exit");
         return;
     }
-    if (request->write_parked && request->co) {
+    mf_lua_co_t *writer = request->writer;
+    if (request->write_parked && writer) {
         request->write_parked = false;
-        mf_lua_co_unpark(request->co);
-        lua_State *T = mf_lua_co_thread(request->co);
+        request->writer = NULL;
+        mf_lua_co_unpark(writer);
+        lua_State *T = mf_lua_co_thread(writer);
         lua_pushnil(T);
         lua_pushliteral(T, "closed");
-        mf_lua_co_resume(request->co, 2);
+        mf_lua_co_resume(writer, 2);
     }
 }
 
@@ -610,8 +639,8 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
 {
     mf_serve_request_t *request = arg;
     mf_serve_worker_t *w = request->w;
-    int status = request->streaming ? request->status : 499;
-    request->status = status;
+    mf__set_status(request, request->streaming ? request->status : 499);
+    int status = request->status;
     mf__exchange_account(w, ex, request, NULL, status, request->bytes,
                          mf__seconds_since(w, &request->start));
     mf_serve_request_keep(request);
@@ -636,6 +665,86 @@ static void mf__on_handler_timeout(mf_timer_t *timer)
         mf_lua_co_abort(request->co, "handler timeout");
 }
 
+/* ---- threads of a request ------------------------------------------------
+ */
+
+static mf_serve_object_t *mf__push_object(lua_State *T, int *keep, int mt_ref,
+                                          mf_serve_request_t *request);
+static void mf__describe_request(void *ud, char *buf, size_t cap);
+static const char *mf__request_id_of(void *ud);
+
+/* A thread the request's code spawned (mf.spawn, ngx.thread.spawn) ended:
+ * its objects let go of the request, and the last one over settles it. */
+static MF__COLD void mf__thread_ended(void *ud, mf_lua_co_t *co)
+{
+    mf_serve_request_t *request = ud;
+    lua_State *L = mf_lua_host_state(request->w->host);
+    int *keep = mf_lua_co_keep(co);
+    for (int i = 0; i < 2; i++) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, keep[i]);
+        mf_serve_object_t *obj = lua_touserdata(L, -1);
+        lua_pop(L, 1);
+        if (obj && obj->request == request) {
+            obj->request = NULL;
+            obj->thread = false;
+        }
+    }
+    if (--request->threads == 0 && !request->co)
+        mf__request_settle(request);
+}
+
+static void mf__thread_adopt(void *ud, mf_lua_co_t *child);
+
+/* The request's coroutines adopt the threads they spawn; so do those
+ * threads, whose end the request follows. */
+static const mf_lua_co_family_t mf__request_family = {mf__thread_adopt, NULL};
+static const mf_lua_co_family_t mf__thread_family = {mf__thread_adopt,
+                                                     mf__thread_ended};
+
+/* The hooks of the request's coroutines and of its threads: its log
+ * label, its id, its trace, and its family. */
+static inline mf_lua_co_hooks_t
+mf__request_hooks(mf_serve_request_t *request, const mf_lua_co_family_t *family)
+{
+    return (mf_lua_co_hooks_t){
+        .describe = mf__describe_request,
+        .describe_ud = request,
+        .request_id = mf__request_id_of,
+        .request_id_ud = request,
+        .trace = request->trace ? mf_serve_trace_context(request->trace) : NULL,
+        .family = family,
+        .family_ud = request,
+    };
+}
+
+/* A thread spawned by the request's code belongs to the request, as in
+ * OpenResty: its req and resp objects are bound to it, it reports the
+ * phase of the code that spawned it, and the record (and the log phase)
+ * waits for its end. */
+static MF__COLD void mf__thread_adopt(void *ud, mf_lua_co_t *child)
+{
+    mf_serve_request_t *request = ud;
+    mf_serve_worker_t *w = request->w;
+    const mf_serve_object_t *spawner =
+        mf_serve_current_object(w, MF_SERVE_KEEP_REQ);
+    uint8_t phase =
+        spawner && spawner->thread ? spawner->phase : request->phase;
+    lua_State *T = mf_lua_co_thread(child);
+    int *keep = mf_lua_co_keep(child);
+    mf_serve_object_t *objs[2] = {
+        mf__push_object(T, &keep[0], w->req_mt_ref, request),
+        mf__push_object(T, &keep[1], w->resp_mt_ref, request)};
+    lua_pop(T, 2);
+    for (int i = 0; i < 2; i++) {
+        objs[i]->thread = true;
+        objs[i]->phase = phase;
+    }
+    mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__thread_family);
+    mf_lua_co_set_hooks(child, &hooks);
+    mf_serve_request_keep(request); /* req outlives the answer for it */
+    request->threads++;
+}
+
 /* ---- the handler -----------------------------------------------------------
  */
 
@@ -647,6 +756,8 @@ static mf_serve_object_t *mf__push_object(lua_State *T, int *keep, int mt_ref,
     mf_serve_object_t *obj;
     if (*keep == LUA_NOREF) {
         obj = lua_newuserdata(T, sizeof(*obj));
+        obj->thread = false; /* a thread's binding sets it */
+        obj->phase = 0;
         lua_rawgeti(T, LUA_REGISTRYINDEX, mt_ref);
         lua_setmetatable(T, -2);
         lua_pushvalue(T, -1);
@@ -736,17 +847,10 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
     request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
-    mf_lua_co_hooks_t hooks = {
-        .describe = mf__describe_request,
-        .describe_ud = request,
-        .request_id = mf__request_id_of,
-        .request_id_ud = request,
-    };
     if (w->trace_fd >= 0) /* tracing on: maybe this one */
         request->trace =
             mf_serve_trace_begin(request, mf_http_exchange_request(ex));
-    if (request->trace)
-        hooks.trace = mf_serve_trace_context(request->trace);
+    mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__request_family);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         hooks.deadline = mf_loop_now(w->loop) + timeout;
     lua_State *T = mf_lua_co_thread(request->co);
@@ -805,7 +909,8 @@ static void mf__on_log_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
     request->co = NULL;
     if (ex->status == MF_LUA_CO_ERROR)
         mf__log_handler_error(request, ex->message);
-    mf__request_free(request);
+    if (!request->threads)
+        mf__request_free(request);
 }
 
 /* Runs the route's log function in a coroutine of its own once the
@@ -823,12 +928,7 @@ static void mf__log_phase_start(mf_serve_request_t *request)
     int *keep = mf_lua_co_keep(request->co);
     request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
     request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
-    mf_lua_co_hooks_t hooks = {
-        .describe = mf__describe_request,
-        .describe_ud = request,
-        .request_id = mf__request_id_of,
-        .request_id_ud = request,
-    };
+    mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__request_family);
     if (request->timeout_ms) {
         mf_timer_start(w->loop, &request->timer, request->timeout_ms);
         hooks.deadline = mf_loop_now(w->loop) + request->timeout_ms;
@@ -933,7 +1033,7 @@ static int mf__resp_json(lua_State *L)
     size_t len;
     const char *body = mf_lua_json_encode(L, 2, &len);
     if (status)
-        request->status = status;
+        mf__set_status(request, status);
     return mf__resp_answer(L, request, body, len, MF__JSON_TYPE);
 }
 
@@ -961,7 +1061,7 @@ static int mf__resp_redirect(lua_State *L)
         mf__request_abort(request); /* no memory: a 500, reported */
         return 0;
     }
-    request->status = status;
+    mf__set_status(request, status);
     lua_settop(L, 1);
     return mf__resp_send_body(L, request, 2);
 }
@@ -1028,6 +1128,7 @@ static void mf__write_cleanup(void *op)
 {
     mf_serve_request_t *request = op;
     request->write_parked = false;
+    request->writer = NULL;
     if (request->ex)
         mf_http_exchange_on_drain(request->ex, NULL, NULL);
 }
@@ -1036,12 +1137,14 @@ static void mf__on_drain(mf_http_exchange_t *ex, void *arg)
 {
     mf_serve_request_t *request = arg;
     (void)ex;
-    if (!request->co)
+    mf_lua_co_t *writer = request->writer;
+    if (!writer)
         return;
     request->write_parked = false;
-    mf_lua_co_unpark(request->co);
-    lua_pushboolean(mf_lua_co_thread(request->co), 1);
-    mf_lua_co_resume(request->co, 1);
+    request->writer = NULL;
+    mf_lua_co_unpark(writer);
+    lua_pushboolean(mf_lua_co_thread(writer), 1);
+    mf_lua_co_resume(writer, 1);
 }
 
 /* Streams a piece (chunked). Waits (yields) while the client is slow. */
@@ -1082,7 +1185,8 @@ static int mf__resp_write(lua_State *L)
         return 1;
     }
     request->write_parked = true;
-    mf_lua_co_park(request->co, mf__write_cleanup, request);
+    request->writer = mf_lua_co_check(L); /* the handler or a thread of it */
+    mf_lua_co_park(request->writer, mf__write_cleanup, request);
     mf_http_exchange_on_drain(request->ex, mf__on_drain, request);
     return lua_yield(L, 0);
 }
@@ -1125,7 +1229,7 @@ static int mf__resp_newindex(lua_State *L)
         int status = mf__check_status(L, 3);
         if (request->sent || request->streaming)
             return luaL_error(L, "the status was already sent");
-        request->status = status;
+        mf__set_status(request, status);
         return 0;
     }
     return luaL_error(L, "resp.%s cannot be set", key);
@@ -1152,9 +1256,13 @@ static mf_serve_worker_t *mf__phase_worker(lua_State *L)
 static int mf__serve_phase(lua_State *L)
 {
     mf_serve_worker_t *w = mf__phase_worker(L);
-    mf_serve_request_t *request = mf_serve_current_request(w);
-    lua_pushstring(L, request ? mf__phase_names[request->phase]
-                              : w->phase_outside);
+    const mf_serve_object_t *obj =
+        mf_serve_current_object(w, MF_SERVE_KEEP_REQ);
+    if (!obj)
+        lua_pushstring(L, w->phase_outside);
+    else
+        lua_pushstring(
+            L, mf__phase_names[obj->thread ? obj->phase : obj->request->phase]);
     return 1;
 }
 
@@ -1169,19 +1277,24 @@ static mf_serve_request_t *mf__phase_request(lua_State *L, const char *what)
     return request;
 }
 
-/* request() -> req, resp, phase name, whether the route has phases; or
- * nothing outside a request. */
+/* request() -> req, resp, phase name, whether the route has phases,
+ * whether the running coroutine is a thread of the request; or nothing
+ * outside a request. */
 static int mf__serve_request(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_current_request(mf__phase_worker(L));
-    if (!request)
+    mf_serve_worker_t *w = mf__phase_worker(L);
+    const mf_serve_object_t *obj =
+        mf_serve_current_object(w, MF_SERVE_KEEP_REQ);
+    if (!obj)
         return 0;
-    int *keep = mf_lua_co_keep(request->co);
+    int *keep = mf_lua_co_keep(mf_lua_host_current(w->host));
     lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_REQ]);
     lua_rawgeti(L, LUA_REGISTRYINDEX, keep[MF_SERVE_KEEP_RESP]);
-    lua_pushstring(L, mf__phase_names[request->phase]);
-    lua_pushboolean(L, request->phased);
-    return 4;
+    lua_pushstring(
+        L, mf__phase_names[obj->thread ? obj->phase : obj->request->phase]);
+    lua_pushboolean(L, obj->request->phased);
+    lua_pushboolean(L, obj->thread);
+    return 5;
 }
 
 /* enter(n) -> the phase it leaves: the runner's step to phase n. */

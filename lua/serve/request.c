@@ -159,21 +159,12 @@ mf_serve_object_t *mf_serve_check_object(lua_State *L, int idx, int mt_up)
 /* The request obj is bound to, if the running coroutine is the one
  * handling it (or a flow callback of it): from anywhere else (a timer,
  * another request, a later request) the object is over. */
-mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj)
-{
-    mf_serve_request_t *request = obj->request;
-    if (!request || (!request->ex && !request->kept) || !request->co ||
-        mf_lua_host_current(request->w->host) != request->co)
-        return NULL;
-    return request;
-}
-
-mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w)
+mf_serve_object_t *mf_serve_current_object(mf_serve_worker_t *w, int slot)
 {
     mf_lua_co_t *co = mf_lua_host_current(w->host);
     if (!co)
         return NULL;
-    int ref = mf_lua_co_keep(co)[MF_SERVE_KEEP_REQ];
+    int ref = mf_lua_co_keep(co)[slot];
     if (ref == LUA_NOREF || ref == LUA_REFNIL)
         return NULL;
     lua_State *L = mf_lua_host_state(w->host);
@@ -181,7 +172,34 @@ mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w)
     mf_serve_object_t *obj = lua_touserdata(L, -1);
     lua_pop(L, 1);
     mf_serve_request_t *request = obj ? obj->request : NULL;
-    return request && request->co == co ? request : NULL;
+    /* a thread's binding lasts until it ends: the record lives till then */
+    return request && (request->co == co || obj->thread) ? obj : NULL;
+}
+
+mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w)
+{
+    mf_serve_object_t *obj = mf_serve_current_object(w, MF_SERVE_KEEP_REQ);
+    return obj ? obj->request : NULL;
+}
+
+/* Whether the running coroutine is a thread request's code spawned. */
+static __attribute__((noinline, cold)) bool
+mf__in_thread_of(const mf_serve_request_t *request)
+{
+    const mf_serve_object_t *own =
+        mf_serve_current_object(request->w, MF_SERVE_KEEP_REQ);
+    return own && own->thread && own->request == request;
+}
+
+mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj)
+{
+    mf_serve_request_t *request = obj->request;
+    if (!request || (!request->ex && !request->kept))
+        return NULL;
+    if (MF_LIKELY(request->co &&
+                  mf_lua_host_current(request->w->host) == request->co))
+        return request;
+    return mf__in_thread_of(request) ? request : NULL;
 }
 
 mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)

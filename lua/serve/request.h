@@ -4,7 +4,8 @@
  * id) share it. Internal to serve.
  *
  * Ownership: handler.c makes the record (from the loop's free lists) and
- * frees it when the handler's coroutine ends; the Lua objects point to it
+ * frees it when the handler's coroutine (or its log phase's) and the
+ * threads they spawned have ended; the Lua objects point to it
  * until then (see handler.c). request.c only reads it, and fills its lazily
  * computed parts: the field cache and the id.
  */
@@ -52,6 +53,11 @@ typedef enum mf_serve_phase {
  * request can never reach another request's answer. */
 typedef struct mf_serve_object {
     mf_serve_request_t *request; /* NULL between requests */
+    /* The thread is one the request's code spawned (mf.spawn,
+     * ngx.thread.spawn), bound to request until it ends; phase: the phase
+     * of the code that spawned it, which the thread reports. */
+    bool thread;
+    uint8_t phase;
 } mf_serve_object_t;
 
 struct mf_serve_request {
@@ -79,6 +85,11 @@ struct mf_serve_request {
     uint8_t phase; /* mf_serve_phase_t */
     bool phased;   /* a route with phases: phases_ref is set */
     bool has_on_abort; /* on_abort_ref is set */
+    bool refused;      /* the server refused the body as it was read: status */
+    /* Threads its code spawned that still run: the record outlives its
+     * coroutine until they end (its log phase waits for them). */
+    uint32_t threads;
+    mf_lua_co_t *writer; /* the coroutine a parked resp:write holds */
     size_t bytes;
     int headers_ref; /* resp.headers, created on first use */
     int fields_ref;  /* req.query/headers/body, computed on first use */
@@ -120,8 +131,12 @@ void mf_serve_request_add_id(mf_serve_request_t *request);
  * that req answers once the exchange is gone; sets kept. The record frees
  * the copy (kept_head, when kept). */
 void mf_serve_request_keep(mf_serve_request_t *request);
-/* The request whose handler (or phase) the running coroutine is, or NULL. */
+/* The request whose handler (or phase) the running coroutine is, or one
+ * of whose threads it is; or NULL. */
 mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w);
+/* The running coroutine's object keep[slot] when it is bound to a request
+ * (its handler's, or a thread of it); else NULL. */
+mf_serve_object_t *mf_serve_current_object(mf_serve_worker_t *w, int slot);
 
 /* The request obj is bound to, if the running coroutine is the one
  * handling it (or a flow callback of it); else NULL. */

@@ -26,6 +26,8 @@ FILES = {
     root = "site", workers = 2, access_log = "off",
     init = "init.lua", init_worker = "init_worker.lua",
     shared = { conc = 1048576 },
+    limits = { max_body = 1000 }, timeouts = { body = 500, body_total = 300 },
+    routes = { ["/upload"] = { file = "upload.lua", body = "stream" } },
 }
 ''',
     "init.lua": '''local mf = require "moonflow"
@@ -56,6 +58,29 @@ return {
         if ngx.ctx.counted then conc:incr("n", -1, 0) end
     end,
 }
+''',
+    "site/upload.lua": '''local mf = require "moonflow"
+local ngx = require "moonflow.ngx"
+return {
+    content = function(req, resp)
+        local sock = assert(req:socket())
+        sock:settimeout(3000) -- past the body's: the server's 408 comes first
+        local data, err = sock:receive("*a")
+        ngx.ctx.err = err or "none"
+        if req.query["then"] == "raise" then assert(data, err) end
+        if req.query["then"] == "status" then resp.status = 500 end
+        resp:send(data and "read" or "not read")
+    end,
+    log = function(req, resp)
+        mf.shared.conc:set("upload:" .. req.query.key, ("%d %s %s"):format(
+            resp.status, ngx.var.status, ngx.ctx.err))
+    end,
+}
+''',
+    "site/upload_log.lua": '''local mf = require "moonflow"
+return function(req, resp)
+    resp:send(mf.shared.conc:get("upload:" .. req.query.key) or "")
+end
 ''',
     "site/count.lua": '''local mf = require "moonflow"
 return function(req, resp)
@@ -135,6 +160,57 @@ class Phases(unittest.TestCase):
         time.sleep(0.01)
         for s in socks:
             s.close()
+
+    def upload_log(self, key):
+        """What the log phase of /upload?key=KEY stored (waits up to 5 s)."""
+        deadline = time.time() + 5
+        while True:
+            r = request(self.port, b"GET /upload_log?key=%s HTTP/1.1\r\n"
+                        b"Host: h\r\n\r\n" % key, timeout=10)
+            if r.body or time.time() > deadline:
+                return r.body.decode()
+            time.sleep(0.05)
+
+    def refused_upload(self, key, head, body, pause=0, more=b""):
+        """The status a POST to /upload gets: its body, then after pause
+        seconds more of it."""
+        with socket.create_connection(("127.0.0.1", self.port),
+                                      timeout=10) as s:
+            s.sendall(b"POST /upload?key=%s HTTP/1.1\r\nHost: h\r\n%s\r\n"
+                      % (key, head) + body)
+            time.sleep(pause)
+            if more:
+                s.sendall(more)
+            data = b""
+            while b"\r\n" not in data:
+                more = s.recv(4096)
+                if not more:
+                    break
+                data += more
+        return int(data.split(b" ", 2)[1])
+
+    def test_a_streamed_body_refused_while_read_runs_the_log_phase(self):
+        chunked = b"Transfer-Encoding: chunked\r\n"
+        cases = [
+            (b"big", chunked, b"258\r\n" + b"x" * 600 + b"\r\n" +
+             b"258\r\n" + b"y" * 600 + b"\r\n0\r\n\r\n", 0, 413,
+             "body too large"),
+            (b"bad", chunked, b"zz\r\nnot a chunk\r\n", 0, 400, "bad body"),
+            # the rest past the body's total time (300 ms)
+            (b"slow", b"Content-Length: 20\r\n", b"only part", 1.0, 408,
+             "timeout"),
+        ]
+        # the handler then answers, raises, or sets a status of its own:
+        # the client heard the refusal, and so does the log phase
+        for then in (b"send", b"raise", b"status"):
+            for key, head, body, pause, status, err in cases:
+                key = key + b"-" + then + b"&then=" + then
+                with self.subTest(key=key):
+                    self.assertEqual(self.refused_upload(
+                        key, head, body, pause,
+                        b"and the rest" if pause else b""), status)
+                    self.assertEqual(self.upload_log(key.split(b"&")[0]),
+                                     "%d %d %s" % (status, status, err))
 
     def test_init_phases(self):
         c = self.count()

@@ -232,7 +232,8 @@ describe("moonflow.ngx's request mapping (ngx.handler)", function()
         assert.are.same({ "1", "2" }, j.get_uri_args.a)
         assert.equals("payload", j.body)
         assert.equals("set", j.header_back)
-        assert.is_false(j.thread_had_request)
+        assert.is_true(j.thread_had_request)
+        assert.equals("/ngx_req", j.thread_uri)
     end)
 
     -- A request of plain tables, bound by ngx.handler: the variables read
@@ -538,9 +539,9 @@ describe("moonflow.ngx in a plain moonflow serve handler (no wrapper)", function
         assert.is_false(j.parent_sub)
     end)
 
-    it("gives a Lua thread the handler spawns no request", function()
+    it("gives a Lua thread the handler spawns the handler's request", function()
         local j = mf.json.decode(get("thread").body)
-        assert.is_false(j.ok)
-        assert.is_string(j.err)
+        assert.is_true(j.ok)
+        assert.equals("/ngx_api", j.err) -- pcall's second value: ngx.var.uri
     end)
 end)

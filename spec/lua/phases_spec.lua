@@ -104,6 +104,21 @@ describe("request phases", function()
         assert.are.equal("timer", state(key).timer)
     end)
 
+    it("give threads a handler spawns its request, its ngx.ctx and its phase", function()
+        local r = assert(get("/thread_req?x=7"))
+        assert.are.equal(200, r.status)
+        assert.are.equal("thread phase=content x=7 method=GET ctx=handler's req=7\n" ..
+            "handler true done nested=content /thread_req\n", r.body)
+    end)
+
+    it("wait for a route's threads before its log phase; a thread reads ngx.var after the answer", function()
+        local key = new_key("thread")
+        local r = assert(get("/phase_thread?key=" .. key))
+        assert.are.equal("answered", r.body)
+        assert.are.equal("access", state(key, "order").order)
+        assert.are.equal("content:" .. key .. " log=log", state(key, "after").after)
+    end)
+
     it("end a plain handler with ngx.exit", function()
         local r = assert(get("/exit_plain"))
         assert.are.equal(404, r.status)

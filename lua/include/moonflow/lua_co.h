@@ -82,6 +82,19 @@ typedef void (*mf_lua_describe_fn)(void *ud, char *buf, size_t cap);
  * runs, or NULL. */
 typedef const char *(*mf_lua_request_id_fn)(void *ud);
 
+/* What an owner follows of a coroutine's family (one table of functions
+ * for all its coroutines, given with its ud in mf_lua_co_hooks_t):
+ * adopt(ud, child) runs as the coroutine's Lua code spawns a thread
+ * (mf.spawn, ngx.thread.spawn: moonflow.wait's spawn), in the spawner's
+ * turn and before the thread runs, and may give the thread hooks
+ * (mf_lua_co_set_hooks), so that it works for the same owner; ended(ud,
+ * co) runs once as such a thread ends (whichever way), in its exit path,
+ * given by the hooks adopt gave it. Either may be NULL. */
+typedef struct mf_lua_co_family {
+    void (*adopt)(void *ud, mf_lua_co_t *child);
+    void (*ended)(void *ud, mf_lua_co_t *co);
+} mf_lua_co_family_t;
+
 typedef struct mf_lua_co_hooks {
     mf_lua_step_fn step; /* NULL: none */
     void *step_ud;
@@ -101,7 +114,16 @@ typedef struct mf_lua_co_hooks {
      * coroutine is not touched (the owner's own timer aborts it). Needs an
      * interruptible host; ignored otherwise. 0: none. */
     uint64_t deadline;
+    /* The owner's family functions (mf_lua_co_family_t) and their ud.
+     * NULL: a spawned thread starts without hooks, no end is told. */
+    const mf_lua_co_family_t *family;
+    void *family_ud;
 } mf_lua_co_hooks_t;
+
+/* Gives a coroutine that has not started yet its hooks (copied), for an
+ * adopt hook. */
+MF_API void mf_lua_co_set_hooks(mf_lua_co_t *co,
+                                const mf_lua_co_hooks_t *hooks);
 
 /* mf_lua_co_start (lua_host.h) with hooks: the coroutine made by
  * mf_lua_host_prepare gets *hooks (copied; NULL keeps what it has), then

@@ -28,6 +28,18 @@ function cases.inherit(req, resp)
     resp:json { status = r.status, type = r.headers["Content-Type"], echo = mf.json.decode(r.body) }
 end
 
+-- Routes with phases captured: their filters apply to the answer.
+function cases.filtered(_, resp)
+    local out = {}
+    for _, case in ipairs { "send", "write", "status" } do
+        local r = mf.capture("/phases?case=" .. case .. "&key=sub-" .. case)
+        out[case] = { status = r.status, filtered = r.headers["x-filtered"], body = r.body }
+    end
+    local r = mf.capture("/sub_filters")
+    out.marks = { phase = r.headers["x-phase"], body = r.body }
+    resp:json(out)
+end
+
 function cases.misuse(req, resp)
     local errors = {}
     for i, call in ipairs {
