@@ -1,7 +1,7 @@
 -- /stats: this worker's counts as JSON: requests that reached /event,
 -- events delivered (answered 200) and failed (answered 503). A request
--- whose client left while it waited counts in requests only (its message
--- may still be delivered: a produce cannot be recalled).
+-- whose client left while it waited still counts its delivery report: the
+-- handler goes on, only its answer goes nowhere.
 local site = require "_kafka"
 
 return function(req, resp)
