@@ -17,6 +17,7 @@
  * Owns: the dict, its stripes and every entry and list item in their
  * arenas. May call: libc and pthreads.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -626,6 +627,107 @@ int mf_shdict_incr(mf_shdict_t *d, const char *key, size_t klen, double by,
     if (!s)
         return MF_SHDICT_BAD_KEY;
     int rc = mf__incr_locked(d, s, &k, by, init, init_ttl_ms, out, forcible);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* ---- leaky buckets ------------------------------------------------------ */
+
+/* A bucket's state, stored as a 16-byte string value. */
+typedef struct mf_shdict_bucket {
+    double excess;  /* requests still in the bucket after the last one */
+    double last_ms; /* when the last accepted request came */
+} mf_shdict_bucket_t;
+
+/* The bucket of e (a fresh one when e is NULL); false when e holds
+ * something else. */
+static bool mf__bucket_read(const mf_shdict_entry_t *e, mf_shdict_bucket_t *b,
+                            double now_ms)
+{
+    b->excess = 0;
+    b->last_ms = now_ms;
+    if (!e)
+        return true;
+    if (e->type != MF_SHDICT_STRING || e->vlen != sizeof(*b))
+        return false;
+    memcpy(b, e->data + e->klen, sizeof(*b));
+    return true;
+}
+
+/* The excess once a new request is in: what is left of b's after leaking
+ * at rate since its last request, plus this one (a clock that went back
+ * leaks nothing). A request on schedule finds 0, as in nginx. */
+static double mf__bucket_next(const mf_shdict_bucket_t *b, double rate,
+                              double now_ms)
+{
+    double elapsed = now_ms > b->last_ms ? now_ms - b->last_ms : 0;
+    double left = b->excess - rate * elapsed / 1000 + 1;
+    return left > 0 ? left : 0;
+}
+
+static int mf__bucket_write(mf_shdict_t *d, mf_shdict_stripe_t *s,
+                            const mf_shdict_key_t *k, mf_shdict_entry_t *e,
+                            const mf_shdict_bucket_t *b, uint64_t ttl_ms)
+{
+    mf_shdict_value_t v = {
+        .type = MF_SHDICT_STRING, .str = (const char *)b, .len = sizeof(*b)};
+    uint64_t now = 0;
+    uint64_t expires = mf__deadline(d, &now, ttl_ms);
+    bool forcible = false;
+    if (e && mf__store_in_place(s, e, &v, expires, 0))
+        return 0;
+    return mf__store_new(d, s, k, e, &v, expires, 0, true, &forcible);
+}
+
+static int mf__leaky_locked(mf_shdict_t *d, mf_shdict_stripe_t *s,
+                            const mf_shdict_key_t *k,
+                            const mf_shdict_leaky_t *in, double *excess)
+{
+    uint64_t clock = 0;
+    bool own_clock = in->now_ms < 0;
+    double now_ms = own_clock ? (double)mf__time(d, &clock) : in->now_ms;
+    mf_shdict_entry_t *e = mf__find(s, k);
+    if (e && mf__expired(d, e, &clock)) {
+        mf__remove(s, e);
+        e = NULL;
+    }
+    mf_shdict_bucket_t b;
+    if (!mf__bucket_read(e, &b, now_ms))
+        return MF_SHDICT_BAD_VALUE;
+    if (in->mode == MF_SHDICT_LEAKY_UNCOMMIT) {
+        b.excess = b.excess > 1 ? b.excess - 1 : 0;
+        *excess = b.excess;
+    } else {
+        /* A fresh bucket takes its first request at no cost (nginx's). */
+        double left = e ? mf__bucket_next(&b, in->rate, now_ms) : 0;
+        if (left > in->burst)
+            return MF_SHDICT_REJECTED;
+        *excess = left;
+        if (in->mode == MF_SHDICT_LEAKY_CHECK)
+            return 0;
+        b.excess = left;
+        b.last_ms = now_ms;
+    }
+    if (!e && in->mode == MF_SHDICT_LEAKY_UNCOMMIT)
+        return 0;
+    /* On the dict's clock the entry goes once a request would find it
+     * empty: then it answers as a fresh one, so dropping it is safe. */
+    uint64_t ttl =
+        own_clock ? (uint64_t)ceil((b.excess + 1) * 1000 / in->rate) : 0;
+    return mf__bucket_write(d, s, k, e, &b, ttl);
+}
+
+int mf_shdict_leaky(mf_shdict_t *d, const char *key, size_t klen,
+                    const mf_shdict_leaky_t *in, double *excess)
+{
+    *excess = 0;
+    if (!(in->rate > 0) || !(in->burst >= 0))
+        return MF_SHDICT_BAD_VALUE;
+    mf_shdict_key_t k;
+    mf_shdict_stripe_t *s = mf__lock_key(d, key, klen, &k);
+    if (!s)
+        return MF_SHDICT_BAD_KEY;
+    int rc = mf__leaky_locked(d, s, &k, in, excess);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }

@@ -544,6 +544,31 @@ static int mf__free_space(lua_State *L)
     return 1;
 }
 
+/* leaky(d, key, rate, burst, mode [, now_ms]) -> excess, or nil,
+ * "rejected" (moonflow.limit's leaky bucket; mode 0 check, 1 commit, 2
+ * uncommit: mf_shdict_leaky_mode_t). */
+static int mf__leaky(lua_State *L)
+{
+    static const char method[] = "leaky";
+    mf_shdict_t *d = mf__self(L, method);
+    size_t klen;
+    const char *k = mf__key(L, method, &klen);
+    mf_shdict_leaky_t in = {
+        .rate = mf__number(L, 3, method, "rate"),
+        .burst = mf__number(L, 4, method, "burst"),
+        .mode = (mf_shdict_leaky_mode_t)luaL_checkinteger(L, 5),
+        .now_ms = lua_isnoneornil(L, 6) ? -1 : mf__number(L, 6, method, "now"),
+    };
+    if ((unsigned)in.mode > MF_SHDICT_LEAKY_UNCOMMIT)
+        mf__raise(L, "dict:leaky: mode: 0, 1 or 2 expected");
+    double excess = 0;
+    int rc = mf_shdict_leaky(d, k, klen, &in, &excess);
+    if (rc < 0)
+        return mf__fail(L, rc);
+    lua_pushnumber(L, excess);
+    return 1;
+}
+
 static const luaL_Reg mf__methods[] = {
     {"get d:get(key)", mf__get},
     {"get_stale d:get_stale(key)", mf__get_stale},
@@ -665,6 +690,13 @@ static void mf__push_metatable(lua_State *L)
     lua_pushvalue(L, -1);
     lua_setfield(L, mt, "__index");
     lua_setfield(L, mt, "methods"); /* for moonflow.shared_ffi */
+    /* leaky: for moonflow.limit, kept out of the dict's methods (those are
+     * OpenResty's) */
+    lua_pushvalue(L, buf);
+    lua_pushvalue(L, mt);
+    lua_pushcclosure(L, mf__leaky, 2);
+    mf_lua_name(L, "dict:leaky(key, rate, burst, mode [, now])");
+    lua_setfield(L, mt, "leaky");
     lua_pushcfunction(L, mf__dict_tostring);
     lua_setfield(L, mt, "__tostring");
     lua_pushliteral(L, "shared dict");
@@ -683,6 +715,8 @@ int mf_lua_open_shared(lua_State *L)
     lua_pushvalue(L, -2);
     lua_pushcclosure(L, mf__shared_get, 2);
     lua_setfield(L, -4, "get");
+    lua_getfield(L, -1, "leaky");
+    lua_setfield(L, -4, "leaky");
     lua_pushcclosure(L, mf__shared_create, 2);
     mf_lua_name(L, "mf.shared_dict(name, bytes)");
     lua_setfield(L, -2, "create");

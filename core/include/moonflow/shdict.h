@@ -53,15 +53,16 @@ typedef struct mf_shdict mf_shdict_t;
 #define MF_SHDICT_MAX_KEY 65535
 
 /* The dict's answers, OpenResty's words (mf_shdict_strerror). */
-#define MF_SHDICT_ERRORS(XX)                               \
-    XX(NOT_FOUND, -1, "not found")                         \
-    XX(EXISTS, -2, "exists")                               \
-    XX(NO_MEMORY, -3, "no memory")                         \
-    XX(NOT_A_NUMBER, -4, "not a number")                   \
-    XX(NOT_A_LIST, -5, "value not a list")                 \
-    XX(IS_A_LIST, -6, "value is a list")                   \
-    XX(BAD_KEY, -7, "bad key (empty or over 65535 bytes)") \
-    XX(BAD_VALUE, -8, "bad value (lists hold strings and numbers)")
+#define MF_SHDICT_ERRORS(XX)                                        \
+    XX(NOT_FOUND, -1, "not found")                                  \
+    XX(EXISTS, -2, "exists")                                        \
+    XX(NO_MEMORY, -3, "no memory")                                  \
+    XX(NOT_A_NUMBER, -4, "not a number")                            \
+    XX(NOT_A_LIST, -5, "value not a list")                          \
+    XX(IS_A_LIST, -6, "value is a list")                            \
+    XX(BAD_KEY, -7, "bad key (empty or over 65535 bytes)")          \
+    XX(BAD_VALUE, -8, "bad value (lists hold strings and numbers)") \
+    XX(REJECTED, -9, "rejected")
 
 typedef enum mf_shdict_error {
     MF_SHDICT_OK = 0,
@@ -180,6 +181,34 @@ MF_API int mf_shdict_pop(mf_shdict_t *d, const char *key, size_t klen,
 /* The length (0 for a missing key). */
 MF_API int mf_shdict_llen(mf_shdict_t *d, const char *key, size_t klen,
                           size_t *len);
+
+/* A leaky bucket (nginx's limit_req, lua-resty-limit-traffic's
+ * resty.limit.req): requests drain at rate a second; one that finds more
+ * than burst requests' worth still in the bucket is refused. The bucket's
+ * state (the excess and the time of the last accepted request) is one
+ * entry of 16 bytes, read, updated and written under the stripe's lock, so
+ * workers sharing the dict count every request exactly once. */
+typedef enum mf_shdict_leaky_mode {
+    MF_SHDICT_LEAKY_CHECK = 0,   /* say what a request would get; no change */
+    MF_SHDICT_LEAKY_COMMIT = 1,  /* and count the request when accepted */
+    MF_SHDICT_LEAKY_UNCOMMIT = 2 /* take one counted request back */
+} mf_shdict_leaky_mode_t;
+
+typedef struct mf_shdict_leaky {
+    double rate;   /* requests a second, > 0 */
+    double burst;  /* requests over the rate held back (delayed), >= 0 */
+    double now_ms; /* the caller's time in ms; < 0: the dict's clock */
+    mf_shdict_leaky_mode_t mode;
+} mf_shdict_leaky_t;
+
+/* *excess: the requests waiting in the bucket once this one is in (its
+ * delay is *excess / rate seconds). MF_SHDICT_REJECTED when the bucket
+ * would hold more than burst (nothing is stored); MF_SHDICT_BAD_VALUE when
+ * key holds something else. On the dict's clock a bucket expires once it
+ * has drained (a fresh one is the same); on the caller's it stays until
+ * evicted. UNCOMMIT gives *excess after the request is taken back. */
+MF_API int mf_shdict_leaky(mf_shdict_t *d, const char *key, size_t klen,
+                           const mf_shdict_leaky_t *in, double *excess);
 
 MF_EXTERN_C_END
 

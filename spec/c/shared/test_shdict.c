@@ -485,3 +485,87 @@ TEST(two_threads_a_million_incr_each_on_one_key_give_two_million)
     mf_shdict_destroy(d);
     mf_shdict_buf_free(&buf);
 }
+
+static int leaky(mf_shdict_t *d, const char *key, double rate, double burst,
+                 mf_shdict_leaky_mode_t mode, double *excess)
+{
+    mf_shdict_leaky_t in = {
+        .rate = rate, .burst = burst, .now_ms = -1, .mode = mode};
+    return mf_shdict_leaky(d, key, strlen(key), &in, excess);
+}
+
+TEST(leaky_bucket_spaces_requests_at_the_rate_and_holds_a_burst)
+{
+    mf_shdict_t *d = make(1 << 20, 0);
+    double ex = -1;
+    /* 200 r/s, no burst: one request every 5 ms */
+    ASSERT_EQ(leaky(d, "a", 200, 0, MF_SHDICT_LEAKY_COMMIT, &ex), 0);
+    ASSERT(ex == 0);
+    fake_now += 4;
+    ASSERT_EQ(leaky(d, "a", 200, 0, MF_SHDICT_LEAKY_COMMIT, &ex),
+              MF_SHDICT_REJECTED);
+    fake_now += 1;
+    ASSERT_EQ(leaky(d, "a", 200, 0, MF_SHDICT_LEAKY_COMMIT, &ex), 0);
+    ASSERT(ex == 0);
+    /* burst 2 at one instant: 0, 1, 2 waiting, then refused */
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(leaky(d, "b", 10, 2, MF_SHDICT_LEAKY_COMMIT, &ex), 0);
+        ASSERT(ex == i);
+    }
+    ASSERT_EQ(leaky(d, "b", 10, 2, MF_SHDICT_LEAKY_COMMIT, &ex),
+              MF_SHDICT_REJECTED);
+    /* a check changes nothing; an uncommit takes one back */
+    ASSERT_EQ(leaky(d, "b", 10, 3, MF_SHDICT_LEAKY_CHECK, &ex), 0);
+    ASSERT(ex == 3);
+    ASSERT_EQ(leaky(d, "b", 10, 2, MF_SHDICT_LEAKY_UNCOMMIT, &ex), 0);
+    ASSERT(ex == 1);
+    /* 100 ms at 10 r/s leaks one: 1 - 1 + 1 */
+    fake_now += 100;
+    ASSERT_EQ(leaky(d, "b", 10, 2, MF_SHDICT_LEAKY_COMMIT, &ex), 0);
+    ASSERT(ex == 1);
+    /* drained, the entry is gone (a fresh bucket answers the same) */
+    fake_now += 1000;
+    uint64_t ttl;
+    ASSERT_EQ(mf_shdict_ttl(d, "b", 1, &ttl), MF_SHDICT_NOT_FOUND);
+    /* another value under the key; a bad rate */
+    ASSERT_EQ(set(d, "s", str("v"), 0, 0, NULL), 0);
+    ASSERT_EQ(leaky(d, "s", 10, 0, MF_SHDICT_LEAKY_COMMIT, &ex),
+              MF_SHDICT_BAD_VALUE);
+    ASSERT_EQ(leaky(d, "a", 0, 0, MF_SHDICT_LEAKY_COMMIT, &ex),
+              MF_SHDICT_BAD_VALUE);
+    ASSERT_STR_EQ(mf_shdict_strerror(MF_SHDICT_REJECTED), "rejected");
+    mf_shdict_destroy(d);
+}
+
+static void *leaky_loop(void *arg)
+{
+    incr_job_t *job = arg;
+    mf_shdict_leaky_t in = {
+        .rate = 1, .burst = 1e9, .now_ms = 0, .mode = MF_SHDICT_LEAKY_COMMIT};
+    double ex;
+    for (int i = 0; i < job->n; i++)
+        if (mf_shdict_leaky(job->d, "lb", 2, &in, &ex) != 0)
+            abort();
+    return NULL;
+}
+
+TEST(two_threads_filling_one_bucket_count_every_request)
+{
+    mf_shdict_opts_t o = {.capacity = 1 << 20};
+    int err;
+    mf_shdict_t *d = mf_shdict_create(&o, &err);
+    incr_job_t job = {d, 200000};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ASSERT_EQ(pthread_create(&t[i], NULL, leaky_loop, &job), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    /* at one instant every request stays in the bucket: the first is
+     * free, each other adds one */
+    mf_shdict_leaky_t in = {
+        .rate = 1, .burst = 1e9, .now_ms = 0, .mode = MF_SHDICT_LEAKY_CHECK};
+    double ex;
+    ASSERT_EQ(mf_shdict_leaky(d, "lb", 2, &in, &ex), 0);
+    ASSERT(ex == 400000);
+    mf_shdict_destroy(d);
+}
