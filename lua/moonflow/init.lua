@@ -449,4 +449,7 @@ mf.shared_dict = cshared.create
 -- the process's registry, summed over the workers when scraped.
 mf.metrics = require "moonflow.metrics"
 
+-- Rate and concurrency limits (moonflow.limit): req, conn, count.
+mf.limit = require "moonflow.limit"
+
 return mf

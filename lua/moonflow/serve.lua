@@ -197,6 +197,19 @@ function M.on_abort(fn)
     return c.on_abort(fn)
 end
 
+-- at_end(fn): fn runs once the running request is over, however it ended
+-- (answered, raised, timed out, its client gone, the server stopping),
+-- after its handler, log phase and threads; it cannot wait. true, or false
+-- where no request runs (a timer, init, outside moonflow serve).
+function M.at_end(fn)
+    if type(fn) ~= "function" then
+        error("at_end(fn): a function expected, got " .. type(fn), 2)
+    end
+    if not (c and c.request()) then return false end
+    c.at_end(fn)
+    return true
+end
+
 function M.install(cside) c = cside end
 
 return M

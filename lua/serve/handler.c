@@ -428,9 +428,33 @@ static void mf__request_unbind(mf_serve_request_t *request)
         request->resp->request = NULL;
 }
 
-/* What a record with phases, an on_abort or a wake holds. */
+/* Runs the request's at_end functions, each in a protected call on the
+ * host's state (a raise is logged, the others still run): they give back
+ * what the request held (a limit.conn slot) however it ended. */
+static MF__COLD void mf__request_run_at_end(mf_serve_request_t *request)
+{
+    mf_lua_host_t *host = request->w->host;
+    lua_State *L = mf_lua_host_state(host);
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, request->at_end_ref);
+    int n = (int)lua_objlen(L, -1);
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, top + 1, i);
+        if (mf_lua_host_pcall(host, 0, 0, 0) != 0) {
+            mf__log_handler_error(request, lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, top);
+    mf_lua_unref(host, request->at_end_ref);
+}
+
+/* What a record with phases, an on_abort, at_end functions or a wake
+ * holds. */
 static MF__COLD void mf__request_free_extras(mf_serve_request_t *request)
 {
+    if (request->has_at_end)
+        mf__request_run_at_end(request);
     if (request->wake_made)
         mf_timer_stop(request->w->loop, &request->wake);
     if (request->phased)
@@ -1391,6 +1415,26 @@ static int mf__serve_on_abort(lua_State *L)
     return 1;
 }
 
+/* at_end(fn): fn runs when the request is over, whatever ended it (an
+ * answer, a raise, a timeout, a client gone, the server's stop), once its
+ * handler, its log phase and its threads have all ended; in a protected
+ * call of its own, where it cannot wait. */
+static int mf__serve_at_end(lua_State *L)
+{
+    mf_serve_request_t *request = mf__phase_request(L, "at_end");
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_settop(L, 1);
+    if (!request->has_at_end) {
+        lua_createtable(L, 2, 0);
+        request->at_end_ref = mf_lua_ref(request->w->host, L);
+        request->has_at_end = request->extras = true;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, request->at_end_ref);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+    return 0;
+}
+
 /* reason(status) -> "403 Forbidden\n": the body of an ngx.exit answer. */
 static int mf__serve_reason(lua_State *L)
 {
@@ -1402,15 +1446,12 @@ static int mf__serve_reason(lua_State *L)
 /* Gives moonflow.serve (on top of L) its C side and takes its runners. */
 static void mf__phases_open(mf_serve_worker_t *w, lua_State *L)
 {
-    static const luaL_Reg funcs[] = {{"phase", mf__serve_phase},
-                                     {"request", mf__serve_request},
-                                     {"enter", mf__serve_enter},
-                                     {"finish", mf__serve_finish},
-                                     {"stop", mf__serve_stop},
-                                     {"end", mf__serve_end},
-                                     {"on_abort", mf__serve_on_abort},
-                                     {"reason", mf__serve_reason},
-                                     {NULL, NULL}};
+    static const luaL_Reg funcs[] = {
+        {"phase", mf__serve_phase},       {"request", mf__serve_request},
+        {"enter", mf__serve_enter},       {"finish", mf__serve_finish},
+        {"stop", mf__serve_stop},         {"end", mf__serve_end},
+        {"on_abort", mf__serve_on_abort}, {"at_end", mf__serve_at_end},
+        {"reason", mf__serve_reason},     {NULL, NULL}};
     int m = lua_gettop(L);
     lua_getfield(L, m, "install"); /* install(c): the Lua side's runners */
     lua_newtable(L);

@@ -81,10 +81,11 @@ struct mf_serve_request {
     bool abort_due;     /* the client left: on_abort runs at the wake */
     bool log_due;       /* the handler ended: the log phase starts then */
     bool wake_made;     /* wake is initialized */
-    bool extras;   /* phases_ref, on_abort_ref or wake to let go at the end */
+    bool extras;   /* phases_ref, on_abort_ref, at_end_ref or wake to let go */
     uint8_t phase; /* mf_serve_phase_t */
     bool phased;   /* a route with phases: phases_ref is set */
     bool has_on_abort; /* on_abort_ref is set */
+    bool has_at_end;   /* at_end_ref is set */
     bool refused;      /* the server refused the body as it was read: status */
     /* Threads its code spawned that still run: the record outlives its
      * coroutine until they end (its log phase waits for them). */
@@ -104,7 +105,8 @@ struct mf_serve_request {
     /* A route with phases: its table (held by the request until the log
      * phase ends, whatever reloads do); valid when phased. */
     int phases_ref;
-    int on_abort_ref;                /* a function run when the client leaves */
+    int on_abort_ref; /* a function run when the client leaves */
+    int at_end_ref;   /* functions run as the record goes (serve.at_end) */
     mf_serve_kept_head_t *kept_head; /* valid when kept; freed with it */
     uint32_t timeout_ms; /* the handler's, when phased: the log phase's too */
     mf_timer_t wake; /* made when needed (wake_made): a client gone, an exit */
