@@ -514,4 +514,66 @@ function Conn:uncommit(key)
     return self:leaving(key_arg("lim:uncommit(key)", key))
 end
 
+-- ---- a route's limits (serve's config: routes[path].limit) ---------------
+
+-- What of the request a route's limit counts by (the config checked the
+-- names at start).
+local function key_of(name)
+    if name == nil or name == "remote_addr" then
+        return function(req) return (req.peer:match("^(.*):%d+$")) or req.peer end
+    elseif name == "uri" then
+        return function(req) return req.path end
+    elseif name == "host" then
+        return function(req) return req.headers.host or "" end
+    elseif name == "global" then
+        return function() return "" end
+    end
+    local header = name:match("^header:(.+)$")
+    if not header then error("limit key " .. name .. ": unknown", 0) end
+    return function(req) return req.headers[header] or "" end
+end
+
+local MAKERS = { req = M.req, conn = M.conn, count = M.count }
+local NUMBERS = { rate = true, burst = true, max = true, limit = true,
+                  window = true, status = true }
+
+-- route(handler, spec, path): the handler (a function or a table of
+-- phases) with the limits of spec (lines "kind\tname=value...", from the
+-- config) checked before it: a refused request is answered with the
+-- limit's status, a delayed one waits; keys are the route's own.
+function M.route(handler, spec, path)
+    local checks = {}
+    for line in spec:gmatch("[^\n]+") do
+        local kind = line:match("^(%a+)")
+        local opts = {}
+        for name, value in line:gmatch("\t([%w_]+)=([^\t]*)") do
+            opts[name] = NUMBERS[name] and tonumber(value) or value
+        end
+        local key = key_of(opts.key)
+        opts.key = nil
+        local lim = MAKERS[kind](opts)
+        checks[#checks + 1] = { lim = lim, key = key,
+                                prefix = "route:" .. kind .. ":" .. path .. "|" }
+    end
+    local function admit(req, resp)
+        for i = 1, #checks do
+            local c = checks[i]
+            if not c.lim:allow(c.prefix .. c.key(req), resp) then return false end
+        end
+        return true
+    end
+    if type(handler) == "function" then
+        return function(req, resp)
+            if admit(req, resp) then return handler(req, resp) end
+        end
+    end
+    local phases = {}
+    for k, v in pairs(handler) do phases[k] = v end
+    local access = handler.access
+    phases.access = function(req, resp)
+        if admit(req, resp) and access then return access(req, resp) end
+    end
+    return phases
+end
+
 return M

@@ -39,6 +39,7 @@
  * config_check.c). Ownership: every string is copied into the config
  * (freed by mf_serve_config_free).
  */
+#include <ctype.h>
 #include <lauxlib.h>
 #include <libgen.h>
 #include <limits.h>
@@ -280,7 +281,32 @@ static const mf_config_key_t mf__route_keys[] = {
     {"file", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_MS("timeout"),
     {"body", LUA_TSTRING, 0, 0, NULL},
+    {"limit", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
+static const mf_config_key_t mf__limit_keys[] = {
+    {"req", LUA_TTABLE, 0, 0, NULL},
+    {"conn", LUA_TTABLE, 0, 0, NULL},
+    {"count", LUA_TTABLE, 0, 0, NULL},
+    MF_CONFIG_END};
+/* What every limit of a route takes, after its own numbers. */
+#define MF_CONFIG_LIMIT_COMMON                                               \
+    {"key", LUA_TSTRING, 0, 0, NULL}, {"dict", LUA_TSTRING, 0, 0, NULL},     \
+        {"redis", LUA_TSTRING, 0, 0, NULL},                                  \
+        {"on_redis_error", LUA_TSTRING, 0, 0, NULL},                         \
+        {"status", LUA_TNUMBER, 400, 599, " (the answer to a refused one)"}, \
+        MF_CONFIG_END
+static const mf_config_key_t mf__limit_req_keys[] = {
+    {"rate", LUA_TNUMBER, 1, 1e9, " (requests a second)"},
+    {"burst", LUA_TNUMBER, 0, 1e9, " (requests)"},
+    MF_CONFIG_LIMIT_COMMON};
+static const mf_config_key_t mf__limit_conn_keys[] = {
+    {"max", LUA_TNUMBER, 1, 1e9, " (requests in flight)"},
+    {"burst", LUA_TNUMBER, 0, 1e9, " (requests)"},
+    MF_CONFIG_LIMIT_COMMON};
+static const mf_config_key_t mf__limit_count_keys[] = {
+    {"limit", LUA_TNUMBER, 1, 1e9, " (requests a window)"},
+    {"window", LUA_TNUMBER, 1, 1e9, " (seconds)"},
+    MF_CONFIG_LIMIT_COMMON};
 
 static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
                                              const char *name)
@@ -417,6 +443,111 @@ static int mf__config_check_tls(lua_State *L, int t, char *err, size_t errlen)
     return rc;
 }
 
+/* A limit's key: what of the request it counts by. */
+static bool mf__limit_key_ok(const char *key)
+{
+    static const char *const names[] = {"remote_addr", "uri", "host", "global",
+                                        NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(key, names[i]))
+            return true;
+    if (strncmp(key, "header:", 7) != 0 || !key[7])
+        return false;
+    for (const char *p = key + 7; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_')
+            return false;
+    return true;
+}
+
+/* Appends "\tname=value" for each key of the limit table at t to the
+ * buffer (moonflow.limit's route() reads it back). */
+static int mf__limit_fields(lua_State *L, int t, const char *where, char *buf,
+                            size_t cap, size_t *len, char *err, size_t errlen)
+{
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        const char *name = lua_tostring(L, -2);
+        char value[512];
+        if (lua_type(L, -1) == LUA_TNUMBER)
+            snprintf(value, sizeof value, "%.17g", lua_tonumber(L, -1));
+        else
+            snprintf(value, sizeof value, "%s", lua_tostring(L, -1));
+        if (strpbrk(value, "\t\n")) {
+            snprintf(err, errlen, "%s%s: no tab or newline expected", where,
+                     name);
+            return -1;
+        }
+        if (!strcmp(name, "key") && !mf__limit_key_ok(value)) {
+            snprintf(err, errlen,
+                     "%skey: \"remote_addr\", \"uri\", \"host\", "
+                     "\"global\" or \"header:NAME\" expected, got '%.100s'",
+                     where, value);
+            return -1;
+        }
+        int n = snprintf(buf + *len, cap - *len, "\t%s=%s", name, value);
+        if (n < 0 || (size_t)n >= cap - *len) {
+            snprintf(err, errlen, "%s: too long", where);
+            return -1;
+        }
+        *len += (size_t)n;
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
+/* routes[path].limit = { req = {...}, conn = {...}, count = {...} }, the
+ * table at t: checked, and written as lines "kind\tname=value..." into
+ * *out (owned by the config). */
+static int mf__config_route_limit(lua_State *L, int t, const char *path,
+                                  mf_serve_config_t *c, const char **out,
+                                  char *err, size_t errlen)
+{
+    static const struct {
+        const char *kind, *needs, *needs2;
+        const mf_config_key_t *keys;
+    } kinds[] = {{"req", "rate", NULL, mf__limit_req_keys},
+                 {"conn", "max", NULL, mf__limit_conn_keys},
+                 {"count", "limit", "window", mf__limit_count_keys}};
+    char where[160], buf[2048];
+    size_t len = 0;
+    snprintf(where, sizeof where, "routes[%.100s].limit.", path);
+    if (mf__config_check(L, t, where, mf__limit_keys, err, errlen) < 0)
+        return -1;
+    for (size_t i = 0; i < MF_ARRAY_SIZE(kinds); i++) {
+        mf__rawfield(L, t, kinds[i].kind);
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+            continue;
+        }
+        int k = lua_gettop(L);
+        snprintf(where, sizeof where, "routes[%.100s].limit.%s.", path,
+                 kinds[i].kind);
+        if (mf__config_check(L, k, where, kinds[i].keys, err, errlen) < 0)
+            return -1;
+        const char *need[] = {kinds[i].needs, kinds[i].needs2};
+        for (int j = 0; j < 2; j++) {
+            double v;
+            if (need[j] && !mf__field_number(L, k, need[j], &v)) {
+                snprintf(err, errlen, "%s%s: missing", where, need[j]);
+                return -1;
+            }
+        }
+        if (!mf__field_string(L, k, "dict") &&
+            !mf__field_string(L, k, "redis")) {
+            snprintf(err, errlen, "%sdict: missing (or redis)", where);
+            return -1;
+        }
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s",
+                                len ? "\n" : "", kinds[i].kind);
+        if (mf__limit_fields(L, k, where, buf, sizeof buf, &len, err, errlen) <
+            0)
+            return -1;
+        lua_pop(L, 1);
+    }
+    *out = len ? mf_serve_config_strdup(c, buf) : NULL;
+    return 0;
+}
+
 static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                              char *err, size_t errlen)
 {
@@ -429,7 +560,7 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                                ? mf__field_string(L, -1, "file")
                                : NULL;
         double timeout = 0;
-        const char *body = NULL;
+        const char *body = NULL, *limit = NULL;
         if (lua_istable(L, -1)) {
             char where[128];
             snprintf(where, sizeof where, "routes[%.100s].", path ? path : "?");
@@ -438,6 +569,12 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                 return -1;
             mf__field_number(L, lua_gettop(L), "timeout", &timeout);
             body = mf__field_string(L, lua_gettop(L), "body");
+            mf__rawfield(L, -1, "limit");
+            if (lua_istable(L, -1) &&
+                mf__config_route_limit(L, lua_gettop(L), path ? path : "?", c,
+                                       &limit, err, errlen) < 0)
+                return -1;
+            lua_pop(L, 1);
         }
         if (body && strcmp(body, "stream") != 0) {
             snprintf(err, errlen,
@@ -462,6 +599,7 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
         r->file = mf_serve_config_strdup(c, file);
         r->timeout_ms = (uint32_t)timeout;
         r->stream_body = body != NULL;
+        r->limit = limit;
         lua_pop(L, 1);
     }
     return 0;

@@ -44,6 +44,7 @@ typedef struct mf_serve_route {
     uint32_t source_hash; /* of the source the handler came from */
     uint32_t timeout_ms;  /* from the config; 0 for file routes */
     bool stream_body;     /* from the config: body = "stream" */
+    char *limit;          /* from the config (mf_serve_route_spec_t) */
     char strings[];       /* path, file and rel_file, each NUL-terminated */
 } mf_serve_route_t;
 
@@ -279,20 +280,43 @@ static const char *mf__route_check_phases(lua_State *L, int t)
  * leaves the function it returned on L (the host's state). The main chunk
  * runs as a slice of the host: a script whose top level never ends is
  * stopped at the CPU budget like a handler, and the memory cap holds. */
-static const char *mf__route_compile(mf_serve_routes_t *r, lua_State *L,
-                                     const char *file, const char *text,
-                                     size_t len)
+/* The handler on top of L with the route's limits in front of it
+ * (moonflow.limit's route(handler, limit, path)): in its place, a function
+ * or a table of phases. */
+static const char *mf__route_limit(mf_serve_routes_t *r, lua_State *L,
+                                   const mf_serve_route_t *e)
 {
-    const char *err = mf_serve_site_load(r->site, L, file, text, len);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "moonflow.limit");
+    if (mf_lua_host_pcall(r->host, 1, 1, 0) != 0)
+        return lua_tostring(L, -1);
+    lua_getfield(L, -1, "route");
+    lua_remove(L, -2);
+    lua_pushvalue(L, -2);
+    lua_pushstring(L, e->limit);
+    lua_pushlstring(L, e->path, e->path_len);
+    if (mf_lua_host_pcall(r->host, 3, 1, 0) != 0)
+        return lua_tostring(L, -1);
+    lua_remove(L, -2);
+    return NULL;
+}
+
+static const char *mf__route_compile(mf_serve_routes_t *r, lua_State *L,
+                                     const mf_serve_route_t *e,
+                                     const char *text, size_t len)
+{
+    const char *err = mf_serve_site_load(r->site, L, e->file, text, len);
     if (err)
         return err;
     if (mf_lua_host_pcall(r->host, 0, 1, 0) != 0)
         return lua_tostring(L, -1);
     if (lua_istable(L, -1))
-        return mf__route_check_phases(L, lua_gettop(L));
-    if (!lua_isfunction(L, -1))
-        return "the script must return a function or a table of phases";
-    return NULL;
+        err = mf__route_check_phases(L, lua_gettop(L));
+    else if (!lua_isfunction(L, -1))
+        err = "the script must return a function or a table of phases";
+    if (!err && e->limit)
+        err = mf__route_limit(r, L, e);
+    return err;
 }
 
 static void mf__route_set(mf_serve_routes_t *r, mf_serve_route_t *e,
@@ -323,7 +347,7 @@ static void mf__route_fall_back(mf_serve_routes_t *r, mf_serve_route_t *e,
                         : "");
     lua_settop(L, 0);
     if (good && mf__fnv1a(good, len) != e->source_hash &&
-        !mf__route_compile(r, L, e->file, good, len))
+        !mf__route_compile(r, L, e, good, len))
         mf__route_set(r, e, L, good, len);
     lua_settop(L, 0);
     mf_free(good);
@@ -346,7 +370,7 @@ static void mf__route_load(mf_serve_routes_t *r, mf_serve_route_t *e,
         snprintf(why, sizeof why, "cannot read the script (%s)",
                  mf_strerror(rc));
     else
-        err = mf__route_compile(r, L, e->file, text, len);
+        err = mf__route_compile(r, L, e, text, len);
     if (!err) {
         mf_serve_source_keep(r->host, e->file, text, len);
         mf__route_set(r, e, L, text, len);
@@ -437,6 +461,7 @@ static void mf__route_drop(mf_serve_routes_t *r, mf_serve_route_t **slot)
     mf_serve_route_t *e = *slot;
     *slot = e->next;
     mf_lua_unref(r->host, e->ref);
+    mf_free(e->limit);
     mf_free(e);
 }
 
@@ -561,6 +586,10 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
         e->fixed = true;
         e->timeout_ms = routes[i].timeout_ms;
         e->stream_body = routes[i].stream_body;
+        if (routes[i].limit) {
+            size_t n = strlen(routes[i].limit) + 1;
+            e->limit = memcpy(mf_xmalloc(n), routes[i].limit, n);
+        }
     }
     return r;
 }

@@ -62,6 +62,9 @@ typedef struct mf_serve_route_spec {
     const char *file;
     uint32_t timeout_ms; /* the handler's; 0: the server's default */
     bool stream_body;    /* body = "stream": req:socket() reads the body */
+    /* limit = {...}: lines "kind\tname=value..." for moonflow.limit's
+     * route(), which checks them before the handler; NULL: none */
+    const char *limit;
 } mf_serve_route_spec_t;
 
 mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
