@@ -150,6 +150,28 @@ class LimitTest(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(self.state(srv)["conn"], 0)
 
+    def test_a_bad_limit_in_the_config_stops_the_start_naming_it(self):
+        bad = os.path.join(self.tmp, "bad.lua")
+        cases = [
+            ('req = { rate = 5, key = "bogus", dict = "limits" }',
+             'routes[/x].limit.req.key: "remote_addr", "uri", "host", '
+             '"global" or "header:NAME" expected, got \'bogus\''),
+            ('conn = { key = "global", dict = "limits" }',
+             "routes[/x].limit.conn.max: missing"),
+            ('count = { limit = 5, window = 1, rate = 3, dict = "limits" }',
+             "routes[/x].limit.count.rate: unknown key"),
+            ('req = { rate = 5 }', "routes[/x].limit.req.dict: missing"),
+        ]
+        for limit, message in cases:
+            with open(bad, "w") as f:
+                f.write('return { root = "site", routes = { ["/x"] = '
+                        '{ file = "through.lua", limit = { %s } } } }' % limit)
+            p = subprocess.run([MOONFLOW, "serve", "--config", bad, "--listen",
+                                "127.0.0.1:%d" % free_port()],
+                               capture_output=True, text=True, timeout=10)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("bad.lua: " + message, p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
