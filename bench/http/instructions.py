@@ -13,8 +13,11 @@ work (syscalls) is not counted: compare like with like.
   lua    moonflow serve bench/lua (GET /, the same body from a Lua handler)
   site   moonflow serve scripts/site --path /hello (or any other route)
 
+  --config FILE  serve's config for lua/site (bench/lua/_limit_conf.lua:
+                 /limited is the Lua hello behind a rate limit)
+
 Usage: bench/http/instructions.py [--build build-release] [--server c|lua|site]
-       [--path /] [--seconds 4] [--conns 16]
+       [--path /] [--seconds 4] [--conns 16] [--config FILE]
 Loopback only; every run bounded in time; the server stopped by PID."""
 import argparse
 import glob
@@ -31,13 +34,14 @@ sys.path.insert(0, os.path.join(ROOT, "spec", "integration"))
 from harness import Server, free_port  # noqa: E402
 
 
-def server_argv(build, kind, port):
+def server_argv(build, kind, port, config=None):
     listen = ["--listen", "127.0.0.1:%d" % port, "--workers", "1"]
     if kind == "c":
         return [os.path.join(build, "examples", "http_hello")] + listen
     site = os.path.join(ROOT, "bench", "lua") if kind == "lua" else \
         os.path.join(ROOT, "scripts", "site")
-    return [os.path.join(build, "moonflow"), "serve", site] + listen
+    conf = ["--config", os.path.abspath(config)] if config else []
+    return [os.path.join(build, "moonflow"), "serve", site] + conf + listen
 
 
 def wrk(port, path, seconds, conns):
@@ -67,13 +71,13 @@ def dumped_instructions(outdir, pid):
     raise RuntimeError("no totals in " + dumps[-1])
 
 
-def measure(build, kind, path, seconds, conns):
+def measure(build, kind, path, seconds, conns, config=None):
     port = free_port()
     with tempfile.TemporaryDirectory() as outdir:
         argv = ["valgrind", "--tool=callgrind",
                 "--callgrind-out-file=" + os.path.join(outdir,
                                                        "callgrind.out.%p")]
-        srv = Server(argv + server_argv(build, kind, port), port)
+        srv = Server(argv + server_argv(build, kind, port, config), port)
         try:
             wrk(port, path, 1, conns)  # warm-up: free lists, JIT, caches
             callgrind_control("-z", srv.proc.pid)
@@ -92,9 +96,10 @@ def main():
     ap.add_argument("--path", default="/")
     ap.add_argument("--seconds", type=int, default=4)
     ap.add_argument("--conns", type=int, default=16)
+    ap.add_argument("--config")
     args = ap.parse_args()
     ir, requests = measure(args.build, args.server, args.path, args.seconds,
-                           args.conns)
+                           args.conns, args.config)
     print("%s %s: %d instructions / %d requests = %.0f per request"
           % (args.server, args.path, ir, requests, ir / requests))
 

@@ -210,6 +210,10 @@ function M.at_end(fn)
     return true
 end
 
+-- _peer_key(): the running request's client address as raw bytes (4 or
+-- 16), for moonflow.limit's "remote_addr" key.
+function M._peer_key() return c.peer_key() end
+
 function M.install(cside) c = cside end
 
 return M

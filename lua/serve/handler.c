@@ -1435,6 +1435,20 @@ static int mf__serve_at_end(lua_State *L)
     return 0;
 }
 
+/* peer_key() -> the client's IP address as its 4 or 16 bytes: a limit's
+ * key by address without formatting it (inet_ntop and its sprintf cost
+ * more than the rest of a limit check). */
+static int mf__serve_peer_key(lua_State *L)
+{
+    mf_serve_request_t *request = mf__phase_request(L, "peer_key");
+    const mf_sockaddr_t *peer = mf_serve_request_peer(request);
+    if (peer->sa.sa_family == AF_INET6)
+        lua_pushlstring(L, (const char *)&peer->in6.sin6_addr, 16);
+    else
+        lua_pushlstring(L, (const char *)&peer->in4.sin_addr, 4);
+    return 1;
+}
+
 /* reason(status) -> "403 Forbidden\n": the body of an ngx.exit answer. */
 static int mf__serve_reason(lua_State *L)
 {
@@ -1446,12 +1460,17 @@ static int mf__serve_reason(lua_State *L)
 /* Gives moonflow.serve (on top of L) its C side and takes its runners. */
 static void mf__phases_open(mf_serve_worker_t *w, lua_State *L)
 {
-    static const luaL_Reg funcs[] = {
-        {"phase", mf__serve_phase},       {"request", mf__serve_request},
-        {"enter", mf__serve_enter},       {"finish", mf__serve_finish},
-        {"stop", mf__serve_stop},         {"end", mf__serve_end},
-        {"on_abort", mf__serve_on_abort}, {"at_end", mf__serve_at_end},
-        {"reason", mf__serve_reason},     {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"phase", mf__serve_phase},
+                                     {"request", mf__serve_request},
+                                     {"enter", mf__serve_enter},
+                                     {"finish", mf__serve_finish},
+                                     {"stop", mf__serve_stop},
+                                     {"end", mf__serve_end},
+                                     {"on_abort", mf__serve_on_abort},
+                                     {"at_end", mf__serve_at_end},
+                                     {"peer_key", mf__serve_peer_key},
+                                     {"reason", mf__serve_reason},
+                                     {NULL, NULL}};
     int m = lua_gettop(L);
     lua_getfield(L, m, "install"); /* install(c): the Lua side's runners */
     lua_newtable(L);

@@ -304,6 +304,11 @@ static const mf_sockaddr_t *mf__peer(const mf_serve_request_t *request)
                        : &request->kept_head->peer;
 }
 
+const mf_sockaddr_t *mf_serve_request_peer(const mf_serve_request_t *request)
+{
+    return mf__peer(request);
+}
+
 int mf_serve_req_header(lua_State *L)
 {
     mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);

@@ -136,6 +136,8 @@ void mf_serve_request_keep(mf_serve_request_t *request);
 /* The request whose handler (or phase) the running coroutine is, or one
  * of whose threads it is; or NULL. */
 mf_serve_request_t *mf_serve_current_request(mf_serve_worker_t *w);
+/* The client's address (kept after it left). */
+const mf_sockaddr_t *mf_serve_request_peer(const mf_serve_request_t *request);
 /* The running coroutine's object keep[slot] when it is bound to a request
  * (its handler's, or a thread of it); else NULL. */
 mf_serve_object_t *mf_serve_current_object(mf_serve_worker_t *w, int slot);
