@@ -130,6 +130,14 @@ describe("mf.limit.conn", function()
     end)
 end)
 
+describe("moonflow.serve.at_end", function()
+    it("says false where no request runs, raises on a non-function", function()
+        local serve = require "moonflow.serve"
+        assert.is_false(serve.at_end(function() end))
+        raises("at_end(fn): a function expected, got string", serve.at_end, "x")
+    end)
+end)
+
 describe("mf.limit over Redis", function()
     local r = mf.redis(url)
 
