@@ -105,7 +105,10 @@ end
 -- ---- Redis ---------------------------------------------------------------
 
 -- One script a limit kind; each answers a string: the number, or
--- "rejected". Redis's clock (TIME) is the cluster's one clock.
+-- "rejected". Redis's clock (TIME) is the cluster's one clock, read to the
+-- millisecond as the dict's (and nginx's): with burst 0 a finer clock lets
+-- each request through a little after its due time, and the rate drifts
+-- below itself by that much.
 local SCRIPTS = {
     req = [[
 if redis.replicate_commands then redis.replicate_commands() end
@@ -119,7 +122,7 @@ if mode == 2 then
   return tostring(excess)
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local left = 0
 if excess then
   local elapsed = math.max(now - last, 0)

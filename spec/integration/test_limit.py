@@ -1,12 +1,15 @@
 """Rate and concurrency limits under `moonflow serve` (a route's `limit` in
-the config, mf.limit): a route limited to 200 r/s with no burst lets
-1,000 +- 2% requests through a 5 s wrk run at 64 connections (the others
-are answered 429); a route's limit.conn comes back to 0 after clients that
-closed while their handler slept; and the same 200 r/s limit kept in one
-redis-server for two moonflow serve processes (two workers each) lets the
-same total through both. "Through" is an answer 200: counted by the
-handler in each server's shared dict. $MF_MOONFLOW is the binary;
-everything on 127.0.0.1, bounded in count and time."""
+the config, mf.limit): a route limited to 200 r/s with no burst lets 200 a
+second +- 2% through a 5 s wrk run at 64 connections (1,000 in 5 s; the
+others are answered 429), counted over the span from the first request
+let through to the last; the same limit kept in one redis-server for two
+moonflow serve processes (two workers each) holds the same rate over
+both, and a Redis count of 500 lets exactly 500 through both; a route's
+limit.conn comes back to 0 after clients that closed while their handler
+slept (in the dict, and in Redis); a bad limit stops the start. "Through"
+is an answer 200, counted by the handler in each server's shared dict.
+$MF_MOONFLOW is the binary; everything on 127.0.0.1, bounded in count and
+time."""
 import json
 import os
 import re
@@ -34,15 +37,31 @@ CONF = '''return {
         ["/cluster"] = { file = "through.lua", limit = { req = {
             rate = 200, burst = 0, key = "global", redis = "%(redis)s",
             dict = "limits", status = 429 } } },
+        ["/total"] = { file = "through.lua", limit = { count = {
+            limit = 500, window = 600, key = "global", redis = "%(redis)s" } } },
         ["/conn"] = { file = "slow.lua", limit = { conn = {
             max = 1000, key = "global", dict = "limits" } } },
+        ["/rconn"] = { file = "slow.lua", limit = { conn = {
+            max = 1000, key = "global", redis = "%(redis)s" } } },
     },
 }
 '''
 FILES = {
     "site/through.lua": '''local mf = require "moonflow"
+local d = mf.shared.limits
 return function(req, resp)
-    mf.shared.limits:incr("through" .. req.path, 1, 0)
+    local now = mf.now() -- CLOCK_MONOTONIC: one clock for both servers
+    d:incr("through" .. req.path, 1, 0)
+    d:add("first" .. req.path, now)
+    d:set("last" .. req.path, now)
+    resp:send("ok")
+end
+''',
+    "site/reset.lua": '''local mf = require "moonflow"
+return function(req, resp)
+    for _, k in ipairs { "through", "first", "last" } do
+        mf.shared.limits:delete(k .. req.query.path)
+    end
     resp:send("ok")
 end
 ''',
@@ -55,9 +74,10 @@ end
     "site/state.lua": '''local mf = require "moonflow"
 return function(req, resp)
     local d = mf.shared.limits
+    local p = req.query.path or "/rate"
     resp:json { conn = d:get("route:conn:/conn|") or 0,
-                rate = d:get("through/rate") or 0,
-                cluster = d:get("through/cluster") or 0 }
+                through = d:get("through" .. p) or 0,
+                first = d:get("first" .. p), last = d:get("last" .. p) }
 end
 ''',
 }
@@ -102,11 +122,14 @@ class LimitTest(unittest.TestCase):
             cls.redis.kill()
             shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def state(self, srv):
-        r = request(srv.port, b"GET /state HTTP/1.1\r\nHost: x\r\n"
-                    b"Connection: close\r\n\r\n")
+    def get(self, srv, path):
+        r = request(srv.port, b"GET " + path.encode() + b" HTTP/1.1\r\n"
+                    b"Host: x\r\nConnection: close\r\n\r\n")
         self.assertEqual(r.status, 200)
-        return json.loads(r.body)
+        return r.body
+
+    def state(self, srv, path="/rate"):
+        return json.loads(self.get(srv, "/state?path=" + path))
 
     def run_wrk(self, procs):
         for p in procs:
@@ -115,40 +138,81 @@ class LimitTest(unittest.TestCase):
             self.assertTrue(re.search(r"Non-2xx or 3xx responses: \d+", out),
                             "no request was refused:\n" + out)
 
+    def rate_run(self, servers, path, seconds, conns):
+        """(requests through, the ones due): 200 a second over the span
+        from the first to the last one let through, and the first."""
+        for srv in servers:
+            self.get(srv, "/reset?path=" + path)
+        self.run_wrk([wrk(srv.port, path, seconds, conns) for srv in servers])
+        states = [self.state(srv, path) for srv in servers]
+        through = sum(st["through"] for st in states)
+        span = max(st["last"] for st in states) - \
+            min(st["first"] for st in states)
+        sys.stderr.write("%s: %d through in %d ms (%s)\n" % (
+            path, through, span, [st["through"] for st in states]))
+        return through, 200 * span / 1000.0 + 1
+
+    def assert_rate(self, servers, path, seconds, conns):
+        # A leaky bucket without burst loses the turns of a server that
+        # did not run at all for them (no request reached it): on a
+        # machine busy elsewhere, one run may; a second one is allowed.
+        for attempt in range(2):
+            through, due = self.rate_run(servers, path, seconds, conns)
+            if abs(through - due) <= 0.02 * due:
+                break
+        self.assertLessEqual(abs(through - due), 0.02 * due, (through, due))
+        return through
+
     @unittest.skipUnless(WRK, "wrk is not installed")
     def test_a_200_rps_route_lets_1000_through_in_5_s(self):
-        srv = self.servers[0]
-        self.run_wrk([wrk(srv.port, "/rate", 5, 64)])
-        through = self.state(srv)["rate"]
-        sys.stderr.write("200 r/s, 5 s, 64 connections: %d through\n" % through)
-        self.assertTrue(980 <= through <= 1020, through)
+        # wrk's 5 s run spans about 5.1 s from the first answer to the
+        # last: 1,000 +- 2% at 200 a second is checked on that span
+        self.assert_rate(self.servers[:1], "/rate", 5, 64)
 
     @unittest.skipUnless(WRK, "wrk is not installed")
-    def test_a_redis_limit_holds_the_total_over_two_servers(self):
-        self.run_wrk([wrk(srv.port, "/cluster", 3, 32)
-                      for srv in self.servers])
-        counts = [self.state(srv)["cluster"] for srv in self.servers]
-        sys.stderr.write("redis 200 r/s, 3 s, 2 servers: %s through\n" % counts)
-        self.assertTrue(all(c > 50 for c in counts), counts)  # both served
-        self.assertTrue(588 <= sum(counts) <= 612, counts)
+    def test_a_redis_rate_holds_over_two_servers(self):
+        self.assert_rate(self.servers, "/cluster", 3, 32)
 
-    def test_conn_slots_come_back_after_clients_left_mid_request(self):
+    @unittest.skipUnless(WRK, "wrk is not installed")
+    def test_a_redis_count_holds_its_total_over_two_servers(self):
+        self.run_wrk([wrk(srv.port, "/total", 2, 16) for srv in self.servers])
+        counts = [self.state(srv, "/total")["through"]
+                  for srv in self.servers]
+        self.assertTrue(all(c > 50 for c in counts), counts)  # both served
+        self.assertEqual(sum(counts), 500, counts)
+
+    def leave_mid_request(self, path, count):
+        """40 clients that close while their handlers sleep: count() goes
+        to 40, then back to 0."""
         srv = self.servers[1]
         socks = []
         for _ in range(40):
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
-            s.sendall(b"GET /conn HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
             socks.append(s)
         deadline = time.monotonic() + 2
-        while self.state(srv)["conn"] < 40 and time.monotonic() < deadline:
+        while count() < 40 and time.monotonic() < deadline:
             time.sleep(0.01)
-        self.assertEqual(self.state(srv)["conn"], 40)
-        for s in socks:  # they leave while their handlers sleep
+        self.assertEqual(count(), 40)
+        for s in socks:
             s.close()
         deadline = time.monotonic() + 3
-        while self.state(srv)["conn"] != 0 and time.monotonic() < deadline:
+        while count() != 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.assertEqual(self.state(srv)["conn"], 0)
+        self.assertEqual(count(), 0)
+
+    def test_conn_slots_come_back_after_clients_left_mid_request(self):
+        self.leave_mid_request(
+            b"/conn", lambda: self.state(self.servers[1])["conn"])
+
+    def test_redis_conn_slots_come_back_after_clients_left(self):
+        def count():
+            out = subprocess.run(
+                ["redis-cli", "-p", str(self.redis.port), "GET",
+                 "mf:limit:route:conn:/rconn|"],
+                capture_output=True, text=True, timeout=5).stdout.strip()
+            return int(out or 0)
+        self.leave_mid_request(b"/rconn", count)
 
     def test_a_bad_limit_in_the_config_stops_the_start_naming_it(self):
         bad = os.path.join(self.tmp, "bad.lua")
