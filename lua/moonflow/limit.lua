@@ -71,6 +71,7 @@ local function redis_opt(fname, opts, lim)
         argerror(fname, "redis: a redis:// URL or an mf.redis client expected, got " .. type(r))
     end
     lim.redis = r
+    lim.kind = fname:match("^(mf%.limit%.%a+)")
     local on = opts.on_redis_error
     if on == nil then on = lim.dict and "local" or "allow" end
     if not ON_REDIS_ERROR[on] then
@@ -191,7 +192,7 @@ end
 -- local limit is to answer.
 local function redis_failed(lim, fname, err)
     lim.redis_paused_until = moonflow().now() + REDIS_PAUSE_MS
-    moonflow().log("warn", fname .. ": redis: " .. tostring(err) .. " (on_redis_error = "
+    moonflow().log("warn", lim.kind .. ": redis: " .. tostring(err) .. " (on_redis_error = "
         .. lim.on_redis_error .. " for " .. REDIS_PAUSE_MS .. " ms)")
     if lim.on_redis_error == "allow" then return 0 end
     if lim.on_redis_error == "deny" then return false end
