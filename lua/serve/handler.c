@@ -38,7 +38,9 @@
  * owns the record. Threads the request's code spawns (mf.spawn,
  * ngx.thread.spawn) are adopted (the host's adopt hook): bound to the
  * record, which outlives its coroutine until the last of them ends; the
- * log phase starts only then. A path without
+ * log phase starts only then. Functions given to moonflow.serve's
+ * at_end run as the record goes, however the request ended (they give
+ * back what it held: mf.limit.conn's slots). A path without
  * a script (404) or whose script never loaded (500) is answered at once,
  * without a record.
  *

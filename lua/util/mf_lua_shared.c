@@ -6,7 +6,8 @@
  * answers: get, get_stale, set, safe_set, add, safe_add, replace, delete,
  * incr, lpush, rpush, lpop, rpop, llen, ttl, expire, flush_all,
  * flush_expired, get_keys, capacity, free_space. Times are seconds (ms
- * resolution), as there.
+ * resolution), as there. The module's leaky(d, ...) is the dict's leaky
+ * bucket (mf_shdict_leaky) for moonflow.limit, kept out of the methods.
  *
  * Misuse raises at the caller's line naming the method and the argument (a
  * key that is not a string or a number, empty or over 65535 bytes; a
