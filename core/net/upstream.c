@@ -67,6 +67,8 @@ mf_upstream_t *mf_upstream_find(const char *name, size_t len)
         atomic_load_explicit(&mf__up_dir, memory_order_acquire);
     if (MF_LIKELY(!dir))
         return NULL;
+    if (len == MF_UPSTREAM_NUL)
+        len = strlen(name);
     for (size_t i = 0; i < dir->n; i++) {
         mf_upstream_t *up = dir->groups[i];
         if (strncmp(up->name, name, len) == 0 && up->name[len] == '\0')

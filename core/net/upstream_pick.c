@@ -251,6 +251,7 @@ static void mf__attempt_begin(mf_upstream_try_t *t, mf_upstream_server_t *s)
     t->server = s;
     t->host = s->host;
     t->port = s->port;
+    t->attempt_ns = mf_monotonic_ns();
     atomic_fetch_add_explicit(&s->active, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->requests, 1, memory_order_relaxed);
 }
@@ -310,7 +311,16 @@ int mf_upstream_pick_address(mf_upstream_try_t *t, const char *host,
                 return 0;
             }
         }
-    return MF_ENOENT; /* not a member: the caller connects on its own */
+    /* Not a member: used as it is, with no health to keep. */
+    if (t->attempts && !mf_upstream_may_retry(t))
+        return MF_ENOUPSTREAM;
+    snprintf(t->own_host, sizeof t->own_host, "%s", host);
+    t->attempts++;
+    t->server = NULL;
+    t->host = t->own_host;
+    t->port = port;
+    t->attempt_ns = mf_monotonic_ns();
+    return 0;
 }
 
 /* ---- what an attempt's end teaches --------------------------------------- */
@@ -368,6 +378,14 @@ static void mf__succeeded(mf_upstream_server_t *s, uint64_t latency_ns)
         atomic_store(&s->fails, 0);
         mf__upstream_log(s, "up", "its probe succeeded");
     }
+}
+
+void mf_upstream_abandon(mf_upstream_try_t *t)
+{
+    if (t->server)
+        atomic_fetch_sub_explicit(&t->server->active, 1,
+                                  memory_order_relaxed);
+    t->server = NULL;
 }
 
 void mf_upstream_done(mf_upstream_try_t *t, bool ok, uint64_t latency_ns)

@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "loop.h"
 
 MF_EXTERN_C_BEGIN
 
@@ -120,7 +121,16 @@ typedef struct mf_upstream_try {
     unsigned attempts;
     mf_upstream_server_t *tried[MF_UPSTREAM_MAX_TRIES];
     uint64_t started_ns; /* the first pick (for tries_timeout_ms) */
+    uint64_t attempt_ns; /* the current attempt's pick (its latency) */
+    char own_host[MF_UPSTREAM_HOST_MAX + 1]; /* a balancer's non-member */
 } mf_upstream_try_t;
+
+/* A loop's balancer for a group (OpenResty's balancer_by_lua): picks the
+ * attempt's server with mf_upstream_pick_address (any address) or
+ * mf_upstream_pick (the policy). 0, or a negative MF_E* code the request
+ * fails with. Runs on the loop's thread, once per attempt. */
+typedef int (*mf_upstream_balancer_fn)(void *ud, mf_upstream_try_t *t,
+                                       const char *key, size_t key_len);
 
 typedef struct mf_upstream_server_stats {
     const char *group;
@@ -148,7 +158,9 @@ MF_API int mf_upstream_define(const char *name, const mf_upstream_conf_t *conf,
                               const mf_upstream_server_conf_t *servers,
                               size_t nservers, char *err, size_t cap);
 /* The group of that name, or NULL: no lock, one atomic load when no group
- * exists (a client's cost for an ordinary host). len: the name's length. */
+ * exists (a client's cost for an ordinary host). len: the name's length,
+ * or MF_UPSTREAM_NUL for a NUL-terminated name. */
+#define MF_UPSTREAM_NUL ((size_t)-1)
 MF_API mf_upstream_t *mf_upstream_find(const char *name, size_t len);
 MF_API const char *mf_upstream_name(const mf_upstream_t *up);
 MF_API const mf_upstream_conf_t *mf_upstream_conf(const mf_upstream_t *up);
@@ -181,7 +193,9 @@ static inline void mf_upstream_try_init(mf_upstream_try_t *t, mf_upstream_t *up)
 MF_API int mf_upstream_pick(mf_upstream_try_t *t, const char *key,
                             size_t key_len);
 /* Takes host:port (a balancer's answer) as the next attempt's server:
- * passive health and counters apply when it is one of the group's. */
+ * passive health and counters apply when it is one of the group's; any
+ * other address is copied into the try and used as it is. 0, or
+ * MF_ENOUPSTREAM when it is a member another thread is probing. */
 MF_API int mf_upstream_pick_address(mf_upstream_try_t *t, const char *host,
                                     uint16_t port);
 /* The current attempt ended: ok false counts a failure against its server
@@ -189,8 +203,20 @@ MF_API int mf_upstream_pick_address(mf_upstream_try_t *t, const char *host,
  * current. */
 MF_API void mf_upstream_done(mf_upstream_try_t *t, bool ok,
                              uint64_t latency_ns);
+/* The current attempt ended with no verdict on its server (canceled, or a
+ * stale keep-alive connection): only its count in flight is given back. */
+MF_API void mf_upstream_abandon(mf_upstream_try_t *t);
 /* Whether the try may make another attempt (tries and their time left). */
 MF_API bool mf_upstream_may_retry(const mf_upstream_try_t *t);
+
+/* Sets loop's balancer for up; ud is fn's. fn NULL clears it: any when ud
+ * is NULL, else only the one set with that ud. Loop thread. */
+MF_API void mf_upstream_set_balancer(mf_loop_t *loop, mf_upstream_t *up,
+                                     mf_upstream_balancer_fn fn, void *ud);
+/* The next attempt's server: loop's balancer for t->up if it has one,
+ * else mf_upstream_pick. What clients call. */
+MF_API int mf_upstream_balance(mf_loop_t *loop, mf_upstream_try_t *t,
+                               const char *key, size_t key_len);
 
 /* Every server of every group (up NULL) or of one group. */
 MF_API void mf_upstream_stats(const mf_upstream_t *up, mf_upstream_stats_fn fn,
