@@ -136,6 +136,16 @@ static void mf__probe_end(mf_probe_t *p, bool good, const char *why)
             atomic_store(&s->healthy, true);
             mf__upstream_log(s, "healthy", "active check");
         }
+        /* A server the requests took out answers again: back now, not
+         * after its fail_timeout and a probe request. */
+        int st = MF_UP_DOWN;
+        if (s->ok_run >= h->rise &&
+            (atomic_compare_exchange_strong(&s->pstate, &st, MF_UP_LIVE) ||
+             (st = MF_UP_PROBING,
+              atomic_compare_exchange_strong(&s->pstate, &st, MF_UP_LIVE)))) {
+            atomic_store(&s->fails, 0);
+            mf__upstream_log(s, "up", "active check");
+        }
     } else {
         s->ok_run = 0;
         if (++s->fail_run >= h->fall && atomic_load(&s->healthy)) {
