@@ -43,7 +43,7 @@ def front_files(root, ports, dead):
                         for p, w in zip(ports, WEIGHTS))
     write(os.path.join(root, "conf.lua"), '''return {
     root = "site", workers = 2, access_log = "off",
-    init_worker = "init_worker.lua",
+    init_worker = "init_worker.lua", metrics = { path = "/metrics" },
     routes = { ["/"] = { file = "front.lua" },
                ["/burst"] = { file = "burst.lua" },
                ["/servers"] = { file = "servers.lua" },
@@ -198,6 +198,17 @@ class Upstreams(unittest.TestCase):
         # A probe runs every interval: the server is back within one (plus
         # the probe's own round trip and this poll's step).
         self.assertLess(time.time() - back, HEALTH_INTERVAL + 0.3)
+        # /metrics says so within its one-second tick, and counts the downs.
+        deadline = time.time() + 3
+        series = ('moonflow_upstream_server_up{upstream="api",server="%s"} 1'
+                  % victim)
+        while series not in self.get("/metrics"):
+            self.assertLess(time.time(), deadline, self.get("/metrics"))
+            time.sleep(0.1)
+        downs = re.search(r'moonflow_upstream_server_downs_total'
+                          r'\{upstream="api",server="%s"\} (\d+)'
+                          % re.escape(victim), self.get("/metrics"))
+        self.assertTrue(downs and int(downs.group(1)) >= 1)
 
 
 if __name__ == "__main__":
