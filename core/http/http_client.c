@@ -564,8 +564,7 @@ static int mf__client_task_redirect(mf_http_client_task_t *t)
 /* An upstream group's request goes to another server after a failure of
  * the transport (not of the answer's content), when nothing was relayed to
  * a client yet and the request is idempotent or cannot have been sent. */
-static bool mf__client_task_may_try_another(mf_http_client_task_t *t,
-                                            int state)
+static bool mf__client_task_may_try_another(mf_http_client_task_t *t, int state)
 {
     if (state != MF_STATE_SYS_ERROR && state != MF_STATE_TIMEOUT &&
         state != MF_STATE_TLS_ERROR && state != MF_STATE_DNS_ERROR &&
@@ -706,8 +705,8 @@ static void mf__client_task_explain_open(mf_http_client_task_t *t, int state,
                      o->tls ? "https" : "http", v6 ? "[" : "", host,
                      v6 ? "]" : "", port);
     if (t->ups.up && n > 0 && (size_t)n < sizeof t->why)
-        n += snprintf(t->why + n, sizeof t->why - (size_t)n,
-                      " (upstream '%s')", mf_upstream_name(t->ups.up));
+        n += snprintf(t->why + n, sizeof t->why - (size_t)n, " (upstream '%s')",
+                      mf_upstream_name(t->ups.up));
     if (state == MF_STATE_TLS_ERROR && verify != X509_V_OK && n > 0 &&
         (size_t)n < sizeof t->why)
         snprintf(t->why + n, sizeof t->why - (size_t)n, ": %ld: %s", verify,
@@ -738,8 +737,7 @@ static void mf__client_task_timed_out(mf_timer_t *timer)
     mf_http_client_task_t *t = timer->data;
     mf__http_pool_abandon(&t->user);
     if (t->ups.up) {
-        mf__client_task_upstream_done(t, MF_STATE_TIMEOUT, MF_ETIMEDOUT,
-                                      false);
+        mf__client_task_upstream_done(t, MF_STATE_TIMEOUT, MF_ETIMEDOUT, false);
         if (mf__client_task_may_try_another(t, MF_STATE_TIMEOUT)) {
             mf__client_task_attempt(t);
             return;
@@ -810,8 +808,8 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
     }
     if (picked)
         to = &member;
-    mf_endpoint_t *ep = mf__http_endpoint(t->base._loop, to,
-                                          t->opts.tls_verify, t->opts.ca_file);
+    mf_endpoint_t *ep = mf__http_endpoint(t->base._loop, to, t->opts.tls_verify,
+                                          t->opts.ca_file);
     if (!picked)
         t->why[0] = '\0'; /* a failed attempt before this one is retried */
     t->phase = MF_CT_IDLE;
@@ -947,8 +945,7 @@ void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
     mf__client_task_keep(t, &t->body, data, len);
 }
 
-void mf_task_http_set_upstream_key(mf_task_t *task, const char *key,
-                                   size_t len)
+void mf_task_http_set_upstream_key(mf_task_t *task, const char *key, size_t len)
 {
     mf_http_client_task_t *t = mf__ctask(task);
     if (!t)

@@ -44,7 +44,7 @@ void mf_upstream_set_balancer(mf_loop_t *loop, mf_upstream_t *up,
     for (size_t i = 0; i < n; i++)
         if (b->list[i].up == up) {
             if (!fn && ud && b->list[i].ud != ud)
-                return; /* another setter's since */
+                return;                   /* another setter's since */
             b->list[i] = b->list[--b->n]; /* replaced below, or cleared */
             n--;
             break;
@@ -57,8 +57,8 @@ void mf_upstream_set_balancer(mf_loop_t *loop, mf_upstream_t *up,
     mf_loop_set(loop, &mf__balancer_key, b);
 }
 
-int mf_upstream_balance(mf_loop_t *loop, mf_upstream_try_t *t,
-                        const char *key, size_t key_len)
+int mf_upstream_balance(mf_loop_t *loop, mf_upstream_try_t *t, const char *key,
+                        size_t key_len)
 {
     const mf_balancers_t *b = mf_loop_get(loop, &mf__balancer_key);
     for (size_t i = 0; b && i < b->n; i++)

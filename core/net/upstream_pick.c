@@ -383,8 +383,7 @@ static void mf__succeeded(mf_upstream_server_t *s, uint64_t latency_ns)
 void mf_upstream_abandon(mf_upstream_try_t *t)
 {
     if (t->server)
-        atomic_fetch_sub_explicit(&t->server->active, 1,
-                                  memory_order_relaxed);
+        atomic_fetch_sub_explicit(&t->server->active, 1, memory_order_relaxed);
     t->server = NULL;
 }
 

@@ -3,15 +3,14 @@
  * the module moonflow.upstream behind mf.upstream:
  *
  *   local up = mf.upstream("api", { servers = {"127.0.0.1:8081",
- *                {"127.0.0.1:8082", weight = 5}, {"10.0.0.9:80", backup = true}},
- *              policy = "consistent_hash", max_fails = 3, fail_timeout = 10,
- *              tries = 2, tries_timeout = 5,
- *              health = { type = "http", path = "/health", interval = 2,
- *                         timeout = 1, rise = 2, fall = 3, statuses = {200} },
- *              balancer = function(ctx) return host, port end })
- *   mf.upstream("api")              -- the group object, or nil
- *   up:servers()  up:add(addr [, {weight, backup}])  up:remove(addr)
- *   up:weight(addr, w)  up:drain(addr [, on])  up:pick([key])  up.name
+ *                {"127.0.0.1:8082", weight = 5}, {"10.0.0.9:80", backup =
+ * true}}, policy = "consistent_hash", max_fails = 3, fail_timeout = 10, tries =
+ * 2, tries_timeout = 5, health = { type = "http", path = "/health", interval =
+ * 2, timeout = 1, rise = 2, fall = 3, statuses = {200} }, balancer =
+ * function(ctx) return host, port end }) mf.upstream("api")              -- the
+ * group object, or nil up:servers()  up:add(addr [, {weight, backup}])
+ * up:remove(addr) up:weight(addr, w)  up:drain(addr [, on])  up:pick([key])
+ * up.name
  *
  * Times are seconds (fractions allowed), as in the serve config. A group
  * is the process's: defining it again from every worker with the same
@@ -32,6 +31,7 @@
 #include <moonflow/upstream.h>
 
 #include "net/mf_lua_socket.h"
+#include <moonflow/lua_upstream.h>
 
 #define MF_LUA_UPSTREAM "moonflow.upstream"
 
@@ -43,10 +43,14 @@ typedef struct mf_lua_upstream {
     int thread_ref, balancer_ref, key_ref;
 } mf_lua_upstream_t;
 
-static const char *const mf__policies[] = {
-    "weighted_round_robin", "random", "least_conn",
-    "consistent_hash",      "ewma",   "manual",     NULL};
-static const char *const mf__checks[] = {"none", "tcp",   "http",
+static const char *const mf__policies[] = {"weighted_round_robin",
+                                           "random",
+                                           "least_conn",
+                                           "consistent_hash",
+                                           "ewma",
+                                           "manual",
+                                           NULL};
+static const char *const mf__checks[] = {"none",  "tcp",   "http",
                                          "redis", "mysql", NULL};
 
 /* ---- the definition table ------------------------------------------------ */
@@ -96,8 +100,9 @@ static int mf__enum_field(lua_State *L, int t, const char *name,
             lua_pop(L, 1);
             return i;
         }
-    return luaL_error(L, "mf.upstream: %s: '%s' is not one of the known "
-                         "values (%s, %s ...)",
+    return luaL_error(L,
+                      "mf.upstream: %s: '%s' is not one of the known "
+                      "values (%s, %s ...)",
                       name, s ? s : luaL_typename(L, -1), names[0], names[1]);
 }
 
@@ -164,8 +169,9 @@ static size_t mf__servers(lua_State *L, int t, mf_upstream_server_conf_t *out)
             lua_pop(L, 1);
         }
         if (!s->address)
-            luaL_error(L, "mf.upstream: servers[%d]: \"host:port\" or "
-                          "{\"host:port\", weight =, backup =} expected",
+            luaL_error(L,
+                       "mf.upstream: servers[%d]: \"host:port\" or "
+                       "{\"host:port\", weight =, backup =} expected",
                        (int)i + 1);
         lua_pop(L, 1);
     }
@@ -176,13 +182,13 @@ static size_t mf__servers(lua_State *L, int t, mf_upstream_server_conf_t *out)
 static void mf__conf(lua_State *L, int t, mf_upstream_conf_t *conf)
 {
     static const char *const known[] = {
-        "servers", "policy",        "max_fails", "fail_timeout", "tries",
-        "tries_timeout", "health",  "balancer",  "key",          NULL};
+        "servers",       "policy", "max_fails", "fail_timeout", "tries",
+        "tries_timeout", "health", "balancer",  "key",          NULL};
     lua_pushnil(L);
     while (lua_next(L, t)) { /* a misspelt key is refused, naming it */
         lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
-                                                        : NULL;
+        const char *k =
+            lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
         bool ok = false;
         for (int i = 0; k && known[i]; i++)
             ok = ok || strcmp(k, known[i]) == 0;
@@ -201,7 +207,8 @@ static void mf__conf(lua_State *L, int t, mf_upstream_conf_t *conf)
     mf__health(L, t, &conf->health);
 }
 
-/* ---- the balancer: a Lua function per attempt ----------------------------- */
+/* ---- the balancer: a Lua function per attempt -----------------------------
+ */
 
 /* Calls the group's key function (if any) on key, then the balancer (if
  * any) with ctx {name, key, attempt}; host, port from it, or the policy's
@@ -345,6 +352,47 @@ static int mf__upstream(lua_State *L)
     return 1;
 }
 
+/* The protected part of mf_lua_upstream_define_from: name (1), the
+ * definition (2). */
+static int mf__define_plain(lua_State *L)
+{
+    const char *name = lua_tostring(L, 1);
+    mf_upstream_conf_t conf;
+    mf__conf(L, 2, &conf);
+    static const char *const hooks[] = {"balancer", "key"};
+    for (size_t i = 0; i < 2; i++) {
+        lua_getfield(L, 2, hooks[i]);
+        if (!lua_isnil(L, -1))
+            luaL_error(L,
+                       "mf.upstream: %s: a function runs in a worker: set "
+                       "it with mf.upstream in init_worker",
+                       hooks[i]);
+        lua_pop(L, 1);
+    }
+    mf_upstream_server_conf_t servers[MF_UPSTREAM_MAX_SERVERS];
+    size_t n = mf__servers(L, 2, servers);
+    char err[256];
+    if (mf_upstream_define(name, &conf, servers, n, err, sizeof err) < 0)
+        luaL_error(L, "mf.upstream: %s", err);
+    return 0;
+}
+
+int mf_lua_upstream_define_from(lua_State *L, int idx, const char *name,
+                                char *err, size_t cap)
+{
+    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+    lua_pushcfunction(L, mf__define_plain);
+    lua_pushstring(L, name);
+    lua_pushvalue(L, idx);
+    if (lua_pcall(L, 2, 0, 0) == 0)
+        return 0;
+    const char *msg = lua_tostring(L, -1);
+    const char *words = msg ? strstr(msg, "mf.upstream: ") : NULL;
+    snprintf(err, cap, "%s", words ? words + 13 : msg ? msg : "error");
+    lua_pop(L, 1);
+    return -1;
+}
+
 static mf_lua_upstream_t *mf__check(lua_State *L)
 {
     return mf_lua_check_udata(L, 1, MF_LUA_UPSTREAM);
@@ -450,8 +498,7 @@ static int mf__pick(lua_State *L)
                      : mf_upstream_pick(&t, key, len);
     if (rc < 0) {
         lua_pushnil(L);
-        lua_pushfstring(L, "no live upstream in '%s'",
-                        mf_upstream_name(u->up));
+        lua_pushfstring(L, "no live upstream in '%s'", mf_upstream_name(u->up));
         return 2;
     }
     bool v6 = strchr(t.host, ':') != NULL;

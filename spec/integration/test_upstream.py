@@ -44,18 +44,18 @@ def front_files(root, ports, dead):
     write(os.path.join(root, "conf.lua"), '''return {
     root = "site", workers = 2, access_log = "off",
     init_worker = "init_worker.lua", metrics = { path = "/metrics" },
+    upstreams = { gone = { servers = { "127.0.0.1:%d" }, max_fails = 1 } },
     routes = { ["/"] = { file = "front.lua" },
                ["/burst"] = { file = "burst.lua" },
                ["/servers"] = { file = "servers.lua" },
                ["/dead"] = { file = "dead.lua" } },
 }
-''')
+''' % dead)
     write(os.path.join(root, "init_worker.lua"), '''local mf = require "moonflow"
 mf.upstream("api", { servers = { %s }, max_fails = 2, fail_timeout = 30,
     health = { type = "http", path = "/", interval = %s, timeout = 0.3,
                rise = 1, fall = 1 } })
-mf.upstream("gone", { servers = { "127.0.0.1:%d" }, max_fails = 1 })
-''' % (servers, HEALTH_INTERVAL, dead))
+''' % (servers, HEALTH_INTERVAL))
     write(os.path.join(root, "site", "front.lua"), '''local mf = require "moonflow"
 return function(req, resp)
     local r, err = mf.http.get("http://api/")
@@ -171,6 +171,20 @@ class Upstreams(unittest.TestCase):
                         first)
         self.assertIn("(upstream 'gone')", first)
         self.assertEqual(second, "no live upstream: 'gone'")
+
+    def test_4_a_bad_upstream_in_the_config_is_refused_at_start(self):
+        bad = os.path.join(self.root, "bad.lua")
+        write(bad, 'return { upstreams = { api = { servers = { "x" } },'
+                   ' other = { servers = {}, polcy = "random" } } }\n')
+        out = subprocess.run([MOONFLOW, "serve", "--config", bad,
+                              "--listen", "127.0.0.1:%d" % free_port()],
+                             capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(out.returncode, 0)
+        # The first bad entry met (a table's order) is named.
+        self.assertTrue(
+            "upstreams.api: server 'x' is not host:port" in out.stderr
+            or "upstreams.other: unknown key 'polcy'" in out.stderr,
+            out.stderr)
 
     @unittest.skipUnless(shutil.which("wrk"), "wrk is not installed")
     def test_3_a_killed_backend_is_skipped_and_taken_back(self):

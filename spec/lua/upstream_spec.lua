@@ -119,6 +119,24 @@ describe("mf.upstream", function()
         assert.are.equal("no live upstream: 'spec_gone'", err)
     end)
 
+    it("connects a cosocket to a live server of a group", function()
+        mf.upstream("spec_sock", { servers = { "127.0.0.1:" .. dead,
+            "127.0.0.1:" .. port }, max_fails = 1, fail_timeout = 60 })
+        for _ = 1, 3 do
+            local sock = mf.socket.tcp()
+            assert(sock:connect("spec_sock", 80)) -- the port is the servers'
+            assert(sock:send("GET / HTTP/1.0\r\n\r\n"))
+            assert.are.equal("HTTP/1.1 200 OK", sock:receive("*l"))
+            sock:close()
+        end
+        mf.upstream("spec_sock_gone", { servers = { "127.0.0.1:" .. dead },
+                                        max_fails = 1, fail_timeout = 60 })
+        local _, err = mf.socket.tcp():connect("spec_sock_gone", 80)
+        assert.are.equal("connection refused", err)
+        _, err = mf.socket.tcp():connect("spec_sock_gone", 80)
+        assert.are.equal("no live upstream", err)
+    end)
+
     it("runs the balancer per attempt with the request's key", function()
         local seen = {}
         mf.upstream("spec_bal", { servers = { "127.0.0.1:" .. dead },
