@@ -137,6 +137,29 @@ describe("mf.upstream", function()
         assert.are.equal("no live upstream", err)
     end)
 
+    it("opens MySQL connections on a live server of a group", function()
+        local url = assert(os.getenv("MF_MYSQL_URL"))
+        local hostport = assert(url:match("@([^/]+)/"))
+        mf.upstream("spec_db", { servers = { "127.0.0.1:" .. dead, hostport },
+                                 max_fails = 1, fail_timeout = 60 })
+        local db = mf.mysql((url:gsub("@[^/]+/", "@spec_db/")))
+        for i = 1, 3 do
+            local res = assert(db:query("SELECT ? AS n", i))
+            assert.are.equal(i, tonumber(res[1].n))
+        end
+        local s = mf.upstream("spec_db"):servers()
+        assert.are.equal("down", s[1].state)
+        assert.are.equal("up", s[2].state)
+        mf.upstream("spec_db_gone", { servers = { "127.0.0.1:" .. dead },
+                                      max_fails = 1, fail_timeout = 60 })
+        local gone = mf.mysql((url:gsub("@[^/]+/", "@spec_db_gone/")))
+        local res, err = gone:query("SELECT 1")
+        assert.is_nil(res)
+        assert.truthy(err:find("Can't connect", 1, true), err)
+        res, err = gone:query("SELECT 1")
+        assert.truthy(err:find("no live upstream"), err)
+    end)
+
     it("runs the balancer per attempt with the request's key", function()
         local seen = {}
         mf.upstream("spec_bal", { servers = { "127.0.0.1:" .. dead },
