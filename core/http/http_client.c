@@ -561,10 +561,29 @@ static int mf__client_task_redirect(mf_http_client_task_t *t)
     return 1;
 }
 
+/* An upstream group's request goes to another server after a failure of
+ * the transport (not of the answer's content), when nothing was relayed to
+ * a client yet and the request is idempotent or cannot have been sent. */
+static bool mf__client_task_may_try_another(mf_http_client_task_t *t, int state)
+{
+    if (state != MF_STATE_SYS_ERROR && state != MF_STATE_TIMEOUT &&
+        state != MF_STATE_TLS_ERROR && state != MF_STATE_DNS_ERROR &&
+        state != MF_STATE_PROTOCOL_ERROR)
+        return false;
+    if (t->relayed)
+        return false;
+    bool unsent = t->phase == MF_CT_OPENING || t->phase == MF_CT_WAITING;
+    if (!unsent && !mf__method_idempotent(t) && !t->opts.retry_non_idempotent)
+        return false;
+    return mf_upstream_may_retry(&t->ups);
+}
+
 /* Whether a failed attempt may go again: only if the request cannot have
  * been processed (nothing answered) and repeating it is harmless. */
 static bool mf__client_task_may_retry(mf_http_client_task_t *t, int state)
 {
+    if (t->ups.up)
+        return mf__client_task_may_try_another(t, state);
     if (state != MF_STATE_SYS_ERROR || t->got_bytes || t->forward)
         return false;
     if (t->retries >= t->opts.max_retries)
@@ -596,6 +615,25 @@ static bool mf__client_task_surplus(const mf_http_client_task_t *t)
     return t->in.len != t->head_len + t->body_len;
 }
 
+/* What the attempt teaches its upstream server: a success and its time,
+ * a failure of the transport, or nothing (a stale keep-alive connection,
+ * a cancel, an answer the request refused). */
+static void mf__client_task_upstream_done(mf_http_client_task_t *t, int state,
+                                          int error, bool stale)
+{
+    if (state == MF_STATE_SUCCESS && !stale)
+        mf_upstream_done(&t->ups, true, mf_monotonic_ns() - t->ups.attempt_ns);
+    else if (stale || state == MF_STATE_CANCELED ||
+             state == MF_STATE_TASK_ERROR)
+        mf_upstream_abandon(&t->ups);
+    else
+        mf_upstream_done(&t->ups, false, 0);
+    if (state != MF_STATE_SUCCESS) {
+        t->last_state = state;
+        t->last_error = error;
+    }
+}
+
 void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
@@ -604,6 +642,8 @@ void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
     bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
                  mf__method_idempotent(t);
     mf__http_pool_release(&t->user, reuse);
+    if (t->ups.up)
+        mf__client_task_upstream_done(t, state, error, stale);
     int redirect = ok ? mf__client_task_redirect(t) : 0;
     if (redirect < 0) {
         mf__client_task_complete(t, MF_STATE_TASK_ERROR, redirect);
@@ -658,10 +698,15 @@ static void mf__client_task_explain_open(mf_http_client_task_t *t, int state,
                                          long verify)
 {
     const mf_http_origin_t *o = &t->origin;
-    bool v6 = strchr(o->host, ':') != NULL;
+    const char *host = t->ups.up ? t->ups.host : o->host;
+    unsigned port = t->ups.up ? t->ups.port : o->port;
+    bool v6 = strchr(host, ':') != NULL;
     int n = snprintf(t->why, sizeof t->why, "%s://%s%s%s:%u",
-                     o->tls ? "https" : "http", v6 ? "[" : "", o->host,
-                     v6 ? "]" : "", (unsigned)o->port);
+                     o->tls ? "https" : "http", v6 ? "[" : "", host,
+                     v6 ? "]" : "", port);
+    if (t->ups.up && n > 0 && (size_t)n < sizeof t->why)
+        n += snprintf(t->why + n, sizeof t->why - (size_t)n, " (upstream '%s')",
+                      mf_upstream_name(t->ups.up));
     if (state == MF_STATE_TLS_ERROR && verify != X509_V_OK && n > 0 &&
         (size_t)n < sizeof t->why)
         snprintf(t->why + n, sizeof t->why - (size_t)n, ": %ld: %s", verify,
@@ -691,9 +736,61 @@ static void mf__client_task_timed_out(mf_timer_t *timer)
 {
     mf_http_client_task_t *t = timer->data;
     mf__http_pool_abandon(&t->user);
+    if (t->ups.up) {
+        mf__client_task_upstream_done(t, MF_STATE_TIMEOUT, MF_ETIMEDOUT, false);
+        if (mf__client_task_may_try_another(t, MF_STATE_TIMEOUT)) {
+            mf__client_task_attempt(t);
+            return;
+        }
+    }
     mf__client_task_settle(t, MF_STATE_TIMEOUT);
     t->phase = MF_CT_DONE;
     mf_task_complete(&t->base, MF_STATE_TIMEOUT, MF_ETIMEDOUT);
+}
+
+/* When the origin's host names an upstream group, the attempt's server
+ * (moonflow/upstream.h) into *member: 1; 0 for an ordinary host; or a
+ * negative MF_E* code when the group has no server left to try. */
+static int mf__client_task_pick(mf_http_client_task_t *t,
+                                mf_http_origin_t *member)
+{
+    mf_upstream_t *up = mf_upstream_find(t->origin.host, MF_UPSTREAM_NUL);
+    if (MF_LIKELY(!up)) {
+        t->ups.up = NULL; /* a redirect left the group */
+        return 0;
+    }
+    if (t->ups.up != up)
+        mf_upstream_try_init(&t->ups, up);
+    const char *key = t->url.data + t->path_off;
+    size_t key_len = strlen(key);
+    if (t->upstream_key.len) {
+        key = t->upstream_key.data;
+        key_len = t->upstream_key.len;
+    }
+    int rc = mf_upstream_balance(t->base._loop, &t->ups, key, key_len);
+    if (rc < 0)
+        return rc;
+    member->tls = t->origin.tls;
+    member->port = t->ups.port;
+    snprintf(member->host, sizeof member->host, "%s", t->ups.host);
+    return 1;
+}
+
+/* No server is left: the last attempt's failure, or (none made) the
+ * group's. */
+static void mf__client_task_no_server(mf_http_client_task_t *t, int rc)
+{
+    const char *name = mf_upstream_name(t->ups.up);
+    if (t->last_state) {
+        size_t n = strlen(t->why);
+        snprintf(t->why + n, sizeof t->why - n, "; no other server in '%s'",
+                 name);
+        mf__client_task_complete(t, t->last_state, t->last_error);
+        return;
+    }
+    snprintf(t->why, sizeof t->why, "'%s'", name); /* after the words */
+    mf__client_task_complete(t, MF_STATE_TASK_ERROR,
+                             rc == MF_ENOUPSTREAM ? MF_ENOUPSTREAM : rc);
 }
 
 static void mf__client_task_attempt(mf_http_client_task_t *t)
@@ -702,9 +799,19 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
         mf__client_task_complete(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
         return;
     }
-    mf_endpoint_t *ep = mf__http_endpoint(t->base._loop, &t->origin,
-                                          t->opts.tls_verify, t->opts.ca_file);
-    t->why[0] = '\0'; /* a failed attempt before this one is retried */
+    mf_http_origin_t member;
+    const mf_http_origin_t *to = &t->origin;
+    int picked = mf__client_task_pick(t, &member);
+    if (MF_UNLIKELY(picked < 0)) {
+        mf__client_task_no_server(t, picked);
+        return;
+    }
+    if (picked)
+        to = &member;
+    mf_endpoint_t *ep = mf__http_endpoint(t->base._loop, to, t->opts.tls_verify,
+                                          t->opts.ca_file);
+    if (!picked)
+        t->why[0] = '\0'; /* a failed attempt before this one is retried */
     t->phase = MF_CT_IDLE;
     t->user.traced = mf_task_trace(&t->base) != NULL;
     mf__client_task_arm(t, t->opts.connect_timeout_ms);
@@ -742,6 +849,8 @@ static void mf__client_task_cancel(mf_task_t *task)
         return;
     mf_timer_stop(task->_loop, &t->timer);
     mf__http_pool_abandon(&t->user);
+    if (t->ups.up)
+        mf_upstream_abandon(&t->ups);
     /* A per-task timeout lands here too: the engine decided the state. */
     mf__client_task_settle(t, task->_state);
     t->phase = MF_CT_DONE;
@@ -754,8 +863,10 @@ static void mf__client_task_destroy(mf_task_t *task)
     mf_loop_t *loop = task->_loop;
     mf_timer_stop(loop, &t->timer);
     mf__http_pool_abandon(&t->user);
-    mf_buf_t *bufs[] = {&t->method, &t->url, &t->headers,
-                        &t->body,   &t->out, &t->in};
+    if (t->ups.up)
+        mf_upstream_abandon(&t->ups);
+    mf_buf_t *bufs[] = {&t->method, &t->url, &t->headers,     &t->body,
+                        &t->out,    &t->in,  &t->upstream_key};
     for (size_t i = 0; i < MF_ARRAY_SIZE(bufs); i++)
         mf__buf_release(loop, bufs[i]);
     mf_loop_free(loop, t, sizeof(*t));
@@ -778,6 +889,7 @@ mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
     mf_http_client_task_t *t = mf_loop_alloc(loop, sizeof(*t));
     memset(t, 0, offsetof(mf_http_client_task_t, resp_headers));
     mf_task_init(&t->base, &mf__client_task_ops, loop, cb, user);
+    t->ups.up = NULL; /* the rest once a group is met */
     mf_http_client_opts_init(&t->opts);
     mf_timer_init(&t->timer, mf__client_task_timed_out, t);
     mf__http_pool_user_init(&t->user, &mf__client_task_conn_ops);
@@ -831,6 +943,15 @@ void mf_task_http_set_body(mf_task_t *task, const void *data, size_t len)
         return;
     t->body.len = 0;
     mf__client_task_keep(t, &t->body, data, len);
+}
+
+void mf_task_http_set_upstream_key(mf_task_t *task, const char *key, size_t len)
+{
+    mf_http_client_task_t *t = mf__ctask(task);
+    if (!t)
+        return;
+    t->upstream_key.len = 0;
+    mf__client_task_keep(t, &t->upstream_key, key, len);
 }
 
 int mf_task_http_status(const mf_task_t *task)

@@ -24,6 +24,7 @@
 #include "moonflow/endpoint.h"
 #include "moonflow/http_client.h"
 #include "moonflow/http_server.h"
+#include "moonflow/upstream.h"
 #include "net/client_open.h"
 #include "net/tls.h"
 
@@ -150,11 +151,16 @@ struct mf_http_client_task {
     bool paused;        /* the client is slow: stop reading the upstream */
     uint64_t body_seen; /* body bytes relayed and dropped from `in` */
     mf_http_timings_t timings; /* a traced task's (mf__client_task_mark) */
+    mf_buf_t upstream_key; /* the group's hash key ("": the path) */
+    int last_state, last_error; /* of the last failed attempt */
     /* What a failure is about (mf_task_http_error_detail): the malformed
      * URL's fault, or the origin a connection to failed; "" otherwise. */
     char why[224];
-    /* Last: creation zeroes everything before it, the parser fills it. */
+    /* Creation zeroes everything before it; the parser fills it. */
     mf_http_header_t resp_headers[MF_HTTP_CLIENT_MAX_HEADERS];
+    /* The attempts' servers when the host names an upstream group (only
+     * ups.up is set at creation: the rest when a group is met). */
+    mf_upstream_try_t ups;
 };
 
 /* Reads and processes what the connection has (relaying when forwarding). */

@@ -469,18 +469,32 @@ static const mf_mysql_conn_hooks_t mf__killer_hooks = {
 };
 
 /* A KILL connection, not pooled: sends KILL CONNECTION id once open. */
-static void mf__killer_open(mf_mysql_client_t *c, unsigned long id)
+/* A KILL connection for id on target's server (an upstream group's
+ * connections are on several), or NULL: the URL's. */
+static void mf__killer_open_to(mf_mysql_client_t *c, unsigned long id,
+                               const mf_mysql_conn_t *target)
 {
     mf_mysql_conn_t *conn = mf__mysql_conn_create(c, &mf__killer_hooks);
     conn->kill_id = id;
+    if (target) {
+        snprintf(conn->host, sizeof conn->host, "%s", target->host);
+        conn->port = target->port;
+    }
     mf_list_push_back(&c->killers, &conn->link);
     mf__mysql_conn_connect(conn);
+}
+
+static void mf__killer_open(mf_mysql_client_t *c, unsigned long id)
+{
+    mf__killer_open_to(c, id, NULL);
 }
 
 void mf__mysql_client_kill(mf_mysql_conn_t *conn)
 {
     mf_mysql_client_t *c = conn->client;
-    if (conn->thread_id && mf__mysql_conn_is_open(conn)) {
+    if (conn->thread_id && mf__mysql_conn_is_open(conn) && conn->ups) {
+        mf__killer_open_to(c, conn->thread_id, conn); /* its own server */
+    } else if (conn->thread_id && mf__mysql_conn_is_open(conn)) {
         if (mf_list_empty(&c->killers))
             mf__killer_open(c, conn->thread_id);
         else

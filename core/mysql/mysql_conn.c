@@ -116,6 +116,10 @@ static void mf__conn_free_cb(mf_post_t *post)
         mf_loop_defer(conn->loop, post); /* its DNS callback still reads it */
         return;
     }
+    if (conn->ups) {
+        mf_upstream_abandon(conn->ups);
+        mf_loop_free(conn->loop, conn->ups, sizeof(*conn->ups));
+    }
     mf_loop_free(conn->loop, conn, sizeof(*conn));
 }
 
@@ -271,6 +275,9 @@ void mf__mysql_conn_send_kill(mf_mysql_conn_t *conn, unsigned long id)
 
 /* The connection did not open: code/sqlstate/message explain why (NULL
  * message: the connector's own words). */
+static bool mf__conn_next_server(mf_mysql_conn_t *conn, int state);
+static void mf__conn_retry_cb(mf_post_t *post);
+
 static void mf__conn_refused(mf_mysql_conn_t *conn, int state, int error,
                              unsigned code, const char *sqlstate,
                              const char *message)
@@ -282,6 +289,8 @@ static void mf__conn_refused(mf_mysql_conn_t *conn, int state, int error,
         message = mysql_error(m);
     }
     mf_timer_stop(conn->loop, &conn->connect_timer);
+    if (conn->ups && mf__conn_next_server(conn, state))
+        return;
     conn->broken = true;
     conn->hooks->open_failed(conn, state, error, code, sqlstate, message);
 }
@@ -312,6 +321,9 @@ static void mf__conn_opened(mf_mysql_conn_t *conn)
     }
     conn->thread_id = mysql_thread_id(&conn->mysql);
     conn->state = MF_MCONN_OPEN;
+    if (conn->ups) /* a connection's request to its server: its open */
+        mf_upstream_done(conn->ups, true,
+                         mf_monotonic_ns() - conn->ups->attempt_ns);
     conn->hooks->opened(conn);
 }
 
@@ -322,7 +334,7 @@ static int mf__step_connect(mf_mysql_conn_t *conn, int ready)
         return mysql_real_connect_start(
             &conn->ret.mysql, &conn->mysql,
             ep->socket_path ? "localhost" : conn->addr, ep->user, ep->password,
-            ep->db, ep->port, ep->socket_path,
+            ep->db, conn->port, ep->socket_path,
             CLIENT_MULTI_STATEMENTS | CLIENT_MULTI_RESULTS);
     return mysql_real_connect_cont(&conn->ret.mysql, &conn->mysql, ready);
 }
@@ -400,9 +412,38 @@ mf_mysql_conn_t *mf__mysql_conn_create(mf_mysql_client_t *client,
     mf_timer_init(&conn->op_timer, mf__conn_op_timer_cb, conn);
     mf_timer_init(&conn->connect_timer, mf__conn_connect_timer_cb, conn);
     mf_post_init(&conn->free_post, mf__conn_free_cb, conn);
+    mf_post_init(&conn->retry_post, mf__conn_retry_cb, conn);
     mf_list_init(&conn->link);
     conn->state = MF_MCONN_RESOLVING;
     return conn;
+}
+
+/* The server this connection dials: a KILL connection's was set by its
+ * maker, a retry's by mf__conn_next_server; a group's name gives its pick
+ * (0, or MF_ENOUPSTREAM); else the URL's. */
+static int mf__conn_server(mf_mysql_conn_t *conn)
+{
+    const mf_mysql_client_t *client = conn->client;
+    if (conn->host[0]) /* a KILL connection's, or the retry's pick */
+        return 0;
+    mf_upstream_t *up =
+        conn->ups ? conn->ups->up
+                  : mf_upstream_find(client->ep.host, MF_UPSTREAM_NUL);
+    if (MF_LIKELY(!up)) {
+        snprintf(conn->host, sizeof conn->host, "%s", client->ep.host);
+        conn->port = client->ep.port;
+        return 0;
+    }
+    if (!conn->ups) {
+        conn->ups = mf_loop_alloc(conn->loop, sizeof *conn->ups);
+        mf_upstream_try_init(conn->ups, up);
+    }
+    int rc = mf_upstream_balance(conn->loop, conn->ups, NULL, 0);
+    if (rc < 0)
+        return rc;
+    snprintf(conn->host, sizeof conn->host, "%s", conn->ups->host);
+    conn->port = conn->ups->port;
+    return 0;
 }
 
 void mf__mysql_conn_connect(mf_mysql_conn_t *conn)
@@ -415,12 +456,54 @@ void mf__mysql_conn_connect(mf_mysql_conn_t *conn)
         return;
     }
     if (client->ep.socket_path) {
+        conn->port = client->ep.port;
         mf__conn_handshake(conn);
         return;
     }
+    if (mf__conn_server(conn) < 0) {
+        mf_timer_stop(conn->loop, &conn->connect_timer);
+        conn->broken = true;
+        conn->hooks->open_failed(conn, MF_STATE_TASK_ERROR, MF_ENOUPSTREAM,
+                                 CR_CONN_HOST_ERROR, "HY000",
+                                 "no live upstream");
+        return;
+    }
+    conn->state = MF_MCONN_RESOLVING;
     conn->resolving = true;
-    mf_dns_query_start(conn->loop, &conn->dns, client->ep.host, client->ep.port,
+    mf_dns_query_start(conn->loop, &conn->dns, conn->host, conn->port,
                        mf__conn_dns_cb, conn);
+}
+
+/* The deferred retry: the failed handle goes, the next server is dialed. */
+static void mf__conn_retry_cb(mf_post_t *post)
+{
+    mf_mysql_conn_t *conn = post->data;
+    if (conn->state == MF_MCONN_CLOSED)
+        return;
+    mf_io_stop(conn->loop, &conn->io);
+    mf_timer_stop(conn->loop, &conn->op_timer);
+    conn->broken = true; /* the handle is shut, not quit politely */
+    mf__conn_close_handle(conn);
+    conn->broken = false;
+    mf__mysql_conn_connect(conn);
+}
+
+/* A failed open of a group's connection: counted against its server; the
+ * next server is tried when the failure was the link's (not TLS, not the
+ * server refusing the login) and the group allows another attempt. */
+static bool mf__conn_next_server(mf_mysql_conn_t *conn, int state)
+{
+    mf_upstream_done(conn->ups, false, 0);
+    if (state != MF_STATE_SYS_ERROR && state != MF_STATE_TIMEOUT &&
+        state != MF_STATE_DNS_ERROR)
+        return false;
+    if (!mf_upstream_may_retry(conn->ups) ||
+        mf_upstream_balance(conn->loop, conn->ups, NULL, 0) < 0)
+        return false; /* this failure is the open's */
+    snprintf(conn->host, sizeof conn->host, "%s", conn->ups->host);
+    conn->port = conn->ups->port;
+    mf_loop_defer(conn->loop, &conn->retry_post);
+    return true;
 }
 
 bool mf__mysql_conn_is_open(const mf_mysql_conn_t *conn)

@@ -90,6 +90,7 @@
 #include "moonflow/dns.h"
 #include "moonflow/endpoint.h"
 #include "moonflow/mysql.h"
+#include "moonflow/upstream.h"
 
 typedef struct mf_mysql_conn mf_mysql_conn_t;
 typedef struct mf_mysql_task mf_mysql_task_t;
@@ -276,6 +277,14 @@ struct mf_mysql_conn {
     unsigned long kill_id;   /* a KILL connection: whom to kill */
     char kill_sql[48];
     char addr[64]; /* the numeric address the connector connects to */
+    /* The server it dials: the URL's, an upstream group's pick, or (a KILL
+     * connection) its target's. host "" until the connect starts. */
+    char host[MF_UPSTREAM_HOST_MAX + 1];
+    uint16_t port;
+    /* A connection to a group's name: its attempts (loop memory, freed
+     * with it); NULL otherwise. */
+    mf_upstream_try_t *ups;
+    mf_post_t retry_post; /* the next server, out of the connector's call */
     mf_mysql_waiter_t *opener;   /* the waiter it is being opened for */
     mf_mysql_task_t *task;       /* the task it serves, if any */
     mf_mysql_session_t *session; /* the session it is pinned to */

@@ -29,8 +29,13 @@ enum { MF_STREAM_T_CONNECT, MF_STREAM_T_SEND, MF_STREAM_T_READ };
 static void mf__stream_maybe_free(mf_stream_t *s)
 {
     if (s->state == MF_STREAM_CLOSED && !s->rd.posted && !s->wr.posted &&
-        !mf__dial_active(&s->dial) && !s->in_callback)
+        !mf__dial_active(&s->dial) && !s->in_callback) {
+        if (s->ups) {
+            mf_upstream_abandon(s->ups);
+            mf_loop_free(s->loop, s->ups, sizeof *s->ups);
+        }
         mf_loop_free(s->loop, s, sizeof *s);
+    }
 }
 
 /* ---- operations: start, complete (deferred), time out ---------------- */
@@ -82,6 +87,8 @@ static void mf__stream_write_timed_out(mf_timer_t *timer)
 {
     mf_stream_t *s = timer->data;
     if (s->state == MF_STREAM_CONNECTING || s->state == MF_STREAM_HANDSHAKING) {
+        if (s->ups && s->state == MF_STREAM_CONNECTING)
+            mf_upstream_done(s->ups, false, 0); /* its server timed out */
         s->state = MF_STREAM_FAILED;
         mf__dial_cancel(&s->dial); /* a DNS query still calls back */
         mf_io_stop(s->loop, &s->io);
@@ -373,15 +380,54 @@ static int mf__stream_dial_unix(mf_stream_t *s, const char *path)
 
 /* The dial ended: open (a TCP connection, or a connected UDP socket), or
  * failed with the resolver's or the last connect's code. */
+static void mf__stream_dial_group(mf_stream_t *s);
+
+/* A failed connect to a group's server: the socket made for it goes, and
+ * the next server is dialed (true), unless the group has none left. */
+static bool mf__stream_next_server(mf_stream_t *s, int state)
+{
+    mf_upstream_done(s->ups, false, 0);
+    if (state == MF_STATE_CANCELED || !mf_upstream_may_retry(s->ups))
+        return false;
+    if (s->io.fd >= 0) {
+        mf_io_stop(s->loop, &s->io);
+        close(s->io.fd);
+        s->io.fd = -1;
+    }
+    mf__stream_dial_group(s);
+    return true;
+}
+
 static void mf__stream_dialed(mf_dial_t *d, int state, int error)
 {
     mf_stream_t *s = d->data;
     if (s->state != MF_STREAM_CONNECTING) { /* timed out or closed */
+        if (s->ups)
+            mf_upstream_abandon(s->ups);
         mf__stream_maybe_free(s);
         return;
     }
+    if (s->ups && state != MF_STATE_SUCCESS && mf__stream_next_server(s, state))
+        return;
+    if (s->ups && state == MF_STATE_SUCCESS) /* a stream's request: its open */
+        mf_upstream_done(s->ups, true, mf_monotonic_ns() - s->ups->attempt_ns);
     s->state = state == MF_STATE_SUCCESS ? MF_STREAM_OPEN : MF_STREAM_FAILED;
     mf__stream_op_complete(s, &s->wr, error);
+}
+
+/* The next server of the stream's group, dialed; none left: the connect
+ * fails with the last attempt's error, or MF_ENOUPSTREAM. */
+static void mf__stream_dial_group(mf_stream_t *s)
+{
+    int rc = mf_upstream_balance(s->loop, s->ups, NULL, 0);
+    if (rc < 0) {
+        s->state = MF_STREAM_FAILED;
+        mf__stream_op_complete(s, &s->wr,
+                               s->ups->attempts ? MF_ECONNREFUSED : rc);
+        return;
+    }
+    mf_dial_opts_t opts = {.datagram = s->type == MF_STREAM_UDP};
+    mf__dial_start(&s->dial, s->ups->host, s->ups->port, &opts);
 }
 
 void mf_stream_connect(mf_stream_t *s, const char *host, uint16_t port,
@@ -405,6 +451,13 @@ void mf_stream_connect(mf_stream_t *s, const char *host, uint16_t port,
         return;
     }
     s->state = MF_STREAM_CONNECTING;
+    mf_upstream_t *up = mf_upstream_find(host, MF_UPSTREAM_NUL);
+    if (MF_UNLIKELY(up != NULL)) { /* the port is the group's servers' */
+        s->ups = mf_loop_alloc(s->loop, sizeof *s->ups);
+        mf_upstream_try_init(s->ups, up);
+        mf__stream_dial_group(s);
+        return;
+    }
     mf_dial_opts_t opts = {.datagram = s->type == MF_STREAM_UDP};
     mf__dial_start(&s->dial, host, port, &opts);
 }

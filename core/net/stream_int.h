@@ -11,6 +11,7 @@
 #include "client_open.h"
 #include "moonflow/endpoint.h"
 #include "moonflow/stream.h"
+#include "moonflow/upstream.h"
 
 typedef enum mf_stream_state {
     MF_STREAM_NEW,         /* created, no connect yet */
@@ -55,6 +56,9 @@ struct mf_stream {
     unsigned reused;
     mf_pconn_t pc;  /* in an endpoint while pooled (the pool's links) */
     mf_dial_t dial; /* its callback may be due after a close */
+    /* A connect to an upstream group's name: its attempts (loop memory,
+     * freed with the stream). NULL for an ordinary host. */
+    mf_upstream_try_t *ups;
 };
 
 /* Closes the socket and TLS at once (the pool calls it on streams it

@@ -37,6 +37,7 @@ const luaL_Reg mf_lua_builtin_modules[] = {
     {"moonflow.shared", mf_lua_open_shared},
     {"moonflow.metrics", mf_lua_open_metrics},
     {"moonflow.socket", mf_lua_open_socket},
+    {"moonflow.upstream", mf_lua_open_upstream},
     {NULL, NULL}};
 
 /* The kinds in the order they are registered. */

@@ -40,6 +40,8 @@ const char *mf_lua_errstr(int state, int error)
             return "message too long";
         if (error == MF_ENOMEM) /* e.g. a user-sized buffer was refused */
             return "out of memory";
+        if (error == MF_ENOUPSTREAM) /* every server of a group is out */
+            return "no live upstream";
         if (error == MF_ETOOMANYREDIRECTS || error == MF_EINSECUREREDIRECT)
             return mf_strerror(error); /* the http task's redirect policy */
         return "task error";

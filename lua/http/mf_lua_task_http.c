@@ -46,7 +46,9 @@ static const struct {
                            {"verify", LUA_TBOOLEAN},
                            {"ca_file", LUA_TSTRING},
                            {"max_body", LUA_TNUMBER},
-                           {"insecure_redirects", LUA_TBOOLEAN}};
+                           {"insecure_redirects", LUA_TBOOLEAN},
+                           {"upstream_key", LUA_TSTRING},
+                           {"retry_unsafe", LUA_TBOOLEAN}};
 
 /* A misspelt option (max_body_size, redirect) would be ignored: raise. */
 static void mf_lua__http_known_fields(lua_State *L, int idx)
@@ -152,6 +154,15 @@ static void mf_lua__http_opts(lua_State *L, int idx, mf_task_t *task,
         data->ca_file = mf_xmalloc(len + 1);
         memcpy(data->ca_file, s, len + 1);
         opts.ca_file = data->ca_file;
+    }
+    lua_pop(L, 2);
+    lua_getfield(L, idx, "retry_unsafe");
+    opts.retry_non_idempotent = lua_toboolean(L, -1);
+    lua_getfield(L, idx, "upstream_key");
+    if (lua_isstring(L, -1)) {
+        size_t len;
+        const char *key = lua_tolstring(L, -1, &len);
+        mf_task_http_set_upstream_key(task, key, len);
     }
     lua_pop(L, 2);
     mf_task_http_set_opts(task, &opts);

@@ -445,6 +445,11 @@ mf.shared = setmetatable({}, { __index = function(t, name)
 end })
 mf.shared_dict = cshared.create
 
+-- Upstream groups (moonflow.upstream, C): mf.upstream(name, definition)
+-- defines a group every client resolves as a URL's host; mf.upstream(name)
+-- is the group, or nil.
+mf.upstream = require("moonflow.upstream").define
+
 -- User metrics (moonflow.metrics, C): counters, gauges and histograms in
 -- the process's registry, summed over the workers when scraped.
 mf.metrics = require "moonflow.metrics"

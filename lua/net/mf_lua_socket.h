@@ -143,5 +143,7 @@ void mf_lua_sock_udp_class(lua_State *L);
 
 /* moonflow.socket: tcp, udp (mf_lua_socket.c). */
 int mf_lua_open_socket(lua_State *L);
+/* moonflow.upstream: mf.upstream (mf_lua_upstream.c). */
+int mf_lua_open_upstream(lua_State *L);
 
 #endif /* MF_LUA_SOCKET_H */

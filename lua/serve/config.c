@@ -30,6 +30,8 @@
  *     metrics = { path = "/metrics",  -- Prometheus's page; none without
  *                 listen = "127.0.0.1:9145" },  -- its own address
  *     trace = { file = "trace.jsonl", sample = 1000, token = "t0k" },
+ *     upstreams = { api = { servers = { "10.0.0.1:80" },  -- as mf.upstream
+ *                           health = { type = "http" } } },
  *   }
  *
  * Relative paths are taken from the config file's folder (route scripts:
@@ -51,6 +53,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <moonflow/lua_upstream.h>
 #include "serve.h"
 
 /* A string the config owns: a list, freed with the config. */
@@ -237,6 +240,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"shared", LUA_TTABLE, 0, 0, NULL},
     {"metrics", LUA_TTABLE, 0, 0, NULL},
     {"trace", LUA_TTABLE, 0, 0, NULL},
+    {"upstreams", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -752,10 +756,39 @@ static int mf__config_section_trace(lua_State *L, int t, mf_serve_config_t *c,
     return 0;
 }
 
+/* upstreams = { api = { servers = {...}, policy =, health = {...} } }:
+ * the process's groups, defined as the config is read (as mf.upstream
+ * defines them; a balancer is set from init_worker). */
+static int mf__config_section_upstreams(lua_State *L, int t,
+                                        mf_serve_config_t *c, const char *dir,
+                                        char *err, size_t errlen)
+{
+    (void)c;
+    (void)dir;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        const char *name =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        char why[300];
+        if (!name || !lua_istable(L, -1)) {
+            snprintf(err, errlen,
+                     "upstreams: name = { servers = ... } entries expected");
+            return -1;
+        }
+        if (mf_lua_upstream_define_from(L, -1, name, why, sizeof why) < 0) {
+            snprintf(err, errlen, "upstreams.%s: %s", name, why);
+            return -1;
+        }
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
 static const struct {
     const char *name;
     mf_config_section_fn read;
-} mf__config_section_table[] = {{"limits", mf__config_section_limits},
+} mf__config_section_table[] = {{"upstreams", mf__config_section_upstreams},
+                                {"limits", mf__config_section_limits},
                                 {"timeouts", mf__config_section_timeouts},
                                 {"tls", mf__config_section_tls},
                                 {"routes", mf__config_section_routes},

@@ -35,6 +35,7 @@
 #include <moonflow/metrics.h>
 #include <moonflow/pool.h>
 #include <moonflow/task.h>
+#include <moonflow/upstream.h>
 
 #include "serve.h"
 
@@ -98,6 +99,9 @@ typedef struct mf_serve_metrics {
     uint64_t pool_completed_seen;
     /* by {worker, endpoint}: the clients' endpoints, a protocol each */
     mf_endpoint_families_t endpoints[MF_ENDPOINT_PROTOCOLS];
+    /* by {upstream, server}: the process's groups (worker 0 sets them) */
+    mf_metric_family_t *up_live, *up_active, *up_requests, *up_failures,
+        *up_downs, *up_latency;
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
@@ -194,6 +198,31 @@ static void mf__tick_endpoint(void *ud, const mf_endpoint_stats_t *st)
     mf__set_endpoint_number(w, f->writes, st, (double)st->writes);
 }
 
+/* One server of an upstream group: process-wide numbers, set by worker 0
+ * alone (the other workers' shards stay 0, so the sum is the number). */
+static void mf__tick_upstream(void *ud, const mf_upstream_server_stats_t *st)
+{
+    mf_serve_worker_t *w = ud;
+    mf_serve_metrics_t *m = w->mstate;
+    const char *values[] = {st->group, st->address};
+    const struct {
+        mf_metric_family_t *f;
+        double v;
+    } nums[] = {
+        {m->up_live, strcmp(st->state, "up") == 0 ? 1 : 0},
+        {m->up_active, st->active},
+        {m->up_requests, (double)st->requests},
+        {m->up_failures, (double)st->failures},
+        {m->up_downs, (double)st->downs},
+        {m->up_latency, st->latency_ms / 1e3},
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        mf_metric_t *s;
+        if (nums[i].f && mf_metric_series(nums[i].f, values, 2, &s) == 0)
+            mf_metric_set(s, w->id, nums[i].v);
+    }
+}
+
 /* Once a second: what is read rather than counted. The loop's lag is how
  * late this timer fired (a handler that hogs the loop delays it). */
 static void mf__tick(mf_timer_t *timer)
@@ -224,6 +253,8 @@ static void mf__tick(mf_timer_t *timer)
     m->reload_failures_seen = failed;
     mf__tick_pool(w, m);
     mf_endpoint_stats(w->loop, NULL, mf__tick_endpoint, w);
+    if (w->id == 0)
+        mf_upstream_stats(NULL, mf__tick_upstream, w);
     m->tick_due_ns = now + 1000000000u;
     mf_timer_start(w->loop, timer, 1000);
 }
@@ -281,6 +312,38 @@ static int mf__open_clients(mf_serve_worker_t *w, mf_serve_metrics_t *m)
     for (size_t i = 0; !rc && i < sizeof fams / sizeof fams[0]; i++)
         rc = mf__family(w, fams[i].out, fams[i].name, fams[i].help,
                         fams[i].type, we, 2);
+    return rc;
+}
+
+/* The families by {upstream, server} of the upstream groups. */
+static int mf__open_upstreams(mf_serve_worker_t *w, mf_serve_metrics_t *m)
+{
+    static const char *const us[] = {"upstream", "server"};
+    const mf_metric_type_t G = MF_METRIC_GAUGE, C = MF_METRIC_COUNTER;
+    const struct {
+        mf_metric_family_t **out;
+        const char *name, *help;
+        mf_metric_type_t type;
+    } fams[] = {
+        {&m->up_live, "moonflow_upstream_server_up",
+         "1 while an upstream server takes requests (not down, unhealthy, "
+         "probing or draining).",
+         G},
+        {&m->up_active, "moonflow_upstream_server_active",
+         "Requests in flight to an upstream server.", G},
+        {&m->up_requests, "moonflow_upstream_server_requests_total",
+         "Attempts sent to an upstream server.", C},
+        {&m->up_failures, "moonflow_upstream_server_failures_total",
+         "Attempts to an upstream server that failed.", C},
+        {&m->up_downs, "moonflow_upstream_server_downs_total",
+         "Times an upstream server was taken out (passive or active).", C},
+        {&m->up_latency, "moonflow_upstream_server_latency_seconds",
+         "The moving average of an upstream server's answer time.", G},
+    };
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof fams / sizeof fams[0]; i++)
+        rc = mf__family(w, fams[i].out, fams[i].name, fams[i].help,
+                        fams[i].type, us, 2);
     return rc;
 }
 
@@ -415,6 +478,8 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
         rc = mf__open_gauges(w, m);
     if (!rc)
         rc = mf__open_clients(w, m);
+    if (!rc)
+        rc = mf__open_upstreams(w, m);
     if (rc)
         return rc;
     mf_timer_set_ref(w->loop, &m->timer, false);

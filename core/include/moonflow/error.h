@@ -57,7 +57,8 @@
     XX(ETOOMANYREDIRECTS, -4088, "too many redirects")         \
     XX(EINSECUREREDIRECT, -4087, "insecure redirect")          \
     XX(ESQL, -4086, "the server refused the statement")        \
-    XX(EKAFKA, -4085, "kafka error")
+    XX(EKAFKA, -4085, "kafka error")                           \
+    XX(ENOUPSTREAM, -4084, "no live upstream")
 
 typedef enum mf_errno {
 #define MF_ERR_ENUM(name, value, msg) MF_##name = (value),

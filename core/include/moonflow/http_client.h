@@ -67,6 +67,10 @@ typedef struct mf_http_client_opts {
     bool tls_verify;               /* default true */
     bool allow_insecure_redirects; /* follow https → http; default false */
     const char *ca_file;           /* NULL: the system bundle */
+    /* An upstream group's host (moonflow/upstream.h): a failed attempt of
+     * a non-idempotent request goes to another server only when it cannot
+     * have been sent (the connect failed), unless this is true. */
+    bool retry_non_idempotent;
 } mf_http_client_opts_t;
 
 MF_API void mf_http_client_opts_init(mf_http_client_opts_t *opts);
@@ -107,6 +111,11 @@ MF_API void mf_task_http_add_header(mf_task_t *task, const char *name,
                                     const char *value);
 MF_API void mf_task_http_set_body(mf_task_t *task, const void *data,
                                   size_t len);
+/* The key an upstream group's consistent hashing (or manual pick, or
+ * balancer) gets for this request; without one, the URL's path and query.
+ * Copied. */
+MF_API void mf_task_http_set_upstream_key(mf_task_t *task, const char *key,
+                                          size_t len);
 
 /* Results, valid in the task's callback. */
 MF_API int mf_task_http_status(const mf_task_t *task);

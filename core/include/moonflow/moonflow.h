@@ -17,6 +17,7 @@
 #include "common.h"
 #include "dns.h"
 #include "endpoint.h"
+#include "upstream.h"
 #include "error.h"
 #include "fswatch.h"
 #include "go.h"
