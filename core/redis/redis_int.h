@@ -50,6 +50,7 @@ typedef struct mf_redis_pin {
     bool watching;         /* WATCH without EXEC/DISCARD/UNWATCH so far */
     bool selected;         /* SELECT: another database, maybe */
     bool dirty;            /* other connection state (CLIENT, HELLO ...) */
+    bool streaming;        /* SUBSCRIBE, MONITOR ...: replies it did not ask */
 } mf_redis_pin_t;
 
 /* The length of argument i (argvlen NULL: C strings). */

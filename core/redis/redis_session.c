@@ -9,9 +9,10 @@
  * their commands tell the pin what state they leave (MULTI, WATCH, SELECT,
  * others). At the end that state is undone before the pool has the
  * connection back: DISCARD (in MULTI: it unwatches too) or UNWATCH, and
- * SELECT of the URL's database after a SELECT. A connection left with
- * state those cannot undo (CLIENT, HELLO, RESET ...), with commands still
- * due, or whose cleanup fails, is closed instead.
+ * SELECT of the URL's database after a SELECT; after other state (CLIENT,
+ * HELLO, AUTH ...) RESET, then the URL's AUTH and SELECT. A connection
+ * that may be in pub/sub or MONITOR mode, with commands still due, or
+ * whose cleanup fails, is closed instead.
  *
  * Calls down only: the task kind (the cleanup is a task), the client (the
  * pool), the connection (close). Ownership: the caller owns the session
@@ -70,18 +71,38 @@ static void mf__session_add(mf_task_t *task, int argc, const char **argv)
     mf_task_redis_add_command(task, argc, argv, NULL);
 }
 
-/* Sends what undoes the session's MULTI, WATCH and SELECT; the pool's
- * waiters wait for this connection meanwhile (mf_pconn_returning). */
+/* RESET (Redis >= 6.2) undoes every state a call-and-reply command can
+ * leave (MULTI, WATCH, the database, CLIENT SETNAME / TRACKING / NO-EVICT,
+ * HELLO's protocol, READONLY, another user's AUTH), and logs the
+ * connection out: the URL's AUTH and SELECT follow it, as on a new
+ * connection. An older server refuses RESET: the cleanup fails, the
+ * connection is closed. */
+static void mf__session_add_reset(mf_task_t *task, const mf_redis_client_t *c)
+{
+    mf__session_add(task, 1, (const char *[]){"RESET"});
+    if (c->password && c->user)
+        mf__session_add(task, 3,
+                        (const char *[]){"AUTH", c->user, c->password});
+    else if (c->password)
+        mf__session_add(task, 2, (const char *[]){"AUTH", c->password});
+}
+
+/* Sends what undoes the session's state; the pool's waiters wait for this
+ * connection meanwhile (mf_pconn_returning). */
 static void mf__session_clean(mf_redis_session_t *s, mf_redis_conn_t *conn)
 {
     mf_task_t *task = mf_task_redis_create(s->client, mf__session_cleaned, s);
     mf_redis_task_t *t = (mf_redis_task_t *)(void *)task;
-    bool selected = s->pin.selected;
-    if (s->pin.in_multi)
+    bool select = s->pin.selected;
+    if (s->pin.dirty) {
+        mf__session_add_reset(task, s->client);
+        select = s->client->db != 0; /* RESET went back to 0 */
+    } else if (s->pin.in_multi) {
         mf__session_add(task, 1, (const char *[]){"DISCARD"});
-    else if (s->pin.watching)
+    } else if (s->pin.watching) {
         mf__session_add(task, 1, (const char *[]){"UNWATCH"});
-    if (selected) {
+    }
+    if (select) {
         char db[24];
         snprintf(db, sizeof db, "%ld", s->client->db);
         mf__session_add(task, 2, (const char *[]){"SELECT", db});
@@ -100,13 +121,13 @@ static void mf__session_hand_back(mf_redis_session_t *s)
         return;
     }
     bool busy = !mf_list_empty(&conn->queue);
-    if (busy || s->pin.dirty || conn->state != MF_RCONN_READY) {
-        /* replies still due, state we cannot undo, or not open yet */
+    if (busy || s->pin.streaming || conn->state != MF_RCONN_READY) {
+        /* replies due, pushed ones (pub/sub, MONITOR), or not open yet */
         mf__redis_client_release(mf__session_unpin(s), false);
         mf__session_free(s);
         return;
     }
-    if (s->pin.in_multi || s->pin.watching || s->pin.selected) {
+    if (s->pin.in_multi || s->pin.watching || s->pin.selected || s->pin.dirty) {
         mf__session_clean(s, conn);
         return;
     }

@@ -28,8 +28,9 @@ enum {
     MF__CMD_EXEC = 4, /* EXEC, DISCARD */
     MF__CMD_WATCH = 5,
     MF__CMD_UNWATCH = 6,
-    MF__CMD_XREAD = 7, /* blocking with a BLOCK argument */
-    MF__CMD_SELECT = 8 /* state; a session puts its database back */
+    MF__CMD_XREAD = 7,  /* blocking with a BLOCK argument */
+    MF__CMD_SELECT = 8, /* state; a session puts its database back */
+    MF__CMD_STREAM = 9  /* state; pushed replies follow: no session reuse */
 };
 
 #define MF__CMD(name, kind)          \
@@ -60,21 +61,21 @@ static const struct {
     MF__CMD("UNWATCH", MF__CMD_UNWATCH),
     MF__CMD("SELECT", MF__CMD_SELECT),
     MF__CMD("CLIENT", MF__CMD_STATE),
-    MF__CMD("SUBSCRIBE", MF__CMD_STATE),
-    MF__CMD("PSUBSCRIBE", MF__CMD_STATE),
-    MF__CMD("SSUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("SUBSCRIBE", MF__CMD_STREAM),
+    MF__CMD("PSUBSCRIBE", MF__CMD_STREAM),
+    MF__CMD("SSUBSCRIBE", MF__CMD_STREAM),
     MF__CMD("UNSUBSCRIBE", MF__CMD_STATE),
     MF__CMD("PUNSUBSCRIBE", MF__CMD_STATE),
     MF__CMD("SUNSUBSCRIBE", MF__CMD_STATE),
-    MF__CMD("MONITOR", MF__CMD_STATE),
+    MF__CMD("MONITOR", MF__CMD_STREAM),
     MF__CMD("AUTH", MF__CMD_STATE),
     MF__CMD("HELLO", MF__CMD_STATE),
     MF__CMD("RESET", MF__CMD_STATE),
     MF__CMD("QUIT", MF__CMD_STATE),
     MF__CMD("READONLY", MF__CMD_STATE),
     MF__CMD("READWRITE", MF__CMD_STATE),
-    MF__CMD("SYNC", MF__CMD_STATE),
-    MF__CMD("PSYNC", MF__CMD_STATE),
+    MF__CMD("SYNC", MF__CMD_STREAM),
+    MF__CMD("PSYNC", MF__CMD_STREAM),
 };
 
 static bool mf__word_is(const char *s, size_t n, const char *word)
@@ -118,6 +119,9 @@ static void mf__redis_pin_track(mf_redis_pin_t *p, int code)
     case MF__CMD_STATE:
         p->dirty = true;
         break;
+    case MF__CMD_STREAM:
+        p->streaming = true;
+        break;
     case MF__CMD_MULTI:
         p->in_multi = true;
         break;
@@ -146,6 +150,7 @@ static void mf__redis_task_classify(mf_redis_task_t *t, int code)
         break;
     case MF__CMD_STATE:
     case MF__CMD_SELECT:
+    case MF__CMD_STREAM:
         t->dedicated = t->dirty = true;
         break;
     case MF__CMD_MULTI:

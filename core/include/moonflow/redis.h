@@ -205,12 +205,13 @@ MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
  *
  * The close hands the connection back clean: a MULTI left open is
  * DISCARDed, a WATCH left open UNWATCHed, a SELECT undone (SELECT of the
- * URL's database), and only once Redis answered OK does the pool have it
- * again (meanwhile its waiters wait for it rather than open another). A
- * connection the session left with other state (CLIENT, HELLO, RESET,
- * SUBSCRIBE, MONITOR ...), with replies still due, or whose cleanup failed
- * is closed instead. RESET (Redis >= 6.2) is not used: it would also drop
- * the URL's AUTH.
+ * URL's database); other state (CLIENT SETNAME, HELLO, AUTH, READONLY ...)
+ * is undone with RESET (Redis >= 6.2), then the URL's AUTH and SELECT
+ * again. Only once Redis answered every one of those OK does the pool have
+ * it again (meanwhile its waiters wait for it rather than open another).
+ * A connection the session put in pub/sub or MONITOR mode (SUBSCRIBE,
+ * PSUBSCRIBE, SSUBSCRIBE, MONITOR, SYNC), with replies still due, or whose
+ * cleanup failed (an older server refuses RESET) is closed instead.
  *
  * A session is one node's: for a Redis Cluster, open it on the client of
  * the node that serves the keys' slot.

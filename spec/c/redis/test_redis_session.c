@@ -1,9 +1,10 @@
 /* Redis sessions against a real redis-server (redis_harness.h): one held
  * connection for commands of several tasks in order, WATCH ... MULTI ...
  * EXEC across them (and EXEC's nil when a watched key changed), and the
- * connection handed back clean: the pool's next user sees no MULTI, WATCH
- * or SELECT of the session, and a connection whose cleanup Redis refused
- * is closed, not pooled. */
+ * connection handed back clean: the pool's next user sees no MULTI, WATCH,
+ * SELECT or other state of the session (RESET, then the URL's AUTH and
+ * database), and a connection in pub/sub mode or whose cleanup Redis
+ * refused is closed, not pooled. */
 #include "redis_harness.h"
 
 typedef struct opened {
@@ -225,15 +226,40 @@ TEST(a_connection_whose_cleanup_fails_is_closed_not_pooled)
     teardown();
 }
 
-TEST(a_session_with_state_it_cannot_undo_closes_its_connection)
+TEST(other_state_is_reset_and_the_urls_auth_and_db_come_back)
 {
-    mf_redis_client_t *c = setup_one_connection();
+    mf_redis_client_t *admin = setup();
+    expect(admin, "ACL SETUSER mfreset on >pw ~* &* +@all", "+OK");
+    mf_redis_opts_t o;
+    mf_redis_opts_init(&o);
+    o.max_connections = 1;
+    mf_redis_client_t *c = setup_with("mfreset:pw", 2, &o);
     mf_redis_session_t *s = session_of(c);
-    in_session(s, "CLIENT SETNAME sess", "+OK");
+    /* another name, database and user (the default one takes any
+     * password) */
+    in_session(s, "CLIENT SETNAME sess; SELECT 4; AUTH default x",
+               "+OK | +OK | +OK");
     mf_redis_session_close(s);
     uint64_t connects = mf_redis_client_connects(c);
     s = session_of(c);
-    in_session(s, "CLIENT GETNAME", "nil");
+    in_session(s, "CLIENT GETNAME; ACL WHOAMI; SET sess:r two",
+               "nil | $mfreset | +OK");
+    mf_redis_session_close(s);
+    ASSERT_EQ(mf_redis_client_connects(c), connects); /* RESET, reused */
+    expect(c, "GET sess:r", "$two");                  /* db 2, the URL's */
+    expect(admin, "ACL DELUSER mfreset", ":1");
+    teardown();
+}
+
+TEST(a_session_left_in_pub_sub_mode_closes_its_connection)
+{
+    mf_redis_client_t *c = setup_one_connection();
+    mf_redis_session_t *s = session_of(c);
+    in_session(s, "SUBSCRIBE sess:ch", "[$subscribe,$sess:ch,:1]");
+    mf_redis_session_close(s);
+    uint64_t connects = mf_redis_client_connects(c);
+    s = session_of(c);
+    in_session(s, "PING", "+PONG");
     mf_redis_session_close(s);
     ASSERT_EQ(mf_redis_client_connects(c), connects + 1);
     teardown();
