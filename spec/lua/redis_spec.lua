@@ -409,17 +409,31 @@ describe("r:session", function()
             assert.are.equal(e, got)
         end)
 
-    it("puts a SELECTed connection back on the URL's database", function()
-        local c = mf.redis(url, { max_connections = 1, idle_timeout = 60002 })
-        c:session(function(s)
-            s:call("SELECT", 5)
-            s:call("SET", "sess:db", "five")
+    it("puts a SELECTed connection back on the URL's database, RESETs other state",
+        function()
+            local c = mf.redis(url, { max_connections = 1, idle_timeout = 60002 })
+            c:session(function(s)
+                s:call("SELECT", 5)
+                s:call("SET", "sess:db", "five")
+            end)
+            local before = c:connects()
+            bounded(function()
+                c:session(function(s) s:call("SET", "sess:db", "zero") end)
+            end)
+            assert.are.equal("zero", r:call("GET", "sess:db"))
+            c:session(function(s)
+                s:call("CLIENT", "SETNAME", "sess")
+                s:call("SELECT", 6)
+            end)
+            assert.are.same({ mf.null, "seen" }, bounded(function()
+                return c:session(function(s)
+                    return { s:call("CLIENT", "GETNAME"),
+                        s:call("SET", "sess:db2", "seen") and
+                        r:call("GET", "sess:db2") }
+                end)
+            end))
+            assert.are.equal(before, c:connects()) -- cleaned, not closed
         end)
-        bounded(function()
-            c:session(function(s) s:call("SET", "sess:db", "zero") end)
-        end)
-        assert.are.equal("zero", r:call("GET", "sess:db"))
-    end)
 
     it("raises on misuse: nested, s after the session, pub/sub, no function",
         function()
