@@ -878,18 +878,23 @@ describe("redis under moonflow serve", function()
         assert.are.equal("hello", r:call("GET", "serve:k"))
     end)
 
-    it("leaks nothing when handlers waiting in r:call or sub:next are aborted", function()
-        assert(get("/redis_wait?what=call&ms=1"))
-        assert(get("/redis_wait?what=sub&ms=1"))
+    it("leaks nothing when handlers waiting in r:call, sub:next or r:session are aborted", function()
+        local kinds = { "call", "sub", "session", "session_call" }
+        for _, what in ipairs(kinds) do
+            assert(get("/redis_wait?what=" .. what .. "&ms=1"))
+        end
         local before = mf.json.decode(assert(get("/counts")).body)
-        for i = 1, 10 do
-            local what = i % 2 == 0 and "call" or "sub"
+        for i = 1, 12 do
+            local what = kinds[i % 4 + 1]
             local res, err = get("/redis_wait?what=" .. what .. "&ms=3000",
                 { timeout = 30 })
             assert.is_nil(res)
             assert.are.equal("timeout", err)
         end
         mf.sleep(200) -- the server sees the closes and aborts the handlers
+        -- the sessions' one connection is back: a session gets it at once
+        local res = assert(get("/redis_wait?what=session&ms=1", { timeout = 2000 }))
+        assert.are.equal("waited", res.body)
         local after = mf.json.decode(assert(get("/counts")).body)
         assert.are.equal(before.coroutines, after.coroutines)
         assert.are.equal(before.refs, after.refs)
