@@ -266,10 +266,15 @@ static void mf__pool_granted(mf_pwaiter_t *w, mf_pconn_t *pc)
                           mf_container_of(w, mf_redis_task_t, waiter));
 }
 
-/* A dedicated connection closed: its slot goes to the oldest waiter. */
+/* A dedicated connection closed: the session holding it learns why, and
+ * its slot goes to the oldest waiter. */
 static void mf__pooled_closed(mf_redis_conn_t *conn, int error)
 {
-    (void)error;
+    if (conn->pin) {
+        conn->pin->conn = NULL;
+        conn->pin->error = error ? error : MF_ECLOSED;
+        conn->pin = NULL;
+    }
     mf_pconn_remove(&conn->pc);
 }
 
@@ -288,13 +293,14 @@ static void mf__shared_closed(mf_redis_conn_t *conn, int error)
 static const mf_redis_conn_owner_t mf__shared_owner = {NULL, NULL,
                                                        mf__shared_closed};
 
-/* The pool has room: a new dedicated connection, the task's from now. */
+/* The pool has room: a new dedicated connection, the waiter's from now
+ * (a task's, attached while it opens, or a session's). */
 static void mf__pool_open(mf_endpoint_t *ep, mf_pwaiter_t *w)
 {
     mf_redis_conn_t *conn = mf__redis_conn_open(
         mf_endpoint_data(ep), MF_RCONN_POOLED, &mf__pooled_owner, NULL);
     mf_pconn_add(ep, &conn->pc, &conn->io);
-    mf__redis_conn_attach(conn, mf_container_of(w, mf_redis_task_t, waiter));
+    w->granted(w, &conn->pc);
 }
 
 /* The pool drops a connection: idle (timed out, closed by the server) or,
@@ -304,9 +310,21 @@ static void mf__pool_close(mf_pconn_t *pc)
     mf__redis_conn_drop(mf_container_of(pc, mf_redis_conn_t, pc));
 }
 
+/* A session's task goes on the session's connection, behind its earlier
+ * ones; the connection's error once it closed. */
+static int mf__route_pinned(mf_redis_task_t *t)
+{
+    if (!t->pin->conn)
+        return t->pin->error ? t->pin->error : MF_ECLOSED;
+    mf__redis_conn_attach(t->pin->conn, t);
+    return 0;
+}
+
 int mf__redis_client_route(mf_redis_task_t *t)
 {
     mf_redis_client_t *c = t->client;
+    if (t->pin)
+        return mf__route_pinned(t);
     if (t->dedicated || t->forced) {
         t->phase = MF_RT_WAITING; /* unless served at once */
         mf_pwaiter_init(&t->waiter, mf__pool_granted);
@@ -335,6 +353,11 @@ void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse)
 void mf__redis_client_unwait(mf_redis_task_t *t)
 {
     mf_pwaiter_cancel(&t->waiter);
+}
+
+int mf__redis_client_acquire(mf_redis_client_t *client, mf_pwaiter_t *w)
+{
+    return mf_endpoint_acquire(client->ep, w);
 }
 
 /* ---- teardown (the loop is being destroyed) ------------------------------

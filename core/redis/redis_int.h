@@ -2,6 +2,8 @@
  * redis_int.h — the Redis client's structs, shared by its files, which
  * form a chain (each calls only those below it; a lower one speaks to an
  * upper one through the function pointers the upper one registered):
+ *   redis_session.c  sessions: one dedicated connection held, cleaned
+ *                    before it goes back
  *   redis_task.c     the task kind
  *   redis_client.c   URL, the client as an endpoint's data, which
  *                    connection serves a task
@@ -35,6 +37,21 @@
 
 typedef struct mf_redis_conn mf_redis_conn_t;
 typedef struct mf_redis_task mf_redis_task_t;
+
+/* A session's hold on one dedicated connection (redis_session.c): its
+ * tasks run there, in order, and what they leave on the connection is
+ * tracked here so the session can clean it before the pool has it back.
+ * Plain data: the connection's end clears conn (the client's closed hook),
+ * the tasks' commands set the flags as they are added. */
+typedef struct mf_redis_pin {
+    mf_redis_conn_t *conn; /* NULL: not granted yet, or it closed */
+    int error;             /* why it closed (0: it did not) */
+    bool in_multi;         /* MULTI without EXEC/DISCARD so far */
+    bool watching;         /* WATCH without EXEC/DISCARD/UNWATCH so far */
+    bool selected;         /* SELECT: another database, maybe */
+    bool dirty;            /* other connection state (CLIENT, HELLO ...) */
+    bool streaming;        /* SUBSCRIBE, MONITOR ...: replies it did not ask */
+} mf_redis_pin_t;
 
 /* The length of argument i (argvlen NULL: C strings). */
 #define MF__REDIS_ARGLEN(lens, argv, i) \
@@ -137,15 +154,16 @@ struct mf_redis_task {
     mf_redis_client_t *client;
     mf_buf_t cmds; /* the commands in protocol form */
     size_t ncmds;
-    bool dedicated;   /* a command needs a connection of its own */
-    bool forced;      /* mf_task_redis_set_dedicated */
-    bool blocking;    /* BLPOP ...: no response timeout, only its own */
-    bool dirty;       /* leaves the connection changed: close it after */
-    bool in_multi;    /* MULTI without EXEC/DISCARD so far */
-    bool watching;    /* WATCH without EXEC/DISCARD/UNWATCH so far */
-    bool abandoned;   /* timed out or canceled with replies still due */
-    bool overflow;    /* replies over max_reply */
-    bool unformatted; /* a command could not be copied (out of memory) */
+    bool dedicated;      /* a command needs a connection of its own */
+    bool forced;         /* mf_task_redis_set_dedicated */
+    bool blocking;       /* BLPOP ...: no response timeout, only its own */
+    bool dirty;          /* leaves the connection changed: close it after */
+    bool in_multi;       /* MULTI without EXEC/DISCARD so far */
+    bool watching;       /* WATCH without EXEC/DISCARD/UNWATCH so far */
+    bool abandoned;      /* timed out or canceled with replies still due */
+    bool overflow;       /* replies over max_reply */
+    bool unformatted;    /* a command could not be copied (out of memory) */
+    mf_redis_pin_t *pin; /* a session's task: its connection, no other */
     mf_redis_phase_t phase;
     mf_redis_conn_t *conn;
     mf_list_t link; /* conn->queue */
@@ -203,7 +221,8 @@ struct mf_redis_conn {
     uint64_t timer_at; /* loop ms the timer fires at; 0: stopped */
     uint64_t due_ms;   /* ready: the response or idle deadline; 0: none */
     mf_loop_t *loop;
-    mf_redis_client_t *client; /* where to, how, and its counters */
+    mf_redis_client_t *client;          /* where to, how, and its counters */
+    mf_redis_pin_t *pin;                /* the session holding it, if any */
     const mf_redis_conn_owner_t *owner; /* NULL: tell nobody (teardown) */
     void *owner_data;                   /* e.g. the subscriber */
     mf_redis_conn_kind_t kind;
@@ -271,5 +290,9 @@ int mf__redis_client_route(mf_redis_task_t *t);
 void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse);
 /* A task gave up while waiting for a dedicated connection. */
 void mf__redis_client_unwait(mf_redis_task_t *t);
+/* Asks the client's endpoint for a dedicated connection for w, whose
+ * granted function gets it (a new one may still be opening); 0 or
+ * MF_EBUSY. For a session: w is not a task's. */
+int mf__redis_client_acquire(mf_redis_client_t *client, mf_pwaiter_t *w);
 
 #endif /* MF_REDIS_INT_H */

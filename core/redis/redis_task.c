@@ -28,7 +28,9 @@ enum {
     MF__CMD_EXEC = 4, /* EXEC, DISCARD */
     MF__CMD_WATCH = 5,
     MF__CMD_UNWATCH = 6,
-    MF__CMD_XREAD = 7 /* blocking with a BLOCK argument */
+    MF__CMD_XREAD = 7,  /* blocking with a BLOCK argument */
+    MF__CMD_SELECT = 8, /* state; a session puts its database back */
+    MF__CMD_STREAM = 9  /* state; pushed replies follow: no session reuse */
 };
 
 #define MF__CMD(name, kind)          \
@@ -57,23 +59,23 @@ static const struct {
     MF__CMD("DISCARD", MF__CMD_EXEC),
     MF__CMD("WATCH", MF__CMD_WATCH),
     MF__CMD("UNWATCH", MF__CMD_UNWATCH),
-    MF__CMD("SELECT", MF__CMD_STATE),
+    MF__CMD("SELECT", MF__CMD_SELECT),
     MF__CMD("CLIENT", MF__CMD_STATE),
-    MF__CMD("SUBSCRIBE", MF__CMD_STATE),
-    MF__CMD("PSUBSCRIBE", MF__CMD_STATE),
-    MF__CMD("SSUBSCRIBE", MF__CMD_STATE),
+    MF__CMD("SUBSCRIBE", MF__CMD_STREAM),
+    MF__CMD("PSUBSCRIBE", MF__CMD_STREAM),
+    MF__CMD("SSUBSCRIBE", MF__CMD_STREAM),
     MF__CMD("UNSUBSCRIBE", MF__CMD_STATE),
     MF__CMD("PUNSUBSCRIBE", MF__CMD_STATE),
     MF__CMD("SUNSUBSCRIBE", MF__CMD_STATE),
-    MF__CMD("MONITOR", MF__CMD_STATE),
+    MF__CMD("MONITOR", MF__CMD_STREAM),
     MF__CMD("AUTH", MF__CMD_STATE),
     MF__CMD("HELLO", MF__CMD_STATE),
     MF__CMD("RESET", MF__CMD_STATE),
     MF__CMD("QUIT", MF__CMD_STATE),
     MF__CMD("READONLY", MF__CMD_STATE),
     MF__CMD("READWRITE", MF__CMD_STATE),
-    MF__CMD("SYNC", MF__CMD_STATE),
-    MF__CMD("PSYNC", MF__CMD_STATE),
+    MF__CMD("SYNC", MF__CMD_STREAM),
+    MF__CMD("PSYNC", MF__CMD_STREAM),
 };
 
 static bool mf__word_is(const char *s, size_t n, const char *word)
@@ -106,14 +108,49 @@ static int mf__cmd_code(int argc, const char *const *argv, const size_t *lens)
     return 0;
 }
 
+/* What a session's connection holds after one more command of that code,
+ * for the cleanup at its end. */
+static void mf__redis_pin_track(mf_redis_pin_t *p, int code)
+{
+    switch (code) {
+    case MF__CMD_SELECT:
+        p->selected = true;
+        break;
+    case MF__CMD_STATE:
+        p->dirty = true;
+        break;
+    case MF__CMD_STREAM:
+        p->streaming = true;
+        break;
+    case MF__CMD_MULTI:
+        p->in_multi = true;
+        break;
+    case MF__CMD_EXEC:
+        p->in_multi = p->watching = false;
+        break;
+    case MF__CMD_WATCH:
+        p->watching = true;
+        break;
+    case MF__CMD_UNWATCH:
+        p->watching = false;
+        break;
+    default:
+        break;
+    }
+}
+
 /* The task's connection needs after one more command of that code. */
 static void mf__redis_task_classify(mf_redis_task_t *t, int code)
 {
+    if (t->pin)
+        mf__redis_pin_track(t->pin, code);
     switch (code) {
     case MF__CMD_BLOCKING:
         t->dedicated = t->blocking = true;
         break;
     case MF__CMD_STATE:
+    case MF__CMD_SELECT:
+    case MF__CMD_STREAM:
         t->dedicated = t->dirty = true;
         break;
     case MF__CMD_MULTI:
@@ -151,6 +188,14 @@ static void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
     if (conn) {
         mf_list_remove(&t->link);
         t->conn = NULL;
+    }
+    if (conn && t->pin) {
+        /* A session's: the connection stays the session's, quiet until
+         * its next command; settled before the callback, which may close
+         * the session and hand the connection back. */
+        if (mf_list_empty(&conn->queue))
+            mf__redis_conn_set_busy(conn, false);
+        conn = NULL;
     }
     t->phase = MF_RT_DONE;
     mf_task_complete(&t->base, state, error); /* may free t (abandoned) */
@@ -195,6 +240,29 @@ static void mf__redis_task_on_reply(mf_redis_task_t *t)
 static const mf_redis_task_hooks_t mf__redis_task_hooks = {
     mf__redis_task_on_reply, mf__redis_task_end, mf__redis_task_keep_refusal};
 
+/* The state that goes with a route's error: a full line, or the error a
+ * session's connection closed with. */
+static int mf__redis_state_of(int error)
+{
+    switch (error) {
+    case MF_EBUSY:
+    case MF_EACCES:
+    case MF_EMSGSIZE:
+    case MF_ENOMEM:
+        return MF_STATE_TASK_ERROR;
+    case MF_ETIMEDOUT:
+        return MF_STATE_TIMEOUT;
+    case MF_EDNS:
+        return MF_STATE_DNS_ERROR;
+    case MF_ETLS:
+        return MF_STATE_TLS_ERROR;
+    case MF_EPROTO:
+        return MF_STATE_PROTOCOL_ERROR;
+    default:
+        return MF_STATE_SYS_ERROR;
+    }
+}
+
 static void mf__redis_task_dispatch(mf_task_t *task)
 {
     mf_redis_task_t *t = mf__redis_task_of(task);
@@ -217,7 +285,7 @@ static void mf__redis_task_dispatch(mf_task_t *task)
     int rc = mf__redis_client_route(t);
     if (rc < 0) {
         t->phase = MF_RT_DONE;
-        mf_task_complete(task, MF_STATE_TASK_ERROR, rc);
+        mf_task_complete(task, mf__redis_state_of(rc), rc);
     }
 }
 

@@ -144,9 +144,7 @@ void mf_lua_redis_argv_push(lua_State *L, mf_lua_redis_argv_t *a, int idx)
     a->argc++;
 }
 
-/* Appends the command made of the values at first..last to task. */
-static void mf_lua__add_range(lua_State *L, mf_task_t *task, int first,
-                              int last)
+void mf_lua_redis_add_range(lua_State *L, mf_task_t *task, int first, int last)
 {
     mf_lua_redis_argv_t a;
     mf_lua_redis_argv_init(&a);
@@ -373,7 +371,13 @@ static void mf_lua__pipeline_status_done(mf_task_t *task)
     mf_lua__done(task, MF_LUA_REDIS_LIST | MF_LUA_REDIS_STATUS);
 }
 
-static int mf_lua__park_on(lua_State *L, mf_lua_co_t *co, mf_task_t *task)
+mf_task_cb mf_lua_redis_call_cb(unsigned flags)
+{
+    return flags & MF_LUA_REDIS_STATUS ? mf_lua__call_status_done
+                                       : mf_lua__call_done;
+}
+
+int mf_lua_redis_park(lua_State *L, mf_lua_co_t *co, mf_task_t *task)
 {
     task->user = co;
     mf_task_start(task);
@@ -385,7 +389,8 @@ static int mf_lua__park_on(lua_State *L, mf_lua_co_t *co, mf_task_t *task)
  * on the shared pipelined connection (other coroutines' commands in between)
  * or on a dedicated one closed after it (MULTI and WATCH leave state), so
  * the EXEC of a later call would find no MULTI. Raises, naming the forms
- * that keep MULTI ... EXEC in one task. */
+ * that keep MULTI ... EXEC in one task, and r:session, which holds one
+ * connection across calls. */
 static void mf_lua__check_not_transaction(lua_State *L, int idx)
 {
     static const char *const words[] = {"MULTI", "EXEC", "DISCARD", "WATCH",
@@ -402,7 +407,10 @@ static void mf_lua__check_not_transaction(lua_State *L, int idx)
                        "r:call(\"%s\"): a transaction cannot span calls (each "
                        "call is a task of its own); send it in one: "
                        "r:pipeline{{\"MULTI\"}, ..., {\"EXEC\"}} or "
-                       "mf.task.redis(r, {{\"MULTI\"}, ..., {\"EXEC\"}})",
+                       "mf.task.redis(r, {{\"MULTI\"}, ..., {\"EXEC\"}}), "
+                       "or hold one connection: r:session(function(s) "
+                       "s:call(\"WATCH\", k) ... s:call(\"MULTI\") ... "
+                       "s:call(\"EXEC\") end)",
                        words[i]);
 }
 
@@ -417,8 +425,8 @@ static int mf_lua__call(lua_State *L)
     mf_task_t *task = mf_task_redis_create(
         r->client, r->flags ? mf_lua__call_status_done : mf_lua__call_done,
         NULL);
-    mf_lua__add_range(L, task, 2, top);
-    return mf_lua__park_on(L, co, task);
+    mf_lua_redis_add_range(L, task, 2, top);
+    return mf_lua_redis_park(L, co, task);
 }
 
 /* r:pipeline{{cmd, ...}, ...} -> {reply, ...} | nil, err */
@@ -441,7 +449,7 @@ static int mf_lua__pipeline(lua_State *L)
         mf_lua_redis_add_table(L, task, 3);
         lua_pop(L, 1);
     }
-    return mf_lua__park_on(L, co, task);
+    return mf_lua_redis_park(L, co, task);
 }
 
 /* ---- clients ------------------------------------------------------------ */
@@ -579,7 +587,10 @@ int mf_lua_open_redis(lua_State *L)
         {"connects r:connects()", mf_lua__connects},
         {NULL, NULL}};
     mf_lua_class(L, MF_LUA_REDIS, methods, NULL, mf_lua__client_tostring);
-    lua_pop(L, 1);
+    lua_getfield(L, -1, "__index");
+    mf_lua_redis_session_push(L);
+    lua_setfield(L, -2, "session");
+    lua_pop(L, 2);
     mf_lua_redis_sub_init(L);
     lua_newtable(L);
     mf_lua_push_named(L, mf_lua__client, "mf.redis(url [, opts])");

@@ -16,6 +16,7 @@
 
 #include <lua.h>
 
+#include <moonflow/lua_co.h>
 #include <moonflow/redis.h>
 
 #define MF_LUA_REDIS "moonflow.redis"
@@ -76,6 +77,15 @@ void mf_lua_redis_push_reply(lua_State *L, const mf_redis_reply_t *r,
 void mf_lua_redis_push_replies(lua_State *L, const mf_task_t *task,
                                unsigned flags);
 
+/* Appends the command made of the (checked) values at first..last. */
+void mf_lua_redis_add_range(lua_State *L, mf_task_t *task, int first, int last);
+/* The callback of an r:call-like task (one reply; an error reply becomes
+ * nil, message) for the client's reply flags. */
+mf_task_cb mf_lua_redis_call_cb(unsigned flags);
+/* Starts task with co parked on it (task->user); its callback resumes co.
+ * Returns lua_yield's value. */
+int mf_lua_redis_park(lua_State *L, mf_lua_co_t *co, mf_task_t *task);
+
 /* The client object at idx; raises on anything else. */
 mf_lua_redis_t *mf_lua_redis_check(lua_State *L, int idx);
 
@@ -87,6 +97,10 @@ const char *mf_lua_redis_errstr(int error);
 int mf_lua_redis_subscribe(lua_State *L);
 int mf_lua_redis_psubscribe(lua_State *L);
 void mf_lua_redis_sub_init(lua_State *L);
+
+/* Pushes r:session, the function (mf_lua_redis_session.c); makes the
+ * session object's metatable. */
+void mf_lua_redis_session_push(lua_State *L);
 
 /* moonflow.redis: client, null (mf_lua_redis.c). */
 int mf_lua_open_redis(lua_State *L);

@@ -336,6 +336,213 @@ describe("r:pipeline", function()
     end)
 end)
 
+describe("r:session", function()
+    -- fn's results, or a failure after 2 s instead of a wait for a
+    -- connection that never comes back
+    local function bounded(fn)
+        local res = mf.task.lua { fn = fn, timeout = 2000 }:wait()
+        assert.are.equal("success", res.state, res.error)
+        return unpack(res.values, 1, res.values.n)
+    end
+
+    it("holds one connection: WATCH ... MULTI ... EXEC across calls, fn's results returned",
+        function()
+            r:call("SET", "sess:a", 1)
+            local res, second = r:session(function(s)
+                assert.are.equal("OK", s:call("WATCH", "sess:a"))
+                local v = tonumber(s:call("GET", "sess:a"))
+                assert.are.equal("OK", s:call("MULTI"))
+                assert.are.equal("QUEUED", s:call("SET", "sess:a", v + 1))
+                return s:call("EXEC"), "second"
+            end)
+            assert.are.same({ "OK" }, res)
+            assert.are.equal("second", second)
+            assert.are.equal("2", r:call("GET", "sess:a"))
+            -- error replies come as from r:call
+            assert.are.same({ nil, "ERR EXEC without MULTI" },
+                { r:session(function(s) return s:call("EXEC") end) })
+        end)
+
+    it("gets mf.null from EXEC when a watched key changed meanwhile", function()
+        r:call("SET", "sess:w", "old")
+        local res = r:session(function(s)
+            s:call("WATCH", "sess:w")
+            r:call("SET", "sess:w", "other") -- another connection
+            s:call("MULTI")
+            s:call("SET", "sess:w", "mine")
+            return s:call("EXEC")
+        end)
+        assert.are.equal(mf.null, res)
+        assert.are.equal("other", r:call("GET", "sess:w"))
+    end)
+
+    it("hands the connection back clean after an error in fn, and raises it again",
+        function()
+            local c = mf.redis(url, { max_connections = 1, idle_timeout = 60001 })
+            assert.are.equal("PONG", c:session(function(s) return s:call("PING") end))
+            local before = c:connects()
+            local ok, err = pcall(c.session, c, function(s)
+                s:call("WATCH", "sess:e")
+                s:call("MULTI")
+                s:call("SET", "sess:e", "lost")
+                error("boom")
+            end)
+            assert.is_false(ok)
+            assert.truthy(err:find("redis_spec%.lua:%d+: boom"), err)
+            assert.truthy(err:find("stack traceback:", 1, true), err)
+            -- the next user of the one connection finds no MULTI, no WATCH
+            r:call("SET", "sess:e", "changed")
+            local res = bounded(function()
+                return c:session(function(s)
+                    local exec = { s:call("EXEC") }
+                    s:call("MULTI")
+                    s:call("SET", "sess:e", "kept")
+                    return exec, s:call("EXEC")
+                end)
+            end)
+            assert.are.same({ nil, "ERR EXEC without MULTI" }, res)
+            assert.are.equal("kept", r:call("GET", "sess:e"))
+            assert.are.equal(before, c:connects()) -- cleaned, not closed
+            -- an error value that is not a string goes through as it is
+            local e = { code = 7 }
+            local _, got = pcall(c.session, c, function() error(e) end)
+            assert.are.equal(e, got)
+        end)
+
+    it("puts a SELECTed connection back on the URL's database, RESETs other state",
+        function()
+            local c = mf.redis(url, { max_connections = 1, idle_timeout = 60002 })
+            c:session(function(s)
+                s:call("SELECT", 5)
+                s:call("SET", "sess:db", "five")
+            end)
+            local before = c:connects()
+            bounded(function()
+                c:session(function(s) s:call("SET", "sess:db", "zero") end)
+            end)
+            assert.are.equal("zero", r:call("GET", "sess:db"))
+            c:session(function(s)
+                s:call("CLIENT", "SETNAME", "sess")
+                s:call("SELECT", 6)
+            end)
+            assert.are.same({ mf.null, "seen" }, bounded(function()
+                return c:session(function(s)
+                    return { s:call("CLIENT", "GETNAME"),
+                        s:call("SET", "sess:db2", "seen") and
+                        r:call("GET", "sess:db2") }
+                end)
+            end))
+            assert.are.equal(before, c:connects()) -- cleaned, not closed
+        end)
+
+    it("raises on misuse: nested, s after the session, pub/sub, no function",
+        function()
+            assert.has_error(function() r:session() end,
+                "r:session(fn): fn must be a function, got nil")
+            local ok, err = pcall(r.session, r, function()
+                r:session(function() end)
+            end)
+            assert.is_false(ok)
+            assert.truthy(err:find("in a session of this client already", 1,
+                true), err)
+            -- another client's session inside is fine
+            assert.are.equal("PONG", r:session(function()
+                return mf.redis(url, { max_connections = 2 }):session(
+                    function(s2) return s2:call("PING") end)
+            end))
+            local kept = r:session(function(s) return s end)
+            ok, err = pcall(kept.call, kept, "PING")
+            assert.is_false(ok)
+            assert.truthy(err:find("the session is over", 1, true), err)
+            ok, err = pcall(r.session, r, function(s)
+                s:call("SUBSCRIBE", "sess:ch")
+            end)
+            assert.is_false(ok)
+            assert.truthy(err:find("use r:subscribe", 1, true), err)
+            ok, err = pcall(r.session, r, function(s) s:call() end)
+            assert.is_false(ok)
+            assert.truthy(err:find("s:call: a command expected", 1, true), err)
+            -- r:call still refuses a transaction, and names r:session
+            ok, err = pcall(r.call, r, "WATCH", "k")
+            assert.is_false(ok)
+            assert.truthy(err:find("r:session(function(s)", 1, true), err)
+        end)
+
+    it("counts exactly with an optimistic lock from 40 coroutines", function()
+        local c = mf.redis(url, { max_connections = 8 })
+        r:call("DEL", "sess:ctr")
+        local retries = 0
+        local function increment()
+            for _ = 1, 1000 do
+                local committed = c:session(function(s)
+                    s:call("WATCH", "sess:ctr")
+                    local v = tonumber(s:call("GET", "sess:ctr")) or 0
+                    mf.sleep(0) -- let the others read the same value
+                    s:call("MULTI")
+                    s:call("SET", "sess:ctr", v + 1)
+                    return s:call("EXEC") ~= mf.null
+                end)
+                if committed then return end
+                retries = retries + 1
+            end
+            error("no progress")
+        end
+        local threads = {}
+        for i = 1, 40 do
+            threads[i] = mf.spawn(function()
+                for _ = 1, 5 do increment() end
+            end)
+        end
+        for i = 1, 40 do threads[i]:wait() end
+        assert.are.equal("200", r:call("GET", "sess:ctr"))
+        assert.is_true(retries > 0) -- they did collide
+        assert.is_true(c:connects() <= 8)
+    end)
+
+    it("hands the connection back when the coroutine is stopped", function()
+        local base = counts()
+        local c = mf.redis(url, { max_connections = 1, idle_timeout = 60003 })
+        -- stopped while fn sleeps, its session in MULTI: cleaned, reused
+        assert.are.equal("PONG", c:session(function(s) return s:call("PING") end))
+        local before = c:connects()
+        local res = mf.task.lua { fn = function()
+            c:session(function(s)
+                s:call("MULTI")
+                mf.sleep(5000)
+            end)
+        end, timeout = 30 }:wait()
+        assert.are.equal("timeout", res.state)
+        assert.are.same({ nil, "ERR EXEC without MULTI" }, bounded(function()
+            return c:session(function(s) return { s:call("EXEC") } end)
+        end))
+        assert.are.equal(before, c:connects())
+        -- stopped while it waits in s:call: the connection is closed (its
+        -- reply may still come), and the next session opens another
+        res = mf.task.lua { fn = function()
+            c:session(function(s) s:call("BLPOP", "sess:never", 5) end)
+        end, timeout = 30 }:wait()
+        assert.are.equal("timeout", res.state)
+        assert.are.equal("PONG", bounded(function()
+            return c:session(function(s) return s:call("PING") end)
+        end))
+        assert.are.equal(before + 1, c:connects())
+        -- stopped while it waits for the pool's one connection
+        local holder = mf.spawn(function()
+            c:session(function() mf.sleep(100) end)
+        end)
+        res = mf.task.lua { fn = function()
+            c:session(function() end)
+        end, timeout = 30 }:wait()
+        assert.are.equal("timeout", res.state)
+        holder:wait()
+        assert.are.equal("PONG", bounded(function()
+            return c:session(function(s) return s:call("PING") end)
+        end))
+        settle()
+        assert.are.same(base, counts())
+    end)
+end)
+
 describe("mf.task.redis", function()
     it("runs in a parallel with callbacks", function()
         local seen = {}
@@ -671,18 +878,23 @@ describe("redis under moonflow serve", function()
         assert.are.equal("hello", r:call("GET", "serve:k"))
     end)
 
-    it("leaks nothing when handlers waiting in r:call or sub:next are aborted", function()
-        assert(get("/redis_wait?what=call&ms=1"))
-        assert(get("/redis_wait?what=sub&ms=1"))
+    it("leaks nothing when handlers waiting in r:call, sub:next or r:session are aborted", function()
+        local kinds = { "call", "sub", "session", "session_call" }
+        for _, what in ipairs(kinds) do
+            assert(get("/redis_wait?what=" .. what .. "&ms=1"))
+        end
         local before = mf.json.decode(assert(get("/counts")).body)
-        for i = 1, 10 do
-            local what = i % 2 == 0 and "call" or "sub"
+        for i = 1, 12 do
+            local what = kinds[i % 4 + 1]
             local res, err = get("/redis_wait?what=" .. what .. "&ms=3000",
                 { timeout = 30 })
             assert.is_nil(res)
             assert.are.equal("timeout", err)
         end
         mf.sleep(200) -- the server sees the closes and aborts the handlers
+        -- the sessions' one connection is back: a session gets it at once
+        local res = assert(get("/redis_wait?what=session&ms=1", { timeout = 2000 }))
+        assert.are.equal("waited", res.body)
         local after = mf.json.decode(assert(get("/counts")).body)
         assert.are.equal(before.coroutines, after.coroutines)
         assert.are.equal(before.refs, after.refs)

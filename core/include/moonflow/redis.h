@@ -184,6 +184,63 @@ MF_API size_t mf_task_redis_error_replies(const mf_task_t *task);
  * range" (at most 256 bytes). NULL otherwise. Valid in the callback. */
 MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
 
+/* ---- sessions: one connection held across tasks --------------------- */
+
+/* A check-then-set (WATCH k, GET k, MULTI, SET k ..., EXEC) needs its
+ * commands on one connection, with the caller's own work between them:
+ * a session holds one dedicated connection of the client's pool for that.
+ *
+ *   mf_redis_session_t *s = mf_redis_session_open(client, ready, user);
+ *   ... in ready(s, 0, user): tasks of the session, one after the other:
+ *   mf_task_t *t = mf_task_redis_session_create(s, cb, user);
+ *   mf_task_redis_add_command(t, 2, (const char *[]){"WATCH", "k"}, NULL);
+ *   mf_task_start(t);   ... GET, MULTI, SET, EXEC in later tasks ...
+ *   mf_redis_session_close(s);  // after the session's last task ended
+ *
+ * Its tasks run on its connection alone, in the order they start (replies
+ * in order, as on any connection); WATCH, MULTI, EXEC, DISCARD, UNWATCH
+ * and SELECT are allowed across them. The connection counts against
+ * opts.max_connections while held: a session waits for a free one as a
+ * dedicated task does.
+ *
+ * The close hands the connection back clean: a MULTI left open is
+ * DISCARDed, a WATCH left open UNWATCHed, a SELECT undone (SELECT of the
+ * URL's database); other state (CLIENT SETNAME, HELLO, AUTH, READONLY ...)
+ * is undone with RESET (Redis >= 6.2), then the URL's AUTH and SELECT
+ * again. Only once Redis answered every one of those OK does the pool have
+ * it again (meanwhile its waiters wait for it rather than open another).
+ * A connection the session put in pub/sub or MONITOR mode (SUBSCRIBE,
+ * PSUBSCRIBE, SSUBSCRIBE, MONITOR, SYNC), with replies still due, or whose
+ * cleanup failed (an older server refuses RESET) is closed instead.
+ *
+ * A session is one node's: for a Redis Cluster, open it on the client of
+ * the node that serves the keys' slot.
+ *
+ * ready runs once, from the loop (never inside mf_redis_session_open): error
+ * 0 when the session holds a connection (which may still be opening: its
+ * first task then waits for it, and fails as any task would if it cannot
+ * open), MF_EBUSY when the pool's line is full. A session's task whose
+ * connection closed (server gone, a timeout, a canceled task: its
+ * connection is closed as a dedicated one's is) fails with the
+ * connection's error, and so do the later ones. Start a session's tasks
+ * before closing it; close every session (also after a failed open), from
+ * anywhere but its tasks' own dispatch. */
+typedef struct mf_redis_session mf_redis_session_t;
+typedef void (*mf_redis_session_cb)(mf_redis_session_t *s, int error,
+                                    void *user);
+MF_API mf_redis_session_t *mf_redis_session_open(mf_redis_client_t *client,
+                                                 mf_redis_session_cb ready,
+                                                 void *user);
+/* A task whose commands run on the session's connection (otherwise as
+ * mf_task_redis_create). */
+MF_API mf_task_t *mf_task_redis_session_create(mf_redis_session_t *s,
+                                               mf_task_cb cb, void *user);
+/* Whether the session holds a connection now (false before ready, and once
+ * its connection closed). */
+MF_API bool mf_redis_session_has_connection(const mf_redis_session_t *s);
+/* Hands the connection back (cleaned, or closed) and frees the session. */
+MF_API void mf_redis_session_close(mf_redis_session_t *s);
+
 /* ---- pub/sub ---------------------------------------------------------- */
 
 /* Called for each message, in order, on the loop thread. msg is the array
