@@ -46,19 +46,6 @@ void mf__upstream_log(const mf_upstream_server_t *s, const char *what,
             s->address, what, why ? " (" : "", why ? why : "", why ? ")" : "");
 }
 
-void mf_upstream_conf_init(mf_upstream_conf_t *conf)
-{
-    memset(conf, 0, sizeof(*conf));
-    conf->policy = MF_UPSTREAM_ROUND_ROBIN;
-    conf->max_fails = 1; /* nginx's defaults */
-    conf->fail_timeout_ms = 10000;
-    conf->health.interval_ms = 2000;
-    conf->health.timeout_ms = 1000;
-    conf->health.rise = 2;
-    conf->health.fall = 3;
-    snprintf(conf->health.path, sizeof conf->health.path, "/");
-}
-
 /* ---- finding ------------------------------------------------------------ */
 
 mf_upstream_t *mf_upstream_find(const char *name, size_t len)

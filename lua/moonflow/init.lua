@@ -454,7 +454,9 @@ mf.upstream = require("moonflow.upstream").define
 -- the process's registry, summed over the workers when scraped.
 mf.metrics = require "moonflow.metrics"
 
--- Rate and concurrency limits (moonflow.limit): req, conn, count.
-mf.limit = require "moonflow.limit"
+-- Rate and concurrency limits (moonflow.limit): req, conn, count (its
+-- route() is serve's, for a route's config).
+local limit = require "moonflow.limit"
+mf.limit = { req = limit.req, conn = limit.conn, count = limit.count }
 
 return mf

@@ -33,6 +33,8 @@
 #include "net/mf_lua_socket.h"
 #include <moonflow/lua_upstream.h>
 
+#include "net/mf_lua_upstream.h"
+
 #define MF_LUA_UPSTREAM "moonflow.upstream"
 
 typedef struct mf_lua_upstream {
@@ -42,170 +44,6 @@ typedef struct mf_lua_upstream {
     lua_State *thread; /* the balancer's */
     int thread_ref, balancer_ref, key_ref;
 } mf_lua_upstream_t;
-
-static const char *const mf__policies[] = {"weighted_round_robin",
-                                           "random",
-                                           "least_conn",
-                                           "consistent_hash",
-                                           "ewma",
-                                           "manual",
-                                           NULL};
-static const char *const mf__checks[] = {"none",  "tcp",   "http",
-                                         "redis", "mysql", NULL};
-
-/* ---- the definition table ------------------------------------------------ */
-
-static uint32_t mf__ms_field(lua_State *L, int t, const char *name,
-                             uint32_t def)
-{
-    lua_getfield(L, t, name);
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return def;
-    }
-    if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0)
-        luaL_error(L, "mf.upstream: %s: a number of seconds >= 0 expected",
-                   name);
-    double ms = lua_tonumber(L, -1) * 1000.0;
-    lua_pop(L, 1);
-    return ms > 4e9 ? 4000000000u : (uint32_t)ms;
-}
-
-static unsigned mf__uint_field(lua_State *L, int t, const char *name,
-                               unsigned def)
-{
-    lua_getfield(L, t, name);
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return def;
-    }
-    if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0)
-        luaL_error(L, "mf.upstream: %s: a number >= 0 expected", name);
-    unsigned v = (unsigned)lua_tonumber(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-static int mf__enum_field(lua_State *L, int t, const char *name,
-                          const char *const *names, int def)
-{
-    lua_getfield(L, t, name);
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return def;
-    }
-    const char *s = lua_tostring(L, -1);
-    for (int i = 0; s && names[i]; i++)
-        if (strcmp(s, names[i]) == 0) {
-            lua_pop(L, 1);
-            return i;
-        }
-    return luaL_error(L,
-                      "mf.upstream: %s: '%s' is not one of the known "
-                      "values (%s, %s ...)",
-                      name, s ? s : luaL_typename(L, -1), names[0], names[1]);
-}
-
-static void mf__health(lua_State *L, int t, mf_upstream_health_conf_t *h)
-{
-    lua_getfield(L, t, "health");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return;
-    }
-    luaL_checktype(L, -1, LUA_TTABLE);
-    int ht = lua_gettop(L);
-    h->type = (mf_upstream_check_t)mf__enum_field(L, ht, "type", mf__checks,
-                                                  MF_UPSTREAM_CHECK_TCP);
-    h->interval_ms = mf__ms_field(L, ht, "interval", h->interval_ms);
-    h->timeout_ms = mf__ms_field(L, ht, "timeout", h->timeout_ms);
-    h->rise = mf__uint_field(L, ht, "rise", h->rise);
-    h->fall = mf__uint_field(L, ht, "fall", h->fall);
-    lua_getfield(L, ht, "path");
-    if (lua_isstring(L, -1))
-        snprintf(h->path, sizeof h->path, "%s", lua_tostring(L, -1));
-    lua_getfield(L, ht, "host");
-    if (lua_isstring(L, -1))
-        snprintf(h->host, sizeof h->host, "%s", lua_tostring(L, -1));
-    lua_getfield(L, ht, "statuses");
-    if (lua_istable(L, -1))
-        for (int i = 1; i <= MF_UPSTREAM_MAX_STATUSES; i++) {
-            lua_rawgeti(L, -1, i);
-            if (!lua_isnumber(L, -1)) {
-                lua_pop(L, 1);
-                break;
-            }
-            h->statuses[h->nstatuses++] = (int)lua_tointeger(L, -1);
-            lua_pop(L, 1);
-        }
-    lua_settop(L, ht - 1);
-}
-
-/* The servers list into out (strings stay on the Lua stack's table). */
-static size_t mf__servers(lua_State *L, int t, mf_upstream_server_conf_t *out)
-{
-    lua_getfield(L, t, "servers");
-    if (!lua_istable(L, -1))
-        luaL_error(L, "mf.upstream: servers: a list expected");
-    int st = lua_gettop(L);
-    size_t n = lua_objlen(L, st);
-    if (n > MF_UPSTREAM_MAX_SERVERS)
-        luaL_error(L, "mf.upstream: servers: at most %d",
-                   MF_UPSTREAM_MAX_SERVERS);
-    for (size_t i = 0; i < n; i++) {
-        lua_rawgeti(L, st, (int)i + 1);
-        mf_upstream_server_conf_t *s = &out[i];
-        memset(s, 0, sizeof(*s));
-        if (lua_type(L, -1) == LUA_TSTRING) {
-            s->address = lua_tostring(L, -1);
-        } else if (lua_istable(L, -1)) {
-            int e = lua_gettop(L);
-            lua_rawgeti(L, e, 1);
-            s->address = lua_tostring(L, -1);
-            lua_pop(L, 1); /* the string stays in the entry */
-            s->weight = mf__uint_field(L, e, "weight", 1);
-            lua_getfield(L, e, "backup");
-            s->backup = lua_toboolean(L, -1);
-            lua_pop(L, 1);
-        }
-        if (!s->address)
-            luaL_error(L,
-                       "mf.upstream: servers[%d]: \"host:port\" or "
-                       "{\"host:port\", weight =, backup =} expected",
-                       (int)i + 1);
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    return n;
-}
-
-static void mf__conf(lua_State *L, int t, mf_upstream_conf_t *conf)
-{
-    static const char *const known[] = {
-        "servers",       "policy", "max_fails", "fail_timeout", "tries",
-        "tries_timeout", "health", "balancer",  "key",          NULL};
-    lua_pushnil(L);
-    while (lua_next(L, t)) { /* a misspelt key is refused, naming it */
-        lua_pop(L, 1);
-        const char *k =
-            lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        bool ok = false;
-        for (int i = 0; k && known[i]; i++)
-            ok = ok || strcmp(k, known[i]) == 0;
-        if (!ok)
-            luaL_error(L, "mf.upstream: unknown key '%s'",
-                       k ? k : luaL_typename(L, -1));
-    }
-    mf_upstream_conf_init(conf);
-    conf->policy = (mf_upstream_policy_t)mf__enum_field(
-        L, t, "policy", mf__policies, MF_UPSTREAM_ROUND_ROBIN);
-    conf->max_fails = mf__uint_field(L, t, "max_fails", conf->max_fails);
-    conf->fail_timeout_ms =
-        mf__ms_field(L, t, "fail_timeout", conf->fail_timeout_ms);
-    conf->tries = mf__uint_field(L, t, "tries", 0);
-    conf->tries_timeout_ms = mf__ms_field(L, t, "tries_timeout", 0);
-    mf__health(L, t, &conf->health);
-}
 
 /* ---- the balancer: a Lua function per attempt -----------------------------
  */
@@ -331,9 +169,8 @@ static int mf__upstream(lua_State *L)
     }
     mf_lua_check_type(L, 2, LUA_TTABLE);
     mf_upstream_conf_t conf;
-    mf__conf(L, 2, &conf);
     mf_upstream_server_conf_t servers[MF_UPSTREAM_MAX_SERVERS];
-    size_t n = mf__servers(L, 2, servers);
+    size_t n = mf_lua_upstream_parse(L, 2, &conf, servers);
     char err[256];
     if (mf_upstream_define(name, &conf, servers, n, err, sizeof err) < 0)
         return luaL_error(L, "mf.upstream: '%s': %s", name, err);
@@ -350,47 +187,6 @@ static int mf__upstream(lua_State *L)
     lua_setfield(L, -2, name);
     lua_pop(L, 2);
     return 1;
-}
-
-/* The protected part of mf_lua_upstream_define_from: name (1), the
- * definition (2). */
-static int mf__define_plain(lua_State *L)
-{
-    const char *name = lua_tostring(L, 1);
-    mf_upstream_conf_t conf;
-    mf__conf(L, 2, &conf);
-    static const char *const hooks[] = {"balancer", "key"};
-    for (size_t i = 0; i < 2; i++) {
-        lua_getfield(L, 2, hooks[i]);
-        if (!lua_isnil(L, -1))
-            luaL_error(L,
-                       "mf.upstream: %s: a function runs in a worker: set "
-                       "it with mf.upstream in init_worker",
-                       hooks[i]);
-        lua_pop(L, 1);
-    }
-    mf_upstream_server_conf_t servers[MF_UPSTREAM_MAX_SERVERS];
-    size_t n = mf__servers(L, 2, servers);
-    char err[256];
-    if (mf_upstream_define(name, &conf, servers, n, err, sizeof err) < 0)
-        luaL_error(L, "mf.upstream: %s", err);
-    return 0;
-}
-
-int mf_lua_upstream_define_from(lua_State *L, int idx, const char *name,
-                                char *err, size_t cap)
-{
-    idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
-    lua_pushcfunction(L, mf__define_plain);
-    lua_pushstring(L, name);
-    lua_pushvalue(L, idx);
-    if (lua_pcall(L, 2, 0, 0) == 0)
-        return 0;
-    const char *msg = lua_tostring(L, -1);
-    const char *words = msg ? strstr(msg, "mf.upstream: ") : NULL;
-    snprintf(err, cap, "%s", words ? words + 13 : msg ? msg : "error");
-    lua_pop(L, 1);
-    return -1;
 }
 
 static mf_lua_upstream_t *mf__check(lua_State *L)
@@ -454,7 +250,7 @@ static int mf__add(lua_State *L)
     mf_lua_upstream_t *u = mf__check(L);
     mf_upstream_server_conf_t s = {mf_lua_check_string(L, 2), 1, false};
     if (lua_istable(L, 3)) {
-        s.weight = mf__uint_field(L, 3, "weight", 1);
+        s.weight = mf_lua_upstream_uint_field(L, 3, "weight", 1);
         lua_getfield(L, 3, "backup");
         s.backup = lua_toboolean(L, -1);
     }

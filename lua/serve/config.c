@@ -756,29 +756,54 @@ static int mf__config_section_trace(lua_State *L, int t, mf_serve_config_t *c,
     return 0;
 }
 
+/* One group of upstreams: read as mf.upstream reads it, copied into the
+ * config (its addresses checked when it is defined, at start). */
+static int mf__config_upstream(lua_State *L, mf_serve_config_t *c,
+                               const char *name, char *err, size_t errlen)
+{
+    if (c->nupstreams == MF_SERVE_MAX_UPSTREAMS) {
+        snprintf(err, errlen, "upstreams: at most %d groups",
+                 MF_SERVE_MAX_UPSTREAMS);
+        return -1;
+    }
+    struct mf_serve_upstream_spec *u = &c->upstreams[c->nupstreams];
+    mf_upstream_server_conf_t servers[MF_UPSTREAM_MAX_SERVERS];
+    char why[300];
+    if (mf_lua_upstream_read(L, -1, &u->conf, servers, &u->nservers, why,
+                             sizeof why) < 0) {
+        snprintf(err, errlen, "upstreams.%s: %s", name, why);
+        return -1;
+    }
+    u->name = mf_serve_config_strdup(c, name);
+    u->servers = (mf_upstream_server_conf_t *)mf__config_string(
+        c, u->nservers * sizeof(*u->servers));
+    for (size_t i = 0; i < u->nservers; i++) {
+        u->servers[i] = servers[i];
+        u->servers[i].address = mf_serve_config_strdup(c, servers[i].address);
+    }
+    c->nupstreams++;
+    return 0;
+}
+
 /* upstreams = { api = { servers = {...}, policy =, health = {...} } }:
- * the process's groups, defined as the config is read (as mf.upstream
- * defines them; a balancer is set from init_worker). */
+ * the process's groups, defined at start (a balancer is set from
+ * init_worker with mf.upstream). */
 static int mf__config_section_upstreams(lua_State *L, int t,
                                         mf_serve_config_t *c, const char *dir,
                                         char *err, size_t errlen)
 {
-    (void)c;
     (void)dir;
     lua_pushnil(L);
     while (lua_next(L, t)) {
         const char *name =
             lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        char why[300];
         if (!name || !lua_istable(L, -1)) {
             snprintf(err, errlen,
                      "upstreams: name = { servers = ... } entries expected");
             return -1;
         }
-        if (mf_lua_upstream_define_from(L, -1, name, why, sizeof why) < 0) {
-            snprintf(err, errlen, "upstreams.%s: %s", name, why);
+        if (mf__config_upstream(L, c, name, err, errlen) < 0)
             return -1;
-        }
         lua_pop(L, 1);
     }
     return 0;

@@ -617,9 +617,29 @@ static int mf__serve_make_shared(const mf_serve_config_t *c)
     return 0;
 }
 
+/* The config's upstream groups, defined before any worker runs Lua (a
+ * worker's mf.upstream of the same name then adds its balancer). -1 when
+ * one is refused (a server that is not host:port, a bad weight). */
+static int mf__serve_make_upstreams(const mf_serve_config_t *c)
+{
+    for (size_t i = 0; i < c->nupstreams; i++) {
+        const struct mf_serve_upstream_spec *u = &c->upstreams[i];
+        char why[300];
+        if (mf_upstream_define(u->name, &u->conf, u->servers, u->nservers, why,
+                               sizeof why) < 0) {
+            fprintf(stderr, "moonflow serve: %s%supstreams.%s: %s\n",
+                    c->file ? c->file : "", c->file ? ": " : "", u->name, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Runs the workers until SIGINT/SIGTERM; the exit status. */
 static int mf__serve_run(mf_serve_config_t *c)
 {
+    if (mf__serve_make_upstreams(c) < 0)
+        return 1;
     if (mf__serve_make_shared(c) < 0) {
         mf_lua_shared_destroy_all();
         return 1;
@@ -683,6 +703,7 @@ static int mf__serve_run(mf_serve_config_t *c)
     mf__serve_stop(workers, drain_ms, c->stop_timeout_ms, jobs);
     mf_workers_destroy(workers);
     mf_lua_shared_destroy_all(); /* no host is left */
+    mf_upstream_shutdown();      /* nor a loop that picks a server */
     mf_metrics_free(metrics);
     mf_serve_routes_forget_sources();
     mf_free(ws);

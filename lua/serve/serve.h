@@ -34,6 +34,7 @@
 #include <moonflow/listen.h>
 #include <moonflow/metrics.h>
 #include <moonflow/task.h>
+#include <moonflow/upstream.h>
 
 #include <moonflow/lua_host.h>
 #include <moonflow/lua_shared.h>
@@ -46,6 +47,7 @@
 
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
+#define MF_SERVE_MAX_UPSTREAMS 64
 #define MF_SERVE_MAX_WORKERS 1024
 #define MF_SERVE_ID_MAX 128       /* bytes of a request id */
 #define MF_SERVE_ID_HEADER_MAX 64 /* bytes of request_id_header's name */
@@ -79,6 +81,14 @@ typedef struct mf_serve_config {
         size_t bytes;
     } shared[MF_LUA_SHARED_MAX]; /* shared = { name = bytes } */
     size_t nshared;
+    /* upstreams = { name = {...} }: defined at start (mf__serve_run) */
+    struct mf_serve_upstream_spec {
+        const char *name;
+        mf_upstream_conf_t conf;
+        mf_upstream_server_conf_t *servers; /* the config's copies */
+        size_t nservers;
+    } upstreams[MF_SERVE_MAX_UPSTREAMS];
+    size_t nupstreams;
     char *metrics_path;    /* metrics.path: the page's path; NULL: no page */
     char *metrics_listen;  /* metrics.listen: the page's own address; NULL:
                               the site's */

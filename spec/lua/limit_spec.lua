@@ -94,7 +94,12 @@ describe("mf.limit.req", function()
         local t0 = mf.now()
         assert.is_true(lim:allow(k)) -- in the burst: waits about 50 ms
         assert.is_true(mf.now() - t0 >= 40)
-        assert.are.same({ false, "rejected" }, { lim:allow(k) })
+        -- past the burst: refused (a second's rate: no sleep of this
+        -- process's can leak a request back in between)
+        local strict = mf.limit.req { rate = 1, burst = 0, dict = d }
+        local ks = fresh("allow_strict")
+        assert.is_true(strict:allow(ks))
+        assert.are.same({ false, "rejected" }, { strict:allow(ks) })
     end)
 end)
 

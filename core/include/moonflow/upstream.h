@@ -51,6 +51,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common.h"
 #include "loop.h"
@@ -149,7 +150,21 @@ typedef struct mf_upstream_server_stats {
 typedef void (*mf_upstream_stats_fn)(void *ud,
                                      const mf_upstream_server_stats_t *st);
 
-MF_API void mf_upstream_conf_init(mf_upstream_conf_t *conf);
+/* nginx's defaults: round robin, max_fails 1, fail_timeout 10 s, no
+ * active check (its defaults when asked: every 2 s, 1 s timeout, rise 2,
+ * fall 3, GET /). Inline: a config reader needs no registry. */
+static inline void mf_upstream_conf_init(mf_upstream_conf_t *conf)
+{
+    memset(conf, 0, sizeof(*conf)); /* padding too: definitions compare */
+    conf->policy = MF_UPSTREAM_ROUND_ROBIN;
+    conf->max_fails = 1;
+    conf->fail_timeout_ms = 10000;
+    conf->health.interval_ms = 2000;
+    conf->health.timeout_ms = 1000;
+    conf->health.rise = 2;
+    conf->health.fall = 3;
+    conf->health.path[0] = '/';
+}
 /* Defines name, or redefines it (same servers keep their state; a server
  * no longer listed leaves). 0, or MF_EINVAL with why in err (a bad
  * address, weight, policy or name). Safe to call from every worker with
