@@ -86,6 +86,7 @@ struct mf_serve_request {
     bool phased;   /* a route with phases: phases_ref is set */
     bool has_on_abort; /* on_abort_ref is set */
     bool refused;      /* the server refused the body as it was read: status */
+    bool proxying;     /* resp:proxy's forward runs: proxy, proxy_co valid */
     /* Threads its code spawned that still run: the record outlives its
      * coroutine until they end (its log phase waits for them). */
     uint32_t threads;
@@ -106,7 +107,9 @@ struct mf_serve_request {
     int phases_ref;
     int on_abort_ref;                /* a function run when the client leaves */
     mf_serve_kept_head_t *kept_head; /* valid when kept; freed with it */
-    uint32_t timeout_ms; /* the handler's, when phased: the log phase's too */
+    uint32_t timeout_ms;   /* the handler's, when phased: the log phase's too */
+    mf_task_t *proxy;      /* resp:proxy's forward, while proxying */
+    mf_lua_co_t *proxy_co; /* the coroutine it resumes; NULL: aborted */
     mf_timer_t wake; /* made when needed (wake_made): a client gone, an exit */
     /* "X-Request-Id: ID\r\n", written where the answer's head is set and
      * handed to the exchange by reference (it is copied out as the head
