@@ -1264,6 +1264,8 @@ static void mf__proxy_answer(mf_serve_request_t *request, mf_task_t *task)
 static void mf__proxy_done(mf_task_t *task)
 {
     mf_serve_request_t *request = task->user;
+    if (!request) /* the handler was aborted: it answered */
+        return;
     mf_lua_co_t *co = request->proxy_co;
     request->proxying = false;
     request->proxy = NULL;
@@ -1301,6 +1303,10 @@ static void mf__proxy_cleanup(void *op)
         request->streaming = true;
         request->bytes = (size_t)mf_task_http_forwarded_bytes(request->proxy);
     }
+    /* The record may be freed before the task's callback runs (it is
+     * queued): the callback finds no request then. */
+    request->proxy->user = NULL;
+    request->proxying = false;
     mf_task_cancel(request->proxy);
 }
 

@@ -225,6 +225,13 @@ return function(req, resp)
     mf.log("info", "hang: " .. tostring(status) .. " " .. tostring(err))
 end
 ''',
+    "tmo.lua": '''local mf = require "moonflow"
+return function(req, resp)
+    local target = req.query.big and "/big?n=268435456" or "/hang"
+    resp:proxy("http://127.0.0.1:%(backend)d" .. target, { timeout = 5000 })
+    mf.log("info", "tmo: never resumed")
+end
+''',
 }
 
 CONFIG = '''return { root = ".", limits = { max_body = %(max_body)d },
@@ -238,7 +245,8 @@ CONFIG = '''return { root = ".", limits = { max_body = %(max_body)d },
     ["/slow"] = { file = "stream.lua", body = "stream" },
     ["/big"] = "stream.lua",
     ["/refused"] = "refused.lua",
-    ["/hang"] = "hang.lua" } }
+    ["/hang"] = "hang.lua",
+    ["/tmo"] = { file = "tmo.lua", timeout = 300 } } }
 '''
 
 
@@ -417,6 +425,27 @@ class Proxy(unittest.TestCase):
         while self.error_log().count("streamed nil closed") < 2:
             self.assertLess(time.time(), deadline, self.error_log()[-2000:])
             time.sleep(0.05)
+        r = self.get(b"GET /echo HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(r.status, 200)
+
+    def test_a_handler_timeout_ends_the_forward(self):
+        r = self.get(b"GET /tmo HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(r.status, 504)  # the handler's, not the proxy's
+        with connect(self.srv.port, timeout=10) as s:  # its head is out
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            s.sendall(b"GET /tmo?big=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+            data = s.recv(65536)
+            self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:100])
+            time.sleep(0.6)  # the client is slow past the timeout
+            n = len(data)
+            while True:
+                piece = s.recv(1 << 20)
+                if not piece:
+                    break
+                n += len(piece)
+        self.assertLess(n, 256 << 20)  # cut
+        self.wait_log("the streamed response is cut after")
+        self.assertNotIn("tmo: never resumed", self.error_log())
         r = self.get(b"GET /echo HTTP/1.1\r\nHost: h\r\n\r\n")
         self.assertEqual(r.status, 200)
 
