@@ -293,6 +293,17 @@ static int mf__client_task_take_piece(mf_http_client_task_t *t)
     return 1;
 }
 
+/* The server stopped taking a streamed body (it closed, or reset the
+ * connection): it may have answered already (a 413, a 401), which is
+ * the task's answer then; else the task fails with error. */
+static void mf__client_task_answered_early(mf_http_client_task_t *t, int error)
+{
+    t->phase = MF_CT_HEAD; /* the connection is not reused: !source_eof */
+    mf__client_task_read(t);
+    if (t->phase == MF_CT_HEAD && !t->got_bytes)
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR, error);
+}
+
 static void mf__client_task_write(mf_http_client_task_t *t)
 {
     mf_http_client_conn_t *conn = t->user.conn;
@@ -303,6 +314,10 @@ static void mf__client_task_write(mf_http_client_task_t *t)
             ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, &iov, 1);
             if (w == MF_EAGAIN)
                 return;
+            if (w < 0 && MF_UNLIKELY(t->source_taken)) {
+                mf__client_task_answered_early(t, (int)w);
+                return;
+            }
             if (w < 0) {
                 /* A reused connection the server had already closed:
                  * retry. */
@@ -620,8 +635,9 @@ static bool mf__is_redirect(int status)
 static int mf__client_task_redirect(mf_http_client_task_t *t)
 {
     int status = t->resp.status;
-    if (t->forward || t->opts.max_redirects <= 0 || !mf__is_redirect(status))
-        return 0;
+    if (t->forward || t->source || t->opts.max_redirects <= 0 ||
+        !mf__is_redirect(status))
+        return 0; /* a body from a source cannot be sent again */
     const mf_http_header_t *loc = mf__client_task_find(t, "location");
     if (!loc)
         return 0;
@@ -688,7 +704,8 @@ static bool mf__client_task_surplus(const mf_http_client_task_t *t)
 void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
-    bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t);
+    bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t) &&
+                 (!t->source || t->source_eof); /* a whole request */
     const mf_http_client_conn_t *conn = t->user.conn;
     bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
                  !t->source_taken && mf__method_idempotent(t);

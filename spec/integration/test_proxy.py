@@ -150,6 +150,13 @@ class BackendHandler(socketserver.BaseRequestHandler):
             pairs.append((name, value.strip()))
         headers = {n.lower(): v for n, v in pairs}
         path = target.split("?")[0]
+        if path.startswith("/early"):  # refuses the body unread
+            self.request.sendall(b"HTTP/1.1 413 Payload Too Large\r\n"
+                                 b"Content-Length: 8\r\n"
+                                 b"Connection: close\r\n\r\ntoo big\n")
+            self.request.shutdown(socket.SHUT_WR)
+            time.sleep(0.3)
+            return False
         if path.startswith("/hang"):
             time.sleep(3)
             return False
@@ -243,6 +250,7 @@ CONFIG = '''return { root = ".", limits = { max_body = %(max_body)d },
     ["/path"] = "path.lua",
     ["/up"] = { file = "stream.lua", body = "stream" },
     ["/slow"] = { file = "stream.lua", body = "stream" },
+    ["/early"] = { file = "stream.lua", body = "stream" },
     ["/big"] = "stream.lua",
     ["/refused"] = "refused.lua",
     ["/hang"] = "hang.lua",
@@ -397,6 +405,25 @@ class Proxy(unittest.TestCase):
         self.assertLess(time.time() - t0, 2.5)
         self.wait_log(": 504: timeout")
         self.wait_log("hang: nil timeout")
+
+    def test_an_answer_before_the_whole_upload_is_relayed(self):
+        with connect(self.srv.port, timeout=10) as s:
+            s.sendall(b"POST /early HTTP/1.1\r\nHost: h\r\n"
+                      b"Content-Length: %d\r\n\r\n" % (64 << 20))
+            s.setblocking(False)
+            piece, sent = b"x" * (1 << 20), 0
+            deadline = time.time() + 5
+            while time.time() < deadline and sent < (64 << 20):
+                try:
+                    sent += s.send(piece)
+                except BlockingIOError:
+                    time.sleep(0.01)
+                except OSError:
+                    break  # the proxy closed after its answer
+            s.setblocking(True)
+            r, _ = read_response(s)
+        self.assertEqual((r.status, r.body), (413, b"too big\n"))
+        self.wait_log("streamed 413 nil")
 
     def test_an_answer_cut_midway_is_cut_for_the_client(self):
         with connect(self.srv.port) as s:
