@@ -121,7 +121,9 @@ MF_API void mf_task_http_remove_header(mf_task_t *task, const char *name);
  * ends short fails with MF_ECLOSED), -1 chunked. Instead of
  * mf_task_http_set_body. A body once taken cannot be sent again: the
  * task is retried only while no byte of it was taken (a connection that
- * failed to open, a reused one the server had closed). */
+ * failed to open, a reused one the server had closed), and a redirect's
+ * 3xx is the answer. A server that answers before it has taken the whole
+ * body and closes (a 413, a 401) gives that answer as the result. */
 #define MF_HTTP_UPLOAD_PIECE (64 * 1024)
 typedef ssize_t (*mf_http_body_read_fn)(void *arg, void *buf, size_t len);
 MF_API void mf_task_http_set_body_source(mf_task_t *task,
