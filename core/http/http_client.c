@@ -256,7 +256,6 @@ static int mf__client_task_take_piece(mf_http_client_task_t *t)
     if (t->source_len >= 0 && (uint64_t)t->source_len - t->source_sent < want)
         want = (size_t)((uint64_t)t->source_len - t->source_sent);
     t->out.len = t->out_done = 0;
-    t->source_waiting = false;
     if (t->out.cap < MF__PIECE_AT + MF_HTTP_UPLOAD_PIECE + 2 &&
         mf__buf_reserve(t->base._loop, &t->out,
                         MF__PIECE_AT + MF_HTTP_UPLOAD_PIECE + 2) < 0) {
@@ -328,6 +327,8 @@ static void mf__client_task_write(mf_http_client_task_t *t)
         }
         if (MF_LIKELY(!t->source) || t->source_eof)
             break;
+        if (t->source_waiting) /* until mf_task_http_body_ready */
+            return;
         if (mf__client_task_take_piece(t) <= 0)
             return;
         mf__client_task_idle(t, false);

@@ -116,7 +116,8 @@ MF_API void mf_task_http_remove_header(mf_task_t *task, const char *name);
  * memory stays flat however long it is and a slow server slows the
  * source. read returns the bytes it put in buf (> 0), 0 at the body's end,
  * MF_EAGAIN when it has none yet (it then calls mf_task_http_body_ready
- * when it has), or an error, which fails the task (MF_STATE_SYS_ERROR
+ * when it has, and is not read before; nor after the task's end), or an
+ * error, which fails the task (MF_STATE_SYS_ERROR
  * with that error). length >= 0 goes out as Content-Length (a body that
  * ends short fails with MF_ECLOSED), -1 chunked. Instead of
  * mf_task_http_set_body. A body once taken cannot be sent again: the
