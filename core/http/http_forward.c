@@ -418,10 +418,9 @@ mf_task_t *mf_task_http_forward_with(mf_http_exchange_t *ex,
     t->relay = &mf__http_forward_ops;
     t->opts.max_retries = o->tries > 1 ? o->tries - 1 : 0;
     t->opts.max_response_body = UINT64_MAX; /* streamed: nothing is kept */
-    if (o->timeout_ms) {
+    t->idle_ms = o->timeout_ms ? o->timeout_ms : 60000;
+    if (o->timeout_ms)
         t->opts.connect_timeout_ms = o->timeout_ms;
-        t->idle_ms = o->timeout_ms;
-    }
     if (o->via && *o->via) {
         mf_loop_t *loop = t->base._loop;
         if (mf__buf_append(loop, &t->via, "1.1 ", 4) < 0 ||

@@ -36,7 +36,7 @@ MF_API mf_task_t *mf_task_http_forward(mf_http_exchange_t *ex,
 typedef struct mf_http_forward_opts {
     /* The longest wait for the upstream: to connect, and between two
      * reads or writes of it (not while the client is the slow side).
-     * 0: the client's defaults (connect 10 s, whole response 60 s). */
+     * 0: connect within 10 s, then 60 s between two reads or writes. */
     uint32_t timeout_ms;
     /* Attempts when the upstream cannot be reached (the connection did not
      * open: nothing was sent), for idempotent methods only; at least 1,
