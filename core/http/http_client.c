@@ -159,6 +159,22 @@ static void mf__client_task_drop_header(mf_http_client_task_t *t,
     t->headers.len = (size_t)(kept - t->headers.data);
 }
 
+/* The framing of a body from a source, and where its pieces start. */
+static void mf__client_task_frame_source(mf_http_client_task_t *t)
+{
+    char num[48];
+    if (t->source_len >= 0) {
+        snprintf(num, sizeof num, "Content-Length: %lld\r\n\r\n",
+                 (long long)t->source_len);
+        mf__client_task_puts(t, num);
+    } else {
+        mf__client_task_puts(t, "Transfer-Encoding: chunked\r\n\r\n");
+    }
+    t->source_sent = 0;
+    t->source_eof = t->source_len == 0;
+    t->source_waiting = false;
+}
+
 static void mf__client_task_build_request(mf_http_client_task_t *t)
 {
     const char *path = t->url.data + t->path_off;
@@ -185,6 +201,10 @@ static void mf__client_task_build_request(mf_http_client_task_t *t)
         mf__client_task_puts(t, "\r\n");
     }
     mf__client_task_put(t, t->headers.data, t->headers.len);
+    if (t->source) {
+        mf__client_task_frame_source(t);
+        return;
+    }
     /* Bodiless GET/HEAD send no length; everything else says it. */
     if (t->body.len || !(mf__client_task_method_is(t, "GET") ||
                          mf__client_task_method_is(t, "HEAD"))) {
@@ -217,21 +237,101 @@ static void mf__client_task_arm(mf_http_client_task_t *t, uint32_t ms)
         mf_timer_stop(t->base._loop, &t->timer);
 }
 
+void mf__client_task_idle(mf_http_client_task_t *t, bool waiting)
+{
+    if (t->idle_ms && t->phase != MF_CT_DONE)
+        mf__client_task_arm(t, waiting ? 0 : t->idle_ms);
+}
+
+/* Room in `out` for a piece and its chunk framing: the piece goes at
+ * MF__PIECE_AT, its chunk-size line just before it. */
+#define MF__PIECE_AT 16
+
+/* The next piece of a source's body into `out`: 1 there is one (or the
+ * end's framing), 0 the source has none yet (it will call
+ * mf_task_http_body_ready), -1 the task failed. */
+static int mf__client_task_take_piece(mf_http_client_task_t *t)
+{
+    size_t want = MF_HTTP_UPLOAD_PIECE;
+    if (t->source_len >= 0 && (uint64_t)t->source_len - t->source_sent < want)
+        want = (size_t)((uint64_t)t->source_len - t->source_sent);
+    t->out.len = t->out_done = 0;
+    if (t->out.cap < MF__PIECE_AT + MF_HTTP_UPLOAD_PIECE + 2 &&
+        mf__buf_reserve(t->base._loop, &t->out,
+                        MF__PIECE_AT + MF_HTTP_UPLOAD_PIECE + 2) < 0) {
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return -1;
+    }
+    ssize_t n = t->source(t->source_arg, t->out.data + MF__PIECE_AT, want);
+    if (n == MF_EAGAIN) {
+        t->source_waiting = true;
+        mf__client_task_idle(t, true); /* the source is slow, not the server */
+        return 0;
+    }
+    if (n < 0 || (n == 0 && t->source_len >= 0)) { /* ended short */
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR,
+                               n < 0 ? (int)n : MF_ECLOSED);
+        return -1;
+    }
+    t->source_taken = true;
+    t->source_sent += (size_t)n;
+    if (t->source_len >= 0) { /* the bytes as they are */
+        t->out_done = MF__PIECE_AT;
+        t->out.len = MF__PIECE_AT + (size_t)n;
+        t->source_eof = t->source_sent == (uint64_t)t->source_len;
+        return 1;
+    }
+    char size[MF__PIECE_AT];
+    int hl = snprintf(size, sizeof size, "%zx\r\n", (size_t)n);
+    memcpy(t->out.data + MF__PIECE_AT - hl, size, (size_t)hl);
+    t->out_done = MF__PIECE_AT - (size_t)hl;
+    t->out.len = MF__PIECE_AT + (size_t)n;
+    memcpy(t->out.data + t->out.len, "\r\n", 2); /* "0\r\n\r\n" at the end */
+    t->out.len += 2;
+    t->source_eof = n == 0;
+    return 1;
+}
+
+/* The server stopped taking a streamed body (it closed, or reset the
+ * connection): it may have answered already (a 413, a 401), which is
+ * the task's answer then; else the task fails with error. */
+static void mf__client_task_answered_early(mf_http_client_task_t *t, int error)
+{
+    t->phase = MF_CT_HEAD; /* the connection is not reused: !source_eof */
+    mf__client_task_read(t);
+    if (t->phase == MF_CT_HEAD && !t->got_bytes)
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR, error);
+}
+
 static void mf__client_task_write(mf_http_client_task_t *t)
 {
     mf_http_client_conn_t *conn = t->user.conn;
-    while (t->out_done < t->out.len) {
-        struct iovec iov = {t->out.data + t->out_done,
-                            t->out.len - t->out_done};
-        ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, &iov, 1);
-        if (w == MF_EAGAIN)
-            return;
-        if (w < 0) {
-            /* A reused connection the server had already closed: retry. */
-            mf__client_task_finish(t, MF_STATE_SYS_ERROR, (int)w);
-            return;
+    for (;;) {
+        while (t->out_done < t->out.len) {
+            struct iovec iov = {t->out.data + t->out_done,
+                                t->out.len - t->out_done};
+            ssize_t w = mf__sock_writev(conn->io.fd, conn->ssl, &iov, 1);
+            if (w == MF_EAGAIN)
+                return;
+            if (w < 0 && MF_UNLIKELY(t->source_taken)) {
+                mf__client_task_answered_early(t, (int)w);
+                return;
+            }
+            if (w < 0) {
+                /* A reused connection the server had already closed:
+                 * retry. */
+                mf__client_task_finish(t, MF_STATE_SYS_ERROR, (int)w);
+                return;
+            }
+            t->out_done += (size_t)w;
         }
-        t->out_done += (size_t)w;
+        if (MF_LIKELY(!t->source) || t->source_eof)
+            break;
+        if (t->source_waiting) /* until mf_task_http_body_ready */
+            return;
+        if (mf__client_task_take_piece(t) <= 0)
+            return;
+        mf__client_task_idle(t, false);
     }
     t->phase = MF_CT_HEAD;
     mf__client_task_mark(t, &t->timings.sent);
@@ -250,7 +350,8 @@ static void mf__client_task_send(mf_http_client_task_t *t)
         mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
         return;
     }
-    mf__client_task_arm(t, t->opts.response_timeout_ms);
+    mf__client_task_arm(t,
+                        t->idle_ms ? t->idle_ms : t->opts.response_timeout_ms);
     mf__client_task_write(t);
     if (t->phase == MF_CT_HEAD)
         mf__client_task_on_io(t,
@@ -411,6 +512,8 @@ void mf__client_task_read(mf_http_client_task_t *t)
             return;
         }
         if (n > 0) {
+            if (t->idle_ms)
+                mf__client_task_arm(t, t->idle_ms);
             if (!t->got_bytes)
                 mf__client_task_mark(t, &t->timings.first_byte);
             t->got_bytes = true;
@@ -533,8 +636,9 @@ static bool mf__is_redirect(int status)
 static int mf__client_task_redirect(mf_http_client_task_t *t)
 {
     int status = t->resp.status;
-    if (t->forward || t->opts.max_redirects <= 0 || !mf__is_redirect(status))
-        return 0;
+    if (t->forward || t->source || t->opts.max_redirects <= 0 ||
+        !mf__is_redirect(status))
+        return 0; /* a body from a source cannot be sent again */
     const mf_http_header_t *loc = mf__client_task_find(t, "location");
     if (!loc)
         return 0;
@@ -570,7 +674,7 @@ static bool mf__client_task_may_try_another(mf_http_client_task_t *t, int state)
         state != MF_STATE_TLS_ERROR && state != MF_STATE_DNS_ERROR &&
         state != MF_STATE_PROTOCOL_ERROR)
         return false;
-    if (t->relayed)
+    if (t->relayed || t->source_taken) /* a streamed body is gone */
         return false;
     bool unsent = t->phase == MF_CT_OPENING || t->phase == MF_CT_WAITING;
     if (!unsent && !mf__method_idempotent(t) && !t->opts.retry_non_idempotent)
@@ -584,10 +688,12 @@ static bool mf__client_task_may_retry(mf_http_client_task_t *t, int state)
 {
     if (t->ups.up)
         return mf__client_task_may_try_another(t, state);
-    if (state != MF_STATE_SYS_ERROR || t->got_bytes || t->forward)
+    if (state != MF_STATE_SYS_ERROR || t->got_bytes || t->source_taken)
         return false;
     if (t->retries >= t->opts.max_retries)
         return false;
+    if (t->forward) /* its client's request: only one that never left */
+        return t->phase == MF_CT_OPENING && mf__method_idempotent(t);
     return mf__method_idempotent(t) || t->phase == MF_CT_OPENING;
 }
 
@@ -637,10 +743,11 @@ static void mf__client_task_upstream_done(mf_http_client_task_t *t, int state,
 void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
 {
     bool ok = state == MF_STATE_SUCCESS;
-    bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t);
+    bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t) &&
+                 (!t->source || t->source_eof); /* a whole request */
     const mf_http_client_conn_t *conn = t->user.conn;
     bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
-                 mf__method_idempotent(t);
+                 !t->source_taken && mf__method_idempotent(t);
     mf__http_pool_release(&t->user, reuse);
     if (t->ups.up)
         mf__client_task_upstream_done(t, state, error, stale);
@@ -865,8 +972,8 @@ static void mf__client_task_destroy(mf_task_t *task)
     mf__http_pool_abandon(&t->user);
     if (t->ups.up)
         mf_upstream_abandon(&t->ups);
-    mf_buf_t *bufs[] = {&t->method, &t->url, &t->headers,     &t->body,
-                        &t->out,    &t->in,  &t->upstream_key};
+    mf_buf_t *bufs[] = {&t->method, &t->url, &t->headers,      &t->body,
+                        &t->out,    &t->in,  &t->upstream_key, &t->via};
     for (size_t i = 0; i < MF_ARRAY_SIZE(bufs); i++)
         mf__buf_release(loop, bufs[i]);
     mf_loop_free(loop, t, sizeof(*t));
@@ -952,6 +1059,37 @@ void mf_task_http_set_upstream_key(mf_task_t *task, const char *key, size_t len)
         return;
     t->upstream_key.len = 0;
     mf__client_task_keep(t, &t->upstream_key, key, len);
+}
+
+void mf_task_http_remove_header(mf_task_t *task, const char *name)
+{
+    mf_http_client_task_t *t = mf__ctask(task);
+    if (t)
+        mf__client_task_drop_header(t, name);
+}
+
+void mf_task_http_set_body_source(mf_task_t *task, mf_http_body_read_fn read,
+                                  void *arg, int64_t length)
+{
+    mf_http_client_task_t *t = mf__ctask(task);
+    if (!t)
+        return;
+    t->body.len = 0;
+    t->source = read;
+    t->source_arg = arg;
+    t->source_len = length < 0 ? -1 : length;
+}
+
+void mf_task_http_body_ready(mf_task_t *task)
+{
+    mf_http_client_task_t *t = mf__ctask(task);
+    if (!t || !t->source_waiting || t->phase != MF_CT_SENDING)
+        return;
+    t->source_waiting = false;
+    mf__client_task_idle(t, false);
+    mf__client_task_write(t);
+    if (t->phase == MF_CT_HEAD)
+        mf__client_task_read(t); /* the answer may be there already */
 }
 
 int mf_task_http_status(const mf_task_t *task)

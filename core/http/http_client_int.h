@@ -150,6 +150,18 @@ struct mf_http_client_task {
     size_t relayed;                   /* 0: nothing relayed yet */
     bool paused;        /* the client is slow: stop reading the upstream */
     uint64_t body_seen; /* body bytes relayed and dropped from `in` */
+    /* A body read from a source as it is sent (mf_task_http_set_body_
+     * source): pieces of it pass through `out`, one at a time. */
+    mf_http_body_read_fn source;
+    void *source_arg;
+    int64_t source_len;        /* -1: sent chunked */
+    uint64_t source_sent;      /* body bytes taken on this attempt */
+    bool source_taken;         /* a byte was taken: no attempt may follow */
+    bool source_eof;           /* the whole body is in `out` */
+    bool source_waiting;       /* for mf_task_http_body_ready */
+    uint32_t idle_ms;          /* a forward's: the longest wait for the
+                                  upstream between two reads or writes */
+    mf_buf_t via;              /* a forward's "1.1 name" (Via), or empty */
     mf_http_timings_t timings; /* a traced task's (mf__client_task_mark) */
     mf_buf_t upstream_key; /* the group's hash key ("": the path) */
     int last_state, last_error; /* of the last failed attempt */
@@ -167,6 +179,9 @@ struct mf_http_client_task {
 void mf__client_task_read(mf_http_client_task_t *t);
 /* Ends the attempt: reuse, redirect, retry, or complete the task. */
 void mf__client_task_finish(mf_http_client_task_t *t, int state, int error);
+/* Starts or stops the task's timer; stopped while the upstream waits for
+ * the forward's client (paused), restarted when it goes on. */
+void mf__client_task_idle(mf_http_client_task_t *t, bool waiting);
 /* Adds "name: value" to the request (copied; checked for injection). */
 void mf__client_task_add_header(mf_http_client_task_t *t, const char *name,
                                 size_t name_len, const char *value,

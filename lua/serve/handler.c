@@ -58,6 +58,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <moonflow/http_forward.h>
 #include <moonflow/lua_arg.h>
 #include <moonflow/lua_json.h>
 #include <moonflow/lua_uri.h>
@@ -670,6 +671,8 @@ static void mf__on_client_gone(mf_http_exchange_t *ex, void *arg)
     mf__exchange_account(w, ex, request, NULL, status, request->bytes,
                          mf__seconds_since(w, &request->start));
     mf_serve_request_keep(request);
+    if (request->proxying) /* its forward must let go of ex now */
+        mf_task_cancel(request->proxy);
     request->ex = NULL; /* dead after this callback */
     request->client_gone = true;
     if (!request->co)
@@ -1217,6 +1220,281 @@ static int mf__resp_write(lua_State *L)
     return lua_yield(L, 0);
 }
 
+/* ---- resp:proxy ------------------------------------------------------------
+ */
+
+/* The upstream of a URL for a log line: scheme://host[:port], without
+ * user info, path or query (they may carry credentials). */
+static void mf__proxy_origin(const char *url, char *out, size_t cap)
+{
+    const char *auth = strstr(url, "://");
+    size_t skip = auth ? (size_t)(auth + 3 - url) : 0;
+    size_t alen = strcspn(url + skip, "/?#");
+    const char *host = url + skip;
+    const char *at = memchr(host, '@', alen);
+    if (at) {
+        alen -= (size_t)(at + 1 - host);
+        host = at + 1;
+    }
+    snprintf(out, cap, "%.*s%.*s", (int)skip, url, (int)alen, host);
+}
+
+/* "proxy to ORIGIN: STATUS: cause" on the error log. */
+static void mf__proxy_log(mf_serve_request_t *request, mf_task_t *task,
+                          int status, const char *cause)
+{
+    char origin[300], text[512];
+    mf__proxy_origin(mf_task_http_url(task), origin, sizeof origin);
+    if (status)
+        snprintf(text, sizeof text, "proxy to %s: %d: %s", origin, status,
+                 cause);
+    else
+        snprintf(text, sizeof text, "proxy to %s: %s", origin, cause);
+    mf__log_handler_error(request, text);
+}
+
+/* What a failed forward's error says in nil, err and the log. */
+static const char *mf__proxy_cause(int state, int error)
+{
+    if (state == MF_STATE_TIMEOUT)
+        return "timeout";
+    return mf_strerror(error);
+}
+
+/* Ends the request's answer after its forward: sent (the upstream's
+ * answer, or the 502/504 the forward made), cut (a stream that failed
+ * midway), or nothing when the client has left. */
+static void mf__proxy_answer(mf_serve_request_t *request, mf_task_t *task)
+{
+    int state = mf_task_state(task), error = mf_task_error(task);
+    int status = mf_task_http_status(task);
+    request->bytes = (size_t)mf_task_http_forwarded_bytes(task);
+    if (state == MF_STATE_SUCCESS) {
+        mf__set_status(request, status);
+        mf__request_send(request, "", 0);
+        return;
+    }
+    const char *cause = mf__proxy_cause(state, error);
+    if (status) { /* its head is out: the client must see a cut */
+        mf__set_status(request, status);
+        request->streaming = true;
+        mf__proxy_log(request, task, 0, "the answer was cut");
+        mf__request_cut(request, cause);
+        return;
+    }
+    mf__set_status(request, state == MF_STATE_TIMEOUT ? 504 : 502);
+    mf__proxy_log(request, task, request->status, cause);
+    mf__request_send(request, "", 0);
+}
+
+static void mf__proxy_done(mf_task_t *task)
+{
+    mf_serve_request_t *request = task->user;
+    if (!request) /* the handler was aborted: it answered */
+        return;
+    mf_lua_co_t *co = request->proxy_co;
+    request->proxying = false;
+    request->proxy = NULL;
+    request->proxy_co = NULL;
+    int state = mf_task_state(task);
+    if (request->ex && !request->sent)
+        mf__proxy_answer(request, task);
+    if (!co) /* the handler was aborted meanwhile */
+        return;
+    mf_lua_co_unpark(co);
+    lua_State *T = mf_lua_co_thread(co);
+    if (state == MF_STATE_SUCCESS) {
+        lua_pushinteger(T, mf_task_http_status(task));
+        mf_lua_co_resume(co, 1);
+        return;
+    }
+    lua_pushnil(T);
+    if (request->client_gone)
+        lua_pushliteral(T, "closed");
+    else
+        lua_pushstring(T, mf__proxy_cause(state, mf_task_error(task)));
+    mf_lua_co_resume(co, 2);
+}
+
+/* The handler was aborted (its timeout, a stop) while its forward ran:
+ * the forward ends now, and resumes nobody. */
+static void mf__proxy_cleanup(void *op)
+{
+    mf_serve_request_t *request = op;
+    request->proxy_co = NULL;
+    if (!request->proxying)
+        return;
+    /* An answer begun must end cut, never complete with the 504 after it */
+    if (mf_task_http_status(request->proxy)) {
+        request->streaming = true;
+        request->bytes = (size_t)mf_task_http_forwarded_bytes(request->proxy);
+    }
+    /* The record may be freed before the task's callback runs (it is
+     * queued): the callback finds no request then. */
+    request->proxy->user = NULL;
+    request->proxying = false;
+    mf_task_cancel(request->proxy);
+}
+
+/* Raises unless the option table at idx has only known keys of the right
+ * types, and the headers table only header names with string, number or
+ * false values. */
+static void mf__proxy_check_opts(lua_State *L, int idx)
+{
+    static const struct {
+        const char *name;
+        int type;
+    } known[] = {{"headers", LUA_TTABLE},
+                 {"timeout", LUA_TNUMBER},
+                 {"tries", LUA_TNUMBER},
+                 {"via", LUA_TNONE}};
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *key =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+        size_t i = 0;
+        while (i < MF_ARRAY_SIZE(known) && strcmp(key, known[i].name))
+            i++;
+        if (i == MF_ARRAY_SIZE(known))
+            luaL_error(L,
+                       "resp:proxy: unknown option '%s' (headers, "
+                       "timeout, tries, via)",
+                       key);
+        if (known[i].type != LUA_TNONE && lua_type(L, -1) != known[i].type)
+            luaL_error(L, "resp:proxy: option '%s' must be a %s", key,
+                       lua_typename(L, known[i].type));
+        lua_pop(L, 1);
+    }
+    lua_getfield(L, idx, "via");
+    int vt = lua_type(L, -1);
+    size_t vlen = 0;
+    const char *via = vt == LUA_TSTRING ? lua_tolstring(L, -1, &vlen) : "";
+    if ((vt != LUA_TNIL && vt != LUA_TBOOLEAN && vt != LUA_TSTRING) ||
+        (vt == LUA_TSTRING &&
+         (vlen == 0 || vlen > 64 || !mf_http_field_value_valid(via, vlen))))
+        luaL_error(L, "resp:proxy: option 'via' must be true, false or a "
+                      "name (1 to 64 bytes, no control bytes)");
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "headers");
+    if (lua_istable(L, -1)) {
+        int h = lua_gettop(L);
+        lua_pushnil(L);
+        while (lua_next(L, h)) {
+            size_t nlen, len;
+            const char *name = lua_type(L, -2) == LUA_TSTRING
+                                   ? lua_tolstring(L, -2, &nlen)
+                                   : NULL;
+            if (!name || !mf_http_field_name_valid(name, nlen))
+                luaL_error(L, "resp:proxy: headers: a header name expected "
+                              "as key");
+            int t = lua_type(L, -1);
+            const char *v = lua_tolstring(L, -1, &len);
+            if (!(t == LUA_TBOOLEAN && !lua_toboolean(L, -1)) &&
+                ((t != LUA_TSTRING && t != LUA_TNUMBER) ||
+                 !mf_http_field_value_valid(v, len)))
+                luaL_error(L,
+                           "resp:proxy: headers['%s']: a string, a "
+                           "number or false expected",
+                           name);
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+}
+
+/* The options at idx (checked) into o; via's name is on L's stack. */
+static void mf__proxy_opts(lua_State *L, int idx, mf_http_forward_opts_t *o)
+{
+    lua_getfield(L, idx, "timeout");
+    lua_Number ms = lua_isnil(L, -1) ? 0 : lua_tonumber(L, -1);
+    if (!(ms >= 0 && ms <= 86400000))
+        luaL_error(L, "resp:proxy: option 'timeout' must be 0 to 86400000 "
+                      "ms");
+    o->timeout_ms = (uint32_t)ms;
+    lua_getfield(L, idx, "tries");
+    lua_Number tries = lua_isnil(L, -1) ? 1 : lua_tonumber(L, -1);
+    if (!(tries >= 1 && tries <= 16) || tries != (int)tries)
+        luaL_error(L, "resp:proxy: option 'tries' must be an integer from 1 "
+                      "to 16");
+    o->tries = (int)tries;
+    lua_pop(L, 2);
+    lua_getfield(L, idx, "via"); /* left on the stack: o->via points in */
+    if (lua_type(L, -1) == LUA_TSTRING)
+        o->via = lua_tostring(L, -1);
+    else if (lua_toboolean(L, -1))
+        o->via = "moonflow";
+}
+
+/* opts.headers over the forward's: false removes, a value replaces. */
+static void mf__proxy_headers(lua_State *L, int idx, mf_task_t *task)
+{
+    lua_getfield(L, idx, "headers");
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return;
+    }
+    int h = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, h)) {
+        const char *name = lua_tostring(L, -2);
+        mf_task_http_remove_header(task, name);
+        if (lua_type(L, -1) != LUA_TBOOLEAN)
+            mf_task_http_add_header(task, name, lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
+/* Whether the URL names a path (or a query) after its host. */
+static bool mf__url_has_path(const char *url)
+{
+    const char *auth = strstr(url, "://");
+    return auth && auth[3 + strcspn(auth + 3, "/?#")] != '\0';
+}
+
+/* resp:proxy(url [, opts]): the request forwarded to url, its answer
+ * relayed as it comes; waits until it is over. */
+static int mf__resp_proxy(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    size_t len;
+    const char *url = mf_lua_check_lstring(L, 2, &len);
+    if (!(len > 7 && !strncasecmp(url, "http://", 7)) &&
+        !(len > 8 && !strncasecmp(url, "https://", 8)))
+        return mf_lua_arg_error(L, 2, "an http:// or https:// URL expected");
+    if (!lua_isnoneornil(L, 3)) {
+        if (!lua_istable(L, 3))
+            return mf_lua_type_error(L, 3, "table");
+        mf__proxy_check_opts(L, 3);
+    }
+    if (request->sent || request->streaming || request->proxying)
+        return luaL_error(L, "the response was already sent");
+    if (!request->ex)
+        return mf__resp_closed(L, request, true);
+    mf_lua_co_t *co = mf_lua_co_check(L);
+    if (co != request->co) /* a thread: the handler would answer meanwhile */
+        return luaL_error(L, "resp:proxy: from the handler itself only, not "
+                             "from a thread of it");
+    mf_http_forward_opts_t o;
+    mf_http_forward_opts_init(&o);
+    if (!lua_isnoneornil(L, 3))
+        mf__proxy_opts(L, 3, &o);
+    const mf_serve_config_t *c = request->w->config;
+    o.proto = c->http.tls.cert_file ? "https" : "http";
+    o.whole_url = mf__url_has_path(url);
+    mf_task_t *task = mf_task_http_forward_with(request->ex, url, &o,
+                                                mf__proxy_done, request);
+    if (!lua_isnoneornil(L, 3))
+        mf__proxy_headers(L, 3, task);
+    mf_serve_request_add_id(request);
+    request->proxying = true;
+    request->proxy = task;
+    request->proxy_co = co;
+    mf_lua_co_park(co, mf__proxy_cleanup, request);
+    mf_task_start(task);
+    return lua_yield(L, 0);
+}
+
 /* resp's properties (status, headers, sent): the fallback of its __index,
  * which finds the methods first in a table (serve.lua), without a C call. */
 static int mf__resp_property(lua_State *L)
@@ -1518,6 +1796,7 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
         {"send resp:send([body])", mf__resp_send},
         {"write resp:write(chunk)", mf__resp_write},
         {"redirect resp:redirect(url [, status])", mf__resp_redirect},
+        {"proxy resp:proxy(url [, opts])", mf__resp_proxy},
         {"json resp:json(value [, status])", mf__resp_json},
         {"set_header resp:set_header(name, value)", mf__resp_set_header},
         {NULL, NULL}};

@@ -87,6 +87,7 @@ struct mf_serve_request {
     bool has_on_abort; /* on_abort_ref is set */
     bool has_at_end;   /* at_end_ref is set */
     bool refused;      /* the server refused the body as it was read: status */
+    bool proxying;     /* resp:proxy's forward runs: proxy, proxy_co valid */
     /* Threads its code spawned that still run: the record outlives its
      * coroutine until they end (its log phase waits for them). */
     uint32_t threads;
@@ -108,7 +109,9 @@ struct mf_serve_request {
     int on_abort_ref; /* a function run when the client leaves */
     int at_end_ref;   /* functions run as the record goes (serve.at_end) */
     mf_serve_kept_head_t *kept_head; /* valid when kept; freed with it */
-    uint32_t timeout_ms; /* the handler's, when phased: the log phase's too */
+    uint32_t timeout_ms;   /* the handler's, when phased: the log phase's too */
+    mf_task_t *proxy;      /* resp:proxy's forward, while proxying */
+    mf_lua_co_t *proxy_co; /* the coroutine it resumes; NULL: aborted */
     mf_timer_t wake; /* made when needed (wake_made): a client gone, an exit */
     /* "X-Request-Id: ID\r\n", written where the answer's head is set and
      * handed to the exchange by reference (it is copied out as the head

@@ -142,6 +142,30 @@ describe("moonflow serve", function()
         assert.truthy(second:match("^false .*moonflow request or response"))
     end)
 
+    it("raises on each bad argument of resp:proxy, naming it", function()
+        local r = assert(get("/proxy_args"))
+        assert.are.equal(200, r.status)
+        local lines = {}
+        for line in r.body:gmatch("[^\n]+") do lines[#lines + 1] = line end
+        assert.are.equal(11, #lines)
+        local want = {
+            "^false resp:proxy%(url %[, opts%]%): url: a string expected",
+            "^false .*an http:// or https:// URL expected",
+            "^false resp:proxy%(url %[, opts%]%): opts: a table expected, got string",
+            "^false .*unknown option 'retries'",
+            "^false .*option 'timeout' must be a number",
+            "^false .*option 'timeout' must be 0 to 86400000 ms",
+            "^false .*option 'tries' must be an integer from 1 to 16",
+            "^false .*option 'via' must be true, false or a name",
+            "^false .*headers: a header name expected",
+            "^false .*headers%['X%-A'%]: a string, a number or false",
+            "^false .*headers%['X%-A'%]: a string, a number or false",
+        }
+        for i, pattern in ipairs(want) do
+            assert.matches(pattern, lines[i], 1, false, "line " .. i)
+        end
+    end)
+
     it("names the method in every misuse of req and resp", function()
         local r = assert(get("/misuse_names"))
         assert.equals(200, r.status)

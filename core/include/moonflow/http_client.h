@@ -117,6 +117,31 @@ MF_API void mf_task_http_set_body(mf_task_t *task, const void *data,
 MF_API void mf_task_http_set_upstream_key(mf_task_t *task, const char *key,
                                           size_t len);
 
+/* Removes every request header named name (any case): one given before,
+ * or, for a forward, one copied from its client's request. */
+MF_API void mf_task_http_remove_header(mf_task_t *task, const char *name);
+
+/* A streamed upload: the body is read from a source as the connection
+ * takes it, a piece of at most MF_HTTP_UPLOAD_PIECE bytes at a time, so
+ * memory stays flat however long it is and a slow server slows the
+ * source. read returns the bytes it put in buf (> 0), 0 at the body's end,
+ * MF_EAGAIN when it has none yet (it then calls mf_task_http_body_ready
+ * when it has, and is not read before; nor after the task's end), or an
+ * error, which fails the task (MF_STATE_SYS_ERROR
+ * with that error). length >= 0 goes out as Content-Length (a body that
+ * ends short fails with MF_ECLOSED), -1 chunked. Instead of
+ * mf_task_http_set_body. A body once taken cannot be sent again: the
+ * task is retried only while no byte of it was taken (a connection that
+ * failed to open, a reused one the server had closed), and a redirect's
+ * 3xx is the answer. A server that answers before it has taken the whole
+ * body and closes (a 413, a 401) gives that answer as the result. */
+#define MF_HTTP_UPLOAD_PIECE (64 * 1024)
+typedef ssize_t (*mf_http_body_read_fn)(void *arg, void *buf, size_t len);
+MF_API void mf_task_http_set_body_source(mf_task_t *task,
+                                         mf_http_body_read_fn read, void *arg,
+                                         int64_t length);
+MF_API void mf_task_http_body_ready(mf_task_t *task);
+
 /* Results, valid in the task's callback. */
 MF_API int mf_task_http_status(const mf_task_t *task);
 MF_API const mf_http_response_t *mf_task_http_response(const mf_task_t *task);

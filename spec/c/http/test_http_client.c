@@ -414,6 +414,77 @@ TEST(chunked_bodies_and_request_bodies_round_trip)
     teardown();
 }
 
+/* A body made as it is sent: pieces of at most 50000 bytes of a pattern,
+ * none on the second call (MF_EAGAIN; a timer says it is ready), or an
+ * error after fail_after bytes. */
+typedef struct producer {
+    size_t total, given;
+    size_t fail_after; /* 0: never */
+    int calls;
+    mf_task_t *task;
+    mf_timer_t later;
+} producer_t;
+
+static void producer_ready(mf_timer_t *timer)
+{
+    producer_t *p = timer->data;
+    mf_task_http_body_ready(p->task);
+}
+
+static ssize_t produce(void *arg, void *buf, size_t len)
+{
+    producer_t *p = arg;
+    if (++p->calls == 2) {
+        mf_timer_start(loop, &p->later, 10);
+        return MF_EAGAIN;
+    }
+    if (p->fail_after && p->given >= p->fail_after)
+        return MF_EIO;
+    size_t n = p->total - p->given;
+    n = n < len ? n : len;
+    n = n < 50000 ? n : 50000;
+    for (size_t i = 0; i < n; i++)
+        ((char *)buf)[i] = (char)('a' + (p->given + i) % 26);
+    p->given += n;
+    return (ssize_t)n;
+}
+
+static void post_produced(producer_t *p, int64_t length, result_t *r)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/echo", port);
+    mf_task_t *t = mf_task_http_create(loop, "POST", url, on_done, r);
+    p->task = t;
+    mf_timer_init(&p->later, producer_ready, p);
+    mf_task_http_set_body_source(t, produce, p, length);
+    run_one(t);
+}
+
+TEST(a_body_from_a_source_is_sent_as_it_is_made)
+{
+    setup();
+    result_t r = {0};
+    producer_t chunked = {.total = 300000};
+    post_produced(&chunked, -1, &r); /* no length: chunked */
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(r.body_len, 300000);
+    ASSERT(memcmp(r.body, "abcdefghijklmnopqrstuvwxyzabc", 29) == 0);
+    ASSERT(chunked.calls > 6); /* in pieces, one of them late */
+    producer_t sized = {.total = 300000};
+    post_produced(&sized, 300000, &r);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(r.body_len, 300000);
+    producer_t failing = {.total = 300000, .fail_after = 100000};
+    post_produced(&failing, -1, &r); /* taken: never sent again */
+    ASSERT_EQ(r.state, MF_STATE_SYS_ERROR);
+    ASSERT_EQ(r.error, MF_EIO);
+    producer_t short_one = {.total = 1000};
+    post_produced(&short_one, 5000, &r); /* ends before its length */
+    ASSERT_EQ(r.state, MF_STATE_SYS_ERROR);
+    ASSERT_EQ(r.error, MF_ECLOSED);
+    teardown();
+}
+
 TEST(connection_refused_and_bad_urls_fail_in_the_completion)
 {
     setup();
