@@ -63,6 +63,8 @@ mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
                                           const size_t *lens, bool pattern,
                                           mf_redis_message_cb cb, void *user)
 {
+    if (client->pubsub) /* a cluster: a message reaches every node */
+        client = client->pubsub;
     mf_redis_subscriber_t *sub = mf_xcalloc(1, sizeof(*sub));
     sub->client = client;
     sub->cb = cb;

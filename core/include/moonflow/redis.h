@@ -103,6 +103,11 @@ typedef struct mf_redis_opts {
                                       default 512 MiB */
     bool tls_verify;               /* rediss://; default true */
     const char *ca_file;           /* NULL: the system bundle */
+    bool readonly;          /* READONLY on each new connection (reads from
+                               a cluster replica); default false */
+    bool read_from_replica; /* cluster client: read-only commands go to a
+                               replica of the key's slot (see
+                               redis_cluster.h); default false */
 } mf_redis_opts_t;
 
 MF_API void mf_redis_opts_init(mf_redis_opts_t *opts);
