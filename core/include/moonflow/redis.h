@@ -189,6 +189,65 @@ MF_API size_t mf_task_redis_error_replies(const mf_task_t *task);
  * range" (at most 256 bytes). NULL otherwise. Valid in the callback. */
 MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
 
+/* ---- Redis Cluster ----------------------------------------------------
+ *
+ *   mf_redis_client_t *c = mf_redis_cluster_client(
+ *       loop, "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", NULL, &err);
+ *   ... then tasks exactly as on a single node (mf_task_redis_create ...).
+ *
+ * URL: redis-cluster://[[user]:password@]host[:port][,host[:port]...]
+ * [/][?read_from=replica] (rediss-cluster:// for TLS). The hosts are seeds:
+ * the first task asks one of them for the slot map (CLUSTER SHARDS, or
+ * CLUSTER SLOTS on servers before 7.0) and waits for it. Each node is then
+ * an ordinary client of the loop (the same options), so the commands bound
+ * to one node share its pipelined connection's writes as on a single node.
+ *
+ * Routing: each command goes to the master of its key's slot (CRC16 of the
+ * key, or of its hash tag: "{user1}.a" and "{user1}.b" share a slot). The
+ * key positions come from a table of the commands the client knows (every
+ * data command of Redis 7: strings, hashes, lists, sets, sorted sets,
+ * streams, geo, HyperLogLog, EVAL/FCALL by numkeys, XREAD by STREAMS); a
+ * command not in it is not sent and gets the error reply "ERR the cluster
+ * client does not know where this command's keys are: not sent". A command
+ * whose keys hash to different slots gets "CROSSSLOT Keys in request don't
+ * hash to the same slot (refused by the cluster client)" without being
+ * sent. Commands with no key (PING, INFO, PUBLISH, MULTI, WAIT ...) go with
+ * the task's first keyed command, or to one master. A task whose commands
+ * go to several nodes is split per node; the replies come back in the
+ * order of its commands. MULTI ... EXEC, WATCH, blocking commands and
+ * dedicated tasks go to one node as a whole.
+ *
+ * MOVED: the slot's new owner is noted at once, the command is sent there,
+ * and the map is refreshed (one refresh at a time, at most one per 100 ms;
+ * the MOVED replies that come meanwhile only retry at the node they name).
+ * ASK: the command is sent again to the named node behind ASKING, in the
+ * same write. A command follows at most 16 redirections; then the
+ * redirection is its reply. A failed connection to a node refreshes the
+ * map (a master gone, its replica promoted); the task fails as on a
+ * single node.
+ *
+ * read_from_replica (opts, or ?read_from=replica): read-only commands go
+ * to a replica of their slot's master, over connections that sent
+ * READONLY; a slot whose replicas are not known yet is read from its
+ * master. Pub/sub: mf_redis_subscribe on a cluster client subscribes on
+ * the first seed node (Redis Cluster delivers PUBLISH to every node).
+ * NULL with *error = MF_EINVAL for a malformed URL. */
+MF_API mf_redis_client_t *mf_redis_cluster_client(mf_loop_t *loop,
+                                                  const char *url,
+                                                  const mf_redis_opts_t *opts,
+                                                  int *error);
+
+typedef struct mf_redis_cluster_stats {
+    unsigned nodes;     /* known nodes (seeds, the map's, redirections') */
+    bool mapped;        /* a slot map was read */
+    uint64_t refreshes; /* slot maps asked for */
+    uint64_t moved;     /* MOVED replies followed */
+    uint64_t asks;      /* ASK replies followed */
+} mf_redis_cluster_stats_t;
+/* 0, or MF_EINVAL when c is not a cluster client. Loop thread. */
+MF_API int mf_redis_cluster_stats(const mf_redis_client_t *c,
+                                  mf_redis_cluster_stats_t *st);
+
 /* ---- pub/sub ---------------------------------------------------------- */
 
 /* Called for each message, in order, on the loop thread. msg is the array
