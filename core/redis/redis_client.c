@@ -215,6 +215,8 @@ mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
 
 uint64_t mf_redis_client_connects(const mf_redis_client_t *client)
 {
+    if (client->kind)
+        return client->kind->connects(client);
     return client->connects;
 }
 

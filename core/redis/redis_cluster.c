@@ -876,7 +876,22 @@ static const mf_task_ops_t mf__cl_ops = {"redis", mf__cl_dispatch,
                                          mf__cl_cancel, mf__cl_destroy};
 static const mf_redis_task_hooks_t mf__cl_hooks = {
     mf__cl_on_reply, mf__cl_on_end, mf__cl_on_refused};
-static const mf_redis_kind_t mf__cl_kind = {&mf__cl_ops, &mf__cl_hooks};
+/* Every connection its nodes' clients opened (for this cluster or not:
+ * a node's client is the loop's client of that URL). */
+static uint64_t mf__cl_connects(const mf_redis_client_t *front)
+{
+    const mf_redis_cluster_t *cl = front->cluster;
+    uint64_t n = 0;
+    for (unsigned i = 0; i < cl->nnodes; i++) {
+        n += mf_redis_client_connects(cl->nodes[i].master);
+        if (cl->nodes[i].replica)
+            n += mf_redis_client_connects(cl->nodes[i].replica);
+    }
+    return n;
+}
+
+static const mf_redis_kind_t mf__cl_kind = {&mf__cl_ops, &mf__cl_hooks,
+                                            mf__cl_connects};
 
 /* ---- refreshing the map --------------------------------------------------
  */

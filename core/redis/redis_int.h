@@ -108,6 +108,8 @@ int mf__redis_cmd_slot(int argc, const char *const *argv, const size_t *lens,
 typedef struct mf_redis_kind {
     const mf_task_ops_t *ops;
     const struct mf_redis_task_hooks *hooks;
+    /* Connections opened for the client (a cluster: by its nodes). */
+    uint64_t (*connects)(const struct mf_redis_client *client);
 } mf_redis_kind_t;
 
 typedef struct mf_redis_cluster mf_redis_cluster_t;

@@ -34,6 +34,7 @@ describe("mf.redis on a cluster", function()
         end
         assert.are.equal("OK", r:call("MSET", "{u1}.a", "1", "{u1}.b", "2"))
         assert.are.same({ "1", "2" }, r:call("MGET", "{u1}.a", "{u1}.b"))
+        assert.are.equal(3, r:connects()) -- one per master: its nodes' clients
     end)
 
     it("refuses a command over several slots with CROSSSLOT", function()

@@ -298,6 +298,8 @@ TEST(commands_go_to_the_owner_of_their_slot)
     ASSERT_EQ(st.refreshes, 1);
     ASSERT(st.mapped);
     ASSERT_EQ(st.nodes, NODES); /* two seeds, the rest from the map */
+    /* One shared connection per master (and none to a replica). */
+    ASSERT_EQ(mf_redis_client_connects(c), 3);
     teardown();
 }
 
