@@ -496,6 +496,8 @@ static void mf__cl_on_end(mf_redis_task_t *t, int state, int error)
 {
     mf_redis_ctask_t *ct = t->cl;
     mf__redis_task_leave(t, state == MF_STATE_SUCCESS && !t->dirty);
+    if (t->abandoned) /* timed out or canceled: nothing is sent again */
+        ct->redo = 0, ct->redo_whole = false;
     if (state == MF_STATE_SUCCESS && ct->redo_whole &&
         ct->whole_tries++ < MF__MAX_REDIRECTS) {
         ct->redo_whole = false;
@@ -890,8 +892,22 @@ static uint64_t mf__cl_connects(const mf_redis_client_t *front)
     return n;
 }
 
+/* A sharded channel's node: the master of its slot (the first seed while
+ * no map is known: a MOVED then ends the subscriber). */
+static mf_redis_client_t *mf__cl_shard_node(mf_redis_client_t *front,
+                                            const char *channel, size_t len)
+{
+    mf_redis_cluster_t *cl = front->cluster;
+    unsigned node = cl->slot_node[mf__redis_key_slot(channel, len)];
+    if (!cl->mapped || node == MF__NO_NODE) {
+        mf__cl_refresh(cl);
+        return cl->nodes[0].master;
+    }
+    return cl->nodes[node].master;
+}
+
 static const mf_redis_kind_t mf__cl_kind = {&mf__cl_ops, &mf__cl_hooks,
-                                            mf__cl_connects};
+                                            mf__cl_connects, mf__cl_shard_node};
 
 /* ---- refreshing the map --------------------------------------------------
  */
@@ -1044,18 +1060,23 @@ static int mf__parse_cluster_url(mf_redis_cluster_t *cl, mf_redis_opts_t *o,
         return MF_EINVAL;
     if (mf__parse_query(o, rest) < 0)
         return MF_EINVAL;
-    const char *p = at ? at + 1 : auth;
-    const char *end = auth + alen;
-    while (p < end) {
-        const char *comma = memchr(p, ',', (size_t)(end - p));
-        const char *stop = comma ? comma : end;
-        char host[MF_DNS_MAX_HOST + 1];
-        uint16_t port = 6379;
-        if (mf__net_parse_hostport(p, (size_t)(stop - p), host, &port) < 0)
-            return MF_EINVAL;
-        if (mf__node_find(cl, host, strlen(host), port) == MF__NO_NODE)
-            return MF_EINVAL;
-        p = comma ? comma + 1 : end;
+    /* Every seed is checked before any node's client is made. */
+    for (int make = 0; make < 2; make++) {
+        const char *p = at ? at + 1 : auth, *end = auth + alen;
+        while (p < end) {
+            const char *comma = memchr(p, ',', (size_t)(end - p));
+            const char *stop = comma ? comma : end;
+            char host[MF_DNS_MAX_HOST + 1];
+            uint16_t port = 6379;
+            if (mf__net_parse_hostport(p, (size_t)(stop - p), host, &port) <
+                    0 ||
+                (comma && comma + 1 == end)) /* "host:port," */
+                return MF_EINVAL;
+            if (make &&
+                mf__node_find(cl, host, strlen(host), port) == MF__NO_NODE)
+                return MF_EINVAL;
+            p = comma ? comma + 1 : end;
+        }
     }
     return cl->nnodes ? 0 : MF_EINVAL;
 }

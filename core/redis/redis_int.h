@@ -110,6 +110,9 @@ typedef struct mf_redis_kind {
     const struct mf_redis_task_hooks *hooks;
     /* Connections opened for the client (a cluster: by its nodes). */
     uint64_t (*connects)(const struct mf_redis_client *client);
+    /* The client whose node serves a sharded channel (SSUBSCRIBE). */
+    struct mf_redis_client *(*shard_node)(struct mf_redis_client *client,
+                                          const char *channel, size_t len);
 } mf_redis_kind_t;
 
 typedef struct mf_redis_cluster mf_redis_cluster_t;
@@ -287,6 +290,7 @@ struct mf_redis_subscriber {
     mf_redis_message_cb cb;
     void *user;
     bool closing;
+    bool sharded; /* SSUBSCRIBE / SUNSUBSCRIBE */
     int error;
     char refusal[MF_REDIS_REFUSAL_MAX + 1]; /* the error reply that ended it */
     mf_post_t end_post; /* the final callback, never inside a call */

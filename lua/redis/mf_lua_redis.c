@@ -594,6 +594,7 @@ int mf_lua_open_redis(lua_State *L)
         {"pipeline r:pipeline(cmds)", mf_lua__pipeline},
         {"subscribe r:subscribe(channel, ...)", mf_lua_redis_subscribe},
         {"psubscribe r:psubscribe(pattern, ...)", mf_lua_redis_psubscribe},
+        {"ssubscribe r:ssubscribe(channel, ...)", mf_lua_redis_ssubscribe},
         {"connects r:connects()", mf_lua__connects},
         {NULL, NULL}};
     mf_lua_class(L, MF_LUA_REDIS, methods, NULL, mf_lua__client_tostring);

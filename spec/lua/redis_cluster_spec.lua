@@ -2,7 +2,7 @@
 -- three replicas that run_specs.py makes): the same object and methods as
 -- on one node, commands routed by key slot, pipelines split per node and
 -- put back in order, CROSSSLOT refused before sending, reads on replicas,
--- mf.task.redis and pub/sub.
+-- mf.task.redis and pub/sub (sharded too).
 local mf = require "moonflow"
 
 local url = assert(os.getenv("MF_REDIS_CLUSTER_URL"))
@@ -76,6 +76,14 @@ describe("mf.redis on a cluster", function()
         mf.sleep(50) -- the other nodes learn of it over the cluster bus
         r:call("PUBLISH", "lua:chan", "hello")
         assert.are.same({ kind = "message", channel = "lua:chan", payload = "hello" },
+            sub:next(2000))
+        sub:close()
+    end)
+
+    it("subscribes to a sharded channel on its slot's node", function()
+        local sub = assert(r:ssubscribe("{lua}s"))
+        assert.are.equal(1, r:call("SPUBLISH", "{lua}s", "hi"))
+        assert.are.same({ kind = "smessage", channel = "{lua}s", payload = "hi" },
             sub:next(2000))
         sub:close()
     end)

@@ -230,7 +230,8 @@ MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
  * to a replica of their slot's master, over connections that sent
  * READONLY; a slot whose replicas are not known yet is read from its
  * master. Pub/sub: mf_redis_subscribe on a cluster client subscribes on
- * the first seed node (Redis Cluster delivers PUBLISH to every node).
+ * the first seed node (Redis Cluster delivers PUBLISH to every node);
+ * mf_redis_ssubscribe on the node of the channel's slot.
  * NULL with *error = MF_EINVAL for a malformed URL. */
 MF_API mf_redis_client_t *mf_redis_cluster_client(mf_loop_t *loop,
                                                   const char *url,
@@ -270,6 +271,19 @@ MF_API mf_redis_subscriber_t *
 mf_redis_subscribe(mf_redis_client_t *client, int nchannels,
                    const char *const *channels, const size_t *lens,
                    bool pattern, mf_redis_message_cb cb, void *user);
+/* Sharded pub/sub (Redis 7): SSUBSCRIBEs to the channels, which must share
+ * a slot (Redis refuses others with CROSSSLOT, which ends the subscriber).
+ * On a cluster client the connection goes to the master of the first
+ * channel's slot (a MOVED reply, when the map is not known yet or the slot
+ * moved, ends the subscriber: subscribe again); on a single node, to it.
+ * Messages are ("smessage", channel, payload), confirmations
+ * ("ssubscribe" | "sunsubscribe", channel, count); when a slot moves away
+ * Redis drops its channels with "sunsubscribe". mf_redis_subscriber_update
+ * on it (pattern false) sends SSUBSCRIBE / SUNSUBSCRIBE. */
+MF_API mf_redis_subscriber_t *
+mf_redis_ssubscribe(mf_redis_client_t *client, int nchannels,
+                    const char *const *channels, const size_t *lens,
+                    mf_redis_message_cb cb, void *user);
 /* Adds or drops channels on a live subscriber; dropping with nchannels 0
  * drops every channel (or every pattern). */
 MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,

@@ -266,6 +266,47 @@ static int slot_of(const char *key)
     return mf__redis_key_slot(key, strlen(key));
 }
 
+/* ---- no cluster ---------------------------------------------------------- */
+
+TEST(malformed_urls_and_dead_seeds)
+{
+    signal(SIGPIPE, SIG_IGN);
+    loop = mf_loop_create();
+    const char *bad[] = {"redis://127.0.0.1:1",
+                         "redis-cluster://",
+                         "redis-cluster://127.0.0.1:1,",
+                         "redis-cluster://127.0.0.1:1/3",
+                         "redis-cluster://127.0.0.1:1/?read_from=anywhere",
+                         "redis-cluster://127.0.0.1:notaport"};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(bad); i++) {
+        int err = 0;
+        ASSERT(mf_redis_cluster_client(loop, bad[i], NULL, &err) == NULL);
+        ASSERT_EQ(err, MF_EINVAL);
+    }
+    int err = -1;
+    mf_redis_client_t *single =
+        mf_redis_client(loop, "redis://127.0.0.1:1", NULL, &err);
+    mf_redis_cluster_stats_t st;
+    ASSERT_EQ(mf_redis_cluster_stats(single, &st), MF_EINVAL);
+    /* Seeds that refuse: the tasks waiting for the map fail, every one. */
+    char url[96];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%u,127.0.0.1:%u",
+             mf_test_free_port(), mf_test_free_port());
+    mf_redis_client_t *c = mf_redis_cluster_client(loop, url, NULL, &err);
+    ASSERT(c != NULL);
+    ASSERT(c == mf_redis_cluster_client(loop, url, NULL, &err));
+    result_t r1 = {0}, r2 = {0};
+    mf_task_start(task_of(c, &r1, "GET a"));
+    mf_task_start(task_of(c, &r2, "SET b 1; GET c"));
+    run_until(&r1.done, 1);
+    run_until(&r2.done, 1);
+    EXPECT_STATE(r1, MF_STATE_SYS_ERROR, MF_ECONNREFUSED);
+    EXPECT_STATE(r2, MF_STATE_SYS_ERROR, MF_ECONNREFUSED);
+    ASSERT_EQ(r2.n, 0);
+    ASSERT_EQ(stats_of(c).mapped, false);
+    teardown();
+}
+
 /* ---- routing ------------------------------------------------------------- */
 
 TEST(commands_go_to_the_owner_of_their_slot)
@@ -593,6 +634,40 @@ TEST(read_from_replica_reads_on_replicas)
     shell_line(cmd, line, sizeof line);
     ASSERT_STR_EQ(line, "1");
     expect(c, "INCR {r}n", ":1"); /* writes still go to the master */
+    teardown();
+}
+
+TEST(pub_sub_and_sharded_pub_sub_reach_their_subscribers)
+{
+    mf_redis_client_t *c = cluster_client(NULL);
+    expect(c, "SET {sp}x 1", "+OK"); /* the map is known */
+    subres_t s = {0}, ss = {0};
+    mf_redis_subscriber_t *sub = mf_redis_subscribe(
+        c, 1, (const char *[]){"plain"}, NULL, false, on_message, &s);
+    mf_redis_subscriber_t *ssub = mf_redis_ssubscribe(
+        c, 1, (const char *[]){"{sp}ch"}, NULL, on_message, &ss);
+    run_until(&s.confirms, 1);
+    run_until(&ss.confirms, 1);
+    ASSERT_STR_EQ(s.confirmed, "[$subscribe,$plain,:1]");
+    ASSERT_STR_EQ(ss.confirmed, "[$ssubscribe,${sp}ch,:1]");
+    /* PUBLISH goes to one master or another: the cluster carries it to
+     * every node. SPUBLISH goes to the channel's node, where the sharded
+     * subscriber is. */
+    for (int i = 0; i < 3; i++) {
+        result_t r;
+        run(c, &r, "PUBLISH plain hi");
+        ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    }
+    expect(c, "SPUBLISH {sp}ch hello", ":1");
+    run_until(&s.messages, 3);
+    run_until(&ss.messages, 1);
+    ASSERT_STR_EQ(s.text, "[$message,$plain,$hi] [$message,$plain,$hi] "
+                          "[$message,$plain,$hi]");
+    ASSERT_STR_EQ(ss.text, "[$smessage,${sp}ch,$hello]");
+    mf_redis_subscriber_close(sub);
+    mf_redis_subscriber_close(ssub);
+    run_until(&s.ended, 1);
+    run_until(&ss.ended, 1);
     teardown();
 }
 
