@@ -520,20 +520,7 @@ static void mf__cl_on_end(mf_redis_task_t *t, int state, int error)
     }
     if (state != MF_STATE_SUCCESS)
         mf__cl_failed(t->client->cluster, state);
-    t->phase = MF_RT_DONE;
-    mf_task_complete(&t->base, state, error);
-}
-
-static void mf__cl_on_refused(mf_redis_task_t *t, const mf_redis_reply_t *r)
-{
-    /* AUTH refused by a node: as a single-node task keeps it. */
-    size_t len = r->len < MF_REDIS_REFUSAL_MAX ? r->len : MF_REDIS_REFUSAL_MAX;
-    char *copy = mf__redis_arena_alloc(t->base._loop, &t->arena, len + 1);
-    if (!copy)
-        return;
-    memcpy(copy, r->str, len);
-    copy[len] = '\0';
-    t->refusal = copy;
+    mf__cl_complete(t, state, error); /* counts a redirection left as is */
 }
 
 /* All children are back: the task completes, or sends its redirected
@@ -877,7 +864,7 @@ static void mf__cl_destroy(mf_task_t *task)
 static const mf_task_ops_t mf__cl_ops = {"redis", mf__cl_dispatch,
                                          mf__cl_cancel, mf__cl_destroy};
 static const mf_redis_task_hooks_t mf__cl_hooks = {
-    mf__cl_on_reply, mf__cl_on_end, mf__cl_on_refused};
+    mf__cl_on_reply, mf__cl_on_end, mf__redis_task_keep_refusal};
 /* Every connection its nodes' clients opened (for this cluster or not:
  * a node's client is the loop's client of that URL). */
 static uint64_t mf__cl_connects(const mf_redis_client_t *front)

@@ -317,6 +317,9 @@ void mf__redis_opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in);
 /* The single-node task's reply hook and end (completes t). */
 void mf__redis_task_on_reply(mf_redis_task_t *t);
 void mf__redis_task_end(mf_redis_task_t *t, int state, int error);
+/* The single-node task's refused hook: keeps Redis's words. */
+void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                 const mf_redis_reply_t *reply);
 /* t leaves its connection without completing: the connection goes back
  * (dedicated) or idles. */
 void mf__redis_task_leave(mf_redis_task_t *t, bool reuse);

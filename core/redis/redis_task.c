@@ -187,8 +187,8 @@ int mf__redis_task_alloc_replies(mf_redis_task_t *t)
 
 /* Keeps (a bounded copy of) the error reply that refused the connection's
  * AUTH or SELECT, for mf_task_redis_error_message. */
-static void mf__redis_task_keep_refusal(mf_redis_task_t *t,
-                                        const mf_redis_reply_t *reply)
+void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                 const mf_redis_reply_t *reply)
 {
     size_t len =
         reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
