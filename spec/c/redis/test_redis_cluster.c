@@ -401,6 +401,49 @@ TEST(a_pipeline_over_every_node_keeps_its_order)
     teardown();
 }
 
+typedef struct batching {
+    uint64_t writes, commands;
+} batching_t;
+
+static void sum_stats(void *ud, const mf_redis_client_stats_t *st)
+{
+    batching_t *b = ud;
+    b->writes += st->writes;
+    b->commands += st->commands;
+}
+
+static batching_t batching_now(void)
+{
+    batching_t b = {0, 0};
+    mf_redis_clients_stats(loop, sum_stats, &b);
+    return b;
+}
+
+TEST(concurrent_commands_share_one_write_per_node)
+{
+    mf_redis_client_t *c = cluster_client(NULL);
+    expect(c, "SET b0 x", "+OK"); /* the map, and each node's connection */
+    for (int i = 0; i < 3; i++)
+        expect(c, "GET b0; GET b1; GET b2; GET b3; GET b4; GET b5",
+               "$x | nil | nil | nil | nil | nil");
+    batching_t before = batching_now();
+    result_t rs[90];
+    memset(rs, 0, sizeof rs);
+    for (int i = 0; i < 90; i++) {
+        char line[32];
+        snprintf(line, sizeof line, "GET b%d", i % 6);
+        mf_task_start(task_of(c, &rs[i], line));
+    }
+    for (int i = 0; i < 90; i++)
+        run_until(&rs[i].done, 1);
+    batching_t after = batching_now();
+    ASSERT_EQ(after.commands - before.commands, 90);
+    /* One write per node that holds one of the six keys (b0..b5 hash to
+     * every master here), not one per command. */
+    ASSERT(after.writes - before.writes <= 3);
+    teardown();
+}
+
 /* ---- redirections -------------------------------------------------------- */
 
 static void setslot_everywhere(int slot, const char *id)
