@@ -19,7 +19,10 @@
  * redirected at most MF__MAX_REDIRECTS times; then the redirection is its
  * reply. A transaction, a blocking command or a task asking for a
  * dedicated connection goes to one node as a whole and follows MOVED as a
- * whole (an ASK inside it is its reply).
+ * whole (an ASK inside it is its reply). A task queued whole whose
+ * connection failed before it was written waits for the map to be read
+ * again and is sent again (a few times): a master killed, its replica
+ * promoted, loses no read.
  *
  * Calls: redis_task.c (the single-node kind's parts), redis_client.c (node
  * clients, routing to one), redis_slot.c. Ownership: the loop's endpoint
@@ -39,6 +42,7 @@
 #define MF__MAX_REPLICAS 8
 #define MF__MAX_REDIRECTS 16
 #define MF__REFRESH_GAP_MS 100 /* between two refreshes at most one */
+#define MF__MAX_UNSENT_RETRIES 5
 
 typedef struct mf__cnode {
     char host[MF_DNS_MAX_HOST + 1];
@@ -102,7 +106,9 @@ typedef struct mf_redis_ctask {
     unsigned whole_target;
     int fail_state, fail_error;
     unsigned char whole_tries;
-    bool whole_only; /* transaction, blocking, dedicated */
+    unsigned char unsent_tries; /* retries after a connection that failed
+                                   before the commands were written */
+    bool whole_only;            /* transaction, blocking, dedicated */
     bool redo_whole;
     bool split;
     bool waiting;
@@ -491,11 +497,33 @@ static void mf__cl_on_reply(mf_redis_task_t *t)
                   t->overflow ? MF_EMSGSIZE : 0);
 }
 
-/* The end hook of a task queued whole: done, or redirected. */
+/* Whether a task whose connection failed is sent again once the map is
+ * read again: only when nothing of it was written (a node gone, its
+ * replica promoted: nothing can run twice), a few times. */
+static bool mf__cl_retry_unsent(mf_redis_task_t *t, int state, bool unsent)
+{
+    mf_redis_ctask_t *ct = t->cl;
+    mf_redis_cluster_t *cl = t->client->cluster;
+    if (!unsent || t->abandoned ||
+        (state != MF_STATE_SYS_ERROR && state != MF_STATE_DNS_ERROR &&
+         state != MF_STATE_TIMEOUT) ||
+        ct->unsent_tries++ >= MF__MAX_UNSENT_RETRIES)
+        return false;
+    ct->waiting = true;
+    t->phase = MF_RT_WAITING;
+    mf_list_push_back(&cl->waiting, &ct->link);
+    mf__cl_refresh(cl); /* the tasks waiting go when it is read */
+    return true;
+}
+
+/* The end hook of a task queued whole: done, redirected, or sent again. */
 static void mf__cl_on_end(mf_redis_task_t *t, int state, int error)
 {
     mf_redis_ctask_t *ct = t->cl;
+    bool unsent = t->phase == MF_RT_QUEUED; /* its connection never opened */
     mf__redis_task_leave(t, state == MF_STATE_SUCCESS && !t->dirty);
+    if (state != MF_STATE_SUCCESS && mf__cl_retry_unsent(t, state, unsent))
+        return;
     if (t->abandoned) /* timed out or canceled: nothing is sent again */
         ct->redo = 0, ct->redo_whole = false;
     if (state == MF_STATE_SUCCESS && ct->redo_whole &&
