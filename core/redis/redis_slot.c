@@ -289,6 +289,19 @@ static const mf__keyspec_t mf__keyspecs[] = {
     NOKEY("ASKING"),
     NOKEY("LATENCY"),
     NOKEY("LOLWUT"),
+    NOKEY("CLIENT"),
+    NOKEY("SELECT"),
+    NOKEY("AUTH"),
+    NOKEY("HELLO"),
+    NOKEY("QUIT"),
+    NOKEY("RESET"),
+    NOKEY("ACL"),
+    NOKEY("SAVE"),
+    NOKEY("BGSAVE"),
+    NOKEY("BGREWRITEAOF"),
+    NOKEY("SWAPDB"),
+    NOKEY("MODULE"),
+    NOKEY("MONITOR"),
 };
 
 #undef K

@@ -10,8 +10,10 @@
  * readable from its promoted replica. */
 #include "redis_harness.h"
 
-/* The client's own slot function (redis_slot.c, internal). */
+/* The client's own slot functions (redis_slot.c, internal). */
 int mf__redis_key_slot(const char *key, size_t len);
+int mf__redis_cmd_slot(int argc, const char *const *argv, const size_t *lens,
+                       bool *readonly);
 
 #define NODES 6
 
@@ -346,6 +348,88 @@ TEST(commands_go_to_the_owner_of_their_slot)
     ASSERT_EQ(st.nodes, NODES); /* two seeds, the rest from the map */
     /* One shared connection per master (and none to a replica). */
     ASSERT_EQ(mf_redis_client_connects(c), 3);
+    teardown();
+}
+
+/* A command's slot as the server's COMMAND GETKEYS sees its keys: the
+ * slot of them all, -1 with none, -2 when they span slots. */
+static int server_slot(mf_redis_client_t *c, const char *cmd)
+{
+    char line[256];
+    snprintf(line, sizeof line, "COMMAND GETKEYS %s", cmd);
+    result_t r;
+    run(c, &r, line);
+    ASSERT_EQ(r.state, MF_STATE_SUCCESS);
+    if (r.errors) /* "ERR The command has no key arguments" */
+        return -1;
+    /* "[$k1,$k2]" */
+    int slot = -1;
+    char *save = NULL;
+    for (char *k = strtok_r(r.text + 1, ",]", &save); k;
+         k = strtok_r(NULL, ",]", &save)) {
+        int s = slot_of(k + 1); /* past the '$' */
+        slot = slot == -1 || slot == s ? s : -2;
+    }
+    return slot;
+}
+
+/* The key table against Redis's own COMMAND GETKEYS (SPUBLISH's channel,
+ * routed like a key, is no key there: the pub/sub test covers it). */
+TEST(key_positions_agree_with_the_server)
+{
+    mf_redis_client_t *c = cluster_client(NULL);
+    const char *cmds[] = {
+        "GET a",
+        "SET a 1 EX 10",
+        "MGET a b c",
+        "MGET {t}a {t}b",
+        "MSET a 1 b 2",
+        "MSET {t}a 1 {t}b 2",
+        "DEL a",
+        "EXISTS {t}a {t}b",
+        "RENAME {t}a {t}b",
+        "LMOVE a b LEFT RIGHT",
+        "BLPOP {t}a {t}b 0",
+        "BZPOPMIN a b 1",
+        "EVAL x 2 {t}a {t}b arg",
+        "EVAL x 0 arg",
+        "EVALSHA x 1 a b",
+        "FCALL f 1 a b",
+        "ZUNIONSTORE {t}d 2 {t}a {t}b WEIGHTS 1 2",
+        "ZUNIONSTORE d 2 {t}a {t}b",
+        "ZINTER 2 a b",
+        "LMPOP 2 {t}a {t}b LEFT",
+        "BLMPOP 1 2 a b LEFT",
+        "SINTERCARD 2 {t}a {t}b",
+        "XREAD COUNT 2 STREAMS {t}a {t}b 0 0",
+        "XREAD STREAMS a b 0 0",
+        "XREADGROUP GROUP g c STREAMS a 0",
+        "XADD s * f v",
+        "HSET h f v",
+        "SMOVE a b m",
+        "PFCOUNT {t}a {t}b",
+        "GEOSEARCHSTORE {t}d {t}s FROMLONLAT 0 0 BYRADIUS 1 km",
+        "OBJECT ENCODING a",
+        "MEMORY USAGE a",
+        "PING",
+        "PUBLISH ch m",
+    };
+    for (size_t i = 0; i < MF_ARRAY_SIZE(cmds); i++) {
+        const char *argv[32];
+        char copy[256];
+        snprintf(copy, sizeof copy, "%s", cmds[i]);
+        int argc = 0;
+        char *save = NULL;
+        for (char *w = strtok_r(copy, " ", &save); w && argc < 32;
+             w = strtok_r(NULL, " ", &save))
+            argv[argc++] = w;
+        bool ro;
+        int ours = mf__redis_cmd_slot(argc, argv, NULL, &ro);
+        int theirs = server_slot(c, cmds[i]);
+        if (ours != theirs)
+            MF_TEST_FAIL("%s: slot %d, the server's keys give %d", cmds[i],
+                         ours, theirs);
+    }
     teardown();
 }
 
