@@ -1000,28 +1000,34 @@ static void mf__cl_refresh(mf_redis_cluster_t *cl)
     mf__cl_ask(cl);
 }
 
-static void mf__cl_release_waiting(mf_redis_cluster_t *cl)
+/* The tasks waiting now (not those their callbacks add: they wait for the
+ * next map) are sent, or failed with the refresh's error. */
+static void mf__cl_drain_waiting(mf_redis_cluster_t *cl, bool send)
 {
-    mf_list_t *node;
-    while ((node = mf_list_pop_front(&cl->waiting)) != NULL) {
+    mf_list_t now, *node;
+    mf_list_init(&now);
+    mf_list_splice_back(&now, &cl->waiting);
+    while ((node = mf_list_pop_front(&now)) != NULL) {
         mf_redis_ctask_t *ct = mf_container_of(node, mf_redis_ctask_t, link);
         mf_list_init(&ct->link);
         ct->waiting = false;
-        mf__cl_send(ct->task);
+        if (send)
+            mf__cl_send(ct->task);
+        else
+            mf__cl_complete(
+                ct->task, cl->last_state ? cl->last_state : MF_STATE_SYS_ERROR,
+                cl->last_error ? cl->last_error : MF_ECONNREFUSED);
     }
+}
+
+static void mf__cl_release_waiting(mf_redis_cluster_t *cl)
+{
+    mf__cl_drain_waiting(cl, true);
 }
 
 static void mf__cl_fail_waiting(mf_redis_cluster_t *cl)
 {
-    mf_list_t *node;
-    while ((node = mf_list_pop_front(&cl->waiting)) != NULL) {
-        mf_redis_ctask_t *ct = mf_container_of(node, mf_redis_ctask_t, link);
-        mf_list_init(&ct->link);
-        ct->waiting = false;
-        mf__cl_complete(ct->task,
-                        cl->last_state ? cl->last_state : MF_STATE_SYS_ERROR,
-                        cl->last_error ? cl->last_error : MF_ECONNREFUSED);
-    }
+    mf__cl_drain_waiting(cl, false);
 }
 
 /* ---- the client ----------------------------------------------------------
