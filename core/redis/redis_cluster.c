@@ -19,10 +19,10 @@
  * redirected at most MF__MAX_REDIRECTS times; then the redirection is its
  * reply. A transaction, a blocking command or a task asking for a
  * dedicated connection goes to one node as a whole and follows MOVED as a
- * whole (an ASK inside it is its reply). A task queued whole whose
- * connection failed before it was written waits for the map to be read
- * again and is sent again (a few times): a master killed, its replica
- * promoted, loses no read.
+ * whole (an ASK inside it is its reply). Commands whose connection failed
+ * before they were written (a task queued whole, or a child) wait for the
+ * map to be read again and are routed again (a few times): a master
+ * killed, its replica promoted, fails no read.
  *
  * Calls: redis_task.c (the single-node kind's parts), redis_client.c (node
  * clients, routing to one), redis_slot.c. Ownership: the loop's endpoint
@@ -84,7 +84,12 @@ struct mf_redis_cluster {
 
 /* A command of a cluster task: where it is in the task's protocol bytes,
  * where it goes, and whether it must be sent again. */
-enum { MF__REDO_NONE, MF__REDO_MOVED, MF__REDO_ASK };
+enum {
+    MF__REDO_NONE,
+    MF__REDO_MOVED,
+    MF__REDO_ASK,
+    MF__REDO_ROUTE /* its node refused the connection: route it again */
+};
 
 typedef struct mf__ccmd {
     size_t off, len;
@@ -110,6 +115,7 @@ typedef struct mf_redis_ctask {
                                    before the commands were written */
     bool whole_only;            /* transaction, blocking, dedicated */
     bool redo_whole;
+    bool reroute; /* commands wait for the next map (MF__REDO_ROUTE) */
     bool split;
     bool waiting;
     mf__ccmd_t cmds[];
@@ -118,6 +124,7 @@ typedef struct mf_redis_ctask {
 /* A child task: its replies' places in the parent's list (-1: ASKING). */
 typedef struct mf__kid {
     mf_list_t link;
+    bool unsent; /* failed before its commands were written */
     mf_redis_task_t *parent;
     mf_task_t *task;
     size_t n;
@@ -562,6 +569,14 @@ static void mf__cl_settle(mf_redis_task_t *t)
         mf__cl_complete(t, ct->fail_state, ct->fail_error);
         return;
     }
+    if (ct->reroute) {
+        ct->reroute = false;
+        ct->unsent_tries++;
+        ct->waiting = true;
+        mf_list_push_back(&t->client->cluster->waiting, &ct->link);
+        mf__cl_refresh(t->client->cluster); /* sent when it is read */
+        return;
+    }
     if (ct->redo) {
         mf__cl_send(t);
         return;
@@ -578,7 +593,17 @@ static void mf__kid_done(mf_task_t *task)
     int state = mf_task_state(task);
     mf_list_remove(&kid->link);
     ct->children--;
-    if (state != MF_STATE_SUCCESS) {
+    if (state != MF_STATE_SUCCESS && kid->unsent && !ct->fail_state &&
+        !t->abandoned && ct->unsent_tries < MF__MAX_UNSENT_RETRIES) {
+        /* Nothing ran: its commands are routed again on the next map. */
+        for (size_t i = 0; i < kid->n; i++)
+            if (kid->idx[i] >= 0) {
+                ct->cmds[kid->idx[i]].redo = MF__REDO_ROUTE;
+                ct->redo++;
+            }
+        ct->reroute = true;
+        mf__cl_failed(t->client->cluster, state);
+    } else if (state != MF_STATE_SUCCESS) {
         if (!ct->fail_state) {
             ct->fail_state = state;
             ct->fail_error = mf_task_error(task);
@@ -600,6 +625,17 @@ static void mf__kid_done(mf_task_t *task)
     mf__cl_settle(t);
 }
 
+/* A child's end: noted when its connection failed before it was written. */
+static void mf__kid_end(mf_redis_task_t *k, int state, int error)
+{
+    if (state != MF_STATE_SUCCESS && k->phase == MF_RT_QUEUED)
+        ((mf__kid_t *)k->base.user)->unsent = true;
+    mf__redis_task_end(k, state, error);
+}
+
+static const mf_redis_task_hooks_t mf__kid_hooks = {
+    mf__redis_task_on_reply, mf__kid_end, mf__redis_task_keep_refusal};
+
 /* One child for the commands marked send whose target is that of the
  * first of them (from i on); ASKING before each redirected by ASK. */
 static void mf__cl_child(mf_redis_task_t *t, size_t first)
@@ -612,11 +648,13 @@ static void mf__cl_child(mf_redis_task_t *t, size_t first)
         if (ct->cmds[i].send && ct->cmds[i].target == target)
             n += ct->cmds[i].redo == MF__REDO_ASK ? 2 : 1;
     mf__kid_t *kid = mf_xmalloc(sizeof(*kid) + n * sizeof(long));
+    kid->unsent = false;
     kid->parent = t;
     kid->n = n;
     kid->task =
         mf_task_redis_create(mf__target_client(cl, target), mf__kid_done, kid);
     mf_redis_task_t *k = mf__rt(kid->task);
+    k->hooks = &mf__kid_hooks;
     static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
     size_t j = 0;
     for (size_t i = first; i < ct->ncmds; i++) {
@@ -726,8 +764,16 @@ static void mf__cl_send(mf_redis_task_t *t)
 {
     mf_redis_ctask_t *ct = t->cl;
     if (ct->split) {
-        for (size_t i = 0; i < ct->ncmds; i++)
-            ct->cmds[i].send = ct->cmds[i].redo != MF__REDO_NONE;
+        mf_redis_cluster_t *cl = t->client->cluster;
+        for (size_t i = 0; i < ct->ncmds; i++) {
+            mf__ccmd_t *c = &ct->cmds[i];
+            c->send = c->redo != MF__REDO_NONE;
+            if (c->redo != MF__REDO_ROUTE)
+                continue;
+            c->redo = MF__REDO_NONE;
+            c->target = c->slot >= 0 ? mf__slot_target(cl, c->slot, c->readonly)
+                                     : mf__any_master(cl);
+        }
         mf__cl_send_split(t);
         return;
     }

@@ -223,11 +223,11 @@ MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
  * ASK: the command is sent again to the named node behind ASKING, in the
  * same write. A command follows at most 16 redirections; then the
  * redirection is its reply. A failed connection to a node refreshes the
- * map (a master gone, its replica promoted). A task bound to one node
- * whose connection failed before any of its commands was written (the
- * connect refused) is sent again once the map is read again, at most 5
- * times; one whose commands were written, or one split over nodes, fails
- * as on a single node (a write is never sent twice).
+ * map (a master gone, its replica promoted). Commands whose node's
+ * connection failed before any of them was written (the connect refused)
+ * are routed again once the map is read again, at most 5 times; commands
+ * that were written fail the task as on a single node (a write is never
+ * sent twice).
  *
  * read_from_replica (opts, or ?read_from=replica): read-only commands go
  * to a replica of their slot's master, over connections that sent

@@ -821,6 +821,12 @@ TEST(a_killed_master_s_replicated_writes_survive_its_failover)
         run_until(&rs[i].done, 1);
         ASSERT_STR_EQ(rs[i].text, "+OK | :1");
     }
+    /* A second client whose map is read now, for a pipeline over every
+     * node after the promotion. */
+    mf_redis_client_t *c2 = cluster_client("?read_from=master");
+    expect(c2, "SET a 1; WAIT 1 2000", "+OK | :1");
+    expect(c2, "SET b 1; WAIT 1 2000", "+OK | :1");
+    expect(c2, "SET c 1; WAIT 1 2000", "+OK | :1");
     for (int i = 0; i < NODES; i++)
         if (nodes[i].port == victim.port) {
             kill(nodes[i].pid, SIGKILL);
@@ -861,5 +867,9 @@ TEST(a_killed_master_s_replicated_writes_survive_its_failover)
         }
     }
     ASSERT(stats_of(c).refreshes > refreshes);
+    /* Split over nodes, the part bound for the dead master is routed again
+     * on the new map; the replies keep their order. */
+    expect(c2, "GET {fo}k1; GET a; GET {fo}k2; GET b; GET c; GET {fo}k3",
+           "$w1 | $1 | $w2 | $1 | $1 | $w3");
     teardown();
 }
