@@ -105,7 +105,7 @@ static const mf_endpoint_ops_t mf__redis_endpoint_ops = {
 };
 
 /* Zero fields of the caller's opts mean the default. */
-static void mf__opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in)
+void mf__redis_opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in)
 {
     mf_redis_opts_init(o);
     if (!in)
@@ -127,11 +127,12 @@ static void mf__opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in)
 static int mf__key_print(char *buf, size_t size, const char *url,
                          const mf_redis_opts_t *o)
 {
-    return snprintf(buf, size, "%s c%u r%u i%u p%u m%u x%llu v%d %s%s", url,
-                    o->connect_timeout_ms, o->response_timeout_ms,
+    return snprintf(buf, size, "%s c%u r%u i%u p%u m%u x%llu v%d o%d%d %s%s",
+                    url, o->connect_timeout_ms, o->response_timeout_ms,
                     o->idle_timeout_ms, o->pipeline_connections,
                     o->max_connections, (unsigned long long)o->max_reply,
-                    o->tls_verify ? 1 : 0, o->ca_file ? "ca=" : "",
+                    o->tls_verify ? 1 : 0, o->readonly ? 1 : 0,
+                    o->read_from_replica ? 1 : 0, o->ca_file ? "ca=" : "",
                     o->ca_file ? o->ca_file : "");
 }
 
@@ -179,8 +180,8 @@ static mf_redis_client_t *mf__client_new(mf_loop_t *loop, const char *url,
 
 /* The client of (url, opts) on the loop: found by its endpoint's key, or
  * made with its endpoint. NULL for a malformed URL (no endpoint made). */
-static mf_redis_client_t *mf__client_get(mf_loop_t *loop, const char *url,
-                                         const mf_redis_opts_t *o)
+mf_redis_client_t *mf__redis_client_get(mf_loop_t *loop, const char *url,
+                                        const mf_redis_opts_t *o)
 {
     char buf[512], *heap;
     const char *key = mf__client_key(buf, sizeof buf, url, o, &heap);
@@ -204,8 +205,8 @@ mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
     mf_redis_client_t *c = NULL;
     if (url) {
         mf_redis_opts_t o;
-        mf__opts_normalize(&o, opts);
-        c = mf__client_get(loop, url, &o);
+        mf__redis_opts_normalize(&o, opts);
+        c = mf__redis_client_get(loop, url, &o);
     }
     if (error)
         *error = c ? 0 : MF_EINVAL;
@@ -214,6 +215,8 @@ mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
 
 uint64_t mf_redis_client_connects(const mf_redis_client_t *client)
 {
+    if (client->kind)
+        return client->kind->connects(client);
     return client->connects;
 }
 
@@ -322,9 +325,13 @@ static int mf__route_pinned(mf_redis_task_t *t)
 
 int mf__redis_client_route(mf_redis_task_t *t)
 {
-    mf_redis_client_t *c = t->client;
     if (t->pin)
         return mf__route_pinned(t);
+    return mf__redis_client_route_to(t->client, t);
+}
+
+int mf__redis_client_route_to(mf_redis_client_t *c, mf_redis_task_t *t)
+{
     if (t->dedicated || t->forced) {
         t->phase = MF_RT_WAITING; /* unless served at once */
         mf_pwaiter_init(&t->waiter, mf__pool_granted);

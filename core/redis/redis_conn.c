@@ -118,6 +118,11 @@ static void mf__rconn_put_setup(mf_redis_conn_t *conn)
                              (const char *[]){"AUTH", c->password}, NULL);
         conn->setup_replies_left++;
     }
+    if (c->opts.readonly) { /* a cluster replica serves reads */
+        mf__redis_format(conn->loop, &conn->out, 1,
+                         (const char *[]){"READONLY"}, NULL);
+        conn->setup_replies_left++;
+    }
     if (c->db) {
         char num[24];
         snprintf(num, sizeof num, "%ld", c->db);

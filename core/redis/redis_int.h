@@ -54,8 +54,7 @@ typedef struct mf_redis_pin {
 } mf_redis_pin_t;
 
 /* The length of argument i (argvlen NULL: C strings). */
-#define MF__REDIS_ARGLEN(lens, argv, i) \
-    ((lens) ? (lens)[i] : strlen((argv)[i]))
+#define MF__REDIS_ARGLEN(lens, argv, i) ((lens) ? (lens)[i] : strlen((argv)[i]))
 
 /* Redis's refusals are one short line ("WRONGPASS invalid username-password
  * pair or user is disabled."); a longer one is cut there, never dropped. */
@@ -77,6 +76,9 @@ void mf__redis_arena_init(mf_redis_arena_t *a, uint64_t limit);
 /* NULL when over the limit or out of memory. */
 void *mf__redis_arena_alloc(mf_loop_t *loop, mf_redis_arena_t *a, size_t size);
 void mf__redis_arena_reset(mf_loop_t *loop, mf_redis_arena_t *a);
+/* Moves from's memory into into (nothing is copied or moved in memory:
+ * the replies built in from stay where they are); from is left empty. */
+void mf__redis_arena_adopt(mf_redis_arena_t *into, mf_redis_arena_t *from);
 
 /* Where the reader puts the next top-level reply: root == NULL discards
  * it (a task that gave up, or one over its max_reply). */
@@ -102,11 +104,45 @@ void mf__redis_format_at(char *p, int argc, const char *const *argv,
 int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
                      const char *const *argv, const size_t *argvlen);
 
+/* ---- cluster slots (redis_slot.c) --------------------------------------- */
+
+#define MF_REDIS_SLOTS 16384
+#define MF_REDIS_SLOT_NONE (-1)    /* a command with no key */
+#define MF_REDIS_SLOT_CROSS (-2)   /* keys in more than one slot */
+#define MF_REDIS_SLOT_UNKNOWN (-3) /* a command whose keys we cannot find */
+
+/* The slot of a key (its hash tag's when it has one). */
+int mf__redis_key_slot(const char *key, size_t len);
+/* The slot of a command's keys, or one of the MF_REDIS_SLOT_* above;
+ * *readonly: the command only reads. */
+int mf__redis_cmd_slot(int argc, const char *const *argv, const size_t *lens,
+                       bool *readonly);
+
 /* ---- the client's data (functions: redis_client.c) ----------------------- */
 
-/* The data of a "redis" endpoint, keyed by the URL and the options. */
+/* How the tasks of a client run: NULL for a single node (redis_task.c's
+ * own); a cluster client's are redis_cluster.c's. */
+typedef struct mf_redis_kind {
+    const mf_task_ops_t *ops;
+    const struct mf_redis_task_hooks *hooks;
+    /* Connections opened for the client (a cluster: by its nodes). */
+    uint64_t (*connects)(const struct mf_redis_client *client);
+    /* The client whose node serves a sharded channel (SSUBSCRIBE). */
+    struct mf_redis_client *(*shard_node)(struct mf_redis_client *client,
+                                          const char *channel, size_t len);
+} mf_redis_kind_t;
+
+typedef struct mf_redis_cluster mf_redis_cluster_t;
+
+/* The data of a "redis" endpoint, keyed by the URL and the options. A
+ * cluster client (the data of a "redis-cluster" endpoint) has cluster and
+ * kind set, and no connection of its own: its tasks run on its nodes'
+ * clients. */
 struct mf_redis_client {
-    mf_endpoint_t *ep; /* its dedicated connections and their waiters */
+    const mf_redis_kind_t *kind; /* NULL: a single node */
+    mf_redis_cluster_t *cluster;
+    mf_redis_client_t *pubsub; /* cluster: the node client subscribers use */
+    mf_endpoint_t *ep;         /* its dedicated connections and their waiters */
     mf_loop_t *loop;
     char *url;
     mf_redis_opts_t opts; /* ca_file points at ca_copy */
@@ -172,6 +208,7 @@ struct mf_redis_task {
     mf_redis_reply_t *replies;
     mf_redis_arena_t arena;
     const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */
+    struct mf_redis_ctask *cl; /* a cluster client's task: its routing */
     /* Last, left out of the task's zeroing: set up by the client's route
      * for a task that takes a dedicated connection, read only then. */
     mf_pwaiter_t waiter;
@@ -272,6 +309,7 @@ struct mf_redis_subscriber {
     mf_redis_message_cb cb;
     void *user;
     bool closing;
+    bool sharded; /* SSUBSCRIBE / SUNSUBSCRIBE */
     int error;
     char refusal[MF_REDIS_REFUSAL_MAX + 1]; /* the error reply that ended it */
     mf_post_t end_post; /* the final callback, never inside a call */
@@ -285,6 +323,30 @@ void mf__redis_sub_free(mf_redis_subscriber_t *sub);
 /* Gives the task a connection (shared or dedicated) or a place in line.
  * 0, or MF_EBUSY when the pool's line is full. */
 int mf__redis_client_route(mf_redis_task_t *t);
+/* The same on client c (a cluster's node) instead of t->client. */
+int mf__redis_client_route_to(mf_redis_client_t *c, mf_redis_task_t *t);
+/* The client of (url, opts) as mf_redis_client, opts complete. */
+mf_redis_client_t *mf__redis_client_get(mf_loop_t *loop, const char *url,
+                                        const mf_redis_opts_t *opts);
+/* opts with their zero fields set to the defaults (in NULL: defaults). */
+void mf__redis_opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in);
+
+/* ---- the task kind (redis_task.c), for the cluster ----------------------- */
+
+/* The single-node task's reply hook and end (completes t). */
+void mf__redis_task_on_reply(mf_redis_task_t *t);
+void mf__redis_task_end(mf_redis_task_t *t, int state, int error);
+/* The single-node task's refused hook: keeps Redis's words. */
+void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                 const mf_redis_reply_t *reply);
+/* t leaves its connection without completing: the connection goes back
+ * (dedicated) or idles. */
+void mf__redis_task_leave(mf_redis_task_t *t, bool reuse);
+/* The single-node cancel and destroy. */
+void mf__redis_task_cancel(mf_task_t *task);
+void mf__redis_task_destroy(mf_task_t *task);
+/* Replies of t's ncmds commands, zeroed, in its arena; 0 or MF_EMSGSIZE. */
+int mf__redis_task_alloc_replies(mf_redis_task_t *t);
 /* A dedicated connection is done with its task: back to the pool (the
  * next waiter, or idle) when reuse and it is sound, else closed. */
 void mf__redis_client_release(mf_redis_conn_t *conn, bool reuse);

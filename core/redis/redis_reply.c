@@ -101,6 +101,28 @@ void mf__redis_arena_reset(mf_loop_t *loop, mf_redis_arena_t *a)
     a->total = 0;
 }
 
+void mf__redis_arena_adopt(mf_redis_arena_t *into, mf_redis_arena_t *from)
+{
+    mf_redis_chunk_t *first = from->head;
+    if (!first)
+        return;
+    if (!into->head) {
+        into->head = first;
+        into->used = from->used;
+    } else {
+        /* Behind into's head, whose free space stays in use. */
+        mf_redis_chunk_t *last = first;
+        while (last->next)
+            last = last->next;
+        last->next = into->head->next;
+        into->head->next = first;
+    }
+    into->total += from->total;
+    from->head = NULL;
+    from->used = 0;
+    from->total = 0;
+}
+
 /* ---- the reader adapter ----------------------------------------------- */
 
 typedef struct mf_redis_adapter {

@@ -1,6 +1,7 @@
 /*
  * redis_sub.c — pub/sub: a subscriber is a connection of its own in
- * subscribe mode; messages and (un)subscribe confirmations go to its
+ * subscribe mode (SUBSCRIBE/PSUBSCRIBE, or SSUBSCRIBE for sharded
+ * channels); messages and (un)subscribe confirmations go to its
  * callback in order, an error reply (a refused subscription) ends it, and its
  * end (error, server gone, or close) is reported once, from a deferred post,
  * after which the subscriber is freed.
@@ -23,6 +24,8 @@ static void mf__sub_command(mf_redis_subscriber_t *sub, bool subscribe,
     mf_loop_t *loop = sub->client->loop;
     const char *verb = subscribe ? (pattern ? "PSUBSCRIBE" : "SUBSCRIBE")
                                  : (pattern ? "PUNSUBSCRIBE" : "UNSUBSCRIBE");
+    if (sub->sharded)
+        verb = subscribe ? "SSUBSCRIBE" : "SUNSUBSCRIBE";
     mf_buf_t cmd;
     mf__buf_init(&cmd);
     const char **argv = mf_xmalloc((size_t)(n + 1) * sizeof(*argv));
@@ -57,16 +60,17 @@ static void mf__sub_on_close(mf_redis_conn_t *conn, int error);
 static const mf_redis_conn_owner_t mf__sub_conn_owner = {
     mf__sub_on_message, mf__sub_on_refused, mf__sub_on_close};
 
-mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
-                                          int nchannels,
-                                          const char *const *channels,
-                                          const size_t *lens, bool pattern,
-                                          mf_redis_message_cb cb, void *user)
+static mf_redis_subscriber_t *mf__sub_start(mf_redis_client_t *client,
+                                            bool sharded, int nchannels,
+                                            const char *const *channels,
+                                            const size_t *lens, bool pattern,
+                                            mf_redis_message_cb cb, void *user)
 {
     mf_redis_subscriber_t *sub = mf_xcalloc(1, sizeof(*sub));
     sub->client = client;
     sub->cb = cb;
     sub->user = user;
+    sub->sharded = sharded;
     mf_post_init(&sub->end_post, mf__sub_end_cb, sub);
     mf_list_push_back(&client->subs, &sub->link);
     sub->conn =
@@ -75,6 +79,31 @@ mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
     if (nchannels > 0)
         mf__sub_command(sub, true, pattern, nchannels, channels, lens);
     return sub;
+}
+
+mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
+                                          int nchannels,
+                                          const char *const *channels,
+                                          const size_t *lens, bool pattern,
+                                          mf_redis_message_cb cb, void *user)
+{
+    if (client->pubsub) /* a cluster: a message reaches every node */
+        client = client->pubsub;
+    return mf__sub_start(client, false, nchannels, channels, lens, pattern, cb,
+                         user);
+}
+
+mf_redis_subscriber_t *mf_redis_ssubscribe(mf_redis_client_t *client,
+                                           int nchannels,
+                                           const char *const *channels,
+                                           const size_t *lens,
+                                           mf_redis_message_cb cb, void *user)
+{
+    if (client->kind && nchannels > 0) /* a cluster: the channel's node */
+        client = client->kind->shard_node(client, channels[0],
+                                          MF__REDIS_ARGLEN(lens, channels, 0));
+    return mf__sub_start(client, true, nchannels, channels, lens, false, cb,
+                         user);
 }
 
 void mf_redis_subscriber_update(mf_redis_subscriber_t *sub, bool subscribe,
@@ -141,9 +170,11 @@ static void mf__sub_on_message(mf_redis_conn_t *conn,
     bool confirm =
         reply->len == 3 && reply->elements[2].type == MF_REDIS_INTEGER &&
         (mf__is(kind, "subscribe") || mf__is(kind, "psubscribe") ||
-         mf__is(kind, "unsubscribe") || mf__is(kind, "punsubscribe"));
-    if (confirm || (mf__is(kind, "message") && reply->len == 3) ||
-        (mf__is(kind, "pmessage") && reply->len == 4))
+         mf__is(kind, "unsubscribe") || mf__is(kind, "punsubscribe") ||
+         mf__is(kind, "ssubscribe") || mf__is(kind, "sunsubscribe"));
+    bool message = reply->len == 3 &&
+                   (mf__is(kind, "message") || mf__is(kind, "smessage"));
+    if (confirm || message || (mf__is(kind, "pmessage") && reply->len == 4))
         sub->cb(sub, reply, 0, sub->user);
 }
 

@@ -181,7 +181,7 @@ static mf_redis_task_t *mf__redis_task_of(const mf_task_t *task)
 /* The task leaves its connection with (state, error): it completes, and
  * the connection goes back (dedicated) or idles when nothing else waits on
  * it (shared). */
-static void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
+void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
 {
     mf_redis_conn_t *conn = t->conn;
     bool reuse = state == MF_STATE_SUCCESS && !t->dirty;
@@ -207,10 +207,33 @@ static void mf__redis_task_end(mf_redis_task_t *t, int state, int error)
         mf__redis_conn_set_busy(conn, false);
 }
 
+void mf__redis_task_leave(mf_redis_task_t *t, bool reuse)
+{
+    mf_redis_conn_t *conn = t->conn;
+    if (!conn)
+        return;
+    mf_list_remove(&t->link);
+    t->conn = NULL;
+    if (conn->kind == MF_RCONN_POOLED)
+        mf__redis_client_release(conn, reuse);
+    else if (mf_list_empty(&conn->queue))
+        mf__redis_conn_set_busy(conn, false);
+}
+
+int mf__redis_task_alloc_replies(mf_redis_task_t *t)
+{
+    t->replies = mf__redis_arena_alloc(t->base._loop, &t->arena,
+                                       t->ncmds * sizeof(*t->replies));
+    if (!t->replies)
+        return MF_EMSGSIZE;
+    memset(t->replies, 0, t->ncmds * sizeof(*t->replies));
+    return 0;
+}
+
 /* Keeps (a bounded copy of) the error reply that refused the connection's
  * AUTH or SELECT, for mf_task_redis_error_message. */
-static void mf__redis_task_keep_refusal(mf_redis_task_t *t,
-                                        const mf_redis_reply_t *reply)
+void mf__redis_task_keep_refusal(mf_redis_task_t *t,
+                                 const mf_redis_reply_t *reply)
 {
     size_t len =
         reply->len < MF_REDIS_REFUSAL_MAX ? reply->len : MF_REDIS_REFUSAL_MAX;
@@ -223,7 +246,7 @@ static void mf__redis_task_keep_refusal(mf_redis_task_t *t,
 }
 
 /* One reply of the task arrived; it may complete the task. */
-static void mf__redis_task_on_reply(mf_redis_task_t *t)
+void mf__redis_task_on_reply(mf_redis_task_t *t)
 {
     const mf_redis_reply_t *r = mf__redis_task_slot(t);
     if (r && r->type == MF_REDIS_ERROR)
@@ -292,7 +315,7 @@ static void mf__redis_task_dispatch(mf_task_t *task)
 /* Timeout or cancel: stop waiting. On a shared connection whose commands
  * are out, the replies still come and are dropped; a dedicated connection
  * is closed (a blocking command may never answer). */
-static void mf__redis_task_cancel(mf_task_t *task)
+void mf__redis_task_cancel(mf_task_t *task)
 {
     mf_redis_task_t *t = mf__redis_task_of(task);
     switch (t->phase) {
@@ -314,7 +337,7 @@ static void mf__redis_task_cancel(mf_task_t *task)
     }
 }
 
-static void mf__redis_task_destroy(mf_task_t *task)
+void mf__redis_task_destroy(mf_task_t *task)
 {
     mf_redis_task_t *t = mf__redis_task_of(task);
     mf_loop_t *loop = task->_loop;
@@ -335,8 +358,10 @@ mf_task_t *mf_task_redis_create(mf_redis_client_t *client, mf_task_cb cb,
 {
     mf_redis_task_t *t = mf_loop_alloc(client->loop, sizeof(*t));
     memset(t, 0, offsetof(mf_redis_task_t, waiter)); /* waiter: by route */
-    mf_task_init(&t->base, &mf__redis_ops, client->loop, cb, user);
-    t->hooks = &mf__redis_task_hooks;
+    const mf_redis_kind_t *kind = client->kind;      /* NULL: a single node */
+    mf_task_init(&t->base, kind ? kind->ops : &mf__redis_ops, client->loop, cb,
+                 user);
+    t->hooks = kind ? kind->hooks : &mf__redis_task_hooks;
     t->client = client;
     mf__buf_init(&t->cmds);
     mf_list_init(&t->link);

@@ -459,17 +459,10 @@ mf_lua_redis_t *mf_lua_redis_check(lua_State *L, int idx)
     return mf_lua_check_udata(L, idx, MF_LUA_REDIS);
 }
 
-static const char *const mf_lua__opt_names[] = {"connect_timeout",
-                                                "timeout",
-                                                "idle_timeout",
-                                                "pipeline_connections",
-                                                "max_connections",
-                                                "max_reply",
-                                                "verify",
-                                                "ca_file",
-                                                "max_queued",
-                                                "status_table",
-                                                NULL};
+static const char *const mf_lua__opt_names[] = {
+    "connect_timeout", "timeout",      "idle_timeout", "pipeline_connections",
+    "max_connections", "max_reply",    "verify",       "ca_file",
+    "max_queued",      "status_table", "read_from",    NULL};
 
 /* One option (key at -2, value at -1) into opts. */
 static void mf_lua__client_opt(lua_State *L, mf_redis_opts_t *opts,
@@ -482,9 +475,9 @@ static void mf_lua__client_opt(lua_State *L, mf_redis_opts_t *opts,
         i++;
     if (!mf_lua__opt_names[i])
         luaL_error(L, "mf.redis: unknown option %s", name);
-    int want = i == 6 || i == 9 ? LUA_TBOOLEAN
-               : i == 7         ? LUA_TSTRING
-                                : LUA_TNUMBER;
+    int want = i == 6 || i == 9    ? LUA_TBOOLEAN
+               : i == 7 || i == 10 ? LUA_TSTRING
+                                   : LUA_TNUMBER;
     if (lua_type(L, -1) != want ||
         (want == LUA_TNUMBER && lua_tonumber(L, -1) < 0))
         luaL_error(L, "mf.redis: option %s must be a %s%s",
@@ -519,10 +512,23 @@ static void mf_lua__client_opt(lua_State *L, mf_redis_opts_t *opts,
     case 8:
         r->max_queued = (unsigned)v;
         break;
-    default:
+    case 9:
         r->flags = lua_toboolean(L, -1) ? MF_LUA_REDIS_STATUS : 0;
         break;
+    default:
+        if (strcmp(lua_tostring(L, -1), "replica") != 0 &&
+            strcmp(lua_tostring(L, -1), "master") != 0)
+            luaL_error(L, "mf.redis: option read_from must be \"master\" or "
+                          "\"replica\"");
+        opts->read_from_replica = strcmp(lua_tostring(L, -1), "replica") == 0;
+        break;
     }
+}
+
+static bool mf_lua__is_cluster_url(const char *url)
+{
+    return strncasecmp(url, "redis-cluster://", 16) == 0 ||
+           strncasecmp(url, "rediss-cluster://", 17) == 0;
 }
 
 /* client(url [, opts]) -> a new client object; raises on a malformed URL
@@ -547,7 +553,19 @@ static int mf_lua__client(lua_State *L)
     }
     int err = 0;
     mf_lua_host_t *host = mf_lua_host_from_state(L);
-    r->client = mf_redis_client(mf_lua_host_loop(host), url, &opts, &err);
+    if (mf_lua__is_cluster_url(url)) {
+        r->client =
+            mf_redis_cluster_client(mf_lua_host_loop(host), url, &opts, &err);
+        if (!r->client)
+            return luaL_error(
+                L,
+                "%s: malformed URL '%s': want redis-cluster://[[user]:"
+                "password@]host[:port][,host[:port]...][/][?read_from="
+                "replica]",
+                mf_lua_usage(L), url);
+    } else {
+        r->client = mf_redis_client(mf_lua_host_loop(host), url, &opts, &err);
+    }
     if (!r->client && err == MF_EINVAL) {
         static const char *const schemes[] = {"redis", "rediss", NULL};
         char why[320];
@@ -584,6 +602,7 @@ int mf_lua_open_redis(lua_State *L)
         {"pipeline r:pipeline(cmds)", mf_lua__pipeline},
         {"subscribe r:subscribe(channel, ...)", mf_lua_redis_subscribe},
         {"psubscribe r:psubscribe(pattern, ...)", mf_lua_redis_psubscribe},
+        {"ssubscribe r:ssubscribe(channel, ...)", mf_lua_redis_ssubscribe},
         {"connects r:connects()", mf_lua__connects},
         {NULL, NULL}};
     mf_lua_class(L, MF_LUA_REDIS, methods, NULL, mf_lua__client_tostring);

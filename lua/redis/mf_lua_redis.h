@@ -96,6 +96,7 @@ const char *mf_lua_redis_errstr(int error);
 /* Subscriber methods and metatable (mf_lua_redis_sub.c). */
 int mf_lua_redis_subscribe(lua_State *L);
 int mf_lua_redis_psubscribe(lua_State *L);
+int mf_lua_redis_ssubscribe(lua_State *L);
 void mf_lua_redis_sub_init(lua_State *L);
 
 /* Pushes r:session, the function (mf_lua_redis_session.c); makes the

@@ -1,5 +1,6 @@
 /*
- * lua/redis/mf_lua_redis_sub.c — r:subscribe / r:psubscribe and the subscriber
+ * lua/redis/mf_lua_redis_sub.c — r:subscribe / r:psubscribe / r:ssubscribe
+ * (sharded channels) and the subscriber
  * object: messages become Lua tables as they arrive; a coroutine waiting
  * in sub:next() is resumed with one, otherwise they queue (up to the
  * client's max_queued: past it the subscription ends with "queue
@@ -287,9 +288,11 @@ static void mf_lua__channels(lua_State *L, mf_lua_redis_argv_t *a,
         mf_lua_redis_argv_push(L, a, i);
 }
 
-static int mf_lua__subscribe(lua_State *L, bool pattern)
+static int mf_lua__subscribe(lua_State *L, bool pattern, bool sharded)
 {
-    const char *what = pattern ? "r:psubscribe" : "r:subscribe";
+    const char *what = sharded   ? "r:ssubscribe"
+                       : pattern ? "r:psubscribe"
+                                 : "r:subscribe";
     mf_lua_redis_t *r = mf_lua_redis_check(L, 1);
     mf_lua_co_t *co = mf_lua_co_check(L); /* it waits for confirmations */
     mf_lua_redis_argv_t a;
@@ -310,8 +313,11 @@ static int mf_lua__subscribe(lua_State *L, bool pattern)
     luaL_getmetatable(L, MF_LUA_REDIS_SUB);
     lua_setmetatable(L, -2);
     int n = a.argc;
-    mf_redis_subscriber_t *sub = mf_redis_subscribe(
-        r->client, n, a.argv, a.lens, pattern, mf_lua__sub_cb, s);
+    mf_redis_subscriber_t *sub =
+        sharded ? mf_redis_ssubscribe(r->client, n, a.argv, a.lens,
+                                      mf_lua__sub_cb, s)
+                : mf_redis_subscribe(r->client, n, a.argv, a.lens, pattern,
+                                     mf_lua__sub_cb, s);
     if (!s->ended) /* a final callback never comes from inside the call */
         s->sub = sub;
     mf_lua_redis_argv_close(&a);
@@ -322,12 +328,17 @@ static int mf_lua__subscribe(lua_State *L, bool pattern)
 
 int mf_lua_redis_subscribe(lua_State *L)
 {
-    return mf_lua__subscribe(L, false);
+    return mf_lua__subscribe(L, false, false);
 }
 
 int mf_lua_redis_psubscribe(lua_State *L)
 {
-    return mf_lua__subscribe(L, true);
+    return mf_lua__subscribe(L, true, false);
+}
+
+int mf_lua_redis_ssubscribe(lua_State *L)
+{
+    return mf_lua__subscribe(L, false, true);
 }
 
 /* sub:subscribe / unsubscribe / psubscribe / punsubscribe(channel, ...)

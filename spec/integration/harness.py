@@ -228,6 +228,80 @@ class Redis:
                                            auth, self.port, db)
 
 
+def free_cluster_port():
+    """A free port whose cluster bus port (+10000) is free too."""
+    for _ in range(50):
+        port = free_port()
+        if port >= 55000:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisCluster:
+    """A Redis Cluster for one test run: six redis-servers (--cluster-enabled
+    yes, each in its own directory) made three masters with a replica each
+    by `redis-cli --cluster create`, ready (cluster_state:ok everywhere, all
+    nodes agreeing, every replica through its first sync) when the
+    constructor returns. kill() stops them all."""
+
+    def __init__(self, tmpdir, nodes=6):
+        self.servers = []
+        try:
+            for _ in range(nodes):
+                port = free_cluster_port()
+                d = tempfile.mkdtemp(dir=tmpdir, prefix="rcluster-")
+                self.servers.append(Server(
+                    ["redis-server", "--port", str(port), "--bind",
+                     "127.0.0.1", "--dir", d, "--save", "", "--appendonly",
+                     "no", "--cluster-enabled", "yes",
+                     "--cluster-node-timeout", "2000",
+                     "--logfile", os.path.join(d, "redis.log")], port))
+            addrs = ["127.0.0.1:%d" % s.port for s in self.servers]
+            subprocess.run(["redis-cli", "--cluster", "create"] + addrs +
+                           ["--cluster-replicas", "1", "--cluster-yes"],
+                           check=True, capture_output=True, timeout=60)
+            self.wait_ok()
+        except Exception:
+            self.kill()
+            raise
+
+    def cli(self, port, *args):
+        return subprocess.run(["redis-cli", "-p", str(port)] + list(args),
+                              capture_output=True, text=True,
+                              timeout=30).stdout
+
+    def wait_ok(self, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if all("cluster_state:ok" in self.cli(s.port, "cluster", "info")
+                   for s in self.servers):
+                out = subprocess.run(
+                    ["redis-cli", "--cluster", "check",
+                     "127.0.0.1:%d" % self.servers[0].port],
+                    capture_output=True, text=True, timeout=30).stdout
+                synced = sum(self.cli(s.port, "info", "replication")
+                             .count("state=online") for s in self.servers)
+                if "All nodes agree" in out and synced == len(self.servers) // 2:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("the redis cluster never became ok")
+
+    def url(self):
+        return "redis-cluster://127.0.0.1:%d,127.0.0.1:%d" % (
+            self.servers[0].port, self.servers[1].port)
+
+    def kill(self):
+        for s in self.servers:
+            s.stop()
+        self.servers = []
+
+
 class MariaDB:
     """A mariadbd for one test run: a fresh datadir (mariadb-install-db) in a
     temp directory of its own, listening on a free loopback port and on a

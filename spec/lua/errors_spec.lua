@@ -157,7 +157,7 @@ describe("misuse of a method", function()
 
     it("names r:call, db:query, k:produce and their siblings", function()
         local r = mf.redis(assert(os.getenv("MF_REDIS_URL")))
-        check_methods("r", r, { subscribe = true, psubscribe = true })
+        check_methods("r", r, { subscribe = true, psubscribe = true, ssubscribe = true })
         local db = mf.mysql(assert(os.getenv("MF_MYSQL_URL")))
         check_methods("db", db)
         local ok, err = pcall(db.query, db, 42)

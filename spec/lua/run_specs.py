@@ -10,7 +10,9 @@ redis-servers: a plain one (MF_REDIS_URL, also given to `moonflow serve`),
 one with requirepass (MF_REDIS_AUTH_PORT, password MF_REDIS_PASSWORD) and
 one the specs may kill -9 and restart (MF_REDIS_FLAKY_URL; GET /redis-kill
 and /redis-start on MF_ODD_PORT), and one over TLS only with the self-signed
-certificate (MF_REDIS_TLS_URL, rediss://), and two mariadbds (fresh
+certificate (MF_REDIS_TLS_URL, rediss://), a Redis Cluster of three
+masters and three replicas (MF_REDIS_CLUSTER_URL, redis-cluster://:
+harness.RedisCluster), and two mariadbds (fresh
 datadirs, unprivileged when run as root): one for the specs and `moonflow
 serve` (MF_MYSQL_URL, over TCP; MF_MYSQL_SOCKET_URL, the same server
 through its unix socket MF_MYSQL_SOCKET) and one the specs may kill -9 and
@@ -164,6 +166,7 @@ def main():
     servers = []
     mysql = []
     odd = odd_tls = serve = shared = kafka = peers = controller = None
+    cluster = None
     try:
         peers = socket_peers.Peers(tmp, cert, key)
         kafka = harness.KafkaMock(brokers=3)
@@ -172,6 +175,7 @@ def main():
         for password in (None, "s3cret", None):
             redis.append(harness.Redis(tmp, password=password))
         redis.append(harness.Redis(tmp, tls=(cert, key)))
+        cluster = harness.RedisCluster(tmp)
         servers.append(start(fixture))
         odd = start_odd(servers[0].port, redis[2], mysql[1], kafka)
         odd_tls = start_odd(servers[0].port, redis[2], mysql[1], kafka,
@@ -183,6 +187,7 @@ def main():
                          MF_REDIS_PASSWORD=redis[1].password,
                          MF_REDIS_FLAKY_URL=redis[2].url(),
                          MF_REDIS_TLS_URL=redis[3].url(),
+                         MF_REDIS_CLUSTER_URL=cluster.url(),
                          MF_MYSQL_URL=mysql[0].url(),
                          MF_MYSQL_SOCKET=mysql[0].socket,
                          MF_MYSQL_SOCKET_URL=mysql[0].socket_url(),
@@ -234,6 +239,8 @@ def main():
             server.stop()
         for r in redis:
             r.kill()
+        if cluster:
+            cluster.kill()
         for m in mysql:
             m.close()
         if kafka:

@@ -103,6 +103,11 @@ typedef struct mf_redis_opts {
                                       default 512 MiB */
     bool tls_verify;               /* rediss://; default true */
     const char *ca_file;           /* NULL: the system bundle */
+    bool readonly;          /* READONLY on each new connection (reads from
+                               a cluster replica); default false */
+    bool read_from_replica; /* cluster client: read-only commands go to a
+                               replica of the key's slot (see
+                               redis_cluster.h); default false */
 } mf_redis_opts_t;
 
 MF_API void mf_redis_opts_init(mf_redis_opts_t *opts);
@@ -241,6 +246,69 @@ MF_API bool mf_redis_session_has_connection(const mf_redis_session_t *s);
 /* Hands the connection back (cleaned, or closed) and frees the session. */
 MF_API void mf_redis_session_close(mf_redis_session_t *s);
 
+/* ---- Redis Cluster ----------------------------------------------------
+ *
+ *   mf_redis_client_t *c = mf_redis_cluster_client(
+ *       loop, "redis-cluster://127.0.0.1:7000,127.0.0.1:7001", NULL, &err);
+ *   ... then tasks exactly as on a single node (mf_task_redis_create ...).
+ *
+ * URL: redis-cluster://[[user]:password@]host[:port][,host[:port]...]
+ * [/][?read_from=replica] (rediss-cluster:// for TLS). The hosts are seeds:
+ * the first task asks one of them for the slot map (CLUSTER SHARDS, or
+ * CLUSTER SLOTS on servers before 7.0) and waits for it. Each node is then
+ * an ordinary client of the loop (the same options), so the commands bound
+ * to one node share its pipelined connection's writes as on a single node.
+ *
+ * Routing: each command goes to the master of its key's slot (CRC16 of the
+ * key, or of its hash tag: "{user1}.a" and "{user1}.b" share a slot). The
+ * key positions come from a table of the commands the client knows (every
+ * data command of Redis 7: strings, hashes, lists, sets, sorted sets,
+ * streams, geo, HyperLogLog, EVAL/FCALL by numkeys, XREAD by STREAMS); a
+ * command not in it is not sent and gets the error reply "ERR the cluster
+ * client does not know where this command's keys are: not sent". A command
+ * whose keys hash to different slots gets "CROSSSLOT Keys in request don't
+ * hash to the same slot (refused by the cluster client)" without being
+ * sent. Commands with no key (PING, INFO, PUBLISH, MULTI, WAIT ...) go with
+ * the task's first keyed command, or to one master. A task whose commands
+ * go to several nodes is split per node; the replies come back in the
+ * order of its commands. MULTI ... EXEC, WATCH, blocking commands and
+ * dedicated tasks go to one node as a whole.
+ *
+ * MOVED: the slot's new owner is noted at once, the command is sent there,
+ * and the map is refreshed (one refresh at a time, at most one per 100 ms;
+ * the MOVED replies that come meanwhile only retry at the node they name).
+ * ASK: the command is sent again to the named node behind ASKING, in the
+ * same write. A command follows at most 16 redirections; then the
+ * redirection is its reply. A failed connection to a node refreshes the
+ * map (a master gone, its replica promoted). Commands whose node's
+ * connection failed before any of them was written (the connect refused)
+ * are routed again once the map is read again, at most 5 times; commands
+ * that were written fail the task as on a single node (a write is never
+ * sent twice).
+ *
+ * read_from_replica (opts, or ?read_from=replica): read-only commands go
+ * to a replica of their slot's master, over connections that sent
+ * READONLY; a slot whose replicas are not known yet is read from its
+ * master. Pub/sub: mf_redis_subscribe on a cluster client subscribes on
+ * the first seed node (Redis Cluster delivers PUBLISH to every node);
+ * mf_redis_ssubscribe on the node of the channel's slot.
+ * NULL with *error = MF_EINVAL for a malformed URL. */
+MF_API mf_redis_client_t *mf_redis_cluster_client(mf_loop_t *loop,
+                                                  const char *url,
+                                                  const mf_redis_opts_t *opts,
+                                                  int *error);
+
+typedef struct mf_redis_cluster_stats {
+    unsigned nodes;     /* known nodes (seeds, the map's, redirections') */
+    bool mapped;        /* a slot map was read */
+    uint64_t refreshes; /* slot maps asked for */
+    uint64_t moved;     /* MOVED replies followed */
+    uint64_t asks;      /* ASK replies followed */
+} mf_redis_cluster_stats_t;
+/* 0, or MF_EINVAL when c is not a cluster client. Loop thread. */
+MF_API int mf_redis_cluster_stats(const mf_redis_client_t *c,
+                                  mf_redis_cluster_stats_t *st);
+
 /* ---- pub/sub ---------------------------------------------------------- */
 
 /* Called for each message, in order, on the loop thread. msg is the array
@@ -263,6 +331,19 @@ MF_API mf_redis_subscriber_t *
 mf_redis_subscribe(mf_redis_client_t *client, int nchannels,
                    const char *const *channels, const size_t *lens,
                    bool pattern, mf_redis_message_cb cb, void *user);
+/* Sharded pub/sub (Redis 7): SSUBSCRIBEs to the channels, which must share
+ * a slot (Redis refuses others with CROSSSLOT, which ends the subscriber).
+ * On a cluster client the connection goes to the master of the first
+ * channel's slot (a MOVED reply, when the map is not known yet or the slot
+ * moved, ends the subscriber: subscribe again); on a single node, to it.
+ * Messages are ("smessage", channel, payload), confirmations
+ * ("ssubscribe" | "sunsubscribe", channel, count); when a slot moves away
+ * Redis drops its channels with "sunsubscribe". mf_redis_subscriber_update
+ * on it (pattern false) sends SSUBSCRIBE / SUNSUBSCRIBE. */
+MF_API mf_redis_subscriber_t *
+mf_redis_ssubscribe(mf_redis_client_t *client, int nchannels,
+                    const char *const *channels, const size_t *lens,
+                    mf_redis_message_cb cb, void *user);
 /* Adds or drops channels on a live subscriber; dropping with nchannels 0
  * drops every channel (or every pattern). */
 MF_API void mf_redis_subscriber_update(mf_redis_subscriber_t *sub,
