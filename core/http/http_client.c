@@ -879,7 +879,8 @@ static int mf__client_task_pick(mf_http_client_task_t *t,
         return rc;
     member->tls = t->origin.tls;
     member->port = t->ups.port;
-    snprintf(member->host, sizeof member->host, "%s", t->ups.host);
+    size_t n = strlen(t->ups.host); /* at most MF_UPSTREAM_HOST_MAX */
+    memcpy(member->host, t->ups.host, n + 1);
     return 1;
 }
 

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
+#define OPENSSL_SUPPRESS_DEPRECATED /* MD5_*: see mf__md5 */
+#include <openssl/md5.h>
 
 #include "moonflow/error.h"
 #include "net/upstream_int.h"
@@ -20,11 +21,18 @@
 /* The longest round robin turn (the weights' sum over their gcd). */
 #define MF_UPSTREAM_MAX_TURN 65536
 
+/* MD5 through OpenSSL's one-shot digest of the algorithm itself (MD5_Init
+ * ... MD5_Final), not the EVP layer: a pick hashes its key per request,
+ * and EVP's provider dispatch costs as much again as the digest (EVP_Digest
+ * also fetches and allocates each call). Deprecated in OpenSSL 3 but kept
+ * there: ketama is defined by MD5, and this is the same implementation
+ * EVP ends in. */
 static void mf__md5(const char *s, size_t len, unsigned char out[16])
 {
-    unsigned int n = 16;
-    if (!EVP_Digest(s, len, out, &n, EVP_md5(), NULL))
-        memset(out, 0, 16); /* only without MD5 (a FIPS build): one ring */
+    MD5_CTX ctx;
+    MD5_Init(&ctx);
+    MD5_Update(&ctx, s, len);
+    MD5_Final(out, &ctx);
 }
 
 static uint32_t mf__le32(const unsigned char *d)

@@ -542,7 +542,7 @@ end
 -- names at start).
 local function key_of(name)
     if name == nil or name == "remote_addr" then
-        return serve._peer_key -- its bytes: formatting it costs more
+        return serve._peer_key_fn() -- its bytes: formatting it costs more
     elseif name == "uri" then
         return function(req) return req.path end
     elseif name == "host" then
@@ -571,10 +571,12 @@ function M.route(handler, spec, path)
         for name, value in line:gmatch("\t([%w_]+)=([^\t]*)") do
             opts[name] = NUMBERS[name] and tonumber(value) or value
         end
+        local key_name, dict_name = opts.key or "remote_addr", opts.dict
         local key = key_of(opts.key)
         opts.key = nil
         local lim = MAKERS[kind](opts)
-        checks[#checks + 1] = { lim = lim, key = key,
+        checks[#checks + 1] = { lim = lim, key = key, key_name = key_name,
+                                dict_name = dict_name,
                                 prefix = "route:" .. kind .. ":" .. path .. "|" }
     end
     local function admit(req, resp)
@@ -584,7 +586,39 @@ function M.route(handler, spec, path)
         end
         return true
     end
-    if type(handler) == "function" and #checks == 1 then
+    local only = #checks == 1 and checks[1].lim
+    if type(handler) == "function" and only and getmetatable(only) == Req
+            and not only.redis and not only.clock then
+        -- The usual route limit, a local limit.req: one C call a request
+        -- (the dict joins the prefix to the key).
+        local d, rate, burst, status = only.dict, only.rate, only.burst, only.status
+        local key, prefix = checks[1].key, checks[1].prefix
+        local reason = REASONS[status] or ""
+        local limit_peer, dp
+        if checks[1].key_name == "remote_addr" and type(checks[1].dict_name) == "string" then
+            limit_peer, dp = serve._limit_peer(checks[1].dict_name)
+        end
+        if limit_peer then -- the client's address: the key never leaves C
+            return function(req, resp)
+                local excess = limit_peer(dp, rate, burst, prefix)
+                if not excess then
+                    resp.status = status
+                    return resp:send(reason)
+                end
+                if excess >= rate * 0.001 then moonflow().sleep(excess / rate * 1000) end
+                return handler(req, resp)
+            end
+        end
+        return function(req, resp)
+            local excess = leaky(d, key(req), rate, burst, LEAKY_COMMIT, nil, prefix)
+            if not excess then
+                resp.status = status
+                return resp:send(reason)
+            end
+            if excess >= rate * 0.001 then moonflow().sleep(excess / rate * 1000) end
+            return handler(req, resp)
+        end
+    elseif type(handler) == "function" and #checks == 1 then
         local lim, key, prefix = checks[1].lim, checks[1].key, checks[1].prefix
         return function(req, resp)
             if lim:allow(prefix .. key(req), resp) then return handler(req, resp) end

@@ -213,6 +213,16 @@ end
 -- _peer_key(): the running request's client address as raw bytes (4 or
 -- 16), for moonflow.limit's "remote_addr" key.
 function M._peer_key() return c.peer_key() end
+-- _peer_key_fn(): the C function itself, once installed (one call less a
+-- request for a route's limit).
+function M._peer_key_fn() return c and c.peer_key or M._peer_key end
+-- _limit_peer(name): for a route's local limit.req on the client's
+-- address, limit_peer and the dict: limit_peer(d, rate, burst, prefix) ->
+-- excess | nil, "rejected" in one C call; nil outside serve's workers.
+function M._limit_peer(name)
+    local d = c and c.dict_ptr(name)
+    if d then return c.limit_peer, d end
+end
 
 function M.install(cside) c = cside end
 

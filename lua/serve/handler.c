@@ -1729,6 +1729,54 @@ static int mf__serve_peer_key(lua_State *L)
     return 1;
 }
 
+/* dict_ptr(name) -> the process's shared dict of that name as a light
+ * userdata, or nil: for limit_peer, looked up once when a route compiles
+ * (the registry's lookup takes its mutex). */
+static int mf__serve_dict_ptr(lua_State *L)
+{
+    mf_shdict_t *d = mf_lua_shared_find(luaL_checkstring(L, 1));
+    if (!d)
+        return 0;
+    lua_pushlightuserdata(L, d);
+    return 1;
+}
+
+/* limit_peer(dict, rate, burst, prefix) -> excess, or nil and why ("rejected"):
+ * a route's local limit.req keyed by prefix and the client's address bytes
+ * in one call (the usual route limit; moonflow.limit's route() makes the
+ * arguments: dict from dict_ptr). */
+static int mf__serve_limit_peer(lua_State *L)
+{
+    mf_serve_request_t *request = mf__phase_request(L, "limit_peer");
+    mf_shdict_t *d = lua_touserdata(L, 1);
+    size_t plen;
+    const char *prefix = lua_tolstring(L, 4, &plen);
+    char key[512 + 16];
+    if (!d || !prefix || plen > 512)
+        return luaL_error(L, "limit_peer: a dict and a prefix expected");
+    const mf_sockaddr_t *peer = mf_serve_request_peer(request);
+    bool v6 = peer->sa.sa_family == AF_INET6;
+    size_t alen = v6 ? 16 : 4;
+    memcpy(key, prefix, plen);
+    memcpy(key + plen,
+           v6 ? (const void *)&peer->in6.sin6_addr
+              : (const void *)&peer->in4.sin_addr,
+           alen);
+    mf_shdict_leaky_t in = {.rate = lua_tonumber(L, 2),
+                            .burst = lua_tonumber(L, 3),
+                            .mode = MF_SHDICT_LEAKY_COMMIT,
+                            .now_ms = -1};
+    double excess = 0;
+    int rc = mf_shdict_leaky(d, key, plen + alen, &in, &excess);
+    if (rc < 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, mf_shdict_strerror(rc));
+        return 2;
+    }
+    lua_pushnumber(L, excess);
+    return 1;
+}
+
 /* reason(status) -> "403 Forbidden\n": the body of an ngx.exit answer. */
 static int mf__serve_reason(lua_State *L)
 {
@@ -1749,6 +1797,8 @@ static void mf__phases_open(mf_serve_worker_t *w, lua_State *L)
                                      {"on_abort", mf__serve_on_abort},
                                      {"at_end", mf__serve_at_end},
                                      {"peer_key", mf__serve_peer_key},
+                                     {"dict_ptr", mf__serve_dict_ptr},
+                                     {"limit_peer", mf__serve_limit_peer},
                                      {"reason", mf__serve_reason},
                                      {NULL, NULL}};
     int m = lua_gettop(L);

@@ -545,15 +545,33 @@ static int mf__free_space(lua_State *L)
     return 1;
 }
 
-/* leaky(d, key, rate, burst, mode [, now_ms]) -> excess, or nil,
- * "rejected" (moonflow.limit's leaky bucket; mode 0 check, 1 commit, 2
- * uncommit: mf_shdict_leaky_mode_t). */
+/* leaky(d, key, rate, burst, mode [, now_ms [, prefix]]) -> excess, or
+ * nil, "rejected" (moonflow.limit's leaky bucket; mode 0 check, 1 commit,
+ * 2 uncommit: mf_shdict_leaky_mode_t). prefix .. key is the dict's key,
+ * joined here (a route's limit: no Lua string made per request). */
 static int mf__leaky(lua_State *L)
 {
     static const char method[] = "leaky";
     mf_shdict_t *d = mf__self(L, method);
-    size_t klen;
-    const char *k = mf__key(L, method, &klen);
+    size_t klen, plen = 0;
+    const char *prefix =
+        lua_isnoneornil(L, 7) ? NULL : lua_tolstring(L, 7, &plen);
+    /* after a prefix the key may be empty (a route's "global" key) */
+    const char *k = prefix && lua_type(L, 2) == LUA_TSTRING
+                        ? lua_tolstring(L, 2, &klen)
+                        : mf__key(L, method, &klen);
+    char joined[512];
+    if (prefix && plen + klen <= sizeof joined) {
+        memcpy(joined, prefix, plen);
+        memcpy(joined + plen, k, klen);
+        k = joined;
+        klen += plen;
+    } else if (prefix) {
+        lua_pushvalue(L, 7);
+        lua_pushlstring(L, k, klen);
+        lua_concat(L, 2); /* a long one: Lua's buffer */
+        k = lua_tolstring(L, -1, &klen);
+    }
     mf_shdict_leaky_t in = {
         .rate = mf__number(L, 3, method, "rate"),
         .burst = mf__number(L, 4, method, "burst"),

@@ -43,6 +43,8 @@ CONF = '''return {
             max = 1000, key = "global", dict = "limits" } } },
         ["/rconn"] = { file = "slow.lua", limit = { conn = {
             max = 1000, key = "global", redis = "%(redis)s" } } },
+        ["/peer"] = { file = "through.lua", limit = { req = {
+            rate = 1, burst = 0, dict = "limits" } } },
     },
 }
 '''
@@ -213,6 +215,23 @@ class LimitTest(unittest.TestCase):
                 capture_output=True, text=True, timeout=5).stdout.strip()
             return int(out or 0)
         self.leave_mid_request(b"/rconn", count)
+
+    def test_a_route_limit_on_the_client_address_refuses_past_its_rate(self):
+        # remote_addr, the default key: one C call a request (limit_peer).
+        # One a second, no burst: the second at once is refused (503), and
+        # another client address would have a bucket of its own.
+        srv = self.servers[0]
+        first = request(srv.port, b"GET /peer HTTP/1.1\r\nHost: x\r\n"
+                        b"Connection: close\r\n\r\n")
+        second = request(srv.port, b"GET /peer HTTP/1.1\r\nHost: x\r\n"
+                         b"Connection: close\r\n\r\n")
+        self.assertEqual(first.status, 200)
+        self.assertEqual(second.status, 503)
+        self.assertEqual(second.body, b"503 Service Unavailable\n")
+        time.sleep(1.1)  # a second leaks the bucket
+        third = request(srv.port, b"GET /peer HTTP/1.1\r\nHost: x\r\n"
+                        b"Connection: close\r\n\r\n")
+        self.assertEqual(third.status, 200)
 
     def test_a_bad_limit_in_the_config_stops_the_start_naming_it(self):
         bad = os.path.join(self.tmp, "bad.lua")
