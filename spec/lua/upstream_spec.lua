@@ -65,7 +65,7 @@ describe("mf.upstream", function()
         local up = mf.upstream("spec_ring", { servers = servers,
                                               policy = "consistent_hash" })
         local ref = ketama(list)
-        for i = 1, 2000 do
+        for i = 1, 10000 do
             local key = "user:" .. i
             assert.are.equal(ref(key), up:pick(key))
         end
