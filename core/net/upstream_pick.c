@@ -373,8 +373,12 @@ static void mf__failed(mf_upstream_server_t *s)
 static void mf__succeeded(mf_upstream_server_t *s, uint64_t latency_ns)
 {
     mf__ewma_add(s, latency_ns);
+    /* A plain load first: a locked compare-and-swap on every success would
+     * bounce the server's line between the workers for nothing. */
     int st = MF_UP_PROBING;
-    if (atomic_compare_exchange_strong(&s->pstate, &st, MF_UP_LIVE)) {
+    if (atomic_load_explicit(&s->pstate, memory_order_relaxed) ==
+            MF_UP_PROBING &&
+        atomic_compare_exchange_strong(&s->pstate, &st, MF_UP_LIVE)) {
         atomic_store(&s->fails, 0);
         mf__upstream_log(s, "up", "its probe succeeded");
     }
