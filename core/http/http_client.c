@@ -727,10 +727,13 @@ static bool mf__client_task_surplus(const mf_http_client_task_t *t)
 static void mf__client_task_upstream_done(mf_http_client_task_t *t, int state,
                                           int error, bool stale)
 {
-    if (state == MF_STATE_SUCCESS && !stale)
+    if (stale) { /* the same server again, on a fresh connection */
+        t->ups_again = true;
+        return;
+    }
+    if (state == MF_STATE_SUCCESS)
         mf_upstream_done(&t->ups, true, mf_monotonic_ns() - t->ups.attempt_ns);
-    else if (stale || state == MF_STATE_CANCELED ||
-             state == MF_STATE_TASK_ERROR)
+    else if (state == MF_STATE_CANCELED || state == MF_STATE_TASK_ERROR)
         mf_upstream_abandon(&t->ups);
     else
         mf_upstream_done(&t->ups, false, 0);
@@ -868,15 +871,21 @@ static int mf__client_task_pick(mf_http_client_task_t *t,
     }
     if (t->ups.up != up)
         mf_upstream_try_init(&t->ups, up);
-    const char *key = t->url.data + t->path_off;
-    size_t key_len = strlen(key);
-    if (t->upstream_key.len) {
-        key = t->upstream_key.data;
-        key_len = t->upstream_key.len;
+    /* A stale keep-alive connection's request goes to its server again
+     * (still counted in flight); any other attempt asks the group. */
+    bool again = t->ups_again && t->ups.host;
+    t->ups_again = false;
+    if (!again) {
+        const char *key = t->url.data + t->path_off;
+        size_t key_len = strlen(key);
+        if (t->upstream_key.len) {
+            key = t->upstream_key.data;
+            key_len = t->upstream_key.len;
+        }
+        int rc = mf_upstream_balance(t->base._loop, &t->ups, key, key_len);
+        if (rc < 0)
+            return rc;
     }
-    int rc = mf_upstream_balance(t->base._loop, &t->ups, key, key_len);
-    if (rc < 0)
-        return rc;
     member->tls = t->origin.tls;
     member->port = t->ups.port;
     size_t n = strlen(t->ups.host); /* at most MF_UPSTREAM_HOST_MAX */

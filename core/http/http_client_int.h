@@ -165,6 +165,7 @@ struct mf_http_client_task {
     mf_http_timings_t timings; /* a traced task's (mf__client_task_mark) */
     mf_buf_t upstream_key; /* the group's hash key ("": the path) */
     int last_state, last_error; /* of the last failed attempt */
+    bool ups_again; /* a stale connection: the same server once more */
     /* What a failure is about (mf_task_http_error_detail): the malformed
      * URL's fault, or the origin a connection to failed; "" otherwise. */
     char why[224];
