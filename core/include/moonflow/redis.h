@@ -218,8 +218,17 @@ MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
  * PSUBSCRIBE, SSUBSCRIBE, MONITOR, SYNC), with replies still due, or whose
  * cleanup failed (an older server refuses RESET) is closed instead.
  *
- * A session is one node's: for a Redis Cluster, open it on the client of
- * the node that serves the keys' slot.
+ * A session is one server's. On a cluster client (or a client whose host
+ * is an upstream group) open it with mf_redis_session_open_keys, naming
+ * the keys it will touch: a cluster's session holds a connection of the
+ * master serving their slot (read from the slot map, fetched first when
+ * the client has none yet); a group's, of the server the group picks for
+ * the first key (no key: the policy's pick with none; no verdict on the
+ * server is reported). ready then gets MF_EINVAL when the keys are in
+ * more than one slot (cluster), on more than one server (consistent_hash
+ * group) or a cluster's session names no key; MF_ENOUPSTREAM when no
+ * server of the group is live. mf_redis_session_open(client, ...) is
+ * mf_redis_session_open_keys with no key: a single node's, or a group's.
  *
  * ready runs once, from the loop (never inside mf_redis_session_open): error
  * 0 when the session holds a connection (which may still be opening: its
@@ -236,6 +245,10 @@ typedef void (*mf_redis_session_cb)(mf_redis_session_t *s, int error,
 MF_API mf_redis_session_t *mf_redis_session_open(mf_redis_client_t *client,
                                                  mf_redis_session_cb ready,
                                                  void *user);
+MF_API mf_redis_session_t *
+mf_redis_session_open_keys(mf_redis_client_t *client, int nkeys,
+                           const char *const *keys, const size_t *lens,
+                           mf_redis_session_cb cb, void *user);
 /* A task whose commands run on the session's connection (otherwise as
  * mf_task_redis_create). */
 MF_API mf_task_t *mf_task_redis_session_create(mf_redis_session_t *s,
