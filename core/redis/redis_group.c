@@ -176,8 +176,11 @@ static bool mf__cmd_keys_at(const char *p, const char *end, size_t *at,
         argv[a] = p + *at;
         *at += lens[a] + 2;
     }
-    /* A command whose keys are unknown goes with the task's pick. */
-    if (argc)
+    /* PUBLISH goes where subscribers of its channel are (the channel's
+     * pick); a command whose keys are unknown goes with the task's. */
+    if (argc >= 2 && lens[0] == 7 && strncasecmp(argv[0], "PUBLISH", 7) == 0)
+        mf__gkeys_add(k, argv[1], lens[1]);
+    else if (argc)
         mf__redis_cmd_keys((int)argc, argv, lens, mf__gkeys_add, k);
     if (argv != inline_argv) {
         mf_free(argv);

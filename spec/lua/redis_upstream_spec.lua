@@ -113,6 +113,19 @@ describe("mf.redis through an upstream group", function()
         assert.truthy(err:find("no live upstream"), err)
     end)
 
+    it("subscribes and publishes on the server of the channel", function()
+        local r = mf.redis("redis://spec_rcache/0")
+        for i = 1, 4 do
+            local ch = "rgroup:ch" .. i
+            local sub = assert(r:subscribe(ch))
+            assert.are.equal(1, direct[up:pick(ch)]:call("PUBLISH", ch, "a"))
+            assert.are.equal(1, r:call("PUBLISH", ch, "b"))
+            assert.are.equal("a", sub:next(2000).payload)
+            assert.are.equal("b", sub:next(2000).payload)
+            sub:close()
+        end
+    end)
+
     it("opens a session on the server of its keys", function()
         local r = mf.redis("redis://spec_rcache/0")
         local a, b = split_keys(up, "rgroup:s")

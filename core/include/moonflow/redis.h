@@ -114,7 +114,25 @@ MF_API void mf_redis_opts_init(mf_redis_opts_t *opts);
 
 /* The loop's client for url (opts NULL: defaults). The same url and opts on
  * the same loop give the same client, so calling this per request is cheap.
- * NULL with *error = MF_EINVAL for a malformed URL. */
+ * NULL with *error = MF_EINVAL for a malformed URL.
+ *
+ * A host that names an upstream group (moonflow/upstream.h) when the
+ * client is made gives a group client: each task asks the group for a
+ * server (mf_upstream_balance, keyed by the task's first key; a task with
+ * no key: NULL) and runs whole on that server's own client (the URL's
+ * user, password and database, the same opts), batched with the other
+ * tasks bound there. Under consistent_hash, a task whose keys belong on
+ * different servers (mf_upstream_key_home) is not sent: each command's
+ * reply is an error starting "CROSSSERVER" (the task succeeds). Each
+ * attempt tells the group how its server did; a task whose connection
+ * failed before its commands were written (refused, reset, the connect
+ * timed out) goes to the group's next pick, never a server it tried, and
+ * fails with that connection's error when none is left; one whose commands
+ * were written fails as on one server. With no live server at dispatch:
+ * MF_STATE_TASK_ERROR / MF_ENOUPSTREAM. Subscribers subscribe on the
+ * server the group picks for their first channel (none live: the
+ * subscriber ends with MF_ENOUPSTREAM), and PUBLISH is keyed by its
+ * channel, so both meet on one server. */
 MF_API mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
                                           const mf_redis_opts_t *opts,
                                           int *error);
