@@ -163,3 +163,32 @@ TEST(a_session_on_keys_holds_a_connection_of_their_server)
     mf_redis_session_close(s);
     teardown();
 }
+
+/* Last: it kills the second server. */
+TEST(a_task_written_before_its_server_died_fails_and_is_not_sent_again)
+{
+    mf_redis_client_t *c = group_client("cwritten", 0);
+    char key[32];
+    for (int i = 0;; i++) {
+        ASSERT(i < 100);
+        snprintf(key, sizeof key, "grp:w%d", i);
+        if (home_of("cwritten", key) == second.port)
+            break;
+    }
+    result_t r = {0};
+    mf_task_t *t = mf_task_redis_create(c, on_done, &r);
+    const char *blpop[] = {"BLPOP", key, "3"};
+    mf_task_redis_add_command(t, 3, blpop, NULL);
+    uint64_t start = now_ms();
+    mf_task_start(t);
+    while (now_ms() < start + 300) { /* connected, BLPOP written */
+        mf_loop_run(loop, MF_RUN_NOWAIT);
+        usleep(1000);
+    }
+    server_stop(&second);
+    run_until(&r.done, 1);
+    /* Sent again to the live server it would block there 3 s and answer. */
+    ASSERT(r.state != MF_STATE_SUCCESS);
+    ASSERT(now_ms() - start < 2000);
+    teardown();
+}
