@@ -237,13 +237,15 @@ mf_redis_session_open_keys(mf_redis_client_t *client, int nkeys,
     mf_post_init(&s->ready_post, mf__session_ready, s);
     mf_pwaiter_init(&s->waiter, mf__session_granted);
     int rc = 0;
+    mf_redis_client_t *node = client;
     if (client->cluster)
         rc = mf__session_cluster(s, nkeys, keys, lens);
-    else if (client->group && (rc = mf__redis_group_session_node(
-                                   client, nkeys, keys, lens, &s->client)) == 0)
+    else if (client->group)
+        rc = mf__redis_group_session_node(client, nkeys, keys, lens, &node);
+    if (rc == 0 && !client->cluster) {
+        s->client = node;
         mf__session_acquire(s);
-    else if (!client->group)
-        mf__session_acquire(s);
+    }
     if (rc < 0) {
         s->error = rc;
         mf__session_tell(s);
