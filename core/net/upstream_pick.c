@@ -241,6 +241,17 @@ static long mf__policy_pick(const mf_upstream_set_t *set,
     }
 }
 
+const void *mf_upstream_key_home(const mf_upstream_t *up, const char *key,
+                                 size_t key_len)
+{
+    mf_upstream_set_t *set = atomic_load(&((mf_upstream_t *)up)->set);
+    const mf_upstream_tier_t *tier = &set->primary;
+    if (set->conf.policy != MF_UPSTREAM_CONSISTENT_HASH || !tier->npoints)
+        return NULL;
+    uint32_t h = mf__upstream_ketama_hash(key ? key : "", key ? key_len : 0);
+    return tier->servers[tier->ring[mf__upstream_ring_find(tier, h)].server];
+}
+
 /* ---- an attempt --------------------------------------------------------- */
 
 static void mf__attempt_begin(mf_upstream_try_t *t, mf_upstream_server_t *s)

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "moonflow/upstream.h"
 #include "net/net.h"
 #include "redis_int.h"
 
@@ -175,6 +176,10 @@ static mf_redis_client_t *mf__client_new(mf_loop_t *loop, const char *url,
         c->opts.ca_file = c->ca_copy;
     }
     c->shared = mf_xcalloc(c->opts.pipeline_connections, sizeof(*c->shared));
+    /* Once per client, not per task: a group's tasks have their own kind. */
+    mf_upstream_t *up = mf_upstream_find(c->host, MF_UPSTREAM_NUL);
+    if (MF_UNLIKELY(up != NULL))
+        mf__redis_group_attach(c, up);
     return c;
 }
 
@@ -381,6 +386,7 @@ static void mf__client_free(void *data)
     mf_list_t *node;
     while ((node = mf_list_pop_front(&c->subs)) != NULL)
         mf__redis_sub_free(mf_container_of(node, mf_redis_subscriber_t, link));
+    mf__redis_group_free(c->group);
     mf_free(c->shared);
     mf_free(c->url);
     mf_free(c->ca_copy);

@@ -1258,3 +1258,12 @@ int mf_redis_cluster_stats(const mf_redis_client_t *c,
     st->asks = cl->asks;
     return 0;
 }
+
+mf_redis_client_t *mf__redis_cluster_slot_client(mf_redis_client_t *front,
+                                                 int slot)
+{
+    mf_redis_cluster_t *cl = front->cluster;
+    if (!cl->mapped)
+        return NULL;
+    return mf__target_client(cl, mf__slot_target(cl, slot, false));
+}

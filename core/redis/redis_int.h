@@ -33,6 +33,7 @@
 #include "moonflow/dns.h"
 #include "moonflow/endpoint.h"
 #include "moonflow/redis.h"
+#include "moonflow/upstream.h"
 #include "net/tls.h"
 
 typedef struct mf_redis_conn mf_redis_conn_t;
@@ -117,6 +118,11 @@ int mf__redis_key_slot(const char *key, size_t len);
  * *readonly: the command only reads. */
 int mf__redis_cmd_slot(int argc, const char *const *argv, const size_t *lens,
                        bool *readonly);
+/* Calls fn with each key of a command, in order, until fn returns false;
+ * false when the command's keys are unknown (not in the table). */
+typedef bool (*mf_redis_key_fn)(void *ud, const char *key, size_t len);
+bool mf__redis_cmd_keys(int argc, const char *const *argv, const size_t *lens,
+                        mf_redis_key_fn fn, void *ud);
 
 /* ---- the client's data (functions: redis_client.c) ----------------------- */
 
@@ -133,6 +139,7 @@ typedef struct mf_redis_kind {
 } mf_redis_kind_t;
 
 typedef struct mf_redis_cluster mf_redis_cluster_t;
+typedef struct mf_redis_group mf_redis_group_t;
 
 /* The data of a "redis" endpoint, keyed by the URL and the options. A
  * cluster client (the data of a "redis-cluster" endpoint) has cluster and
@@ -141,6 +148,7 @@ typedef struct mf_redis_cluster mf_redis_cluster_t;
 struct mf_redis_client {
     const mf_redis_kind_t *kind; /* NULL: a single node */
     mf_redis_cluster_t *cluster;
+    mf_redis_group_t *group;   /* its host names an upstream group */
     mf_redis_client_t *pubsub; /* cluster: the node client subscribers use */
     mf_endpoint_t *ep;         /* its dedicated connections and their waiters */
     mf_loop_t *loop;
@@ -208,7 +216,8 @@ struct mf_redis_task {
     mf_redis_reply_t *replies;
     mf_redis_arena_t arena;
     const char *refusal; /* Redis's answer to a refused AUTH/SELECT (arena) */
-    struct mf_redis_ctask *cl; /* a cluster client's task: its routing */
+    struct mf_redis_ctask *cl;  /* a cluster client's task: its routing */
+    struct mf_redis_gtask *grp; /* a group client's task: its attempts */
     /* Last, left out of the task's zeroing: set up by the client's route
      * for a task that takes a dedicated connection, read only then. */
     mf_pwaiter_t waiter;
@@ -330,6 +339,25 @@ mf_redis_client_t *mf__redis_client_get(mf_loop_t *loop, const char *url,
                                         const mf_redis_opts_t *opts);
 /* opts with their zero fields set to the defaults (in NULL: defaults). */
 void mf__redis_opts_normalize(mf_redis_opts_t *o, const mf_redis_opts_t *in);
+
+/* ---- upstream groups (redis_group.c) ------------------------------------ */
+
+/* Makes c, whose URL's host is up's name, a group client: its tasks run on
+ * the clients of the servers the group picks. */
+void mf__redis_group_attach(mf_redis_client_t *c, mf_upstream_t *up);
+void mf__redis_group_free(mf_redis_group_t *g);
+/* The member client a session on keys opens on (picked by the first key;
+ * no verdict reported): 0, MF_EINVAL (keys on two servers of a
+ * consistent_hash group) or MF_ENOUPSTREAM. */
+int mf__redis_group_session_node(mf_redis_client_t *front, int nkeys,
+                                 const char *const *keys, const size_t *lens,
+                                 mf_redis_client_t **node);
+
+/* ---- cluster (redis_cluster.c) ------------------------------------------ */
+
+/* The client of the master serving slot; NULL while no map was read. */
+mf_redis_client_t *mf__redis_cluster_slot_client(mf_redis_client_t *front,
+                                                 int slot);
 
 /* ---- the task kind (redis_task.c), for the cluster ----------------------- */
 

@@ -26,20 +26,23 @@
 #include "redis_int.h"
 
 struct mf_redis_session {
-    mf_redis_client_t *client;
+    mf_redis_client_t *client; /* a cluster's or group's: the keys' node */
+    mf_loop_t *loop;
     mf_redis_pin_t pin;
     mf_pwaiter_t waiter;
     mf_post_t ready_post; /* the open callback, never inside a call */
     mf_redis_session_cb cb;
     void *user;
-    int error;         /* the open failed: MF_EBUSY */
+    int error;         /* the open failed: MF_EBUSY ... */
+    int slot;          /* a cluster's: the keys' slot */
+    bool mapping;      /* a cluster's: waiting for its slot map */
     bool post_pending; /* ready_post is queued */
     bool closed;       /* mf_redis_session_close was called */
 };
 
 static void mf__session_free(mf_redis_session_t *s)
 {
-    mf_loop_free(s->client->loop, s, sizeof(*s));
+    mf_loop_free(s->loop, s, sizeof(*s));
 }
 
 /* The connection leaves the session (to the pool, or closed). */
@@ -149,7 +152,7 @@ static void mf__session_ready(mf_post_t *post)
 static void mf__session_tell(mf_redis_session_t *s)
 {
     s->post_pending = true;
-    mf_loop_defer(s->client->loop, &s->ready_post);
+    mf_loop_defer(s->loop, &s->ready_post);
 }
 
 /* The pool gave the session a connection (idle, or new and opening). */
@@ -163,22 +166,97 @@ static void mf__session_granted(mf_pwaiter_t *w, mf_pconn_t *pc)
     mf__session_tell(s);
 }
 
-mf_redis_session_t *mf_redis_session_open(mf_redis_client_t *client,
-                                          mf_redis_session_cb cb, void *user)
+/* Waits for the pool's connection of s->client (the keys' node's). */
+static void mf__session_acquire(mf_redis_session_t *s)
+{
+    int rc = mf__redis_client_acquire(s->client, &s->waiter);
+    if (rc < 0) {
+        s->error = rc;
+        mf__session_tell(s);
+    }
+}
+
+/* The slot's node, once the cluster has a map. */
+static void mf__session_mapped(mf_task_t *task)
+{
+    mf_redis_session_t *s = task->user;
+    s->mapping = false;
+    if (s->closed) {
+        mf__session_free(s);
+        return;
+    }
+    mf_redis_client_t *node = mf__redis_cluster_slot_client(s->client, s->slot);
+    if (!node) {
+        s->error = mf_task_error(task) ? mf_task_error(task) : MF_ECONNREFUSED;
+        mf__session_tell(s);
+        return;
+    }
+    s->client = node;
+    mf__session_acquire(s);
+}
+
+/* A cluster's session: the keys' slot's master, after the map is read
+ * (a PING through the cluster waits for it as any task does). */
+static int mf__session_cluster(mf_redis_session_t *s, int nkeys,
+                               const char *const *keys, const size_t *lens)
+{
+    int slot = MF_REDIS_SLOT_NONE;
+    for (int i = 0; i < nkeys; i++) {
+        int k = mf__redis_key_slot(keys[i], MF__REDIS_ARGLEN(lens, keys, i));
+        if (slot != MF_REDIS_SLOT_NONE && k != slot)
+            return MF_EINVAL;
+        slot = k;
+    }
+    if (slot == MF_REDIS_SLOT_NONE)
+        return MF_EINVAL; /* a cluster's session names its keys */
+    s->slot = slot;
+    mf_redis_client_t *node = mf__redis_cluster_slot_client(s->client, slot);
+    if (node) {
+        s->client = node;
+        mf__session_acquire(s);
+        return 0;
+    }
+    mf_task_t *ping = mf_task_redis_create(s->client, mf__session_mapped, s);
+    mf_task_redis_add_command(ping, 1, (const char *[]){"PING"}, NULL);
+    s->mapping = true;
+    mf_task_start(ping);
+    return 0;
+}
+
+mf_redis_session_t *
+mf_redis_session_open_keys(mf_redis_client_t *client, int nkeys,
+                           const char *const *keys, const size_t *lens,
+                           mf_redis_session_cb cb, void *user)
 {
     mf_redis_session_t *s = mf_loop_alloc(client->loop, sizeof(*s));
     memset(s, 0, sizeof(*s));
     s->client = client;
+    s->loop = client->loop;
     s->cb = cb;
     s->user = user;
     mf_post_init(&s->ready_post, mf__session_ready, s);
     mf_pwaiter_init(&s->waiter, mf__session_granted);
-    int rc = mf__redis_client_acquire(client, &s->waiter);
+    int rc = 0;
+    mf_redis_client_t *node = client;
+    if (client->cluster)
+        rc = mf__session_cluster(s, nkeys, keys, lens);
+    else if (client->group)
+        rc = mf__redis_group_session_node(client, nkeys, keys, lens, &node);
+    if (rc == 0 && !client->cluster) {
+        s->client = node;
+        mf__session_acquire(s);
+    }
     if (rc < 0) {
         s->error = rc;
         mf__session_tell(s);
     }
     return s;
+}
+
+mf_redis_session_t *mf_redis_session_open(mf_redis_client_t *client,
+                                          mf_redis_session_cb cb, void *user)
+{
+    return mf_redis_session_open_keys(client, 0, NULL, NULL, cb, user);
 }
 
 mf_task_t *mf_task_redis_session_create(mf_redis_session_t *s, mf_task_cb cb,
@@ -200,6 +278,6 @@ void mf_redis_session_close(mf_redis_session_t *s)
         return;
     s->closed = true;
     mf_pwaiter_cancel(&s->waiter);
-    if (!s->post_pending)
+    if (!s->post_pending && !s->mapping) /* else: freed there */
         mf__session_hand_back(s);
 }

@@ -318,54 +318,75 @@ static const mf__keyspec_t *mf__keyspec_find(const char *name, size_t n)
     return NULL;
 }
 
-/* Folds one key into *slot: MF__SLOT_CROSS when it hashes elsewhere. */
-static void mf__fold(int *slot, const char *key, size_t len)
-{
-    int s = mf__redis_key_slot(key, len);
-    if (*slot == MF_REDIS_SLOT_NONE)
-        *slot = s;
-    else if (*slot != s)
-        *slot = MF_REDIS_SLOT_CROSS;
-}
+/* Calls visit with each key; false when the command is not in the table
+ * (its keys are unknown) or its numkeys is not a number. */
+typedef void (*mf__key_visit)(void *ud, const char *key, size_t len);
 
 #define ARG(i) argv[i], MF__REDIS_ARGLEN(lens, argv, i)
 
 /* Keys after STREAMS: "XREAD COUNT 2 STREAMS a b 0 0" → a, b. */
-static int mf__streams_slot(int argc, const char *const *argv,
-                            const size_t *lens)
+static void mf__streams_keys(int argc, const char *const *argv,
+                             const size_t *lens, mf__key_visit visit, void *ud)
 {
-    int slot = MF_REDIS_SLOT_NONE;
     for (int i = 1; i < argc; i++) {
         if (MF__REDIS_ARGLEN(lens, argv, i) != 7 ||
             strncasecmp(argv[i], "STREAMS", 7) != 0)
             continue;
         int nkeys = (argc - i - 1) / 2;
         for (int k = 0; k < nkeys; k++)
-            mf__fold(&slot, ARG(i + 1 + k));
-        return slot;
+            visit(ud, ARG(i + 1 + k));
+        return;
     }
-    return MF_REDIS_SLOT_NONE;
 }
 
-static int mf__numkeys_slot(const mf__keyspec_t *ks, int argc,
-                            const char *const *argv, const size_t *lens)
+static bool mf__numkeys_keys(const mf__keyspec_t *ks, int argc,
+                             const char *const *argv, const size_t *lens,
+                             mf__key_visit visit, void *ud)
 {
-    int slot = MF_REDIS_SLOT_NONE;
     if (ks->flags & MF__K_DEST && argc > 1)
-        mf__fold(&slot, ARG(1));
+        visit(ud, ARG(1));
     if (ks->first >= argc)
-        return slot;
+        return true;
     uint64_t n = 0;
     size_t len = MF__REDIS_ARGLEN(lens, argv, ks->first);
     for (size_t i = 0; i < len; i++) {
         char c = argv[ks->first][i];
         if (c < '0' || c > '9' || n > (uint64_t)argc)
-            return MF_REDIS_SLOT_UNKNOWN; /* the server will refuse it */
+            return false; /* the server will refuse it */
         n = n * 10 + (uint64_t)(c - '0');
     }
     for (int i = ks->first + 1; i < argc && (uint64_t)(i - ks->first) <= n; i++)
-        mf__fold(&slot, ARG(i));
-    return slot;
+        visit(ud, ARG(i));
+    return true;
+}
+
+static bool mf__cmd_keys(const mf__keyspec_t *ks, int argc,
+                         const char *const *argv, const size_t *lens,
+                         mf__key_visit visit, void *ud)
+{
+    if (ks->flags & MF__K_NOKEY)
+        return true;
+    if (ks->flags & MF__K_STREAMS) {
+        mf__streams_keys(argc, argv, lens, visit, ud);
+        return true;
+    }
+    if (ks->flags & MF__K_NUMKEYS)
+        return mf__numkeys_keys(ks, argc, argv, lens, visit, ud);
+    int last = ks->last < 0 ? argc + ks->last : ks->last;
+    for (int i = ks->first; i <= last && i < argc; i += ks->step)
+        visit(ud, ARG(i));
+    return true;
+}
+
+/* Folds one key into *slot: MF__SLOT_CROSS when it hashes elsewhere. */
+static void mf__fold(void *ud, const char *key, size_t len)
+{
+    int *slot = ud;
+    int s = mf__redis_key_slot(key, len);
+    if (*slot == MF_REDIS_SLOT_NONE)
+        *slot = s;
+    else if (*slot != s)
+        *slot = MF_REDIS_SLOT_CROSS;
 }
 
 int mf__redis_cmd_slot(int argc, const char *const *argv, const size_t *lens,
@@ -376,15 +397,29 @@ int mf__redis_cmd_slot(int argc, const char *const *argv, const size_t *lens,
     if (!ks)
         return MF_REDIS_SLOT_UNKNOWN;
     *readonly = ks->flags & MF__K_RO;
-    if (ks->flags & MF__K_NOKEY)
-        return MF_REDIS_SLOT_NONE;
-    if (ks->flags & MF__K_STREAMS)
-        return mf__streams_slot(argc, argv, lens);
-    if (ks->flags & MF__K_NUMKEYS)
-        return mf__numkeys_slot(ks, argc, argv, lens);
-    int last = ks->last < 0 ? argc + ks->last : ks->last;
     int slot = MF_REDIS_SLOT_NONE;
-    for (int i = ks->first; i <= last && i < argc; i += ks->step)
-        mf__fold(&slot, ARG(i));
+    if (!mf__cmd_keys(ks, argc, argv, lens, mf__fold, &slot))
+        return MF_REDIS_SLOT_UNKNOWN;
     return slot;
+}
+
+typedef struct mf__key_walk {
+    mf_redis_key_fn fn;
+    void *ud;
+    bool stop;
+} mf__key_walk_t;
+
+static void mf__walk_key(void *ud, const char *key, size_t len)
+{
+    mf__key_walk_t *w = ud;
+    if (!w->stop)
+        w->stop = !w->fn(w->ud, key, len);
+}
+
+bool mf__redis_cmd_keys(int argc, const char *const *argv, const size_t *lens,
+                        mf_redis_key_fn fn, void *ud)
+{
+    const mf__keyspec_t *ks = mf__keyspec_find(ARG(0));
+    mf__key_walk_t w = {fn, ud, false};
+    return ks && mf__cmd_keys(ks, argc, argv, lens, mf__walk_key, &w);
 }

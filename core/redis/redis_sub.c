@@ -73,6 +73,11 @@ static mf_redis_subscriber_t *mf__sub_start(mf_redis_client_t *client,
     sub->sharded = sharded;
     mf_post_init(&sub->end_post, mf__sub_end_cb, sub);
     mf_list_push_back(&client->subs, &sub->link);
+    if (client->group) { /* no live server of the group, or no channel */
+        sub->error = MF_ENOUPSTREAM;
+        mf_loop_defer(client->loop, &sub->end_post);
+        return sub;
+    }
     sub->conn =
         mf__redis_conn_open(client, MF_RCONN_SUB, &mf__sub_conn_owner, sub);
     /* Queued behind AUTH/SELECT; written once the connection is up. */
@@ -89,6 +94,9 @@ mf_redis_subscriber_t *mf_redis_subscribe(mf_redis_client_t *client,
 {
     if (client->pubsub) /* a cluster: a message reaches every node */
         client = client->pubsub;
+    else if (client->group && nchannels > 0) /* the first channel's pick */
+        client = client->kind->shard_node(client, channels[0],
+                                          MF__REDIS_ARGLEN(lens, channels, 0));
     return mf__sub_start(client, false, nchannels, channels, lens, pattern, cb,
                          user);
 }

@@ -1,5 +1,5 @@
 /*
- * lua/redis/mf_lua_redis_session.c — r:session(fn): fn(s) runs in the
+ * lua/redis/mf_lua_redis_session.c — r:session([keys,] fn): fn(s) runs in the
  * calling coroutine with s holding one dedicated connection of the client
  * (mf_redis_session_t); s:call waits like r:call, and WATCH / MULTI / EXEC
  * may span calls. The connection goes back clean (core/redis's session
@@ -35,6 +35,7 @@ typedef struct mf_lua_session {
     mf_lua_owned_t owned;  /* in the opening coroutine's list */
     unsigned flags;        /* the client's reply flags */
     int error;             /* the open's (MF_EBUSY) */
+    bool cluster;          /* a cluster client's: the keys' slot's node */
     bool ready;
 } mf_lua_session_t;
 
@@ -58,6 +59,18 @@ static void mf_lua__session_release(mf_lua_owned_t *o)
     mf_lua__session_close(mf_container_of(o, mf_lua_session_t, owned));
 }
 
+/* Why the open failed, for the error r:session raises. */
+static const char *mf_lua__session_why(const mf_lua_session_t *ls)
+{
+    if (ls->error != MF_EINVAL)
+        return mf_lua_redis_errstr(ls->error);
+    return ls->cluster ? "the keys are not all in one slot of the cluster "
+                         "(one hash tag puts them there: {user1}.a, "
+                         "{user1}.b)"
+                       : "the keys are not all on one server of the "
+                         "upstream group";
+}
+
 /* The session holds its connection (or could not get one). */
 static void mf_lua__session_ready(mf_redis_session_t *s, int error, void *user)
 {
@@ -73,7 +86,7 @@ static void mf_lua__session_ready(mf_redis_session_t *s, int error, void *user)
     lua_State *L = mf_lua_co_thread(co);
     if (error) {
         lua_pushnil(L);
-        lua_pushstring(L, mf_lua_redis_errstr(error));
+        lua_pushstring(L, mf_lua__session_why(ls));
         mf_lua_co_resume(co, 2);
         return;
     }
@@ -89,19 +102,61 @@ static void mf_lua__session_unwait(void *op)
     ls->waiting = NULL;
 }
 
-/* new(r) -> s, a session being opened, owned by the running coroutine. */
+/* The keys at idx (a string, or a list of them) into keys/lens; how many.
+ * Raises on anything else. */
+static int mf_lua__session_keys(lua_State *L, int idx, const char **keys,
+                                size_t *lens, int cap)
+{
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        keys[0] = lua_tolstring(L, idx, &lens[0]);
+        return 1;
+    }
+    if (lua_type(L, idx) != LUA_TTABLE)
+        luaL_error(L,
+                   "r:session(keys, fn): keys must be a key or a list of "
+                   "keys, got %s",
+                   luaL_typename(L, idx));
+    int n = (int)lua_objlen(L, idx);
+    if (n < 1 || n > cap)
+        luaL_error(L, "r:session(keys, fn): keys must list 1 to %d keys", cap);
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, idx, i + 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "r:session(keys, fn): key %d is a %s, not a string",
+                       i + 1, luaL_typename(L, -1));
+        keys[i] = lua_tolstring(L, -1, &lens[i]); /* kept by the table */
+        lua_pop(L, 1);
+    }
+    return n;
+}
+
+/* new(r [, keys]) -> s, a session being opened, owned by the running
+ * coroutine. */
 static int mf_lua__session_new(lua_State *L)
 {
     mf_lua_redis_t *r = mf_lua_redis_check(L, 1);
     mf_lua_co_t *co = mf_lua_co_check(L);
+    mf_redis_cluster_stats_t st;
+    bool cluster = mf_redis_cluster_stats(r->client, &st) == 0;
+    const char *keys[64];
+    size_t lens[64];
+    int nkeys = 0;
+    if (!lua_isnil(L, 2))
+        nkeys = mf_lua__session_keys(L, 2, keys, lens, 64);
+    else if (cluster)
+        return luaL_error(L, "r:session(fn) on a cluster client: name the "
+                             "keys the session touches, r:session(key or "
+                             "{keys}, fn), so it runs on their slot's node");
     mf_lua_session_t *ls = lua_newuserdata(L, sizeof(*ls));
     memset(ls, 0, sizeof(*ls));
     mf_list_init(&ls->owned.link);
     ls->owned.release = mf_lua__session_release;
     ls->flags = r->flags;
+    ls->cluster = cluster;
     luaL_getmetatable(L, MF_LUA_REDIS_SESSION);
     lua_setmetatable(L, -2);
-    ls->s = mf_redis_session_open(r->client, mf_lua__session_ready, ls);
+    ls->s = mf_redis_session_open_keys(r->client, nkeys, keys, lens,
+                                       mf_lua__session_ready, ls);
     mf_lua_co_own(co, &ls->owned);
     return 1;
 }
@@ -118,7 +173,7 @@ static int mf_lua__session_wait(lua_State *L)
     }
     if (ls->error) {
         lua_pushnil(L);
-        lua_pushstring(L, mf_lua_redis_errstr(ls->error));
+        lua_pushstring(L, mf_lua__session_why(ls));
         return 2;
     }
     lua_pushboolean(L, 1);
@@ -192,7 +247,7 @@ static int mf_lua__session_traceback(lua_State *L)
     return 1;
 }
 
-/* r:session(fn). A second session of the same client inside fn, in the
+/* r:session([keys,] fn). A second session of the same client inside fn, in the
  * same coroutine, would take a second connection it cannot need (and wait
  * forever for it with max_connections 1): it raises. */
 static const char MF_LUA__SESSION[] =
@@ -206,21 +261,26 @@ static const char MF_LUA__SESSION[] =
     "  if not ok then error((...), 0) end\n"
     "  return ...\n"
     "end\n"
-    "return function(r, fn)\n"
+    "return function(r, keys, fn)\n"
+    "  local what = 'r:session(keys, fn)'\n"
+    "  local kt = type(keys)\n"
+    "  if fn == nil and kt ~= 'string' and kt ~= 'table' then\n"
+    "    keys, fn, what = nil, keys, 'r:session(fn)'\n"
+    "  end\n"
     "  if type(fn) ~= 'function' then\n"
-    "    error('r:session(fn): fn must be a function, got ' .. type(fn), 2)\n"
+    "    error(what .. ': fn must be a function, got ' .. type(fn), 2)\n"
     "  end\n"
     "  local co = running() or held\n"
     "  local mine = held[co]\n"
     "  if mine and mine[r] then\n"
-    "    error('r:session(fn): this coroutine is in a session of this '\n"
+    "    error(what .. ': this coroutine is in a session of this '\n"
     "      .. 'client already: use its s', 2)\n"
     "  end\n"
-    "  local s = new(r)\n"
+    "  local s = new(r, keys)\n"
     "  local ok, err = wait(s)\n"
     "  if not ok then\n"
     "    close(s)\n"
-    "    error('r:session(fn): ' .. tostring(err), 2)\n"
+    "    error(what .. ': ' .. tostring(err), 2)\n"
     "  end\n"
     "  if not mine then mine = {}; held[co] = mine end\n"
     "  mine[r] = true\n"

@@ -114,7 +114,25 @@ MF_API void mf_redis_opts_init(mf_redis_opts_t *opts);
 
 /* The loop's client for url (opts NULL: defaults). The same url and opts on
  * the same loop give the same client, so calling this per request is cheap.
- * NULL with *error = MF_EINVAL for a malformed URL. */
+ * NULL with *error = MF_EINVAL for a malformed URL.
+ *
+ * A host that names an upstream group (moonflow/upstream.h) when the
+ * client is made gives a group client: each task asks the group for a
+ * server (mf_upstream_balance, keyed by the task's first key; a task with
+ * no key: NULL) and runs whole on that server's own client (the URL's
+ * user, password and database, the same opts), batched with the other
+ * tasks bound there. Under consistent_hash, a task whose keys belong on
+ * different servers (mf_upstream_key_home) is not sent: each command's
+ * reply is an error starting "CROSSSERVER" (the task succeeds). Each
+ * attempt tells the group how its server did; a task whose connection
+ * failed before its commands were written (refused, reset, the connect
+ * timed out) goes to the group's next pick, never a server it tried, and
+ * fails with that connection's error when none is left; one whose commands
+ * were written fails as on one server. With no live server at dispatch:
+ * MF_STATE_TASK_ERROR / MF_ENOUPSTREAM. Subscribers subscribe on the
+ * server the group picks for their first channel (none live: the
+ * subscriber ends with MF_ENOUPSTREAM), and PUBLISH is keyed by its
+ * channel, so both meet on one server. */
 MF_API mf_redis_client_t *mf_redis_client(mf_loop_t *loop, const char *url,
                                           const mf_redis_opts_t *opts,
                                           int *error);
@@ -218,8 +236,17 @@ MF_API const char *mf_task_redis_error_message(const mf_task_t *task);
  * PSUBSCRIBE, SSUBSCRIBE, MONITOR, SYNC), with replies still due, or whose
  * cleanup failed (an older server refuses RESET) is closed instead.
  *
- * A session is one node's: for a Redis Cluster, open it on the client of
- * the node that serves the keys' slot.
+ * A session is one server's. On a cluster client (or a client whose host
+ * is an upstream group) open it with mf_redis_session_open_keys, naming
+ * the keys it will touch: a cluster's session holds a connection of the
+ * master serving their slot (read from the slot map, fetched first when
+ * the client has none yet); a group's, of the server the group picks for
+ * the first key (no key: the policy's pick with none; no verdict on the
+ * server is reported). ready then gets MF_EINVAL when the keys are in
+ * more than one slot (cluster), on more than one server (consistent_hash
+ * group) or a cluster's session names no key; MF_ENOUPSTREAM when no
+ * server of the group is live. mf_redis_session_open(client, ...) is
+ * mf_redis_session_open_keys with no key: a single node's, or a group's.
  *
  * ready runs once, from the loop (never inside mf_redis_session_open): error
  * 0 when the session holds a connection (which may still be opening: its
@@ -236,6 +263,10 @@ typedef void (*mf_redis_session_cb)(mf_redis_session_t *s, int error,
 MF_API mf_redis_session_t *mf_redis_session_open(mf_redis_client_t *client,
                                                  mf_redis_session_cb ready,
                                                  void *user);
+MF_API mf_redis_session_t *
+mf_redis_session_open_keys(mf_redis_client_t *client, int nkeys,
+                           const char *const *keys, const size_t *lens,
+                           mf_redis_session_cb cb, void *user);
 /* A task whose commands run on the session's connection (otherwise as
  * mf_task_redis_create). */
 MF_API mf_task_t *mf_task_redis_session_create(mf_redis_session_t *s,

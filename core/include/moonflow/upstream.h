@@ -224,6 +224,13 @@ MF_API void mf_upstream_abandon(mf_upstream_try_t *t);
 /* Whether the try may make another attempt (tries and their time left). */
 MF_API bool mf_upstream_may_retry(const mf_upstream_try_t *t);
 
+/* Consistent hashing: the server key belongs to while it is live (the
+ * owner of its point on the primaries' ring), health aside: keys with the
+ * same home go to one server. An identity to compare, not to use. NULL
+ * when the group's policy is another. */
+MF_API const void *mf_upstream_key_home(const mf_upstream_t *up,
+                                        const char *key, size_t key_len);
+
 /* Sets loop's balancer for up; ud is fn's. fn NULL clears it: any when ud
  * is NULL, else only the one set with that ud. Loop thread. */
 MF_API void mf_upstream_set_balancer(mf_loop_t *loop, mf_upstream_t *up,
