@@ -810,53 +810,36 @@ static void mf__cl_send(mf_redis_task_t *t)
         mf__cl_complete(t, MF_STATE_TASK_ERROR, rc);
 }
 
-/* The commands of the task, read back from their protocol form (which this
- * client wrote: "*N\r\n" then N times "$len\r\nbytes\r\n"). */
-static size_t mf__read_len(const char *p, const char *end, size_t *at)
+/* One command read back: its slot, whether it only reads, whether it
+ * opens a transaction. */
+typedef struct mf__cl_seen {
+    mf__ccmd_t *cmd;
+    bool multi;
+} mf__cl_seen_t;
+
+static void mf__cl_command(void *ud, int argc, const char *const *argv,
+                           const size_t *lens)
 {
-    size_t n = 0;
-    (*at)++; /* '*' or '$' */
-    while (p + *at < end && p[*at] != '\r')
-        n = n * 10 + (size_t)(p[(*at)++] - '0');
-    *at += 2;
-    return n;
+    mf__cl_seen_t *seen = ud;
+    seen->cmd->slot =
+        mf__redis_cmd_slot(argc, argv, lens, &seen->cmd->readonly);
+    seen->multi = argc && lens[0] == 5 && strncasecmp(argv[0], "MULTI", 5) == 0;
 }
 
+/* The commands of the task, read back from their protocol form. */
 static int mf__cl_parse(mf_redis_task_t *t)
 {
     mf_redis_ctask_t *ct = t->cl;
     const char *p = t->cmds.data, *end = p + t->cmds.len;
     size_t at = 0;
     for (size_t i = 0; i < ct->ncmds; i++) {
-        mf__ccmd_t *c = &ct->cmds[i];
-        c->off = at;
-        size_t argc = mf__read_len(p, end, &at);
-        const char *inline_argv[16];
-        size_t inline_lens[16];
-        const char **argv = inline_argv;
-        size_t *lens = inline_lens;
-        if (argc > 16) {
-            argv = mf_try_malloc(argc * sizeof(*argv));
-            lens = mf_try_malloc(argc * sizeof(*lens));
-            if (!argv || !lens) {
-                mf_free(argv);
-                mf_free(lens);
-                return MF_ENOMEM;
-            }
-        }
-        for (size_t a = 0; a < argc; a++) {
-            lens[a] = mf__read_len(p, end, &at);
-            argv[a] = p + at;
-            at += lens[a] + 2;
-        }
-        c->len = at - c->off;
-        c->slot = mf__redis_cmd_slot((int)argc, argv, lens, &c->readonly);
-        if (argc && lens[0] == 5 && strncasecmp(argv[0], "MULTI", 5) == 0)
+        mf__cl_seen_t seen = {&ct->cmds[i], false};
+        seen.cmd->off = at;
+        if (!mf__redis_read_command(p, end, &at, mf__cl_command, &seen))
+            return MF_ENOMEM;
+        seen.cmd->len = at - seen.cmd->off;
+        if (seen.multi)
             ct->whole_only = true;
-        if (argv != inline_argv) {
-            mf_free(argv);
-            mf_free(lens);
-        }
     }
     return 0;
 }

@@ -2,7 +2,8 @@
  * redis_format.c — commands in protocol form (RESP arrays of bulk
  * strings), written straight into the caller's memory: a task's command
  * buffer, a prepared list, a connection's AUTH/SELECT or a subscriber's
- * (UN)SUBSCRIBE. No I/O.
+ * (UN)SUBSCRIBE; and read back (a cluster's or a group's routing looks at
+ * a task's commands after they were written). No I/O.
  *
  * Ownership: writes only into memory the caller owns.
  */
@@ -40,7 +41,7 @@ static size_t mf__len_size(size_t n)
 }
 
 size_t mf__redis_format_size(int argc, const char *const *argv,
-                                    const size_t *argvlen)
+                             const size_t *argvlen)
 {
     size_t size = mf__len_size((size_t)argc);
     for (int i = 0; i < argc; i++) {
@@ -54,7 +55,7 @@ size_t mf__redis_format_size(int argc, const char *const *argv,
 }
 
 void mf__redis_format_at(char *p, int argc, const char *const *argv,
-                                const size_t *argvlen)
+                         const size_t *argvlen)
 {
     p = mf__put_len(p, '*', (size_t)argc);
     for (int i = 0; i < argc; i++) {
@@ -76,4 +77,49 @@ int mf__redis_format(mf_loop_t *loop, mf_buf_t *out, int argc,
     mf__redis_format_at(out->data + out->len, argc, argv, argvlen);
     out->len += size;
     return 0;
+}
+
+/* "*N\r\n" or "$N\r\n" at p + *at: N, and *at past it. */
+static size_t mf__read_len(const char *p, const char *end, size_t *at)
+{
+    size_t n = 0;
+    (*at)++; /* '*' or '$' */
+    while (p + *at < end && p[*at] != '\r')
+        n = n * 10 + (size_t)(p[(*at)++] - '0');
+    *at += 2;
+    return n;
+}
+
+bool mf__redis_read_command(const char *p, const char *end, size_t *at,
+                            mf_redis_argv_fn fn, void *ud)
+{
+    size_t argc = mf__read_len(p, end, at);
+    if (argc == 0) {
+        fn(ud, 0, NULL, NULL);
+        return true;
+    }
+    const char *inline_argv[16];
+    size_t inline_lens[16];
+    const char **argv = inline_argv;
+    size_t *lens = inline_lens;
+    if (argc > 16) {
+        argv = mf_try_malloc(argc * sizeof(*argv));
+        lens = mf_try_malloc(argc * sizeof(*lens));
+        if (!argv || !lens) {
+            mf_free(argv);
+            mf_free(lens);
+            return false;
+        }
+    }
+    for (size_t a = 0; a < argc; a++) {
+        lens[a] = mf__read_len(p, end, at);
+        argv[a] = p + *at;
+        *at += lens[a] + 2;
+    }
+    fn(ud, (int)argc, argv, lens);
+    if (argv != inline_argv) {
+        mf_free(argv);
+        mf_free(lens);
+    }
+    return true;
 }

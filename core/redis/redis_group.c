@@ -141,15 +141,17 @@ static bool mf__gkeys_add(void *ud, const char *key, size_t len)
     return !k->cross;
 }
 
-/* "*N\r\n" or "$N\r\n" at *at: N, and *at past it. */
-static size_t mf__read_len(const char *p, const char *end, size_t *at)
+/* One command's keys: PUBLISH goes where subscribers of its channel are
+ * (the channel's pick); a command whose keys are unknown goes with the
+ * task's. */
+static void mf__cmd_keys(void *ud, int argc, const char *const *argv,
+                         const size_t *lens)
 {
-    size_t n = 0;
-    (*at)++;
-    while (p + *at < end && p[*at] != '\r')
-        n = n * 10 + (size_t)(p[(*at)++] - '0');
-    *at += 2;
-    return n;
+    mf__gkeys_t *k = ud;
+    if (argc >= 2 && lens[0] == 7 && strncasecmp(argv[0], "PUBLISH", 7) == 0)
+        mf__gkeys_add(k, argv[1], lens[1]);
+    else if (argc)
+        mf__redis_cmd_keys(argc, argv, lens, mf__gkeys_add, k);
 }
 
 /* One command's keys from its protocol form (which this client wrote);
@@ -157,36 +159,7 @@ static size_t mf__read_len(const char *p, const char *end, size_t *at)
 static bool mf__cmd_keys_at(const char *p, const char *end, size_t *at,
                             mf__gkeys_t *k)
 {
-    size_t argc = mf__read_len(p, end, at);
-    const char *inline_argv[16];
-    size_t inline_lens[16];
-    const char **argv = inline_argv;
-    size_t *lens = inline_lens;
-    if (argc > 16) {
-        argv = mf_try_malloc(argc * sizeof(*argv));
-        lens = mf_try_malloc(argc * sizeof(*lens));
-        if (!argv || !lens) {
-            mf_free(argv);
-            mf_free(lens);
-            return false;
-        }
-    }
-    for (size_t a = 0; a < argc; a++) {
-        lens[a] = mf__read_len(p, end, at);
-        argv[a] = p + *at;
-        *at += lens[a] + 2;
-    }
-    /* PUBLISH goes where subscribers of its channel are (the channel's
-     * pick); a command whose keys are unknown goes with the task's. */
-    if (argc >= 2 && lens[0] == 7 && strncasecmp(argv[0], "PUBLISH", 7) == 0)
-        mf__gkeys_add(k, argv[1], lens[1]);
-    else if (argc)
-        mf__redis_cmd_keys((int)argc, argv, lens, mf__gkeys_add, k);
-    if (argv != inline_argv) {
-        mf_free(argv);
-        mf_free(lens);
-    }
-    return true;
+    return mf__redis_read_command(p, end, at, mf__cmd_keys, k);
 }
 
 static bool mf__task_keys(mf_redis_task_t *t, mf__gkeys_t *k)

@@ -98,6 +98,14 @@ void mf__redis_reader_free(redisReader *reader);
 /* Bytes of one command in protocol form; 0 on overflow. */
 size_t mf__redis_format_size(int argc, const char *const *argv,
                              const size_t *argvlen);
+/* Reads back one command this client wrote ("*N\r\n", then N times
+ * "$len\r\nbytes\r\n") at p + *at, moving *at past it, and gives its
+ * arguments to fn (argv points into p; lens their lengths). false when the
+ * argument arrays could not be allocated (over 16 arguments). */
+typedef void (*mf_redis_argv_fn)(void *ud, int argc, const char *const *argv,
+                                 const size_t *lens);
+bool mf__redis_read_command(const char *p, const char *end, size_t *at,
+                            mf_redis_argv_fn fn, void *ud);
 /* Writes one command at p (mf__redis_format_size bytes of room). */
 void mf__redis_format_at(char *p, int argc, const char *const *argv,
                          const size_t *argvlen);
