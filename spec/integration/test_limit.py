@@ -1,5 +1,5 @@
 """Rate and concurrency limits under `moonflow serve` (a route's `limit` in
-the config, mf.limit): a route limited to 200 r/s with no burst lets 200 a
+the config, mf.limit): a route limited to 200 r/s (burst 10) lets 200 a
 second +- 2% through a 5 s wrk run at 64 connections (1,000 in 5 s; the
 others are answered 429), counted over the span from the first request
 let through to the last; the same limit kept in one redis-server for two
@@ -32,10 +32,10 @@ CONF = '''return {
     shared = { limits = 1048576 },
     routes = {
         ["/rate"] = { file = "through.lua", limit = { req = {
-            rate = 200, burst = 0, key = "global", dict = "limits",
+            rate = 200, burst = 10, key = "global", dict = "limits",
             status = 429 } } },
         ["/cluster"] = { file = "through.lua", limit = { req = {
-            rate = 200, burst = 0, key = "global", redis = "%(redis)s",
+            rate = 200, burst = 10, key = "global", redis = "%(redis)s",
             dict = "limits", status = 429 } } },
         ["/total"] = { file = "through.lua", limit = { count = {
             limit = 500, window = 600, key = "global", redis = "%(redis)s" } } },
@@ -168,11 +168,18 @@ class LimitTest(unittest.TestCase):
     @unittest.skipUnless(WRK, "wrk is not installed")
     def test_a_200_rps_route_lets_1000_through_in_5_s(self):
         # wrk's 5 s run spans about 5.1 s from the first answer to the
-        # last: 1,000 +- 2% at 200 a second is checked on that span
+        # last: 1,000 +- 2% at 200 a second is checked on that span. A
+        # burst of 10 delays (nginx's limit_req burst without nodelay)
+        # rather than refuses a request a loaded machine brings a few ms
+        # late; with burst 0 such a turn is lost (3-4% fewer under a full
+        # parallel test run), and what goes through is still 200 a second.
         self.assert_rate(self.servers[:1], "/rate", 5, 64)
 
     @unittest.skipUnless(WRK, "wrk is not installed")
     def test_a_redis_rate_holds_over_two_servers(self):
+        # burst 10: a request delayed up to 50 ms keeps the turns a Redis
+        # round trip late on a loaded machine would lose (burst 0 lost 4%
+        # there); the rate let through is still 200 a second
         self.assert_rate(self.servers, "/cluster", 3, 32)
 
     @unittest.skipUnless(WRK, "wrk is not installed")

@@ -16,7 +16,7 @@ import tempfile
 import time
 import unittest
 
-from harness import Redis, Server, connect, free_port, request
+from harness import Redis, Server, connect, free_port, request, wait_port
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 FIXTURE = os.environ.get("MF_HTTP_FIXTURE", "build/spec/fixture/http_fixture")
@@ -325,6 +325,7 @@ class MetricsListen(unittest.TestCase):
                       "127.0.0.1:%d" % port, "--workers", "2"], port)
         get = lambda p, path: request(p, b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" % path)
         try:
+            wait_port(mport, srv.proc)  # its own listener may come up later
             self.assertEqual(get(port, b"/hi").body, b"hi")
             self.assertEqual(get(port, b"/m").status, 404)  # not on the site
             page = get(mport, b"/m")
