@@ -19,7 +19,7 @@ import tempfile
 import time
 import unittest
 
-from harness import Server, connect, free_port
+from harness import Redis, Server, connect, free_port
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 KEY = b"dGhlIHNhbXBsZSBub25jZQ=="
@@ -523,6 +523,84 @@ class WebSocket(unittest.TestCase):
         # message buffer, would pass it)
         sanitized = "asan" in os.path.basename(MOONFLOW)  # redzones
         self.assertLess(per_socket, (64 if sanitized else 16) * 1024)
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                       "examples", "websocket_fanout")
+
+
+def publish(port, channel, message):
+    """PUBLISH over RESP: the count of subscribers that got it."""
+    words = [b"PUBLISH", channel.encode(), message.encode()]
+    raw = b"*%d\r\n" % len(words) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+    with connect(port) as s:
+        s.sendall(raw)
+        reply = s.recv(64)
+    assert reply.startswith(b":"), reply
+    return int(reply[1:].split(b"\r\n")[0])
+
+
+class Fanout(unittest.TestCase):
+    """examples/websocket_fanout with a redis-server of its own."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="moonflow-ws-fanout-")
+        self.redis = Redis(self.tmp)
+        self.port = free_port()
+        env = dict(os.environ, REDIS_URL=self.redis.url())
+        self.srv = Server([MOONFLOW, "serve", EXAMPLE, "--listen",
+                           "127.0.0.1:%d" % self.port, "--workers", "2",
+                           "--access-log", "off"], self.port, env=env)
+
+    def tearDown(self):
+        code, _, err = self.srv.stop()
+        self.redis.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_a_room_hears_its_clients_and_redis_other_rooms_do_not(self):
+        websockets = import_websockets()
+        base = "ws://127.0.0.1:%d/room?name=" % self.port
+
+        async def talk():
+            a = await websockets.connect(base + "lobby")
+            b = await websockets.connect(base + "lobby")
+            c = await websockets.connect(base + "other")
+            await a.send("hi from a")
+            self.assertEqual(await asyncio.wait_for(a.recv(), 5), "hi from a")
+            self.assertEqual(await asyncio.wait_for(b.recv(), 5), "hi from a")
+            self.assertEqual(publish(self.redis.port, "room:lobby", "outside"),
+                             2)
+            self.assertEqual(await asyncio.wait_for(a.recv(), 5), "outside")
+            self.assertEqual(await asyncio.wait_for(b.recv(), 5), "outside")
+            # c heard none of it: the first it gets is its own room's
+            self.assertEqual(publish(self.redis.port, "room:other", "yours"), 1)
+            self.assertEqual(await asyncio.wait_for(c.recv(), 5), "yours")
+            await b.close()
+            for ws in (a, c):
+                await ws.close()
+            # each closed socket ended its subscription
+            deadline = time.time() + 5
+            while publish(self.redis.port, "room:lobby", "x") and \
+                    time.time() < deadline:
+                await asyncio.sleep(0.05)
+            self.assertEqual(publish(self.redis.port, "room:lobby", "x"), 0)
+
+        asyncio.run(asyncio.wait_for(talk(), 30))
+
+    def test_a_bad_room_name_is_a_400(self):
+        with connect(self.port) as s:
+            s.sendall(b"GET /room?name=a%20b HTTP/1.1\r\nHost: h\r\n"
+                      b"Connection: close\r\n\r\n")
+            s.settimeout(5)
+            buf = b""
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    break
+                buf += data
+        self.assertTrue(buf.startswith(b"HTTP/1.1 400"), buf)
+        self.assertIn(b"a room name", buf)
 
 
 async def open_idle(port, count, deadline):
