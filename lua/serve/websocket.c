@@ -60,6 +60,7 @@ typedef struct mf_ws {
     mf_timer_t timer;     /* a parked recv's timeout */
     mf_timer_t pinger;    /* ping_interval */
     uint32_t timeout_ms, ping_ms;
+    uint64_t due; /* a parked recv's timeout, loop time (0: none) */
     int protocol_ref; /* the subprotocol chosen, or LUA_NOREF */
     bool close_sent, close_heard;
     bool failed; /* a protocol error or a silent peer ended it */
@@ -392,11 +393,36 @@ static void mf__ws_wake_reader(mf_ws_t *s, const char *err)
     mf__ws_resume(&s->rd, mf__ws_fail(mf_lua_co_thread(s->rd), err));
 }
 
-/* A recv waited past its timeout (the socket stays usable). */
+/* A recv parked in a thread of the handler may outlive the request (the
+ * handler returned; its exchange calls nobody back then): it looks this
+ * often whether the request still lasts. The handler's own coroutine
+ * cannot end while it waits, and needs no look. */
+#define MF_WS_THREAD_CHECK_MS 1000
+
+/* Arms the parked recv's timer: its timeout, and the looks of a thread. */
+static void mf__ws_arm(mf_ws_t *s)
+{
+    uint64_t now = mf_loop_now(s->loop), wait = 0;
+    if (s->due)
+        wait = s->due > now ? s->due - now : 0;
+    if (s->rd != s->request->co && (!s->due || wait > MF_WS_THREAD_CHECK_MS))
+        wait = MF_WS_THREAD_CHECK_MS;
+    else if (!s->due)
+        return;
+    mf_timer_start(s->loop, &s->timer, wait);
+}
+
+/* A recv waited past its timeout (the socket stays usable), or its
+ * request ended. */
 static void mf__ws_on_timeout(mf_timer_t *timer)
 {
     mf_ws_t *s = timer->data;
-    mf__ws_wake_reader(s, mf__ws_live(s) ? "timeout" : "closed");
+    if (!mf__ws_live(s))
+        mf__ws_wake_reader(s, "closed");
+    else if (s->due && mf_loop_now(s->loop) >= s->due)
+        mf__ws_wake_reader(s, "timeout");
+    else
+        mf__ws_arm(s);
 }
 
 /* ping_interval: a ping each interval; a peer that sent nothing since the
@@ -474,8 +500,8 @@ static int mf__ws_recv(lua_State *L)
     s->rd = mf_lua_co_check(L);
     mf_lua_co_park(s->rd, mf__ws_cleanup_rd, s);
     mf_http_exchange_on_readable(ex, mf__ws_on_readable, s);
-    if (s->timeout_ms)
-        mf_timer_start(s->loop, &s->timer, s->timeout_ms);
+    s->due = s->timeout_ms ? mf_loop_now(s->loop) + s->timeout_ms : 0;
+    mf__ws_arm(s);
     return lua_yield(L, 0);
 }
 

@@ -90,6 +90,18 @@ end
     ws:send_text(tostring(typ) .. " " .. tostring(err))
 end
 ''',
+    # A thread waits in recv after the handler returned: it wakes with
+    # "closed" (and says so on the error log).
+    "thread.lua": '''local mf = require "moonflow"
+return function(req, resp)
+    local ws = req:websocket()
+    mf.spawn(function()
+        local typ, err = ws:recv()
+        mf.log("warn", "thread recv: ", tostring(typ), " ", tostring(err))
+    end)
+    mf.sleep(50) -- the thread parks first
+end
+''',
     # A bad option raises, naming it.
     "badopt.lua": '''return function(req, resp)
     local ok, err = pcall(req.websocket, req, { compress = "yes" })
@@ -471,6 +483,20 @@ class WebSocket(unittest.TestCase):
             self.assertEqual(p.read_frame(), (True, 1, b"text hi"))
         finally:
             p.close()
+
+    def test_a_recv_in_a_thread_wakes_when_the_handler_ends(self):
+        p = Peer(self.port, "/thread")
+        try:
+            self.assertTrue(p.closed_after())
+        finally:
+            p.close()
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            with open(self.errors) as f:
+                if "thread recv: nil closed" in f.read():
+                    return
+            time.sleep(0.05)
+        self.fail("the thread's recv never woke")
 
     def test_keepalive_pings_and_a_silent_peer_is_closed(self):
         p = Peer(self.port, "/keepalive")
