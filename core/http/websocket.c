@@ -31,7 +31,7 @@ static int mf__ws_first_bytes(const uint8_t *buf)
     unsigned op = buf[0] & 0x0f;
     bool fin = buf[0] & 0x80;
     unsigned len7 = buf[1] & 0x7f;
-    if (buf[0] & 0x70) /* RSV1-3: no extension gives them a meaning */
+    if (buf[0] & 0x30) /* RSV2, RSV3: no extension gives them a meaning */
         return MF__WS_REFUSE;
     if (!mf__ws_opcode_known(op))
         return MF__WS_REFUSE;
@@ -64,6 +64,7 @@ ssize_t mf_ws_parse_head(mf_ws_frame_t *f, const uint8_t *buf, size_t n)
             return MF__WS_REFUSE;
     }
     f->fin = buf[0] & 0x80;
+    f->rsv1 = buf[0] & 0x40;
     f->opcode = buf[0] & 0x0f;
     f->masked = true;
     memcpy(f->mask, buf + 2 + ext, 4);
@@ -132,6 +133,11 @@ bool mf_ws_utf8_feed(mf_ws_utf8_t *u, const uint8_t *s, size_t n)
 
 int mf_ws_reader_frame(mf_ws_reader_t *r, const mf_ws_frame_t *f)
 {
+    /* RSV1 only on a message's first frame, when deflate is on (RFC
+     * 7692 §6.1) */
+    if (f->rsv1 && (!r->deflate || f->opcode == MF_WS_OP_CONTINUATION ||
+                    (f->opcode & 0x8)))
+        return MF__WS_REFUSE;
     if (f->opcode & 0x8)
         return 0;
     if (f->opcode == MF_WS_OP_CONTINUATION) {
@@ -141,6 +147,7 @@ int mf_ws_reader_frame(mf_ws_reader_t *r, const mf_ws_frame_t *f)
         if (r->message_op) /* §5.4: no interleaving of messages */
             return MF__WS_REFUSE;
         r->message_op = f->opcode;
+        r->compressed = f->rsv1;
         r->message_len = 0;
         memset(&r->utf8, 0, sizeof r->utf8);
     }
@@ -153,7 +160,7 @@ int mf_ws_reader_frame(mf_ws_reader_t *r, const mf_ws_frame_t *f)
 int mf_ws_reader_data(mf_ws_reader_t *r, const mf_ws_frame_t *f,
                       const uint8_t *data, size_t n, bool last)
 {
-    bool text = r->message_op == MF_WS_OP_TEXT;
+    bool text = r->message_op == MF_WS_OP_TEXT && !r->compressed;
     if (text && !mf_ws_utf8_feed(&r->utf8, data, n))
         return -MF_WS_CLOSE_BAD_DATA;
     if (last && f->fin) {
@@ -161,6 +168,7 @@ int mf_ws_reader_data(mf_ws_reader_t *r, const mf_ws_frame_t *f,
             return -MF_WS_CLOSE_BAD_DATA;
         r->message_op = 0;
         r->message_len = 0;
+        r->compressed = false;
     }
     return 0;
 }
@@ -272,6 +280,90 @@ bool mf_ws_list_has(const char *list, size_t n, const char *token)
             end--;
         if (end - start == tlen && !strncasecmp(list + start, token, tlen))
             return true;
+    }
+    return false;
+}
+
+/* ---- permessage-deflate's offer (RFC 7692 §7.1) ------------------------ */
+
+/* One offer p[0..n) ("permessage-deflate; a; b=1"): whether the server
+ * takes it, with *o. */
+static bool mf__ws_deflate_one(const char *p, size_t n,
+                               mf_ws_deflate_offer_t *o)
+{
+    static const char name[] = "permessage-deflate";
+    unsigned seen = 0;
+    size_t i = 0;
+    o->server_max_window_bits = 15;
+    o->window_bits_set = false;
+    for (int k = 0; i <= n; k++) {
+        size_t start = i;
+        while (i < n && p[i] != ';')
+            i++;
+        size_t end = i++;
+        while (start < end && mf__ws_space(p[start]))
+            start++;
+        while (end > start && mf__ws_space(p[end - 1]))
+            end--;
+        const char *t = p + start, *eq = memchr(t, '=', end - start);
+        size_t klen = eq ? (size_t)(eq - t) : end - start;
+        while (klen && mf__ws_space(t[klen - 1]))
+            klen--;
+        const char *v = eq ? eq + 1 : NULL;
+        size_t vlen = eq ? (size_t)(p + end - v) : 0;
+        while (v && vlen && mf__ws_space(*v))
+            v++, vlen--;
+        if (v && vlen >= 2 && v[0] == '"' && v[vlen - 1] == '"')
+            v++, vlen -= 2; /* a quoted-string value (§7.1) */
+        if (k == 0) {
+            if (klen != sizeof name - 1 || eq ||
+                strncasecmp(t, name, klen))
+                return false;
+            continue;
+        }
+        static const char *const params[] = {
+            "server_no_context_takeover", "client_no_context_takeover",
+            "server_max_window_bits", "client_max_window_bits"};
+        unsigned which = 4;
+        for (unsigned j = 0; j < 4; j++)
+            if (klen == strlen(params[j]) && !strncasecmp(t, params[j], klen))
+                which = j;
+        if (which == 4 || seen & (1u << which))
+            return false;
+        seen |= 1u << which;
+        if (which < 2 && v)
+            return false;
+        if (which >= 2 && v) {
+            if (vlen < 1 || vlen > 2 || v[0] < '0' || v[0] > '9' ||
+                (vlen == 2 && (v[1] < '0' || v[1] > '9')) || v[0] == '0')
+                return false;
+            unsigned bits = (unsigned)(v[0] - '0');
+            if (vlen == 2)
+                bits = bits * 10 + (unsigned)(v[1] - '0');
+            if (bits < 8 || bits > 15)
+                return false;
+            if (which == 2) {
+                if (bits == 8) /* zlib's raw deflate needs 9 */
+                    return false;
+                o->server_max_window_bits = bits;
+                o->window_bits_set = true;
+            }
+        } else if (which == 2)
+            return false; /* server_max_window_bits needs its value */
+    }
+    return true;
+}
+
+bool mf_ws_deflate_pick(const char *value, size_t n, mf_ws_deflate_offer_t *o)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t start = i;
+        while (i < n && value[i] != ',')
+            i++;
+        if (mf__ws_deflate_one(value + start, i - start, o))
+            return true;
+        i++;
     }
     return false;
 }

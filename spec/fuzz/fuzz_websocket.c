@@ -3,7 +3,8 @@
  * (moonflow/websocket.h), whose input is whatever a client sends after
  * the upgrade.
  *
- * The first byte picks max_payload and the size of the reads; the rest
+ * The first byte picks max_payload, the size of the reads and whether
+ * permessage-deflate was negotiated (RSV1 allowed); the rest
  * is the client's stream, read as a server reads it: a head from an
  * exact-size copy of what arrived (ASan sees a read past it), the stream
  * rules, the payload unmasked and taken in pieces of the read size.
@@ -11,7 +12,8 @@
  * in pieces ends as it does read whole (the same messages, the same
  * refusal); every text message and close reason accepted is UTF-8 by a
  * second, independent decoder; no message passes max_payload; a server
- * head for the payload's length is as long as its length needs.
+ * head for the payload's length is as long as its length needs. The
+ * whole input is also read as a Sec-WebSocket-Extensions value.
  */
 #include <moonflow/websocket.h>
 
@@ -67,12 +69,14 @@ static void mix(outcome_t *o, const uint8_t *p, size_t n, unsigned op)
 }
 
 /* Reads the stream in[0..n) in pieces of step bytes. */
-static outcome_t run(const uint8_t *in, size_t n, size_t step, uint64_t max)
+static outcome_t run(const uint8_t *in, size_t n, size_t step, uint64_t max,
+                     bool deflate)
 {
     outcome_t o = {0, 0, 0};
     mf_ws_reader_t r;
     memset(&r, 0, sizeof r);
     r.max_payload = max;
+    r.deflate = deflate;
     uint8_t *msg = malloc(n + 1);
     FUZZ_CHECK(msg != NULL);
     size_t pos = 0, have = 0, msg_len = 0;
@@ -103,6 +107,8 @@ static outcome_t run(const uint8_t *in, size_t n, size_t step, uint64_t max)
         FUZZ_CHECK(p != NULL);
         memcpy(p, in + pos + head, f.len);
         unsigned op = r.message_op;
+        bool compressed = r.compressed;
+        FUZZ_CHECK(!f.rsv1 || (deflate && compressed));
         for (size_t off = 0; off < f.len || off == 0; off += step) {
             size_t k = f.len - off < step ? f.len - off : step;
             mf_ws_unmask(p + off, k, f.mask, off);
@@ -139,7 +145,8 @@ static outcome_t run(const uint8_t *in, size_t n, size_t step, uint64_t max)
             msg_len += f.len;
             FUZZ_CHECK(!max || msg_len <= max);
             if (f.fin) {
-                FUZZ_CHECK(op != MF_WS_OP_TEXT || utf8_decodes(msg, msg_len));
+                FUZZ_CHECK(op != MF_WS_OP_TEXT || compressed ||
+                           utf8_decodes(msg, msg_len));
                 mix(&o, msg, msg_len, op);
                 msg_len = 0;
             }
@@ -161,11 +168,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    uint64_t max = data[0] & 0x80 ? 0 : (uint64_t)(data[0] & 0x3f) * 4;
+    uint64_t max = data[0] & 0x80 ? 0 : (uint64_t)(data[0] & 0x38) * 4;
     size_t step = (data[0] & 0x07) + 1;
-    outcome_t whole = run(data + 1, size - 1, size, max);
-    outcome_t pieces = run(data + 1, size - 1, step, max);
+    bool deflate = data[0] & 0x40;
+    outcome_t whole = run(data + 1, size - 1, size, max, deflate);
+    outcome_t pieces = run(data + 1, size - 1, step, max, deflate);
     FUZZ_CHECK(whole.refusal == pieces.refusal);
     FUZZ_CHECK(whole.events == pieces.events && whole.hash == pieces.hash);
+    /* the input as a Sec-WebSocket-Extensions value */
+    mf_ws_deflate_offer_t offer;
+    char *value = malloc(size);
+    FUZZ_CHECK(value != NULL);
+    memcpy(value, data, size);
+    if (mf_ws_deflate_pick(value, size, &offer))
+        FUZZ_CHECK(offer.server_max_window_bits >= 9 &&
+                   offer.server_max_window_bits <= 15);
+    free(value);
     return 0;
 }

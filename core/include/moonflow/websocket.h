@@ -62,6 +62,7 @@ enum {
 
 typedef struct mf_ws_frame {
     bool fin;
+    bool rsv1; /* permessage-deflate's "compressed" bit (RFC 7692 §6) */
     bool masked;
     uint8_t opcode;
     uint8_t mask[4];
@@ -71,8 +72,9 @@ typedef struct mf_ws_frame {
 
 /* Parses a frame head from buf[0..n): its length (> 0, also in
  * f->head_len), 0 when more bytes are needed, or -1002 for a head no
- * server takes: a reserved bit set (no extension is negotiated here), a
- * reserved opcode, an unmasked frame (a client MUST mask, §5.1), a
+ * server takes: RSV2 or RSV3 set (RSV1 is left to mf_ws_reader_frame,
+ * which knows whether permessage-deflate was negotiated), a reserved
+ * opcode, an unmasked frame (a client MUST mask, §5.1), a
  * control frame fragmented or longer than 125 bytes, a 64-bit length
  * with its top bit set, a length not in its shortest form. */
 MF_API ssize_t mf_ws_parse_head(mf_ws_frame_t *f, const uint8_t *buf,
@@ -101,25 +103,30 @@ static inline bool mf_ws_utf8_whole(const mf_ws_utf8_t *u)
 }
 
 /* The stream state of one connection's incoming frames. Set max_payload
- * (0: no limit) and zero the rest to start. */
+ * (0: no limit) and deflate, and zero the rest to start. */
 typedef struct mf_ws_reader {
     uint64_t max_payload; /* the most a message may carry, all fragments */
+    bool deflate;         /* permessage-deflate was negotiated */
+    bool compressed;      /* the open message is (RSV1 on its first frame) */
     uint64_t message_len; /* the fragmented message's bytes so far */
     uint8_t message_op;   /* TEXT or BINARY while a message is open, else 0 */
     mf_ws_utf8_t utf8;    /* a text message's bytes so far */
 } mf_ws_reader_t;
 
 /* Checks a parsed head against the stream: 0, or -1002 (a continuation
- * with no message open, a new data frame while one is open), or -1009
- * (the message would pass max_payload). Control frames pass (they may
- * come between fragments). Records a data frame's opcode and length. */
+ * with no message open, a new data frame while one is open, RSV1 set
+ * but on the first frame of a message when deflate was negotiated), or
+ * -1009 (the message would pass max_payload, counted on the wire).
+ * Control frames pass (they may come between fragments). Records a data
+ * frame's opcode and length, and whether its message is compressed. */
 MF_API int mf_ws_reader_frame(mf_ws_reader_t *r, const mf_ws_frame_t *f);
 
 /* Takes unmasked payload bytes of the data frame f (any split: call it
  * for each piece, last set on the frame's last piece): 0, or -1007 when
  * a text message is not UTF-8 (checked as bytes come; at the end of the
- * message a cut sequence is refused too). The message is over after
- * the last piece of a frame with fin. */
+ * message a cut sequence is refused too). A compressed message is not
+ * checked here: its caller checks the text it inflates. The message is
+ * over after the last piece of a frame with fin. */
 MF_API int mf_ws_reader_data(mf_ws_reader_t *r, const mf_ws_frame_t *f,
                              const uint8_t *data, size_t n, bool last);
 
@@ -146,6 +153,25 @@ MF_API size_t mf_ws_close_build(uint8_t *out, unsigned code,
                                 const char *reason, size_t reason_len);
 
 /* ---- the opening handshake (§4.2) ------------------------------------- */
+
+/* What a server answers to an accepted permessage-deflate offer (RFC
+ * 7692 §7): it always asks both sides to start each message afresh
+ * (server_ and client_no_context_takeover), so that neither keeps a
+ * compression context between messages; server_max_window_bits is
+ * echoed when the client set it. */
+typedef struct mf_ws_deflate_offer {
+    unsigned server_max_window_bits; /* 9-15; 15 when the client set none */
+    bool window_bits_set;            /* the client set it: echo it */
+} mf_ws_deflate_offer_t;
+
+/* Reads one Sec-WebSocket-Extensions value[0..n) (offers separated by
+ * commas, parameters by semicolons): true, with *o, at the first
+ * permessage-deflate offer the server can take; false when there is none
+ * (an offer with an unknown or repeated parameter, a bad value, or a
+ * server_max_window_bits of 8, which zlib cannot produce, is passed
+ * over, §7.1). */
+MF_API bool mf_ws_deflate_pick(const char *value, size_t n,
+                               mf_ws_deflate_offer_t *o);
 
 /* Whether key[0..n) is a Sec-WebSocket-Key: the base64 of 16 bytes. */
 MF_API bool mf_ws_key_valid(const char *key, size_t n);

@@ -388,3 +388,88 @@ TEST(handshake_key_accept_and_tokens)
     ASSERT(!mf_ws_list_has("", 0, "upgrade"));
     ASSERT(mf_ws_list_has(" websocket ,", 12, "WebSocket"));
 }
+
+TEST(rsv1_only_opens_a_message_when_deflate_was_negotiated)
+{
+    uint8_t in[128];
+    size_t n = 0;
+    frame_raw(in, &n, 0x41, "x", 1); /* RSV1, text, not fin */
+    frame_raw(in, &n, 0x80, "y", 1); /* its continuation */
+    expect(in, n, "error:1002|", 0);  /* no deflate */
+    mf_ws_reader_t r;
+    memset(&r, 0, sizeof r);
+    r.deflate = true;
+    mf_ws_frame_t f;
+    ASSERT(mf_ws_parse_head(&f, in, n) == 6 && f.rsv1);
+    ASSERT_EQ(mf_ws_reader_frame(&r, &f), 0);
+    ASSERT(r.compressed);
+    /* compressed bytes are not text: no UTF-8 check here */
+    ASSERT_EQ(mf_ws_reader_data(&r, &f, (const uint8_t *)"\xff", 1, true), 0);
+    mf_ws_frame_t cont = f;
+    cont.opcode = MF_WS_OP_CONTINUATION;
+    cont.rsv1 = true; /* RSV1 on a continuation */
+    ASSERT_EQ(mf_ws_reader_frame(&r, &cont), -1002);
+    mf_ws_frame_t ping = f;
+    ping.opcode = MF_WS_OP_PING; /* and on a control frame */
+    ping.fin = true;
+    ASSERT_EQ(mf_ws_reader_frame(&r, &ping), -1002);
+    cont.rsv1 = false;
+    cont.fin = true;
+    ASSERT_EQ(mf_ws_reader_frame(&r, &cont), 0);
+    ASSERT_EQ(mf_ws_reader_data(&r, &cont, (const uint8_t *)"\xfe", 1, true), 0);
+    ASSERT(!r.compressed && !r.message_op);
+    /* RSV2 and RSV3 stay refused at the head */
+    n = 0;
+    frame_raw(in, &n, 0xa1, "x", 1);
+    ASSERT(mf_ws_parse_head(&f, in, n) == -1002);
+}
+
+TEST(permessage_deflate_offers)
+{
+    mf_ws_deflate_offer_t o;
+    struct {
+        const char *value;
+        bool taken;
+        unsigned bits;
+        bool set;
+    } cases[] = {
+        {"permessage-deflate", true, 15, false},
+        {"permessage-deflate; client_max_window_bits", true, 15, false},
+        {"Permessage-Deflate ; server_no_context_takeover ; "
+         "client_no_context_takeover",
+         true, 15, false},
+        {"permessage-deflate; server_max_window_bits=10", true, 10, true},
+        {"permessage-deflate; server_max_window_bits=\"12\"", true, 12, true},
+        {"permessage-deflate; client_max_window_bits=9", true, 15, false},
+        /* passed over: the next offer is taken */
+        {"permessage-deflate; server_max_window_bits=8, permessage-deflate",
+         true, 15, false},
+        {"permessage-deflate; x=1, permessage-deflate; "
+         "server_max_window_bits=11",
+         true, 11, true},
+        /* none the server can take */
+        {"", false, 0, false},
+        {"x-webkit-deflate-frame", false, 0, false},
+        {"permessage-deflate; server_max_window_bits", false, 0, false},
+        {"permessage-deflate; server_max_window_bits=16", false, 0, false},
+        {"permessage-deflate; server_max_window_bits=09", false, 0, false},
+        {"permessage-deflate; client_max_window_bits=7", false, 0, false},
+        {"permessage-deflate; server_no_context_takeover=1", false, 0, false},
+        {"permessage-deflate; server_no_context_takeover; "
+         "server_no_context_takeover",
+         false, 0, false},
+        {"permessage-deflate;", false, 0, false},
+        {"permessage-deflate=1", false, 0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool taken =
+            mf_ws_deflate_pick(cases[i].value, strlen(cases[i].value), &o);
+        if (taken != cases[i].taken)
+            fprintf(stderr, "case \"%s\"\n", cases[i].value);
+        ASSERT(taken == cases[i].taken);
+        if (taken) {
+            ASSERT_EQ(o.server_max_window_bits, cases[i].bits);
+            ASSERT(o.window_bits_set == cases[i].set);
+        }
+    }
+}
