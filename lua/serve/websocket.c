@@ -17,7 +17,10 @@
  * a buffer on the C stack, and whole frames are taken from there: only
  * the bytes of a frame still arriving, and a fragmented message still
  * open, are kept on the heap, and freed once used, so an idle socket
- * holds no buffer. A ping is answered with a pong at once, a close with
+ * holds no buffer. With permessage-deflate (the compress option and the
+ * client's offer) a message is inflated whole once its last frame is in
+ * and sent deflated when long enough (websocket_deflate.c: the worker's
+ * zlib streams, none per socket). A ping is answered with a pong at once, a close with
  * its code echoed (§5.5.1); a protocol error closes with 1002, bad UTF-8
  * with 1007, a message past max_payload with 1009, and recv answers nil
  * and the reason once; after the close every call answers "closed".
@@ -42,10 +45,14 @@
 #include <moonflow/websocket.h>
 
 #include "request.h"
+#include "websocket_deflate.h"
 
 #define MF_WS_MT "moonflow.websocket"
 /* Bytes of one read (on the C stack). */
 #define MF_WS_READ 8192
+/* Messages shorter than this go uncompressed even with permessage-deflate
+ * (the bytes saved would not pay for the work). */
+#define MF_WS_DEFLATE_MIN 64
 /* max_payload when the options give none (lua-resty-websocket's). */
 #define MF_WS_MAX_PAYLOAD_DEFAULT 65535
 #define MF_WS_WAIT (-1)
@@ -62,6 +69,8 @@ typedef struct mf_ws {
     uint32_t timeout_ms, ping_ms;
     uint64_t due; /* a parked recv's timeout, loop time (0: none) */
     int protocol_ref; /* the subprotocol chosen, or LUA_NOREF */
+    mf_ws_zlib_t *z;  /* the worker's, with permessage-deflate; else NULL */
+    unsigned deflate_bits; /* our window with permessage-deflate */
     bool close_sent, close_heard;
     bool failed; /* a protocol error or a silent peer ended it */
     bool eof;
@@ -72,9 +81,10 @@ typedef struct mf_ws {
     /* the bytes of a frame still arriving: [0, pend_len) of pend_cap */
     uint8_t *pend;
     size_t pend_len, pend_cap;
-    /* a fragmented message so far */
+    /* a fragmented message so far: its opcode (| 0x80 when compressed) */
     uint8_t *msg;
     size_t msg_len, msg_cap;
+    uint8_t msg_op;
 } mf_ws_t;
 
 /* ---- state --------------------------------------------------------------- */
@@ -117,16 +127,38 @@ static bool mf__ws_reserve(uint8_t **buf, size_t *cap, size_t need)
 
 /* ---- frames out ---------------------------------------------------------- */
 
-/* Queues one whole frame: 0, 1 above the high water mark, or < 0. */
-static int mf__ws_write(mf_http_exchange_t *ex, unsigned op, const void *p,
-                        size_t n)
+/* Queues one whole frame (compressed: RSV1 set): 0, 1 above the high
+ * water mark, or < 0. */
+static int mf__ws_write_frame(mf_http_exchange_t *ex, unsigned op,
+                              bool compressed, const void *p, size_t n)
 {
     uint8_t head[MF_WS_HEAD_MAX];
     size_t hl = mf_ws_build_head(head, true, op, n);
+    if (compressed)
+        head[0] |= 0x40;
     int rc = mf_http_exchange_write(ex, head, hl);
     if (rc >= 0 && n)
         rc = mf_http_exchange_write(ex, p, n);
     return rc;
+}
+
+static int mf__ws_write(mf_http_exchange_t *ex, unsigned op, const void *p,
+                        size_t n)
+{
+    return mf__ws_write_frame(ex, op, false, p, n);
+}
+
+/* A data message: compressed when permessage-deflate is on and it is
+ * worth it (zlib failing sends it plain). */
+static int mf__ws_write_message(mf_ws_t *s, mf_http_exchange_t *ex,
+                                unsigned op, const void *p, size_t n)
+{
+    const uint8_t *z;
+    size_t zn;
+    if (s->z && n >= MF_WS_DEFLATE_MIN &&
+        mf_ws_zlib_deflate(s->z, s->deflate_bits, p, n, &z, &zn) == 0)
+        return mf__ws_write_frame(ex, op, true, z, zn);
+    return mf__ws_write(ex, op, p, n);
 }
 
 static void mf__ws_send_close(mf_ws_t *s, mf_http_exchange_t *ex,
@@ -195,20 +227,38 @@ static int mf__ws_close_frame(lua_State *L, mf_ws_t *s, mf_http_exchange_t *ex,
     return 3;
 }
 
+/* Pushes the type and the message p[0..n), inflated when compressed. */
+static int mf__ws_message(lua_State *L, mf_ws_t *s, mf_http_exchange_t *ex,
+                          unsigned op, bool compressed, const uint8_t *p,
+                          size_t n)
+{
+    lua_pushstring(L, mf__ws_type(op));
+    if (!compressed) {
+        lua_pushlstring(L, (const char *)p, n);
+        return 2;
+    }
+    int rc = mf_ws_zlib_inflate(L, s->z, p, n, s->reader.max_payload,
+                                op == MF_WS_OP_TEXT);
+    if (rc < 0) {
+        lua_pop(L, 1);
+        return mf__ws_broken(L, s, ex, rc);
+    }
+    return 2;
+}
+
 /* A data frame's payload: the message when it is whole, else kept. */
 static int mf__ws_data_frame(lua_State *L, mf_ws_t *s, mf_http_exchange_t *ex,
                              const uint8_t *p, size_t n)
 {
     const mf_ws_frame_t *f = &s->frame;
     unsigned op = s->reader.message_op;
+    bool compressed = s->reader.compressed;
     int rc = mf_ws_reader_data(&s->reader, f, p, n, true);
     if (rc < 0)
         return mf__ws_broken(L, s, ex, rc);
-    if (f->fin && s->msg_len == 0) { /* the common case: no copy */
-        lua_pushstring(L, mf__ws_type(op));
-        lua_pushlstring(L, (const char *)p, n);
-        return 2;
-    }
+    if (f->fin && s->msg_len == 0) /* the common case: no copy */
+        return mf__ws_message(L, s, ex, op, compressed, p, n);
+    s->msg_op = (uint8_t)(op | (compressed ? 0x80 : 0));
     if (!mf__ws_reserve(&s->msg, &s->msg_cap, s->msg_len + n))
         return mf__ws_broken(L, s, ex, -MF_WS_CLOSE_TOO_BIG);
     if (n)
@@ -216,12 +266,14 @@ static int mf__ws_data_frame(lua_State *L, mf_ws_t *s, mf_http_exchange_t *ex,
     s->msg_len += n;
     if (!f->fin)
         return MF_WS_AGAIN;
-    lua_pushstring(L, mf__ws_type(op));
-    lua_pushlstring(L, (const char *)s->msg, s->msg_len);
+    op = s->msg_op & 0x0f;
+    rc = mf__ws_message(L, s, ex, op, s->msg_op & 0x80, s->msg, s->msg_len);
+    if (s->failed)
+        return rc;
     free(s->msg);
     s->msg = NULL;
     s->msg_len = s->msg_cap = 0;
-    return 2;
+    return rc;
 }
 
 /* Takes the frame at the front of p[0..avail), unmasking it in place:
@@ -515,7 +567,8 @@ static int mf__ws_send(lua_State *L, mf_ws_t *s, unsigned op, const char *p,
         return mf__ws_fail(L, "closed");
     if (s->wr)
         return mf__ws_fail(L, "socket busy writing");
-    int rc = mf__ws_write(ex, op, p, n);
+    int rc = op & 0x8 ? mf__ws_write(ex, op, p, n)
+                      : mf__ws_write_message(s, ex, op, p, n);
     if (rc < 0)
         return mf__ws_fail(L, "closed");
     s->request->bytes += n;
@@ -619,6 +672,7 @@ static int mf__ws_gc(lua_State *L)
 typedef struct mf_ws_options {
     uint64_t max_payload;
     uint32_t ping_ms, timeout_ms;
+    bool compress;
     int protocols; /* stack index of the table, 0: none */
 } mf_ws_options_t;
 
@@ -645,10 +699,12 @@ static void mf__ws_options(lua_State *L, int idx, mf_ws_options_t *o)
             o->ping_ms = v * 1000 >= 1 ? (uint32_t)(v * 1000) : 1;
         else if (!strcmp(key, "timeout") && num && v >= 0 && v <= 86400000)
             o->timeout_ms = (uint32_t)v;
+        else if (!strcmp(key, "compress") && lua_type(L, -1) == LUA_TBOOLEAN)
+            o->compress = lua_toboolean(L, -1);
         else
             luaL_error(L, "req:websocket: bad option %s (protocols: a list "
                           "of names; max_payload: bytes >= 1; ping_interval: "
-                          "seconds > 0; timeout: ms >= 0)",
+                          "seconds > 0; timeout: ms >= 0; compress: a boolean)",
                        *key ? key : "(not a name)");
         lua_pop(L, 1);
     }
@@ -749,6 +805,38 @@ static int mf__ws_accept_headers(lua_State *L, mf_http_exchange_t *ex,
     return mf_http_exchange_add_header(ex, "Sec-WebSocket-Protocol", 22, p, n);
 }
 
+/* With compress, the client's first permessage-deflate offer the server
+ * takes (RFC 7692 §7.1): its answer added, our window bits returned; 0
+ * when there is none. */
+static unsigned mf__ws_pick_deflate(mf_http_exchange_t *ex,
+                                    const mf_http_request_t *head,
+                                    const mf_ws_options_t *o)
+{
+    static const char name[] = "Sec-WebSocket-Extensions";
+    mf_ws_deflate_offer_t offer;
+    bool found = false;
+    for (size_t i = 0; o->compress && !found && i < head->num_headers; i++) {
+        const mf_http_header_t *h = &head->headers[i];
+        found = h->name_len == sizeof name - 1 &&
+                !strncasecmp(h->name, name, sizeof name - 1) &&
+                mf_ws_deflate_pick(h->value, h->value_len, &offer);
+    }
+    if (!found)
+        return 0;
+    char line[160];
+    int n = snprintf(line, sizeof line,
+                     "%s: permessage-deflate; server_no_context_takeover; "
+                     "client_no_context_takeover",
+                     name);
+    if (offer.window_bits_set)
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      "; server_max_window_bits=%u",
+                      offer.server_max_window_bits);
+    n += snprintf(line + n, sizeof line - (size_t)n, "\r\n");
+    mf_http_exchange_add_header_line(ex, line, (size_t)n);
+    return offer.server_max_window_bits;
+}
+
 /* Answers a refused handshake: req:websocket returns nil, why. */
 static int mf__ws_refuse(lua_State *L, mf_serve_request_t *request,
                          int status, const char *why)
@@ -769,7 +857,7 @@ static int mf__ws_refuse(lua_State *L, mf_serve_request_t *request,
 }
 
 static void mf__ws_new(lua_State *L, mf_serve_request_t *request,
-                       const mf_ws_options_t *o)
+                       const mf_ws_options_t *o, unsigned deflate_bits)
 {
     int protocol = lua_gettop(L);
     mf_ws_t *s = lua_newuserdata(L, sizeof(*s));
@@ -781,6 +869,9 @@ static void mf__ws_new(lua_State *L, mf_serve_request_t *request,
     s->serial = request->serial;
     s->loop = request->w->loop;
     s->reader.max_payload = o->max_payload;
+    s->reader.deflate = deflate_bits != 0;
+    s->deflate_bits = deflate_bits;
+    s->z = deflate_bits ? mf_ws_zlib_get(L) : NULL;
     s->timeout_ms = o->timeout_ms;
     s->ping_ms = o->ping_ms;
     s->heard = true;
@@ -810,6 +901,7 @@ int mf_serve_req_websocket(lua_State *L)
     if (mf_serve_request_set_head(L, request) < 0 ||
         mf__ws_accept_headers(L, request->ex, head) < 0)
         return mf__ws_fail(L, "the response head cannot be sent");
+    unsigned deflate_bits = mf__ws_pick_deflate(request->ex, head, &o);
     int rc = mf_http_exchange_upgrade(request->ex);
     if (rc == MF_EBUSY)
         return mf__ws_fail(L, "the request body is not read yet");
@@ -818,7 +910,7 @@ int mf_serve_req_websocket(lua_State *L)
                                                : "the response head cannot "
                                                  "be sent");
     request->streaming = true; /* the head is out: the end sends nothing */
-    mf__ws_new(L, request, &o);
+    mf__ws_new(L, request, &o, deflate_bits);
     return 1;
 }
 

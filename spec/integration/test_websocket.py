@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zlib
 
 from harness import Redis, Server, connect, free_port
 
@@ -44,6 +45,17 @@ end
     # The same with room for big messages.
     "big.lua": '''return function(req, resp)
     local ws = req:websocket { max_payload = 1048576 }
+    while true do
+        local typ, data = ws:recv()
+        if typ == "text" then ws:send_text(data)
+        elseif typ == "binary" then ws:send_binary(data)
+        elseif typ ~= "ping" and typ ~= "pong" then break end
+    end
+end
+''',
+    # Echoes with permessage-deflate when the client offers it.
+    "deflate.lua": '''return function(req, resp)
+    local ws = req:websocket { compress = true, max_payload = 100000 }
     while true do
         local typ, data = ws:recv()
         if typ == "text" then ws:send_text(data)
@@ -144,12 +156,28 @@ def close_payload(code, reason=b""):
     return struct.pack("!H", code) + reason
 
 
+def compress(data):
+    """A permessage-deflate payload: raw deflate, the sync flush's tail
+    stripped (RFC 7692 §7.2.1)."""
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    out = c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
+    assert out.endswith(b"\x00\x00\xff\xff")
+    return out[:-4]
+
+
+def decompress(data):
+    return zlib.decompressobj(-15).decompress(data + b"\x00\x00\xff\xff")
+
+
+DEFLATE = b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+
+
 class Peer:
     """A raw client after the handshake: reads server frames."""
 
-    def __init__(self, port, path="/echo", timeout=5.0):
+    def __init__(self, port, path="/echo", timeout=5.0, extra=b""):
         self.sock = connect(port, timeout)
-        self.sock.sendall(handshake(path))
+        self.sock.sendall(handshake(path, extra))
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:
             data = self.sock.recv(4096)
@@ -515,6 +543,111 @@ class WebSocket(unittest.TestCase):
             p.close()
 
     # ---- a real client -----------------------------------------------------
+
+    # ---- permessage-deflate (RFC 7692) --------------------------------------
+
+    def test_deflate_is_negotiated_only_when_asked_and_offered(self):
+        p = Peer(self.port, "/deflate", extra=DEFLATE)
+        self.assertIn(b"\r\nSec-WebSocket-Extensions: permessage-deflate; "
+                      b"server_no_context_takeover; "
+                      b"client_no_context_takeover\r\n", p.head)
+        p.close()
+        p = Peer(self.port, "/deflate", extra=b"Sec-WebSocket-Extensions: "
+                 b"permessage-deflate; server_max_window_bits=10\r\n")
+        self.assertIn(b"; server_max_window_bits=10\r\n", p.head)
+        p.close()
+        p = Peer(self.port, "/deflate")  # not offered
+        self.assertNotIn(b"Sec-WebSocket-Extensions", p.head)
+        p.close()
+        p = Peer(self.port, "/echo", extra=DEFLATE)  # not asked
+        self.assertNotIn(b"Sec-WebSocket-Extensions", p.head)
+        # and a compressed frame there is a protocol error
+        p.sock.sendall(frame(1, compress(b"x" * 100), rsv=4))
+        self.assertEqual(p.read_close(), 1002)
+        p.close()
+
+    def test_compressed_messages_both_ways(self):
+        p = Peer(self.port, "/deflate", extra=DEFLATE)
+        try:
+            text = ("κόσμε " * 2000).encode()
+            z = compress(text)
+            self.assertLess(len(z), len(text) // 10)
+            # one frame, then fragments with a ping between them
+            p.sock.sendall(frame(1, z, rsv=4))
+            fin, op, payload = p.read_frame()
+            self.assertEqual((fin, op), (True, 1))
+            self.assertLess(len(payload), len(text) // 10)  # sent compressed
+            self.assertEqual(decompress(payload), text)
+            p.sock.sendall(frame(2, z[:10], fin=False, rsv=4) + frame(9, "p") +
+                           frame(0, z[10:]))
+            self.assertEqual(p.read_frame(), (True, 10, b"p"))
+            fin, op, payload = p.read_frame()
+            self.assertEqual((fin, op, decompress(payload)), (True, 2, text))
+            # short messages go plain, and plain ones are taken too
+            p.sock.sendall(frame(1, "short"))
+            self.assertEqual(p.read_frame(), (True, 1, b"short"))
+        finally:
+            p.close()
+
+    def test_server_frames_set_rsv1_only_when_compressed(self):
+        p = Peer(self.port, "/deflate", extra=DEFLATE)
+        try:
+            p.sock.sendall(frame(1, compress(b"a" * 1000), rsv=4))
+            p.need(1)
+            self.assertEqual(p.buf[0], 0xc1)  # FIN, RSV1, text
+            p.read_frame()
+            p.sock.sendall(frame(1, "tiny"))
+            p.need(1)
+            self.assertEqual(p.buf[0], 0x81)
+        finally:
+            p.close()
+
+    def test_compressed_errors(self):
+        ext = dict(path="/deflate")
+        # RSV1 on a continuation
+        p = Peer(self.port, extra=DEFLATE, **ext)
+        p.sock.sendall(frame(1, compress(b"ab"), fin=False, rsv=4) +
+                       frame(0, b"", rsv=4))
+        self.assertEqual(p.read_close(), 1002)
+        p.close()
+        # RSV1 on a control frame
+        p = Peer(self.port, extra=DEFLATE, **ext)
+        p.sock.sendall(frame(9, b"x", rsv=4))
+        self.assertEqual(p.read_close(), 1002)
+        p.close()
+        # not deflate data
+        p = Peer(self.port, extra=DEFLATE, **ext)
+        p.sock.sendall(frame(2, b"\xff\xff\xff\xff", rsv=4))
+        self.assertEqual(p.read_close(), 1007)
+        p.close()
+        # text that inflates to invalid UTF-8
+        p = Peer(self.port, extra=DEFLATE, **ext)
+        p.sock.sendall(frame(1, compress(b"ok\xff"), rsv=4))
+        self.assertEqual(p.read_close(), 1007)
+        p.close()
+        # a bomb: 161 bytes that inflate past max_payload (100,000)
+        p = Peer(self.port, extra=DEFLATE, **ext)
+        p.sock.sendall(frame(2, compress(b"\0" * 200000), rsv=4))
+        self.assertEqual(p.read_close(), 1009)
+        p.close()
+
+    def test_python_websockets_client_with_compression(self):
+        websockets = import_websockets()
+
+        async def talk():
+            uri = "ws://127.0.0.1:%d/deflate" % self.port
+            async with websockets.connect(uri, compression="deflate") as ws:
+                ext = ws.response_headers.get("Sec-WebSocket-Extensions", "")
+                self.assertIn("permessage-deflate", ext)
+                for i in range(20):
+                    msg = ("message %d " % i) * (i * 50 + 1)
+                    await ws.send(msg)
+                    self.assertEqual(await ws.recv(), msg)
+                await ws.send(["frag" * 100, "ment" * 100])
+                self.assertEqual(await ws.recv(), "frag" * 100 + "ment" * 100)
+                await ws.close()
+
+        asyncio.run(asyncio.wait_for(talk(), 30))
 
     def test_python_websockets_client(self):
         websockets = import_websockets()
