@@ -286,6 +286,48 @@ bool mf_ws_list_has(const char *list, size_t n, const char *token)
 
 /* ---- permessage-deflate's offer (RFC 7692 §7.1) ------------------------ */
 
+/* A parameter's window bits v[0..vlen) (8-15, no leading zero): the
+ * number, or 0 when it is not one. */
+static unsigned mf__ws_window_bits(const char *v, size_t vlen)
+{
+    if (vlen < 1 || vlen > 2 || v[0] < '1' || v[0] > '9' ||
+        (vlen == 2 && (v[1] < '0' || v[1] > '9')))
+        return 0;
+    unsigned bits = (unsigned)(v[0] - '0');
+    if (vlen == 2)
+        bits = bits * 10 + (unsigned)(v[1] - '0');
+    return bits >= 8 && bits <= 15 ? bits : 0;
+}
+
+/* One parameter of an offer, name t[0..klen) and value v[0..vlen) (v
+ * NULL: none): whether the offer may still be taken. seen: the
+ * parameters met so far (each may come once). */
+static bool mf__ws_deflate_param(const char *t, size_t klen, const char *v,
+                                 size_t vlen, unsigned *seen,
+                                 mf_ws_deflate_offer_t *o)
+{
+    static const char *const params[] = {
+        "server_no_context_takeover", "client_no_context_takeover",
+        "server_max_window_bits", "client_max_window_bits"};
+    unsigned which = 4;
+    for (unsigned j = 0; j < 4; j++)
+        if (klen == strlen(params[j]) && !strncasecmp(t, params[j], klen))
+            which = j;
+    if (which == 4 || *seen & (1u << which))
+        return false;
+    *seen |= 1u << which;
+    if (which < 2) /* the no_context_takeovers take no value */
+        return v == NULL;
+    unsigned bits = v ? mf__ws_window_bits(v, vlen) : 0;
+    if (which == 3) /* client_max_window_bits: the value is optional */
+        return !v || bits;
+    if (bits < 9) /* zlib's raw deflate has no 8-bit window */
+        return false;
+    o->server_max_window_bits = bits;
+    o->window_bits_set = true;
+    return true;
+}
+
 /* One offer p[0..n) ("permessage-deflate; a; b=1"): whether the server
  * takes it, with *o. */
 static bool mf__ws_deflate_one(const char *p, size_t n,
@@ -293,9 +335,9 @@ static bool mf__ws_deflate_one(const char *p, size_t n,
 {
     static const char name[] = "permessage-deflate";
     unsigned seen = 0;
-    size_t i = 0;
     o->server_max_window_bits = 15;
     o->window_bits_set = false;
+    size_t i = 0;
     for (int k = 0; i <= n; k++) {
         size_t start = i;
         while (i < n && p[i] != ';')
@@ -315,41 +357,11 @@ static bool mf__ws_deflate_one(const char *p, size_t n,
             v++, vlen--;
         if (v && vlen >= 2 && v[0] == '"' && v[vlen - 1] == '"')
             v++, vlen -= 2; /* a quoted-string value (§7.1) */
-        if (k == 0) {
-            if (klen != sizeof name - 1 || eq ||
-                strncasecmp(t, name, klen))
-                return false;
-            continue;
-        }
-        static const char *const params[] = {
-            "server_no_context_takeover", "client_no_context_takeover",
-            "server_max_window_bits", "client_max_window_bits"};
-        unsigned which = 4;
-        for (unsigned j = 0; j < 4; j++)
-            if (klen == strlen(params[j]) && !strncasecmp(t, params[j], klen))
-                which = j;
-        if (which == 4 || seen & (1u << which))
+        bool ok = k == 0 ? klen == sizeof name - 1 && !eq &&
+                               !strncasecmp(t, name, klen)
+                         : mf__ws_deflate_param(t, klen, v, vlen, &seen, o);
+        if (!ok)
             return false;
-        seen |= 1u << which;
-        if (which < 2 && v)
-            return false;
-        if (which >= 2 && v) {
-            if (vlen < 1 || vlen > 2 || v[0] < '0' || v[0] > '9' ||
-                (vlen == 2 && (v[1] < '0' || v[1] > '9')) || v[0] == '0')
-                return false;
-            unsigned bits = (unsigned)(v[0] - '0');
-            if (vlen == 2)
-                bits = bits * 10 + (unsigned)(v[1] - '0');
-            if (bits < 8 || bits > 15)
-                return false;
-            if (which == 2) {
-                if (bits == 8) /* zlib's raw deflate needs 9 */
-                    return false;
-                o->server_max_window_bits = bits;
-                o->window_bits_set = true;
-            }
-        } else if (which == 2)
-            return false; /* server_max_window_bits needs its value */
     }
     return true;
 }

@@ -20,9 +20,9 @@
  * holds no buffer. With permessage-deflate (the compress option and the
  * client's offer) a message is inflated whole once its last frame is in
  * and sent deflated when long enough (websocket_deflate.c: the worker's
- * zlib streams, none per socket). A ping is answered with a pong at once, a close with
- * its code echoed (§5.5.1); a protocol error closes with 1002, bad UTF-8
- * with 1007, a message past max_payload with 1009, and recv answers nil
+ * zlib streams, none per socket). A ping is answered with a pong at once, a
+ * close with its code echoed (§5.5.1); a protocol error closes with 1002, bad
+ * UTF-8 with 1007, a message past max_payload with 1009, and recv answers nil
  * and the reason once; after the close every call answers "closed".
  *
  * One recv and one send may wait at a time, in two threads of the request
@@ -67,14 +67,14 @@ typedef struct mf_ws {
     mf_timer_t timer;     /* a parked recv's timeout */
     mf_timer_t pinger;    /* ping_interval */
     uint32_t timeout_ms, ping_ms;
-    uint64_t due; /* a parked recv's timeout, loop time (0: none) */
+    uint64_t due;     /* a parked recv's timeout, loop time (0: none) */
     int protocol_ref; /* the subprotocol chosen, or LUA_NOREF */
     mf_ws_zlib_t *z;  /* the worker's, with permessage-deflate; else NULL */
     unsigned deflate_bits; /* our window with permessage-deflate */
     bool close_sent, close_heard;
     bool failed; /* a protocol error or a silent peer ended it */
     bool eof;
-    bool heard; /* a frame came since the last keepalive ping */
+    bool heard;   /* a frame came since the last keepalive ping */
     bool checked; /* the head at the front passed mf_ws_reader_frame */
     mf_ws_reader_t reader;
     mf_ws_frame_t frame; /* the head at the front, once checked */
@@ -150,8 +150,8 @@ static int mf__ws_write(mf_http_exchange_t *ex, unsigned op, const void *p,
 
 /* A data message: compressed when permessage-deflate is on and it is
  * worth it (zlib failing sends it plain). */
-static int mf__ws_write_message(mf_ws_t *s, mf_http_exchange_t *ex,
-                                unsigned op, const void *p, size_t n)
+static int mf__ws_write_message(mf_ws_t *s, mf_http_exchange_t *ex, unsigned op,
+                                const void *p, size_t n)
 {
     const uint8_t *z;
     size_t zn;
@@ -161,8 +161,8 @@ static int mf__ws_write_message(mf_ws_t *s, mf_http_exchange_t *ex,
     return mf__ws_write(ex, op, p, n);
 }
 
-static void mf__ws_send_close(mf_ws_t *s, mf_http_exchange_t *ex,
-                              unsigned code, const char *reason)
+static void mf__ws_send_close(mf_ws_t *s, mf_http_exchange_t *ex, unsigned code,
+                              const char *reason)
 {
     uint8_t p[MF_WS_CONTROL_MAX];
     size_t n = mf_ws_close_build(p, code, reason, reason ? strlen(reason) : 0);
@@ -176,7 +176,7 @@ static void mf__ws_send_close(mf_ws_t *s, mf_http_exchange_t *ex,
 static int mf__ws_broken(lua_State *L, mf_ws_t *s, mf_http_exchange_t *ex,
                          int code)
 {
-    const char *why = code == -MF_WS_CLOSE_BAD_DATA ? "invalid utf-8"
+    const char *why = code == -MF_WS_CLOSE_BAD_DATA  ? "invalid utf-8"
                       : code == -MF_WS_CLOSE_TOO_BIG ? "message too big"
                                                      : "protocol error";
     if (!s->close_sent)
@@ -591,8 +591,9 @@ static int mf__ws_send_text(lua_State *L)
     const char *p = mf_lua_check_lstring(L, 2, &n);
     mf_ws_utf8_t u = {0};
     if (!mf_ws_utf8_feed(&u, (const uint8_t *)p, n) || !mf_ws_utf8_whole(&u))
-        return mf_lua_arg_error(L, 2, "UTF-8 text expected (send_binary "
-                                      "sends bytes)");
+        return mf_lua_arg_error(L, 2,
+                                "UTF-8 text expected (send_binary "
+                                "sends bytes)");
     return mf__ws_send(L, s, MF_WS_OP_TEXT, p, n);
 }
 
@@ -624,8 +625,9 @@ static int mf__ws_close(lua_State *L)
     size_t n;
     const char *reason = mf_lua_opt_lstring(L, 3, "", &n);
     if (code < 0 || !mf_ws_close_code_valid((unsigned)code))
-        return mf_lua_arg_error(L, 2, "a close code of 1000-1003, 1007-1014 "
-                                      "or 3000-4999 expected");
+        return mf_lua_arg_error(L, 2,
+                                "a close code of 1000-1003, 1007-1014 "
+                                "or 3000-4999 expected");
     mf_ws_utf8_t u = {0};
     if (!mf_ws_utf8_feed(&u, (const uint8_t *)reason, n) ||
         !mf_ws_utf8_whole(&u))
@@ -702,9 +704,10 @@ static void mf__ws_options(lua_State *L, int idx, mf_ws_options_t *o)
         else if (!strcmp(key, "compress") && lua_type(L, -1) == LUA_TBOOLEAN)
             o->compress = lua_toboolean(L, -1);
         else
-            luaL_error(L, "req:websocket: bad option %s (protocols: a list "
-                          "of names; max_payload: bytes >= 1; ping_interval: "
-                          "seconds > 0; timeout: ms >= 0; compress: a boolean)",
+            luaL_error(L,
+                       "req:websocket: bad option %s (protocols: a list "
+                       "of names; max_payload: bytes >= 1; ping_interval: "
+                       "seconds > 0; timeout: ms >= 0; compress: a boolean)",
                        *key ? key : "(not a name)");
         lua_pop(L, 1);
     }
@@ -769,8 +772,10 @@ static void mf__ws_pick_protocol(lua_State *L, const mf_http_request_t *head,
             if (lua_type(L, -1) != LUA_TSTRING ||
                 !mf_http_field_name_valid(lua_tostring(L, -1),
                                           lua_objlen(L, -1)))
-                luaL_error(L, "req:websocket: protocols[%d]: a token "
-                              "expected", i);
+                luaL_error(L,
+                           "req:websocket: protocols[%d]: a token "
+                           "expected",
+                           i);
             if (mf__ws_header_has(head, "Sec-WebSocket-Protocol",
                                   lua_tostring(L, -1))) {
                 lua_remove(L, -2);
@@ -838,8 +843,8 @@ static unsigned mf__ws_pick_deflate(mf_http_exchange_t *ex,
 }
 
 /* Answers a refused handshake: req:websocket returns nil, why. */
-static int mf__ws_refuse(lua_State *L, mf_serve_request_t *request,
-                         int status, const char *why)
+static int mf__ws_refuse(lua_State *L, mf_serve_request_t *request, int status,
+                         const char *why)
 {
     static const char version[] = "Sec-WebSocket-Version: 13\r\n";
     static const char upgrade[] = "Upgrade: websocket\r\n";

@@ -132,15 +132,15 @@ static bool mf__ws_deflater(mf_ws_zlib_t *z, unsigned bits)
         deflateEnd(&z->def);
     memset(&z->def, 0, sizeof z->def);
     z->def_bits = 0;
-    if (deflateInit2(&z->def, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -(int)bits,
-                     8, Z_DEFAULT_STRATEGY) != Z_OK)
+    if (deflateInit2(&z->def, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -(int)bits, 8,
+                     Z_DEFAULT_STRATEGY) != Z_OK)
         return false;
     z->def_bits = bits;
     return true;
 }
 
-int mf_ws_zlib_deflate(mf_ws_zlib_t *z, unsigned bits, const void *p,
-                       size_t n, const uint8_t **out, size_t *out_len)
+int mf_ws_zlib_deflate(mf_ws_zlib_t *z, unsigned bits, const void *p, size_t n,
+                       const uint8_t **out, size_t *out_len)
 {
     if (n > UINT_MAX / 2 || !mf__ws_deflater(z, bits))
         return -1;

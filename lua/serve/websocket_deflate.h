@@ -34,7 +34,7 @@ int mf_ws_zlib_inflate(lua_State *L, mf_ws_zlib_t *z, const uint8_t *in,
 /* Compresses p[0..n) as one message with a window of 2^bits (9-15): 0
  * with *out (valid until the next call) and *out_len, the tail stripped
  * (§7.2.1); < 0 when zlib fails (send the message uncompressed). */
-int mf_ws_zlib_deflate(mf_ws_zlib_t *z, unsigned bits, const void *p,
-                       size_t n, const uint8_t **out, size_t *out_len);
+int mf_ws_zlib_deflate(mf_ws_zlib_t *z, unsigned bits, const void *p, size_t n,
+                       const uint8_t **out, size_t *out_len);
 
 #endif /* MF_SERVE_WEBSOCKET_DEFLATE_H */

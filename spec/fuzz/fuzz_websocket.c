@@ -113,8 +113,8 @@ static outcome_t run(const uint8_t *in, size_t n, size_t step, uint64_t max,
             size_t k = f.len - off < step ? f.len - off : step;
             mf_ws_unmask(p + off, k, f.mask, off);
             if (!(f.opcode & 0x8) &&
-                (rc = mf_ws_reader_data(&r, &f, p + off, k,
-                                        off + k == f.len)) < 0)
+                (rc = mf_ws_reader_data(&r, &f, p + off, k, off + k == f.len)) <
+                    0)
                 break;
             if (k == 0)
                 break;

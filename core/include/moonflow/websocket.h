@@ -77,8 +77,7 @@ typedef struct mf_ws_frame {
  * opcode, an unmasked frame (a client MUST mask, §5.1), a
  * control frame fragmented or longer than 125 bytes, a 64-bit length
  * with its top bit set, a length not in its shortest form. */
-MF_API ssize_t mf_ws_parse_head(mf_ws_frame_t *f, const uint8_t *buf,
-                                size_t n);
+MF_API ssize_t mf_ws_parse_head(mf_ws_frame_t *f, const uint8_t *buf, size_t n);
 
 /* XORs data[0..n) with the mask, data being the payload's bytes from
  * offset on (so a payload may be unmasked piece by piece, in place). */
@@ -149,8 +148,8 @@ MF_API size_t mf_ws_build_head(uint8_t *out, bool fin, unsigned opcode,
  * in all (at a character's start, so it stays UTF-8). out needs
  * MF_WS_CONTROL_MAX bytes. code 1005 writes nothing (an empty close).
  * Returns the payload's length. */
-MF_API size_t mf_ws_close_build(uint8_t *out, unsigned code,
-                                const char *reason, size_t reason_len);
+MF_API size_t mf_ws_close_build(uint8_t *out, unsigned code, const char *reason,
+                                size_t reason_len);
 
 /* ---- the opening handshake (§4.2) ------------------------------------- */
 

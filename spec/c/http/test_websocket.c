@@ -28,8 +28,7 @@ static void frame_raw(uint8_t *out, size_t *n, uint8_t first, const char *p,
     *n += len;
 }
 
-static void frame(uint8_t *out, size_t *n, bool fin, unsigned op,
-                  const char *p)
+static void frame(uint8_t *out, size_t *n, bool fin, unsigned op, const char *p)
 {
     frame_raw(out, n, (uint8_t)((fin ? 0x80 : 0) | op), p, strlen(p));
 }
@@ -174,7 +173,9 @@ TEST(text_binary_and_controls_are_read_whole)
     frame_raw(in, &n, 0x82, "\x01\xff", 2);
     frame(in, &n, true, MF_WS_OP_PING, "p");
     frame(in, &n, true, MF_WS_OP_PONG, "");
-    frame(in, &n, true, MF_WS_OP_CLOSE, "\x03\xe8" "bye");
+    frame(in, &n, true, MF_WS_OP_CLOSE,
+          "\x03\xe8"
+          "bye");
     expect(in, n, "text:Hello|binary:\x01\xff|ping:p|pong:|close:1000 bye|", 0);
 }
 
@@ -271,7 +272,8 @@ TEST(invalid_utf8_is_1007_even_across_fragments)
 {
     uint8_t in[128];
     size_t n = 0;
-    frame(in, &n, true, MF_WS_OP_TEXT, "\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5");
+    frame(in, &n, true, MF_WS_OP_TEXT,
+          "\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5");
     expect(in, n, "text:\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5|", 0);
     /* a character split over two fragments is fine */
     n = 0;
@@ -279,7 +281,8 @@ TEST(invalid_utf8_is_1007_even_across_fragments)
     frame(in, &n, true, MF_WS_OP_CONTINUATION, "\xb9");
     expect(in, n, "text:\xe1\xbd\xb9|", 0);
     const char *bad[] = {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-                         "\xff", "\xe0\x80\xaf", "ok\x80", "\xce"};
+                         "\xff",     "\xe0\x80\xaf", "ok\x80",
+                         "\xce"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         n = 0;
         frame(in, &n, true, MF_WS_OP_TEXT, bad[i]);
@@ -376,8 +379,11 @@ TEST(handshake_key_accept_and_tokens)
     char accept[MF_WS_ACCEPT_LEN];
     mf_ws_accept(accept, key, strlen(key));
     ASSERT(!memcmp(accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", MF_WS_ACCEPT_LEN));
-    const char *bad[] = {"", "dGhlIHNhbXBsZSBub25jZQ=", "dGhlIHNhbXBsZSBub25jZQ",
-                         "dGhlIHNhbXBsZSBub25j!Q==", "aGVsbG8=",
+    const char *bad[] = {"",
+                         "dGhlIHNhbXBsZSBub25jZQ=",
+                         "dGhlIHNhbXBsZSBub25jZQ",
+                         "dGhlIHNhbXBsZSBub25j!Q==",
+                         "aGVsbG8=",
                          "dGhlIHNhbXBsZSBub25jZSEh"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         ASSERT(!mf_ws_key_valid(bad[i], strlen(bad[i])));
@@ -395,7 +401,7 @@ TEST(rsv1_only_opens_a_message_when_deflate_was_negotiated)
     size_t n = 0;
     frame_raw(in, &n, 0x41, "x", 1); /* RSV1, text, not fin */
     frame_raw(in, &n, 0x80, "y", 1); /* its continuation */
-    expect(in, n, "error:1002|", 0);  /* no deflate */
+    expect(in, n, "error:1002|", 0); /* no deflate */
     mf_ws_reader_t r;
     memset(&r, 0, sizeof r);
     r.deflate = true;
@@ -416,7 +422,8 @@ TEST(rsv1_only_opens_a_message_when_deflate_was_negotiated)
     cont.rsv1 = false;
     cont.fin = true;
     ASSERT_EQ(mf_ws_reader_frame(&r, &cont), 0);
-    ASSERT_EQ(mf_ws_reader_data(&r, &cont, (const uint8_t *)"\xfe", 1, true), 0);
+    ASSERT_EQ(mf_ws_reader_data(&r, &cont, (const uint8_t *)"\xfe", 1, true),
+              0);
     ASSERT(!r.compressed && !r.message_op);
     /* RSV2 and RSV3 stay refused at the head */
     n = 0;
