@@ -395,6 +395,9 @@ static int mf__ws_run(lua_State *L, mf_ws_t *s, mf_http_exchange_t *ex)
             return MF_WS_WAIT;
         if (n <= 0) { /* the client's end, or the connection's */
             s->eof = true;
+            /* a graceful stop reads as an end too: the client hears why */
+            if (!s->close_sent)
+                mf__ws_send_close(s, ex, MF_WS_CLOSE_GOING_AWAY, "going away");
             continue;
         }
         int r;

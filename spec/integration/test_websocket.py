@@ -542,6 +542,25 @@ class WebSocket(unittest.TestCase):
         finally:
             p.close()
 
+    def test_a_graceful_stop_closes_with_1001(self):
+        port = free_port()
+        srv = Server([MOONFLOW, "serve", self.root, "--listen",
+                      "127.0.0.1:%d" % port, "--workers", "1",
+                      "--access-log", "off"], port)
+        try:
+            p = Peer(port, "/echo")
+            p.sock.sendall(frame(1, "hi"))
+            self.assertEqual(p.read_frame(), (True, 1, b"hi"))
+            t0 = time.time()
+            srv.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(p.read_close(), 1001)
+            self.assertTrue(p.closed_after())
+            p.close()
+            self.assertEqual(srv.proc.wait(timeout=10), 0)
+            self.assertLess(time.time() - t0, 5)
+        finally:
+            srv.stop()
+
     # ---- a real client -----------------------------------------------------
 
     # ---- permessage-deflate (RFC 7692) --------------------------------------
