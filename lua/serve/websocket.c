@@ -887,6 +887,8 @@ static void mf__ws_new(lua_State *L, mf_serve_request_t *request,
     s->protocol_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     mf_timer_init(&s->timer, mf__ws_on_timeout, s);
     mf_timer_init(&s->pinger, mf__ws_on_ping_time, s);
+    /* keepalive alone never holds a stop up (the connection does) */
+    mf_timer_set_ref(s->loop, &s->pinger, false);
     if (s->ping_ms)
         mf_timer_start(s->loop, &s->pinger, s->ping_ms);
 }
