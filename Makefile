@@ -57,6 +57,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # cluster and Python peers (python3-websockets: a real WebSocket client for
 # the WebSocket server of lua-nginx-websocket); make bench uses lua-nginx-redis and
 # lua-nginx-memcached in nginx's Lua handlers too.
+# WebSocket: permessage-deflate is zlib's (zlib1g-dev).
+PACKAGES += zlib1g-dev
 BENCH_PACKAGES = libnginx-mod-http-lua sysbench
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \

@@ -83,16 +83,10 @@ typedef struct mf_ds {
 /* ---- the socket's request --------------------------------------------------
  */
 
-/* The exchange of the socket's request while the request lasts (its
- * handler runs and has not answered, or holds the raw connection), else
- * NULL. The record is only read once the req object says it is still
- * the socket's: the serial tells a later request in the same thread. */
+/* The exchange of the socket's request while the request lasts. */
 static mf_http_exchange_t *mf__ds_live(const mf_ds_t *s)
 {
-    if (s->req->request != s->request || s->request->serial != s->serial ||
-        !s->request->co)
-        return NULL;
-    return s->request->ex;
+    return mf_serve_request_live(s->req, s->request, s->serial);
 }
 
 /* The same for a call from Lua: not after sock:close(). Any Lua thread of

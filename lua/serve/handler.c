@@ -387,6 +387,12 @@ static void mf__request_fail(mf_serve_request_t *request, int status,
                             request);
 }
 
+void mf_serve_request_refuse(mf_serve_request_t *request, int status,
+                             const char *text)
+{
+    mf__request_fail(request, status, text);
+}
+
 /* Ends an answer that cannot be completed (mf_http_exchange_abort): with
  * nothing sent yet it becomes the server's 500, logged as a 500 with the
  * body the server sends; a stream is cut and logged with the status and

@@ -160,6 +160,26 @@ int mf_serve_req_form(lua_State *L);
 int mf_serve_req_index(lua_State *L);
 /* downstream.c: req:socket([raw]) (upvalue 1: the metatable). */
 int mf_serve_req_socket(lua_State *L);
+/* websocket.c: req:websocket([options]) (upvalue 1: the metatable). */
+int mf_serve_req_websocket(lua_State *L);
+/* handler.c: answers the request now with status and text (text/plain),
+ * headers added to the exchange before kept: a refused upgrade. */
+void mf_serve_request_refuse(mf_serve_request_t *request, int status,
+                             const char *text);
+
+/* The exchange of a request that a connection object (req:socket,
+ * req:websocket) was made for, while the request lasts (its handler runs
+ * and has not answered, or holds the raw connection), else NULL. The
+ * record is only read once the req object says it is still the one the
+ * object saw: the serial tells a later request in the same thread. */
+static inline mf_http_exchange_t *
+mf_serve_request_live(const mf_serve_object_t *req,
+                      const mf_serve_request_t *request, uint64_t serial)
+{
+    if (req->request != request || request->serial != serial || !request->co)
+        return NULL;
+    return request->ex;
+}
 /* handler.c: puts the response head (resp.status, resp.headers, the id's
  * header) into the exchange, for req:socket(true) to send: 0, or -1 when
  * a header cannot be sent (reported; the answer becomes a 500). */

@@ -213,6 +213,7 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     mf__serve_add_root_to_path(mf_lua_host_state(w->host), c->root);
     mf_serve_handler_open(w);
     mf_serve_downstream_open(w);
+    mf_serve_websocket_open(w);
     w->routes = mf_serve_routes_create(w->host, c->root, c->routes, c->nroutes);
     mf_serve_capture_open(w);
     if ((w->error = mf_serve_log_open(w)) < 0) {

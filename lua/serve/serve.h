@@ -185,6 +185,8 @@ void mf_serve_handler_open(mf_serve_worker_t *w);
 void mf_serve_downstream_open(mf_serve_worker_t *w);
 bool mf_serve_downstream_stream_body(const mf_http_request_t *req,
                                      void *worker);
+/* websocket.c: the WebSocket object's class in the worker's host. */
+void mf_serve_websocket_open(mf_serve_worker_t *w);
 /* A handler's coroutine keeps its req and resp objects in these slots of
  * mf_lua_co_keep (capture.c finds a request's req there). */
 #define MF_SERVE_KEEP_REQ 0

@@ -44,6 +44,7 @@
 #include "tasks.h"
 #include "tls.h"
 #include "url.h"
+#include "websocket.h"
 #include "workers.h"
 
 /* The release; CMake reads its project version from this line. */
