@@ -57,7 +57,9 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # (started on a loopback port by the specs' harness), librdkafka's mock
 # cluster and Python peers (python3-websockets: a real WebSocket client for
 # the WebSocket server of lua-nginx-websocket); make bench uses lua-nginx-redis and
-# lua-nginx-memcached in nginx's Lua handlers too.
+# lua-nginx-memcached in nginx's Lua handlers too. The http client's HTTP/2
+# is libnghttp2's (libnghttp2-dev: frames and HPACK); its tests misbehave
+# as an HTTP/2 server with python3-h2 (resets, refusals, GOAWAY).
 BENCH_PACKAGES = libnginx-mod-http-lua sysbench
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
