@@ -412,12 +412,13 @@ static int mf__h2c_on_close(nghttp2_session *s, int32_t id, uint32_t code,
         return 0; /* ended well: the user has its answer */
     char why[128];
     mf__h2c_reset_why(why, sizeof why, code);
-    int error = u->h2_error ? u->h2_error : MF_ECONNRESET;
-    int state = u->h2_error == MF_ENOMEM ? MF_STATE_SYS_ERROR
-                : code == NGHTTP2_REFUSED_STREAM || u->h2_error
-                    ? MF_STATE_SYS_ERROR
-                    : MF_STATE_PROTOCOL_ERROR;
-    u->ops->h2_input(u, false, state, error, why);
+    if (u->h2_error) /* ours: the body's source failed, or memory */
+        u->ops->h2_input(u, false, MF_STATE_SYS_ERROR, u->h2_error, NULL);
+    else if (code == NGHTTP2_REFUSED_STREAM) /* safe to send again */
+        u->ops->h2_input(u, false, MF_STATE_SYS_ERROR, MF_ECONNRESET, why);
+    else
+        u->ops->h2_input(u, false, MF_STATE_PROTOCOL_ERROR, MF_ECONNRESET,
+                         why);
     return 0;
 }
 
@@ -540,9 +541,13 @@ void mf__h2c_dial_failed(mf_http_client_conn_t *conn, int state, int error)
         return;
     e->shared = NULL;
     /* They hoped for this one: each fails as its opener did (its task
-     * decides about a retry, which opens a connection again). */
-    while (!mf_list_empty(&e->waiters)) {
-        mf_http_conn_user_t *u = mf__h2c_user_of(mf_list_pop_front(&e->waiters));
+     * decides about a retry, which opens a connection again, and those
+     * that retry after it wait for that one: not in this list). */
+    mf_list_t hoped;
+    mf_list_init(&hoped);
+    mf_list_splice_back(&hoped, &e->waiters);
+    while (!mf_list_empty(&hoped)) {
+        mf_http_conn_user_t *u = mf__h2c_user_of(mf_list_pop_front(&hoped));
         u->h2_waiting = false;
         u->verify_result = X509_V_OK;
         u->ops->failed(u, NULL, state, error);

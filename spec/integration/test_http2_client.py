@@ -114,7 +114,8 @@ class NginxHttp2(unittest.TestCase):
                "H2C": "http://127.0.0.1:%d" % self.h2c,
                "H1": "https://127.0.0.1:%d" % self.h1,
                "H2FEW": "https://127.0.0.1:%d" % self.h2few,
-               "WWW": os.path.join(self.dir, "www")}
+               "WWW": os.path.join(self.dir, "www"),
+               "DEAD": str(free_port())}
         return run_lua(self.tmp, source, env)
 
     def test_alpn_picks_h2_and_the_response_says_version_2(self):
@@ -138,6 +139,44 @@ local a = mf.http.get(os.getenv("H1") .. "/hello", {verify = false})
 local b = mf.http.get(os.getenv("H1") .. "/hello", {verify = false})
 print(mf.json.encode{a = a.version, b = b.version, body = b.body})''')
         self.assertEqual(r, {"a": "1.1", "b": "1.1", "body": "hello\n"})
+
+    def test_concurrent_first_requests_fall_back_together(self):
+        # 30 at once to a new https origin without h2: they wait for the
+        # first connection's ALPN, then go on HTTP/1.1 side by side.
+        before = len(self.access_log())
+        r = self.lua('''
+local tasks = {}
+for i = 1, 30 do
+  tasks[i] = mf.task.http{url = os.getenv("H1") .. "/hello?c=" .. i,
+                          verify = false}
+end
+local res = mf.parallel(tasks):wait()
+local ok = 0
+for i = 1, 30 do
+  if res[i].status == 200 and res[i].version == "1.1" then ok = ok + 1 end
+end
+print(mf.json.encode{ok = ok})''')
+        self.assertEqual(r, {"ok": 30})
+        lines = self.access_log()[before:]
+        self.assertEqual({p for _, p, *_ in lines}, {"HTTP/1.1"})
+        self.assertGreater(len({c for c, *_ in lines}), 1)
+
+    def test_concurrent_first_requests_to_a_dead_origin_all_fail(self):
+        # They waited for one connection that could not open: each fails
+        # with its reason, none waits forever.
+        r = self.lua('''
+local tasks = {}
+for i = 1, 30 do
+  tasks[i] = mf.task.http{url = "https://127.0.0.1:" .. os.getenv("DEAD"),
+                          verify = false, timeout = 5000}
+end
+local res = mf.parallel(tasks):wait()
+local refused = 0
+for i = 1, 30 do
+  if res[i].error:find("^connection refused") then refused = refused + 1 end
+end
+print(mf.json.encode{refused = refused, first = res[1].error})''')
+        self.assertEqual(r["refused"], 30, r)
 
     def test_http2_false_stays_on_http11_with_an_h2_server(self):
         r = self.lua('''
