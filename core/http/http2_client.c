@@ -233,7 +233,8 @@ static void mf__h2c_serve_waiters(mf_endpoint_t *ep)
     mf_h2c_endpoint_t *e = &mf__h2c_edata(ep)->h2;
     while (e->shared && e->shared->h2 && !mf_list_empty(&e->waiters) &&
            mf__h2c_has_room(e->shared->h2)) {
-        mf_http_conn_user_t *u = mf__h2c_user_of(mf_list_pop_front(&e->waiters));
+        mf_http_conn_user_t *u =
+            mf__h2c_user_of(mf_list_pop_front(&e->waiters));
         mf__h2c_attach(e->shared->h2, u, NULL);
     }
 }
@@ -285,8 +286,7 @@ void mf__h2c_opening(mf_endpoint_t *ep, mf_http_conn_user_t *u)
 /* ---- the session's callbacks ---------------------------------------------
  */
 
-static mf_http_conn_user_t *mf__h2c_stream_user(nghttp2_session *s,
-                                                int32_t id)
+static mf_http_conn_user_t *mf__h2c_stream_user(nghttp2_session *s, int32_t id)
 {
     return nghttp2_session_get_stream_user_data(s, id);
 }
@@ -326,8 +326,10 @@ static int mf__h2c_on_header(nghttp2_session *s, const nghttp2_frame *frame,
                    : 0;
     }
     /* nghttp2 checked the field: no CR, LF or NUL in it. */
-    if (mf__h2c_put(h, u, name, namelen) < 0 || mf__h2c_put(h, u, ": ", 2) < 0 ||
-        mf__h2c_put(h, u, value, valuelen) < 0 || mf__h2c_put(h, u, "\r\n", 2) < 0)
+    if (mf__h2c_put(h, u, name, namelen) < 0 ||
+        mf__h2c_put(h, u, ": ", 2) < 0 ||
+        mf__h2c_put(h, u, value, valuelen) < 0 ||
+        mf__h2c_put(h, u, "\r\n", 2) < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     return 0;
 }
@@ -365,7 +367,8 @@ static int mf__h2c_on_frame(nghttp2_session *s, const nghttp2_frame *frame,
 {
     mf_h2c_t *h = ud;
     bool end = frame->hd.flags & NGHTTP2_FLAG_END_STREAM;
-    if (frame->hd.type == NGHTTP2_GOAWAY || frame->hd.type == NGHTTP2_SETTINGS) {
+    if (frame->hd.type == NGHTTP2_GOAWAY ||
+        frame->hd.type == NGHTTP2_SETTINGS) {
         if (frame->hd.type == NGHTTP2_GOAWAY)
             h->goaway = true; /* streams above its last one close refused */
         mf_h2c_endpoint_t *e = &mf__h2c_edata(h->ep)->h2;
@@ -380,8 +383,8 @@ static int mf__h2c_on_frame(nghttp2_session *s, const nghttp2_frame *frame,
         mf__h2c_head_end(h, u, end);
         return 0;
     }
-    if (end && (frame->hd.type == NGHTTP2_DATA ||
-                frame->hd.type == NGHTTP2_HEADERS)) {
+    if (end &&
+        (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS)) {
         u->h2_remote_end = true;
         u->ops->h2_input(u, true, MF_STATE_SUCCESS, 0, NULL);
     }
@@ -392,8 +395,9 @@ static int mf__h2c_on_frame(nghttp2_session *s, const nghttp2_frame *frame,
 static void mf__h2c_reset_why(char *buf, size_t size, uint32_t code)
 {
     if (code == NGHTTP2_REFUSED_STREAM)
-        snprintf(buf, size, "HTTP/2 stream refused (REFUSED_STREAM or "
-                            "GOAWAY): not processed");
+        snprintf(buf, size,
+                 "HTTP/2 stream refused (REFUSED_STREAM or "
+                 "GOAWAY): not processed");
     else
         snprintf(buf, size, "HTTP/2 stream reset: %s",
                  nghttp2_http2_strerror(code));
@@ -417,8 +421,7 @@ static int mf__h2c_on_close(nghttp2_session *s, int32_t id, uint32_t code,
     else if (code == NGHTTP2_REFUSED_STREAM) /* safe to send again */
         u->ops->h2_input(u, false, MF_STATE_SYS_ERROR, MF_ECONNRESET, why);
     else
-        u->ops->h2_input(u, false, MF_STATE_PROTOCOL_ERROR, MF_ECONNRESET,
-                         why);
+        u->ops->h2_input(u, false, MF_STATE_PROTOCOL_ERROR, MF_ECONNRESET, why);
     return 0;
 }
 
@@ -496,7 +499,8 @@ static void mf__h2c_hoped_in_vain(mf_endpoint_t *ep)
 {
     mf_h2c_endpoint_t *e = &mf__h2c_edata(ep)->h2;
     while (!mf_list_empty(&e->waiters)) {
-        mf_http_conn_user_t *u = mf__h2c_user_of(mf_list_pop_front(&e->waiters));
+        mf_http_conn_user_t *u =
+            mf__h2c_user_of(mf_list_pop_front(&e->waiters));
         u->h2_waiting = false;
         mf_endpoint_acquire(ep, &u->waiter);
     }
@@ -564,7 +568,8 @@ void mf__h2c_event(mf_http_client_conn_t *conn, unsigned events)
         if (n == MF_EAGAIN)
             break;
         if (n <= 0) {
-            mf__h2c_die(h, n == 0 ? MF_STATE_SYS_ERROR
+            mf__h2c_die(h,
+                        n == 0         ? MF_STATE_SYS_ERROR
                         : n == MF_ETLS ? MF_STATE_TLS_ERROR
                                        : MF_STATE_SYS_ERROR,
                         n == 0 ? MF_ECLOSED : (int)n,
@@ -611,8 +616,8 @@ static int mf__h2c_fields(mf_h2c_t *h, const mf_h2c_request_t *req,
         }
         size_t nlen = (size_t)(colon - p);
         const char *v = colon + 1;
-        const char *vend = line_end > v && line_end[-1] == '\r' ? line_end - 1
-                                                               : line_end;
+        const char *vend =
+            line_end > v && line_end[-1] == '\r' ? line_end - 1 : line_end;
         while (v < vend && (*v == ' ' || *v == '\t'))
             v++;
         char *lower = h->scratch.data + h->scratch.len;
@@ -667,8 +672,8 @@ int mf__h2c_submit(mf_http_conn_user_t *u, const mf_h2c_request_t *req)
     const char *auth;
     size_t alen, n = 0;
     mf__h2c_authority(req, &auth, &alen);
-#define MF_H2C_NV(name, value, len)                                            \
-    nv[n++] = (nghttp2_nv){(uint8_t *)(name), (uint8_t *)(value),              \
+#define MF_H2C_NV(name, value, len)                               \
+    nv[n++] = (nghttp2_nv){(uint8_t *)(name), (uint8_t *)(value), \
                            sizeof(name) - 1, (len), NGHTTP2_NV_FLAG_NONE}
     MF_H2C_NV(":method", req->method, req->method_len);
     MF_H2C_NV(":scheme", req->scheme, strlen(req->scheme));
@@ -758,7 +763,8 @@ void mf__h2c_free(mf_http_client_conn_t *conn)
     }
     conn->h2 = NULL;
     while (!mf_list_empty(&h->streams)) { /* the loop's end */
-        mf_http_conn_user_t *u = mf__h2c_user_of(mf_list_pop_front(&h->streams));
+        mf_http_conn_user_t *u =
+            mf__h2c_user_of(mf_list_pop_front(&h->streams));
         u->h2 = false;
         u->conn = NULL;
     }

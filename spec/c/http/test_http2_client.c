@@ -64,8 +64,8 @@ static void start_nginx(void)
             tc.dir);
     fclose(f);
     char *argv[] = {"nginx", "-p", tc.dir, "-c", conf, "-e", "stderr", NULL};
-    ASSERT(posix_spawn(&nginx, "/usr/sbin/nginx", NULL, NULL, argv,
-                       environ) == 0);
+    ASSERT(posix_spawn(&nginx, "/usr/sbin/nginx", NULL, NULL, argv, environ) ==
+           0);
     for (int i = 0; i < 250 && !port_open(nport); i++)
         usleep(20000);
     ASSERT(port_open(nport));
