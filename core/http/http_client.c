@@ -863,12 +863,13 @@ static void mf__client_task_h2_framing(mf_http_client_task_t *t)
 }
 
 /* "host[:port]" for :authority, the way Host is written. */
-static void mf__client_task_authority(const mf_http_client_task_t *t,
-                                      char *buf, size_t size)
+static void mf__client_task_authority(const mf_http_client_task_t *t, char *buf,
+                                      size_t size)
 {
     const mf_http_origin_t *o = &t->origin;
     bool v6 = strchr(o->host, ':') != NULL;
-    int n = snprintf(buf, size, "%s%s%s", v6 ? "[" : "", o->host, v6 ? "]" : "");
+    int n =
+        snprintf(buf, size, "%s%s%s", v6 ? "[" : "", o->host, v6 ? "]" : "");
     if (n > 0 && (size_t)n < size && o->port != (o->tls ? 443 : 80))
         snprintf(buf + n, size - (size_t)n, ":%u", o->port);
 }
@@ -889,13 +890,20 @@ static void mf__client_task_send_h2(mf_http_client_task_t *t)
     }
     bool bodiless = mf__client_task_method_is(t, "GET") ||
                     mf__client_task_method_is(t, "HEAD");
-    int64_t len = t->source ? t->source_len
+    int64_t len = t->source                  ? t->source_len
                   : t->body.len || !bodiless ? (int64_t)t->body.len
                                              : -1;
-    mf_h2c_request_t req = {
-        t->method.data,  t->method.len, t->origin.tls ? "https" : "http",
-        authority,       strlen(authority), t->out.data, t->out.len,
-        t->headers.data, t->headers.len, t->source || t->body.len, len};
+    mf_h2c_request_t req = {.method = t->method.data,
+                            .method_len = t->method.len,
+                            .scheme = t->origin.tls ? "https" : "http",
+                            .authority = authority,
+                            .authority_len = strlen(authority),
+                            .path = t->out.data,
+                            .path_len = t->out.len,
+                            .headers = t->headers.data,
+                            .headers_len = t->headers.len,
+                            .has_body = t->source || t->body.len,
+                            .body_len = len};
     t->source_sent = 0;
     t->source_eof = t->source_len == 0;
     t->source_waiting = false;
@@ -1057,10 +1065,9 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
     }
     if (picked)
         to = &member;
-    mf_endpoint_t *ep =
-        mf__http_endpoint(t->base._loop, to, t->opts.tls_verify,
-                          t->opts.ca_file,
-                          t->forward ? MF_HTTP2_OFF : t->opts.http2);
+    mf_endpoint_t *ep = mf__http_endpoint(
+        t->base._loop, to, t->opts.tls_verify, t->opts.ca_file,
+        t->forward ? MF_HTTP2_OFF : t->opts.http2);
     if (!picked)
         t->why[0] = '\0'; /* a failed attempt before this one is retried */
     t->phase = MF_CT_IDLE;

@@ -99,18 +99,18 @@ struct mf_http_conn_user {
     bool traced;                 /* a new connection stamps its times */
     long verify_result; /* the certificate check of a failed TLS open */
     /* HTTP/2 (http2_client.c): a stream on u->conn, or a wait for one. */
-    bool h2;             /* u->conn is an h2 connection, the stream u's */
-    bool h2_waiting;     /* in the endpoint's h2 waiters */
-    bool h2_head_done;   /* the final (non-1xx) head arrived */
-    bool h2_interim;     /* the head coming is a 1xx */
-    bool h2_remote_end;  /* the server ended its side */
-    bool h2_local_end;   /* the request went out whole */
-    bool h2_closed;      /* the stream is over (closed or failed) */
-    bool h2_moved;       /* an append moved *h2_in: the user re-reads */
+    bool h2;            /* u->conn is an h2 connection, the stream u's */
+    bool h2_waiting;    /* in the endpoint's h2 waiters */
+    bool h2_head_done;  /* the final (non-1xx) head arrived */
+    bool h2_interim;    /* the head coming is a 1xx */
+    bool h2_remote_end; /* the server ended its side */
+    bool h2_local_end;  /* the request went out whole */
+    bool h2_closed;     /* the stream is over (closed or failed) */
+    bool h2_moved;      /* an append moved *h2_in: the user re-reads */
     int32_t stream_id;
-    int h2_error;        /* why a callback of ours reset the stream */
-    mf_list_t h2_link;   /* in the endpoint's waiters or conn's streams */
-    mf_buf_t *h2_in;     /* where the response goes (the user's) */
+    int h2_error;         /* why a callback of ours reset the stream */
+    mf_list_t h2_link;    /* in the endpoint's waiters or conn's streams */
+    mf_buf_t *h2_in;      /* where the response goes (the user's) */
     mf_endpoint_t *h2_ep; /* where it waits */
 };
 
@@ -172,7 +172,7 @@ struct mf_http_client_task {
     mf_http_response_t resp;
     int retries;
     int redirects;
-    int version; /* of the response: 20 (HTTP/2), 11 or 10 */
+    int version;        /* of the response: 20 (HTTP/2), 11 or 10 */
     bool out_of_memory; /* a request buffer could not grow: fail the task */
     mf_http_exchange_t *forward;      /* relay the body to this exchange */
     const mf_http_relay_ops_t *relay; /* set with forward */

@@ -224,9 +224,8 @@ int mf__tls_client_offer_h2(SSL *ssl)
 {
     static const unsigned char protos[] = "\x02h2\x08http/1.1";
     /* SSL_set_alpn_protos returns 0 on success (unlike most of OpenSSL). */
-    return SSL_set_alpn_protos(ssl, protos, sizeof protos - 1) == 0
-               ? 0
-               : MF_ETLS;
+    return SSL_set_alpn_protos(ssl, protos, sizeof protos - 1) == 0 ? 0
+                                                                    : MF_ETLS;
 }
 
 bool mf__tls_alpn_is_h2(const SSL *ssl)
