@@ -15,6 +15,7 @@
  * status, fields, redirects and limits with the code it has for HTTP/1.
  */
 #include <nghttp2/nghttp2.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -466,12 +467,62 @@ static nghttp2_session_callbacks *mf__h2c_callbacks(void)
 
 /* ---- the connection ----------------------------------------------------- */
 
+/* nghttp2's memory from the loop's free lists: its streams, frames and
+ * header copies come and go with each request, and a malloc each would
+ * be the hot path's. The loop's allocator wants the size back: it is
+ * kept in front of each block. */
+#define MF_H2C_MEM_HEAD 16
+
+static void *mf__h2c_mem_alloc(size_t size, void *loop)
+{
+    if (size > SIZE_MAX - MF_H2C_MEM_HEAD)
+        return NULL; /* nghttp2 fails its call with NGHTTP2_ERR_NOMEM */
+    size_t *block = mf_loop_alloc(loop, size + MF_H2C_MEM_HEAD);
+    *block = size + MF_H2C_MEM_HEAD;
+    return (char *)block + MF_H2C_MEM_HEAD;
+}
+
+static void mf__h2c_mem_free(void *p, void *loop)
+{
+    if (!p)
+        return;
+    size_t *block = (size_t *)(void *)((char *)p - MF_H2C_MEM_HEAD);
+    mf_loop_free(loop, block, *block);
+}
+
+static void *mf__h2c_mem_calloc(size_t n, size_t size, void *loop)
+{
+    if (size && n > (SIZE_MAX - MF_H2C_MEM_HEAD) / size)
+        return NULL;
+    void *p = mf__h2c_mem_alloc(n * size, loop);
+    if (p)
+        memset(p, 0, n * size);
+    return p;
+}
+
+static void *mf__h2c_mem_realloc(void *p, size_t size, void *loop)
+{
+    if (!p)
+        return mf__h2c_mem_alloc(size, loop);
+    size_t old =
+        *(size_t *)(void *)((char *)p - MF_H2C_MEM_HEAD) - MF_H2C_MEM_HEAD;
+    void *q = mf__h2c_mem_alloc(size, loop);
+    if (!q)
+        return NULL; /* p stays as it was */
+    memcpy(q, p, old < size ? old : size);
+    mf__h2c_mem_free(p, loop);
+    return q;
+}
+
 static int mf__h2c_start(mf_http_client_conn_t *conn, mf_h2c_close_fn close)
 {
     nghttp2_session_callbacks *cbs = mf__h2c_callbacks();
     mf_h2c_t *h = mf_loop_alloc(conn->loop, sizeof(*h));
     memset(h, 0, sizeof(*h));
-    int rc = cbs ? nghttp2_session_client_new(&h->session, cbs, h) : -1;
+    nghttp2_mem mem = {conn->loop, mf__h2c_mem_alloc, mf__h2c_mem_free,
+                       mf__h2c_mem_calloc, mf__h2c_mem_realloc};
+    int rc = cbs ? nghttp2_session_client_new3(&h->session, cbs, h, NULL, &mem)
+                 : -1; /* the session keeps a copy of mem */
     nghttp2_session_callbacks_del(cbs);
     if (rc != 0) {
         mf_loop_free(conn->loop, h, sizeof(*h));
@@ -506,24 +557,25 @@ static void mf__h2c_hoped_in_vain(mf_endpoint_t *ep)
     }
 }
 
-bool mf__h2c_dialed(mf_http_client_conn_t *conn, mf_http_conn_user_t *u,
-                    const mf_dial_times_t *times, mf_h2c_close_fn close)
+int mf__h2c_dialed(mf_http_client_conn_t *conn, mf_http_conn_user_t *u,
+                   const mf_dial_times_t *times, mf_h2c_close_fn close)
 {
     mf_endpoint_t *ep = conn->pc.ep;
     mf_h2c_endpoint_t *e = &mf__h2c_edata(ep)->h2;
     if (e->mode == MF_HTTP2_OFF)
-        return false;
+        return 0;
     bool h2 = conn->ssl ? mf__tls_alpn_is_h2(conn->ssl)
                         : e->mode == MF_HTTP2_PRIOR_KNOWLEDGE;
-    if (!h2 || mf__h2c_start(conn, close) < 0) {
-        /* A failed session start is out of memory: HTTP/1.1 still works. */
+    if (!h2) {
         if (e->shared == conn)
             e->shared = NULL;
-        if (!h2)
-            e->known = -1;
+        e->known = -1;
         mf__h2c_hoped_in_vain(ep);
-        return false;
+        return 0;
     }
+    int rc = mf__h2c_start(conn, close);
+    if (rc < 0)
+        return rc; /* the pool fails it, and its waiters with it */
     e->known = 1;
     if (!e->shared || !e->shared->h2)
         e->shared = conn;
@@ -532,7 +584,7 @@ bool mf__h2c_dialed(mf_http_client_conn_t *conn, mf_http_conn_user_t *u,
     mf__h2c_serve_waiters(ep);
     mf__h2c_reopen(ep); /* the shared one was full: waiters open another */
     mf__h2c_after(conn->h2);
-    return true;
+    return 1;
 }
 
 void mf__h2c_dial_failed(mf_http_client_conn_t *conn, int state, int error)

@@ -75,11 +75,12 @@ bool mf__h2c_acquire(mf_endpoint_t *ep, struct mf_http_conn_user *u);
  * endpoint that may speak h2, becomes the one other users wait for. */
 void mf__h2c_opening(mf_endpoint_t *ep, struct mf_http_conn_user *u);
 /* conn, opened for u, is open: when it speaks h2 it becomes an HTTP/2
- * connection, u and the waiters get streams on it: true. false: HTTP/1
- * (waiters that hoped for h2 go to the pool). */
-bool mf__h2c_dialed(struct mf_http_client_conn *conn,
-                    struct mf_http_conn_user *u, const mf_dial_times_t *times,
-                    mf_h2c_close_fn close);
+ * connection, u and the waiters get streams on it: 1. 0: HTTP/1 (waiters
+ * that hoped for h2 go to the pool). A negative MF_E* code: it speaks h2
+ * but no session could be made (the pool fails it as a failed open). */
+int mf__h2c_dialed(struct mf_http_client_conn *conn,
+                   struct mf_http_conn_user *u, const mf_dial_times_t *times,
+                   mf_h2c_close_fn close);
 /* conn failed to open: the users waiting for it fail the same way. */
 void mf__h2c_dial_failed(struct mf_http_client_conn *conn, int state,
                          int error);

@@ -271,10 +271,17 @@ static void mf__http_conn_dialed(mf_dial_t *d, int state, int error)
     }
     mf_http_conn_user_t *u = conn->user;
     mf_dial_times_t times = d->times;
-    if (state == MF_STATE_SUCCESS) {
-        if (!mf__h2c_dialed(conn, u, &times, mf__http_conn_close))
+    int h2 = state == MF_STATE_SUCCESS
+                 ? mf__h2c_dialed(conn, u, &times, mf__http_conn_close)
+                 : 0;
+    if (state == MF_STATE_SUCCESS && h2 >= 0) {
+        if (h2 == 0)
             u->ops->ready(u, &times);
         return;
+    }
+    if (h2 < 0) { /* h2 without a session: no HTTP/1.1 on it either */
+        state = MF_STATE_SYS_ERROR;
+        error = h2;
     }
     mf__h2c_dial_failed(conn, state, error); /* those that waited for it */
     conn->user = NULL;
