@@ -152,6 +152,7 @@ static void mf__h2c_bury(mf_post_t *post)
     while (!mf_list_empty(&h->streams)) {
         mf_http_conn_user_t *u = mf__h2c_user_of(h->streams.next);
         u->h2_closed = true;
+        u->h2_goaway = h->goaway;
         u->ops->h2_input(u, false, h->fail_state, h->fail_error, h->fail_why);
         if (h->streams.next == &u->h2_link) {
             mf_list_remove(&u->h2_link); /* it kept its stream: drop it */
@@ -222,7 +223,7 @@ static void mf__h2c_attach(mf_h2c_t *h, mf_http_conn_user_t *u,
     u->h2 = true;
     u->h2_waiting = false;
     u->h2_head_done = u->h2_remote_end = u->h2_local_end = false;
-    u->h2_closed = u->h2_moved = false;
+    u->h2_closed = u->h2_moved = u->h2_goaway = false;
     u->stream_id = 0;
     u->h2_error = 0;
     u->ops->ready(u, times);
@@ -407,7 +408,7 @@ static void mf__h2c_reset_why(char *buf, size_t size, uint32_t code)
 static int mf__h2c_on_close(nghttp2_session *s, int32_t id, uint32_t code,
                             void *ud)
 {
-    (void)ud;
+    mf_h2c_t *h = ud;
     mf_http_conn_user_t *u = mf__h2c_stream_user(s, id);
     if (!u)
         return 0;
@@ -419,9 +420,10 @@ static int mf__h2c_on_close(nghttp2_session *s, int32_t id, uint32_t code,
     mf__h2c_reset_why(why, sizeof why, code);
     if (u->h2_error) /* ours: the body's source failed, or memory */
         u->ops->h2_input(u, false, MF_STATE_SYS_ERROR, u->h2_error, NULL);
-    else if (code == NGHTTP2_REFUSED_STREAM) /* safe to send again */
+    else if (code == NGHTTP2_REFUSED_STREAM) { /* safe to send again */
+        u->h2_goaway = h->goaway;
         u->ops->h2_input(u, false, MF_STATE_SYS_ERROR, MF_ECONNRESET, why);
-    else
+    } else
         u->ops->h2_input(u, false, MF_STATE_PROTOCOL_ERROR, MF_ECONNRESET, why);
     return 0;
 }

@@ -757,8 +757,11 @@ void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
     bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t) &&
                  (!t->source || t->source_eof); /* a whole request */
     const mf_http_client_conn_t *conn = t->user.conn;
-    bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
-                 !t->source_taken && mf__method_idempotent(t);
+    /* HTTP/2: only a GOAWAY's refusal is stale (that connection takes no
+     * more); a stream refused on a live one counts as a retry. */
+    bool used = conn && (conn->h2 ? t->user.h2_goaway : conn->requests > 0);
+    bool stale = !ok && used && !t->got_bytes && !t->source_taken &&
+                 mf__method_idempotent(t);
     mf__http_pool_release(&t->user, reuse);
     if (t->ups.up)
         mf__client_task_upstream_done(t, state, error, stale);

@@ -107,6 +107,8 @@ struct mf_http_conn_user {
     bool h2_local_end;  /* the request went out whole */
     bool h2_closed;     /* the stream is over (closed or failed) */
     bool h2_moved;      /* an append moved *h2_in: the user re-reads */
+    bool h2_goaway;     /* failed by the server's GOAWAY: not processed,
+                           and that connection takes no more */
     int32_t stream_id;
     int h2_error;         /* why a callback of ours reset the stream */
     mf_list_t h2_link;    /* in the endpoint's waiters or conn's streams */

@@ -8,6 +8,7 @@ against real frames.
   /rst           RST_STREAM INTERNAL_ERROR in answer to the head
   /refuse-once   RST_STREAM REFUSED_STREAM the first time per full path,
                  then 200 "again"
+  /refuse-always RST_STREAM REFUSED_STREAM every time
   /goaway-once   the first time per full path: GOAWAY (last stream 0) and
                  the connection closed; then 200 "fresh"
   /slow          no answer at all (the stream stays open)
@@ -117,7 +118,8 @@ class H2Peer:
     def _on_head(self, conn, sid, path):
         if path.startswith("/rst"):
             conn.reset_stream(sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
-        elif path.startswith("/refuse-once") and self._first_time(path):
+        elif path.startswith("/refuse-always") or (
+                path.startswith("/refuse-once") and self._first_time(path)):
             conn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
         elif path.startswith("/goaway-once") and self._first_time(path):
             conn.close_connection(last_stream_id=0)

@@ -322,6 +322,15 @@ print(mf.json.encode{err = err, body = r and r.body})''')
         self.assertEqual(r, {"body": "again"})
         self.assertEqual(self.peer.paths, ["/refuse-once?a"] * 2)
 
+    def test_a_stream_refused_every_time_ends_after_the_retries(self):
+        r = self.lua('''
+local r, err = mf.http.request{url = P .. "/refuse-always", retries = 2,
+                               http2 = "prior_knowledge"}
+print(mf.json.encode{err = err, got = r ~= nil})''')
+        self.assertFalse(r["got"])
+        self.assertRegex(r["err"], "^connection reset: HTTP/2 stream refused")
+        self.assertEqual(self.peer.paths, ["/refuse-always"] * 3)
+
     def test_goaway_retries_a_get_on_a_fresh_connection(self):
         r = self.lua('''
 local r, err = mf.http.request{url = P .. "/goaway-once?g",
