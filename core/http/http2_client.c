@@ -28,6 +28,8 @@
  * per round trip). */
 #define MF_H2C_STREAM_WINDOW (1 << 20)
 #define MF_H2C_CONN_WINDOW (16 << 20)
+/* The longest response head, as HTTP/1's parser takes it. */
+#define MF_H2C_MAX_HEAD 65536
 /* Bytes gathered from the session before a write. */
 #define MF_H2C_OUT_BATCH (64 * 1024)
 
@@ -245,7 +247,6 @@ static void mf__h2c_wait(mf_endpoint_t *ep, mf_http_conn_user_t *u)
 {
     mf_list_push_back(&mf__h2c_edata(ep)->h2.waiters, &u->h2_link);
     u->h2_waiting = true;
-    u->h2_ep = ep;
 }
 
 /* The shared connection is gone or will take nothing more: the first
@@ -318,6 +319,10 @@ static int mf__h2c_on_header(nghttp2_session *s, const nghttp2_frame *frame,
     mf_http_conn_user_t *u = mf__h2c_stream_user(s, frame->hd.stream_id);
     if (!u || frame->hd.type != NGHTTP2_HEADERS || u->h2_head_done)
         return 0; /* a trailer: not kept */
+    if (u->h2_in->len + namelen + valuelen > MF_H2C_MAX_HEAD) {
+        u->h2_error = MF_EPROTO; /* as HTTP/1's parser refuses it */
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
     if (namelen == 7 && memcmp(name, ":status", 7) == 0) {
         u->h2_interim = valuelen == 3 && value[0] == '1';
         if (mf__h2c_put(h, u, "HTTP/1.1 ", 9) < 0)
@@ -344,8 +349,11 @@ static int mf__h2c_on_data(nghttp2_session *s, uint8_t flags, int32_t id,
     mf_http_conn_user_t *u = mf__h2c_stream_user(s, id);
     if (!u || !u->h2_head_done)
         return 0;
-    if (mf__h2c_put(h, u, data, len) < 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (mf__h2c_put(h, u, data, len) < 0) { /* here a reset is ours */
+        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id,
+                                  NGHTTP2_INTERNAL_ERROR);
+        return 0;
+    }
     u->ops->h2_input(u, false, MF_STATE_SUCCESS, 0, NULL);
     return 0;
 }
@@ -418,7 +426,10 @@ static int mf__h2c_on_close(nghttp2_session *s, int32_t id, uint32_t code,
         return 0; /* ended well: the user has its answer */
     char why[128];
     mf__h2c_reset_why(why, sizeof why, code);
-    if (u->h2_error) /* ours: the body's source failed, or memory */
+    if (u->h2_error == MF_EPROTO) /* ours: a head over the limit */
+        u->ops->h2_input(u, false, MF_STATE_PROTOCOL_ERROR, MF_EPROTO,
+                         "the response head is over 64 KiB");
+    else if (u->h2_error) /* ours: the body's source failed, or memory */
         u->ops->h2_input(u, false, MF_STATE_SYS_ERROR, u->h2_error, NULL);
     else if (code == NGHTTP2_REFUSED_STREAM) { /* safe to send again */
         u->h2_goaway = h->goaway;

@@ -113,7 +113,6 @@ struct mf_http_conn_user {
     int h2_error;         /* why a callback of ours reset the stream */
     mf_list_t h2_link;    /* in the endpoint's waiters or conn's streams */
     mf_buf_t *h2_in;      /* where the response goes (the user's) */
-    mf_endpoint_t *h2_ep; /* where it waits */
 };
 
 void mf__http_pool_user_init(mf_http_conn_user_t *u,

@@ -12,6 +12,7 @@ against real frames.
   /goaway-once   the first time per full path: GOAWAY (last stream 0) and
                  the connection closed; then 200 "fresh"
   /slow          no answer at all (the stream stays open)
+  /bighead       200 with four 20,000-byte fields (an 80 KB head)
   anything else  200 "ok"
 
 connections counts the TCP connections accepted; paths lists every
@@ -128,6 +129,9 @@ class H2Peer:
             self._answer(conn, sid, b"again")
         elif path.startswith("/goaway-once"):
             self._answer(conn, sid, b"fresh")
+        elif path.startswith("/bighead"):
+            self._answer(conn, sid, b"big", [("x-big-%d" % i, "v" * 20000)
+                                             for i in range(4)])
         elif path.startswith("/echo") or path.startswith("/slow"):
             pass  # /echo answers at the body's end, /slow never
         else:

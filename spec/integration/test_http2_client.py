@@ -331,6 +331,16 @@ print(mf.json.encode{err = err, got = r ~= nil})''')
         self.assertRegex(r["err"], "^connection reset: HTTP/2 stream refused")
         self.assertEqual(self.peer.paths, ["/refuse-always"] * 3)
 
+    def test_a_head_over_64_kib_is_a_protocol_error_on_its_stream_only(self):
+        r = self.lua('''
+local r, err = mf.http.request{url = P .. "/bighead", http2 = "prior_knowledge"}
+local ok = mf.http.request{url = P .. "/fine", http2 = "prior_knowledge"}
+print(mf.json.encode{err = err, got = r ~= nil, after = ok.body})''')
+        self.assertEqual(r, {"got": False, "after": "ok",
+                             "err": "protocol error: the response head is "
+                                    "over 64 KiB"})
+        self.assertEqual(self.peer.connections, 1)
+
     def test_goaway_retries_a_get_on_a_fresh_connection(self):
         r = self.lua('''
 local r, err = mf.http.request{url = P .. "/goaway-once?g",
