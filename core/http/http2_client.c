@@ -46,7 +46,7 @@ struct mf_h2c {
     mf_timer_t idle_timer;
     mf_post_t bury_post; /* a failed connection's end, from a clean stack */
     bool in_session;     /* inside mem_recv: no send */
-    bool goaway;         /* no new stream (GOAWAY either way) */
+    bool goaway; /* no new stream: the server's GOAWAY, or our idle one */
     bool dead;           /* failed: its streams fail, it closes (posted) */
     bool bury_due;       /* the post has not run */
     bool orphan;         /* the pool shut it before the post ran */
@@ -173,10 +173,15 @@ static void mf__h2c_after(mf_h2c_t *h)
     if (h->in_session || h->dead)
         return;
     mf__h2c_flush(h);
-    if (!h->dead && !nghttp2_session_want_read(h->session) &&
-        !nghttp2_session_want_write(h->session) && h->out.len == h->out_done)
+    if (h->dead || nghttp2_session_want_read(h->session) ||
+        nghttp2_session_want_write(h->session) || h->out.len != h->out_done)
+        return;
+    if (h->goaway) /* the server's, and its last streams are done */
         mf__h2c_die(h, MF_STATE_SYS_ERROR, MF_ECLOSED,
                     "the HTTP/2 connection ended (GOAWAY)");
+    else /* ours: nghttp2 found the server's frames broken */
+        mf__h2c_die(h, MF_STATE_PROTOCOL_ERROR, MF_EPROTO,
+                    "the server broke HTTP/2 (GOAWAY sent)");
 }
 
 /* ---- streams ----------------------------------------------------------- */
@@ -202,6 +207,7 @@ static void mf__h2c_idle_timeout(mf_timer_t *timer)
 {
     mf_h2c_t *h = timer->data;
     nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
+    h->goaway = true; /* ours, at rest: not a broken peer */
     mf__h2c_after(h); /* sends the GOAWAY; nothing is left to read */
     mf__h2c_die(h, MF_STATE_SYS_ERROR, MF_ECLOSED, "idle");
 }
