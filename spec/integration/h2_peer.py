@@ -151,3 +151,79 @@ class H2Peer:
             conn.send_data(sid, body[:room])
             body = body[room:]
         conn.end_stream(sid)
+
+
+class BrokenPeer:
+    """A server that answers each connection's preface with frames made
+    from a seeded generator: a SETTINGS most of the time, then HEADERS with
+    random or plausible HPACK blocks, DATA, frames of any type and flags on
+    streams 0, 1, 3 or the highest, or plain garbage; then it closes. For
+    the client's robustness: every request must end with a response or an
+    error, the process must not crash."""
+
+    def __init__(self, seed):
+        import random
+        self.rnd = random.Random(seed)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stop(self):
+        self.stopped = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            out = self._frames()  # drawn here: one generator, one thread
+            threading.Thread(target=self._serve, args=(conn, out),
+                             daemon=True).start()
+
+    @staticmethod
+    def _frame(kind, flags, sid, payload):
+        return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) +
+                sid.to_bytes(4, "big") + payload)
+
+    def _junk(self, most):
+        rnd = self.rnd
+        return bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, most)))
+
+    def _frames(self):
+        rnd = self.rnd
+        out = self._frame(4, 0, 0, b"") if rnd.random() < 0.8 else b""
+        for _ in range(rnd.randint(0, 8)):
+            kind = rnd.random()
+            sid = rnd.choice([0, 1, 1, 1, 3, 2**31 - 1])
+            if kind < 0.3:  # ":status: 200" (0x88) or noise
+                block = b"\x88" if rnd.random() < 0.5 else self._junk(40)
+                out += self._frame(1, rnd.choice([0, 1, 4, 5, 0x24]), sid,
+                                   block)
+            elif kind < 0.6:
+                out += self._frame(0, rnd.choice([0, 1, 8]), sid,
+                                   self._junk(100))
+            elif kind < 0.8:
+                out += self._frame(rnd.randint(0, 12), rnd.getrandbits(8),
+                                   sid, self._junk(20))
+            else:
+                out += self._junk(50) or b"\x00"
+        return out
+
+    def _serve(self, sock, out):
+        try:
+            sock.settimeout(5)
+            sock.recv(65536)
+            sock.sendall(out)
+        except OSError:
+            pass
+        finally:
+            sock.close()

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
-from h2_peer import H2Peer
+from h2_peer import BrokenPeer, H2Peer
 from harness import Server, free_port, self_signed, temp_dir
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
@@ -397,6 +397,33 @@ for i = 1, 50 do if res[i].body == "n" .. i then ok = ok + 1 end end
 print(mf.json.encode{ok = ok})''')
         self.assertEqual(r, {"ok": 50})
         self.assertEqual(self.peer.connections, 1)
+
+
+class BrokenHttp2(unittest.TestCase):
+    """Against BrokenPeer: frames made at random, three seeds."""
+
+    def test_random_frames_end_every_request_and_never_the_process(self):
+        tmp = temp_dir(self)
+        for seed in (1, 2, 3):
+            peer = BrokenPeer(seed)
+            self.addCleanup(peer.stop)
+            r = run_lua(tmp, '''
+local P = os.getenv("PEER")
+local ended, odd = 0, {}
+for i = 1, 150 do
+  local r, err = mf.http.request{url = P .. "/x?" .. i, retries = 0,
+                                 timeout = 500, http2 = "prior_knowledge"}
+  local word = r and "response" or err:match("^[^:]+")
+  ended = ended + 1
+  if not (word == "response" or word == "protocol error" or
+          word == "connection closed" or word == "connection reset" or
+          word == "timeout" or word == "system error") then
+    odd[#odd + 1] = err
+  end
+end
+print(mf.json.encode{ended = ended, odd = #odd, first = odd[1]})''',
+                        {"PEER": "http://127.0.0.1:%d" % peer.port})
+            self.assertEqual(r, {"ended": 150, "odd": 0}, seed)
 
 
 if __name__ == "__main__":
