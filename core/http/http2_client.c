@@ -762,6 +762,14 @@ int mf__h2c_submit(mf_http_conn_user_t *u, const mf_h2c_request_t *req)
     nghttp2_data_provider body = {.read_callback = mf__h2c_read_body};
     int32_t id = nghttp2_submit_request(h->session, NULL, nv, n,
                                         req->has_body ? &body : NULL, u);
+    if (id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE) { /* 2^30 streams on it */
+        mf_h2c_endpoint_t *e = &mf__h2c_edata(h->ep)->h2;
+        h->goaway = true;
+        if (e->shared == h->conn)
+            e->shared = NULL;
+        u->h2_goaway = true; /* nothing sent: again, on another */
+        return MF_ECONNRESET;
+    }
     if (id < 0)
         return id == NGHTTP2_ERR_NOMEM ? MF_ENOMEM : MF_EPROTO;
     u->stream_id = id;

@@ -917,8 +917,9 @@ static void mf__client_task_send_h2(mf_http_client_task_t *t)
     t->out.len = 0;
     if (rc < 0) {
         t->phase = MF_CT_OPENING; /* nothing went out */
+        bool transient = rc == MF_ENOMEM || rc == MF_ECONNRESET;
         mf__client_task_finish(
-            t, rc == MF_ENOMEM ? MF_STATE_SYS_ERROR : MF_STATE_TASK_ERROR, rc);
+            t, transient ? MF_STATE_SYS_ERROR : MF_STATE_TASK_ERROR, rc);
         return;
     }
     mf__client_task_mark(t, &t->timings.sent);
