@@ -94,6 +94,8 @@ class NginxHttp2(unittest.TestCase):
                            for i in range(3 * MIB // 32 + 1))[:3 * MIB + 1]
         with open(os.path.join(cls.dir, "www", "big.bin"), "wb") as f:
             f.write(cls.big)
+        with open(os.path.join(cls.dir, "www", "small.txt"), "wb") as f:
+            f.write(b"small\n")
         cls.nginx = Server([NGINX, "-c", conf, "-p", cls.dir], cls.h2)
 
     @classmethod
@@ -227,6 +229,28 @@ print(mf.json.encode{ok = ok})''')
         lines = self.access_log()[before:]
         self.assertEqual(len(lines), 40)
         self.assertEqual(len({c for c, *_ in lines}), 1)
+
+    def test_an_upstream_group_keeps_one_h2_connection_per_server(self):
+        before = len(self.access_log())
+        r = self.lua('''
+local port = function(v) return os.getenv(v):match(":(%d+)$") end
+mf.upstream("h2pair", {servers = {"127.0.0.1:" .. port("H2"),
+                                  "127.0.0.1:" .. port("H2FEW")}})
+local tasks = {}
+for i = 1, 40 do
+  tasks[i] = mf.task.http{url = "https://h2pair/small.txt?u=" .. i,
+                          verify = false}
+end
+local res = mf.parallel(tasks):wait()
+local ok = 0
+for i = 1, 40 do
+  if res[i].status == 200 and res[i].version == "2" then ok = ok + 1 end
+end
+print(mf.json.encode{ok = ok})''')
+        self.assertEqual(r, {"ok": 40})
+        lines = self.access_log()[before:]  # both servers log here
+        self.assertEqual(len(lines), 40)
+        self.assertEqual(len({c for c, *_ in lines}), 2)
 
     def test_a_few_mib_down_byte_exact_20_at_once(self):
         # 20 downloads of 3 MiB at once on one connection, each checked
