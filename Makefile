@@ -32,7 +32,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libpcre2-dev prometheus memcached lua-nginx-redis \
            lua-nginx-memcached lua-nginx-websocket lua-nginx-dns \
            lua-nginx-cookie lua-resty-lrucache lua-resty-core \
-           lua-nginx-string lua-nginx-kafka python3-websockets
+           lua-nginx-string lua-nginx-kafka python3-websockets \
+           libnghttp2-dev python3-h2
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -56,7 +57,9 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # (started on a loopback port by the specs' harness), librdkafka's mock
 # cluster and Python peers (python3-websockets: a real WebSocket client for
 # the WebSocket server of lua-nginx-websocket); make bench uses lua-nginx-redis and
-# lua-nginx-memcached in nginx's Lua handlers too.
+# lua-nginx-memcached in nginx's Lua handlers too. The http client's HTTP/2
+# is libnghttp2's (libnghttp2-dev: frames and HPACK); its tests misbehave
+# as an HTTP/2 server with python3-h2 (resets, refusals, GOAWAY).
 # WebSocket: permessage-deflate is zlib's (zlib1g-dev).
 PACKAGES += zlib1g-dev
 BENCH_PACKAGES = libnginx-mod-http-lua sysbench

@@ -22,6 +22,8 @@
 
 static void mf__client_task_attempt(mf_http_client_task_t *t);
 static void mf__client_task_on_io(mf_http_client_task_t *t, unsigned events);
+static void mf__client_task_send_h2(mf_http_client_task_t *t);
+static void mf__client_task_h2_framing(mf_http_client_task_t *t);
 
 void mf_http_client_opts_init(mf_http_client_opts_t *o)
 {
@@ -345,6 +347,10 @@ static void mf__client_task_send(mf_http_client_task_t *t)
     t->in.len = 0;
     t->scanned = 0;
     t->got_bytes = false;
+    if (t->user.h2) {
+        mf__client_task_send_h2(t);
+        return;
+    }
     mf__client_task_build_request(t);
     if (t->out_of_memory) {
         mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
@@ -452,6 +458,7 @@ static void mf__client_task_process(mf_http_client_task_t *t, bool eof)
         t->head_len = (size_t)rc;
         t->body_len = 0;
         t->phase = MF_CT_BODY;
+        mf__client_task_h2_framing(t);
         if (t->resp.body == MF_HTTP_BODY_CHUNKED)
             mf_http_chunked_init(&t->chunked, t->opts.max_response_body);
         if (t->resp.body == MF_HTTP_BODY_LENGTH &&
@@ -481,6 +488,7 @@ static void mf__client_task_head_moved(mf_http_client_task_t *t)
     t->scanned = 0;
     mf__client_task_parse_head(t);
     t->scanned = 0;
+    mf__client_task_h2_framing(t);
 }
 
 void mf__client_task_read(mf_http_client_task_t *t)
@@ -749,8 +757,11 @@ void mf__client_task_finish(mf_http_client_task_t *t, int state, int error)
     bool reuse = ok && t->resp.keep_alive && !mf__client_task_surplus(t) &&
                  (!t->source || t->source_eof); /* a whole request */
     const mf_http_client_conn_t *conn = t->user.conn;
-    bool stale = !ok && conn && conn->requests > 0 && !t->got_bytes &&
-                 !t->source_taken && mf__method_idempotent(t);
+    /* HTTP/2: only a GOAWAY's refusal is stale (that connection takes no
+     * more); a stream refused on a live one counts as a retry. */
+    bool used = conn && (conn->h2 ? t->user.h2_goaway : conn->requests > 0);
+    bool stale = !ok && used && !t->got_bytes && !t->source_taken &&
+                 mf__method_idempotent(t);
     mf__http_pool_release(&t->user, reuse);
     if (t->ups.up)
         mf__client_task_upstream_done(t, state, error, stale);
@@ -839,8 +850,141 @@ static void mf__client_task_event(mf_http_conn_user_t *u, unsigned events)
     mf__client_task_on_io(mf__client_task_of(u), events);
 }
 
+/* ---- HTTP/2: the same task on a stream (http2_client.c) ------------------ */
+
+/* HTTP/2 ends a body with its stream, never by its fields (nghttp2 holds
+ * the DATA to the Content-Length); the connection is not the task's to
+ * keep or close. */
+static void mf__client_task_h2_framing(mf_http_client_task_t *t)
+{
+    t->version = t->user.h2 ? 20 : 10 + t->resp.minor_version;
+    if (!t->user.h2)
+        return;
+    if (t->resp.body != MF_HTTP_BODY_NONE)
+        t->resp.body = MF_HTTP_BODY_UNTIL_CLOSE;
+    t->resp.keep_alive = true;
+}
+
+/* "host[:port]" for :authority, the way Host is written. */
+static void mf__client_task_authority(const mf_http_client_task_t *t, char *buf,
+                                      size_t size)
+{
+    const mf_http_origin_t *o = &t->origin;
+    bool v6 = strchr(o->host, ':') != NULL;
+    int n =
+        snprintf(buf, size, "%s%s%s", v6 ? "[" : "", o->host, v6 ? "]" : "");
+    if (n > 0 && (size_t)n < size && o->port != (o->tls ? 443 : 80))
+        snprintf(buf + n, size - (size_t)n, ":%u", o->port);
+}
+
+static void mf__client_task_send_h2(mf_http_client_task_t *t)
+{
+    const char *path = t->url.data + t->path_off;
+    size_t plen = strcspn(path, "#");
+    char authority[MF_DNS_MAX_HOST + 16];
+    mf__client_task_authority(t, authority, sizeof authority);
+    t->out.len = t->out_done = 0; /* the path here; then the body's offset */
+    if (plen == 0 || path[0] == '?')
+        mf__client_task_put(t, "/", 1);
+    mf__client_task_put(t, path, plen);
+    if (t->out_of_memory) {
+        mf__client_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
+        return;
+    }
+    bool bodiless = mf__client_task_method_is(t, "GET") ||
+                    mf__client_task_method_is(t, "HEAD");
+    int64_t len = t->source                  ? t->source_len
+                  : t->body.len || !bodiless ? (int64_t)t->body.len
+                                             : -1;
+    mf_h2c_request_t req = {.method = t->method.data,
+                            .method_len = t->method.len,
+                            .scheme = t->origin.tls ? "https" : "http",
+                            .authority = authority,
+                            .authority_len = strlen(authority),
+                            .path = t->out.data,
+                            .path_len = t->out.len,
+                            .headers = t->headers.data,
+                            .headers_len = t->headers.len,
+                            .has_body = t->source || t->body.len,
+                            .body_len = len};
+    t->source_sent = 0;
+    t->source_eof = t->source_len == 0;
+    t->source_waiting = false;
+    t->phase = MF_CT_HEAD; /* the body goes out as the stream takes it */
+    mf__client_task_arm(t,
+                        t->idle_ms ? t->idle_ms : t->opts.response_timeout_ms);
+    int rc = mf__h2c_submit(&t->user, &req);
+    t->out.len = 0;
+    if (rc < 0) {
+        t->phase = MF_CT_OPENING; /* nothing went out */
+        bool transient = rc == MF_ENOMEM || rc == MF_ECONNRESET;
+        mf__client_task_finish(
+            t, transient ? MF_STATE_SYS_ERROR : MF_STATE_TASK_ERROR, rc);
+        return;
+    }
+    mf__client_task_mark(t, &t->timings.sent);
+}
+
+static void mf__client_task_h2_input(mf_http_conn_user_t *u, bool end,
+                                     int state, int error, const char *why)
+{
+    mf_http_client_task_t *t = mf__client_task_of(u);
+    if (state != MF_STATE_SUCCESS) {
+        if (why)
+            snprintf(t->why, sizeof t->why, "%s", why);
+        mf__client_task_finish(t, state, error);
+        return;
+    }
+    if (u->h2_moved && t->phase == MF_CT_BODY)
+        mf__client_task_head_moved(t);
+    u->h2_moved = false;
+    if (!t->got_bytes)
+        mf__client_task_mark(t, &t->timings.first_byte);
+    t->got_bytes = true;
+    if (t->idle_ms)
+        mf__client_task_arm(t, t->idle_ms);
+    if (t->phase == MF_CT_HEAD || t->phase == MF_CT_BODY)
+        mf__client_task_process(t, end);
+}
+
+/* The request body's next bytes for the stream: from memory (out_done is
+ * the offset), or from the source as mf__client_task_take_piece takes
+ * them for HTTP/1. */
+static ssize_t mf__client_task_h2_body(mf_http_conn_user_t *u, void *buf,
+                                       size_t len)
+{
+    mf_http_client_task_t *t = mf__client_task_of(u);
+    if (!t->source) {
+        size_t n = t->body.len - t->out_done;
+        n = n < len ? n : len;
+        memcpy(buf, t->body.data + t->out_done, n);
+        t->out_done += n;
+        return (ssize_t)n;
+    }
+    if (t->source_len >= 0) {
+        uint64_t left = (uint64_t)t->source_len - t->source_sent;
+        if (left == 0)
+            return 0;
+        len = left < len ? (size_t)left : len;
+    }
+    ssize_t n = t->source(t->source_arg, buf, len);
+    if (n == MF_EAGAIN) {
+        t->source_waiting = true;
+        mf__client_task_idle(t, true); /* the source is slow, not the server */
+        return MF_EAGAIN;
+    }
+    if (n < 0 || (n == 0 && t->source_len >= 0)) /* ended short */
+        return n < 0 ? n : MF_ECLOSED;
+    t->source_taken |= n > 0;
+    t->source_sent += (size_t)n;
+    t->source_eof = n == 0 || (t->source_len >= 0 &&
+                               t->source_sent == (uint64_t)t->source_len);
+    return n;
+}
+
 static const mf_http_conn_user_ops_t mf__client_task_conn_ops = {
-    mf__client_task_ready, mf__client_task_open_failed, mf__client_task_event};
+    mf__client_task_ready, mf__client_task_open_failed, mf__client_task_event,
+    mf__client_task_h2_input, mf__client_task_h2_body};
 
 static void mf__client_task_timed_out(mf_timer_t *timer)
 {
@@ -925,8 +1069,9 @@ static void mf__client_task_attempt(mf_http_client_task_t *t)
     }
     if (picked)
         to = &member;
-    mf_endpoint_t *ep = mf__http_endpoint(t->base._loop, to, t->opts.tls_verify,
-                                          t->opts.ca_file);
+    mf_endpoint_t *ep = mf__http_endpoint(
+        t->base._loop, to, t->opts.tls_verify, t->opts.ca_file,
+        t->forward ? MF_HTTP2_OFF : t->opts.http2);
     if (!picked)
         t->why[0] = '\0'; /* a failed attempt before this one is retried */
     t->phase = MF_CT_IDLE;
@@ -1010,6 +1155,7 @@ mf_task_t *mf_task_http_create(mf_loop_t *loop, const char *method,
     mf_http_client_opts_init(&t->opts);
     mf_timer_init(&t->timer, mf__client_task_timed_out, t);
     mf__http_pool_user_init(&t->user, &mf__client_task_conn_ops);
+    t->user.h2_in = &t->in;
     const char *m = method && *method ? method : "GET";
     mf__client_task_keep(t, &t->method, m, strlen(m));
     mf__client_task_set_url(t, url ? url : "", url ? strlen(url) : 0);
@@ -1093,6 +1239,12 @@ void mf_task_http_set_body_source(mf_task_t *task, mf_http_body_read_fn read,
 void mf_task_http_body_ready(mf_task_t *task)
 {
     mf_http_client_task_t *t = mf__ctask(task);
+    if (t && t->source_waiting && t->user.h2) {
+        t->source_waiting = false;
+        mf__client_task_idle(t, false);
+        mf__h2c_body_ready(&t->user);
+        return;
+    }
     if (!t || !t->source_waiting || t->phase != MF_CT_SENDING)
         return;
     t->source_waiting = false;
@@ -1154,4 +1306,10 @@ int mf_task_http_redirects(const mf_task_t *task)
 {
     mf_http_client_task_t *t = mf__ctask(task);
     return t ? t->redirects : 0;
+}
+
+int mf_task_http_version(const mf_task_t *task)
+{
+    mf_http_client_task_t *t = mf__ctask(task);
+    return t && t->head_len ? t->version : 0;
 }

@@ -13,13 +13,15 @@
  *
  * Ownership: the loop's endpoint pool owns the endpoints and their data
  * (mf_http_endpoint_t); http_pool.c owns the connections' memory (freed
- * from a deferred post, once a canceled DNS query has called back); a
- * connection serves at most one user at a time and never owns it.
+ * from a deferred post, once a canceled DNS query has called back); an
+ * HTTP/1 connection serves at most one user at a time and never owns it;
+ * an HTTP/2 one (http2_client.c) serves many, one stream each.
  */
 #ifndef MF_HTTP_CLIENT_INT_H
 #define MF_HTTP_CLIENT_INT_H
 
 #include "engine/buf.h"
+#include "http2_client.h"
 #include "moonflow/dns.h"
 #include "moonflow/endpoint.h"
 #include "moonflow/http_client.h"
@@ -50,6 +52,7 @@ typedef struct mf_http_endpoint {
     bool tls;
     bool verify;
     char *ca_file; /* verified against this CA bundle (NULL: system) */
+    mf_h2c_endpoint_t h2; /* its HTTP/2 connection and waiters */
 } mf_http_endpoint_t;
 
 struct mf_http_client_conn {
@@ -61,6 +64,7 @@ struct mf_http_client_conn {
     bool closed;
     unsigned requests;         /* answered on this connection */
     mf_http_conn_user_t *user; /* the one it serves, or opens for */
+    mf_h2c_t *h2; /* HTTP/2: its session (many users, none in user) */
     mf_post_t free_post;
 };
 
@@ -75,6 +79,16 @@ typedef struct mf_http_conn_user_ops {
                    int state, int error);
     /* An event of u->conn's socket once ready. */
     void (*event)(mf_http_conn_user_t *u, unsigned events);
+    /* HTTP/2 (u->h2): new bytes of u's response in *u->h2_in (each head
+     * written as HTTP/1.1 lines, then the body's bytes), end when the
+     * stream ended; or state != success: the stream failed (reset, the
+     * connection's GOAWAY or loss), why says how for people. */
+    void (*h2_input)(mf_http_conn_user_t *u, bool end, int state, int error,
+                     const char *why);
+    /* HTTP/2: up to len bytes of u's request body into buf: the count (0:
+     * the end), MF_EAGAIN (none yet: mf__h2c_body_ready later), or a
+     * negative MF_E* code that fails the stream. */
+    ssize_t (*h2_body)(mf_http_conn_user_t *u, void *buf, size_t len);
 } mf_http_conn_user_ops_t;
 
 /* The part of a task that uses a connection. */
@@ -84,6 +98,21 @@ struct mf_http_conn_user {
     mf_http_client_conn_t *conn; /* in hand, or opening for the user */
     bool traced;                 /* a new connection stamps its times */
     long verify_result; /* the certificate check of a failed TLS open */
+    /* HTTP/2 (http2_client.c): a stream on u->conn, or a wait for one. */
+    bool h2;            /* u->conn is an h2 connection, the stream u's */
+    bool h2_waiting;    /* in the endpoint's h2 waiters */
+    bool h2_head_done;  /* the final (non-1xx) head arrived */
+    bool h2_interim;    /* the head coming is a 1xx */
+    bool h2_remote_end; /* the server ended its side */
+    bool h2_local_end;  /* the request went out whole */
+    bool h2_closed;     /* the stream is over (closed or failed) */
+    bool h2_moved;      /* an append moved *h2_in: the user re-reads */
+    bool h2_goaway;     /* failed by the server's GOAWAY: not processed,
+                           and that connection takes no more */
+    int32_t stream_id;
+    int h2_error;         /* why a callback of ours reset the stream */
+    mf_list_t h2_link;    /* in the endpoint's waiters or conn's streams */
+    mf_buf_t *h2_in;      /* where the response goes (the user's) */
 };
 
 void mf__http_pool_user_init(mf_http_conn_user_t *u,
@@ -92,7 +121,7 @@ void mf__http_pool_user_init(mf_http_conn_user_t *u,
  * connections verified one way are never reused for a request that asks
  * another. */
 mf_endpoint_t *mf__http_endpoint(mf_loop_t *loop, const mf_http_origin_t *o,
-                                 bool verify, const char *ca_file);
+                                 bool verify, const char *ca_file, int http2);
 /* Gives u a connection of ep: an idle one (ready before returning), a new
  * one (ready or failed later), or a place in the wait queue. */
 void mf__http_pool_acquire(mf_endpoint_t *ep, mf_http_conn_user_t *u);
@@ -144,6 +173,7 @@ struct mf_http_client_task {
     mf_http_response_t resp;
     int retries;
     int redirects;
+    int version;        /* of the response: 20 (HTTP/2), 11 or 10 */
     bool out_of_memory; /* a request buffer could not grow: fail the task */
     mf_http_exchange_t *forward;      /* relay the body to this exchange */
     const mf_http_relay_ops_t *relay; /* set with forward */

@@ -7,8 +7,11 @@
  *
  * Owns the connections' memory. Knows no task: a connection reports to
  * its user through the ops the user registered (http_client_int.h).
+ * A connection that speaks h2 becomes http2_client.c's to drive (many
+ * users, one stream each); the pool still counts and closes it.
  *
- * May call: the endpoint pool, the dial, the socket and TLS helpers.
+ * May call: the endpoint pool, the dial, the socket and TLS helpers,
+ * http2_client.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,17 +96,17 @@ static void mf__http_endpoint_free(void *data)
  * does not matter; the CA file only when it is used. Longer than buf
  * (a long CA path): in memory of its own, which the caller frees. */
 static char *mf__http_key(char *buf, size_t size, const mf_http_origin_t *o,
-                          bool verify, const char *ca_file)
+                          bool verify, const char *ca_file, int http2)
 {
-    const char *fmt = "%s %u %d %d %s"; /* no host holds a space */
+    const char *fmt = "%s %u %d %d %d %s"; /* no host holds a space */
     unsigned port = o->port;
     int tls = o->tls, check = verify;
     const char *ca = ca_file ? ca_file : "";
-    int n = snprintf(buf, size, fmt, o->host, port, tls, check, ca);
+    int n = snprintf(buf, size, fmt, o->host, port, tls, check, http2, ca);
     if (n >= 0 && (size_t)n >= size) {
         size = (size_t)n + 1;
         buf = mf_xmalloc(size);
-        snprintf(buf, size, fmt, o->host, port, tls, check, ca);
+        snprintf(buf, size, fmt, o->host, port, tls, check, http2, ca);
     }
     for (char *p = buf; *p && *p != ' '; p++)
         if (*p >= 'A' && *p <= 'Z')
@@ -111,13 +114,25 @@ static char *mf__http_key(char *buf, size_t size, const mf_http_origin_t *o,
     return buf;
 }
 
+/* The HTTP/2 mode as it applies to an origin: ALPN needs TLS, prior
+ * knowledge over TLS is ALPN (the server still says what it speaks). */
+static int mf__http2_mode(const mf_http_origin_t *o, int http2)
+{
+    if (http2 == MF_HTTP2_ALPN && !o->tls)
+        return MF_HTTP2_OFF;
+    if (http2 == MF_HTTP2_PRIOR_KNOWLEDGE && o->tls)
+        return MF_HTTP2_ALPN;
+    return http2;
+}
+
 mf_endpoint_t *mf__http_endpoint(mf_loop_t *loop, const mf_http_origin_t *o,
-                                 bool verify, const char *ca_file)
+                                 bool verify, const char *ca_file, int http2)
 {
     if (!o->tls || !verify)
         ca_file = NULL; /* irrelevant: do not split the pool on it */
+    http2 = mf__http2_mode(o, http2);
     char buf[512];
-    char *key = mf__http_key(buf, sizeof buf, o, verify, ca_file);
+    char *key = mf__http_key(buf, sizeof buf, o, verify, ca_file, http2);
     mf_endpoint_t *ep = mf_endpoint_find(loop, &mf__http_endpoint_ops, key);
     if (!ep) {
         ep = mf_endpoint_get(loop, &mf__http_endpoint_ops, key,
@@ -128,6 +143,7 @@ mf_endpoint_t *mf__http_endpoint(mf_loop_t *loop, const mf_http_origin_t *o,
         e->tls = o->tls;
         e->verify = verify;
         e->ca_file = ca_file ? strdup(ca_file) : NULL;
+        mf__h2c_endpoint_init(&e->h2, http2);
         mf_endpoint_set_data(ep, e);
     }
     if (key != buf)
@@ -155,6 +171,7 @@ static void mf__http_conn_free_later(mf_http_client_conn_t *conn)
 static void mf__http_conn_shut(mf_http_client_conn_t *conn)
 {
     bool dns_due = mf__dial_cancel(&conn->dial);
+    mf__h2c_free(conn);
     mf_io_stop(conn->loop, &conn->io);
     mf__tls_close(conn->ssl);
     conn->ssl = NULL;
@@ -206,6 +223,8 @@ static void mf__http_conn_on_io(mf_io_t *io, unsigned events)
         return;
     if (mf__dial_active(&conn->dial))
         mf__dial_event(&conn->dial, events);
+    else if (conn->h2)
+        mf__h2c_event(conn, events);
     else if (conn->user)
         conn->user->ops->event(conn->user, events);
     else
@@ -237,6 +256,8 @@ void mf__http_pool_user_init(mf_http_conn_user_t *u,
     u->ops = ops;
     u->conn = NULL;
     u->traced = false;
+    u->h2 = u->h2_waiting = false;
+    mf_list_init(&u->h2_link);
 }
 
 /* The dial ended: the user has its open connection, or learns it failed
@@ -250,10 +271,19 @@ static void mf__http_conn_dialed(mf_dial_t *d, int state, int error)
     }
     mf_http_conn_user_t *u = conn->user;
     mf_dial_times_t times = d->times;
-    if (state == MF_STATE_SUCCESS) {
-        u->ops->ready(u, &times);
+    int h2 = state == MF_STATE_SUCCESS
+                 ? mf__h2c_dialed(conn, u, &times, mf__http_conn_close)
+                 : 0;
+    if (state == MF_STATE_SUCCESS && h2 >= 0) {
+        if (h2 == 0)
+            u->ops->ready(u, &times);
         return;
     }
+    if (h2 < 0) { /* h2 without a session: no HTTP/1.1 on it either */
+        state = MF_STATE_SYS_ERROR;
+        error = h2;
+    }
+    mf__h2c_dial_failed(conn, state, error); /* those that waited for it */
     conn->user = NULL;
     u->conn = NULL;
     u->verify_result = state == MF_STATE_TLS_ERROR && conn->ssl
@@ -277,18 +307,24 @@ static void mf__http_conn_open(mf_endpoint_t *ep, mf_pwaiter_t *w)
                   mf__http_conn_dialed, conn);
     mf_pconn_add(ep, &conn->pc, &conn->io);
     mf__http_conn_bind(conn, u);
-    mf_client_tls_t tls = {e->host, e->verify, e->ca_file};
+    mf_client_tls_t tls = {e->host, e->verify, e->ca_file,
+                           e->h2.mode != MF_HTTP2_OFF};
     mf_dial_opts_t opts = {.tls = e->tls ? &tls : NULL, .traced = u->traced};
     mf__dial_start(&conn->dial, e->host, e->port, &opts);
 }
 
 void mf__http_pool_acquire(mf_endpoint_t *ep, mf_http_conn_user_t *u)
 {
+    if (mf__h2c_acquire(ep, u)) /* a stream, or a wait for one */
+        return;
     mf_endpoint_acquire(ep, &u->waiter); /* no waiter limit: never busy */
+    mf__h2c_opening(ep, u);
 }
 
 void mf__http_pool_release(mf_http_conn_user_t *u, bool reuse)
 {
+    if (mf__h2c_detach(u))
+        return;
     mf_http_client_conn_t *conn = u->conn;
     if (!conn)
         return;
@@ -305,6 +341,8 @@ void mf__http_pool_release(mf_http_conn_user_t *u, bool reuse)
 
 void mf__http_pool_abandon(mf_http_conn_user_t *u)
 {
+    if (mf__h2c_detach(u))
+        return;
     mf_pwaiter_cancel(&u->waiter);
     mf_http_client_conn_t *conn = u->conn;
     if (!conn)

@@ -72,7 +72,7 @@ static int mf__client_open_connected(mf_client_open_t *o,
     if (tls) {
         *o->ssl = mf__tls_client_ssl(o->loop, o->io->fd, tls->host, tls->verify,
                                      tls->ca_file);
-        if (!*o->ssl)
+        if (!*o->ssl || (tls->offer_h2 && mf__tls_client_offer_h2(*o->ssl) < 0))
             return MF_ETLS;
         o->handshaking = true;
     }

@@ -66,6 +66,7 @@ typedef struct mf_client_tls {
     const char *host; /* SNI and the name verified */
     bool verify;
     const char *ca_file; /* NULL: the system bundle */
+    bool offer_h2;       /* ALPN "h2", "http/1.1" (mf__tls_alpn_is_h2) */
 } mf_client_tls_t;
 
 /* ---- the opener: connect each resolved address in turn, then TLS ------- */

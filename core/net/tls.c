@@ -218,6 +218,24 @@ SSL *mf__tls_client_ssl(mf_loop_t *loop, int fd, const char *host, bool verify,
     return ssl;
 }
 
+/* "h2" first: the server picks; one that knows only HTTP/1.1, or no ALPN,
+ * leaves the client on HTTP/1.1. */
+int mf__tls_client_offer_h2(SSL *ssl)
+{
+    static const unsigned char protos[] = "\x02h2\x08http/1.1";
+    /* SSL_set_alpn_protos returns 0 on success (unlike most of OpenSSL). */
+    return SSL_set_alpn_protos(ssl, protos, sizeof protos - 1) == 0 ? 0
+                                                                    : MF_ETLS;
+}
+
+bool mf__tls_alpn_is_h2(const SSL *ssl)
+{
+    const unsigned char *proto = NULL;
+    unsigned int len = 0;
+    SSL_get0_alpn_selected(ssl, &proto, &len);
+    return len == 2 && memcmp(proto, "h2", 2) == 0;
+}
+
 /* ---- I/O ---------------------------------------------------------------- */
 
 static int mf__tls_error(SSL *ssl, int ret)

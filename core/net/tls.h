@@ -35,6 +35,11 @@ SSL *mf__tls_server_ssl(mf_tls_server_t *tls, int fd);
 SSL *mf__tls_client_ssl(mf_loop_t *loop, int fd, const char *host, bool verify,
                         const char *ca_file);
 
+/* Client ALPN: offers "h2" then "http/1.1" (0, or MF_ETLS); after the
+ * handshake, whether the server chose "h2". */
+int mf__tls_client_offer_h2(SSL *ssl);
+bool mf__tls_alpn_is_h2(const SSL *ssl);
+
 /* 0 when done, MF_EAGAIN to wait for I/O (either way: edge-triggered
  * watchers are registered for both), MF_ETLS on failure. */
 int mf__tls_handshake(SSL *ssl);

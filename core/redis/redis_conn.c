@@ -225,7 +225,7 @@ static void mf__rconn_opened(mf_redis_conn_t *conn)
 static void mf__rconn_opening_event(mf_redis_conn_t *conn, unsigned events)
 {
     const mf_redis_client_t *c = conn->client;
-    mf_client_tls_t tls = {c->host, c->opts.tls_verify, c->opts.ca_file};
+    mf_client_tls_t tls = {c->host, c->opts.tls_verify, c->opts.ca_file, false};
     int rc = mf__client_open_event(&conn->opener, events, c->tls ? &tls : NULL);
     if (rc == MF_EAGAIN)
         return;

@@ -2,10 +2,10 @@
  * lua/http/mf_lua_task_http.c — the "http" task kind (mf.task.http, and
  * mf.http.get/post/request waiting on one): {url =, method =, headers =,
  * body =, redirects =, retries =, verify =, ca_file =, max_body =,
- * insecure_redirects =} plus the fields every task has (timeout,
+ * insecure_redirects =, http2 =} plus the fields every task has (timeout,
  * callback); any other field is an error. The result has status, headers
- * (lowercased names, looked up in any case), body, and url (the final one,
- * after redirects).
+ * (lowercased names, looked up in any case), body, url (the final one,
+ * after redirects) and version ("2", "1.1" or "1.0").
  *
  * Owns: a copy of ca_file in the task's data (the client reads it when it
  * connects, which may be after the description is gone), released after
@@ -48,7 +48,8 @@ static const struct {
                            {"max_body", LUA_TNUMBER},
                            {"insecure_redirects", LUA_TBOOLEAN},
                            {"upstream_key", LUA_TSTRING},
-                           {"retry_unsafe", LUA_TBOOLEAN}};
+                           {"retry_unsafe", LUA_TBOOLEAN},
+                           {"http2", LUA_TNONE}}; /* mf_lua__http2_mode */
 
 /* A misspelt option (max_body_size, redirect) would be ignored: raise. */
 static void mf_lua__http_known_fields(lua_State *L, int idx)
@@ -71,6 +72,24 @@ static void mf_lua__http_known_fields(lua_State *L, int idx)
     }
 }
 
+/* http2 = true (the default: h2 when an https server picks it by ALPN),
+ * false (HTTP/1.1 only) or "prior_knowledge" (h2c on http://): the
+ * mf_http2_mode_t, or -1 for anything else. */
+static int mf_lua__http2_mode(lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "http2");
+    int mode = -1;
+    if (lua_isnil(L, -1) || (lua_isboolean(L, -1) && lua_toboolean(L, -1)))
+        mode = MF_HTTP2_ALPN;
+    else if (lua_isboolean(L, -1))
+        mode = MF_HTTP2_OFF;
+    else if (lua_type(L, -1) == LUA_TSTRING &&
+             strcmp(lua_tostring(L, -1), "prior_knowledge") == 0)
+        mode = MF_HTTP2_PRIOR_KNOWLEDGE;
+    lua_pop(L, 1);
+    return mode;
+}
+
 static void mf_lua__http_check(lua_State *L, int idx)
 {
     lua_getfield(L, idx, "url");
@@ -79,8 +98,12 @@ static void mf_lua__http_check(lua_State *L, int idx)
     lua_pop(L, 1);
     mf_lua__http_known_fields(L, idx);
     for (size_t i = 0; i < MF_ARRAY_SIZE(mf_lua__http_fields); i++)
-        mf_lua_desc_opt_field(L, idx, mf_lua__http_fields[i].name,
-                              mf_lua__http_fields[i].type);
+        if (mf_lua__http_fields[i].type != LUA_TNONE)
+            mf_lua_desc_opt_field(L, idx, mf_lua__http_fields[i].name,
+                                  mf_lua__http_fields[i].type);
+    if (mf_lua__http2_mode(L, idx) < 0)
+        luaL_error(L, "http task: http2 must be true, false or "
+                      "'prior_knowledge'");
     lua_Number max = mf_lua_desc_number(L, idx, "max_body", 0);
     if (max < 0 || max != floor(max) || max > 9007199254740992.0)
         luaL_error(L, "http task: max_body must be a whole number of bytes "
@@ -165,6 +188,7 @@ static void mf_lua__http_opts(lua_State *L, int idx, mf_task_t *task,
         mf_task_http_set_upstream_key(task, key, len);
     }
     lua_pop(L, 2);
+    opts.http2 = mf_lua__http2_mode(L, idx); /* checked */
     mf_task_http_set_opts(task, &opts);
 }
 
@@ -259,6 +283,11 @@ static void mf_lua__http_result(lua_State *L, mf_task_t *task, void *data)
     const char *body = mf_task_http_body(task, &len);
     lua_pushlstring(L, body ? body : "", body ? len : 0);
     lua_setfield(L, -2, "body");
+    int version = mf_task_http_version(task);
+    if (version) {
+        lua_pushstring(L, version == 20 ? "2" : version == 11 ? "1.1" : "1.0");
+        lua_setfield(L, -2, "version");
+    }
     const char *url = mf_task_http_url(task);
     if (url) {
         lua_pushstring(L, url);

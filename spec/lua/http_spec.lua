@@ -147,6 +147,22 @@ describe("mf.http", function()
         end)
     end)
 
+    it("says the response's HTTP version", function()
+        local r = assert(mf.http.get(base .. "/"))
+        assert.are.equal("1.1", r.version)
+        -- http2 = true is the default: on http:// it is HTTP/1.1 still
+        r = assert(mf.http.get(base .. "/", { http2 = true }))
+        assert.are.equal("1.1", r.version)
+    end)
+
+    it("raises on an http2 that is not true, false or 'prior_knowledge'", function()
+        for _, bad in ipairs({ "yes", 2, "h2c" }) do
+            assert.has_error(function()
+                mf.http.get(base .. "/", { http2 = bad })
+            end, "http task: http2 must be true, false or 'prior_knowledge'")
+        end
+    end)
+
     it("returns nil, 'protocol error' for an answer that is not HTTP", function()
         local odd = "http://127.0.0.1:" .. os.getenv("MF_ODD_PORT")
         local r, err = mf.http.get(odd .. "/garbage", { retries = 0 })
@@ -187,6 +203,18 @@ describe("mf.http over TLS", function()
     it("skips verification with verify = false", function()
         local r = assert(mf.http.get(url, { verify = false }))
         assert.are.equal(200, r.status)
+    end)
+
+    it("stays on HTTP/1 when the server does not pick h2 by ALPN", function()
+        -- Python's http.server: no ALPN, and it answers as HTTP/1.0
+        local odd = "https://127.0.0.1:" .. os.getenv("MF_ODD_TLS_PORT")
+        local r = assert(mf.http.get(odd .. "/redirect?to=/x",
+            { ca_file = ca_file }))
+        assert.are.equal(302, r.status)
+        assert.are.equal("1.0", r.version)
+        r = assert(mf.http.get(odd .. "/redirect?to=/x",
+            { ca_file = ca_file, http2 = false }))
+        assert.are.equal("1.0", r.version)
     end)
 
     it("refuses an https to http redirect unless insecure_redirects", function()

@@ -71,7 +71,19 @@ typedef struct mf_http_client_opts {
      * a non-idempotent request goes to another server only when it cannot
      * have been sent (the connect failed), unless this is true. */
     bool retry_non_idempotent;
+    /* HTTP/2 (mf_http2_mode_t): by default an https request offers h2 by
+     * ALPN and stays on HTTP/1.1 when the server picks it or nothing. A
+     * forward speaks HTTP/1.1 whatever this says. */
+    int http2;
 } mf_http_client_opts_t;
+
+typedef enum mf_http2_mode {
+    MF_HTTP2_ALPN = 0, /* https: h2 when the server picks it; http: 1.1 */
+    MF_HTTP2_OFF,      /* HTTP/1.1 only */
+    /* http: h2c from the first byte (the server is known to speak it);
+     * https: as MF_HTTP2_ALPN */
+    MF_HTTP2_PRIOR_KNOWLEDGE
+} mf_http2_mode_t;
 
 MF_API void mf_http_client_opts_init(mf_http_client_opts_t *opts);
 
@@ -151,6 +163,8 @@ MF_API const char *mf_task_http_header(const mf_task_t *task, const char *name,
 /* The URL finally answered (after redirects). */
 MF_API const char *mf_task_http_url(const mf_task_t *task);
 MF_API int mf_task_http_redirects(const mf_task_t *task);
+/* The response's HTTP version: 20 (HTTP/2), 11 or 10; 0 without one. */
+MF_API int mf_task_http_version(const mf_task_t *task);
 /* What a failed task's error is about, or NULL: for MF_EINVAL the URL's
  * fault ("malformed URL 'http://': no host", moonflow/url.h); for a connection
  * that could not be opened (DNS, connect, TLS) its origin ("https://host:443"),
