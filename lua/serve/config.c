@@ -32,6 +32,9 @@
  *     trace = { file = "trace.jsonl", sample = 1000, token = "t0k" },
  *     upstreams = { api = { servers = { "10.0.0.1:80" },  -- as mf.upstream
  *                           health = { type = "http" } } },
+ *     compress = { types = { "text/html", "application/json" },
+ *                  min_length = 1024, level = 6,   -- gzip's
+ *                  brotli = true, brotli_level = 4 },
  *   }
  *
  * Relative paths are taken from the config file's folder (route scripts:
@@ -241,6 +244,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"metrics", LUA_TTABLE, 0, 0, NULL},
     {"trace", LUA_TTABLE, 0, 0, NULL},
     {"upstreams", LUA_TTABLE, 0, 0, NULL},
+    {"compress", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -280,6 +284,13 @@ static const mf_config_key_t mf__trace_keys[] = {
 static const mf_config_key_t mf__metrics_keys[] = {
     {"path", LUA_TSTRING, 0, 0, NULL},
     {"listen", LUA_TSTRING, 0, 0, NULL},
+    MF_CONFIG_END};
+static const mf_config_key_t mf__compress_keys[] = {
+    {"types", LUA_TTABLE, 0, 0, NULL},
+    {"min_length", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
+    {"level", LUA_TNUMBER, 1, 9, " (gzip's)"},
+    {"brotli", LUA_TBOOLEAN, 0, 0, NULL},
+    {"brotli_level", LUA_TNUMBER, 0, 11, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
     {"file", LUA_TSTRING, 0, 0, NULL},
@@ -809,6 +820,87 @@ static int mf__config_section_upstreams(lua_State *L, int t,
     return 0;
 }
 
+/* A media type of compress.types: "type/subtype", tokens, no parameters. */
+static bool mf__config_media_type(const char *s, size_t len)
+{
+    const char *slash = memchr(s, '/', len);
+    if (!slash || slash == s || slash == s + len - 1)
+        return false;
+    size_t a = (size_t)(slash - s), b = len - a - 1;
+    return mf_http_field_name_valid(s, a) &&
+           mf_http_field_name_valid(slash + 1, b);
+}
+
+/* compress.types = { "text/html", ... }: a list of media types. */
+static int mf__config_compress_types(lua_State *L, int t, mf_serve_config_t *c,
+                                     char *err, size_t errlen)
+{
+    size_t n = lua_objlen(L, t);
+    if (n > MF_HTTP_COMPRESS_MAX_TYPES) {
+        snprintf(err, errlen, "compress.types: at most %d types",
+                 MF_HTTP_COMPRESS_MAX_TYPES);
+        return -1;
+    }
+    size_t seen = 0;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        size_t len = 0;
+        bool indexed = lua_type(L, -2) == LUA_TNUMBER &&
+                       lua_tonumber(L, -2) >= 1 &&
+                       lua_tonumber(L, -2) <= (double)n;
+        const char *s =
+            lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+        if (!indexed || !s || !mf__config_media_type(s, len)) {
+            snprintf(err, errlen,
+                     "compress.types: a list of media types like "
+                     "\"text/html\" expected, got %s%.80s",
+                     s ? "" : "a ", s ? s : luaL_typename(L, -1));
+            return -1;
+        }
+        c->compress_types[(size_t)lua_tonumber(L, -2) - 1] =
+            mf_serve_config_strdup(c, s);
+        seen++;
+        lua_pop(L, 1);
+    }
+    if (seen != n) {
+        snprintf(err, errlen, "compress.types: a list without holes expected");
+        return -1;
+    }
+    c->compress.types = c->compress_types;
+    c->compress.ntypes = (unsigned)n;
+    return 0;
+}
+
+/* compress = { types, min_length, level, brotli, brotli_level }: the
+ * answers compressed (moonflow/http_compress.h); absent: none. */
+static int mf__config_section_compress(lua_State *L, int t,
+                                       mf_serve_config_t *c, const char *dir,
+                                       char *err, size_t errlen)
+{
+    (void)dir;
+    if (mf__config_check(L, t, "compress.", mf__compress_keys, err, errlen) < 0)
+        return -1;
+    mf_http_compress_config_init(&c->compress);
+    double v;
+    if (mf__field_number(L, t, "min_length", &v))
+        c->compress.min_length = (size_t)v;
+    if (mf__field_number(L, t, "level", &v))
+        c->compress.level = (int)v;
+    if (mf__field_number(L, t, "brotli_level", &v))
+        c->compress.brotli_level = (int)v;
+    mf__rawfield(L, t, "brotli");
+    if (lua_isboolean(L, -1))
+        c->compress.brotli = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    mf__rawfield(L, t, "types");
+    if (lua_istable(L, -1) &&
+        mf__config_compress_types(L, lua_gettop(L), c, err, errlen) < 0)
+        return -1;
+    lua_pop(L, 1);
+    c->http.compress = &c->compress;
+    return 0;
+}
+
 static const struct {
     const char *name;
     mf_config_section_fn read;
@@ -819,7 +911,8 @@ static const struct {
                                 {"routes", mf__config_section_routes},
                                 {"shared", mf__config_section_shared},
                                 {"metrics", mf__config_section_metrics},
-                                {"trace", mf__config_section_trace}};
+                                {"trace", mf__config_section_trace},
+                                {"compress", mf__config_section_compress}};
 
 static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
                                const char *dir, char *err, size_t errlen)
