@@ -11,7 +11,7 @@
  * ratio on pages over 32 KiB (windowBits 9 would cut it to 8 KiB, but
  * text compresses worse once matches cannot reach 32 KiB back). A brotli
  * encoder takes lgwin 18 (a 256 KiB window, not the library's 4 MiB) and
- * at quality 4 about 1 MiB all told (measured by the unit test through
+ * at quality 4 about 1.2 MiB all told (measured by the unit test through
  * the pool's accounting). Only encoders in use hold that much: a pool
  * keeps at most MF_HTTP_ENCODERS_IDLE idle encoders and
  * MF_HTTP_BLOCKS_IDLE idle library blocks, and frees the rest.
