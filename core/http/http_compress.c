@@ -461,7 +461,7 @@ int mf__http_encoder_step(mf_http_encoder_t *enc, const void *in, size_t in_len,
 {
     *consumed = 0;
     *written = 0;
-    if (enc->finished)
+    if (enc->finished || cap < MF_HTTP_ENCODE_MIN_ROOM)
         return MF_EINVAL;
     if (enc->coding == MF_HTTP_CODING_GZIP)
         return mf__step_gzip(enc, in, in_len, consumed, out, cap, written, op);

@@ -58,11 +58,17 @@ typedef enum mf_http_encode_op {
     MF_HTTP_ENCODE_FINISH /* and the end of the stream */
 } mf_http_encode_op_t;
 
+/* The least room a step takes. zlib writes a flush marker of up to 6
+ * bytes at each sync flush, and one that does not fit is written again at
+ * the next call: with less room than that, a flush would never end. */
+#define MF_HTTP_ENCODE_MIN_ROOM 16
+
 /* One step: takes input from in[0..in_len) (*consumed of it) and writes
  * compressed bytes to out[0..cap) (*written of them). Returns 0 when done
  * (all input taken and flushed, or finished), 1 when out is full (call
  * again with the rest of the input and more room), MF_EINVAL when the
- * stream was finished already or the library failed, MF_ENOMEM. */
+ * stream was finished already, cap is below MF_HTTP_ENCODE_MIN_ROOM or the
+ * library failed. */
 int mf__http_encoder_step(mf_http_encoder_t *enc, const void *in, size_t in_len,
                           size_t *consumed, void *out, size_t cap,
                           size_t *written, mf_http_encode_op_t op);

@@ -182,6 +182,28 @@ TEST(a_warm_pool_allocates_nothing_more_and_stays_bounded)
     mf__http_compress_pool_destroy(pool);
 }
 
+TEST(a_room_too_small_for_a_flush_marker_is_refused)
+{
+    mf_http_compress_pool_t *pool = mf__http_compress_pool_create();
+    mf_http_encoder_t *enc =
+        mf__http_encoder_open(pool, MF_HTTP_CODING_GZIP, 6);
+    size_t used, written;
+    ASSERT_EQ(mf__http_encoder_step(enc, "", 0, &used, packed,
+                                    MF_HTTP_ENCODE_MIN_ROOM - 1, &written,
+                                    MF_HTTP_ENCODE_FLUSH),
+              MF_EINVAL);
+    /* the least room ends a flush of nothing, where one byte never did */
+    int rc, steps = 0;
+    do {
+        rc = mf__http_encoder_step(enc, "", 0, &used, packed,
+                                   MF_HTTP_ENCODE_MIN_ROOM, &written,
+                                   MF_HTTP_ENCODE_FLUSH);
+    } while (rc == 1 && ++steps < 100);
+    ASSERT_EQ(rc, 0);
+    mf__http_encoder_close(enc);
+    mf__http_compress_pool_destroy(pool);
+}
+
 TEST(an_encoder_that_cannot_get_memory_is_refused_cleanly)
 {
     mf_http_compress_pool_t *pool = mf__http_compress_pool_create();
