@@ -86,33 +86,94 @@ static const char *mf__line_value(const char *lines, size_t len,
     return NULL;
 }
 
-/* The handler's lines first, then the static ones. */
-static const char *mf__answer_field(const mf_http_compress_answer_t *a,
-                                    const char *name, size_t *value_len)
+/* What the choice reads of an answer's head, found in one pass. */
+typedef struct mf_answer_fields {
+    const char *type; /* Content-Type's value, NULL when none */
+    size_t type_len;
+    bool encoded;     /* a Content-Encoding of its own */
+    bool static_etag; /* an ETag among the static lines: not weakened in
+                         place, so not compressed */
+    bool varies;      /* a Vary names Accept-Encoding, or is "*" */
+} mf_answer_fields_t;
+
+static bool mf__name_is(const char *p, size_t len, const char *name,
+                        size_t nlen)
 {
-    size_t nlen = strlen(name);
-    const char *v =
-        mf__line_value(a->lines->data, a->lines->len, name, nlen, value_len);
-    for (unsigned i = 0; !v && i < a->nstatic; i++)
-        v = mf__line_value(a->static_lines[i], a->static_lens[i], name, nlen,
-                           value_len);
-    return v;
+    return len == nlen && strncasecmp(p, name, nlen) == 0;
+}
+
+static bool mf__vary_names_it(const char *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] == '*')
+            return true;
+        if (n - i >= 15 && strncasecmp(v + i, "accept-encoding", 15) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* One field line's name p[0..nlen) and value v[0..vlen) into f. */
+static void mf__note_field(const char *p, size_t nlen, const char *v,
+                           size_t vlen, bool in_static, mf_answer_fields_t *f)
+{
+    switch (nlen) { /* most names have none of these lengths */
+    case 4:
+        if (in_static && mf__name_is(p, nlen, "etag", 4))
+            f->static_etag = true;
+        else if (mf__name_is(p, nlen, "vary", 4) && mf__vary_names_it(v, vlen))
+            f->varies = true;
+        break;
+    case 12:
+        if (!f->type && mf__name_is(p, nlen, "content-type", 12)) {
+            f->type = v;
+            f->type_len = vlen;
+        }
+        break;
+    case 16:
+        if (mf__name_is(p, nlen, "content-encoding", 16))
+            f->encoded = true;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Every "Name: value\r\n" line of p[0..len), each byte read once. */
+static void mf__scan_lines(const char *p, size_t len, bool in_static,
+                           mf_answer_fields_t *f)
+{
+    const char *end = p + len;
+    while (p < end) {
+        const char *colon = memchr(p, ':', (size_t)(end - p));
+        if (!colon)
+            return;
+        const char *v = colon + 1;
+        const char *eol = memchr(v, '\n', (size_t)(end - v));
+        const char *ve = eol ? eol : end;
+        while (v < ve && (*v == ' ' || *v == '\t'))
+            v++;
+        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        mf__note_field(p, (size_t)(colon - p), v, (size_t)(ve - v), in_static,
+                       f);
+        p = eol ? eol + 1 : end;
+    }
+}
+
+/* The handler's lines, then the static ones. */
+static void mf__scan_answer(const mf_http_compress_answer_t *a,
+                            mf_answer_fields_t *f)
+{
+    memset(f, 0, sizeof(*f));
+    mf__scan_lines(a->lines->data, a->lines->len, false, f);
+    for (unsigned i = 0; i < a->nstatic; i++)
+        mf__scan_lines(a->static_lines[i], a->static_lens[i], true, f);
 }
 
 static bool mf__is_head_request(const mf_http_request_t *req)
 {
     return req->method_len == 4 && memcmp(req->method, "HEAD", 4) == 0;
-}
-
-/* An ETag among the static lines cannot be weakened in place. */
-static bool mf__static_etag(const mf_http_compress_answer_t *a)
-{
-    size_t n;
-    for (unsigned i = 0; i < a->nstatic; i++)
-        if (mf__line_value(a->static_lines[i], a->static_lens[i], "ETag", 4,
-                           &n))
-            return true;
-    return false;
 }
 
 /* ---- the choice ------------------------------------------------------------
@@ -130,13 +191,12 @@ mf_http_coding_t mf__http_compress_choose(const mf_http_compress_answer_t *a,
     if (a->status < 200 || a->status == 204 || a->status == 206 ||
         a->status == 304 || mf__is_head_request(a->req))
         return MF_HTTP_CODING_IDENTITY;
-    size_t n;
-    const char *type = mf__answer_field(a, "Content-Type", &n);
-    if (!type || !mf__http_compress_type_listed(c, type, n))
+    mf_answer_fields_t f;
+    mf__scan_answer(a, &f);
+    if (!f.type || !mf__http_compress_type_listed(c, f.type, f.type_len) ||
+        f.encoded || f.static_etag)
         return MF_HTTP_CODING_IDENTITY;
-    if (mf__answer_field(a, "Content-Encoding", &n) || mf__static_etag(a))
-        return MF_HTTP_CODING_IDENTITY;
-    *vary = true;
+    *vary = !f.varies;
     const mf_http_header_t *ae = mf_http_find_header(
         a->req->headers, a->req->num_headers, "Accept-Encoding");
     unsigned offered = 1u << MF_HTTP_CODING_GZIP;
@@ -148,17 +208,6 @@ mf_http_coding_t mf__http_compress_choose(const mf_http_compress_answer_t *a,
 
 /* ---- the head's lines for the choice --------------------------------------
  */
-
-static bool mf__vary_names_it(const char *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] == '*')
-            return true;
-        if (n - i >= 15 && strncasecmp(v + i, "accept-encoding", 15) == 0)
-            return true;
-    }
-    return false;
-}
 
 /* "ETag: "x"" becomes "ETag: W/"x"" in place: a compressed body is not
  * byte for byte the tagged one (nginx does the same). */
@@ -180,9 +229,7 @@ static int mf__weaken_etag(mf_loop_t *loop, mf_buf_t *lines)
 int mf__http_compress_head(mf_loop_t *loop, mf_buf_t *lines,
                            mf_http_coding_t coding, bool vary)
 {
-    size_t n;
-    const char *v = mf__line_value(lines->data, lines->len, "Vary", 4, &n);
-    if (vary && !(v && mf__vary_names_it(v, n))) {
+    if (vary) {
         static const char line[] = "Vary: Accept-Encoding\r\n";
         if (mf__buf_append(loop, lines, line, sizeof line - 1) < 0)
             return MF_ENOMEM;

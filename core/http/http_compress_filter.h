@@ -38,15 +38,17 @@ typedef struct mf_http_compress_answer {
 } mf_http_compress_answer_t;
 
 /* The coding for the answer (identity: not compressed) and, in *vary,
- * whether the client's Accept-Encoding decided it. known_length: length
- * is the body's (else it streams). Reads only. */
+ * whether its head needs Vary: Accept-Encoding (the client's
+ * Accept-Encoding decided, and no Vary line names it or "*"). The head's
+ * lines are read in one pass. known_length: length is the body's (else
+ * it streams). Reads only. */
 mf_http_coding_t mf__http_compress_choose(const mf_http_compress_answer_t *a,
                                           bool known_length, uint64_t length,
                                           bool *vary);
 
-/* The head's lines for a choice: Vary: Accept-Encoding (vary, unless a
- * Vary line names it or "*"), Content-Encoding and the ETag weakened
- * (coding). 0 or MF_ENOMEM (lines may have grown). */
+/* The head's lines for a choice: Vary: Accept-Encoding (vary),
+ * Content-Encoding and the ETag weakened (coding). 0 or MF_ENOMEM (lines
+ * may have grown). */
 int mf__http_compress_head(mf_loop_t *loop, mf_buf_t *lines,
                            mf_http_coding_t coding, bool vary);
 
