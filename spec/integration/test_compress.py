@@ -4,7 +4,8 @@ and * as raw requests send them; Vary: Accept-Encoding whenever the
 client's header decided; small answers, unlisted types, HEAD, 204, 304,
 206 and answers that carry their own Content-Encoding untouched; ETag
 weakened; a streamed answer compressed piece by piece, each piece
-decodable as it arrives; an unknown key under compress refused at start,
+decodable as it arrives; a proxied answer compressed by the same rules;
+a route's own compress (false, or a table); an unknown key under compress refused at start,
 named. $MF_MOONFLOW is the binary. The server must stop with status 0."""
 import os
 import shutil
@@ -71,6 +72,10 @@ return function(req, resp)
   resp.status = 206
   resp:send(string.sub(PAGE, 1, 2000))
 end''',
+    "proxied.lua": '''
+return function(req, resp)
+  resp:proxy("http://127.0.0.1:PORT/off")
+end''',
     "stream.lua": '''
 local mf = require "moonflow"
 return function(req, resp)
@@ -122,17 +127,18 @@ def get(port, path, accept=None, method="GET"):
 class Compress(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        cls.port = free_port()
         cls.root = tempfile.mkdtemp(prefix="moonflow-compress-")
         os.mkdir(os.path.join(cls.root, "site"))
         page = PAGE.decode()
         for name, text in SITE.items():
             with open(os.path.join(cls.root, "site", name), "w") as f:
-                f.write(text.replace("PAGE", "[[%s]]" % page))
+                f.write(text.replace("PAGE", "[[%s]]" % page)
+                        .replace("PORT", str(cls.port)))
         conf = os.path.join(cls.root, "conf.lua")
         with open(conf, "w") as f:
             f.write(CONFIG)
         cls.errors = os.path.join(cls.root, "stderr.log")
-        cls.port = free_port()
         try:
             cls.srv = Server([MOONFLOW, "serve", "--config", conf,
                               "--listen", "127.0.0.1:%d" % cls.port,
@@ -221,6 +227,17 @@ class Compress(unittest.TestCase):
         r = get(self.port, "/pngtoo", "gzip")
         self.assertEqual(r.header("content-encoding"), "gzip")
         self.assertEqual(zlib.decompress(r.body, 31), PAGE)
+
+    def test_a_proxied_answer_is_compressed_by_the_same_rules(self):
+        """/proxied relays /off (a route that never compresses): the
+        relayed page is compressed on its way out, streamed."""
+        r = get(self.port, "/proxied", "gzip")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("content-encoding"), "gzip")
+        self.assertEqual(zlib.decompress(r.body, 31), PAGE)
+        r = get(self.port, "/proxied", "identity")
+        self.assertIsNone(r.header("content-encoding"))
+        self.assertEqual(r.body, PAGE)
 
     # ---- what is never compressed -----------------------------------
 
