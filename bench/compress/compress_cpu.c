@@ -45,9 +45,8 @@ static char *read_file(const char *path, size_t *len)
 /* One answer: the whole input through a fresh encoder; its output size,
  * or 0 when the encoder failed. */
 static size_t compress_once(mf_http_compress_pool_t *pool,
-                            mf_http_coding_t coding, int level,
-                            const char *in, size_t len, size_t piece,
-                            char *out, size_t cap)
+                            mf_http_coding_t coding, int level, const char *in,
+                            size_t len, size_t piece, char *out, size_t cap)
 {
     mf_http_encoder_t *enc = mf__http_encoder_open(pool, coding, level);
     if (!enc)
@@ -57,8 +56,8 @@ static size_t compress_once(mf_http_compress_pool_t *pool,
         piece = len;
     do {
         size_t n = len - at < piece ? len - at : piece;
-        mf_http_encode_op_t op = at + n == len ? MF_HTTP_ENCODE_FINISH
-                                               : MF_HTTP_ENCODE_FLUSH;
+        mf_http_encode_op_t op =
+            at + n == len ? MF_HTTP_ENCODE_FINISH : MF_HTTP_ENCODE_FLUSH;
         const char *p = in + at;
         size_t left = n;
         int rc;
@@ -83,8 +82,8 @@ static size_t compress_once(mf_http_compress_pool_t *pool,
 int main(int argc, char **argv)
 {
     if (argc != 6) {
-        fprintf(stderr,
-                "usage: %s FILE gzip|br LEVEL PIECE SECONDS\n", argv[0]);
+        fprintf(stderr, "usage: %s FILE gzip|br LEVEL PIECE SECONDS\n",
+                argv[0]);
         return 2;
     }
     size_t len;
