@@ -204,6 +204,7 @@ struct mf_http_encoder {
 struct mf_http_compress_pool {
     mf_block_t *blocks; /* idle, any size */
     unsigned nblocks;
+    size_t idle_bytes;           /* of the idle blocks */
     mf_http_encoder_t *encoders; /* idle; a gzip one keeps its deflate
                                     stream (brotli's state has no reset:
                                     its blocks come back instead) */
@@ -221,6 +222,7 @@ static void *mf__pool_alloc(mf_http_compress_pool_t *pool, size_t size)
             mf_block_t *found = *b;
             *b = found->next;
             pool->nblocks--;
+            pool->idle_bytes -= size;
             return found + 1;
         }
     }
@@ -239,10 +241,12 @@ static void mf__pool_free(mf_http_compress_pool_t *pool, void *p)
     if (!p)
         return;
     mf_block_t *block = (mf_block_t *)p - 1;
-    if (pool->nblocks < MF_HTTP_BLOCKS_IDLE) {
+    if (pool->nblocks < MF_HTTP_BLOCKS_IDLE &&
+        block->size <= MF_HTTP_BLOCKS_IDLE_BYTES - pool->idle_bytes) {
         block->next = pool->blocks;
         pool->blocks = block;
         pool->nblocks++;
+        pool->idle_bytes += block->size;
         return;
     }
     pool->bytes -= block->size;
@@ -308,6 +312,11 @@ void mf__http_compress_pool_destroy(mf_http_compress_pool_t *pool)
 size_t mf__http_compress_pool_bytes(const mf_http_compress_pool_t *pool)
 {
     return pool->bytes;
+}
+
+size_t mf__http_compress_pool_idle_bytes(const mf_http_compress_pool_t *pool)
+{
+    return pool->idle_bytes;
 }
 
 /* ---- encoders ------------------------------------------------------------ */

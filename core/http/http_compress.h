@@ -12,9 +12,12 @@
  * text compresses worse once matches cannot reach 32 KiB back). A brotli
  * encoder takes lgwin 18 (a 256 KiB window, not the library's 4 MiB) and
  * at quality 4 about 1.2 MiB all told (measured by the unit test through
- * the pool's accounting). Only encoders in use hold that much: a pool
- * keeps at most MF_HTTP_ENCODERS_IDLE idle encoders and
- * MF_HTTP_BLOCKS_IDLE idle library blocks, and frees the rest.
+ * the pool's accounting). A pool keeps at most MF_HTTP_ENCODERS_IDLE
+ * idle encoders (a gzip one with its 256 KiB: reset, not made again) and
+ * MF_HTTP_BLOCKS_IDLE idle library blocks of at most
+ * MF_HTTP_BLOCKS_IDLE_BYTES in all (brotli's: two or three encoders'
+ * worth), and frees the rest: beyond the answers being compressed, a
+ * loop holds at most about 6 MiB for compression.
  *
  * Ownership: the caller creates and destroys a pool (one per loop: no
  * lock); an encoder belongs to its pool and goes back to it with
@@ -32,6 +35,7 @@
 
 #define MF_HTTP_ENCODERS_IDLE 8
 #define MF_HTTP_BLOCKS_IDLE 48
+#define MF_HTTP_BLOCKS_IDLE_BYTES (4u << 20)
 #define MF_HTTP_GZIP_WINDOW_BITS (15 + 16) /* 32 KiB window, gzip wrapper */
 #define MF_HTTP_GZIP_MEM_LEVEL 8
 #define MF_HTTP_BROTLI_LGWIN 18
@@ -43,8 +47,10 @@ typedef struct mf_http_encoder mf_http_encoder_t;
 mf_http_compress_pool_t *mf__http_compress_pool_create(void);
 /* Frees the idle encoders and blocks; every encoder must be closed. */
 void mf__http_compress_pool_destroy(mf_http_compress_pool_t *pool);
-/* Bytes the libraries hold now through the pool (in use or idle). */
+/* Bytes the libraries hold now through the pool (in use or idle), and
+ * of them the idle blocks'. */
 size_t mf__http_compress_pool_bytes(const mf_http_compress_pool_t *pool);
+size_t mf__http_compress_pool_idle_bytes(const mf_http_compress_pool_t *pool);
 
 /* A fresh stream of coding (gzip or br) at level (gzip 1-9, brotli 0-11,
  * clamped), from the pool; NULL when out of memory. */

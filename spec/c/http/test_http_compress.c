@@ -204,6 +204,34 @@ TEST(a_room_too_small_for_a_flush_marker_is_refused)
     mf__http_compress_pool_destroy(pool);
 }
 
+TEST(many_encoders_at_once_leave_a_bounded_pool_behind)
+{
+    mf_http_compress_pool_t *pool = mf__http_compress_pool_create();
+    mf_http_encoder_t *open[20];
+    fill_input(5000, 5);
+    for (int i = 0; i < 20; i++) {
+        open[i] = mf__http_encoder_open(
+            pool, i % 2 ? MF_HTTP_CODING_BR : MF_HTTP_CODING_GZIP, 4);
+        ASSERT(open[i] != NULL);
+        size_t used, written; /* brotli allocates at its first input */
+        ASSERT(mf__http_encoder_step(open[i], input, 5000, &used, packed,
+                                     sizeof packed, &written,
+                                     MF_HTTP_ENCODE_FLUSH) == 0);
+    }
+    size_t busy = mf__http_compress_pool_bytes(pool);
+    for (int i = 0; i < 20; i++)
+        mf__http_encoder_close(open[i]);
+    size_t left = mf__http_compress_pool_bytes(pool);
+    printf("# 20 encoders: %zu bytes in use, %zu kept idle\n", busy, left);
+    ASSERT(mf__http_compress_pool_idle_bytes(pool) <=
+           MF_HTTP_BLOCKS_IDLE_BYTES);
+    /* the idle blocks, and at most 8 idle gzip encoders' deflate state */
+    ASSERT(left <=
+           MF_HTTP_BLOCKS_IDLE_BYTES + MF_HTTP_ENCODERS_IDLE * 300 * 1024);
+    ASSERT(left < busy);
+    mf__http_compress_pool_destroy(pool);
+}
+
 TEST(an_encoder_that_cannot_get_memory_is_refused_cleanly)
 {
     mf_http_compress_pool_t *pool = mf__http_compress_pool_create();
