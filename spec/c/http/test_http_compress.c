@@ -412,3 +412,31 @@ TEST(whole_bodies_and_pieces_through_the_loop_decode)
     }
     mf_loop_destroy(loop); /* frees the loop's pool */
 }
+
+TEST(a_whole_body_without_memory_fails_and_keeps_nothing)
+{
+    mf_loop_t *loop = mf_loop_create();
+    mf_http_compress_config_t c;
+    mf_http_compress_config_init(&c);
+    fill_input(100000, 2);
+    unsigned failed = 0;
+    for (unsigned n = 1; n < 8; n++) {
+        mf_buf_t out = {0};
+        mf_alloc_fail_next(n);
+        int rc = mf__http_compress_whole(loop, &c, MF_HTTP_CODING_GZIP, input,
+                                         100000, &out);
+        mf_alloc_fail_next(0);
+        ASSERT(rc == 0 || rc == MF_ENOMEM);
+        if (rc < 0) {
+            ASSERT(out.data == NULL && out.len == 0); /* released */
+            failed++;
+        }
+        mf__buf_release(loop, &out);
+    }
+    ASSERT(failed > 0);
+    mf_buf_t out = {0}; /* and the loop's pool still works */
+    ASSERT(mf__http_compress_whole(loop, &c, MF_HTTP_CODING_BR, input, 100000,
+                                   &out) == 0);
+    mf__buf_release(loop, &out);
+    mf_loop_destroy(loop);
+}
