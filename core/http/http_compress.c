@@ -122,9 +122,10 @@ static void mf__accept_member(const char *p, size_t len, mf_accept_q_t *q)
         *slot = w;
 }
 
+/* One field line's list into q (a coding named before keeps its weight:
+ * several lines are one list, RFC 9110 §5.3). */
 static void mf__accept_parse(const char *value, size_t len, mf_accept_q_t *q)
 {
-    *q = (mf_accept_q_t){-1, -1, -1, -1};
     size_t start = 0;
     for (size_t i = 0; i <= len; i++) {
         if (i == len || value[i] == ',') {
@@ -140,25 +141,46 @@ static int mf__coding_q(int own, int star)
     return own >= 0 ? own : star >= 0 ? star : 0;
 }
 
+static mf_http_coding_t mf__accept_pick(const mf_accept_q_t *q,
+                                        unsigned offered)
+{
+    int br =
+        offered & (1u << MF_HTTP_CODING_BR) ? mf__coding_q(q->br, q->star) : 0;
+    int gzip = offered & (1u << MF_HTTP_CODING_GZIP)
+                   ? mf__coding_q(q->gzip, q->star)
+                   : 0;
+    /* Identity not named ranks below every accepted coding: 0 here, as
+     * a coding wins a tie with it anyway. */
+    int identity = q->identity >= 0 ? q->identity : 0;
+    int best = br > gzip ? br : gzip;
+    if (best == 0 || best < identity)
+        return MF_HTTP_CODING_IDENTITY;
+    return br >= gzip ? MF_HTTP_CODING_BR : MF_HTTP_CODING_GZIP;
+}
+
 mf_http_coding_t mf_http_accept_encoding(const char *value, size_t len,
                                          unsigned offered)
 {
     if (!value)
         return MF_HTTP_CODING_IDENTITY; /* no field: the server's choice */
-    mf_accept_q_t q;
+    mf_accept_q_t q = {-1, -1, -1, -1};
     mf__accept_parse(value, len, &q);
-    int br =
-        offered & (1u << MF_HTTP_CODING_BR) ? mf__coding_q(q.br, q.star) : 0;
-    int gzip = offered & (1u << MF_HTTP_CODING_GZIP)
-                   ? mf__coding_q(q.gzip, q.star)
-                   : 0;
-    /* Identity not named ranks below every accepted coding: 0 here, as
-     * a coding wins a tie with it anyway. */
-    int identity = q.identity >= 0 ? q.identity : 0;
-    int best = br > gzip ? br : gzip;
-    if (best == 0 || best < identity)
-        return MF_HTTP_CODING_IDENTITY;
-    return br >= gzip ? MF_HTTP_CODING_BR : MF_HTTP_CODING_GZIP;
+    return mf__accept_pick(&q, offered);
+}
+
+mf_http_coding_t mf__http_accept_encoding_fields(const mf_http_header_t *h,
+                                                 size_t n, unsigned offered)
+{
+    mf_accept_q_t q = {-1, -1, -1, -1};
+    bool named = false;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i].name_len == 15 &&
+            strncasecmp(h[i].name, "accept-encoding", 15) == 0) {
+            mf__accept_parse(h[i].value, h[i].value_len, &q);
+            named = true;
+        }
+    }
+    return named ? mf__accept_pick(&q, offered) : MF_HTTP_CODING_IDENTITY;
 }
 
 /* ---- the type check ------------------------------------------------------ */

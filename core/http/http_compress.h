@@ -32,6 +32,7 @@
 #include <stddef.h>
 
 #include "moonflow/http_compress.h"
+#include "moonflow/http_parser.h"
 
 #define MF_HTTP_ENCODERS_IDLE 8
 #define MF_HTTP_BLOCKS_IDLE 48
@@ -82,6 +83,12 @@ int mf__http_encoder_step(mf_http_encoder_t *enc, const void *in, size_t in_len,
 /* Room that usually takes a flush or finish of len input bytes in one
  * step (a guess, not a bound: the step says when it needs more). */
 size_t mf__http_encode_room(size_t len);
+
+/* mf_http_accept_encoding over every Accept-Encoding field line of a
+ * request's headers, read as one list (RFC 9110 §5.3); identity when
+ * there is none. */
+mf_http_coding_t mf__http_accept_encoding_fields(const mf_http_header_t *h,
+                                                 size_t n, unsigned offered);
 
 /* Whether a Content-Type value's media type (before any ';', without
  * case or surrounding blanks) is one of config's types. */

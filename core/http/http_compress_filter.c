@@ -197,13 +197,11 @@ mf_http_coding_t mf__http_compress_choose(const mf_http_compress_answer_t *a,
         f.encoded || f.static_etag)
         return MF_HTTP_CODING_IDENTITY;
     *vary = !f.varies;
-    const mf_http_header_t *ae = mf_http_find_header(
-        a->req->headers, a->req->num_headers, "Accept-Encoding");
     unsigned offered = 1u << MF_HTTP_CODING_GZIP;
     if (c->brotli)
         offered |= 1u << MF_HTTP_CODING_BR;
-    return mf_http_accept_encoding(ae ? ae->value : NULL,
-                                   ae ? ae->value_len : 0, offered);
+    return mf__http_accept_encoding_fields(a->req->headers, a->req->num_headers,
+                                           offered);
 }
 
 /* ---- the head's lines for the choice --------------------------------------

@@ -214,6 +214,13 @@ class Compress(unittest.TestCase):
             elif want == "gzip":
                 self.assertEqual(zlib.decompress(r.body, 31), PAGE, accept)
 
+    def test_two_accept_encoding_lines_are_one_list(self):
+        r = request(self.port, b"GET /page HTTP/1.1\r\nHost: t\r\n"
+                    b"Accept-Encoding: br;q=0\r\n"
+                    b"Accept-Encoding: gzip\r\n\r\n")
+        self.assertEqual(r.header("content-encoding"), "gzip")
+        self.assertEqual(zlib.decompress(r.body, 31), PAGE)
+
     # ---- a route's own compression -----------------------------------
 
     def test_a_route_overrides_the_servers_compression(self):

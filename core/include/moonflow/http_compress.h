@@ -64,7 +64,8 @@ typedef enum mf_http_coding {
  * the client accepts (unless "*;q=0" or "identity;q=0" refuse it, when
  * the server still answers identity if nothing else is acceptable).
  * Malformed members are skipped; value NULL (no field) answers identity.
- * The server passes the request's first Accept-Encoding field line.
+ * The server reads every Accept-Encoding field line of a request as one
+ * list.
  * Pure: reads value[0..len) only. */
 MF_API mf_http_coding_t mf_http_accept_encoding(const char *value, size_t len,
                                                 unsigned offered);

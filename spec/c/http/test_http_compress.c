@@ -67,6 +67,21 @@ TEST(accept_encoding_follows_q_values_identity_and_star)
     }
 }
 
+TEST(several_accept_encoding_lines_are_one_list)
+{
+    mf_http_header_t h[] = {
+        {"Host", 4, "t", 1},
+        {"Accept-Encoding", 15, "gzip;q=0.5", 10},
+        {"accept-encoding", 15, "br;q=0.9, gzip", 14},
+    };
+    /* gzip keeps its first weight; br, named on the second line, wins */
+    ASSERT_EQ(mf__http_accept_encoding_fields(h, 3, GZ | BR),
+              MF_HTTP_CODING_BR);
+    ASSERT_EQ(mf__http_accept_encoding_fields(h, 3, GZ), MF_HTTP_CODING_GZIP);
+    ASSERT_EQ(mf__http_accept_encoding_fields(h, 1, GZ | BR),
+              MF_HTTP_CODING_IDENTITY); /* no field */
+}
+
 TEST(types_compare_without_case_or_parameters)
 {
     mf_http_compress_config_t c;
