@@ -33,7 +33,7 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            lua-nginx-memcached lua-nginx-websocket lua-nginx-dns \
            lua-nginx-cookie lua-resty-lrucache lua-resty-core \
            lua-nginx-string lua-nginx-kafka python3-websockets \
-           libnghttp2-dev python3-h2
+           libnghttp2-dev python3-h2 zlib1g-dev libbrotli-dev
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with
@@ -60,8 +60,9 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # lua-nginx-memcached in nginx's Lua handlers too. The http client's HTTP/2
 # is libnghttp2's (libnghttp2-dev: frames and HPACK); its tests misbehave
 # as an HTTP/2 server with python3-h2 (resets, refusals, GOAWAY).
-# WebSocket: permessage-deflate is zlib's (zlib1g-dev).
-PACKAGES += zlib1g-dev
+# Response compression links zlib (zlib1g-dev) and libbrotli
+# (libbrotli-dev); its tests decode with both and with curl --compressed.
+# WebSocket: permessage-deflate is zlib's too.
 BENCH_PACKAGES = libnginx-mod-http-lua sysbench
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \

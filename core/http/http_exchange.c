@@ -29,10 +29,17 @@
  * connection's raw bytes (state MF_EX_RAW: writes go out unframed, the
  * send adds nothing). A body the protocol refuses while it is read (413,
  * 400, 408) is answered in place of the handler's answer.
+ *
+ * Compression (moonflow/http_compress.h) sits between the answer and the
+ * protocol: a whole body is compressed before its head is queued (its
+ * length is the compressed one), a streamed one piece by piece
+ * (http_compress_filter.c); out of memory there fails the answer as
+ * above.
  */
 #include <string.h>
 #include <strings.h>
 
+#include "http_compress_filter.h"
 #include "http_exchange.h"
 #include "http_site.h"
 
@@ -83,6 +90,8 @@ struct mf_http_exchange {
     mf_http_exchange_readable_cb on_readable;
     void *on_readable_arg;
     mf_post_t readable_post; /* a reader of a body in memory */
+    const mf_http_compress_config_t *compress; /* NULL: never */
+    mf_http_encoder_t *encoder; /* a compressed stream's, until its end */
     mf_http_header_t headers[MF_HTTP_MAX_HEADERS]; /* last: not zeroed */
 };
 
@@ -175,6 +184,42 @@ static int mf__exchange_queue_head(mf_http_exchange_t *ex,
     return ex->ops->send_head(ex->proto, &rh, body, body_len);
 }
 
+/* The answer as the compression step sees it. */
+static mf_http_compress_answer_t
+mf__exchange_answer(const mf_http_exchange_t *ex)
+{
+    return (mf_http_compress_answer_t){
+        .config = ex->compress,
+        .req = &ex->req,
+        .status = ex->status,
+        .lines = &ex->resp_headers,
+        .static_lines = ex->static_lines,
+        .static_lens = ex->static_lens,
+        .nstatic = ex->nstatic,
+    };
+}
+
+/* A known-length body, compressed into gz when the answer qualifies (gz
+ * left empty when not), with the head's lines that follow. 0 or
+ * MF_ENOMEM. */
+static int mf__exchange_compress_whole(mf_http_exchange_t *ex, const char *body,
+                                       size_t len, mf_buf_t *gz)
+{
+    if (len < ex->compress->min_length)
+        return 0; /* the usual answer: small, decided without a call */
+    mf_http_compress_answer_t a = mf__exchange_answer(ex);
+    bool vary;
+    mf_http_coding_t coding = mf__http_compress_choose(&a, true, len, &vary);
+    if (coding != MF_HTTP_CODING_IDENTITY &&
+        mf__http_compress_whole(ex->loop, ex->compress, coding, body, len, gz) <
+            0)
+        return MF_ENOMEM;
+    if (mf__http_compress_head(ex->loop, &ex->resp_headers, coding, vary) == 0)
+        return 0;
+    mf__buf_release(ex->loop, gz);
+    return MF_ENOMEM;
+}
+
 /* The whole response of a send: head, then the body copied behind it or
  * referenced from its own memory. */
 static void mf__exchange_queue_full(mf_http_exchange_t *ex)
@@ -188,25 +233,57 @@ static void mf__exchange_queue_full(mf_http_exchange_t *ex)
     bool has_body = mf__status_has_body(ex->status);
     bool head_only =
         ex->req.method_len == 4 && memcmp(ex->req.method, "HEAD", 4) == 0;
-    bool copy = has_body && !head_only && len <= MF_HTTP_COPY_BODY_MAX;
-    mf_http_framing_t framing =
-        has_body ? MF_HTTP_FRAME_LENGTH : MF_HTTP_FRAME_NONE;
-    if (mf__exchange_queue_head(ex, framing, len, copy ? body : NULL,
-                                copy ? len : 0) < 0) {
+    mf_buf_t gz = {0}; /* the body compressed, when it is */
+    if (ex->compress && has_body && !head_only &&
+        mf__exchange_compress_whole(ex, body, len, &gz) < 0) {
         mf__exchange_fail(ex);
         return;
     }
-    if (!has_body || head_only || !len || copy)
-        return;
     mf_buf_t *owned = ex->body_ref ? NULL : &ex->resp_body;
-    if (ex->ops->send_body(ex->proto, body, len, owned) < 0)
+    if (gz.data) {
+        body = gz.data;
+        len = gz.len;
+        owned = &gz;
+    }
+    bool copy = has_body && !head_only && len <= MF_HTTP_COPY_BODY_MAX;
+    mf_http_framing_t framing =
+        has_body ? MF_HTTP_FRAME_LENGTH : MF_HTTP_FRAME_NONE;
+    int rc = mf__exchange_queue_head(ex, framing, len, copy ? body : NULL,
+                                     copy ? len : 0);
+    /* A body that cannot follow its queued head: cut (rc 1). */
+    if (rc == 0 && has_body && !head_only && len && !copy &&
+        ex->ops->send_body(ex->proto, body, len, owned) < 0)
+        rc = 1;
+    mf__buf_release(ex->loop, &gz); /* unless the protocol took it */
+    if (rc < 0)
+        mf__exchange_fail(ex);
+    else if (rc > 0)
         mf__exchange_cut(ex);
+}
+
+/* One piece of a streamed body, compressed and flushed when the stream
+ * is: 0 or MF_ENOMEM. */
+static int mf__exchange_send_piece(mf_http_exchange_t *ex, const void *data,
+                                   size_t len, bool last)
+{
+    if (!ex->encoder)
+        return len ? ex->ops->send_piece(ex->proto, data, len) : 0;
+    const char *out;
+    size_t out_len;
+    int rc = mf__http_compress_piece(ex->loop, ex->encoder, data, len, last,
+                                     &out, &out_len);
+    if (rc == 0 && out_len)
+        rc = ex->ops->send_piece(ex->proto, out, out_len);
+    return rc < 0 ? MF_ENOMEM : 0;
 }
 
 /* The end of a streamed body, as the protocol frames it. */
 static void mf__exchange_end_stream(mf_http_exchange_t *ex)
 {
-    if (ex->ops->end_stream(ex->proto) < 0)
+    int rc = ex->encoder ? mf__exchange_send_piece(ex, NULL, 0, true) : 0;
+    mf__http_compress_close(ex->encoder);
+    ex->encoder = NULL;
+    if (rc < 0 || ex->ops->end_stream(ex->proto) < 0)
         mf__exchange_cut(ex);
 }
 
@@ -239,6 +316,7 @@ mf__exchange_create(mf_http_site_t *site, const mf_http_proto_ops_t *ops,
     ex->body_len = ex->streamed ? 0 : body_len;
     ex->state = MF_EX_ACTIVE;
     ex->status = 200;
+    ex->compress = site->config->compress;
     return ex;
 }
 
@@ -303,6 +381,7 @@ static void mf__exchange_destroy(mf_http_exchange_t *ex)
         mf_list_remove(&ex->drain_post._link); /* a drain call not run yet */
     if (mf_list_linked(&ex->readable_post._link))
         mf_list_remove(&ex->readable_post._link);
+    mf__http_compress_close(ex->encoder); /* a stream cut short */
     mf__buf_release(ex->loop, &ex->resp_headers);
     mf__buf_release(ex->loop, &ex->resp_body);
     mf_loop_free(ex->loop, ex, sizeof(*ex));
@@ -484,6 +563,12 @@ mf_series_t *mf_http_exchange_series(mf_http_exchange_t *ex)
     return ex->series;
 }
 
+void mf_http_exchange_set_compress(mf_http_exchange_t *ex,
+                                   const mf_http_compress_config_t *config)
+{
+    ex->compress = config;
+}
+
 void mf_http_exchange_hold(mf_http_exchange_t *ex)
 {
     ex->held = true;
@@ -547,6 +632,19 @@ void mf_http_exchange_abort(mf_http_exchange_t *ex)
     mf_http_exchange_send(ex); /* failed: ends the exchange, adds nothing */
 }
 
+/* A streamed answer's encoder, when it qualifies, and the head's lines
+ * that follow. 0 or MF_ENOMEM. */
+static int mf__exchange_compress_stream(mf_http_exchange_t *ex)
+{
+    mf_http_compress_answer_t a = mf__exchange_answer(ex);
+    bool vary;
+    mf_http_coding_t coding = mf__http_compress_choose(&a, false, 0, &vary);
+    if (coding != MF_HTTP_CODING_IDENTITY &&
+        !(ex->encoder = mf__http_compress_open(ex->loop, ex->compress, coding)))
+        return MF_ENOMEM;
+    return mf__http_compress_head(ex->loop, &ex->resp_headers, coding, vary);
+}
+
 /* The head of a streamed response, on its first write; an answer that
  * cannot go out becomes a 500 instead. 0, MF_ENOMEM or MF_EINVAL. */
 static int mf__exchange_start_stream(mf_http_exchange_t *ex)
@@ -555,6 +653,10 @@ static int mf__exchange_start_stream(mf_http_exchange_t *ex)
         int rc = ex->out_of_memory ? MF_ENOMEM : MF_EINVAL;
         mf__exchange_refuse_answer(ex);
         return rc;
+    }
+    if (ex->compress && mf__exchange_compress_stream(ex) < 0) {
+        mf__exchange_fail(ex); /* nothing queued yet: a 500 */
+        return MF_ENOMEM;
     }
     ex->state = MF_EX_STREAM;
     if (mf__exchange_queue_head(ex, MF_HTTP_FRAME_STREAM, 0, NULL, 0) == 0)
@@ -572,7 +674,7 @@ int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
     int rc = 0;
     if (ex->state == MF_EX_ACTIVE) /* on failure a 500 is queued instead */
         rc = mf__exchange_start_stream(ex);
-    if (rc == 0 && len && ex->ops->send_piece(ex->proto, data, len) < 0) {
+    if (rc == 0 && len && mf__exchange_send_piece(ex, data, len, false) < 0) {
         mf__exchange_cut(ex);
         return MF_ENOMEM;
     }

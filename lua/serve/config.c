@@ -25,13 +25,17 @@
  *     init_worker = "w.lua",  -- run on every worker as it starts
  *     routes = { ["/"] = "home.lua",
  *                ["/slow"] = { file = "slow.lua", timeout = 500 },
- *                ["/upload"] = { file = "up.lua", body = "stream" } },
+ *                ["/upload"] = { file = "up.lua", body = "stream" },
+ *                ["/feed"] = { file = "feed.lua", compress = false } },
  *     shared = { hits = 1048576 },   -- dicts of every worker: name = bytes
  *     metrics = { path = "/metrics",  -- Prometheus's page; none without
  *                 listen = "127.0.0.1:9145" },  -- its own address
  *     trace = { file = "trace.jsonl", sample = 1000, token = "t0k" },
  *     upstreams = { api = { servers = { "10.0.0.1:80" },  -- as mf.upstream
  *                           health = { type = "http" } } },
+ *     compress = { types = { "text/html", "application/json" },
+ *                  min_length = 1024, level = 6,   -- gzip's
+ *                  brotli = true, brotli_level = 4 },
  *   }
  *
  * Relative paths are taken from the config file's folder (route scripts:
@@ -241,6 +245,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"metrics", LUA_TTABLE, 0, 0, NULL},
     {"trace", LUA_TTABLE, 0, 0, NULL},
     {"upstreams", LUA_TTABLE, 0, 0, NULL},
+    {"compress", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -281,11 +286,19 @@ static const mf_config_key_t mf__metrics_keys[] = {
     {"path", LUA_TSTRING, 0, 0, NULL},
     {"listen", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_END};
+static const mf_config_key_t mf__compress_keys[] = {
+    {"types", LUA_TTABLE, 0, 0, NULL},
+    {"min_length", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
+    {"level", LUA_TNUMBER, 1, 9, " (gzip's)"},
+    {"brotli", LUA_TBOOLEAN, 0, 0, NULL},
+    {"brotli_level", LUA_TNUMBER, 0, 11, NULL},
+    MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
     {"file", LUA_TSTRING, 0, 0, NULL},
     MF_CONFIG_MS("timeout"),
     {"body", LUA_TSTRING, 0, 0, NULL},
     {"limit", LUA_TTABLE, 0, 0, NULL},
+    {"compress", LUA_TNONE, 0, 0, NULL}, /* false or a table: its reader */
     MF_CONFIG_END};
 static const mf_config_key_t mf__limit_keys[] = {
     {"req", LUA_TTABLE, 0, 0, NULL},
@@ -324,6 +337,8 @@ static const mf_config_key_t *mf__config_key(const mf_config_key_t *keys,
  * range). */
 static bool mf__config_value_fits(lua_State *L, const mf_config_key_t *k)
 {
+    if (k->type == LUA_TNONE)
+        return true; /* a key of more than one type checks itself */
     if (lua_type(L, -1) != k->type)
         return false;
     if (k->type != LUA_TNUMBER)
@@ -552,6 +567,123 @@ static int mf__config_route_limit(lua_State *L, int t, const char *path,
     return 0;
 }
 
+/* A media type of compress.types: "type/subtype", tokens, no parameters. */
+static bool mf__config_media_type(const char *s, size_t len)
+{
+    const char *slash = memchr(s, '/', len);
+    if (!slash || slash == s || slash == s + len - 1)
+        return false;
+    size_t a = (size_t)(slash - s), b = len - a - 1;
+    return mf_http_field_name_valid(s, a) &&
+           mf_http_field_name_valid(slash + 1, b);
+}
+
+/* where.types = { "text/html", ... }, the table at t: a list of media
+ * types, copied into types (room for MF_HTTP_COMPRESS_MAX_TYPES). */
+static int mf__config_compress_types(lua_State *L, int t, const char *where,
+                                     mf_serve_config_t *c, const char **types,
+                                     unsigned *ntypes, char *err, size_t errlen)
+{
+    size_t n = lua_objlen(L, t), seen = 0;
+    if (n > MF_HTTP_COMPRESS_MAX_TYPES) {
+        snprintf(err, errlen, "%stypes: at most %d types", where,
+                 MF_HTTP_COMPRESS_MAX_TYPES);
+        return -1;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        size_t len = 0;
+        bool indexed = lua_type(L, -2) == LUA_TNUMBER &&
+                       lua_tonumber(L, -2) >= 1 &&
+                       lua_tonumber(L, -2) <= (double)n;
+        const char *s =
+            lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+        if (!indexed || !s || !mf__config_media_type(s, len)) {
+            snprintf(err, errlen,
+                     "%stypes: a list of media types like \"text/html\" "
+                     "expected, got %s%.80s",
+                     where, s ? "" : "a ", s ? s : luaL_typename(L, -1));
+            return -1;
+        }
+        types[(size_t)lua_tonumber(L, -2) - 1] = mf_serve_config_strdup(c, s);
+        seen++;
+        lua_pop(L, 1);
+    }
+    if (seen != n) {
+        snprintf(err, errlen, "%stypes: a list without holes expected", where);
+        return -1;
+    }
+    *ntypes = (unsigned)n;
+    return 0;
+}
+
+/* A compress table (the server's or a route's) at t: checked, then read
+ * over the defaults into out, its types into types. where names it
+ * ("compress." or "routes[/x].compress."). */
+static int mf__config_compress(lua_State *L, int t, const char *where,
+                               mf_serve_config_t *c,
+                               mf_http_compress_config_t *out,
+                               const char **types, char *err, size_t errlen)
+{
+    if (mf__config_check(L, t, where, mf__compress_keys, err, errlen) < 0)
+        return -1;
+    mf_http_compress_config_init(out);
+    double v;
+    if (mf__field_number(L, t, "min_length", &v))
+        out->min_length = (size_t)v;
+    if (mf__field_number(L, t, "level", &v))
+        out->level = (int)v;
+    if (mf__field_number(L, t, "brotli_level", &v))
+        out->brotli_level = (int)v;
+    mf__rawfield(L, t, "brotli");
+    if (lua_isboolean(L, -1))
+        out->brotli = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    mf__rawfield(L, t, "types");
+    int rc = 0;
+    if (lua_istable(L, -1)) {
+        rc = mf__config_compress_types(L, lua_gettop(L), where, c, types,
+                                       &out->ntypes, err, errlen);
+        out->types = types;
+    }
+    lua_pop(L, 1);
+    return rc;
+}
+
+/* routes[path].compress, on top of L: false (none) or a table of its own;
+ * sets r's own_compress and compress. */
+static int mf__config_route_compress(lua_State *L, const char *path,
+                                     mf_serve_config_t *c,
+                                     mf_serve_route_spec_t *r, char *err,
+                                     size_t errlen)
+{
+    if (lua_isnil(L, -1))
+        return 0;
+    char where[140];
+    snprintf(where, sizeof where, "routes[%.100s].compress.", path);
+    if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) {
+        r->own_compress = true; /* none on this route */
+        return 0;
+    }
+    if (!lua_istable(L, -1)) {
+        snprintf(err, errlen,
+                 "routes[%.100s].compress: false or a table expected, got "
+                 "%s",
+                 path, lua_isboolean(L, -1) ? "true" : luaL_typename(L, -1));
+        return -1;
+    }
+    mf_http_compress_config_t *cc =
+        (mf_http_compress_config_t *)(void *)mf__config_string(c, sizeof(*cc));
+    const char **types = (const char **)(void *)mf__config_string(
+        c, MF_HTTP_COMPRESS_MAX_TYPES * sizeof(*types));
+    if (mf__config_compress(L, lua_gettop(L), where, c, cc, types, err,
+                            errlen) < 0)
+        return -1;
+    r->own_compress = true;
+    r->compress = cc;
+    return 0;
+}
+
 static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                              char *err, size_t errlen)
 {
@@ -565,6 +697,7 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
                                : NULL;
         double timeout = 0;
         const char *body = NULL, *limit = NULL;
+        mf_serve_route_spec_t spec = {0};
         if (lua_istable(L, -1)) {
             char where[128];
             snprintf(where, sizeof where, "routes[%.100s].", path ? path : "?");
@@ -577,6 +710,11 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
             if (lua_istable(L, -1) &&
                 mf__config_route_limit(L, lua_gettop(L), path ? path : "?", c,
                                        &limit, err, errlen) < 0)
+                return -1;
+            lua_pop(L, 1);
+            mf__rawfield(L, -1, "compress");
+            if (mf__config_route_compress(L, path ? path : "?", c, &spec, err,
+                                          errlen) < 0)
                 return -1;
             lua_pop(L, 1);
         }
@@ -604,6 +742,8 @@ static int mf__config_routes(lua_State *L, int t, mf_serve_config_t *c,
         r->timeout_ms = (uint32_t)timeout;
         r->stream_body = body != NULL;
         r->limit = limit;
+        r->compress = spec.compress;
+        r->own_compress = spec.own_compress;
         lua_pop(L, 1);
     }
     return 0;
@@ -809,6 +949,20 @@ static int mf__config_section_upstreams(lua_State *L, int t,
     return 0;
 }
 
+/* compress = {...}: the server's (moonflow/http_compress.h); absent:
+ * none. */
+static int mf__config_section_compress(lua_State *L, int t,
+                                       mf_serve_config_t *c, const char *dir,
+                                       char *err, size_t errlen)
+{
+    (void)dir;
+    if (mf__config_compress(L, t, "compress.", c, &c->compress,
+                            c->compress_types, err, errlen) < 0)
+        return -1;
+    c->http.compress = &c->compress;
+    return 0;
+}
+
 static const struct {
     const char *name;
     mf_config_section_fn read;
@@ -819,7 +973,8 @@ static const struct {
                                 {"routes", mf__config_section_routes},
                                 {"shared", mf__config_section_shared},
                                 {"metrics", mf__config_section_metrics},
-                                {"trace", mf__config_section_trace}};
+                                {"trace", mf__config_section_trace},
+                                {"compress", mf__config_section_compress}};
 
 static int mf__config_sections(lua_State *L, int t, mf_serve_config_t *c,
                                const char *dir, char *err, size_t errlen)

@@ -916,9 +916,13 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
     mf_serve_route_result_t rc =
         mf_serve_routes_push_handler(w->routes, mf_lua_host_state(w->host),
                                      head->path, head->path_len, &timeout);
+    const mf_http_compress_config_t *compress;
     switch (rc) {
     case MF_SERVE_ROUTE_FOUND:
     case MF_SERVE_ROUTE_PHASES:
+        if (mf_serve_routes_compress(w->routes, head->path, head->path_len,
+                                     &compress))
+            mf_http_exchange_set_compress(ex, compress);
         mf__request_start(w, ex,
                           timeout ? timeout : w->config->handler_timeout_ms,
                           &start, rc == MF_SERVE_ROUTE_PHASES);

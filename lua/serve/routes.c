@@ -45,7 +45,9 @@ typedef struct mf_serve_route {
     uint32_t timeout_ms;  /* from the config; 0 for file routes */
     bool stream_body;     /* from the config: body = "stream" */
     char *limit;          /* from the config (mf_serve_route_spec_t) */
-    char strings[];       /* path, file and rel_file, each NUL-terminated */
+    const mf_http_compress_config_t *compress; /* the config's, when own */
+    bool own_compress;
+    char strings[]; /* path, file and rel_file, each NUL-terminated */
 } mf_serve_route_t;
 
 #define MF_ROUTES_BUCKETS 256
@@ -68,7 +70,8 @@ struct mf_serve_routes {
     mf_lua_host_t *host;
     mf_serve_site_t *site; /* the generation routes are compiled in */
     bool cache_misses;
-    size_t nmisses; /* slots in use: forgetting an empty cache is free */
+    bool any_compress; /* a route has compression of its own */
+    size_t nmisses;    /* slots in use: forgetting an empty cache is free */
     uint64_t reloads, reload_failures; /* scripts loaded again (metrics) */
     mf_serve_route_t *buckets[MF_ROUTES_BUCKETS];
     mf_serve_route_miss_t misses[MF_ROUTES_MISSES];
@@ -453,6 +456,19 @@ bool mf_serve_routes_stream_body(mf_serve_routes_t *r, const char *path,
     return e && e->stream_body;
 }
 
+bool mf_serve_routes_compress(mf_serve_routes_t *r, const char *path,
+                              size_t len,
+                              const mf_http_compress_config_t **config)
+{
+    if (!r->any_compress)
+        return false;
+    mf_serve_route_t *e = mf__route_find(r, path, len, mf__fnv1a(path, len));
+    if (!e || !e->own_compress)
+        return false;
+    *config = e->compress;
+    return true;
+}
+
 /* ---- changes --------------------------------------------------------------
  */
 
@@ -586,6 +602,9 @@ mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
         e->fixed = true;
         e->timeout_ms = routes[i].timeout_ms;
         e->stream_body = routes[i].stream_body;
+        e->compress = routes[i].compress;
+        e->own_compress = routes[i].own_compress;
+        r->any_compress |= routes[i].own_compress;
         if (routes[i].limit) {
             size_t n = strlen(routes[i].limit) + 1;
             e->limit = memcpy(mf_xmalloc(n), routes[i].limit, n);

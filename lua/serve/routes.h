@@ -51,6 +51,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <moonflow/http_compress.h>
 #include <moonflow/lua_host.h>
 
 typedef struct mf_serve_routes mf_serve_routes_t;
@@ -65,6 +66,10 @@ typedef struct mf_serve_route_spec {
     /* limit = {...}: lines "kind\tname=value..." for moonflow.limit's
      * route(), which checks them before the handler; NULL: none */
     const char *limit;
+    /* compress = {...} or false: the route's own compression (NULL with
+     * own_compress: none), else the server's. Points into the config. */
+    const mf_http_compress_config_t *compress;
+    bool own_compress;
 } mf_serve_route_spec_t;
 
 mf_serve_routes_t *mf_serve_routes_create(mf_lua_host_t *host, const char *root,
@@ -104,6 +109,13 @@ mf_serve_route_result_t mf_serve_routes_push_handler(mf_serve_routes_t *routes,
  * hash lookup; no file is read. */
 bool mf_serve_routes_stream_body(mf_serve_routes_t *routes, const char *path,
                                  size_t len);
+
+/* Whether the explicit route of this URL path has its own compression
+ * (compress in its config entry), and if so which (*config; NULL: none).
+ * Free when no route has one. */
+bool mf_serve_routes_compress(mf_serve_routes_t *routes, const char *path,
+                              size_t len,
+                              const mf_http_compress_config_t **config);
 
 /* A file under the root changed (relative path as fswatch reports it). */
 void mf_serve_routes_changed(mf_serve_routes_t *routes, const char *file);

@@ -73,6 +73,9 @@ typedef struct mf_serve_config {
     bool jit;                 /* jit = true: keep LuaJIT's compiler on */
     int log_level;            /* mf.log's threshold (MF_LUA_LOG_*; 0: info) */
     mf_http_server_config_t http;
+    /* compress = {...}: http.compress points here when given */
+    mf_http_compress_config_t compress;
+    const char *compress_types[MF_HTTP_COMPRESS_MAX_TYPES];
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;

@@ -174,6 +174,9 @@ static const char *const fuzz_any_keys[] = {"listen",
                                             "sni",
                                             "file",
                                             "timeout",
+                                            "compress",
+                                            "types",
+                                            "level",
                                             "/",
                                             "/api",
                                             "api.test",
@@ -187,7 +190,7 @@ static const char *const fuzz_any_keys[] = {"listen",
  * first level. */
 static const char *const fuzz_top[] = {"listen",  "root",   "access_log",
                                        "workers", "limits", "timeouts",
-                                       "tls",     "routes"};
+                                       "tls",     "routes", "compress"};
 static const char *const fuzz_limits[] = {"max_body", "max_head", "max_line",
                                           "max_headers", "max_connections"};
 static const char *const fuzz_timeouts[] = {"header", "body", "keepalive",
@@ -196,7 +199,9 @@ static const char *const fuzz_tls[] = {"cert", "key", "sni"};
 static const char *const fuzz_names[] = {"api.test", "a", "", "x.y"};
 static const char *const fuzz_cert[] = {"cert", "key"};
 static const char *const fuzz_paths[] = {"/", "/a", "/api/x", "x", ""};
-static const char *const fuzz_route[] = {"file", "timeout"};
+static const char *const fuzz_route[] = {"file", "timeout", "compress"};
+static const char *const fuzz_compress[] = {"types", "min_length", "level",
+                                            "brotli", "brotli_level"};
 
 typedef struct fuzz_keys {
     const char *const *list;
@@ -220,6 +225,8 @@ static fuzz_keys_t fuzz_keys_under(const char *parent, const char *grand)
         return FUZZ_KEYS(fuzz_names);
     if (!strcmp(parent, "routes"))
         return FUZZ_KEYS(fuzz_paths);
+    if (!strcmp(parent, "compress"))
+        return FUZZ_KEYS(fuzz_compress);
     if (grand && !strcmp(grand, "sni"))
         return FUZZ_KEYS(fuzz_cert);
     if (grand && !strcmp(grand, "routes"))
@@ -392,6 +399,16 @@ static const char *fuzz_source(const uint8_t *data, size_t size, fuzz_gen_t *g,
     return g->out;
 }
 
+/* A compression config within the ranges the encoders take. */
+static void fuzz_check_compress(const mf_http_compress_config_t *cc)
+{
+    FUZZ_CHECK(cc->level >= 1 && cc->level <= 9);
+    FUZZ_CHECK(cc->brotli_level >= 0 && cc->brotli_level <= 11);
+    FUZZ_CHECK(cc->ntypes <= MF_HTTP_COMPRESS_MAX_TYPES);
+    for (unsigned i = 0; i < cc->ntypes; i++)
+        FUZZ_CHECK(cc->types[i] && strchr(cc->types[i], '/'));
+}
+
 /* A config the reader accepted is one the server can take. */
 static void fuzz_check_config(const mf_serve_config_t *c)
 {
@@ -401,7 +418,12 @@ static void fuzz_check_config(const mf_serve_config_t *c)
     for (size_t i = 0; i < c->nroutes; i++) {
         FUZZ_CHECK(c->routes[i].path && c->routes[i].path[0] == '/');
         FUZZ_CHECK(c->routes[i].file != NULL);
+        FUZZ_CHECK(!c->routes[i].compress || c->routes[i].own_compress);
+        if (c->routes[i].compress)
+            fuzz_check_compress(c->routes[i].compress);
     }
+    if (c->http.compress)
+        fuzz_check_compress(c->http.compress);
     FUZZ_CHECK(!c->http.tls.cert_file == !c->http.tls.key_file);
     FUZZ_CHECK(c->http.tls.sni_count <= MF_SERVE_MAX_SNI);
     for (size_t i = 0; i < c->http.tls.sni_count; i++)

@@ -61,6 +61,7 @@
 #include <sys/types.h>
 
 #include "dns.h"
+#include "http_compress.h"
 #include "http_parser.h"
 #include "series.h"
 #include "tls.h"
@@ -132,6 +133,9 @@ typedef struct mf_http_server_config {
      * deadlines (body_total_timeout_ms, min_body_rate: 408) as its bytes
      * arrive, and 100-continue goes out at the first read that waits. */
     bool (*stream_body)(const mf_http_request_t *req, void *user);
+    /* Response compression (moonflow/http_compress.h); NULL (the
+     * default): none. Read, not copied: it outlives the server. */
+    const mf_http_compress_config_t *compress;
 } mf_http_server_config_t;
 
 /* Fills every field with its default. */
@@ -291,6 +295,12 @@ MF_API void mf_http_exchange_body_ref(mf_http_exchange_t *ex, const void *data,
  * the response is sent when the series is done (a task's callback may also
  * send it earlier: the connection moves on once the series is done). */
 MF_API mf_series_t *mf_http_exchange_series(mf_http_exchange_t *ex);
+/* The compression of this exchange's answer instead of the server's
+ * (moonflow/http_compress.h; NULL: none), e.g. a route's own. Before the
+ * head is sent; config must outlive the exchange. */
+MF_API void
+mf_http_exchange_set_compress(mf_http_exchange_t *ex,
+                              const mf_http_compress_config_t *config);
 /* Keeps the exchange open after the handler returns, until _send. */
 MF_API void mf_http_exchange_hold(mf_http_exchange_t *ex);
 /* Sends the response (or ends a streamed one). Once. From here on no

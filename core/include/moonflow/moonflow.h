@@ -24,6 +24,7 @@
 #include "graph.h"
 #include "hdr.h"
 #include "http_client.h"
+#include "http_compress.h"
 #include "http_forward.h"
 #include "http_parser.h"
 #include "http_server.h"
