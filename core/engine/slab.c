@@ -32,18 +32,26 @@
 
 /* The smallest class whose size (64 << cls) holds size: a bit scan, no
  * loop, since it runs on every allocation and free. */
+/* The class of a size: 0 for up to 64 bytes; above, for 2^(b-1) < size <=
+ * 2^b, the odd class 3 * 2^(b-2) or the even class 2^b. Slots stay
+ * multiples of 32 bytes, so every object is aligned for any type. */
 static unsigned mf__slab_class(size_t size)
 {
     if (size <= ((size_t)1 << MF_SLAB_MIN_SHIFT))
         return 0;
     unsigned bits =
         64u - (unsigned)__builtin_clzll((unsigned long long)size - 1);
-    return bits - MF_SLAB_MIN_SHIFT;
+    unsigned cls = 2 * (bits - MF_SLAB_MIN_SHIFT);
+    return size <= ((size_t)3 << (bits - 2)) ? cls - 1 : cls;
 }
 
 static size_t mf__slab_class_size(unsigned cls)
 {
-    return (size_t)1 << (cls + MF_SLAB_MIN_SHIFT);
+    if (cls == 0)
+        return (size_t)1 << MF_SLAB_MIN_SHIFT;
+    unsigned k = (cls - 1) / 2;
+    return cls & 1 ? (size_t)3 << (k + MF_SLAB_MIN_SHIFT - 1)
+                   : (size_t)1 << (k + MF_SLAB_MIN_SHIFT + 1);
 }
 
 void mf__slab_init(mf_slab_t *slab)

@@ -13,7 +13,9 @@
 
 #include <stddef.h>
 
-#define MF_SLAB_CLASSES 9 /* 64, 128, ... 16384 */
+/* 64, then two classes per power of two (96, 128, 192, 256, ... 12288,
+ * 16384): an object wastes at most a third of its slot, not a half. */
+#define MF_SLAB_CLASSES 17
 
 typedef struct mf_slab_free {
     struct mf_slab_free *next;

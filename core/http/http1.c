@@ -86,6 +86,11 @@ typedef struct mf_http1 {
     bool peer_closed;  /* the client half-closed */
     bool dispatching;  /* the exchange runs its handler (see above) */
     bool raw;          /* upgraded: the exchange has the connection's bytes */
+    /* After an upgrade, the request's bytes (head, and a body read whole)
+     * copied out of the input, so that the input can be let go while the
+     * connection idles: the exchange points here until destroyed. */
+    char *kept;
+    uint32_t kept_len;
 } mf_http1_t;
 
 _Static_assert(sizeof(mf_http1_t) <= 128,
@@ -96,11 +101,22 @@ static const mf_http_proto_ops_t mf__h1_proto_ops;
 
 static void mf__h1_process(mf_http1_t *h);
 static void mf__h1_stream_kick(mf_post_t *post);
-static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len, bool body);
+static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len);
 
 static bool mf__h1_held(const mf_http1_t *h)
 {
     return h->in->pinned;
+}
+
+/* Destroys the request's exchange, then the request bytes it pointed to. */
+static void mf__h1_destroy_exchange(mf_http1_t *h, mf_http_exchange_t *ex)
+{
+    h->exops->destroy(ex);
+    if (h->kept) {
+        mf_loop_free(h->loop, h->kept, h->kept_len);
+        h->kept = NULL;
+        h->kept_len = 0;
+    }
 }
 
 /* ---- timers ----------------------------------------------------------------
@@ -243,6 +259,7 @@ static void mf__h1_dispatch(mf_http1_t *h, const mf_http_request_t *req,
     h->phase = MF_H1_HANDLING;
     mf__transport_disarm(h->t);
     h->in->pinned = true;
+    h->in->movable = false;
     h->in->max = h->config->limits.max_head_bytes;
     mf_http_exchange_t *ex = h->exops->create(h->site, &mf__h1_proto_ops, h,
                                               h->peer, req, body, body_len);
@@ -253,7 +270,7 @@ static void mf__h1_dispatch(mf_http1_t *h, const mf_http_request_t *req,
     /* Released inside the handler: the exchange is no longer on the
      * stack. A closed connection destroys it with itself. */
     if (!mf__h1_held(h) && h->phase != MF_H1_CLOSED) {
-        h->exops->destroy(ex);
+        mf__h1_destroy_exchange(h, ex);
         h->ex = NULL;
     }
 }
@@ -422,12 +439,11 @@ static void mf__h1_stream_kick(mf_post_t *post)
         mf__h1_stream_wake(h);
 }
 
-/* Dispatches a request whose bytes after the head the handler may read:
- * a streamed body, or those of a connection that may be upgraded. The
+/* Dispatches a request whose body the handler reads as a stream. The
  * input gets a window behind the head first (it is pinned from the
  * dispatch on and cannot grow then), so the head is parsed again when the
  * buffer moved. */
-static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len, bool body)
+static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len)
 {
     mf_transport_input_t *in = h->in;
     if (in->buf.cap - in->buf.len < MF_H1_STREAM_WINDOW &&
@@ -435,10 +451,8 @@ static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len, bool body)
         mf__h1_fail(h, 500);
         return false;
     }
-    if (body) {
-        h->body->streaming = true;
-        mf__h1_stream_take(h); /* what came with the head */
-    }
+    h->body->streaming = true;
+    mf__h1_stream_take(h); /* what came with the head */
     mf__h1_dispatch_with_body(h, 0, head_len);
     return true;
 }
@@ -448,8 +462,10 @@ static bool mf__h1_head_done(mf_http1_t *h, mf_http_request_t *req,
                              int head_len)
 {
     if (req->body == MF_HTTP_BODY_NONE) {
-        if (req->upgrade) /* may be handed over: room for its bytes */
-            return mf__h1_dispatch_streamed(h, (size_t)head_len, false);
+        /* Also a request that may be upgraded: until the handler upgrades
+         * it, bytes behind the head wait in the input's spare room (or
+         * the socket); the upgrade copies the head out and lets the input
+         * grow (mf__h1_keep_request). */
         mf__h1_dispatch(h, req, 0, (size_t)head_len);
         return true;
     }
@@ -475,7 +491,7 @@ static bool mf__h1_head_done(mf_http1_t *h, mf_http_request_t *req,
     if (h->config->stream_body && h->config->stream_body(req, h->site->user)) {
         h->keep_alive = req->keep_alive;
         b->expect_continue = req->expect_continue;
-        return mf__h1_dispatch_streamed(h, (size_t)head_len, true);
+        return mf__h1_dispatch_streamed(h, (size_t)head_len);
     }
     h->phase = MF_H1_BODY;
     h->in->max = SIZE_MAX; /* the body may fill the input */
@@ -643,7 +659,7 @@ static void mf__h1_on_free(void *proto)
 {
     mf_http1_t *h = proto;
     if (h->ex)
-        h->exops->destroy(h->ex);
+        mf__h1_destroy_exchange(h, h->ex);
     mf_loop_free(h->loop, h, sizeof(*h));
 }
 
@@ -823,6 +839,7 @@ static void mf__h1_release(void *proto)
 {
     mf_http1_t *h = proto;
     h->in->pinned = false;
+    h->in->movable = false;
     if (h->phase == MF_H1_CLOSED) {
         mf__transport_unpinned(h->t);
         return;
@@ -832,7 +849,7 @@ static void mf__h1_release(void *proto)
         return; /* see `dispatching`: the dispatch goes on from here */
     /* A held exchange finished later: serve what was pipelined behind it
      * and what arrived meanwhile, then flush everything at once. */
-    h->exops->destroy(h->ex);
+    mf__h1_destroy_exchange(h, h->ex);
     h->ex = NULL;
     mf__h1_process(h);
     mf__transport_resume(h->t);
@@ -865,6 +882,8 @@ static ssize_t mf__h1_read(void *proto, void *buf, size_t len)
             memmove(at, at + b->body_have, behind);
             in->buf.len -= b->body_have;
             b->body_have = b->taken = 0;
+            if (in->movable && in->off == in->buf.len)
+                mf__transport_input_emptied(h->t); /* an idle socket: small */
         }
         return (ssize_t)n;
     }
@@ -905,6 +924,32 @@ static void mf__h1_watch_read(void *proto)
         mf_loop_defer(h->loop, &b->kick);
 }
 
+/* An upgraded connection may idle for hours: its request's bytes move out
+ * of the input (to an allocation of their size; the exchange follows), so
+ * the input may move, grow and go while the connection idles, bounded by
+ * the window through `max` instead of the pin. Without the memory for the
+ * copy, the input stays pinned as it was: the same, only bigger. */
+static void mf__h1_keep_request(mf_http1_t *h)
+{
+    mf_transport_input_t *in = h->in;
+    size_t len = h->body->head_len;
+    if (len == 0 || len > UINT32_MAX)
+        return;
+    char *kept = len <= MF_LOOP_ALLOC_MAX ? mf_loop_alloc(h->loop, len)
+                                          : mf_try_malloc(len);
+    if (!kept)
+        return;
+    const char *from = in->buf.data + in->off;
+    memcpy(kept, from, len);
+    h->exops->moved(h->ex, from, len, kept);
+    h->kept = kept;
+    h->kept_len = (uint32_t)len;
+    in->off += len;
+    h->body->head_len = 0;
+    in->movable = true;
+    in->max = MF_H1_STREAM_WINDOW;
+}
+
 /* Hands the connection to the exchange: the bytes behind the request (and
  * its body, read whole) are the first raw bytes. */
 static int mf__h1_upgrade(void *proto)
@@ -925,6 +970,7 @@ static int mf__h1_upgrade(void *proto)
     b->complete = false;
     h->raw = true;
     h->keep_alive = false;
+    mf__h1_keep_request(h);
     mf__h1_stream_take(h);
     return 0;
 }

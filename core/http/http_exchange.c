@@ -92,8 +92,17 @@ struct mf_http_exchange {
     mf_post_t readable_post; /* a reader of a body in memory */
     const mf_http_compress_config_t *compress; /* NULL: never */
     mf_http_encoder_t *encoder; /* a compressed stream's, until its end */
-    mf_http_header_t headers[MF_HTTP_MAX_HEADERS]; /* last: not zeroed */
+    /* The request's headers, as many as it has (an idle exchange, a
+     * WebSocket's say, should not carry room for a hundred). Last: not
+     * zeroed. */
+    unsigned nheaders;
+    mf_http_header_t headers[];
 };
+
+static size_t mf__exchange_size(unsigned nheaders)
+{
+    return sizeof(mf_http_exchange_t) + nheaders * sizeof(mf_http_header_t);
+}
 
 /* ---- answers that cannot be completed ------------------------------------
  */
@@ -181,7 +190,11 @@ static int mf__exchange_queue_head(mf_http_exchange_t *ex,
         .static_lens = ex->static_lens,
         .nstatic = ex->nstatic,
     };
-    return ex->ops->send_head(ex->proto, &rh, body, body_len);
+    int rc = ex->ops->send_head(ex->proto, &rh, body, body_len);
+    if (rc == 0) /* copied out: an exchange that lives on (a WebSocket's,
+                    a stream's) keeps no head */
+        mf__buf_release(ex->loop, &ex->resp_headers);
+    return rc;
 }
 
 /* The answer as the compression step sees it. */
@@ -296,7 +309,8 @@ mf__exchange_create(mf_http_site_t *site, const mf_http_proto_ops_t *ops,
                     size_t body_len)
 {
     mf_loop_t *loop = site->loop;
-    mf_http_exchange_t *ex = mf_loop_alloc(loop, sizeof(*ex));
+    unsigned nheaders = (unsigned)req->num_headers;
+    mf_http_exchange_t *ex = mf_loop_alloc(loop, mf__exchange_size(nheaders));
     /* Everything but the header array, which is copied below. Zero is
      * also an empty buffer and no callback. */
     memset(ex, 0, offsetof(mf_http_exchange_t, headers));
@@ -308,8 +322,8 @@ mf__exchange_create(mf_http_site_t *site, const mf_http_proto_ops_t *ops,
     ex->loop = loop;
     ex->peer = peer;
     ex->req = *req;
-    memcpy(ex->headers, req->headers,
-           req->num_headers * sizeof(ex->headers[0]));
+    ex->nheaders = nheaders;
+    memcpy(ex->headers, req->headers, nheaders * sizeof(ex->headers[0]));
     ex->req.headers = ex->headers;
     ex->streamed = body_len == SIZE_MAX; /* read through the protocol */
     ex->body = ex->streamed ? NULL : body;
@@ -384,7 +398,7 @@ static void mf__exchange_destroy(mf_http_exchange_t *ex)
     mf__http_compress_close(ex->encoder); /* a stream cut short */
     mf__buf_release(ex->loop, &ex->resp_headers);
     mf__buf_release(ex->loop, &ex->resp_body);
-    mf_loop_free(ex->loop, ex, sizeof(*ex));
+    mf_loop_free(ex->loop, ex, mf__exchange_size(ex->nheaders));
 }
 
 static void mf__exchange_series_done(mf_series_t *series)
@@ -811,11 +825,38 @@ int mf_http_exchange_upgrade(mf_http_exchange_t *ex)
     return 0;
 }
 
+/* A pointer into from[0..len) now points into to[0..len). */
+static const char *mf__exchange_follow(const char *p, const char *from,
+                                       size_t len, const char *to)
+{
+    if (p && (uintptr_t)p - (uintptr_t)from < len)
+        return to + (p - from);
+    return p;
+}
+
+static void mf__exchange_moved(mf_http_exchange_t *ex, const char *from,
+                               size_t len, const char *to)
+{
+    mf_http_request_t *r = &ex->req;
+    r->method = mf__exchange_follow(r->method, from, len, to);
+    r->target = mf__exchange_follow(r->target, from, len, to);
+    r->path = mf__exchange_follow(r->path, from, len, to);
+    r->query = mf__exchange_follow(r->query, from, len, to);
+    r->host = mf__exchange_follow(r->host, from, len, to);
+    for (unsigned i = 0; i < ex->nheaders; i++) {
+        mf_http_header_t *h = &ex->headers[i];
+        h->name = mf__exchange_follow(h->name, from, len, to);
+        h->value = mf__exchange_follow(h->value, from, len, to);
+    }
+    ex->body = mf__exchange_follow(ex->body, from, len, to);
+}
+
 const mf_http_exchange_ops_t mf__http_exchange_ops = {
     .create = mf__exchange_create,
     .run = mf__exchange_run,
     .lost = mf__exchange_lost,
     .drained = mf__exchange_drained,
     .readable = mf__exchange_readable,
+    .moved = mf__exchange_moved,
     .destroy = mf__exchange_destroy,
 };

@@ -142,6 +142,10 @@ typedef struct mf_http_exchange_ops {
     void (*drained)(mf_http_exchange_t *ex);
     /* A watched read has its answer now: wakes a waiting reader. */
     void (*readable)(mf_http_exchange_t *ex);
+    /* The protocol moved the request's bytes: what was at from[0..len) is
+     * at to now, and every pointer of the exchange into them follows. */
+    void (*moved)(mf_http_exchange_t *ex, const char *from, size_t len,
+                  const char *to);
     /* Frees the exchange and its response buffers. */
     void (*destroy)(mf_http_exchange_t *ex);
 } mf_http_exchange_ops_t;

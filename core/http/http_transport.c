@@ -405,7 +405,7 @@ static void mf__transport_output_done(mf_transport_t *t)
         mf__transport_close(t);
         return;
     }
-    if (!t->in.pinned && t->in.buf.len == 0)
+    if ((!t->in.pinned || t->in.movable) && t->in.buf.len == 0)
         mf__buf_release(t->loop, &t->out); /* idle: keep small */
     t->ops->on_flushed(t->proto);
 }
@@ -450,7 +450,7 @@ static int mf__transport_input_room(mf_transport_t *t)
     mf_transport_input_t *in = &t->in;
     if (in->buf.cap - in->buf.len > 0)
         return 0;
-    if (in->pinned)
+    if (in->pinned && !in->movable)
         return MF_EAGAIN;
     if (in->buf.len - in->off > in->max)
         return MF_EAGAIN; /* the protocol answers first */
@@ -506,8 +506,18 @@ static void mf__transport_read(mf_transport_t *t)
         if ((size_t)n < room && !t->ssl && !t->rdhup)
             break;
     }
-    if (!t->closed && !in->pinned && t->end != MF_END_LINGER &&
-        in->buf.len == 0)
+    if (!t->closed && (!in->pinned || in->movable) &&
+        t->end != MF_END_LINGER && in->buf.len == 0)
+        mf__buf_release(t->loop, &in->buf);
+}
+
+void mf__transport_input_emptied(mf_transport_t *t)
+{
+    mf_transport_input_t *in = &t->in;
+    if (t->closed || (in->pinned && !in->movable) || in->off != in->buf.len)
+        return;
+    in->off = in->buf.len = 0;
+    if (t->end != MF_END_LINGER)
         mf__buf_release(t->loop, &in->buf);
 }
 

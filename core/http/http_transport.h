@@ -59,6 +59,11 @@ typedef struct mf_transport_input {
      * after a close the memory waits until the protocol unpins it
      * (mf__transport_unpinned). Written by the protocol. */
     bool pinned;
+    /* Pinned for its lifetime only: nothing above points into the bytes
+     * (an upgraded connection's request was copied out), so the buffer may
+     * move, grow (up to `max` unconsumed) and go when empty. Written by
+     * the protocol. */
+    bool movable;
 } mf_transport_input_t;
 
 /* The protocol interface: the transport's calls up. proto is the state
@@ -183,6 +188,9 @@ void mf__transport_resume(mf_transport_t *t);
 void mf__transport_end(mf_transport_t *t, bool linger);
 /* Closes now (on_close, closed_cb). Idempotent. */
 void mf__transport_close(mf_transport_t *t);
+/* The protocol consumed the whole input (off == len): a movable or
+ * unpinned input lets its memory go until the next read. */
+void mf__transport_input_emptied(mf_transport_t *t);
 /* After a close, the protocol unpinned the input: the memory may go. */
 void mf__transport_unpinned(mf_transport_t *t);
 

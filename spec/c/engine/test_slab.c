@@ -42,6 +42,29 @@ TEST(objects_of_each_class_do_not_overlap)
     mf_loop_destroy(loop);
 }
 
+/* Two classes per power of two: the slot of a size is the least of 64,
+ * 96, 128, 192, 256, ... 12288, 16384 that holds it (a fresh class hands
+ * out neighbouring slots, so two objects in a row are one slot apart). */
+TEST(a_size_gets_the_least_half_step_slot_that_holds_it)
+{
+    struct {
+        size_t size, slot;
+    } cases[] = {{1, 64},       {64, 64},       {65, 96},     {96, 96},
+                 {97, 128},     {129, 192},     {448, 512},   {592, 768},
+                 {656, 768},    {769, 1024},    {3640, 4096}, {4097, 6144},
+                 {12288, 12288}, {12289, 16384}};
+    for (size_t i = 0; i < MF_ARRAY_SIZE(cases); i++) {
+        mf_loop_t *loop = mf_loop_create();
+        char *a = mf_loop_alloc(loop, cases[i].size);
+        char *b = mf_loop_alloc(loop, cases[i].size);
+        ASSERT_EQ((size_t)(b - a), cases[i].slot);
+        ASSERT_EQ((uintptr_t)a % 16, 0);
+        mf_loop_free(loop, a, cases[i].size);
+        mf_loop_free(loop, b, cases[i].size);
+        mf_loop_destroy(loop);
+    }
+}
+
 TEST(objects_still_out_at_destroy_are_released_with_the_loop)
 {
     mf_loop_t *loop = mf_loop_create();

@@ -317,10 +317,16 @@ static inline bool peer_path_is(const mf_http_request_t *req, const char *p)
 static inline long peer_query_num(const mf_http_request_t *req, const char *key)
 {
     size_t k = strlen(key);
+    long n = 0;
     if (req->query && req->query_len > k && memcmp(req->query, key, k) == 0 &&
         req->query[k] == '=')
-        return strtol(req->query + k + 1, NULL, 10);
-    return 0;
+        /* within the query: the request's bytes are not NUL-terminated */
+        for (size_t i = k + 1; i < req->query_len; i++) {
+            if (req->query[i] < '0' || req->query[i] > '9')
+                break;
+            n = n * 10 + (req->query[i] - '0');
+        }
+    return n;
 }
 
 typedef struct peer_hold {
