@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,17 +21,28 @@
 
 #define MF_TRANSPORT_IN_INITIAL 4096
 #define MF_TRANSPORT_LINGER_MS 2000
+/* A file segment over TLS is read in pieces of one TLS record. */
+#define MF_TRANSPORT_FILE_CHUNK (16 * 1024)
+/* The most one sendfile call moves (the kernel's own cap is ~2 GiB). */
+#define MF_TRANSPORT_SENDFILE_MAX ((size_t)1 << 30)
 
 /* How the connection ends once its queue is written (mf__transport_end). */
 enum { MF_END_NONE, MF_END_CLOSE, MF_END_LINGER };
 
-/* A piece of output: bytes in t->out at [off, off+len), or memory that is
- * referenced (owned or not) until written. */
+/* A piece of output: bytes in t->out at [off, off+len), memory that is
+ * referenced (owned or not) until written, or a file's bytes (its bit set
+ * in t->file_segs: [off, off+len) of the file fd, sent with sendfile, or
+ * over TLS read into `owned` a chunk at a time; the transport closes fd
+ * once written). The file's fd shares ptr's place: 512-byte transports. */
 typedef struct mf_out_seg {
-    const char *ptr; /* NULL: lives in t->out at `off` */
+    union {
+        const char *ptr; /* memory: NULL when it lives in t->out at off */
+        int fd;          /* a file segment's file */
+    } u;
     size_t off;
     size_t len;
-    mf_buf_t owned; /* released once written (a moved response body) */
+    mf_buf_t owned; /* released once written (a moved response body; a
+                       file's chunk read for TLS) */
 } mf_out_seg_t;
 
 struct mf_transport {
@@ -50,7 +62,8 @@ struct mf_transport {
     mf_sockaddr_t peer;
     uint32_t write_timeout_ms;
     uint8_t nsegs;
-    uint8_t end; /* MF_END_*: set by the protocol */
+    uint8_t file_segs; /* bit i: segs[i] is a file segment */
+    uint8_t end;       /* MF_END_*: set by the protocol */
     bool closed;
     bool handshaking;
     bool eof;       /* read returned 0 */
@@ -215,10 +228,24 @@ static void mf__transport_freed(mf_post_t *post)
     mf_loop_free(t->loop, t, sizeof(*t));
 }
 
+static bool mf__seg_is_file(const mf_transport_t *t, int i)
+{
+    return t->file_segs & (1u << i);
+}
+
+/* A written (or dropped) segment lets go of its memory and its file. */
+static void mf__transport_seg_release(mf_transport_t *t, int i)
+{
+    mf__buf_release(t->loop, &t->segs[i].owned);
+    if (mf__seg_is_file(t, i))
+        close(t->segs[i].u.fd);
+}
+
 static void mf__transport_release_output(mf_transport_t *t)
 {
     for (int i = 0; i < t->nsegs; i++)
-        mf__buf_release(t->loop, &t->segs[i].owned);
+        mf__transport_seg_release(t, i);
+    t->file_segs = 0;
     t->nsegs = 0;
     mf__buf_release(t->loop, &t->out);
 }
@@ -287,7 +314,8 @@ int mf__transport_queue_pieces(mf_transport_t *t, const mf_piece_t *pieces,
         total += pieces[i].len;
     mf_out_seg_t *last = t->nsegs ? &t->segs[t->nsegs - 1] : NULL;
     size_t off = t->out.len;
-    bool extend = last && !last->ptr && last->off + last->len == off;
+    bool extend = last && !mf__seg_is_file(t, t->nsegs - 1) && !last->u.ptr &&
+                  last->off + last->len == off;
     if (!extend && t->nsegs == MF_TRANSPORT_MAX_SEGS)
         return MF_ENOMEM; /* no room: protocols pause before this happens */
     if (t->out.cap - off < total &&
@@ -303,7 +331,7 @@ int mf__transport_queue_pieces(mf_transport_t *t, const mf_piece_t *pieces,
         return 0;
     }
     mf_out_seg_t *seg = &t->segs[t->nsegs++];
-    seg->ptr = NULL;
+    seg->u.ptr = NULL;
     seg->off = off;
     seg->len = total;
     mf__buf_init(&seg->owned);
@@ -316,7 +344,7 @@ int mf__transport_queue_ref(mf_transport_t *t, const char *ptr, size_t len,
     if (t->nsegs == MF_TRANSPORT_MAX_SEGS)
         return MF_ENOMEM;
     mf_out_seg_t *seg = &t->segs[t->nsegs++];
-    seg->ptr = ptr;
+    seg->u.ptr = ptr;
     seg->off = 0;
     seg->len = len;
     if (owned) {
@@ -325,6 +353,24 @@ int mf__transport_queue_ref(mf_transport_t *t, const char *ptr, size_t len,
     } else {
         mf__buf_init(&seg->owned);
     }
+    return 0;
+}
+
+int mf__transport_queue_file(mf_transport_t *t, int fd, uint64_t offset,
+                             uint64_t len)
+{
+    if (t->nsegs == MF_TRANSPORT_MAX_SEGS)
+        return MF_ENOMEM;
+    if (!len) { /* nothing to send: the file is done with now */
+        close(fd);
+        return 0;
+    }
+    t->file_segs |= (uint8_t)(1u << t->nsegs);
+    mf_out_seg_t *seg = &t->segs[t->nsegs++];
+    seg->u.fd = fd;
+    seg->off = (size_t)offset;
+    seg->len = (size_t)len;
+    mf__buf_init(&seg->owned);
     return 0;
 }
 
@@ -351,11 +397,14 @@ void mf__transport_watch_drain(mf_transport_t *t, size_t below)
     t->drain_below = below;
 }
 
+/* The memory segments at the front, up to the first file segment. */
 static int mf__transport_gather(mf_transport_t *t, struct iovec *iov)
 {
     for (int i = 0; i < t->nsegs; i++) {
         mf_out_seg_t *seg = &t->segs[i];
-        const char *base = seg->ptr ? seg->ptr : t->out.data + seg->off;
+        if (mf__seg_is_file(t, i))
+            return i;
+        const char *base = seg->u.ptr ? seg->u.ptr : t->out.data + seg->off;
         size_t skip = i == 0 ? t->seg_done : 0;
         iov[i].iov_base = (void *)(base + skip);
         iov[i].iov_len = seg->len - skip;
@@ -370,7 +419,7 @@ static void mf__transport_advance(mf_transport_t *t, size_t written)
     written += t->seg_done;
     while (done < t->nsegs && written >= t->segs[done].len) {
         written -= t->segs[done].len;
-        mf__buf_release(t->loop, &t->segs[done].owned);
+        mf__transport_seg_release(t, done);
         done++;
     }
     t->seg_done = written;
@@ -378,6 +427,7 @@ static void mf__transport_advance(mf_transport_t *t, size_t written)
         memmove(t->segs, t->segs + done,
                 (size_t)(t->nsegs - done) * sizeof(t->segs[0]));
         t->nsegs = (uint8_t)(t->nsegs - done);
+        t->file_segs = (uint8_t)(t->file_segs >> done);
     }
     if (!t->nsegs) {
         t->out.len = 0;
@@ -410,17 +460,82 @@ static void mf__transport_output_done(mf_transport_t *t)
     t->ops->on_flushed(t->proto);
 }
 
-int mf__transport_flush(mf_transport_t *t)
+/* The file segment at the front, on a plain socket: the kernel copies
+ * from the page cache to the socket, no byte passes through here. A file
+ * that ends before its segment (cut while queued) fails the connection:
+ * the answer cannot be completed. */
+static ssize_t mf__transport_sendfile(mf_transport_t *t, mf_out_seg_t *seg)
+{
+    off_t pos = (off_t)(seg->off + t->seg_done);
+    size_t n = seg->len - t->seg_done;
+    if (n > MF_TRANSPORT_SENDFILE_MAX)
+        n = MF_TRANSPORT_SENDFILE_MAX;
+    ssize_t w;
+    do {
+        w = sendfile(t->io.fd, seg->u.fd, &pos, n);
+    } while (w < 0 && errno == EINTR);
+    if (w > 0)
+        return w;
+    if (w == 0)
+        return MF_EIO; /* the file is shorter than the answer said */
+    return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
+}
+
+/* The file segment at the front, over TLS: a chunk read into the
+ * segment's buffer (kept until written whole: TLS retries a write with
+ * the same bytes), then written. Chunks start at multiples of the chunk
+ * size within the segment, so the bytes written (seg_done) say where in
+ * the chunk the next write starts; an empty buffer means the next chunk
+ * is due. The read is a page-cache read on the loop's thread. */
+static ssize_t mf__transport_file_tls(mf_transport_t *t, mf_out_seg_t *seg)
+{
+    size_t at = t->seg_done % MF_TRANSPORT_FILE_CHUNK;
+    if (!seg->owned.len) {
+        size_t n = seg->len - t->seg_done;
+        if (n > MF_TRANSPORT_FILE_CHUNK)
+            n = MF_TRANSPORT_FILE_CHUNK;
+        if (!seg->owned.cap &&
+            mf__buf_reserve(t->loop, &seg->owned, MF_TRANSPORT_FILE_CHUNK) < 0)
+            return MF_ENOMEM;
+        ssize_t r;
+        do {
+            r = pread(seg->u.fd, seg->owned.data, n,
+                      (off_t)(seg->off + t->seg_done));
+        } while (r < 0 && errno == EINTR);
+        if (r < 0)
+            return mf_err_from_errno(errno);
+        if ((size_t)r < n)
+            return MF_EIO; /* the file is shorter than the answer said */
+        seg->owned.len = n;
+    }
+    struct iovec iov = {seg->owned.data + at, seg->owned.len - at};
+    ssize_t w = mf__sock_writev(t->io.fd, t->ssl, &iov, 1);
+    if (w > 0 && at + (size_t)w == seg->owned.len)
+        seg->owned.len = 0; /* this chunk is out: read the next one */
+    return w;
+}
+
+/* One write of what is at the front of the queue. */
+static ssize_t mf__transport_write_front(mf_transport_t *t)
 {
     struct iovec iov[MF_TRANSPORT_MAX_SEGS];
+    mf_out_seg_t *front = &t->segs[0];
+    if (mf__seg_is_file(t, 0))
+        return t->ssl ? mf__transport_file_tls(t, front)
+                      : mf__transport_sendfile(t, front);
+    int n = mf__transport_gather(t, iov);
+    return mf__sock_writev(t->io.fd, t->ssl, iov, n);
+}
+
+int mf__transport_flush(mf_transport_t *t)
+{
     /* Only a flush that empties the queue (or a pending end) moves the
      * connection on: an event with nothing to write must not push the
      * protocol's deadline (slowloris) further out. */
     if (!t->nsegs && !t->end)
         return 0;
     while (t->nsegs && !t->closed && !t->handshaking) {
-        int n = mf__transport_gather(t, iov);
-        ssize_t w = mf__sock_writev(t->io.fd, t->ssl, iov, n);
+        ssize_t w = mf__transport_write_front(t);
         if (w == MF_EAGAIN) {
             mf__transport_arm(t, t->write_timeout_ms);
             mf__transport_maybe_drained(t);
