@@ -124,7 +124,8 @@ static const mf_http_static_t *mf__file_opts(lua_State *L, int idx,
     const mf_http_static_t *root = NULL;
     if (lua_isnoneornil(L, idx))
         return NULL;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    if (!lua_istable(L, idx))
+        mf_lua_type_error(L, idx, "table");
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         const char *key =
