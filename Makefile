@@ -56,7 +56,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
 # (started on a loopback port by the specs' harness), librdkafka's mock
 # cluster and Python peers (python3-websockets: a real WebSocket client for
 # the WebSocket server of lua-nginx-websocket); make bench uses lua-nginx-redis and
-# lua-nginx-memcached in nginx's Lua handlers too.
+# lua-nginx-memcached in nginx's Lua handlers too. Static files take their
+# types from /etc/mime.types (media-types).
 BENCH_PACKAGES = libnginx-mod-http-lua sysbench
 
 .PHONY: all deps bench-deps build binary run test bench fuzz soak clean \
