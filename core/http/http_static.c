@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "http/http_file_cache.h"
 #include "http/http_mime.h"
 #include "http/http_range.h"
 #include "moonflow/error.h"
@@ -34,6 +35,7 @@ struct mf_http_static {
     char *dir;     /* as given */
     char *real;    /* its real path: the fallback's prefix check */
     size_t real_len;
+    mf_file_cache_t *cache; /* open files kept (mf_http_static_cache) */
 };
 
 /* Flags of every file opened: O_NONBLOCK so that a FIFO planted under the
@@ -81,13 +83,25 @@ mf_http_static_t *mf_http_static_open(const char *dir, int *err)
     root->dir = copy;
     root->real = real;
     root->real_len = strlen(real);
+    root->cache = NULL;
     return root;
+}
+
+int mf_http_static_cache(mf_http_static_t *root, mf_loop_t *loop,
+                         size_t entries)
+{
+    int err = 0;
+    if (root->cache || !entries)
+        return 0;
+    root->cache = mf__file_cache_create(loop, root->real, entries, &err);
+    return root->cache ? 0 : err;
 }
 
 void mf_http_static_close(mf_http_static_t *root)
 {
     if (!root)
         return;
+    mf__file_cache_destroy(root->cache);
     close(root->dir_fd);
     free(root->dir);
     free(root->real);
@@ -121,20 +135,82 @@ static int mf__static_open_checked(const mf_http_static_t *root,
 }
 
 /* Opens rel beneath the root: a descriptor, or -errno (EXDEV: the path
- * leads out of the root). */
-static int mf__static_open_beneath(const mf_http_static_t *root,
-                                   const char *rel)
+ * leads out of the root). With RESOLVE_NO_SYMLINKS in more, a symbolic
+ * link on the way is -ELOOP, and a kernel without openat2 -ENOSYS. */
+static int mf__static_openat2(const mf_http_static_t *root, const char *rel,
+                              uint64_t more)
 {
     struct open_how how = {
         .flags = MF_STATIC_OPEN_FLAGS,
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | more,
     };
     long fd = syscall(SYS_openat2, root->dir_fd, rel, &how, sizeof how);
+    return fd >= 0 ? (int)fd : -errno;
+}
+
+static int mf__static_open_beneath(const mf_http_static_t *root,
+                                   const char *rel)
+{
+    int fd = mf__static_openat2(root, rel, 0);
+    return fd == -ENOSYS ? mf__static_open_checked(root, rel) : fd;
+}
+
+/* Opens name beneath the root with its stat: a descriptor the caller
+ * owns, or -errno. With a cache, a hit costs a dup; a regular file
+ * reached without a symbolic link is kept for the next request (through
+ * a link, the watcher could not tell when its target changes). */
+static int mf__static_open_stat(const mf_http_static_t *root, const char *name,
+                                bool cacheable, struct stat *st)
+{
+    mf_file_cache_t *cache = cacheable ? root->cache : NULL;
+    int fd = cache ? mf__file_cache_get(cache, name, st) : -1;
     if (fd >= 0)
-        return (int)fd;
-    if (errno != ENOSYS)
-        return -errno;
-    return mf__static_open_checked(root, rel);
+        return fd;
+    if (cache) {
+        fd = mf__static_openat2(root, name, RESOLVE_NO_SYMLINKS);
+        if (fd == -ELOOP || fd == -ENOSYS) {
+            cache = NULL;
+            fd = mf__static_open_beneath(root, name);
+        }
+    } else {
+        fd = mf__static_open_beneath(root, name);
+    }
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, st) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    if (cache && S_ISREG(st->st_mode))
+        mf__file_cache_put(cache, name, fd, st);
+    return fd;
+}
+
+/* Rewrites a path beneath the root in its one spelling, the watcher's: no
+ * leading "/", no empty or "." segment, a trailing "/" kept. Returns
+ * whether it may be cached (no ".." segment: the kernel resolves those). */
+static bool mf__static_canon(char *rel)
+{
+    bool dir = false, plain = true;
+    char *out = rel;
+    for (const char *seg = rel; *seg;) {
+        size_t n = strcspn(seg, "/");
+        dir = seg[n] == '/';
+        if (n && !(n == 1 && seg[0] == '.')) {
+            if (n == 2 && seg[0] == '.' && seg[1] == '.')
+                plain = false;
+            if (out != rel)
+                *out++ = '/';
+            memmove(out, seg, n);
+            out += n;
+        }
+        seg += n + (seg[n] == '/');
+    }
+    if (dir && out != rel)
+        *out++ = '/';
+    *out = '\0';
+    return plain;
 }
 
 /* The status a failed open answers with: like nginx, a missing file is a
@@ -430,7 +506,7 @@ static int mf__static_answer(const mf_static_req_t *r, int fd,
  * 301 to the URL with the "/"; without an index, a 403 (never a list). */
 static int mf__static_directory(const mf_http_static_t *root,
                                 const mf_static_req_t *r, char *rel,
-                                size_t cap)
+                                size_t cap, bool cacheable)
 {
     const mf_http_request_t *req = mf_http_exchange_request(r->ex);
     size_t len = strlen(rel);
@@ -447,9 +523,9 @@ static int mf__static_directory(const mf_http_static_t *root,
     if (len + sizeof index > cap)
         return mf__static_error(r, 404);
     memcpy(rel + len, index, sizeof index);
-    int fd = mf__static_open_beneath(root, len ? rel : index);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    int fd = mf__static_open_stat(root, rel, cacheable, &st);
+    if (fd < 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
             close(fd);
         return mf__static_error(r, 403);
@@ -462,10 +538,9 @@ static int mf__static_serve_rel(const mf_http_static_t *root,
                                 const mf_static_req_t *r, char *rel,
                                 size_t cap)
 {
-    const char *name = rel;
-    while (*name == '/')
-        name++;
-    int fd = mf__static_open_beneath(root, *name ? name : ".");
+    bool cacheable = mf__static_canon(rel);
+    struct stat st;
+    int fd = mf__static_open_stat(root, *rel ? rel : ".", cacheable, &st);
     if (fd < 0) {
         int status = mf__static_open_status(fd);
         if (status == 500)
@@ -473,22 +548,15 @@ static int mf__static_serve_rel(const mf_http_static_t *root,
                     mf_strerror(fd));
         return mf__static_error(r, status);
     }
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        close(fd);
-        return mf__static_error(r, 500);
-    }
     if (S_ISDIR(st.st_mode)) {
         close(fd);
-        size_t skip = (size_t)(name - rel);
-        memmove(rel, name, strlen(name) + 1);
-        return mf__static_directory(root, r, rel, cap - skip);
+        return mf__static_directory(root, r, rel, cap, cacheable);
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return mf__static_error(r, 403);
     }
-    return mf__static_answer(r, fd, &st, name);
+    return mf__static_answer(r, fd, &st, rel);
 }
 
 static bool mf__method_is(const mf_http_request_t *req, const char *m)

@@ -18,6 +18,9 @@
 
 #include "request.h"
 
+/* Open files each worker keeps per mount (mf_http_static_cache). */
+#define MF_SERVE_STATIC_CACHE 256
+
 int mf_serve_static_open(mf_serve_worker_t *w)
 {
     const mf_serve_config_t *c = w->config;
@@ -38,6 +41,14 @@ int mf_serve_static_open(mf_serve_worker_t *w)
             w->error_what = w->init_error;
             return err;
         }
+        err = mf_http_static_cache(w->statics[i], w->loop,
+                                   MF_SERVE_STATIC_CACHE);
+        if (err < 0) /* still served, each file opened per request */
+            fprintf(stderr,
+                    "moonflow serve: static[\"%s\"]: %s: open files not "
+                    "kept (the file watcher: %s)\n",
+                    c->statics[i].prefix[0] ? c->statics[i].prefix : "/",
+                    path, mf_strerror(err));
     }
     return 0;
 }

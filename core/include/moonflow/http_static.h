@@ -51,6 +51,15 @@ typedef void (*mf_http_static_log_cb)(mf_http_exchange_t *ex, int status,
  * not a directory that can be opened. */
 MF_API mf_http_static_t *mf_http_static_open(const char *dir, int *err);
 MF_API void mf_http_static_close(mf_http_static_t *root);
+/* Keeps up to entries of the root's files open with their stat (a hit
+ * costs a dup instead of a path lookup, an open and a stat), the least
+ * recently used going first, each dropped as soon as a file watcher on the
+ * root (moonflow/fswatch.h) sees it written, replaced or removed. From
+ * then on the root is used on loop's thread only. Files reached through a
+ * symbolic link are not kept. 0, or a negative MF_E* code (the watcher
+ * could not start: inotify's limits) with the root uncached. */
+MF_API int mf_http_static_cache(mf_http_static_t *root, mf_loop_t *loop,
+                                size_t entries);
 /* The root's directory as opened. */
 MF_API const char *mf_http_static_dir(const mf_http_static_t *root);
 
