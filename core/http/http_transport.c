@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/loop_int.h"
+#include "moonflow/pool.h"
 
 #define MF_TRANSPORT_IN_INITIAL 4096
 #define MF_TRANSPORT_LINGER_MS 2000
@@ -29,15 +30,35 @@
 /* How the connection ends once its queue is written (mf__transport_end). */
 enum { MF_END_NONE, MF_END_CLOSE, MF_END_LINGER };
 
+/* A file segment's reader under TLS: chunks read on the loop's compute
+ * pool (a cold file's read blocks; the loop must not), then written from
+ * its buffer. Taken from the loop's free lists when the segment is
+ * queued. It owns the file's descriptor; a segment dropped while a read is
+ * out leaves it orphaned, and the read's completion frees it. */
+typedef struct mf_file_reader {
+    mf_pool_job_t job;
+    mf_transport_t *t;
+    int fd;
+    bool reading;   /* a job is out */
+    bool orphan;    /* its segment is gone: free at the completion */
+    int err;        /* a failed read: the connection closes */
+    uint64_t off;   /* the read's file offset */
+    size_t want;    /* and length */
+    ssize_t got;    /* its answer (or -errno) */
+    size_t at;      /* bytes of buf already written */
+    mf_buf_t buf;   /* the chunk read */
+} mf_file_reader_t;
+
 /* A piece of output: bytes in t->out at [off, off+len), memory that is
  * referenced (owned or not) until written, or a file's bytes (its bit set
  * in t->file_segs: [off, off+len) of the file fd, sent with sendfile, or
- * over TLS read into `owned` a chunk at a time; the transport closes fd
- * once written). The file's fd shares ptr's place: 512-byte transports. */
+ * under TLS through a reader; the transport closes fd once written). The
+ * file shares ptr's place: 512-byte transports. */
 typedef struct mf_out_seg {
     union {
         const char *ptr; /* memory: NULL when it lives in t->out at off */
-        int fd;          /* a file segment's file */
+        int fd;          /* a file segment's file (plain) */
+        struct mf_file_reader *reader; /* a file segment's (TLS) */
     } u;
     size_t off;
     size_t len;
@@ -233,12 +254,28 @@ static bool mf__seg_is_file(const mf_transport_t *t, int i)
     return t->file_segs & (1u << i);
 }
 
-/* A written (or dropped) segment lets go of its memory and its file. */
+static void mf__file_reader_free(mf_loop_t *loop, mf_file_reader_t *r)
+{
+    close(r->fd);
+    mf__buf_release(loop, &r->buf);
+    mf_loop_free(loop, r, sizeof(*r));
+}
+
+/* A written (or dropped) segment lets go of its memory and its file (a
+ * reader with a read out goes at the read's completion). */
 static void mf__transport_seg_release(mf_transport_t *t, int i)
 {
-    mf__buf_release(t->loop, &t->segs[i].owned);
-    if (mf__seg_is_file(t, i))
-        close(t->segs[i].u.fd);
+    mf_out_seg_t *seg = &t->segs[i];
+    mf__buf_release(t->loop, &seg->owned);
+    if (!mf__seg_is_file(t, i))
+        return;
+    if (!t->ssl) {
+        close(seg->u.fd);
+    } else if (seg->u.reader->reading) {
+        seg->u.reader->orphan = true;
+    } else {
+        mf__file_reader_free(t->loop, seg->u.reader);
+    }
 }
 
 static void mf__transport_release_output(mf_transport_t *t)
@@ -367,7 +404,16 @@ int mf__transport_queue_file(mf_transport_t *t, int fd, uint64_t offset,
     }
     t->file_segs |= (uint8_t)(1u << t->nsegs);
     mf_out_seg_t *seg = &t->segs[t->nsegs++];
-    seg->u.fd = fd;
+    if (t->ssl) {
+        mf_file_reader_t *r = mf_loop_alloc(t->loop, sizeof(*r));
+        memset(r, 0, sizeof(*r));
+        r->t = t;
+        r->fd = fd;
+        mf__buf_init(&r->buf);
+        seg->u.reader = r;
+    } else {
+        seg->u.fd = fd;
+    }
     seg->off = (size_t)offset;
     seg->len = (size_t)len;
     mf__buf_init(&seg->owned);
@@ -481,37 +527,87 @@ static ssize_t mf__transport_sendfile(mf_transport_t *t, mf_out_seg_t *seg)
     return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
 }
 
-/* The file segment at the front, over TLS: a chunk read into the
- * segment's buffer (kept until written whole: TLS retries a write with
- * the same bytes), then written. Chunks start at multiples of the chunk
- * size within the segment, so the bytes written (seg_done) say where in
- * the chunk the next write starts; an empty buffer means the next chunk
- * is due. The read is a page-cache read on the loop's thread. */
+/* A chunk's read, on a pool thread: the reader's fields only. */
+static void mf__file_reader_read(mf_pool_job_t *job)
+{
+    mf_file_reader_t *r = mf_container_of(job, mf_file_reader_t, job);
+    ssize_t n;
+    do {
+        n = pread(r->fd, r->buf.data, r->want, (off_t)r->off);
+    } while (n < 0 && errno == EINTR);
+    r->got = n < 0 ? -errno : n;
+}
+
+/* A read's answer as the chunk to write, or the error that ends the
+ * connection. */
+static void mf__file_reader_settle(mf_file_reader_t *r)
+{
+    r->reading = false;
+    if (r->got < 0)
+        r->err = mf_err_from_errno((int)-r->got);
+    else if ((size_t)r->got < r->want)
+        r->err = MF_EIO; /* the file is shorter than the answer said */
+    r->buf.len = r->err ? 0 : r->want;
+    r->at = 0;
+}
+
+/* Back on the loop: the chunk is ready (or the answer failed); write on. */
+static void mf__file_reader_done(mf_pool_job_t *job)
+{
+    mf_file_reader_t *r = mf_container_of(job, mf_file_reader_t, job);
+    if (r->orphan) {
+        mf__file_reader_free(r->job._loop, r);
+        return;
+    }
+    mf__file_reader_settle(r);
+    mf__transport_flush(r->t);
+}
+
+/* Starts the read of the segment's next chunk: on the loop's compute
+ * pool, or here when the loop has none. */
+static void mf__file_reader_start(mf_transport_t *t, mf_out_seg_t *seg)
+{
+    mf_file_reader_t *r = seg->u.reader;
+    size_t n = seg->len - t->seg_done;
+    r->want = n > MF_TRANSPORT_FILE_CHUNK ? MF_TRANSPORT_FILE_CHUNK : n;
+    r->off = seg->off + t->seg_done;
+    r->job.fn = mf__file_reader_read;
+    r->job.done = mf__file_reader_done;
+    mf_pool_t *pool = mf_loop_pool(t->loop);
+    r->reading = true;
+    if (pool) {
+        mf_pool_submit(pool, t->loop, &r->job);
+        return;
+    }
+    mf__file_reader_read(&r->job);
+    mf__file_reader_settle(r);
+}
+
+/* The file segment at the front, over TLS: the chunk read last is written
+ * (kept until written whole: TLS retries a write with the same bytes);
+ * once it is out, the next is read off the loop, and the write waits for
+ * it (MF_EAGAIN; the read's completion flushes again). */
 static ssize_t mf__transport_file_tls(mf_transport_t *t, mf_out_seg_t *seg)
 {
-    size_t at = t->seg_done % MF_TRANSPORT_FILE_CHUNK;
-    if (!seg->owned.len) {
-        size_t n = seg->len - t->seg_done;
-        if (n > MF_TRANSPORT_FILE_CHUNK)
-            n = MF_TRANSPORT_FILE_CHUNK;
-        if (!seg->owned.cap &&
-            mf__buf_reserve(t->loop, &seg->owned, MF_TRANSPORT_FILE_CHUNK) < 0)
+    mf_file_reader_t *r = seg->u.reader;
+    if (r->reading)
+        return MF_EAGAIN;
+    if (r->err)
+        return r->err;
+    if (r->at == r->buf.len) {
+        if (!r->buf.cap &&
+            mf__buf_reserve(t->loop, &r->buf, MF_TRANSPORT_FILE_CHUNK) < 0)
             return MF_ENOMEM;
-        ssize_t r;
-        do {
-            r = pread(seg->u.fd, seg->owned.data, n,
-                      (off_t)(seg->off + t->seg_done));
-        } while (r < 0 && errno == EINTR);
-        if (r < 0)
-            return mf_err_from_errno(errno);
-        if ((size_t)r < n)
-            return MF_EIO; /* the file is shorter than the answer said */
-        seg->owned.len = n;
+        mf__file_reader_start(t, seg);
+        if (r->reading)
+            return MF_EAGAIN;
+        if (r->err)
+            return r->err;
     }
-    struct iovec iov = {seg->owned.data + at, seg->owned.len - at};
+    struct iovec iov = {r->buf.data + r->at, r->buf.len - r->at};
     ssize_t w = mf__sock_writev(t->io.fd, t->ssl, &iov, 1);
-    if (w > 0 && at + (size_t)w == seg->owned.len)
-        seg->owned.len = 0; /* this chunk is out: read the next one */
+    if (w > 0)
+        r->at += (size_t)w;
     return w;
 }
 

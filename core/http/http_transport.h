@@ -161,7 +161,8 @@ int mf__transport_queue_ref(mf_transport_t *t, const char *ptr, size_t len,
                             mf_buf_t *owned);
 /* Queues bytes [offset, offset+len) of the file fd (a regular file,
  * opened for reading), written from the file: sendfile(2) on a plain
- * socket, a chunk at a time through a buffer under TLS. The transport
+ * socket; under TLS a chunk at a time, read on the loop's compute pool
+ * (on the loop's thread when it has none) into a buffer. The transport
  * takes fd when this returns 0 and closes it once written or at the close
  * (len 0: closed at once); a file found shorter than len when it is
  * written closes the connection. 0 or MF_ENOMEM (no free segment; fd
