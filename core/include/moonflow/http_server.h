@@ -310,9 +310,8 @@ MF_API void mf_http_exchange_send_body(mf_http_exchange_t *ex, const void *data,
 /* Sends the response with bytes [offset, offset+len) of the file fd (a
  * regular file open for reading) as its body, Content-Length len, and ends
  * the exchange like _send. The body goes from the file to the socket
- * (sendfile(2) on a plain HTTP/1 connection; read on the compute pool a
- * chunk at a time under
- * TLS), never whole in memory. Takes fd in every case: it is closed once
+ * (sendfile(2) on a plain HTTP/1 connection; under TLS read a chunk at a
+ * time on the compute pool), never whole in memory. Takes fd in every case: it is closed once
  * written, or at once when nothing of it is sent (a HEAD request, a status
  * without a body, an answer that failed). A file found shorter than len
  * while it is written closes the connection: the client sees a cut body. */
