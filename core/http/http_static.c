@@ -45,6 +45,7 @@ struct mf_http_static {
 /* One request being answered: how, and whom to tell before the send. */
 typedef struct mf_static_req {
     mf_http_exchange_t *ex;
+    bool url;         /* a mount's URL path (else a handler's file name) */
     const char *type; /* Content-Type; NULL: by the name's extension */
     bool conditional; /* GET or HEAD: validators and Range apply */
     bool get;         /* GET: Range applies */
@@ -510,7 +511,11 @@ static int mf__static_directory(const mf_http_static_t *root,
 {
     const mf_http_request_t *req = mf_http_exchange_request(r->ex);
     size_t len = strlen(rel);
-    if (len && rel[len - 1] != '/') {
+    bool slash = r->url ? req->path_len && req->path[req->path_len - 1] == '/'
+                        : len && rel[len - 1] == '/';
+    if (!slash && !r->url)
+        return mf__static_error(r, 403);
+    if (!slash) {
         char location[PATH_MAX + 2];
         int n = snprintf(location, sizeof location, "%.*s/",
                          (int)req->path_len, req->path);
@@ -571,7 +576,7 @@ int mf_http_static_serve(const mf_http_static_t *root, mf_http_exchange_t *ex,
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     bool get = mf__method_is(req, "GET");
-    mf_static_req_t r = {ex, NULL, true, get, log, arg};
+    mf_static_req_t r = {ex, true, NULL, true, get, log, arg};
     if (!get && !mf__method_is(req, "HEAD")) {
         static const char allow[] = "Allow: GET, HEAD\r\n";
         mf_http_exchange_add_header_static(ex, allow, sizeof allow - 1);
@@ -591,8 +596,8 @@ int mf_http_static_serve_file(const mf_http_static_t *root,
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     bool get = mf__method_is(req, "GET");
-    mf_static_req_t r = {ex, type, get || mf__method_is(req, "HEAD"), get,
-                         log, arg};
+    mf_static_req_t r = {ex, false, type, get || mf__method_is(req, "HEAD"),
+                         get, log, arg};
     if (root) {
         char rel[PATH_MAX];
         size_t len = strlen(file);

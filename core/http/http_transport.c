@@ -294,10 +294,10 @@ void mf__transport_close(mf_transport_t *t)
     t->closed = true;
     mf_io_stop(t->loop, &t->io);
     mf_timer_stop(t->loop, &t->timer);
+    mf__transport_release_output(t); /* first: t->ssl tells a file's kind */
     mf__tls_close(t->ssl);
     t->ssl = NULL;
     close(t->io.fd);
-    mf__transport_release_output(t);
     if (t->ops)
         t->ops->on_close(t->proto); /* may unpin: no free before the end */
     t->closed_cb(t, t->closed_arg);

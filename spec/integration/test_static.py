@@ -304,6 +304,7 @@ class Static(unittest.TestCase):
                  (b"/assets/nope.txt", 404),
                  (b"/assets/empty/", 403),     # no listing, no index
                  (b"/assets/", 403),
+                 (b"/assets", 301),
                  (b"/assets/docs/", 200),      # its index.html
                  (b"/assets/docs", 301),
                  (b"/assetsx/css/site.css", 404)]  # not the mount
