@@ -40,8 +40,10 @@ static uint32_t mf__mime_hash(const char *ext, size_t len)
     return h;
 }
 
-/* The first type named for an extension wins, as in nginx. */
-static void mf__mime_put(const char *ext, size_t len, const char *type)
+/* The first type named for an extension wins, as in nginx. The type is
+ * copied at its first use (*kept), so none is kept that nothing names. */
+static void mf__mime_put(const char *ext, size_t len, const char *type,
+                         char **kept)
 {
     if (len == 0 || len > MF_MIME_EXT_MAX)
         return;
@@ -49,9 +51,11 @@ static void mf__mime_put(const char *ext, size_t len, const char *type)
     for (uint32_t probes = 0; probes < MF_MIME_SLOTS; probes++) {
         mf_mime_slot_t *s = &mf__mime_table[i];
         if (!s->ext[0]) {
+            if (!*kept && !(*kept = strdup(type)))
+                return;
             for (size_t k = 0; k < len; k++)
                 s->ext[k] = (char)tolower((unsigned char)ext[k]);
-            s->type = type;
+            s->type = *kept;
             return;
         }
         if (strlen(s->ext) == len && strncasecmp(s->ext, ext, len) == 0)
@@ -71,11 +75,9 @@ static void mf__mime_line(char *line)
     char *ext = strtok_r(NULL, " \t\r\n", &save);
     if (!ext)
         return;
-    char *kept = strdup(type);
-    if (!kept)
-        return;
+    char *kept = NULL;
     for (; ext; ext = strtok_r(NULL, " \t\r\n", &save))
-        mf__mime_put(ext, strlen(ext), kept);
+        mf__mime_put(ext, strlen(ext), type, &kept);
 }
 
 static void mf__mime_read(void)
