@@ -48,11 +48,17 @@ def make_site(workdir):
 
 
 class Nginx:
+    """nginx as configured by default (no open_file_cache), or with
+    cached=True keeping open files as moonflow does (open_file_cache of
+    the same size, revalidated every 60 s instead of watched)."""
     name = "nginx"
 
-    def __init__(self, www):
+    def __init__(self, www, cached=False):
         self.exe = http.shutil.which("nginx")
         self.www = www
+        self.cached = cached
+        if cached:
+            self.name = "nginx-ofc"
 
     def missing(self):
         return None if self.exe else "not installed (apt-get install nginx-light)"
@@ -60,7 +66,8 @@ class Nginx:
     def command(self, port, size, conns, workdir):
         site = http.NginxSite(
             server=f"location /assets/ {{ alias {self.www}/; }}",
-            http="    sendfile on;\n    tcp_nopush on;\n")
+            http="    sendfile on;\n    tcp_nopush on;\n" +
+                 ("    open_file_cache max=256;\n" if self.cached else ""))
         return http.nginx_command(self.exe, workdir,
                                   http.nginx_config(port, conns, site))
 
@@ -101,7 +108,7 @@ def measure(peer, conns, seconds, workdir, data):
 def run(args):
     workdir = tempfile.mkdtemp(prefix="bench-static-")
     www, data = make_site(workdir)
-    peers = [Nginx(www), Moonflow(args.build, www)]
+    peers = [Nginx(www), Nginx(www, cached=True), Moonflow(args.build, www)]
     rows, failed = [], False
     for conns in args.conns:
         samples = {p.name: [] for p in peers}
@@ -123,7 +130,7 @@ def run(args):
 
 
 def ratio(samples, name):
-    """moonflow ÷ nginx CPU per request, paired by repeat, median."""
+    """name ÷ nginx CPU per request, paired by repeat, median."""
     pairs = zip(samples[name], samples["nginx"])
     return statistics.median(a["cpu_us_per_req"] / b["cpu_us_per_req"]
                              for a, b in pairs)
@@ -138,12 +145,15 @@ def table(rows, args):
         f"Server on core 0, wrk -t1 on core 1 (taskset); {args.seconds} s per "
         f"run after a {http.WARMUP_S} s warm-up, median of {args.repeats} "
         f"interleaved runs. The same file from nginx (`alias`, `sendfile on`, "
-        f"one process) and from `moonflow serve` (a `static` mount, one "
-        f"worker). Method: bench/static/compare.py.", "",
+        f"one process; nginx-ofc adds `open_file_cache max=256`) and from "
+        f"`moonflow serve` (a `static` mount, one worker, which keeps up to "
+        f"256 open files per mount). The machine is shared: req/s and "
+        f"latencies move with the other load on it, CPU per request much "
+        f"less. Method: bench/static/compare.py.", "",
         "| conns | server | CPU µs/req | spread | ÷ nginx | req/s | p50 ms | p99 ms |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for conns, samples, errors in rows:
-        for name in ("nginx", "moonflow"):
+        for name in ("nginx", "nginx-ofc", "moonflow"):
             s = samples[name]
             if not s or name in errors and errors[name]:
                 lines.append(f"| {conns} | {name} | – | – | – | – | – | – "

@@ -611,6 +611,22 @@ static ssize_t mf__transport_file_tls(mf_transport_t *t, mf_out_seg_t *seg)
     return w;
 }
 
+/* The memory in front of a file segment on a plain socket (a head before
+ * its body): MSG_MORE holds it back until the sendfile that follows, so
+ * both leave in the same packets (nginx's tcp_nopush). */
+static ssize_t mf__transport_write_more(mf_transport_t *t, struct iovec *iov,
+                                        int n)
+{
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do {
+        w = sendmsg(t->io.fd, &msg, MSG_MORE | MSG_NOSIGNAL);
+    } while (w < 0 && errno == EINTR);
+    if (w >= 0)
+        return w;
+    return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
+}
+
 /* One write of what is at the front of the queue. */
 static ssize_t mf__transport_write_front(mf_transport_t *t)
 {
@@ -620,6 +636,8 @@ static ssize_t mf__transport_write_front(mf_transport_t *t)
         return t->ssl ? mf__transport_file_tls(t, front)
                       : mf__transport_sendfile(t, front);
     int n = mf__transport_gather(t, iov);
+    if (!t->ssl && n < t->nsegs)
+        return mf__transport_write_more(t, iov, n);
     return mf__sock_writev(t->io.fd, t->ssl, iov, n);
 }
 
