@@ -215,8 +215,7 @@ static bool mf__exchange_queue_file(mf_http_exchange_t *ex, int fd,
         return false;
     }
     if (!ex->ops->send_file) { /* a protocol that cannot send files */
-        ex->site->hooks->response_failed(ex->site,
-                                         mf__exchange_answer_500(ex));
+        ex->site->hooks->response_failed(ex->site, mf__exchange_answer_500(ex));
         return false;
     }
     bool has_body = mf__status_has_body(ex->status);
@@ -566,8 +565,8 @@ void mf_http_exchange_send(mf_http_exchange_t *ex)
     ex->ops->release(ex->proto); /* may destroy ex */
 }
 
-void mf_http_exchange_send_file(mf_http_exchange_t *ex, int fd,
-                                uint64_t offset, uint64_t len)
+void mf_http_exchange_send_file(mf_http_exchange_t *ex, int fd, uint64_t offset,
+                                uint64_t len)
 {
     bool taken = false;
     if (ex->state == MF_EX_ACTIVE && !ex->closed_early)

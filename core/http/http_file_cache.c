@@ -25,9 +25,9 @@
 #define MF_FILE_CACHE_NONE UINT32_MAX
 
 typedef struct mf_file_entry {
-    mf_list_t lru;     /* most recent at the front; free entries: unlinked */
-    uint32_t next;     /* the next entry in its bucket */
-    int fd;            /* -1: free */
+    mf_list_t lru; /* most recent at the front; free entries: unlinked */
+    uint32_t next; /* the next entry in its bucket */
+    int fd;        /* -1: free */
     struct stat st;
     char path[MF_FILE_CACHE_PATH_MAX + 1];
 } mf_file_entry_t;

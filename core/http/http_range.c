@@ -213,8 +213,8 @@ static bool mf__clock(const char *p, struct tm *tm)
 /* IMF-fixdate after "Sun, ": "06 Nov 1994 08:49:37 GMT" (24 bytes). */
 static bool mf__date_fix(const char *p, size_t n, struct tm *tm)
 {
-    if (n != 24 || p[2] != ' ' || p[6] != ' ' || p[11] != ' ' ||
-        p[20] != ' ' || memcmp(p + 21, "GMT", 3) != 0)
+    if (n != 24 || p[2] != ' ' || p[6] != ' ' || p[11] != ' ' || p[20] != ' ' ||
+        memcmp(p + 21, "GMT", 3) != 0)
         return false;
     tm->tm_mon = mf__month_of(p + 3);
     if (!mf__num(p, 2, &tm->tm_mday) || !mf__num(p + 7, 4, &tm->tm_year))
@@ -228,8 +228,8 @@ static bool mf__date_fix(const char *p, size_t n, struct tm *tm)
 static bool mf__date_850(const char *p, size_t n, struct tm *tm)
 {
     int yy;
-    if (n != 22 || p[2] != '-' || p[6] != '-' || p[9] != ' ' ||
-        p[18] != ' ' || memcmp(p + 19, "GMT", 3) != 0)
+    if (n != 22 || p[2] != '-' || p[6] != '-' || p[9] != ' ' || p[18] != ' ' ||
+        memcmp(p + 19, "GMT", 3) != 0)
         return false;
     tm->tm_mon = mf__month_of(p + 3);
     if (!mf__num(p, 2, &tm->tm_mday) || !mf__num(p + 7, 2, &yy))
@@ -241,8 +241,7 @@ static bool mf__date_850(const char *p, size_t n, struct tm *tm)
 /* asctime: "Sun Nov  6 08:49:37 1994" (24 bytes). */
 static bool mf__date_asctime(const char *p, size_t n, struct tm *tm)
 {
-    if (n != 24 || p[3] != ' ' || p[7] != ' ' || p[10] != ' ' ||
-        p[19] != ' ')
+    if (n != 24 || p[3] != ' ' || p[7] != ' ' || p[10] != ' ' || p[19] != ' ')
         return false;
     tm->tm_mon = mf__month_of(p + 4);
     char day[2] = {p[8] == ' ' ? '0' : p[8], p[9]};

@@ -31,9 +31,9 @@
 #include "moonflow/http_static.h"
 
 struct mf_http_static {
-    int dir_fd;    /* O_PATH: what openat2 resolves beneath */
-    char *dir;     /* as given */
-    char *real;    /* its real path: the fallback's prefix check */
+    int dir_fd; /* O_PATH: what openat2 resolves beneath */
+    char *dir;  /* as given */
+    char *real; /* its real path: the fallback's prefix check */
     size_t real_len;
     mf_file_cache_t *cache; /* open files kept (mf_http_static_cache) */
 };
@@ -443,8 +443,8 @@ static int mf__static_partial(const mf_static_req_t *r, int fd,
     uint64_t size = (uint64_t)st->st_size;
     if (n == MF_HTTP_RANGE_UNSATISFIABLE) {
         char cr[48];
-        int len = snprintf(cr, sizeof cr, "bytes */%llu",
-                           (unsigned long long)size);
+        int len =
+            snprintf(cr, sizeof cr, "bytes */%llu", (unsigned long long)size);
         mf__static_header(ex, "Content-Range", cr, (size_t)len);
         close(fd);
         return mf__static_plain(r, 416, "416 Range Not Satisfiable\n");
@@ -492,8 +492,7 @@ static int mf__static_answer(const mf_static_req_t *r, int fd,
         mf_http_range_t ranges[MF_HTTP_RANGES_MAX];
         int n = mf__static_ranges(req, etag, etag_len, st, ranges);
         if (n != MF_HTTP_RANGE_IGNORE) {
-            int status =
-                mf__static_partial(r, fd, st, type, typed, ranges, n);
+            int status = mf__static_partial(r, fd, st, type, typed, ranges, n);
             if (status)
                 return status;
         }
@@ -506,8 +505,8 @@ static int mf__static_answer(const mf_static_req_t *r, int fd,
 /* A directory asked for: its index.html when the URL ends in "/", else a
  * 301 to the URL with the "/"; without an index, a 403 (never a list). */
 static int mf__static_directory(const mf_http_static_t *root,
-                                const mf_static_req_t *r, char *rel,
-                                size_t cap, bool cacheable)
+                                const mf_static_req_t *r, char *rel, size_t cap,
+                                bool cacheable)
 {
     const mf_http_request_t *req = mf_http_exchange_request(r->ex);
     size_t len = strlen(rel);
@@ -517,8 +516,8 @@ static int mf__static_directory(const mf_http_static_t *root,
         return mf__static_error(r, 403);
     if (!slash) {
         char location[PATH_MAX + 2];
-        int n = snprintf(location, sizeof location, "%.*s/",
-                         (int)req->path_len, req->path);
+        int n = snprintf(location, sizeof location, "%.*s/", (int)req->path_len,
+                         req->path);
         if (n < 0 || (size_t)n >= sizeof location)
             return mf__static_error(r, 404);
         mf__static_header(r->ex, "Location", location, (size_t)n);
@@ -540,8 +539,7 @@ static int mf__static_directory(const mf_http_static_t *root,
 
 /* rel (decoded, NUL terminated, in a buffer of cap bytes) beneath root. */
 static int mf__static_serve_rel(const mf_http_static_t *root,
-                                const mf_static_req_t *r, char *rel,
-                                size_t cap)
+                                const mf_static_req_t *r, char *rel, size_t cap)
 {
     bool cacheable = mf__static_canon(rel);
     struct stat st;
@@ -596,8 +594,8 @@ int mf_http_static_serve_file(const mf_http_static_t *root,
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     bool get = mf__method_is(req, "GET");
-    mf_static_req_t r = {ex, false, type, get || mf__method_is(req, "HEAD"),
-                         get, log, arg};
+    mf_static_req_t r = {ex,  false, type, get || mf__method_is(req, "HEAD"),
+                         get, log,   arg};
     if (root) {
         char rel[PATH_MAX];
         size_t len = strlen(file);

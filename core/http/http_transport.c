@@ -39,14 +39,14 @@ typedef struct mf_file_reader {
     mf_pool_job_t job;
     mf_transport_t *t;
     int fd;
-    bool reading;   /* a job is out */
-    bool orphan;    /* its segment is gone: free at the completion */
-    int err;        /* a failed read: the connection closes */
-    uint64_t off;   /* the read's file offset */
-    size_t want;    /* and length */
-    ssize_t got;    /* its answer (or -errno) */
-    size_t at;      /* bytes of buf already written */
-    mf_buf_t buf;   /* the chunk read */
+    bool reading; /* a job is out */
+    bool orphan;  /* its segment is gone: free at the completion */
+    int err;      /* a failed read: the connection closes */
+    uint64_t off; /* the read's file offset */
+    size_t want;  /* and length */
+    ssize_t got;  /* its answer (or -errno) */
+    size_t at;    /* bytes of buf already written */
+    mf_buf_t buf; /* the chunk read */
 } mf_file_reader_t;
 
 /* A piece of output: bytes in t->out at [off, off+len), memory that is

@@ -36,19 +36,19 @@ int mf_serve_static_open(mf_serve_worker_t *w)
         if (!w->statics[i]) {
             snprintf(w->init_error, sizeof w->init_error,
                      "static[\"%.200s\"]: %.300s: %s",
-                     c->statics[i].prefix[0] ? c->statics[i].prefix : "/",
-                     path, mf_strerror(err));
+                     c->statics[i].prefix[0] ? c->statics[i].prefix : "/", path,
+                     mf_strerror(err));
             w->error_what = w->init_error;
             return err;
         }
-        err = mf_http_static_cache(w->statics[i], w->loop,
-                                   MF_SERVE_STATIC_CACHE);
+        err =
+            mf_http_static_cache(w->statics[i], w->loop, MF_SERVE_STATIC_CACHE);
         if (err < 0) /* still served, each file opened per request */
             fprintf(stderr,
                     "moonflow serve: static[\"%s\"]: %s: open files not "
                     "kept (the file watcher: %s)\n",
-                    c->statics[i].prefix[0] ? c->statics[i].prefix : "/",
-                    path, mf_strerror(err));
+                    c->statics[i].prefix[0] ? c->statics[i].prefix : "/", path,
+                    mf_strerror(err));
     }
     return 0;
 }
@@ -167,8 +167,10 @@ static const mf_http_static_t *mf__file_opts(lua_State *L, int idx,
                 !memcmp(c->statics[i].prefix, prefix, len))
                 root = request->w->statics[i];
         if (!root)
-            luaL_error(L, "resp:file: root '%s' is not a mount of the "
-                          "config's static table", prefix);
+            luaL_error(L,
+                       "resp:file: root '%s' is not a mount of the "
+                       "config's static table",
+                       prefix);
     }
     lua_pop(L, 2);
     return root;

@@ -47,8 +47,7 @@ static bool cached(mf_file_cache_t *c, const char *rel)
 }
 
 /* Runs the loop until rel is no longer cached (or 2 s). */
-static void expect_dropped(mf_loop_t *loop, mf_file_cache_t *c,
-                           const char *rel)
+static void expect_dropped(mf_loop_t *loop, mf_file_cache_t *c, const char *rel)
 {
     for (int i = 0; i < 200; i++) {
         mf_loop_run(loop, MF_RUN_NOWAIT);

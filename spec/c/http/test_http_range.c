@@ -22,8 +22,7 @@ static void render(const char *value, uint64_t size, char *out, size_t cap)
     for (int i = 0; i < n; i++) {
         char one[64];
         snprintf(one, sizeof one, "%s%llu-%llu", i ? "," : "",
-                 (unsigned long long)r[i].first,
-                 (unsigned long long)r[i].last);
+                 (unsigned long long)r[i].first, (unsigned long long)r[i].last);
         mf_test_append(out, cap, one, strlen(one));
     }
 }
@@ -38,18 +37,18 @@ static const struct {
     {"bytes=-500", 10000, "9500-9999"},
     {"bytes=9500-", 10000, "9500-9999"},
     {"bytes=0-0,-1", 10000, "0-0,9999-9999"},
-    {"bytes= 0-1 , 3-4 ,", 10, "0-1,3-4"},    /* OWS, empty elements */
-    {"BYTES=0-1", 10, "0-1"},                 /* the unit in any case */
-    {"bytes=0-99999", 10, "0-9"},             /* last past the end: cut */
-    {"bytes=-20", 10, "0-9"},                 /* suffix longer than size */
-    {"bytes=5-2", 10, "ignore"},              /* last < first: invalid */
-    {"bytes=10-", 10, "416"},                 /* first at the end */
+    {"bytes= 0-1 , 3-4 ,", 10, "0-1,3-4"}, /* OWS, empty elements */
+    {"BYTES=0-1", 10, "0-1"},              /* the unit in any case */
+    {"bytes=0-99999", 10, "0-9"},          /* last past the end: cut */
+    {"bytes=-20", 10, "0-9"},              /* suffix longer than size */
+    {"bytes=5-2", 10, "ignore"},           /* last < first: invalid */
+    {"bytes=10-", 10, "416"},              /* first at the end */
     {"bytes=10-20,30-40", 10, "416"},
-    {"bytes=-0", 10, "416"},                  /* an empty suffix */
-    {"bytes=0-1,10-20", 10, "0-1"},           /* the unsatisfiable dropped */
-    {"bytes=0-", 0, "416"},                   /* an empty file */
+    {"bytes=-0", 10, "416"},        /* an empty suffix */
+    {"bytes=0-1,10-20", 10, "0-1"}, /* the unsatisfiable dropped */
+    {"bytes=0-", 0, "416"},         /* an empty file */
     {"bytes=-5", 0, "416"},
-    {"items=0-1", 10, "ignore"},              /* another unit */
+    {"items=0-1", 10, "ignore"}, /* another unit */
     {"bytes 0-1", 10, "ignore"},
     {"bytes=", 10, "ignore"},
     {"bytes=,", 10, "ignore"},
@@ -61,8 +60,9 @@ static const struct {
     {"bytes=0-99999999999999999999999", 10, "0-9"},
     {"bytes=0-0,1-1,2-2,3-3,4-4,5-5,6-6,7-7,8-8,9-9,10-10,11-11,12-12,13-13,"
      "14-14,15-15",
-     100, "0-0,1-1,2-2,3-3,4-4,5-5,6-6,7-7,8-8,9-9,10-10,11-11,12-12,13-13,"
-          "14-14,15-15"},
+     100,
+     "0-0,1-1,2-2,3-3,4-4,5-5,6-6,7-7,8-8,9-9,10-10,11-11,12-12,13-13,"
+     "14-14,15-15"},
     {"bytes=0-0,1-1,2-2,3-3,4-4,5-5,6-6,7-7,8-8,9-9,10-10,11-11,12-12,13-13,"
      "14-14,15-15,16-16",
      100, "ignore"}, /* more than MF_HTTP_RANGES_MAX */
@@ -116,8 +116,8 @@ TEST(if_none_match_lists_compare_weakly)
         {"*", true},
         {" * ", true},
         {"\"abc-2\"", false},
-        {"abc-1", false},       /* not quoted */
-        {"\"abc-1", false},     /* unclosed */
+        {"abc-1", false},           /* not quoted */
+        {"\"abc-1", false},         /* unclosed */
         {"\"x\" \"abc-1\"", false}, /* no comma */
         {"", false},
     };
@@ -139,10 +139,13 @@ TEST(http_dates_in_all_three_forms)
     const char *asc = "Sun Nov  6 08:49:37 1994";
     ASSERT(mf__http_date_parse(asc, strlen(asc), &t));
     ASSERT_EQ(t, want);
-    const char *bad[] = {"", "yesterday", "Sun, 06 Nov 1994 08:49:37 UTC",
+    const char *bad[] = {"",
+                         "yesterday",
+                         "Sun, 06 Nov 1994 08:49:37 UTC",
                          "Sun, 06 Foo 1994 08:49:37 GMT",
                          "Sun, 36 Nov 1994 08:49:37 GMT",
-                         "Sun, 06 Nov 1994 28:49:37 GMT", "Sun,",
+                         "Sun, 06 Nov 1994 28:49:37 GMT",
+                         "Sun,",
                          "Sun, 06 Nov 1994 08:49:37 GMTX"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         ASSERT(!mf__http_date_parse(bad[i], strlen(bad[i]), &t));
@@ -163,7 +166,7 @@ TEST(if_range_takes_a_strong_etag_or_the_exact_date)
     ASSERT(mf__http_if_range_match(d, strlen(d), etag, el, mtime));
     ASSERT(!mf__http_if_range_match(d, strlen(d), etag, el, mtime + 1));
     const char *wed = "Wed, 09 Nov 1994 08:49:37 GMT"; /* starts with W */
-    ASSERT(mf__http_if_range_match(wed, strlen(wed), etag, el,
-                                   mtime + 3 * 86400));
+    ASSERT(
+        mf__http_if_range_match(wed, strlen(wed), etag, el, mtime + 3 * 86400));
     ASSERT(!mf__http_if_range_match("junk", 4, etag, el, mtime));
 }
