@@ -221,6 +221,8 @@ class Static(unittest.TestCase):
         self.assertEqual(status, 304)
         status, _ = self.head_of("-z", "Sun, 06 Nov 1994 08:49:37 GMT", url)
         self.assertEqual(status, 200)
+        status, _ = self.head_of("-H", "If-Modified-Since: tomorrow", url)
+        self.assertEqual(status, 200)  # not a date: ignored
         # If-None-Match wins over If-Modified-Since (RFC 9110 13.2.2)
         status, _ = self.head_of("-H", 'If-None-Match: "other"', "-z", path,
                                  url)
@@ -269,6 +271,10 @@ class Static(unittest.TestCase):
             self.assertIn(b"Content-Range: bytes %d-%d/%d"
                           % (first, last, len(data)), head)
             self.assertEqual(body, data[first:last + 1] + b"\r\n")
+        # several ranges over 256 KiB together: the whole file instead
+        r = self.raw(b"/assets/blob.bin",
+                     b"Range: bytes=0-199999,300000-499999\r\n")
+        self.assertEqual((r.status, len(r.body)), (200, 4 * MIB))
 
     def test_if_range_and_unsatisfiable_ranges(self):
         url = self.url("/assets/css/site.css")
