@@ -118,7 +118,11 @@ def measure(peer, conns, seconds, workdir, data):
 
 
 def run(args):
-    workdir = tempfile.mkdtemp(prefix="bench-static-")
+    with tempfile.TemporaryDirectory(prefix="bench-static-") as workdir:
+        return run_in(args, workdir)
+
+
+def run_in(args, workdir):
     www, data = make_site(workdir)
     peers = [Nginx(www), Nginx(www, cached=True), Moonflow(args.build, www)]
     rows, failed = [], False
