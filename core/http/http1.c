@@ -786,6 +786,13 @@ static int mf__h1_send_body(void *proto, const char *data, size_t len,
     return mf__transport_queue_ref(h->t, data, len, owned);
 }
 
+/* A body from a file: the transport writes it (sendfile when plain). */
+static int mf__h1_send_file(void *proto, int fd, uint64_t offset, uint64_t len)
+{
+    mf_http1_t *h = proto;
+    return mf__transport_queue_file(h->t, fd, offset, len);
+}
+
 /* One piece of a streamed body, framed as a chunk, queued as one copy. */
 static int mf__h1_send_piece(void *proto, const void *data, size_t len)
 {
@@ -978,6 +985,7 @@ static int mf__h1_upgrade(void *proto)
 static const mf_http_proto_ops_t mf__h1_proto_ops = {
     .send_head = mf__h1_send_head,
     .send_body = mf__h1_send_body,
+    .send_file = mf__h1_send_file,
     .send_piece = mf__h1_send_piece,
     .end_stream = mf__h1_end_stream,
     .send_error = mf__h1_send_error,

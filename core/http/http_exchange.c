@@ -38,6 +38,7 @@
  */
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "http_compress_filter.h"
 #include "http_exchange.h"
@@ -51,6 +52,7 @@ typedef enum mf_ex_state {
     MF_EX_ACTIVE, /* the handler, its series or holder builds the answer */
     MF_EX_STREAM, /* streamed response: head queued, chunks flowing */
     MF_EX_RAW,    /* upgraded: head queued, the connection's bytes both ways */
+    MF_EX_FILE,   /* head and a file body queued: the send adds nothing */
     MF_EX_FAILED, /* a 500 was queued or the connection cut (out of memory,
                      an invalid header, an abort); further output is
                      dropped until the send */
@@ -288,6 +290,38 @@ static int mf__exchange_send_piece(mf_http_exchange_t *ex, const void *data,
     if (rc == 0 && out_len)
         rc = ex->ops->send_piece(ex->proto, out, out_len);
     return rc < 0 ? MF_ENOMEM : 0;
+}
+
+/* The whole response of a send_file: head, then the file's bytes as the
+ * protocol writes them. Returns whether the protocol took fd. */
+static bool mf__exchange_queue_file(mf_http_exchange_t *ex, int fd,
+                                    uint64_t offset, uint64_t len)
+{
+    if (ex->out_of_memory || ex->bad_header) {
+        mf__exchange_refuse_answer(ex);
+        return false;
+    }
+    if (!ex->ops->send_file) { /* a protocol that cannot send files */
+        ex->site->hooks->response_failed(ex->site, mf__exchange_answer_500(ex));
+        return false;
+    }
+    bool has_body = mf__status_has_body(ex->status);
+    bool head_only =
+        ex->req.method_len == 4 && memcmp(ex->req.method, "HEAD", 4) == 0;
+    mf_http_framing_t framing =
+        has_body ? MF_HTTP_FRAME_LENGTH : MF_HTTP_FRAME_NONE;
+    if (mf__exchange_queue_head(ex, framing, len, NULL, 0) < 0) {
+        mf__exchange_fail(ex);
+        return false;
+    }
+    ex->state = MF_EX_FILE;
+    if (!has_body || head_only || !len)
+        return false;
+    if (ex->ops->send_file(ex->proto, fd, offset, len) < 0) {
+        mf__exchange_cut(ex);
+        return false;
+    }
+    return true;
 }
 
 /* The end of a streamed body, as the protocol frames it. */
@@ -628,6 +662,17 @@ void mf_http_exchange_send(mf_http_exchange_t *ex)
         return;
     }
     ex->ops->release(ex->proto); /* may destroy ex */
+}
+
+void mf_http_exchange_send_file(mf_http_exchange_t *ex, int fd, uint64_t offset,
+                                uint64_t len)
+{
+    bool taken = false;
+    if (ex->state == MF_EX_ACTIVE && !ex->closed_early)
+        taken = mf__exchange_queue_file(ex, fd, offset, len);
+    if (!taken)
+        close(fd);
+    mf_http_exchange_send(ex); /* ends the exchange, adds nothing */
 }
 
 void mf_http_exchange_abort(mf_http_exchange_t *ex)

@@ -81,6 +81,13 @@ typedef struct mf_http_proto_ops {
      * empty) and releases it once written. */
     int (*send_body)(void *proto, const char *data, size_t len,
                      mf_buf_t *owned);
+    /* Body bytes from a file: [offset, offset+len) of fd, a regular file
+     * open for reading, written from the file (HTTP/1 on a plain socket:
+     * sendfile(2); under TLS, or a protocol that frames its data, read a
+     * chunk at a time, never the whole file). On 0 the protocol owns fd
+     * and closes it once written or at the close; on MF_ENOMEM nothing is
+     * queued and fd stays the caller's. */
+    int (*send_file)(void *proto, int fd, uint64_t offset, uint64_t len);
     /* One piece of a MF_HTTP_FRAME_STREAM body, framed by the protocol
      * (copied). */
     int (*send_piece)(void *proto, const void *data, size_t len);

@@ -13,24 +13,57 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "engine/loop_int.h"
+#include "moonflow/pool.h"
 
 #define MF_TRANSPORT_IN_INITIAL 4096
 #define MF_TRANSPORT_LINGER_MS 2000
+/* A file segment over TLS is read in pieces of one TLS record. */
+#define MF_TRANSPORT_FILE_CHUNK (16 * 1024)
+/* The most one sendfile call moves (the kernel's own cap is ~2 GiB). */
+#define MF_TRANSPORT_SENDFILE_MAX ((size_t)1 << 30)
 
 /* How the connection ends once its queue is written (mf__transport_end). */
 enum { MF_END_NONE, MF_END_CLOSE, MF_END_LINGER };
 
-/* A piece of output: bytes in t->out at [off, off+len), or memory that is
- * referenced (owned or not) until written. */
+/* A file segment's reader under TLS: chunks read on the loop's compute
+ * pool (a cold file's read blocks; the loop must not), then written from
+ * its buffer. Taken from the loop's free lists when the segment is
+ * queued. It owns the file's descriptor; a segment dropped while a read is
+ * out leaves it orphaned, and the read's completion frees it. */
+typedef struct mf_file_reader {
+    mf_pool_job_t job;
+    mf_transport_t *t;
+    int fd;
+    bool reading; /* a job is out */
+    bool orphan;  /* its segment is gone: free at the completion */
+    int err;      /* a failed read: the connection closes */
+    uint64_t off; /* the read's file offset */
+    size_t want;  /* and length */
+    ssize_t got;  /* its answer (or -errno) */
+    size_t at;    /* bytes of buf already written */
+    mf_buf_t buf; /* the chunk read */
+} mf_file_reader_t;
+
+/* A piece of output: bytes in t->out at [off, off+len), memory that is
+ * referenced (owned or not) until written, or a file's bytes (its bit set
+ * in t->file_segs: [off, off+len) of the file fd, sent with sendfile, or
+ * under TLS through a reader; the transport closes fd once written). The
+ * file shares ptr's place: 512-byte transports. */
 typedef struct mf_out_seg {
-    const char *ptr; /* NULL: lives in t->out at `off` */
+    union {
+        const char *ptr; /* memory: NULL when it lives in t->out at off */
+        int fd;          /* a file segment's file (plain) */
+        struct mf_file_reader *reader; /* a file segment's (TLS) */
+    } u;
     size_t off;
     size_t len;
-    mf_buf_t owned; /* released once written (a moved response body) */
+    mf_buf_t owned; /* released once written (a moved response body; a
+                       file's chunk read for TLS) */
 } mf_out_seg_t;
 
 struct mf_transport {
@@ -50,7 +83,8 @@ struct mf_transport {
     mf_sockaddr_t peer;
     uint32_t write_timeout_ms;
     uint8_t nsegs;
-    uint8_t end; /* MF_END_*: set by the protocol */
+    uint8_t file_segs; /* bit i: segs[i] is a file segment */
+    uint8_t end;       /* MF_END_*: set by the protocol */
     bool closed;
     bool handshaking;
     bool eof;       /* read returned 0 */
@@ -215,10 +249,40 @@ static void mf__transport_freed(mf_post_t *post)
     mf_loop_free(t->loop, t, sizeof(*t));
 }
 
+static bool mf__seg_is_file(const mf_transport_t *t, int i)
+{
+    return t->file_segs & (1u << i);
+}
+
+static void mf__file_reader_free(mf_loop_t *loop, mf_file_reader_t *r)
+{
+    close(r->fd);
+    mf__buf_release(loop, &r->buf);
+    mf_loop_free(loop, r, sizeof(*r));
+}
+
+/* A written (or dropped) segment lets go of its memory and its file (a
+ * reader with a read out goes at the read's completion). */
+static void mf__transport_seg_release(mf_transport_t *t, int i)
+{
+    mf_out_seg_t *seg = &t->segs[i];
+    mf__buf_release(t->loop, &seg->owned);
+    if (!mf__seg_is_file(t, i))
+        return;
+    if (!t->ssl) {
+        close(seg->u.fd);
+    } else if (seg->u.reader->reading) {
+        seg->u.reader->orphan = true;
+    } else {
+        mf__file_reader_free(t->loop, seg->u.reader);
+    }
+}
+
 static void mf__transport_release_output(mf_transport_t *t)
 {
     for (int i = 0; i < t->nsegs; i++)
-        mf__buf_release(t->loop, &t->segs[i].owned);
+        mf__transport_seg_release(t, i);
+    t->file_segs = 0;
     t->nsegs = 0;
     mf__buf_release(t->loop, &t->out);
 }
@@ -230,10 +294,10 @@ void mf__transport_close(mf_transport_t *t)
     t->closed = true;
     mf_io_stop(t->loop, &t->io);
     mf_timer_stop(t->loop, &t->timer);
+    mf__transport_release_output(t); /* first: t->ssl tells a file's kind */
     mf__tls_close(t->ssl);
     t->ssl = NULL;
     close(t->io.fd);
-    mf__transport_release_output(t);
     if (t->ops)
         t->ops->on_close(t->proto); /* may unpin: no free before the end */
     t->closed_cb(t, t->closed_arg);
@@ -287,7 +351,8 @@ int mf__transport_queue_pieces(mf_transport_t *t, const mf_piece_t *pieces,
         total += pieces[i].len;
     mf_out_seg_t *last = t->nsegs ? &t->segs[t->nsegs - 1] : NULL;
     size_t off = t->out.len;
-    bool extend = last && !last->ptr && last->off + last->len == off;
+    bool extend = last && !mf__seg_is_file(t, t->nsegs - 1) && !last->u.ptr &&
+                  last->off + last->len == off;
     if (!extend && t->nsegs == MF_TRANSPORT_MAX_SEGS)
         return MF_ENOMEM; /* no room: protocols pause before this happens */
     if (t->out.cap - off < total &&
@@ -303,7 +368,7 @@ int mf__transport_queue_pieces(mf_transport_t *t, const mf_piece_t *pieces,
         return 0;
     }
     mf_out_seg_t *seg = &t->segs[t->nsegs++];
-    seg->ptr = NULL;
+    seg->u.ptr = NULL;
     seg->off = off;
     seg->len = total;
     mf__buf_init(&seg->owned);
@@ -316,7 +381,7 @@ int mf__transport_queue_ref(mf_transport_t *t, const char *ptr, size_t len,
     if (t->nsegs == MF_TRANSPORT_MAX_SEGS)
         return MF_ENOMEM;
     mf_out_seg_t *seg = &t->segs[t->nsegs++];
-    seg->ptr = ptr;
+    seg->u.ptr = ptr;
     seg->off = 0;
     seg->len = len;
     if (owned) {
@@ -325,6 +390,33 @@ int mf__transport_queue_ref(mf_transport_t *t, const char *ptr, size_t len,
     } else {
         mf__buf_init(&seg->owned);
     }
+    return 0;
+}
+
+int mf__transport_queue_file(mf_transport_t *t, int fd, uint64_t offset,
+                             uint64_t len)
+{
+    if (t->nsegs == MF_TRANSPORT_MAX_SEGS)
+        return MF_ENOMEM;
+    if (!len) { /* nothing to send: the file is done with now */
+        close(fd);
+        return 0;
+    }
+    t->file_segs |= (uint8_t)(1u << t->nsegs);
+    mf_out_seg_t *seg = &t->segs[t->nsegs++];
+    if (t->ssl) {
+        mf_file_reader_t *r = mf_loop_alloc(t->loop, sizeof(*r));
+        memset(r, 0, sizeof(*r));
+        r->t = t;
+        r->fd = fd;
+        mf__buf_init(&r->buf);
+        seg->u.reader = r;
+    } else {
+        seg->u.fd = fd;
+    }
+    seg->off = (size_t)offset;
+    seg->len = (size_t)len;
+    mf__buf_init(&seg->owned);
     return 0;
 }
 
@@ -351,11 +443,14 @@ void mf__transport_watch_drain(mf_transport_t *t, size_t below)
     t->drain_below = below;
 }
 
+/* The memory segments at the front, up to the first file segment. */
 static int mf__transport_gather(mf_transport_t *t, struct iovec *iov)
 {
     for (int i = 0; i < t->nsegs; i++) {
         mf_out_seg_t *seg = &t->segs[i];
-        const char *base = seg->ptr ? seg->ptr : t->out.data + seg->off;
+        if (mf__seg_is_file(t, i))
+            return i;
+        const char *base = seg->u.ptr ? seg->u.ptr : t->out.data + seg->off;
         size_t skip = i == 0 ? t->seg_done : 0;
         iov[i].iov_base = (void *)(base + skip);
         iov[i].iov_len = seg->len - skip;
@@ -370,7 +465,7 @@ static void mf__transport_advance(mf_transport_t *t, size_t written)
     written += t->seg_done;
     while (done < t->nsegs && written >= t->segs[done].len) {
         written -= t->segs[done].len;
-        mf__buf_release(t->loop, &t->segs[done].owned);
+        mf__transport_seg_release(t, done);
         done++;
     }
     t->seg_done = written;
@@ -378,6 +473,7 @@ static void mf__transport_advance(mf_transport_t *t, size_t written)
         memmove(t->segs, t->segs + done,
                 (size_t)(t->nsegs - done) * sizeof(t->segs[0]));
         t->nsegs = (uint8_t)(t->nsegs - done);
+        t->file_segs = (uint8_t)(t->file_segs >> done);
     }
     if (!t->nsegs) {
         t->out.len = 0;
@@ -410,17 +506,150 @@ static void mf__transport_output_done(mf_transport_t *t)
     t->ops->on_flushed(t->proto);
 }
 
-int mf__transport_flush(mf_transport_t *t)
+/* The file segment at the front, on a plain socket: the kernel copies
+ * from the page cache to the socket, no byte passes through here. A file
+ * that ends before its segment (cut while queued) fails the connection:
+ * the answer cannot be completed. */
+static ssize_t mf__transport_sendfile(mf_transport_t *t, mf_out_seg_t *seg)
+{
+    off_t pos = (off_t)(seg->off + t->seg_done);
+    size_t n = seg->len - t->seg_done;
+    if (n > MF_TRANSPORT_SENDFILE_MAX)
+        n = MF_TRANSPORT_SENDFILE_MAX;
+    ssize_t w;
+    do {
+        w = sendfile(t->io.fd, seg->u.fd, &pos, n);
+    } while (w < 0 && errno == EINTR);
+    if (w > 0)
+        return w;
+    if (w == 0)
+        return MF_EIO; /* the file is shorter than the answer said */
+    return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
+}
+
+/* A chunk's read, on a pool thread: the reader's fields only. */
+static void mf__file_reader_read(mf_pool_job_t *job)
+{
+    mf_file_reader_t *r = mf_container_of(job, mf_file_reader_t, job);
+    ssize_t n;
+    do {
+        n = pread(r->fd, r->buf.data, r->want, (off_t)r->off);
+    } while (n < 0 && errno == EINTR);
+    r->got = n < 0 ? -errno : n;
+}
+
+/* A read's answer as the chunk to write, or the error that ends the
+ * connection. */
+static void mf__file_reader_settle(mf_file_reader_t *r)
+{
+    r->reading = false;
+    if (r->got < 0)
+        r->err = mf_err_from_errno((int)-r->got);
+    else if ((size_t)r->got < r->want)
+        r->err = MF_EIO; /* the file is shorter than the answer said */
+    r->buf.len = r->err ? 0 : r->want;
+    r->at = 0;
+}
+
+/* Back on the loop: the chunk is ready (or the answer failed); write on. */
+static void mf__file_reader_done(mf_pool_job_t *job)
+{
+    mf_file_reader_t *r = mf_container_of(job, mf_file_reader_t, job);
+    if (r->orphan) {
+        mf__file_reader_free(r->job._loop, r);
+        return;
+    }
+    mf__file_reader_settle(r);
+    mf__transport_flush(r->t);
+}
+
+/* Starts the read of the segment's next chunk: on the loop's compute
+ * pool, or here when the loop has none. */
+static void mf__file_reader_start(mf_transport_t *t, mf_out_seg_t *seg)
+{
+    mf_file_reader_t *r = seg->u.reader;
+    size_t n = seg->len - t->seg_done;
+    r->want = n > MF_TRANSPORT_FILE_CHUNK ? MF_TRANSPORT_FILE_CHUNK : n;
+    r->off = seg->off + t->seg_done;
+    r->job.fn = mf__file_reader_read;
+    r->job.done = mf__file_reader_done;
+    mf_pool_t *pool = mf_loop_pool(t->loop);
+    r->reading = true;
+    if (pool) {
+        mf_pool_submit(pool, t->loop, &r->job);
+        return;
+    }
+    mf__file_reader_read(&r->job);
+    mf__file_reader_settle(r);
+}
+
+/* The file segment at the front, over TLS: the chunk read last is written
+ * (kept until written whole: TLS retries a write with the same bytes);
+ * once it is out, the next is read off the loop, and the write waits for
+ * it (MF_EAGAIN; the read's completion flushes again). */
+static ssize_t mf__transport_file_tls(mf_transport_t *t, mf_out_seg_t *seg)
+{
+    mf_file_reader_t *r = seg->u.reader;
+    if (r->reading)
+        return MF_EAGAIN;
+    if (r->err)
+        return r->err;
+    if (r->at == r->buf.len) {
+        if (!r->buf.cap &&
+            mf__buf_reserve(t->loop, &r->buf, MF_TRANSPORT_FILE_CHUNK) < 0)
+            return MF_ENOMEM;
+        mf__file_reader_start(t, seg);
+        if (r->reading)
+            return MF_EAGAIN;
+        if (r->err)
+            return r->err;
+    }
+    struct iovec iov = {r->buf.data + r->at, r->buf.len - r->at};
+    ssize_t w = mf__sock_writev(t->io.fd, t->ssl, &iov, 1);
+    if (w > 0)
+        r->at += (size_t)w;
+    return w;
+}
+
+/* The memory in front of a file segment on a plain socket (a head before
+ * its body): MSG_MORE holds it back until the sendfile that follows, so
+ * both leave in the same packets (nginx's tcp_nopush). */
+static ssize_t mf__transport_write_more(mf_transport_t *t, struct iovec *iov,
+                                        int n)
+{
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do {
+        w = sendmsg(t->io.fd, &msg, MSG_MORE | MSG_NOSIGNAL);
+    } while (w < 0 && errno == EINTR);
+    if (w >= 0)
+        return w;
+    return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
+}
+
+/* One write of what is at the front of the queue. */
+static ssize_t mf__transport_write_front(mf_transport_t *t)
 {
     struct iovec iov[MF_TRANSPORT_MAX_SEGS];
+    mf_out_seg_t *front = &t->segs[0];
+    if (mf__seg_is_file(t, 0))
+        return t->ssl ? mf__transport_file_tls(t, front)
+                      : mf__transport_sendfile(t, front);
+    int n = mf__transport_gather(t, iov);
+    if (!t->ssl && n < t->nsegs)
+        return mf__transport_write_more(t, iov, n);
+    return mf__sock_writev(t->io.fd, t->ssl, iov, n);
+}
+
+int mf__transport_flush(mf_transport_t *t)
+{
     /* Only a flush that empties the queue (or a pending end) moves the
      * connection on: an event with nothing to write must not push the
      * protocol's deadline (slowloris) further out. */
     if (!t->nsegs && !t->end)
         return 0;
     while (t->nsegs && !t->closed && !t->handshaking) {
-        int n = mf__transport_gather(t, iov);
-        ssize_t w = mf__sock_writev(t->io.fd, t->ssl, iov, n);
+        ssize_t w = mf__transport_write_front(t);
         if (w == MF_EAGAIN) {
             mf__transport_arm(t, t->write_timeout_ms);
             mf__transport_maybe_drained(t);

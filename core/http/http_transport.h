@@ -42,8 +42,9 @@
 
 typedef struct mf_transport mf_transport_t;
 
-/* Output segments: copies coalesce into one buffer; only big bodies get a
- * segment of their own. A protocol pauses before the table is full. */
+/* Output segments: copies coalesce into one buffer; only big bodies and
+ * files get a segment of their own. A protocol pauses before the table is
+ * full. */
 #define MF_TRANSPORT_MAX_SEGS 4
 
 /* The input, shared with the protocol (see above). Bytes not yet consumed
@@ -163,6 +164,16 @@ static inline int mf__transport_queue_copy(mf_transport_t *t, const void *data,
  * empty) and releases it once written. 0 or MF_ENOMEM (nothing queued). */
 int mf__transport_queue_ref(mf_transport_t *t, const char *ptr, size_t len,
                             mf_buf_t *owned);
+/* Queues bytes [offset, offset+len) of the file fd (a regular file,
+ * opened for reading), written from the file: sendfile(2) on a plain
+ * socket; under TLS a chunk at a time, read on the loop's compute pool
+ * (on the loop's thread when it has none) into a buffer. The transport
+ * takes fd when this returns 0 and closes it once written or at the close
+ * (len 0: closed at once); a file found shorter than len when it is
+ * written closes the connection. 0 or MF_ENOMEM (no free segment; fd
+ * stays the caller's). */
+int mf__transport_queue_file(mf_transport_t *t, int fd, uint64_t offset,
+                             uint64_t len);
 /* Free output segments: a protocol stops taking requests before it has
  * none left for their answers. */
 int mf__transport_queue_room(const mf_transport_t *t);

@@ -246,6 +246,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"trace", LUA_TTABLE, 0, 0, NULL},
     {"upstreams", LUA_TTABLE, 0, 0, NULL},
     {"compress", LUA_TTABLE, 0, 0, NULL},
+    {"static", LUA_TTABLE, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__limits_keys[] = {
     {"max_body", LUA_TNUMBER, 0, 9007199254740992.0, " (bytes)"},
@@ -963,10 +964,63 @@ static int mf__config_section_compress(lua_State *L, int t,
     return 0;
 }
 
+/* One mount of static = { ["/assets"] = "public/" }: the prefix kept
+ * without its trailing "/", the folder as given (taken from the scripts
+ * folder when relative, as routes' files are). */
+static int mf__config_static_mount(mf_serve_config_t *c, const char *prefix,
+                                   const char *dir, char *err, size_t errlen)
+{
+    if (!prefix || prefix[0] != '/' || strpbrk(prefix, "?#% \t\r\n") ||
+        strstr(prefix, "/../") || !dir || !*dir) {
+        snprintf(err, errlen,
+                 "static: each entry is [\"/prefix\"] = \"folder\" (a path "
+                 "starting with /, no query, no %%-escape), got [%s]",
+                 prefix ? prefix : "?");
+        return -1;
+    }
+    if (c->nstatics == MF_SERVE_MAX_STATIC) {
+        snprintf(err, errlen, "static: at most %d mounts", MF_SERVE_MAX_STATIC);
+        return -1;
+    }
+    size_t len = strlen(prefix);
+    while (len && prefix[len - 1] == '/')
+        len--;
+    char *kept = mf__config_string(c, len + 1);
+    memcpy(kept, prefix, len);
+    kept[len] = '\0';
+    size_t i = c->nstatics++;
+    /* longest prefix first: "/a/b" is tried before "/a" */
+    while (i && strlen(c->statics[i - 1].prefix) < len) {
+        c->statics[i] = c->statics[i - 1];
+        i--;
+    }
+    c->statics[i].prefix = kept;
+    c->statics[i].dir = mf_serve_config_strdup(c, dir);
+    return 0;
+}
+
+static int mf__config_section_static(lua_State *L, int t, mf_serve_config_t *c,
+                                     const char *dir, char *err, size_t errlen)
+{
+    (void)dir;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        const char *prefix =
+            lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        const char *folder =
+            lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        if (mf__config_static_mount(c, prefix, folder, err, errlen) < 0)
+            return -1;
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
 static const struct {
     const char *name;
     mf_config_section_fn read;
-} mf__config_section_table[] = {{"upstreams", mf__config_section_upstreams},
+} mf__config_section_table[] = {{"static", mf__config_section_static},
+                                {"upstreams", mf__config_section_upstreams},
                                 {"limits", mf__config_section_limits},
                                 {"timeouts", mf__config_section_timeouts},
                                 {"tls", mf__config_section_tls},

@@ -130,6 +130,14 @@ static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                          mf__seconds_since(w, start));
 }
 
+void mf_serve_exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                           int status, size_t bytes,
+                           const struct timespec *start,
+                           mf_serve_request_t *request, const char *id)
+{
+    mf__exchange_log(w, ex, status, bytes, start, request, id);
+}
+
 /* The last step of every answer: the access log line, then the send (after
  * which the exchange and its request are gone). */
 static void mf__exchange_send_logged(mf_serve_worker_t *w,
@@ -342,6 +350,18 @@ static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
 int mf_serve_request_set_head(lua_State *L, mf_serve_request_t *request)
 {
     return mf__request_set_head(L, request, "", 0); /* no Content-Type */
+}
+
+int mf_serve_request_file_head(lua_State *L, mf_serve_request_t *request,
+                               bool *has_type)
+{
+    bool has_id = false;
+    *has_type = false;
+    if (mf__request_copy_headers(L, request, has_type, &has_id) < 0)
+        return -1;
+    if (!has_id)
+        mf_serve_request_add_id(request);
+    return 0;
 }
 
 /* Takes the exchange from the request, which is answered now. A route
@@ -913,6 +933,8 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
         mf_serve_metrics_answer(w, ex, &start);
         return;
     }
+    if (w->config->nstatics && mf_serve_static_answer(w, ex, head, &start))
+        return;
     mf_serve_route_result_t rc =
         mf_serve_routes_push_handler(w->routes, mf_lua_host_state(w->host),
                                      head->path, head->path_len, &timeout);
@@ -1859,6 +1881,7 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
         {"proxy resp:proxy(url [, opts])", mf__resp_proxy},
         {"json resp:json(value [, status])", mf__resp_json},
         {"set_header resp:set_header(name, value)", mf__resp_set_header},
+        {"file resp:file(path [, opts])", mf_serve_resp_file},
         {NULL, NULL}};
     lua_getfield(L, -1, "response");
     lua_pushvalue(L, mt);

@@ -184,6 +184,12 @@ mf_serve_request_live(const mf_serve_object_t *req,
  * header) into the exchange, for req:socket(true) to send: 0, or -1 when
  * a header cannot be sent (reported; the answer becomes a 500). */
 int mf_serve_request_set_head(lua_State *L, mf_serve_request_t *request);
+/* handler.c: resp:file's head: resp.headers (has_type: one of them is a
+ * Content-Type) and the id's header; 0, or -1 as above. */
+int mf_serve_request_file_head(lua_State *L, mf_serve_request_t *request,
+                               bool *has_type);
+/* static.c: resp:file(path [, opts]) (upvalue 1: the metatable). */
+int mf_serve_resp_file(lua_State *L);
 
 /* trace.c: the trace of a request, when the config asks for one and it is
  * sampled (NULL otherwise): begun as its coroutine is made, told its

@@ -214,6 +214,8 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     mf_serve_handler_open(w);
     mf_serve_downstream_open(w);
     mf_serve_websocket_open(w);
+    if ((w->error = mf_serve_static_open(w)) < 0)
+        return;
     w->routes = mf_serve_routes_create(w->host, c->root, c->routes, c->nroutes);
     mf_serve_capture_open(w);
     if ((w->error = mf_serve_log_open(w)) < 0) {
@@ -283,6 +285,7 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
     mf_serve_observe_close(w);
     mf_serve_metrics_close(w);
     mf_serve_routes_destroy(w->routes);
+    mf_serve_static_close(w);
     if (w->host)
         mf_lua_host_destroy(w->host); /* aborts background timers */
     w->host = NULL;

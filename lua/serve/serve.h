@@ -31,6 +31,7 @@
 
 #include <moonflow/fswatch.h>
 #include <moonflow/http_server.h>
+#include <moonflow/http_static.h>
 #include <moonflow/listen.h>
 #include <moonflow/metrics.h>
 #include <moonflow/task.h>
@@ -48,6 +49,7 @@
 #define MF_SERVE_MAX_ROUTES 256
 #define MF_SERVE_MAX_SNI 16
 #define MF_SERVE_MAX_UPSTREAMS 64
+#define MF_SERVE_MAX_STATIC 32 /* static = { [prefix] = dir } mounts */
 #define MF_SERVE_MAX_WORKERS 1024
 #define MF_SERVE_ID_MAX 128       /* bytes of a request id */
 #define MF_SERVE_ID_HEADER_MAX 64 /* bytes of request_id_header's name */
@@ -92,6 +94,14 @@ typedef struct mf_serve_config {
         size_t nservers;
     } upstreams[MF_SERVE_MAX_UPSTREAMS];
     size_t nupstreams;
+    /* static = { ["/assets"] = "public/" }: URL prefix (no trailing "/";
+     * "" for "/") -> directory (relative to root, or absolute), longest
+     * prefix first */
+    struct mf_serve_static_spec {
+        const char *prefix;
+        const char *dir;
+    } statics[MF_SERVE_MAX_STATIC];
+    size_t nstatics;
     char *metrics_path;    /* metrics.path: the page's path; NULL: no page */
     char *metrics_listen;  /* metrics.listen: the page's own address; NULL:
                               the site's */
@@ -176,7 +186,26 @@ typedef struct mf_serve_worker {
     size_t trace_lost;                         /* traces not written */
     uint64_t trace_count;        /* requests seen, for trace.sample */
     mf_task_observer_t observer; /* observe.c: metrics and traces */
+    /* static.c: config->statics' roots, opened at the worker's start */
+    mf_http_static_t *statics[MF_SERVE_MAX_STATIC];
 } mf_serve_worker_t;
+
+struct mf_serve_request;
+
+/* static.c: opens the worker's static roots (0, or a negative MF_E* code
+ * with w->error_what saying which), closes them; answers a request whose
+ * path is under a mount (true: answered, logged) before any route. */
+int mf_serve_static_open(mf_serve_worker_t *w);
+void mf_serve_static_close(mf_serve_worker_t *w);
+bool mf_serve_static_answer(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                            const mf_http_request_t *head,
+                            const struct timespec *start);
+/* handler.c: the access log line and metrics of an exchange about to end
+ * (request: a handler's record, or NULL with the answer's id). */
+void mf_serve_exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                           int status, size_t bytes,
+                           const struct timespec *start,
+                           struct mf_serve_request *request, const char *id);
 
 /* handler.c: the HTTP server's handler for a worker (mf_http_handler). */
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker);

@@ -317,6 +317,17 @@ MF_API void mf_http_exchange_abort(mf_http_exchange_t *ex);
  * output. */
 MF_API void mf_http_exchange_send_body(mf_http_exchange_t *ex, const void *data,
                                        size_t len);
+/* Sends the response with bytes [offset, offset+len) of the file fd (a
+ * regular file open for reading) as its body, Content-Length len, and ends
+ * the exchange like _send. The body goes from the file to the socket
+ * (sendfile(2) on a plain HTTP/1 connection; under TLS read a chunk at a
+ * time on the compute pool), never whole in memory. Takes fd in every
+ * case: it is closed once written, or at once when nothing of it is sent (a
+ * HEAD request, a status without a body, an answer that failed). A file
+ * found shorter than len while it is written closes the connection: the
+ * client sees a cut body. */
+MF_API void mf_http_exchange_send_file(mf_http_exchange_t *ex, int fd,
+                                       uint64_t offset, uint64_t len);
 /* Streams a piece of the body (chunked; for HTTP/1.0 the connection closes
  * at the end instead). The data is always queued (copied). Returns 0; 1 when
  * the output not yet written to the socket is above

@@ -28,6 +28,7 @@
 #include "http_forward.h"
 #include "http_parser.h"
 #include "http_server.h"
+#include "http_static.h"
 #include "kafka.h"
 #include "list.h"
 #include "listen.h"
