@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "http/http_compress.h"
 #include "http/http_file_cache.h"
 #include "http/http_mime.h"
 #include "http/http_range.h"
@@ -36,6 +37,7 @@ struct mf_http_static {
     char *real; /* its real path: the fallback's prefix check */
     size_t real_len;
     mf_file_cache_t *cache; /* open files kept (mf_http_static_cache) */
+    bool precompressed;     /* mf_http_static_precompressed */
 };
 
 /* Flags of every file opened: O_NONBLOCK so that a FIFO planted under the
@@ -107,6 +109,11 @@ void mf_http_static_close(mf_http_static_t *root)
     free(root->dir);
     free(root->real);
     free(root);
+}
+
+void mf_http_static_precompressed(mf_http_static_t *root, bool on)
+{
+    root->precompressed = on;
 }
 
 const char *mf_http_static_dir(const mf_http_static_t *root)
@@ -537,6 +544,68 @@ static int mf__static_directory(const mf_http_static_t *root,
     return mf__static_answer(r, fd, &st, index);
 }
 
+/* The siblings of rel beside it ("rel.gz", "rel.br"): each one a regular
+ * file is opened into fds[coding] (st filled); the mask of those found. */
+static unsigned mf__static_siblings(const mf_http_static_t *root,
+                                    const char *rel, bool cacheable,
+                                    int fds[3], struct stat sts[3])
+{
+    static const char *const ext[3] = {NULL, ".gz", ".br"};
+    char name[PATH_MAX];
+    size_t len = strlen(rel);
+    unsigned found = 0;
+    for (int c = MF_HTTP_CODING_GZIP; c <= MF_HTTP_CODING_BR; c++) {
+        fds[c] = -1;
+        if (len + 4 > sizeof name)
+            continue;
+        memcpy(name, rel, len);
+        memcpy(name + len, ext[c], 4); /* with its NUL */
+        int fd = mf__static_open_stat(root, name, cacheable, &sts[c]);
+        if (fd >= 0 && !S_ISREG(sts[c].st_mode)) {
+            close(fd);
+            fd = -1;
+        }
+        fds[c] = fd;
+        if (fd >= 0)
+            found |= 1u << c;
+    }
+    return found;
+}
+
+/* nginx's gzip_static and brotli_static (mf_http_static_precompressed):
+ * swaps *fd and *st for the sibling the client takes, if any, naming its
+ * coding in Content-Encoding; a file with a sibling varies by
+ * Accept-Encoding whichever is answered. */
+static void mf__static_precompressed(const mf_http_static_t *root,
+                                     const mf_static_req_t *r, const char *rel,
+                                     bool cacheable, int *fd, struct stat *st)
+{
+    static const char vary[] = "Vary: Accept-Encoding\r\n";
+    static const char *const names[3] = {NULL, "gzip", "br"};
+    int fds[3];
+    struct stat sts[3];
+    unsigned found = mf__static_siblings(root, rel, cacheable, fds, sts);
+    if (!found)
+        return;
+    mf_http_exchange_add_header_static(r->ex, vary, sizeof vary - 1);
+    const mf_http_request_t *req = mf_http_exchange_request(r->ex);
+    mf_http_coding_t coding =
+        mf__http_accept_encoding_fields(req->headers, req->num_headers, found);
+    for (int c = MF_HTTP_CODING_GZIP; c <= MF_HTTP_CODING_BR; c++) {
+        if (fds[c] < 0)
+            continue;
+        if (c != (int)coding) {
+            close(fds[c]);
+            continue;
+        }
+        close(*fd);
+        *fd = fds[c];
+        *st = sts[c];
+        mf__static_header(r->ex, "Content-Encoding", names[c],
+                          strlen(names[c]));
+    }
+}
+
 /* rel (decoded, NUL terminated, in a buffer of cap bytes) beneath root. */
 static int mf__static_serve_rel(const mf_http_static_t *root,
                                 const mf_static_req_t *r, char *rel, size_t cap)
@@ -559,6 +628,8 @@ static int mf__static_serve_rel(const mf_http_static_t *root,
         close(fd);
         return mf__static_error(r, 403);
     }
+    if (root->precompressed && r->conditional)
+        mf__static_precompressed(root, r, rel, cacheable, &fd, &st);
     return mf__static_answer(r, fd, &st, rel);
 }
 

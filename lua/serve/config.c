@@ -293,6 +293,7 @@ static const mf_config_key_t mf__compress_keys[] = {
     {"level", LUA_TNUMBER, 1, 9, " (gzip's)"},
     {"brotli", LUA_TBOOLEAN, 0, 0, NULL},
     {"brotli_level", LUA_TNUMBER, 0, 11, NULL},
+    {"precompressed", LUA_TBOOLEAN, 0, 0, NULL},
     MF_CONFIG_END};
 static const mf_config_key_t mf__route_keys[] = {
     {"file", LUA_TSTRING, 0, 0, NULL},
@@ -680,6 +681,15 @@ static int mf__config_route_compress(lua_State *L, const char *path,
     if (mf__config_compress(L, lua_gettop(L), where, c, cc, types, err,
                             errlen) < 0)
         return -1;
+    mf__rawfield(L, lua_gettop(L), "precompressed");
+    if (!lua_isnil(L, -1)) {
+        snprintf(err, errlen,
+                 "routes[%.100s].compress.precompressed: only in the top "
+                 "level's compress (it is for static mounts)",
+                 path);
+        return -1;
+    }
+    lua_pop(L, 1);
     r->own_compress = true;
     r->compress = cc;
     return 0;
@@ -961,6 +971,9 @@ static int mf__config_section_compress(lua_State *L, int t,
                             c->compress_types, err, errlen) < 0)
         return -1;
     c->http.compress = &c->compress;
+    mf__rawfield(L, t, "precompressed");
+    c->static_precompressed = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     return 0;
 }
 

@@ -78,6 +78,9 @@ typedef struct mf_serve_config {
     /* compress = {...}: http.compress points here when given */
     mf_http_compress_config_t compress;
     const char *compress_types[MF_HTTP_COMPRESS_MAX_TYPES];
+    /* compress.precompressed: static mounts answer a file's .br or .gz
+     * beside it when the client accepts that coding */
+    bool static_precompressed;
     mf_tls_sni_t sni[MF_SERVE_MAX_SNI];
     mf_serve_route_spec_t routes[MF_SERVE_MAX_ROUTES]; /* explicit ones */
     size_t nroutes;

@@ -41,6 +41,7 @@ int mf_serve_static_open(mf_serve_worker_t *w)
             w->error_what = w->init_error;
             return err;
         }
+        mf_http_static_precompressed(w->statics[i], c->static_precompressed);
         err =
             mf_http_static_cache(w->statics[i], w->loop, MF_SERVE_STATIC_CACHE);
         if (err < 0) /* still served, each file opened per request */

@@ -10,6 +10,7 @@ part, then resumed with curl -C - and compared byte for byte, the
 server's RSS flat meanwhile; strace showing the body sent with sendfile
 and no read/write copy of it; the same file over TLS.
 $MF_MOONFLOW is the binary. The server must stop with status 0."""
+import gzip
 import hashlib
 import os
 import re
@@ -74,6 +75,18 @@ def site(root):
         f.write(b'{"a": 1}\n')
     with open(os.path.join(pub, "blob.bin"), "wb") as f:
         f.write(os.urandom(4 * MIB))
+    # precompressed siblings: app.js has both, page.html only a .gz
+    app = b"function f() { return 42; }\n" * 400
+    with open(os.path.join(pub, "app.js"), "wb") as f:
+        f.write(app)
+    with open(os.path.join(pub, "app.js.gz"), "wb") as f:
+        f.write(gzip.compress(app))
+    with open(os.path.join(pub, "app.js.br"), "wb") as f:
+        f.write(b"br bytes as they are on disk")
+    with open(os.path.join(pub, "page.html"), "wb") as f:
+        f.write(b"<p>hello</p>\n" * 300)
+    with open(os.path.join(pub, "page.html.gz"), "wb") as f:
+        f.write(gzip.compress(b"<p>hello</p>\n" * 300))
     with open(os.path.join(root, "secret.txt"), "wb") as f:
         f.write(b"outside the root\n")
     os.symlink(os.path.join(root, "secret.txt"), os.path.join(pub, "out"))
@@ -111,7 +124,8 @@ def start(root, port, tls=None, argv_prefix=(), errors=None):
         tls_line = "tls = { cert = %r, key = %r }," % tls
     with open(conf, "w") as f:
         f.write('return { root = ".", %s static = { ["/assets"] = '
-                '"public", ["/assets/deep/"] = "public/docs" } }' % tls_line)
+                '"public", ["/assets/deep/"] = "public/docs" },'
+                ' compress = { precompressed = true } }' % tls_line)
     return Server(list(argv_prefix) + [
         MOONFLOW, "serve", "--config", conf, "--listen",
         "127.0.0.1:%d" % port, "--workers", "1", "--access-log", "off"],
@@ -160,6 +174,53 @@ class Static(unittest.TestCase):
                        b"Host: t\r\n" + extra + b"\r\n")
 
     # ---- whole files, validators, types ----------------------------------
+
+    def body_of(self, *args):
+        out = curl(*args)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout
+
+    def test_a_precompressed_sibling_is_answered_as_it_is(self):
+        app = os.path.join(self.pub, "app.js")
+        with open(app, "rb") as f:
+            plain = f.read()
+        with open(app + ".gz", "rb") as f:
+            gz = f.read()
+        url = self.url("/assets/app.js")
+        _, plain_h = self.head_of(url)
+        cases = [("gzip", "gzip", gz), ("br, gzip", "br", None),
+                 ("br;q=0.5, gzip", "gzip", gz), ("identity", None, plain),
+                 ("gzip;q=0, br;q=0", None, plain)]
+        for accept, coding, body in cases:
+            status, h = self.head_of("-H", "Accept-Encoding: " + accept, url)
+            self.assertEqual(status, 200, accept)
+            self.assertEqual(h.get("content-encoding"), coding, accept)
+            self.assertEqual(h["vary"], "Accept-Encoding", accept)
+            self.assertEqual(h["content-type"], plain_h["content-type"])
+            if body is not None:
+                self.assertEqual(self.body_of(
+                    "-H", "Accept-Encoding: " + accept, url), body, accept)
+        # none asked: the file itself, still varying
+        self.assertEqual(self.body_of(url), plain)
+        self.assertEqual(plain_h["vary"], "Accept-Encoding")
+        self.assertNotIn("content-encoding", plain_h)
+        # the sibling's own validators and ranges
+        _, gz_h = self.head_of("-H", "Accept-Encoding: gzip", url)
+        self.assertNotEqual(gz_h["etag"], plain_h["etag"])
+        self.assertEqual(gz_h["content-length"], str(len(gz)))
+        out = curl("-H", "Accept-Encoding: gzip", "-r", "0-9", "-w",
+                   "%{http_code}", url)
+        self.assertEqual(out.stdout, gz[:10] + b"206")
+        # curl --compressed decodes the .gz back to the page
+        page = os.path.join(self.pub, "page.html")
+        with open(page, "rb") as f:
+            self.assertEqual(self.body_of(
+                "--compressed", self.url("/assets/page.html")), f.read())
+        # a file without siblings does not vary
+        _, h = self.head_of("-H", "Accept-Encoding: gzip",
+                            self.url("/assets/css/site.css"))
+        self.assertNotIn("vary", h)
+        self.assertNotIn("content-encoding", h)
 
     def test_a_file_with_its_validators_and_type(self):
         out = curl("-D", os.path.join(self.root, "h1"), "-o",

@@ -60,6 +60,15 @@ MF_API void mf_http_static_close(mf_http_static_t *root);
  * could not start: inotify's limits) with the root uncached. */
 MF_API int mf_http_static_cache(mf_http_static_t *root, mf_loop_t *loop,
                                 size_t entries);
+/* nginx's gzip_static and brotli_static: with on, a file answered for a
+ * GET or HEAD whose "NAME.br" or "NAME.gz" sits beside it (a regular
+ * file) is answered with that sibling as it is when the request's
+ * Accept-Encoding takes its coding (q-values, br over gzip at equal q):
+ * Content-Encoding names it, Content-Type is the file's, ETag,
+ * Last-Modified and ranges are the sibling's; every answer of a file with
+ * a sibling says Vary: Accept-Encoding. Off by default (it costs two
+ * opens per file answered). */
+MF_API void mf_http_static_precompressed(mf_http_static_t *root, bool on);
 /* The root's directory as opened. */
 MF_API const char *mf_http_static_dir(const mf_http_static_t *root);
 
