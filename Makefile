@@ -32,7 +32,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            libpcre2-dev prometheus memcached lua-nginx-redis \
            lua-nginx-memcached lua-nginx-websocket lua-nginx-dns \
            lua-nginx-cookie lua-resty-lrucache lua-resty-core \
-           lua-nginx-string lua-nginx-kafka python3-websockets
+           lua-nginx-string lua-nginx-kafka python3-websockets \
+           libnghttp2-dev nghttp2-client python3-h2
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with

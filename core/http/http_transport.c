@@ -151,6 +151,11 @@ mf_transport_input_t *mf__transport_input(mf_transport_t *t)
     return &t->in;
 }
 
+bool mf__transport_alpn_h2(const mf_transport_t *t)
+{
+    return mf__tls_alpn_is_h2(t->ssl);
+}
+
 const mf_sockaddr_t *mf__transport_peer(const mf_transport_t *t)
 {
     return &t->peer;

@@ -128,6 +128,8 @@ void mf__transport_attach(mf_transport_t *t, const mf_transport_ops_t *ops,
 /* The shared input (valid for the transport's life). */
 mf_transport_input_t *mf__transport_input(mf_transport_t *t);
 const mf_sockaddr_t *mf__transport_peer(const mf_transport_t *t);
+/* Whether TLS chose HTTP/2 by ALPN (false on plain TCP). */
+bool mf__transport_alpn_h2(const mf_transport_t *t);
 /* Grows the input so that n more bytes fit after its end. 0 or MF_ENOMEM. */
 int mf__transport_input_reserve(mf_transport_t *t, size_t n);
 
