@@ -38,6 +38,11 @@
 #define MF_H2_OUT_HIGH (256 * 1024)
 /* Response fields of one answer (the handler's, plus ours). */
 #define MF_H2_MAX_NV 128
+/* Rapid reset (CVE-2023-44487): RST_STREAMs a client may send, a burst of
+ * this many then this many a second; past it, GOAWAY ENHANCE_YOUR_CALM.
+ * (nghttp2's own limit, 1000 then 33 a second, answers INTERNAL_ERROR.) */
+#define MF_H2_RESET_BURST 400
+#define MF_H2_RESET_RATE 100
 /* A header block decoded past this many times max_header_list_size is an
  * HPACK bomb: the connection ends (the block is refused well before). */
 #define MF_H2_BOMB_FACTOR 8
@@ -93,9 +98,12 @@ struct mf_http2 {
     mf_post_t step_post;
     unsigned receiving; /* streams whose request is not whole yet */
     unsigned active;    /* exchanges not destroyed yet */
+    uint32_t reset_tokens; /* RST_STREAMs the client may still send */
+    uint64_t reset_refill; /* loop ms of the last refill */
     bool in_session;    /* inside a session call: no step, no send */
     bool closed;
     bool stopping;
+    bool failed; /* the session is over: input is dropped until the close */
     bool freeing;
 };
 
@@ -294,13 +302,33 @@ static int mf__h2_on_data_chunk(nghttp2_session *session, uint8_t flags,
     return 0;
 }
 
+/* A token bucket over the client's RST_STREAMs (see MF_H2_RESET_BURST). */
+static void mf__h2_count_reset(mf_http2_t *h)
+{
+    uint64_t now = mf_loop_now(h->loop);
+    uint64_t add = (now - h->reset_refill) * MF_H2_RESET_RATE / 1000;
+    h->site->h2.resets_received++;
+    if (add) {
+        h->reset_tokens = (uint32_t)(h->reset_tokens + add > MF_H2_RESET_BURST
+                                         ? MF_H2_RESET_BURST
+                                         : h->reset_tokens + add);
+        h->reset_refill = now;
+    }
+    if (h->reset_tokens == 0) {
+        nghttp2_session_terminate_session(h->session,
+                                          NGHTTP2_ENHANCE_YOUR_CALM);
+        return;
+    }
+    h->reset_tokens--;
+}
+
 static int mf__h2_on_frame_recv(nghttp2_session *session,
                                 const nghttp2_frame *frame, void *user)
 {
     mf_http2_t *h = user;
     bool end = frame->hd.flags & NGHTTP2_FLAG_END_STREAM;
     if (frame->hd.type == NGHTTP2_RST_STREAM) {
-        h->site->h2.resets_received++;
+        mf__h2_count_reset(h);
         return 0;
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
@@ -380,6 +408,7 @@ static void mf__h2_step_later(mf_http2_t *h)
  * over: what nghttp2 queued (its GOAWAY) goes if it can, then the close. */
 static void mf__h2_fail(mf_http2_t *h, int rv)
 {
+    h->failed = true;
     if (rv == NGHTTP2_ERR_FLOODED)
         h->site->h2.floods++;
     else if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
@@ -394,8 +423,8 @@ static void mf__h2_fail(mf_http2_t *h, int rv)
  * 0, or a negative code once the connection is closed. */
 static int mf__h2_send(mf_http2_t *h)
 {
-    if (h->closed)
-        return MF_ECLOSED;
+    if (h->closed || h->failed)
+        return h->closed ? MF_ECLOSED : 0;
     if (h->in_session) {
         mf__h2_step_later(h);
         return 0;
@@ -962,6 +991,10 @@ static void mf__h2_on_data(void *proto, size_t n)
     mf_http2_t *h = proto;
     mf_transport_input_t *in = h->in;
     (void)n;
+    if (h->failed) { /* what a failed session still gets is not read */
+        in->off = in->buf.len = 0;
+        return;
+    }
     h->in_session = true;
     ssize_t used = nghttp2_session_mem_recv(
         h->session, (const uint8_t *)in->buf.data + in->off,
@@ -1166,6 +1199,8 @@ void mf__http2_attach(mf_http_site_t *site, mf_transport_t *t)
     mf_list_init(&h->ready);
     mf_list_init(&h->gone);
     mf_post_init(&h->step_post, mf__h2_step_now, h);
+    h->reset_tokens = MF_H2_RESET_BURST;
+    h->reset_refill = mf_loop_now(h->loop);
     h->in->max = SIZE_MAX; /* nghttp2 takes every byte it is given */
     site->h2.connections++;
     mf__transport_attach(t, &mf__h2_transport_ops, h);
