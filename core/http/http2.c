@@ -104,6 +104,7 @@ struct mf_http2 {
     bool closed;
     bool stopping;
     bool failed; /* the session is over: input is dropped until the close */
+    bool noticed; /* a drain began: the shutdown notice is sent */
     bool freeing;
 };
 
@@ -963,6 +964,13 @@ static void mf__h2_step(mf_http2_t *h)
         mf_list_remove(&s->work);
         s->lost_told = true;
         h->exops->lost(s->ex); /* may release */
+    }
+    if (h->site->stopping && !h->noticed && !h->stopping) {
+        /* A drain (a graceful restart): a GOAWAY that names no stream
+         * yet, so the client opens no new one here; the last GOAWAY
+         * comes with the stop. */
+        h->noticed = true;
+        nghttp2_submit_shutdown_notice(h->session);
     }
     if (mf__h2_send(h) < 0)
         return;

@@ -62,6 +62,10 @@ SITE = {
                   '  end\n'
                   '  resp:send()\n'
                   'end\n',
+    "raw.lua": 'return function(req, resp) resp.status = 101 '
+               'local sock, err = req:socket(true) '
+               'resp.status = 200 resp:send(tostring(sock) .. " " .. err) end\n',
+    "rawhead.lua": 'return function(req, resp) resp:send(req.raw_header) end\n',
     "progress.lua": 'local mf = require "moonflow"\n'
                     'return function(req, resp) '
                     'resp:send(tostring(mf.shared.h2:get("written") or 0)) end\n',
@@ -376,6 +380,24 @@ class Basics(Http2Test):
         self.assertEqual(c.response(1)[0], 431)
         c.request(3)
         self.assertEqual(c.response(3)[0], 200)
+
+    def test_the_raw_connection_is_refused_and_the_handler_answers(self):
+        c = self.conn()
+        c.request(1, path="/raw")
+        status, _, body = c.response(1)
+        self.assertEqual((status, body),
+                         (200, b"nil no raw connection over HTTP/2"))
+
+    def test_raw_header_shows_the_head_as_http1_would_carry_it(self):
+        c = self.conn()
+        c.request(1, path="/rawhead?a=1", extra=[("x-one", "1")])
+        status, _, body = c.response(1)
+        self.assertEqual(status, 200)
+        self.assertTrue(body.startswith(b"GET /rawhead?a=1 HTTP/2.0\r\n"),
+                        body)
+        self.assertIn(b"\r\nx-one: 1\r\n", body)
+        self.assertIn(b"\r\nhost: h2.test\r\n", body)
+        self.assertTrue(body.endswith(b"\r\n\r\n"))
 
     def test_http1_still_answers_on_the_same_port(self):
         r = request(self.srv.port, b"GET /index HTTP/1.1\r\nHost: h\r\n\r\n")

@@ -278,7 +278,8 @@ MF_API void mf_http_exchange_on_readable(mf_http_exchange_t *ex,
  * Before anything was sent only, and not while a streamed body is unread:
  * 0, MF_EBUSY (a body still on its way), MF_EINVAL (the head was sent
  * already, or a header was refused: the answer became a 500), MF_ENOMEM,
- * MF_ECLOSED. */
+ * MF_ECLOSED, MF_ENOSYS (a request over HTTP/2, whose stream cannot
+ * become a raw connection). */
 MF_API int mf_http_exchange_upgrade(mf_http_exchange_t *ex);
 
 /* ---- the exchange: response side -------------------------------------- */
