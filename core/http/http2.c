@@ -406,7 +406,9 @@ static void mf__h2_step_later(mf_http2_t *h)
 }
 
 /* A session that failed (a flood, a callback's refusal, no memory) is
- * over: what nghttp2 queued (its GOAWAY) goes if it can, then the close. */
+ * over: what nghttp2 queued (its GOAWAY) goes if the socket takes it now,
+ * then the connection closes. A flooder does not read: waiting for it to
+ * would only keep the connection (and its input) alive. */
 static void mf__h2_fail(mf_http2_t *h, int rv)
 {
     h->failed = true;
@@ -414,10 +416,8 @@ static void mf__h2_fail(mf_http2_t *h, int rv)
         h->site->h2.floods++;
     else if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
         h->site->h2.protocol_errors++;
-    mf__transport_end(h->t, false);
     mf__transport_flush(h->t);
-    if (!h->closed && !mf__transport_writing(h->t))
-        mf__transport_close(h->t);
+    mf__transport_close(h->t);
 }
 
 /* Asks nghttp2 for frames while the socket's queue has room, then writes.
