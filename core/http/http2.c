@@ -533,6 +533,8 @@ static bool mf__h2_connection_field(const char *name, size_t len)
 static bool mf__h2_add_lines(nghttp2_nv *nv, size_t *n, const char *lines,
                              size_t len, char *lower)
 {
+    if (!len)
+        return true; /* lines may be NULL then */
     const char *p = lines, *end = lines + len;
     while (p < end) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
