@@ -43,6 +43,10 @@
  * (nghttp2's own limit, 1000 then 33 a second, answers INTERNAL_ERROR.) */
 #define MF_H2_RESET_BURST 400
 #define MF_H2_RESET_RATE 100
+/* Request bodies a connection holds before their handlers run (read
+ * whole): past it (and past max_body), the stream that brings more is
+ * answered 503, so that 128 streams cannot each hold max_body. */
+#define MF_H2_BUFFERED_MIN (8 << 20)
 /* A header block decoded past this many times max_header_list_size is an
  * HPACK bomb: the connection ends (the block is refused well before). */
 #define MF_H2_BOMB_FACTOR 8
@@ -79,8 +83,16 @@ typedef struct mf_h2_stream {
     bool lost_told;     /* the exchange heard of the loss */
     bool deferred;      /* nghttp2 waits for body bytes (resume_data) */
     bool out_ended;     /* the body's last byte is queued */
-    bool rst_after;     /* reset (NO_ERROR) once the answer is out: the
-                           client still sends a body nobody reads */
+    bool rst_after;     /* reset (NO_ERROR) once the answer is out, if the
+                           body has not ended: nobody reads the rest */
+    /* A body the handler reads as it comes (the config's stream_body):
+     * body[taken..len) is unread; its window is given back (consumed) as
+     * the handler reads. */
+    bool streaming;
+    bool body_end; /* the client's END_STREAM came */
+    bool watching; /* the exchange waits for a read's answer */
+    size_t taken;
+    uint64_t received; /* body bytes of a streamed body so far */
 } mf_h2_stream_t;
 
 struct mf_http2 {
@@ -98,6 +110,7 @@ struct mf_http2 {
     mf_post_t step_post;
     unsigned receiving; /* streams whose request is not whole yet */
     unsigned active;    /* exchanges not destroyed yet */
+    size_t buffered;    /* bodies held whole for handlers not run yet */
     uint32_t reset_tokens; /* RST_STREAMs the client may still send */
     uint64_t reset_refill; /* loop ms of the last refill */
     bool in_session;    /* inside a session call: no step, no send */
@@ -112,6 +125,7 @@ static const mf_transport_ops_t mf__h2_transport_ops;
 static const mf_http_proto_ops_t mf__h2_proto_ops;
 
 static void mf__h2_step(mf_http2_t *h);
+static bool mf__h2_streams_body(mf_h2_stream_t *s);
 
 /* ---- streams ----------------------------------------------------------------
  */
@@ -140,8 +154,10 @@ static mf_h2_stream_t *mf__h2_stream_new(mf_http2_t *h, int32_t id)
 static void mf__h2_stream_free(mf_h2_stream_t *s)
 {
     mf_http2_t *h = s->h;
-    if (!s->dispatched)
+    if (!s->dispatched) {
         h->receiving--;
+        h->buffered -= s->body.len;
+    }
     mf_list_remove(&s->link);
     if (mf_list_linked(&s->work))
         mf_list_remove(&s->work);
@@ -224,6 +240,13 @@ static void mf__h2_stream_head_done(mf_h2_stream_t *s)
         else
             s->nheaders++;
     }
+    size_t clen;
+    const char *cl = mf__h2_stream_find(s, "content-length", &clen);
+    uint64_t length = 0;
+    for (size_t i = 0; cl && i < clen && length <= s->h->config->max_body; i++)
+        length = length * 10 + (uint64_t)(cl[i] - '0');
+    if (!s->refused && cl && length > s->h->config->max_body)
+        s->refused = 413; /* as HTTP/1: before a byte of the body */
 }
 
 /* ---- nghttp2's callbacks: the request in ------------------------------------
@@ -278,28 +301,64 @@ static int mf__h2_on_header(nghttp2_session *session,
     return 0;
 }
 
+/* A body refused while it arrives: answered now (or, streamed, when the
+ * handler reads), and the rest is not read. */
+static void mf__h2_refuse_body(mf_h2_stream_t *s, int status)
+{
+    s->refused = status;
+    s->rst_after = true;
+    if (!s->dispatched) {
+        s->h->buffered -= s->body.len;
+        mf__buf_release(s->h->loop, &s->body);
+        mf__h2_stream_ready(s);
+    }
+}
+
+/* Bytes of a streamed body: kept for the handler's reads, which give the
+ * window back; past max_body the read answers MF_EMSGSIZE. */
+static void mf__h2_stream_chunk(mf_h2_stream_t *s, const uint8_t *data,
+                                size_t len)
+{
+    mf_http2_t *h = s->h;
+    s->received += len;
+    if (s->received > h->config->max_body)
+        s->refused = 413;
+    else if (mf__buf_append(h->loop, &s->body, data, len) < 0)
+        s->refused = 500;
+    if (s->refused) {
+        s->rst_after = true;
+        nghttp2_session_consume(h->session, s->id, len);
+    }
+}
+
+/* Bytes of a body: a streamed one waits for its reader; a whole one is
+ * kept (its window given back at once) up to max_body, and up to what the
+ * connection may hold for handlers not run yet. */
 static int mf__h2_on_data_chunk(nghttp2_session *session, uint8_t flags,
                                 int32_t id, const uint8_t *data, size_t len,
                                 void *user)
 {
     mf_http2_t *h = user;
     mf_h2_stream_t *s = mf__h2_stream_of(h, id);
-    (void)session;
+    size_t budget = h->config->max_body > MF_H2_BUFFERED_MIN
+                        ? (size_t)h->config->max_body
+                        : MF_H2_BUFFERED_MIN;
     (void)flags;
+    if (s && s->streaming && !s->refused) {
+        mf__h2_stream_chunk(s, data, len);
+        return 0;
+    }
+    nghttp2_session_consume(session, id, len);
     if (!s || s->refused || s->dispatched)
         return 0;
-    if (s->body.len + len > h->config->max_body) {
-        s->refused = 413; /* answered now; the rest is not read */
-        s->rst_after = true;
-        mf__buf_release(h->loop, &s->body);
-        mf__h2_stream_ready(s);
-        return 0;
-    }
-    if (mf__buf_append(h->loop, &s->body, data, len) < 0) {
-        s->refused = 500;
-        s->rst_after = true;
-        mf__h2_stream_ready(s);
-    }
+    if (s->body.len + len > h->config->max_body)
+        mf__h2_refuse_body(s, 413);
+    else if (h->buffered + len > budget)
+        mf__h2_refuse_body(s, 503);
+    else if (mf__buf_append(h->loop, &s->body, data, len) < 0)
+        mf__h2_refuse_body(s, 500);
+    else
+        h->buffered += len;
     return 0;
 }
 
@@ -338,12 +397,16 @@ static int mf__h2_on_frame_recv(nghttp2_session *session,
         session, frame->hd.stream_id);
     if (!s)
         return 0;
+    if (end)
+        s->body_end = true;
     if (frame->hd.type == NGHTTP2_HEADERS && !s->head_done) {
         mf__h2_stream_head_done(s);
         if (s->refused) /* a 431 goes out now; a body is not read */
             s->rst_after = !end;
+        else if (!end && mf__h2_streams_body(s))
+            s->streaming = true; /* dispatched now, read as it comes */
     }
-    if (end || s->refused)
+    if (end || s->refused || s->streaming)
         mf__h2_stream_ready(s);
     return 0;
 }
@@ -390,7 +453,7 @@ static int mf__h2_on_frame_send(nghttp2_session *session,
         return 0;
     mf_h2_stream_t *s = nghttp2_session_get_stream_user_data(
         session, frame->hd.stream_id);
-    if (s && s->rst_after)
+    if (s && s->rst_after && !s->body_end)
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id,
                                   NGHTTP2_NO_ERROR);
     return 0;
@@ -761,25 +824,46 @@ static void mf__h2_abort(void *proto)
     mf__h2_step_later(h);
 }
 
-/* The body is read whole before the handler (mf_http_exchange_read reads
- * it from memory): nothing is streamed through the protocol. */
+/* A streamed body's bytes; each read gives their window back, so the
+ * client sends more only as fast as the handler reads. */
 static ssize_t mf__h2_read(void *proto, void *buf, size_t len)
 {
-    (void)proto;
-    (void)buf;
-    (void)len;
-    return MF_ECLOSED;
+    mf_h2_stream_t *s = proto;
+    mf_http2_t *h = s->h;
+    if (!s->streaming || h->closed)
+        return MF_ECLOSED;
+    if (s->taken < s->body.len) {
+        size_t n = s->body.len - s->taken;
+        n = n < len ? n : len;
+        memcpy(buf, s->body.data + s->taken, n);
+        s->taken += n;
+        if (s->taken == s->body.len)
+            s->taken = s->body.len = 0;
+        if (!s->closed) {
+            nghttp2_session_consume(h->session, s->id, n);
+            mf__h2_step_later(h); /* its WINDOW_UPDATE */
+        }
+        return (ssize_t)n;
+    }
+    if (s->refused)
+        return s->refused == 413 ? MF_EMSGSIZE : MF_EPROTO;
+    if (s->body_end)
+        return 0;
+    return s->closed ? MF_ECLOSED : MF_EAGAIN;
 }
 
 static int mf__h2_body_status(const void *proto)
 {
-    (void)proto;
-    return 400;
+    const mf_h2_stream_t *s = proto;
+    return s->refused == 413 ? 413 : 400;
 }
 
+/* Answered from the next step, never inside this call. */
 static void mf__h2_watch_read(void *proto)
 {
-    (void)proto;
+    mf_h2_stream_t *s = proto;
+    s->watching = true;
+    mf__h2_step_later(s->h);
 }
 
 /* A stream cannot become a raw connection (that would be RFC 8441's
@@ -831,6 +915,7 @@ static int mf__h2_request(mf_h2_stream_t *s, mf_http_request_t *req,
     size_t at = 0, nlen, vlen, mlen = 0, plen = 0, n = 0;
     const char *name, *value, *method = "", *path = "";
     mf_buf_t *text = &s->text;
+    text->len = 0; /* built again at the dispatch: the same bytes */
     if (mf__buf_reserve(s->h->loop, text, s->head.len + 64) < 0)
         return MF_ENOMEM;
     memset(req, 0, sizeof(*req));
@@ -875,7 +960,27 @@ static int mf__h2_request(mf_h2_stream_t *s, mf_http_request_t *req,
     req->num_headers = n;
     req->body = s->body.len ? MF_HTTP_BODY_LENGTH : MF_HTTP_BODY_NONE;
     req->content_length = s->body.len;
+    if (!s->body_end) { /* still coming: its length, if the client gave it */
+        size_t clen;
+        const char *cl = mf__h2_stream_find(s, "content-length", &clen);
+        req->body = cl ? MF_HTTP_BODY_LENGTH : MF_HTTP_BODY_CHUNKED;
+        req->content_length = 0;
+        for (size_t i = 0; cl && i < clen && i < 19; i++)
+            req->content_length = req->content_length * 10 + (uint64_t)(cl[i] - '0');
+    }
     return 0;
+}
+
+/* Whether the handler reads this request's body as it comes (asked once
+ * its head is whole, for a request with a body, as HTTP/1 asks). */
+static bool mf__h2_streams_body(mf_h2_stream_t *s)
+{
+    mf_http2_t *h = s->h;
+    mf_http_header_t headers[MF_HTTP_MAX_HEADERS];
+    mf_http_request_t req;
+    if (!h->config->stream_body || mf__h2_request(s, &req, headers) < 0)
+        return false;
+    return h->config->stream_body(&req, h->site->user);
 }
 
 /* A request refused before its handler: its answer, and the report the
@@ -901,6 +1006,7 @@ static void mf__h2_dispatch(mf_h2_stream_t *s)
     mf_http_request_t req;
     s->dispatched = true;
     h->receiving--;
+    h->buffered -= s->body.len; /* the exchange's now */
     if (s->refused) {
         mf__h2_refuse(s);
         return;
@@ -912,13 +1018,31 @@ static void mf__h2_dispatch(mf_h2_stream_t *s)
     }
     s->head_request = req.method_len == 4 && memcmp(req.method, "HEAD", 4) == 0;
     s->ex = h->exops->create(h->site, &mf__h2_proto_ops, s, h->peer, &req,
-                             s->body.len ? s->body.data : NULL, s->body.len);
+                             s->body.len ? s->body.data : NULL,
+                             s->streaming ? SIZE_MAX : s->body.len);
     h->active++;
     h->exops->run(s->ex);
 }
 
 /* ---- the connection's step -------------------------------------------------
  */
+
+/* Tells each waiting reader whose read has an answer now. */
+static void mf__h2_wake_readers(mf_http2_t *h)
+{
+    mf_list_t *node = h->streams.next;
+    while (node != &h->streams) {
+        mf_h2_stream_t *s = mf_container_of(node, mf_h2_stream_t, link);
+        node = node->next;
+        if (!s->watching || !s->ex || s->released)
+            continue;
+        if (s->taken == s->body.len && !s->refused && !s->body_end &&
+            !s->closed)
+            continue;
+        s->watching = false;
+        h->exops->readable(s->ex);
+    }
+}
 
 /* Tells each waiting writer whose stream has room again. */
 static void mf__h2_wake_writers(mf_http2_t *h)
@@ -974,6 +1098,7 @@ static void mf__h2_step(mf_http2_t *h)
         h->noticed = true;
         nghttp2_submit_shutdown_notice(h->session);
     }
+    mf__h2_wake_readers(h);
     if (mf__h2_send(h) < 0)
         return;
     mf__h2_wake_writers(h);
@@ -1153,6 +1278,9 @@ static nghttp2_option *mf__h2_options(void)
     if (nghttp2_option_new(&opt) != 0)
         return NULL;
     nghttp2_option_set_no_closed_streams(opt, 1);
+    /* Windows are given back as bodies are taken (mf__h2_on_data_chunk,
+     * mf__h2_read), not as nghttp2 receives them. */
+    nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_outbound_ack(opt, 1000);      /* SETTINGS, PING */
     nghttp2_option_set_max_settings(opt, 32);            /* per frame */
     nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33); /* rapid reset */

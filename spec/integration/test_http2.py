@@ -68,6 +68,22 @@ SITE = {
                'local sock, err = req:socket(true) '
                'resp.status = 200 resp:send(tostring(sock) .. " " .. err) end\n',
     "rawhead.lua": 'return function(req, resp) resp:send(req.raw_header) end\n',
+    # a body read as it comes (body = "stream"); ?wait=ms before reading
+    "up.lua": 'local mf = require "moonflow"\n'
+              'return function(req, resp)\n'
+              '  local sock = assert(req:socket())\n'
+              '  if req.query.wait then mf.sleep(tonumber(req.query.wait)) end\n'
+              '  local n = 0\n'
+              '  while true do\n'
+              '    local data, err, partial = sock:receive(4096)\n'
+              '    n = n + #(data or partial or "")\n'
+              '    if not data then\n'
+              '      if err ~= "closed" then return resp:send(err) end\n'
+              '      break\n'
+              '    end\n'
+              '  end\n'
+              '  resp:send(tostring(n))\n'
+              'end\n',
     "progress.lua": 'local mf = require "moonflow"\n'
                     'return function(req, resp) '
                     'resp:send(tostring(mf.shared.h2:get("written") or 0)) end\n',
@@ -79,7 +95,9 @@ CONFIG = """return {
   timeouts = { stop = 3000 },
   shared = { h2 = 65536 },
   metrics = { path = "/_metrics" },
-  http2 = { max_concurrent_streams = 100, max_header_list_size = 16384 },
+  http2 = { max_concurrent_streams = 100, max_header_list_size = 16384,
+            initial_window_size = 16384 },
+  routes = { ["/up"] = { file = "up.lua", body = "stream" } },
   %(extra)s
 }
 """
@@ -368,8 +386,13 @@ class Basics(Http2Test):
             self.assertNotIn(name, fields)
 
     def test_a_body_over_max_body_is_answered_413(self):
+        # Its Content-Length says so: answered before its body comes.
         c = self.conn()
-        c.request(1, method="POST", body=b"x" * 40000)
+        c.send(c.headers_frame(1, [(":method", "POST"), (":scheme", "http"),
+                                   (":authority", "h"), (":path", "/index"),
+                                   ("content-length", "40000")],
+                               end_stream=False),
+               hf.DataFrame(1, b"x" * 1000))
         status, _, body = c.response(1)
         self.assertEqual((status, body), (413, b"413 Content Too Large\n"))
         c.request(3)  # the connection goes on
@@ -400,6 +423,71 @@ class Basics(Http2Test):
         self.assertIn(b"\r\nx-one: 1\r\n", body)
         self.assertIn(b"\r\nhost: h2.test\r\n", body)
         self.assertTrue(body.endswith(b"\r\n\r\n"))
+
+    def test_a_body_over_max_body_without_length_is_answered_413(self):
+        c = self.conn()
+        c.send(c.headers_frame(1, [(":method", "POST"), (":scheme", "http"),
+                                   (":authority", "h"), (":path", "/index")],
+                               end_stream=False),
+               hf.DataFrame(1, b"x" * 16000))  # the window's
+        f = c.until(lambda f: isinstance(f, hf.WindowUpdateFrame) and
+                    f.stream_id == 1)
+        self.assertIsNotNone(f)  # a body read whole gives its window back
+        c.send(hf.DataFrame(1, b"x" * 16000), hf.DataFrame(1, b"x" * 1000))
+        self.assertEqual(c.response(1)[0], 413)
+
+    def send_window(self, c, sid, data, end=True):
+        """DATA within the stream's window, waiting for WINDOW_UPDATEs."""
+        window, at = 16384, 0
+        while at < len(data):
+            while window == 0:
+                f = c.until(lambda f: isinstance(f, hf.WindowUpdateFrame)
+                            and f.stream_id == sid, timeout=5)
+                self.assertIsNotNone(f)
+                window += f.window_increment
+            n = min(window, len(data) - at, 16384)
+            d = hf.DataFrame(sid, data[at:at + n])
+            at += n
+            window -= n
+            if end and at == len(data):
+                d.flags.add("END_STREAM")
+            c.send(d)
+
+    def test_a_streamed_body_is_read_as_it_comes(self):
+        c = self.conn()
+        c.send(c.headers_frame(1, [(":method", "POST"), (":scheme", "http"),
+                                   (":authority", "h"), (":path", "/up")],
+                               end_stream=False))
+        self.send_window(c, 1, b"u" * 30000)
+        self.assertEqual(c.response(1)[:3:2], (200, b"30000"))
+
+    def test_a_streamed_body_window_opens_only_as_the_handler_reads(self):
+        # The handler waits 600 ms before its first read: the client's
+        # first window (16384) is all it may send until then.
+        c = self.conn()
+        c.send(c.headers_frame(1, [(":method", "POST"), (":scheme", "http"),
+                                   (":authority", "h"),
+                                   (":path", "/up?wait=600")],
+                               end_stream=False),
+               hf.DataFrame(1, b"w" * 16384))
+        t0 = time.time()
+        f = c.until(lambda f: isinstance(f, hf.WindowUpdateFrame) and
+                    f.stream_id == 1, timeout=5)
+        self.assertIsNotNone(f)
+        self.assertGreater(time.time() - t0, 0.4)
+        d = hf.DataFrame(1, b"w" * 100)
+        d.flags.add("END_STREAM")
+        c.send(d)
+        self.assertEqual(c.response(1)[:3:2], (200, b"16484"))
+
+    def test_a_streamed_body_over_max_body_is_answered_413(self):
+        c = self.conn()
+        c.send(c.headers_frame(1, [(":method", "POST"), (":scheme", "http"),
+                                   (":authority", "h"), (":path", "/up")],
+                               end_stream=False))
+        self.send_window(c, 1, b"u" * 40000, end=False)
+        status, _, body = c.response(1)
+        self.assertEqual((status, body), (413, b"413 Content Too Large\n"))
 
     def test_http1_still_answers_on_the_same_port(self):
         r = request(self.srv.port, b"GET /index HTTP/1.1\r\nHost: h\r\n\r\n")
