@@ -145,9 +145,11 @@ typedef struct mf_http_server_config {
      * deadlines (body_total_timeout_ms, min_body_rate: 408) as its bytes
      * arrive, and 100-continue goes out at the first read that waits. */
     bool (*stream_body)(const mf_http_request_t *req, void *user);
-    /* HTTP/2 beside HTTP/1.1 (see above). A request body that comes over
-     * HTTP/2 is always read whole before the handler (stream_body is not
-     * asked): mf_http_exchange_read reads it from memory. */
+    /* HTTP/2 beside HTTP/1.1 (see above). Over HTTP/2 a streamed body
+     * (stream_body) gives its flow-control window back as the handler
+     * reads it; a body read whole, as it is kept (max_body per request,
+     * and at most max(8 MiB, max_body) held per connection for handlers
+     * not run yet: 503 past it). */
     mf_http2_config_t http2;
 } mf_http_server_config_t;
 
