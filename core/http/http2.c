@@ -425,9 +425,10 @@ static int mf__h2_on_stream_close(nghttp2_session *session, int32_t id,
     s->closed = true;
     if (mf_list_linked(&s->work))
         mf_list_remove(&s->work);
-    if (!s->ex) {
+    if (!s->ex) { /* freed on the next phase: a walk of the streams may
+                     be under way below this call */
         if (!mf_list_linked(&s->destroy_post._link))
-            mf__h2_stream_free(s);
+            mf_loop_defer(h->loop, &s->destroy_post);
         return 0;
     }
     if (!s->released && !s->lost_told)
@@ -796,16 +797,36 @@ static void mf__h2_release(void *proto)
         mf_loop_defer(s->h->loop, &s->destroy_post);
 }
 
+/* The deferred end of a stream's exchange (after its release) and of the
+ * stream itself (once nghttp2 closed it). The last exchange gone lets the
+ * transport go too, if it closed meanwhile (see mf__h2_exchange_made). */
 static void mf__h2_destroy_now(mf_post_t *post)
 {
     mf_h2_stream_t *s = post->data;
     mf_http2_t *h = s->h;
-    h->exops->destroy(s->ex);
-    s->ex = NULL;
-    h->active--;
+    if (s->ex) {
+        h->exops->destroy(s->ex);
+        s->ex = NULL;
+        if (--h->active == 0) {
+            h->in->pinned = false;
+            if (h->closed)
+                mf__transport_unpinned(h->t);
+        }
+    }
     if (s->closed || h->closed)
         mf__h2_stream_free(s);
     mf__h2_step_later(h); /* the connection may be done now */
+}
+
+/* An exchange points at its stream, the stream at the connection and its
+ * transport: while any lives, the transport is pinned, so that after a
+ * close it is not freed under a handler still running (a series, a held
+ * exchange), as HTTP/1 pins it for its request. The input is consumed
+ * whole at each read, so a pinned one still has its room to read into. */
+static void mf__h2_exchange_made(mf_http2_t *h)
+{
+    if (h->active++ == 0)
+        h->in->pinned = true;
 }
 
 /* The answer cannot be completed: the stream is reset (the connection
@@ -1020,7 +1041,7 @@ static void mf__h2_dispatch(mf_h2_stream_t *s)
     s->ex = h->exops->create(h->site, &mf__h2_proto_ops, s, h->peer, &req,
                              s->body.len ? s->body.data : NULL,
                              s->streaming ? SIZE_MAX : s->body.len);
-    h->active++;
+    mf__h2_exchange_made(h);
     h->exops->run(s->ex);
 }
 

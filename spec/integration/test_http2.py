@@ -643,6 +643,20 @@ class StreamStates(Http2Test):
         status, _, body = c.response(3)
         self.assertEqual(status, 200)
 
+    def test_a_connection_closed_under_waiting_handlers(self):
+        # Handlers wait (mf.sleep) while their client goes: they finish
+        # later on a connection that is gone, and the server goes on.
+        for _ in range(3):
+            c = Conn(self.srv.port)
+            for sid in (1, 3, 5):
+                c.request(sid, path="/sleep")
+            time.sleep(0.05)
+            c.close()
+        time.sleep(0.6)  # the sleeps end after their connections
+        c = self.conn()
+        c.request(1)
+        self.assertEqual(c.response(1)[0], 200)
+
     def test_streams_over_max_concurrent_streams_are_refused(self):
         # §5.1.2: a stream past the limit is a stream error PROTOCOL_ERROR
         # or REFUSED_STREAM; the others are served. (The 101 streams go out
