@@ -83,6 +83,7 @@ typedef struct mf_h2_stream {
     bool lost_told;     /* the exchange heard of the loss */
     bool deferred;      /* nghttp2 waits for body bytes (resume_data) */
     bool out_ended;     /* the body's last byte is queued */
+    bool end_sent;      /* the answer's END_STREAM went out */
     bool rst_after;     /* reset (NO_ERROR) once the answer is out, if the
                            body has not ended: nobody reads the rest */
     /* A body the handler reads as it comes (the config's stream_body):
@@ -321,6 +322,10 @@ static void mf__h2_stream_chunk(mf_h2_stream_t *s, const uint8_t *data,
 {
     mf_http2_t *h = s->h;
     s->received += len;
+    if (s->released) { /* nobody reads any more: taken as it comes */
+        nghttp2_session_consume(h->session, s->id, len);
+        return;
+    }
     if (s->received > h->config->max_body)
         s->refused = 413;
     else if (mf__buf_append(h->loop, &s->body, data, len) < 0)
@@ -425,6 +430,8 @@ static int mf__h2_on_stream_close(nghttp2_session *session, int32_t id,
     s->closed = true;
     if (mf_list_linked(&s->work))
         mf_list_remove(&s->work);
+    if (s->streaming && s->body.len > s->taken) /* never to be read */
+        nghttp2_session_consume_connection(session, s->body.len - s->taken);
     if (!s->ex) { /* freed on the next phase: a walk of the streams may
                      be under way below this call */
         if (!mf_list_linked(&s->destroy_post._link))
@@ -454,6 +461,8 @@ static int mf__h2_on_frame_send(nghttp2_session *session,
         return 0;
     mf_h2_stream_t *s = nghttp2_session_get_stream_user_data(
         session, frame->hd.stream_id);
+    if (s)
+        s->end_sent = true;
     if (s && s->rst_after && !s->body_end)
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id,
                                   NGHTTP2_NO_ERROR);
@@ -786,9 +795,30 @@ static void mf__h2_watch_drain(void *proto, size_t below)
 
 /* The exchange is destroyed on the next phase, never under its caller;
  * a stream nghttp2 has closed goes with it. */
+/* A streamed body the handler left unread: what is kept is taken (its
+ * window given back, or the connection's would shrink for good), and the
+ * stream is reset once the answer is out, so the client stops sending. */
+static void mf__h2_drop_unread(mf_h2_stream_t *s)
+{
+    mf_http2_t *h = s->h;
+    if (!s->streaming || s->closed || h->closed)
+        return;
+    if (s->body.len > s->taken)
+        nghttp2_session_consume(h->session, s->id, s->body.len - s->taken);
+    s->body.len = s->taken = 0;
+    if (s->body_end)
+        return;
+    if (s->end_sent)
+        nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id,
+                                  NGHTTP2_NO_ERROR);
+    else
+        s->rst_after = true;
+}
+
 static void mf__h2_release(void *proto)
 {
     mf_h2_stream_t *s = proto;
+    mf__h2_drop_unread(s);
     s->released = true;
     s->drain_below = 0;
     if (mf_list_linked(&s->work))

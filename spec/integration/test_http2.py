@@ -84,6 +84,7 @@ SITE = {
               '  end\n'
               '  resp:send(tostring(n))\n'
               'end\n',
+    "noread.lua": 'return function(req, resp) resp:send("no") end\n',
     "progress.lua": 'local mf = require "moonflow"\n'
                     'return function(req, resp) '
                     'resp:send(tostring(mf.shared.h2:get("written") or 0)) end\n',
@@ -97,7 +98,8 @@ CONFIG = """return {
   metrics = { path = "/_metrics" },
   http2 = { max_concurrent_streams = 100, max_header_list_size = 16384,
             initial_window_size = 16384 },
-  routes = { ["/up"] = { file = "up.lua", body = "stream" } },
+  routes = { ["/up"] = { file = "up.lua", body = "stream" },
+             ["/noread"] = { file = "noread.lua", body = "stream" } },
   %(extra)s
 }
 """
@@ -479,6 +481,27 @@ class Basics(Http2Test):
         d.flags.add("END_STREAM")
         c.send(d)
         self.assertEqual(c.response(1)[:3:2], (200, b"16484"))
+
+    def test_unread_streamed_bodies_give_the_connection_window_back(self):
+        # Eight streams each send a window's worth (16384) to a handler
+        # that answers without reading: 131072 bytes, twice the
+        # connection's window (65535). What nobody read must still count
+        # as taken for the connection, or the ninth upload would stall.
+        c = self.conn()
+        for i in range(8):
+            sid = 1 + 2 * i
+            c.send(c.headers_frame(sid, [
+                (":method", "POST"), (":scheme", "http"), (":authority", "h"),
+                (":path", "/noread")], end_stream=False))
+            status, _, body = c.response(sid)
+            self.assertEqual((status, body), (200, b"no"))
+            c.send(hf.DataFrame(sid, b"n" * 16384))
+            time.sleep(0.02)
+        c.send(c.headers_frame(17, [(":method", "POST"), (":scheme", "http"),
+                                    (":authority", "h"), (":path", "/up")],
+                               end_stream=False))
+        self.send_window(c, 17, b"u" * 30000)
+        self.assertEqual(c.response(17)[:3:2], (200, b"30000"))
 
     def test_a_streamed_body_over_max_body_is_answered_413(self):
         c = self.conn()
