@@ -5,12 +5,14 @@
  *
  * The server answers every request: a small body, a body of 100 KiB (more
  * than a window), or (a path starting "/s") a stream of pieces; it reads
- * bodies up to 4 KiB (413 past it). The client sends preface and input,
+ * bodies up to 4 KiB (413 past it), whole, or (a path starting "/u") as a
+ * stream the handler reads as it comes, a piece at each readable call. The client sends preface and input,
  * half-closes, and reads until the server closes. Checked: the server ends
  * the connection within a bound of loop turns, no connection is left
  * open, and ASan/UBSan see no fault on the way.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,10 +39,35 @@ static struct sockaddr_un addr;
 static socklen_t addr_len;
 static char big[100 * 1024];
 
+/* Reads a streamed body to its end (or an error), then answers. */
+static void read_more(mf_http_exchange_t *ex, void *arg)
+{
+    char buf[1000];
+    ssize_t n;
+    while ((n = mf_http_exchange_read(ex, buf, sizeof buf)) > 0)
+        ;
+    if (n == MF_EAGAIN) {
+        mf_http_exchange_on_readable(ex, read_more, arg);
+        return;
+    }
+    mf_http_exchange_send_body(ex, "read", 4); /* after an error: dropped */
+}
+
+static bool stream_body(const mf_http_request_t *req, void *user)
+{
+    (void)user;
+    return req->path_len >= 2 && req->path[1] == 'u';
+}
+
 static void handler(mf_http_exchange_t *ex, void *user)
 {
     const mf_http_request_t *req = mf_http_exchange_request(ex);
     (void)user;
+    if (mf_http_exchange_body_streamed(ex)) {
+        mf_http_exchange_hold(ex);
+        read_more(ex, NULL);
+        return;
+    }
     if (req->path_len >= 2 && req->path[1] == 's') {
         for (int i = 0; i < 4; i++)
             mf_http_exchange_write(ex, big, 20000);
@@ -72,6 +99,7 @@ static void start(void)
     c.nlisten_fds = 1;
     c.max_body = 4096;
     c.http2.max_header_list_size = 4096;
+    c.stream_body = stream_body;
     loop = mf_loop_create();
     FUZZ_CHECK(loop != NULL);
     srv = mf_http_server_start(loop, &c, handler, NULL, &err);
