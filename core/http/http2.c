@@ -36,8 +36,6 @@
 /* Output queued on the transport past which nghttp2 is not asked for more
  * frames until the socket drains to half of it. */
 #define MF_H2_OUT_HIGH (256 * 1024)
-/* Response fields of one answer (the handler's, plus ours). */
-#define MF_H2_MAX_NV 128
 /* Rapid reset (CVE-2023-44487): RST_STREAMs a client may send, a burst of
  * this many then this many a second; past it, GOAWAY ENHANCE_YOUR_CALM.
  * (nghttp2's own limit, 1000 then 33 a second, answers INTERNAL_ERROR.) */
@@ -224,30 +222,52 @@ static const char *mf__h2_stream_find(const mf_h2_stream_t *s,
     return NULL;
 }
 
-/* The header block ended: an HTTP/1 view needs a Host field, which an
- * HTTP/2 client sends as :authority (RFC 9113 §8.3.1). */
-static void mf__h2_stream_head_done(mf_h2_stream_t *s)
+/* The content-length field's value (nghttp2 checked its digits), capped
+ * past max_body; false when there is none. */
+static bool mf__h2_stream_length(const mf_h2_stream_t *s, uint64_t *length)
+{
+    size_t len;
+    const char *v = mf__h2_stream_find(s, "content-length", &len);
+    uint64_t max = s->h->config->max_body;
+    *length = 0;
+    for (size_t i = 0; v && i < len && *length <= max; i++)
+        *length = *length * 10 + (uint64_t)(v[i] - '0');
+    return v != NULL;
+}
+
+/* An HTTP/1 view needs a Host field, which an HTTP/2 client sends as
+ * :authority (RFC 9113 §8.3.1). The value is copied first: the record is
+ * appended to the buffer it lies in. */
+static int mf__h2_stream_add_host(mf_h2_stream_t *s)
 {
     size_t alen, hlen;
-    s->head_done = true;
+    char copy[256];
     const char *authority = mf__h2_stream_find(s, ":authority", &alen);
-    if (!s->refused && authority && !mf__h2_stream_find(s, "host", &hlen)) {
-        char copy[256];
-        if (alen > sizeof copy ||
-            (memcpy(copy, authority, alen),
-             mf__h2_stream_keep(s, (const uint8_t *)"host", 4,
-                                (const uint8_t *)copy, alen) < 0))
-            s->refused = 431;
-        else
-            s->nheaders++;
-    }
-    size_t clen;
-    const char *cl = mf__h2_stream_find(s, "content-length", &clen);
-    uint64_t length = 0;
-    for (size_t i = 0; cl && i < clen && length <= s->h->config->max_body; i++)
-        length = length * 10 + (uint64_t)(cl[i] - '0');
-    if (!s->refused && cl && length > s->h->config->max_body)
-        s->refused = 413; /* as HTTP/1: before a byte of the body */
+    if (!authority || mf__h2_stream_find(s, "host", &hlen))
+        return 0;
+    if (alen > sizeof copy)
+        return MF_EMSGSIZE;
+    memcpy(copy, authority, alen);
+    if (mf__h2_stream_keep(s, (const uint8_t *)"host", 4,
+                           (const uint8_t *)copy, alen) < 0)
+        return MF_ENOMEM;
+    s->nheaders++;
+    return 0;
+}
+
+/* The header block ended: Host, and a Content-Length past max_body is
+ * refused before a byte of the body, as HTTP/1 does. */
+static void mf__h2_stream_head_done(mf_h2_stream_t *s)
+{
+    uint64_t length;
+    s->head_done = true;
+    if (s->refused)
+        return;
+    if (mf__h2_stream_add_host(s) < 0)
+        s->refused = 431;
+    else if (mf__h2_stream_length(s, &length) &&
+             length > s->h->config->max_body)
+        s->refused = 413;
 }
 
 /* ---- nghttp2's callbacks: the request in ------------------------------------
@@ -602,12 +622,12 @@ static bool mf__h2_connection_field(const char *name, size_t len)
     }
 
 /* Adds "Name: value\r\n" lines as fields, the names lowercased into
- * lower (room for every line's bytes). False when there are too many. */
-static bool mf__h2_add_lines(nghttp2_nv *nv, size_t *n, const char *lines,
-                             size_t len, char *lower)
+ * lower (room for every line's bytes); returns where lower ends. */
+static char *mf__h2_add_lines(nghttp2_nv *nv, size_t *n, const char *lines,
+                              size_t len, char *lower)
 {
     if (!len)
-        return true; /* lines may be NULL then */
+        return lower; /* lines may be NULL then */
     const char *p = lines, *end = lines + len;
     while (p < end) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
@@ -621,8 +641,6 @@ static bool mf__h2_add_lines(nghttp2_nv *nv, size_t *n, const char *lines,
         while (vend > v && (vend[-1] == '\r' || vend[-1] == ' '))
             vend--;
         if (!mf__h2_connection_field(p, nlen)) {
-            if (*n == MF_H2_MAX_NV)
-                return false;
             for (size_t i = 0; i < nlen; i++)
                 lower[i] = mf__lower(p[i]);
             nv[(*n)++] = MF_H2_NV(lower, nlen, v, (size_t)(vend - v));
@@ -630,7 +648,7 @@ static bool mf__h2_add_lines(nghttp2_nv *nv, size_t *n, const char *lines,
         }
         p = eol + 1;
     }
-    return true;
+    return lower;
 }
 
 /* Server and Date, as every answer of the server carries them. */
@@ -646,23 +664,36 @@ static size_t mf__h2_common_fields(mf_http2_t *h, nghttp2_nv *nv)
     return n;
 }
 
+/* Room for the fields of an answer: one per line, four of our own, and
+ * the lowercased names (the fields' array first, then the names). */
+static int mf__h2_fields_room(mf_loop_t *loop, const mf_http_response_head_t *rh,
+                              mf_buf_t *room, size_t *nmax)
+{
+    size_t bytes = rh->lines_len, lines = 4;
+    for (size_t i = 0; i < rh->lines_len; i++)
+        lines += rh->lines[i] == '\n';
+    for (unsigned i = 0; i < rh->nstatic; i++)
+        bytes += rh->static_lens[i], lines++;
+    *nmax = lines;
+    return mf__buf_reserve(loop, room, lines * sizeof(nghttp2_nv) + bytes + 1);
+}
+
 /* Submits the HEADERS of an answer; a body goes through a DATA source
- * unless body is false. 0, or MF_ENOMEM (nothing submitted). */
+ * unless body is false. 0, or MF_ENOMEM (nothing submitted). The fields
+ * are copied by nghttp2 during the call. */
 static int mf__h2_submit(mf_h2_stream_t *s, const mf_http_response_head_t *rh,
                          bool body)
 {
     mf_http2_t *h = s->h;
-    nghttp2_nv nv[MF_H2_MAX_NV];
     char status[8], length[24];
-    mf_buf_t lower;
-    mf__buf_init(&lower);
-    size_t total = rh->lines_len;
-    for (unsigned i = 0; i < rh->nstatic; i++)
-        total += rh->static_lens[i];
-    if (mf__buf_reserve(h->loop, &lower, total + 1) < 0)
+    mf_buf_t room;
+    size_t nmax, n = 0;
+    mf__buf_init(&room);
+    if (mf__h2_fields_room(h->loop, rh, &room, &nmax) < 0)
         return MF_ENOMEM;
+    nghttp2_nv *nv = (nghttp2_nv *)(void *)room.data;
+    char *lower = room.data + nmax * sizeof(nghttp2_nv);
     snprintf(status, sizeof status, "%03d", rh->status % 1000);
-    size_t n = 0;
     nv[n++] = MF_H2_NV(":status", 7, status, 3);
     n += mf__h2_common_fields(h, nv + n);
     if (rh->framing == MF_HTTP_FRAME_LENGTH) {
@@ -670,19 +701,15 @@ static int mf__h2_submit(mf_h2_stream_t *s, const mf_http_response_head_t *rh,
                            (unsigned long long)rh->length);
         nv[n++] = MF_H2_NV("content-length", 14, length, (size_t)len);
     }
-    bool fits = mf__h2_add_lines(nv, &n, rh->lines, rh->lines_len, lower.data);
-    size_t used = rh->lines_len;
-    for (unsigned i = 0; fits && i < rh->nstatic; i++) {
-        fits = mf__h2_add_lines(nv, &n, rh->static_lines[i],
-                                rh->static_lens[i], lower.data + used);
-        used += rh->static_lens[i];
-    }
+    lower = mf__h2_add_lines(nv, &n, rh->lines, rh->lines_len, lower);
+    for (unsigned i = 0; i < rh->nstatic; i++)
+        lower = mf__h2_add_lines(nv, &n, rh->static_lines[i],
+                                 rh->static_lens[i], lower);
     nghttp2_data_provider provider = {.source.ptr = s,
                                       .read_callback = mf__h2_read_body};
-    int rv = fits ? nghttp2_submit_response(h->session, s->id, nv, n,
-                                            body ? &provider : NULL)
-                  : NGHTTP2_ERR_NOMEM;
-    mf__buf_release(h->loop, &lower);
+    int rv = nghttp2_submit_response(h->session, s->id, nv, n,
+                                     body ? &provider : NULL);
+    mf__buf_release(h->loop, &room);
     if (rv == NGHTTP2_ERR_NOMEM)
         return MF_ENOMEM;
     return 0; /* a stream reset meanwhile: nothing to send, nothing lost */
@@ -1011,14 +1038,10 @@ static int mf__h2_request(mf_h2_stream_t *s, mf_http_request_t *req,
     req->num_headers = n;
     req->body = s->body.len ? MF_HTTP_BODY_LENGTH : MF_HTTP_BODY_NONE;
     req->content_length = s->body.len;
-    if (!s->body_end) { /* still coming: its length, if the client gave it */
-        size_t clen;
-        const char *cl = mf__h2_stream_find(s, "content-length", &clen);
-        req->body = cl ? MF_HTTP_BODY_LENGTH : MF_HTTP_BODY_CHUNKED;
-        req->content_length = 0;
-        for (size_t i = 0; cl && i < clen && i < 19; i++)
-            req->content_length = req->content_length * 10 + (uint64_t)(cl[i] - '0');
-    }
+    if (!s->body_end) /* still coming: its length, if the client gave it */
+        req->body = mf__h2_stream_length(s, &req->content_length)
+                        ? MF_HTTP_BODY_LENGTH
+                        : MF_HTTP_BODY_CHUNKED;
     return 0;
 }
 

@@ -85,6 +85,9 @@ SITE = {
               '  resp:send(tostring(n))\n'
               'end\n',
     "noread.lua": 'return function(req, resp) resp:send("no") end\n',
+    "many.lua": 'return function(req, resp) for i = 1, 150 do '
+                'resp.headers["X-H" .. i] = tostring(i) end '
+                'resp:send("many") end\n',
     "progress.lua": 'local mf = require "moonflow"\n'
                     'return function(req, resp) '
                     'resp:send(tostring(mf.shared.h2:get("written") or 0)) end\n',
@@ -377,6 +380,14 @@ class Basics(Http2Test):
         status, fields, body = c.response(1)
         self.assertEqual((status, fields["content-length"], body),
                          (200, str(16 * 65536), b""))
+
+    def test_an_answer_with_many_fields_keeps_them_all(self):
+        c = self.conn()
+        c.request(1, path="/many")
+        status, fields, body = c.response(1)
+        self.assertEqual((status, body), (200, b"many"))
+        for i in (1, 77, 150):
+            self.assertEqual(fields.get("x-h%d" % i), str(i))
 
     def test_no_connection_specific_field_in_an_answer(self):
         # §8.2.2: Connection, Keep-Alive, Transfer-Encoding ... must not be
