@@ -1165,13 +1165,6 @@ static void mf__h2_step(mf_http2_t *h)
         s->lost_told = true;
         h->exops->lost(s->ex); /* may release */
     }
-    if (h->site->stopping && !h->noticed && !h->stopping) {
-        /* A drain (a graceful restart): a GOAWAY that names no stream
-         * yet, so the client opens no new one here; the last GOAWAY
-         * comes with the stop. */
-        h->noticed = true;
-        nghttp2_submit_shutdown_notice(h->session);
-    }
     mf__h2_wake_readers(h);
     if (mf__h2_send(h) < 0)
         return;
@@ -1309,6 +1302,20 @@ static void mf__h2_stop(void *proto)
     mf__h2_step(h);
 }
 
+/* A drain (a graceful restart) began: a GOAWAY that names no stream yet
+ * (RFC 9113 §6.8), so the client opens its next streams on a new
+ * connection, to the server taking over; the last GOAWAY comes with the
+ * stop, at the drain's end. */
+static void mf__h2_draining(void *proto)
+{
+    mf_http2_t *h = proto;
+    if (h->noticed || h->stopping || h->closed)
+        return;
+    h->noticed = true;
+    nghttp2_submit_shutdown_notice(h->session);
+    mf__h2_step_later(h);
+}
+
 static const mf_transport_ops_t mf__h2_transport_ops = {
     .on_data = mf__h2_on_data,
     .on_eof = mf__h2_on_eof,
@@ -1320,6 +1327,7 @@ static const mf_transport_ops_t mf__h2_transport_ops = {
     .on_free = mf__h2_on_free,
     .idle = mf__h2_idle,
     .stop = mf__h2_stop,
+    .draining = mf__h2_draining,
 };
 
 /* ---- the session -------------------------------------------------------------
@@ -1420,8 +1428,11 @@ void mf__http2_attach(mf_http_site_t *site, mf_transport_t *t)
         mf__transport_close(t);
         return;
     }
-    if (site->stopping)
-        mf__h2_stop(h);
     if (h->in->buf.len > h->in->off)
         mf__h2_on_data(h, h->in->buf.len - h->in->off);
+    /* Handed over while the server stops (its preface was on its way):
+     * the streams of its first bytes are served, no more, as HTTP/1
+     * answers the request that was there. */
+    if (site->stopping && !h->closed)
+        mf__h2_stop(h);
 }

@@ -315,8 +315,11 @@ void mf_http_server_drain(mf_http_server_t *srv, uint32_t idle_ms,
     srv->stopped_cb = done;
     srv->stopped_arg = arg;
     mf__server_close_listeners(srv);
-    if (idle_ms && srv->nconns)
+    if (idle_ms && srv->nconns) {
+        for (mf_list_t *n = srv->conns.next; n != &srv->conns; n = n->next)
+            mf__transport_draining(mf__transport_from_link(n));
         mf_timer_start(srv->loop, &srv->drain_timer, idle_ms);
+    }
     else
         mf__server_stop_connections(srv);
 }

@@ -136,6 +136,12 @@ void mf__transport_stop(mf_transport_t *t)
     t->ops->stop(t->proto);
 }
 
+void mf__transport_draining(mf_transport_t *t)
+{
+    if (!t->closed && t->ops->draining)
+        t->ops->draining(t->proto);
+}
+
 /* ---- for the protocol: input, deadline ------------------------------------
  */
 

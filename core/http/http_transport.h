@@ -91,6 +91,10 @@ typedef struct mf_transport_ops {
      * under way, take nothing new, close). */
     bool (*idle)(const void *proto);
     void (*stop)(void *proto);
+    /* Optional (NULL: nothing to do): a drain began (a graceful restart),
+     * the stop comes at its end; a protocol that can say so ahead (HTTP/2's
+     * GOAWAY) tells its client now. */
+    void (*draining)(void *proto);
 } mf_transport_ops_t;
 
 /* The owner's close notification: t is closed (its link may be unlinked
@@ -119,6 +123,8 @@ bool mf__transport_idle(const mf_transport_t *t);
 bool mf__transport_input_waiting(const mf_transport_t *t);
 /* Asks the protocol to stop gracefully (ops->stop). */
 void mf__transport_stop(mf_transport_t *t);
+/* Tells the protocol a drain began (ops->draining, if it has one). */
+void mf__transport_draining(mf_transport_t *t);
 
 /* ---- for the protocol ---------------------------------------------------- */
 

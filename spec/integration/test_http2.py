@@ -809,6 +809,53 @@ class Goaway(Http2Test):
         finally:
             srv.stop()
 
+    def test_a_takeover_says_goaway_at_once_then_at_the_drain_end(self):
+        # --takeover: the old server drains. Its HTTP/2 clients hear a
+        # GOAWAY naming no stream at once (RFC 9113 §6.8: open new streams
+        # elsewhere), streams under way finish, and the last GOAWAY comes
+        # at the end of timeouts.drain; the new server serves the next
+        # connection.
+        port = free_port()
+        conf = os.path.join(self.tmp(), "takeover.lua")
+        with open(conf, "w") as f:
+            f.write('return { root = %r, timeouts = { drain = 1500 } }'
+                    % self.root)
+        argv = [MOONFLOW, "serve", "--config", conf, "--listen",
+                "127.0.0.1:%d" % port, "--workers", "1"]
+        old = Server(argv, port)
+        new = None
+        try:
+            c = Conn(port)
+            self.addCleanup(c.close)
+            c.request(1)
+            self.assertEqual(c.response(1)[0], 200)
+            c.request(3, path="/sleep")
+            new = Server(argv + ["--takeover"], port)
+            g = c.goaway(timeout=5)
+            self.assertIsNotNone(g)
+            self.assertEqual((g.error_code, g.last_stream_id),
+                             (NO_ERROR, 0x7FFFFFFF))
+            self.assertEqual(c.response(3)[:3:2], (200, b"slept"))
+            t0 = time.time()
+            g = c.goaway(timeout=5)
+            self.assertIsNotNone(g)
+            self.assertEqual((g.error_code, g.last_stream_id), (NO_ERROR, 3))
+            self.assertGreater(time.time() - t0, 0.5)
+            self.assertIsNone(c.frame())
+            self.assertEqual(old.proc.wait(timeout=10), 0)
+            c2 = self.conn_to(port)
+            c2.request(1)
+            self.assertEqual(c2.response(1)[0], 200)
+        finally:
+            old.stop()
+            if new:
+                new.stop(sig=signal.SIGTERM)
+
+    def conn_to(self, port):
+        c = Conn(port)
+        self.addCleanup(c.close)
+        return c
+
     def test_a_client_goaway_ends_the_connection(self):
         c = self.conn()
         c.request(1)
