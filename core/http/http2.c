@@ -68,22 +68,22 @@ typedef struct mf_h2_stream {
     /* The answer's body, not taken by nghttp2 yet: out[out_off..len). */
     mf_buf_t out;
     size_t out_off;
-    uint64_t queued; /* body bytes given by the exchange */
-    uint64_t length; /* MF_HTTP_FRAME_LENGTH: the whole body */
+    uint64_t queued;    /* body bytes given by the exchange */
+    uint64_t length;    /* MF_HTTP_FRAME_LENGTH: the whole body */
     size_t drain_below; /* the exchange waits for a drain; 0: not */
     mf_http_exchange_t *ex;
     mf_post_t destroy_post; /* the exchange's destroy, after its release */
-    bool head_done;     /* the request's header block ended */
-    bool dispatched;    /* its exchange was made (or its error answered) */
-    bool head_request;  /* HEAD: the answer has no body */
-    bool closed;        /* nghttp2 closed the stream */
-    bool released;      /* the exchange let go */
-    bool lost_told;     /* the exchange heard of the loss */
-    bool deferred;      /* nghttp2 waits for body bytes (resume_data) */
-    bool out_ended;     /* the body's last byte is queued */
-    bool end_sent;      /* the answer's END_STREAM went out */
-    bool rst_after;     /* reset (NO_ERROR) once the answer is out, if the
-                           body has not ended: nobody reads the rest */
+    bool head_done;         /* the request's header block ended */
+    bool dispatched;        /* its exchange was made (or its error answered) */
+    bool head_request;      /* HEAD: the answer has no body */
+    bool closed;            /* nghttp2 closed the stream */
+    bool released;          /* the exchange let go */
+    bool lost_told;         /* the exchange heard of the loss */
+    bool deferred;          /* nghttp2 waits for body bytes (resume_data) */
+    bool out_ended;         /* the body's last byte is queued */
+    bool end_sent;          /* the answer's END_STREAM went out */
+    bool rst_after;         /* reset (NO_ERROR) once the answer is out, if the
+                               body has not ended: nobody reads the rest */
     /* A body the handler reads as it comes (the config's stream_body):
      * body[taken..len) is unread; its window is given back (consumed) as
      * the handler reads. */
@@ -103,19 +103,19 @@ struct mf_http2 {
     const mf_http_exchange_ops_t *exops;
     const mf_sockaddr_t *peer;
     nghttp2_session *session;
-    mf_list_t streams;  /* every stream alive */
-    mf_list_t ready;    /* requests whole (or refused), to dispatch */
-    mf_list_t gone;     /* closed under a live exchange, to tell it */
+    mf_list_t streams; /* every stream alive */
+    mf_list_t ready;   /* requests whole (or refused), to dispatch */
+    mf_list_t gone;    /* closed under a live exchange, to tell it */
     mf_post_t step_post;
-    unsigned receiving; /* streams whose request is not whole yet */
-    unsigned active;    /* exchanges not destroyed yet */
-    size_t buffered;    /* bodies held whole for handlers not run yet */
+    unsigned receiving;    /* streams whose request is not whole yet */
+    unsigned active;       /* exchanges not destroyed yet */
+    size_t buffered;       /* bodies held whole for handlers not run yet */
     uint32_t reset_tokens; /* RST_STREAMs the client may still send */
     uint64_t reset_refill; /* loop ms of the last refill */
-    bool in_session;    /* inside a session call: no step, no send */
+    bool in_session;       /* inside a session call: no step, no send */
     bool closed;
     bool stopping;
-    bool failed; /* the session is over: input is dropped until the close */
+    bool failed;  /* the session is over: input is dropped until the close */
     bool noticed; /* a drain began: the shutdown notice is sent */
     bool freeing;
 };
@@ -209,8 +209,8 @@ static bool mf__h2_stream_field(const mf_h2_stream_t *s, size_t *at,
 }
 
 /* The field `name` (a pseudo-header or a lowercase name), or NULL. */
-static const char *mf__h2_stream_find(const mf_h2_stream_t *s,
-                                      const char *name, size_t *len)
+static const char *mf__h2_stream_find(const mf_h2_stream_t *s, const char *name,
+                                      size_t *len)
 {
     size_t at = 0, nlen, vlen, want = strlen(name);
     const char *n, *v;
@@ -248,8 +248,8 @@ static int mf__h2_stream_add_host(mf_h2_stream_t *s)
     if (alen > sizeof copy)
         return MF_EMSGSIZE;
     memcpy(copy, authority, alen);
-    if (mf__h2_stream_keep(s, (const uint8_t *)"host", 4,
-                           (const uint8_t *)copy, alen) < 0)
+    if (mf__h2_stream_keep(s, (const uint8_t *)"host", 4, (const uint8_t *)copy,
+                           alen) < 0)
         return MF_ENOMEM;
     s->nheaders++;
     return 0;
@@ -418,8 +418,8 @@ static int mf__h2_on_frame_recv(nghttp2_session *session,
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
-    mf_h2_stream_t *s = nghttp2_session_get_stream_user_data(
-        session, frame->hd.stream_id);
+    mf_h2_stream_t *s =
+        nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (!s)
         return 0;
     if (end)
@@ -479,8 +479,8 @@ static int mf__h2_on_frame_send(nghttp2_session *session,
     }
     if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
-    mf_h2_stream_t *s = nghttp2_session_get_stream_user_data(
-        session, frame->hd.stream_id);
+    mf_h2_stream_t *s =
+        nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (s)
         s->end_sent = true;
     if (s && s->rst_after && !s->body_end)
@@ -607,18 +607,18 @@ static int mf__h2_stream_queue(mf_h2_stream_t *s, const void *data, size_t len)
 static bool mf__h2_connection_field(const char *name, size_t len)
 {
     static const char *const names[] = {"connection", "keep-alive",
-                                        "proxy-connection",
-                                        "transfer-encoding", "upgrade"};
+                                        "proxy-connection", "transfer-encoding",
+                                        "upgrade"};
     for (size_t i = 0; i < MF_ARRAY_SIZE(names); i++)
         if (strlen(names[i]) == len && strncasecmp(names[i], name, len) == 0)
             return true;
     return false;
 }
 
-#define MF_H2_NV(n, nl, v, vl)                                                 \
-    (nghttp2_nv)                                                               \
-    {                                                                          \
-        (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE       \
+#define MF_H2_NV(n, nl, v, vl)                                           \
+    (nghttp2_nv)                                                         \
+    {                                                                    \
+        (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE \
     }
 
 /* Adds "Name: value\r\n" lines as fields, the names lowercased into
@@ -666,8 +666,9 @@ static size_t mf__h2_common_fields(mf_http2_t *h, nghttp2_nv *nv)
 
 /* Room for the fields of an answer: one per line, four of our own, and
  * the lowercased names (the fields' array first, then the names). */
-static int mf__h2_fields_room(mf_loop_t *loop, const mf_http_response_head_t *rh,
-                              mf_buf_t *room, size_t *nmax)
+static int mf__h2_fields_room(mf_loop_t *loop,
+                              const mf_http_response_head_t *rh, mf_buf_t *room,
+                              size_t *nmax)
 {
     size_t bytes = rh->lines_len, lines = 4;
     for (size_t i = 0; i < rh->lines_len; i++)
@@ -783,8 +784,8 @@ static int mf__h2_send_error(void *proto, int status)
 {
     mf_h2_stream_t *s = proto;
     char text[64];
-    int len = snprintf(text, sizeof text, "%d %s\n", status,
-                       mf_http_reason(status));
+    int len =
+        snprintf(text, sizeof text, "%d %s\n", status, mf_http_reason(status));
     static const char type[] = "Content-Type: text/plain\r\n";
     mf_http_response_head_t rh = {.status = status,
                                   .framing = MF_HTTP_FRAME_LENGTH,
@@ -969,7 +970,8 @@ static const mf_http_proto_ops_t mf__h2_proto_ops = {
     .upgrade = mf__h2_upgrade,
 };
 
-/* ---- requests to exchanges ---------------------------------------------------
+/* ---- requests to exchanges
+ * ---------------------------------------------------
  */
 
 /* Appends to a buffer reserved beforehand (it must not move: the
@@ -1330,7 +1332,8 @@ static const mf_transport_ops_t mf__h2_transport_ops = {
     .draining = mf__h2_draining,
 };
 
-/* ---- the session -------------------------------------------------------------
+/* ---- the session
+ * -------------------------------------------------------------
  */
 
 static nghttp2_session_callbacks *mf__h2_callbacks(void)
@@ -1363,10 +1366,10 @@ static nghttp2_option *mf__h2_options(void)
     /* Windows are given back as bodies are taken (mf__h2_on_data_chunk,
      * mf__h2_read), not as nghttp2 receives them. */
     nghttp2_option_set_no_auto_window_update(opt, 1);
-    nghttp2_option_set_max_outbound_ack(opt, 1000);      /* SETTINGS, PING */
-    nghttp2_option_set_max_settings(opt, 32);            /* per frame */
+    nghttp2_option_set_max_outbound_ack(opt, 1000); /* SETTINGS, PING */
+    nghttp2_option_set_max_settings(opt, 32);       /* per frame */
     nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33); /* rapid reset */
-    nghttp2_option_set_max_continuations(opt, 8);        /* CONTINUATION */
+    nghttp2_option_set_max_continuations(opt, 8); /* CONTINUATION */
     nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
     return opt;
 }

@@ -319,9 +319,9 @@ void mf_http_server_drain(mf_http_server_t *srv, uint32_t idle_ms,
         for (mf_list_t *n = srv->conns.next; n != &srv->conns; n = n->next)
             mf__transport_draining(mf__transport_from_link(n));
         mf_timer_start(srv->loop, &srv->drain_timer, idle_ms);
-    }
-    else
+    } else {
         mf__server_stop_connections(srv);
+    }
 }
 
 void mf_http_server_stop(mf_http_server_t *srv, mf_http_server_stopped_cb done,

@@ -82,8 +82,8 @@ typedef struct mf_endpoint_families {
  * moonflow_http2_events_total{event=...}. */
 #define MF_H2_EVENTS 7
 static const char *const mf__h2_events[MF_H2_EVENTS] = {
-    "connections",     "streams", "resets_received", "calm_goaways",
-    "floods",          "headers_refused", "protocol_errors"};
+    "connections", "streams",         "resets_received", "calm_goaways",
+    "floods",      "headers_refused", "protocol_errors"};
 
 static void mf__h2_counts(const mf_http_server_stats_t *st,
                           uint64_t out[MF_H2_EVENTS])

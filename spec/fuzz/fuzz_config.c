@@ -423,7 +423,8 @@ static void fuzz_check_config(const mf_serve_config_t *c)
                c->http.limits.max_request_line >= 1);
     FUZZ_CHECK(c->http.max_connections >= 1);
     const mf_http2_config_t *h2 = &c->http.http2; /* RFC 9113 §6.5.2 */
-    FUZZ_CHECK(h2->max_concurrent_streams >= 1 && h2->max_header_list_size >= 1);
+    FUZZ_CHECK(h2->max_concurrent_streams >= 1 &&
+               h2->max_header_list_size >= 1);
     FUZZ_CHECK(h2->max_frame_size >= 16384 && h2->max_frame_size <= 16777215);
     FUZZ_CHECK(h2->initial_window_size <= 2147483647u);
 }

@@ -6,10 +6,10 @@
  * The server answers every request: a small body, a body of 100 KiB (more
  * than a window), or (a path starting "/s") a stream of pieces; it reads
  * bodies up to 4 KiB (413 past it), whole, or (a path starting "/u") as a
- * stream the handler reads as it comes, a piece at each readable call. The client sends preface and input,
- * half-closes, and reads until the server closes. Checked: the server ends
- * the connection within a bound of loop turns, no connection is left
- * open, and ASan/UBSan see no fault on the way.
+ * stream the handler reads as it comes, a piece at each readable call. The
+ * client sends preface and input, half-closes, and reads until the server
+ * closes. Checked: the server ends the connection within a bound of loop turns,
+ * no connection is left open, and ASan/UBSan see no fault on the way.
  */
 #include <errno.h>
 #include <stdbool.h>

@@ -83,8 +83,6 @@ typedef struct mf_http_request {
     const char *query; /* after '?', without it; NULL when absent */
     size_t query_len;
     int minor_version;         /* 0 or 1 (HTTP/1.2 and later 1.x read as 1) */
-    bool http2; /* came over HTTP/2 (then minor_version is 1); the parser
-                   sets false */
     mf_http_header_t *headers; /* in: caller's array */
     size_t num_headers;        /* in: capacity; out: count */
     /* Derived from the headers, so servers need not scan them again. */
@@ -97,6 +95,8 @@ typedef struct mf_http_request {
                                 valid authority or ""); NULL when absent */
     size_t host_len;
     int error_status; /* on MF_HTTP_ERROR: 400, 414, 431, 501, 505 */
+    /* Came over HTTP/2 (then minor_version is 1); the parser sets false. */
+    bool http2;
 } mf_http_request_t;
 
 /* Parses a request head from buf[0..len). Returns the head's length in bytes

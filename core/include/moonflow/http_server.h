@@ -100,7 +100,10 @@ typedef struct mf_http2_config {
     uint32_t initial_window_size;    /* per stream, bytes; 65535 */
 } mf_http2_config_t;
 
-#define MF_HTTP2_CONFIG_DEFAULT {true, 128, 65536, 16384, 65535}
+#define MF_HTTP2_CONFIG_DEFAULT        \
+    {                                  \
+        true, 128, 65536, 16384, 65535 \
+    }
 
 typedef struct mf_http_server_config {
     const char *listen;            /* "127.0.0.1:8080", "[::1]:8443", ":8080" */
