@@ -33,8 +33,8 @@ PACKAGES = build-essential cmake ninja-build pkg-config util-linux \
            lua-nginx-memcached lua-nginx-websocket lua-nginx-dns \
            lua-nginx-cookie lua-resty-lrucache lua-resty-core \
            lua-nginx-string lua-nginx-kafka python3-websockets \
-           libnghttp2-dev python3-h2 zlib1g-dev libbrotli-dev \
-           media-types
+           libnghttp2-dev nghttp2-client python3-h2 zlib1g-dev \
+           libbrotli-dev media-types
 # Tests drive curl, wrk and nginx (a client peer) and redis-server (started
 # on a loopback port in a temporary directory; redis-cli's output is what the
 # redis_cli example is checked against), count a server's stat() calls with

@@ -571,9 +571,35 @@ static void mf__h1_request_finished(mf_http1_t *h)
 /* ---- the transport's calls (mf_transport_ops_t) ----------------------------
  */
 
+/* A client that speaks HTTP/2: ALPN chose it, or its first bytes are the
+ * connection preface (RFC 9113 §3.3, §3.4). Returns true when the bytes
+ * are not HTTP/1's: the connection is handed to HTTP/2 (and h freed), or
+ * a preface is still arriving. */
+static bool mf__h1_speaks_h2(mf_http1_t *h)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    const size_t preface_len = sizeof preface - 1;
+    if (!h->site->attach_h2 || h->requests || h->phase != MF_H1_IDLE ||
+        h->in->off)
+        return false;
+    size_t have = h->in->buf.len;
+    if (!mf__transport_alpn_h2(h->t)) {
+        if (memcmp(h->in->buf.data, preface,
+                   have < preface_len ? have : preface_len) != 0)
+            return false;
+        if (have < preface_len)
+            return true; /* the rest comes under the header timeout */
+    }
+    h->site->attach_h2(h->site, h->t);
+    mf_loop_free(h->loop, h, sizeof(*h));
+    return true;
+}
+
 static void mf__h1_on_data(void *proto, size_t n)
 {
     mf_http1_t *h = proto;
+    if (mf__h1_speaks_h2(h))
+        return;
     if (h->phase == MF_H1_HANDLING && h->body) {
         mf__h1_stream_arrived(h, n);
         return;

@@ -77,6 +77,7 @@ static int mf__parse_request_head(const char *p, const char *end,
     req->host = NULL;
     req->query = NULL;
     req->query_len = 0;
+    req->http2 = false;
     int status = mf__parse_request_line(&p, end, req);
     if (status == 0 && (size_t)(p - 2 - line) > lim->max_request_line)
         status = 414;

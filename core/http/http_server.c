@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "http1.h"
+#include "http2.h"
 #include "http_exchange.h"
 #include "http_site.h"
 #include "http_transport.h"
@@ -66,6 +67,7 @@ void mf_http_server_config_init(mf_http_server_config_t *c)
     c->keepalive_timeout_ms = 60000;
     c->write_timeout_ms = 10000;
     c->server_header = "moonflow";
+    c->http2 = (mf_http2_config_t)MF_HTTP2_CONFIG_DEFAULT;
 }
 
 /* ---- accepting -------------------------------------------------------------
@@ -199,6 +201,7 @@ static void mf__server_init_site(mf_http_server_t *srv, mf_http_handler handler,
     site->user = user;
     site->exchange = &mf__http_exchange_ops;
     site->hooks = &mf__server_hooks;
+    site->attach_h2 = srv->config.http2.enabled ? mf__http2_attach : NULL;
     const char *name = srv->config.server_header;
     name = name ? name : "";
     if (*name && strlen(name) < sizeof site->server_line - 12)
@@ -221,9 +224,10 @@ mf_http_server_t *mf_http_server_start(mf_loop_t *loop,
     mf_timer_init(&srv->drain_timer, mf__server_drain_idle, srv);
     if (config->nlisten_fds)
         mf__server_adopt(srv, config->listen_fds, config->nlisten_fds);
-    int rc = 0;
-    if (config->tls.cert_file && config->tls.key_file)
-        rc = mf__tls_server_create(&config->tls, &srv->tls);
+    int rc = mf__http2_config_check(&config->http2);
+    srv->config.tls.alpn_h2 = config->http2.enabled;
+    if (rc == 0 && config->tls.cert_file && config->tls.key_file)
+        rc = mf__tls_server_create(&srv->config.tls, &srv->tls);
     if (rc == 0 && !srv->nlisteners)
         rc = mf__server_listen(srv);
     if (rc == 0)
@@ -262,6 +266,14 @@ void mf_http_server_stats(const mf_http_server_t *srv,
         out->idle += mf__transport_idle(mf__transport_from_link(n));
     out->failed_responses = srv->failed_responses;
     out->invalid_headers = srv->invalid_headers;
+    const mf_http2_counters_t *h2 = &srv->site.h2;
+    out->h2_connections = h2->connections;
+    out->h2_streams = h2->streams;
+    out->h2_resets_received = h2->resets_received;
+    out->h2_calm_goaways = h2->calm_goaways;
+    out->h2_floods = h2->floods;
+    out->h2_headers_refused = h2->headers_refused;
+    out->h2_protocol_errors = h2->protocol_errors;
 }
 
 /* A transport closed: out of the registry (it frees itself later). */
@@ -303,10 +315,13 @@ void mf_http_server_drain(mf_http_server_t *srv, uint32_t idle_ms,
     srv->stopped_cb = done;
     srv->stopped_arg = arg;
     mf__server_close_listeners(srv);
-    if (idle_ms && srv->nconns)
+    if (idle_ms && srv->nconns) {
+        for (mf_list_t *n = srv->conns.next; n != &srv->conns; n = n->next)
+            mf__transport_draining(mf__transport_from_link(n));
         mf_timer_start(srv->loop, &srv->drain_timer, idle_ms);
-    else
+    } else {
         mf__server_stop_connections(srv);
+    }
 }
 
 void mf_http_server_stop(mf_http_server_t *srv, mf_http_server_stopped_cb done,

@@ -54,6 +54,15 @@ typedef struct mf_http_site_hooks {
                      const mf_buf_t *in, size_t off, const mf_sockaddr_t *peer);
 } mf_http_site_hooks_t;
 
+/* HTTP/2's counts (mf_http_server_stats_t says what each is). Written by
+ * http2.c only, on the loop thread; read by the server for its stats. */
+typedef struct mf_http2_counters {
+    uint64_t connections, streams, resets_received, calm_goaways, floods,
+        headers_refused, protocol_errors;
+} mf_http2_counters_t;
+
+struct mf_transport;
+
 struct mf_http_site {
     mf_loop_t *loop;
     mf_http_server_t *srv; /* the handle the handler API hands out */
@@ -63,6 +72,11 @@ struct mf_http_site {
     const mf_http_exchange_ops_t *exchange; /* http_exchange.c's */
     const mf_http_site_hooks_t *hooks;
     bool stopping; /* a graceful stop is under way: no more keep-alive */
+    /* Hands a connection whose client speaks HTTP/2 (the preface, or ALPN
+     * "h2") from HTTP/1 to HTTP/2: set by the server when http2 is on,
+     * else NULL. The input holds the client's first bytes. */
+    void (*attach_h2)(mf_http_site_t *site, struct mf_transport *t);
+    mf_http2_counters_t h2;
     mf_http_date_t date;
     mf_http_status_cache_t status_cache;
     size_t server_line_len; /* 0 when disabled */

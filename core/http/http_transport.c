@@ -170,6 +170,12 @@ void mf__transport_stop(mf_transport_t *t)
     t->ops->stop(t->proto);
 }
 
+void mf__transport_draining(mf_transport_t *t)
+{
+    if (!t->closed && t->ops->draining)
+        t->ops->draining(t->proto);
+}
+
 /* ---- for the protocol: input, deadline ------------------------------------
  */
 
@@ -183,6 +189,11 @@ void mf__transport_attach(mf_transport_t *t, const mf_transport_ops_t *ops,
 mf_transport_input_t *mf__transport_input(mf_transport_t *t)
 {
     return &t->in;
+}
+
+bool mf__transport_alpn_h2(const mf_transport_t *t)
+{
+    return mf__tls_alpn_is_h2(t->ssl);
 }
 
 const mf_sockaddr_t *mf__transport_peer(const mf_transport_t *t)

@@ -97,6 +97,10 @@ typedef struct mf_transport_ops {
      * under way, take nothing new, close). */
     bool (*idle)(const void *proto);
     void (*stop)(void *proto);
+    /* Optional (NULL: nothing to do): a drain began (a graceful restart),
+     * the stop comes at its end; a protocol that can say so ahead (HTTP/2's
+     * GOAWAY) tells its client now. */
+    void (*draining)(void *proto);
 } mf_transport_ops_t;
 
 /* The owner's close notification: t is closed (its link may be unlinked
@@ -125,6 +129,8 @@ bool mf__transport_idle(const mf_transport_t *t);
 bool mf__transport_input_waiting(const mf_transport_t *t);
 /* Asks the protocol to stop gracefully (ops->stop). */
 void mf__transport_stop(mf_transport_t *t);
+/* Tells the protocol a drain began (ops->draining, if it has one). */
+void mf__transport_draining(mf_transport_t *t);
 
 /* ---- for the protocol ---------------------------------------------------- */
 
@@ -134,6 +140,8 @@ void mf__transport_attach(mf_transport_t *t, const mf_transport_ops_t *ops,
 /* The shared input (valid for the transport's life). */
 mf_transport_input_t *mf__transport_input(mf_transport_t *t);
 const mf_sockaddr_t *mf__transport_peer(const mf_transport_t *t);
+/* Whether TLS chose HTTP/2 by ALPN (false on plain TCP). */
+bool mf__transport_alpn_h2(const mf_transport_t *t);
 /* Grows the input so that n more bytes fit after its end. 0 or MF_ENOMEM. */
 int mf__transport_input_reserve(mf_transport_t *t, size_t n);
 

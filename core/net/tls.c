@@ -69,6 +69,33 @@ static int mf__tls_servername(SSL *ssl, int *alert, void *arg)
     return SSL_TLSEXT_ERR_OK; /* default certificate */
 }
 
+/* ALPN (RFC 7301): the first of ours, in our order of preference, that the
+ * client offers; none in common: no ALPN in the answer (the client decides
+ * whether to go on with HTTP/1.1). */
+static int mf__tls_alpn_select(SSL *ssl, const unsigned char **out,
+                               unsigned char *outlen, const unsigned char *in,
+                               unsigned int inlen, void *arg)
+{
+    static const unsigned char ours[] = "\x02h2\x08http/1.1";
+    unsigned char *chosen;
+    (void)ssl;
+    (void)arg;
+    if (SSL_select_next_proto(&chosen, outlen, ours, sizeof ours - 1, in,
+                              inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_NOACK;
+    *out = chosen;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+bool mf__tls_alpn_is_h2(SSL *ssl)
+{
+    const unsigned char *p = NULL;
+    unsigned int len = 0;
+    if (ssl)
+        SSL_get0_alpn_selected(ssl, &p, &len);
+    return len == 2 && p[0] == 'h' && p[1] == '2';
+}
+
 int mf__tls_server_create(const mf_tls_server_config_t *config,
                           mf_tls_server_t **out)
 {
@@ -91,6 +118,12 @@ int mf__tls_server_create(const mf_tls_server_config_t *config,
                 return MF_ETLS;
             }
         }
+    }
+    if (config->alpn_h2) { /* SNI may switch the context: each offers it */
+        SSL_CTX_set_alpn_select_cb(tls->ctx, mf__tls_alpn_select, NULL);
+        for (size_t i = 0; i < tls->nsni; i++)
+            SSL_CTX_set_alpn_select_cb(tls->sni[i].ctx, mf__tls_alpn_select,
+                                       NULL);
     }
     SSL_CTX_set_tlsext_servername_callback(tls->ctx, mf__tls_servername);
     SSL_CTX_set_tlsext_servername_arg(tls->ctx, tls);

@@ -28,6 +28,8 @@ int mf__tls_server_create(const mf_tls_server_config_t *config,
                           mf_tls_server_t **out);
 void mf__tls_server_free(mf_tls_server_t *tls);
 SSL *mf__tls_server_ssl(mf_tls_server_t *tls, int fd);
+/* Whether the handshake chose "h2" by ALPN (config.alpn_h2). NULL: no. */
+bool mf__tls_alpn_is_h2(SSL *ssl);
 
 /* Client SSL for fd with SNI = host; verify on: chain against ca_file (NULL:
  * system bundle) and host name match. host NULL: no SNI, and the chain

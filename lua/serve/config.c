@@ -19,6 +19,9 @@
  *                  body_total = 0, body_rate_grace = 10000,
  *                  stop = 1000,         -- grace of a graceful stop
  *                  drain = 5000 },      -- taken over: idle keep-alive grace
+ *     http2 = { enabled = true, max_concurrent_streams = 128,
+ *               max_header_list_size = 65536, max_frame_size = 16384,
+ *               initial_window_size = 65535 },  -- SETTINGS it announces
  *     jit = false,      -- true: compiled loops escape the limits above
  *     log_level = "info",  -- mf.log: the least severe level written
  *     init = "init.lua",   -- run once, on worker 0, as the server starts
@@ -236,6 +239,7 @@ static const mf_config_key_t mf__top_keys[] = {
     {"limits", LUA_TTABLE, 0, 0, NULL},
     {"timeouts", LUA_TTABLE, 0, 0, NULL},
     {"tls", LUA_TTABLE, 0, 0, NULL},
+    {"http2", LUA_TTABLE, 0, 0, NULL},
     {"routes", LUA_TTABLE, 0, 0, NULL},
     {"jit", LUA_TBOOLEAN, 0, 0, NULL},
     {"log_level", LUA_TSTRING, 0, 0, NULL},
@@ -273,6 +277,13 @@ static const mf_config_key_t mf__tls_keys[] = {
     {"cert", LUA_TSTRING, 0, 0, NULL},
     {"key", LUA_TSTRING, 0, 0, NULL},
     {"sni", LUA_TTABLE, 0, 0, NULL},
+    MF_CONFIG_END};
+static const mf_config_key_t mf__http2_keys[] = {
+    {"enabled", LUA_TBOOLEAN, 0, 0, NULL},
+    {"max_concurrent_streams", LUA_TNUMBER, 1, UINT32_MAX, " (per connection)"},
+    {"max_header_list_size", LUA_TNUMBER, 1, UINT32_MAX, " (bytes)"},
+    {"max_frame_size", LUA_TNUMBER, 16384, 16777215, " (bytes)"},
+    {"initial_window_size", LUA_TNUMBER, 0, 2147483647, " (bytes)"},
     MF_CONFIG_END};
 static const mf_config_key_t mf__cert_keys[] = {
     {"cert", LUA_TSTRING, 0, 0, NULL},
@@ -842,6 +853,25 @@ static int mf__config_section_tls(lua_State *L, int t, mf_serve_config_t *c,
     return 0;
 }
 
+/* http2 = { ... }: HTTP/2 beside HTTP/1.1 (moonflow/http_server.h). */
+static int mf__config_section_http2(lua_State *L, int t, mf_serve_config_t *c,
+                                    const char *dir, char *err, size_t errlen)
+{
+    mf_http2_config_t *h2 = &c->http.http2;
+    (void)dir;
+    if (mf__config_check(L, t, "http2.", mf__http2_keys, err, errlen) < 0)
+        return -1;
+    mf__rawfield(L, t, "enabled");
+    if (lua_isboolean(L, -1))
+        h2->enabled = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    mf__config_u32(L, t, "max_concurrent_streams", &h2->max_concurrent_streams);
+    mf__config_u32(L, t, "max_header_list_size", &h2->max_header_list_size);
+    mf__config_u32(L, t, "max_frame_size", &h2->max_frame_size);
+    mf__config_u32(L, t, "initial_window_size", &h2->initial_window_size);
+    return 0;
+}
+
 static int mf__config_section_routes(lua_State *L, int t, mf_serve_config_t *c,
                                      const char *dir, char *err, size_t errlen)
 {
@@ -1037,6 +1067,7 @@ static const struct {
                                 {"limits", mf__config_section_limits},
                                 {"timeouts", mf__config_section_timeouts},
                                 {"tls", mf__config_section_tls},
+                                {"http2", mf__config_section_http2},
                                 {"routes", mf__config_section_routes},
                                 {"shared", mf__config_section_shared},
                                 {"metrics", mf__config_section_metrics},

@@ -619,6 +619,8 @@ int mf_serve_req_socket(lua_State *L)
     int rc = mf_http_exchange_upgrade(request->ex);
     if (rc == MF_EBUSY)
         return mf__ds_fail(L, "the request body is not read yet");
+    if (rc == MF_ENOSYS)
+        return mf__ds_fail(L, "no raw connection over HTTP/2");
     if (rc < 0)
         return mf__ds_fail(L, rc == MF_ECLOSED ? "closed"
                                                : "the response head cannot "

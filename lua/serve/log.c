@@ -190,7 +190,9 @@ static void mf__log_request_line(mf_log_line_t *line,
         mf__log_put(line, " ", 1);
         mf__log_put_escaped(line, req->target, req->target_len, 1024);
     }
-    if (req->minor_version >= 0)
+    if (req->http2)
+        mf__log_printf(line, " HTTP/2.0");
+    else if (req->minor_version >= 0)
         mf__log_printf(line, " HTTP/1.%d", req->minor_version);
     mf__log_put(line, "\"", 1);
 }
@@ -273,7 +275,9 @@ static void mf__log_json(mf_serve_worker_t *w, mf_log_line_t *line,
                        has_line ? req->method_len : 0, 64);
     mf__log_json_field(line, "uri", req && req->target_len ? req->target : NULL,
                        req ? req->target_len : 0, 1024);
-    if (req && req->minor_version >= 0)
+    if (req && req->http2)
+        mf__log_printf(line, ",\"protocol\":\"HTTP/2.0\"");
+    else if (req && req->minor_version >= 0)
         mf__log_printf(line, ",\"protocol\":\"HTTP/1.%d\"", req->minor_version);
     else
         mf__log_put(line, ",\"protocol\":null", 16);

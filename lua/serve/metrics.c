@@ -78,6 +78,25 @@ typedef struct mf_endpoint_families {
         *requests, *writes;
 } mf_endpoint_families_t;
 
+/* HTTP/2's counts of mf_http_server_stats_t, exported as
+ * moonflow_http2_events_total{event=...}. */
+#define MF_H2_EVENTS 7
+static const char *const mf__h2_events[MF_H2_EVENTS] = {
+    "connections", "streams",         "resets_received", "calm_goaways",
+    "floods",      "headers_refused", "protocol_errors"};
+
+static void mf__h2_counts(const mf_http_server_stats_t *st,
+                          uint64_t out[MF_H2_EVENTS])
+{
+    out[0] = st->h2_connections;
+    out[1] = st->h2_streams;
+    out[2] = st->h2_resets_received;
+    out[3] = st->h2_calm_goaways;
+    out[4] = st->h2_floods;
+    out[5] = st->h2_headers_refused;
+    out[6] = st->h2_protocol_errors;
+}
+
 enum {
     MF_ENDPOINT_HTTP,
     MF_ENDPOINT_REDIS,
@@ -92,6 +111,9 @@ typedef struct mf_serve_metrics {
     mf_metric_t *lua_memory, *connections, *idle, *loop_lag;
     mf_metric_t *reloads_ok, *reloads_failed;
     uint64_t reloads_seen, reload_failures_seen;
+    /* HTTP/2's counts (mf__h2_events), as last read */
+    mf_metric_t *h2[MF_H2_EVENTS];
+    uint64_t h2_seen[MF_H2_EVENTS];
     uint64_t tick_due_ns; /* when the tick should fire: its lateness */
     bool tick_refused;    /* this tick has said a series was refused */
     /* ... and the process's compute pool (worker 0 only) */
@@ -241,6 +263,12 @@ static void mf__tick(mf_timer_t *timer)
         mf_http_server_stats(w->server, &st);
         mf_metric_set(m->connections, w->id, (double)st.connections);
         mf_metric_set(m->idle, w->id, (double)st.idle);
+        uint64_t h2[MF_H2_EVENTS];
+        mf__h2_counts(&st, h2);
+        for (int i = 0; i < MF_H2_EVENTS; i++) {
+            mf_metric_add(m->h2[i], w->id, (double)(h2[i] - m->h2_seen[i]));
+            m->h2_seen[i] = h2[i];
+        }
     }
     uint64_t done, failed;
     mf_serve_routes_reloads(w->routes, &done, &failed);
@@ -375,6 +403,14 @@ static int mf__open_gauges(mf_serve_worker_t *w, mf_serve_metrics_t *m)
     if (!rc)
         rc = mf__one(w, &m->reloads_failed, "moonflow_reloads_total", NULL, C,
                      "result", "failed");
+    for (int i = 0; !rc && i < MF_H2_EVENTS; i++)
+        rc = mf__one(w, &m->h2[i], "moonflow_http2_events_total",
+                     i ? NULL
+                       : "HTTP/2 connections, streams, RST_STREAMs received, "
+                         "and connections ended for ENHANCE_YOUR_CALM (rapid "
+                         "reset), a flood, a header block refused or a "
+                         "protocol error.",
+                     C, "event", mf__h2_events[i]);
     if (rc || w->id != 0 || !mf_loop_pool(w->loop))
         return rc;
     rc = mf__one(w, &m->pool_threads, "moonflow_pool_threads",

@@ -420,7 +420,9 @@ static int mf__req_field(lua_State *L, mf_serve_request_t *request, int keyidx)
     else if (!strcmp(key, "uri"))
         lua_pushlstring(L, head->target, head->target_len);
     else if (!strcmp(key, "version"))
-        lua_pushstring(L, head->minor_version ? "1.1" : "1.0");
+        lua_pushstring(L, head->http2           ? "2.0"
+                          : head->minor_version ? "1.1"
+                                                : "1.0");
     else if (!strcmp(key, "header"))
         lua_pushvalue(L, lua_upvalueindex(2)); /* made once, at open */
     else if (!strcmp(key, "form"))

@@ -158,6 +158,7 @@ static const char *const fuzz_any_keys[] = {"listen",
                                             "limits",
                                             "timeouts",
                                             "tls",
+                                            "http2",
                                             "routes",
                                             "max_body",
                                             "max_head",
@@ -172,6 +173,9 @@ static const char *const fuzz_any_keys[] = {"listen",
                                             "cert",
                                             "key",
                                             "sni",
+                                            "enabled",
+                                            "max_frame_size",
+                                            "initial_window_size",
                                             "file",
                                             "timeout",
                                             "compress",
@@ -190,12 +194,16 @@ static const char *const fuzz_any_keys[] = {"listen",
  * first level. */
 static const char *const fuzz_top[] = {"listen",  "root",   "access_log",
                                        "workers", "limits", "timeouts",
-                                       "tls",     "routes", "compress"};
+                                       "tls",     "routes", "compress",
+                                       "http2"};
 static const char *const fuzz_limits[] = {"max_body", "max_head", "max_line",
                                           "max_headers", "max_connections"};
 static const char *const fuzz_timeouts[] = {"header", "body", "keepalive",
                                             "write", "handler"};
 static const char *const fuzz_tls[] = {"cert", "key", "sni"};
+static const char *const fuzz_http2[] = {
+    "enabled", "max_concurrent_streams", "max_header_list_size",
+    "max_frame_size", "initial_window_size"};
 static const char *const fuzz_names[] = {"api.test", "a", "", "x.y"};
 static const char *const fuzz_cert[] = {"cert", "key"};
 static const char *const fuzz_paths[] = {"/", "/a", "/api/x", "x", ""};
@@ -221,6 +229,8 @@ static fuzz_keys_t fuzz_keys_under(const char *parent, const char *grand)
         return FUZZ_KEYS(fuzz_timeouts);
     if (!strcmp(parent, "tls"))
         return FUZZ_KEYS(fuzz_tls);
+    if (!strcmp(parent, "http2"))
+        return FUZZ_KEYS(fuzz_http2);
     if (!strcmp(parent, "sni"))
         return FUZZ_KEYS(fuzz_names);
     if (!strcmp(parent, "routes"))
@@ -435,6 +445,11 @@ static void fuzz_check_config(const mf_serve_config_t *c)
     FUZZ_CHECK(c->http.limits.max_head_bytes >= 1 &&
                c->http.limits.max_request_line >= 1);
     FUZZ_CHECK(c->http.max_connections >= 1);
+    const mf_http2_config_t *h2 = &c->http.http2; /* RFC 9113 §6.5.2 */
+    FUZZ_CHECK(h2->max_concurrent_streams >= 1 &&
+               h2->max_header_list_size >= 1);
+    FUZZ_CHECK(h2->max_frame_size >= 16384 && h2->max_frame_size <= 16777215);
+    FUZZ_CHECK(h2->initial_window_size <= 2147483647u);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -464,6 +479,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c.http.listen = "127.0.0.1:8080";
         c.http.limits = (mf_http_limits_t)MF_HTTP_LIMITS_DEFAULT;
         c.http.max_connections = 10000;
+        c.http.http2 = (mf_http2_config_t)MF_HTTP2_CONFIG_DEFAULT;
         char err[400];
         err[0] = '\0';
         int top = lua_gettop(L);

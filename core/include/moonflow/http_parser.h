@@ -95,6 +95,8 @@ typedef struct mf_http_request {
                                 valid authority or ""); NULL when absent */
     size_t host_len;
     int error_status; /* on MF_HTTP_ERROR: 400, 414, 431, 501, 505 */
+    /* Came over HTTP/2 (then minor_version is 1); the parser sets false. */
+    bool http2;
 } mf_http_request_t;
 
 /* Parses a request head from buf[0..len). Returns the head's length in bytes

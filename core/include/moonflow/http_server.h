@@ -90,6 +90,22 @@ typedef void (*mf_http_reject_cb)(mf_http_server_t *srv, int status,
                                   const mf_sockaddr_t *peer, size_t body_bytes,
                                   void *user);
 
+/* HTTP/2 (RFC 9113) on the same listeners: by prior knowledge on plain
+ * TCP (the client's first bytes are the connection preface) and by ALPN
+ * ("h2") on TLS. The numbers are the SETTINGS the server announces. */
+typedef struct mf_http2_config {
+    bool enabled;                    /* default true */
+    uint32_t max_concurrent_streams; /* default 128 */
+    uint32_t max_header_list_size;   /* a request's header block; 65536 */
+    uint32_t max_frame_size;         /* 16384 to 16777215; 16384 */
+    uint32_t initial_window_size;    /* per stream, bytes; 65535 */
+} mf_http2_config_t;
+
+#define MF_HTTP2_CONFIG_DEFAULT        \
+    {                                  \
+        true, 128, 65536, 16384, 65535 \
+    }
+
 typedef struct mf_http_server_config {
     const char *listen;            /* "127.0.0.1:8080", "[::1]:8443", ":8080" */
     int backlog;                   /* default 1024 */
@@ -136,6 +152,12 @@ typedef struct mf_http_server_config {
     /* Response compression (moonflow/http_compress.h); NULL (the
      * default): none. Read, not copied: it outlives the server. */
     const mf_http_compress_config_t *compress;
+    /* HTTP/2 beside HTTP/1.1 (see above). Over HTTP/2 a streamed body
+     * (stream_body) gives its flow-control window back as the handler
+     * reads it; a body read whole, as it is kept (max_body per request,
+     * and at most max(8 MiB, max_body) held per connection for handlers
+     * not run yet: 503 past it). */
+    mf_http2_config_t http2;
 } mf_http_server_config_t;
 
 /* Fills every field with its default. */
@@ -143,7 +165,8 @@ MF_API void mf_http_server_config_init(mf_http_server_config_t *config);
 
 /* Creates the server on the loop and starts listening. On failure returns
  * NULL and, if err is not NULL, a negative MF_E* code (bad address, port in
- * use, unreadable certificate ...). */
+ * use, unreadable certificate, MF_EINVAL for http2 numbers outside RFC
+ * 9113's ranges ...). */
 MF_API mf_http_server_t *
 mf_http_server_start(mf_loop_t *loop, const mf_http_server_config_t *config,
                      mf_http_handler handler, void *user, int *err);
@@ -176,6 +199,21 @@ typedef struct mf_http_server_stats {
     size_t idle;
     uint64_t failed_responses; /* answered 500 or cut for lack of memory */
     uint64_t invalid_headers;  /* refused by mf_http_exchange_add_header */
+    /* HTTP/2, since the start: connections that spoke it, requests
+     * (streams) served, RST_STREAM frames from clients, connections ended
+     * with ENHANCE_YOUR_CALM (too many resets: the rapid reset attack),
+     * connections ended for a flood (SETTINGS, PING or other frames that
+     * each demand an answer, queued faster than the client reads them),
+     * header blocks refused (over max_header_list_size, or too many
+     * fields or CONTINUATION frames), and connections ended for a
+     * protocol error of the client. */
+    uint64_t h2_connections;
+    uint64_t h2_streams;
+    uint64_t h2_resets_received;
+    uint64_t h2_calm_goaways;
+    uint64_t h2_floods;
+    uint64_t h2_headers_refused;
+    uint64_t h2_protocol_errors;
 } mf_http_server_stats_t;
 MF_API void mf_http_server_stats(const mf_http_server_t *srv,
                                  mf_http_server_stats_t *out);
@@ -249,7 +287,8 @@ MF_API void mf_http_exchange_on_readable(mf_http_exchange_t *ex,
  * Before anything was sent only, and not while a streamed body is unread:
  * 0, MF_EBUSY (a body still on its way), MF_EINVAL (the head was sent
  * already, or a header was refused: the answer became a 500), MF_ENOMEM,
- * MF_ECLOSED. */
+ * MF_ECLOSED, MF_ENOSYS (a request over HTTP/2, whose stream cannot
+ * become a raw connection). */
 MF_API int mf_http_exchange_upgrade(mf_http_exchange_t *ex);
 
 /* ---- the exchange: response side -------------------------------------- */

@@ -30,6 +30,8 @@ typedef struct mf_tls_server_config {
     const char *key_file;
     const mf_tls_sni_t *sni; /* sni_count entries, or NULL */
     size_t sni_count;
+    /* ALPN: offer "h2" before "http/1.1" (the server speaks HTTP/2). */
+    bool alpn_h2;
 } mf_tls_server_config_t;
 
 MF_EXTERN_C_END
