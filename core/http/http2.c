@@ -30,8 +30,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "http_chars.h"
+#include "http_file_reader.h"
 
 /* Output queued on the transport past which nghttp2 is not asked for more
  * frames until the socket drains to half of it. */
@@ -68,6 +70,9 @@ typedef struct mf_h2_stream {
     /* The answer's body, not taken by nghttp2 yet: out[out_off..len). */
     mf_buf_t out;
     size_t out_off;
+    /* A file as the body (send_file), read off the loop a chunk at a time
+     * behind out's bytes; NULL once taken whole. */
+    mf_file_reader_t *file;
     uint64_t queued;    /* body bytes given by the exchange */
     uint64_t length;    /* MF_HTTP_FRAME_LENGTH: the whole body */
     size_t drain_below; /* the exchange waits for a drain; 0: not */
@@ -166,6 +171,7 @@ static void mf__h2_stream_free(mf_h2_stream_t *s)
     mf__buf_release(h->loop, &s->text);
     mf__buf_release(h->loop, &s->body);
     mf__buf_release(h->loop, &s->out);
+    mf__file_reader_close(s->file);
     mf_loop_free(h->loop, s, sizeof(*s));
 }
 
@@ -549,7 +555,31 @@ static int mf__h2_send(mf_http2_t *h)
 
 static bool mf__h2_body_done(const mf_h2_stream_t *s)
 {
-    return s->out_ended && s->out_off == s->out.len;
+    return s->out_ended && s->out_off == s->out.len && !s->file;
+}
+
+/* DATA from the answer's file, when out is empty: a chunk's bytes, or
+ * DEFERRED while the next chunk is read (mf__h2_file_read resumes), or a
+ * failed read (the file is shorter than the answer said): the stream is
+ * reset, the client sees a cut body. */
+static ssize_t mf__h2_read_file(mf_h2_stream_t *s, uint8_t *buf, size_t length)
+{
+    const char *data;
+    ssize_t got = mf__file_reader_peek(s->file, &data);
+    if (got == MF_EAGAIN) {
+        s->deferred = true;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    if (got < 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    size_t n = (size_t)got < length ? (size_t)got : length;
+    memcpy(buf, data, n);
+    mf__file_reader_take(s->file, n);
+    if (mf__file_reader_left(s->file) == 0) {
+        mf__file_reader_close(s->file);
+        s->file = NULL;
+    }
+    return (ssize_t)n;
 }
 
 /* nghttp2 asks for DATA: what the exchange queued, the end once it is all
@@ -564,11 +594,17 @@ static ssize_t mf__h2_read_body(nghttp2_session *session, int32_t id,
     (void)session;
     (void)id;
     (void)user;
-    if (n)
+    if (n) {
         memcpy(buf, s->out.data + s->out_off, n);
-    s->out_off += n;
-    if (s->out_off == s->out.len)
-        s->out.len = s->out_off = 0; /* the buffer is used again */
+        s->out_off += n;
+        if (s->out_off == s->out.len)
+            s->out.len = s->out_off = 0; /* the buffer is used again */
+    } else if (s->file) {
+        ssize_t got = mf__h2_read_file(s, buf, length);
+        if (got < 0)
+            return got;
+        n = (size_t)got;
+    }
     if (mf__h2_body_done(s)) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
         return (ssize_t)n;
@@ -771,6 +807,30 @@ static int mf__h2_send_piece(void *proto, const void *data, size_t len)
     return 0;
 }
 
+/* A chunk of the answer's file was read: nghttp2 takes it on. */
+static void mf__h2_file_read(void *arg)
+{
+    mf_h2_stream_t *s = arg;
+    mf__h2_stream_more(s);
+    mf__h2_send(s->h);
+}
+
+static int mf__h2_send_file(void *proto, int fd, uint64_t offset, uint64_t len)
+{
+    mf_h2_stream_t *s = proto;
+    if (s->closed || s->file) { /* gone, or a second file: not ours */
+        close(fd);
+        return 0;
+    }
+    s->file = mf__file_reader_new(s->h->loop, fd, offset, len,
+                                  mf__h2_file_read, s);
+    s->queued += len;
+    if (s->length && s->queued >= s->length)
+        s->out_ended = true;
+    mf__h2_stream_more(s);
+    return 0;
+}
+
 static int mf__h2_end_stream(void *proto)
 {
     mf_h2_stream_t *s = proto;
@@ -956,6 +1016,7 @@ static int mf__h2_upgrade(void *proto)
 static const mf_http_proto_ops_t mf__h2_proto_ops = {
     .send_head = mf__h2_send_head,
     .send_body = mf__h2_send_body,
+    .send_file = mf__h2_send_file,
     .send_piece = mf__h2_send_piece,
     .end_stream = mf__h2_end_stream,
     .send_error = mf__h2_send_error,

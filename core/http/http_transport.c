@@ -18,36 +18,16 @@
 #include <unistd.h>
 
 #include "engine/loop_int.h"
+#include "http_file_reader.h"
 #include "moonflow/pool.h"
 
 #define MF_TRANSPORT_IN_INITIAL 4096
 #define MF_TRANSPORT_LINGER_MS 2000
-/* A file segment over TLS is read in pieces of one TLS record. */
-#define MF_TRANSPORT_FILE_CHUNK (16 * 1024)
 /* The most one sendfile call moves (the kernel's own cap is ~2 GiB). */
 #define MF_TRANSPORT_SENDFILE_MAX ((size_t)1 << 30)
 
 /* How the connection ends once its queue is written (mf__transport_end). */
 enum { MF_END_NONE, MF_END_CLOSE, MF_END_LINGER };
-
-/* A file segment's reader under TLS: chunks read on the loop's compute
- * pool (a cold file's read blocks; the loop must not), then written from
- * its buffer. Taken from the loop's free lists when the segment is
- * queued. It owns the file's descriptor; a segment dropped while a read is
- * out leaves it orphaned, and the read's completion frees it. */
-typedef struct mf_file_reader {
-    mf_pool_job_t job;
-    mf_transport_t *t;
-    int fd;
-    bool reading; /* a job is out */
-    bool orphan;  /* its segment is gone: free at the completion */
-    int err;      /* a failed read: the connection closes */
-    uint64_t off; /* the read's file offset */
-    size_t want;  /* and length */
-    ssize_t got;  /* its answer (or -errno) */
-    size_t at;    /* bytes of buf already written */
-    mf_buf_t buf; /* the chunk read */
-} mf_file_reader_t;
 
 /* A piece of output: bytes in t->out at [off, off+len), memory that is
  * referenced (owned or not) until written, or a file's bytes (its bit set
@@ -58,7 +38,7 @@ typedef struct mf_out_seg {
     union {
         const char *ptr; /* memory: NULL when it lives in t->out at off */
         int fd;          /* a file segment's file (plain) */
-        struct mf_file_reader *reader; /* a file segment's (TLS) */
+        mf_file_reader_t *reader; /* a file segment's (TLS) */
     } u;
     size_t off;
     size_t len;
@@ -265,13 +245,6 @@ static bool mf__seg_is_file(const mf_transport_t *t, int i)
     return t->file_segs & (1u << i);
 }
 
-static void mf__file_reader_free(mf_loop_t *loop, mf_file_reader_t *r)
-{
-    close(r->fd);
-    mf__buf_release(loop, &r->buf);
-    mf_loop_free(loop, r, sizeof(*r));
-}
-
 /* A written (or dropped) segment lets go of its memory and its file (a
  * reader with a read out goes at the read's completion). */
 static void mf__transport_seg_release(mf_transport_t *t, int i)
@@ -280,13 +253,10 @@ static void mf__transport_seg_release(mf_transport_t *t, int i)
     mf__buf_release(t->loop, &seg->owned);
     if (!mf__seg_is_file(t, i))
         return;
-    if (!t->ssl) {
+    if (!t->ssl)
         close(seg->u.fd);
-    } else if (seg->u.reader->reading) {
-        seg->u.reader->orphan = true;
-    } else {
-        mf__file_reader_free(t->loop, seg->u.reader);
-    }
+    else
+        mf__file_reader_close(seg->u.reader); /* a read out: at its end */
 }
 
 static void mf__transport_release_output(mf_transport_t *t)
@@ -404,6 +374,12 @@ int mf__transport_queue_ref(mf_transport_t *t, const char *ptr, size_t len,
     return 0;
 }
 
+/* A file segment's chunk was read (TLS): write on. */
+static void mf__transport_file_read(void *arg)
+{
+    mf__transport_flush(arg);
+}
+
 int mf__transport_queue_file(mf_transport_t *t, int fd, uint64_t offset,
                              uint64_t len)
 {
@@ -416,12 +392,8 @@ int mf__transport_queue_file(mf_transport_t *t, int fd, uint64_t offset,
     t->file_segs |= (uint8_t)(1u << t->nsegs);
     mf_out_seg_t *seg = &t->segs[t->nsegs++];
     if (t->ssl) {
-        mf_file_reader_t *r = mf_loop_alloc(t->loop, sizeof(*r));
-        memset(r, 0, sizeof(*r));
-        r->t = t;
-        r->fd = fd;
-        mf__buf_init(&r->buf);
-        seg->u.reader = r;
+        seg->u.reader = mf__file_reader_new(t->loop, fd, offset, len,
+                                            mf__transport_file_read, t);
     } else {
         seg->u.fd = fd;
     }
@@ -538,87 +510,23 @@ static ssize_t mf__transport_sendfile(mf_transport_t *t, mf_out_seg_t *seg)
     return errno == EAGAIN ? MF_EAGAIN : mf_err_from_errno(errno);
 }
 
-/* A chunk's read, on a pool thread: the reader's fields only. */
-static void mf__file_reader_read(mf_pool_job_t *job)
-{
-    mf_file_reader_t *r = mf_container_of(job, mf_file_reader_t, job);
-    ssize_t n;
-    do {
-        n = pread(r->fd, r->buf.data, r->want, (off_t)r->off);
-    } while (n < 0 && errno == EINTR);
-    r->got = n < 0 ? -errno : n;
-}
-
-/* A read's answer as the chunk to write, or the error that ends the
- * connection. */
-static void mf__file_reader_settle(mf_file_reader_t *r)
-{
-    r->reading = false;
-    if (r->got < 0)
-        r->err = mf_err_from_errno((int)-r->got);
-    else if ((size_t)r->got < r->want)
-        r->err = MF_EIO; /* the file is shorter than the answer said */
-    r->buf.len = r->err ? 0 : r->want;
-    r->at = 0;
-}
-
-/* Back on the loop: the chunk is ready (or the answer failed); write on. */
-static void mf__file_reader_done(mf_pool_job_t *job)
-{
-    mf_file_reader_t *r = mf_container_of(job, mf_file_reader_t, job);
-    if (r->orphan) {
-        mf__file_reader_free(r->job._loop, r);
-        return;
-    }
-    mf__file_reader_settle(r);
-    mf__transport_flush(r->t);
-}
-
-/* Starts the read of the segment's next chunk: on the loop's compute
- * pool, or here when the loop has none. */
-static void mf__file_reader_start(mf_transport_t *t, mf_out_seg_t *seg)
-{
-    mf_file_reader_t *r = seg->u.reader;
-    size_t n = seg->len - t->seg_done;
-    r->want = n > MF_TRANSPORT_FILE_CHUNK ? MF_TRANSPORT_FILE_CHUNK : n;
-    r->off = seg->off + t->seg_done;
-    r->job.fn = mf__file_reader_read;
-    r->job.done = mf__file_reader_done;
-    mf_pool_t *pool = mf_loop_pool(t->loop);
-    r->reading = true;
-    if (pool) {
-        mf_pool_submit(pool, t->loop, &r->job);
-        return;
-    }
-    mf__file_reader_read(&r->job);
-    mf__file_reader_settle(r);
-}
-
 /* The file segment at the front, over TLS: the chunk read last is written
  * (kept until written whole: TLS retries a write with the same bytes);
- * once it is out, the next is read off the loop, and the write waits for
- * it (MF_EAGAIN; the read's completion flushes again). */
+ * once it is out, the next is read off the loop (http_file_reader.h), and
+ * the write waits for it (MF_EAGAIN; the read's completion flushes
+ * again). */
 static ssize_t mf__transport_file_tls(mf_transport_t *t, mf_out_seg_t *seg)
 {
-    mf_file_reader_t *r = seg->u.reader;
-    if (r->reading)
-        return MF_EAGAIN;
-    if (r->err)
-        return r->err;
-    if (r->at == r->buf.len) {
-        if (!r->buf.cap &&
-            mf__buf_reserve(t->loop, &r->buf, MF_TRANSPORT_FILE_CHUNK) < 0)
-            return MF_ENOMEM;
-        mf__file_reader_start(t, seg);
-        if (r->reading)
-            return MF_EAGAIN;
-        if (r->err)
-            return r->err;
-    }
-    struct iovec iov = {r->buf.data + r->at, r->buf.len - r->at};
+    const char *data;
+    ssize_t n = mf__file_reader_peek(seg->u.reader, &data);
+    if (n == 0)
+        return MF_EIO; /* cannot be: the segment ends with its range */
+    if (n < 0)
+        return n;
+    struct iovec iov = {(void *)data, (size_t)n};
     ssize_t w = mf__sock_writev(t->io.fd, t->ssl, &iov, 1);
     if (w > 0)
-        r->at += (size_t)w;
+        mf__file_reader_take(seg->u.reader, (size_t)w);
     return w;
 }
 

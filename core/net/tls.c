@@ -87,7 +87,7 @@ static int mf__tls_alpn_select(SSL *ssl, const unsigned char **out,
     return SSL_TLSEXT_ERR_OK;
 }
 
-bool mf__tls_alpn_is_h2(SSL *ssl)
+bool mf__tls_alpn_is_h2(const SSL *ssl)
 {
     const unsigned char *p = NULL;
     unsigned int len = 0;
@@ -259,14 +259,6 @@ int mf__tls_client_offer_h2(SSL *ssl)
     /* SSL_set_alpn_protos returns 0 on success (unlike most of OpenSSL). */
     return SSL_set_alpn_protos(ssl, protos, sizeof protos - 1) == 0 ? 0
                                                                     : MF_ETLS;
-}
-
-bool mf__tls_alpn_is_h2(const SSL *ssl)
-{
-    const unsigned char *proto = NULL;
-    unsigned int len = 0;
-    SSL_get0_alpn_selected(ssl, &proto, &len);
-    return len == 2 && memcmp(proto, "h2", 2) == 0;
 }
 
 /* ---- I/O ---------------------------------------------------------------- */

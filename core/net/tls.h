@@ -28,8 +28,9 @@ int mf__tls_server_create(const mf_tls_server_config_t *config,
                           mf_tls_server_t **out);
 void mf__tls_server_free(mf_tls_server_t *tls);
 SSL *mf__tls_server_ssl(mf_tls_server_t *tls, int fd);
-/* Whether the handshake chose "h2" by ALPN (config.alpn_h2). NULL: no. */
-bool mf__tls_alpn_is_h2(SSL *ssl);
+/* Whether the handshake chose "h2" by ALPN (a server's config.alpn_h2, a
+ * client's mf__tls_client_offer_h2), either side. NULL: no. */
+bool mf__tls_alpn_is_h2(const SSL *ssl);
 
 /* Client SSL for fd with SNI = host; verify on: chain against ca_file (NULL:
  * system bundle) and host name match. host NULL: no SNI, and the chain
@@ -38,9 +39,8 @@ SSL *mf__tls_client_ssl(mf_loop_t *loop, int fd, const char *host, bool verify,
                         const char *ca_file);
 
 /* Client ALPN: offers "h2" then "http/1.1" (0, or MF_ETLS); after the
- * handshake, whether the server chose "h2". */
+ * handshake, mf__tls_alpn_is_h2 says whether the server chose "h2". */
 int mf__tls_client_offer_h2(SSL *ssl);
-bool mf__tls_alpn_is_h2(const SSL *ssl);
 
 /* 0 when done, MF_EAGAIN to wait for I/O (either way: edge-triggered
  * watchers are registered for both), MF_ETLS on failure. */
