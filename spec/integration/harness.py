@@ -162,6 +162,15 @@ def self_signed(tmpdir, cn="localhost"):
     return cert, key
 
 
+def rss_kib(pid):
+    """The resident memory of process pid, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
 def temp_dir(test):
     path = tempfile.mkdtemp(prefix="moonflow-test-")
     test.addCleanup(shutil.rmtree, path, True)

@@ -17,7 +17,8 @@ import threading
 import time
 import unittest
 
-from harness import Server, connect, free_port, read_response, request
+from harness import (Server, connect, free_port, read_response, request,
+                     rss_kib)
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 
@@ -214,14 +215,6 @@ def import_websockets():
         sys.path.append("/usr/lib/python3/dist-packages")
         import websockets
     return websockets
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def chunked(pieces):

@@ -21,7 +21,7 @@ import time
 import unittest
 
 from harness import (Server, connect, free_port, read_response, request,
-                     self_signed, temp_dir)
+                     self_signed, temp_dir, rss_kib)
 
 try:
     import hpack
@@ -106,14 +106,6 @@ CONFIG = """return {
   %(extra)s
 }
 """
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def cpu_seconds(pid):

@@ -19,18 +19,11 @@ import threading
 import time
 import unittest
 
-from harness import Server, connect, free_port, read_response, request
+from harness import (Server, connect, free_port, read_response, request,
+                     rss_kib)
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 GIB = 1 << 30
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 class RssPeak:

@@ -15,7 +15,7 @@ import unittest
 
 from harness import (Server, connect, free_port, read_response,
                      read_until_closed, request, self_signed, temp_dir,
-                     wait_port)
+                     wait_port, rss_kib)
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 
@@ -301,11 +301,7 @@ class ReloadMemory(ServeTest):
     BOUND_KIB = 1024
 
     def rss_kib(self, srv):
-        with open("/proc/%d/status" % srv.proc.pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        raise AssertionError("no VmRSS")
+        return rss_kib(srv.proc.pid)
 
     def route(self, n):
         return ('local util = require "util"\n'

@@ -23,7 +23,7 @@ import time
 import unittest
 
 from harness import (Server, connect, free_port, read_response, request,
-                     self_signed)
+                     self_signed, rss_kib)
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 MIB = 1 << 20
@@ -32,14 +32,6 @@ GIB = 1 << 30
 # copy cannot pass for it.
 MARKS = [(0, b"head-of-the-file"), (100 * MIB - 7, b"across-100MiB"),
          (512 * MIB + 3, b"middle"), (GIB - 4, b"tail")]
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def curl(*args, timeout=120):

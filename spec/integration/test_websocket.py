@@ -22,7 +22,7 @@ import time
 import unittest
 import zlib
 
-from harness import Redis, Server, connect, free_port
+from harness import Redis, Server, connect, free_port, rss_kib
 
 MOONFLOW = os.environ.get("MF_MOONFLOW", "build/moonflow")
 KEY = b"dGhlIHNhbXBsZSBub25jZQ=="
@@ -247,14 +247,6 @@ def import_websockets():
         sys.path.append("/usr/lib/python3/dist-packages")
         import websockets
     return websockets
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 class WebSocket(unittest.TestCase):
