@@ -191,11 +191,11 @@ def main():
             statistics.median(s["cpu_us_per_req"] for s in ngx))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     table = ("## HTTP/2 hello, 16 B (%s, h2load -c %d -m %d -n %d, server "
-             "on core 0, h2load on core 1, median of %d)\n\n"
+             "on core 0, h2load on core 1, median of %d)\n\n%s\n\n"
              "| server | server CPU µs / request (min–max) | req/s | runs |\n"
              "| --- | --- | --- | --- |\n%s\n%s" % (
                  when, args.conns, args.streams, args.n, args.repeats,
-                 "\n".join(rows), ratio))
+                 machine(args.build), "\n".join(rows), ratio))
     print(table)
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "http2_hello.md"), "w") as f:
@@ -203,6 +203,19 @@ def main():
     with open(os.path.join(RESULTS, "http2_hello.json"), "w") as f:
         json.dump({"when": when, "samples": samples}, f, indent=1)
     return 0
+
+
+def machine(build):
+    """The line that says where and on what the numbers were taken."""
+    commit = subprocess.run(["git", "-C", os.path.dirname(RESULTS),
+                             "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    nginx = subprocess.run(["nginx", "-v"], capture_output=True,
+                           text=True).stderr.strip().split("/")[-1]
+    return ("%d cores, Linux %s; commit %s, build %s; nginx %s; "
+            "moonflow serves a Lua handler, nginx `return 200`." % (
+                os.cpu_count(), os.uname().release, commit or "?",
+                os.path.basename(os.path.abspath(build)), nginx))
 
 
 if __name__ == "__main__":
