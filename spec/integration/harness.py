@@ -24,8 +24,8 @@ def free_port():
 
 
 def wait_port(port, proc=None, timeout=10.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError("server exited with %s" % proc.returncode)
         try:
@@ -286,8 +286,8 @@ class RedisCluster:
                               timeout=30).stdout
 
     def wait_ok(self, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             if all("cluster_state:ok" in self.cli(s.port, "cluster", "info")
                    for s in self.servers):
                 out = subprocess.run(
@@ -380,7 +380,7 @@ class MariaDB:
             argv.append("--user=" + self.run_as)
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-        deadline = time.time() + self.START_TIMEOUT
+        deadline = time.monotonic() + self.START_TIMEOUT
         while True:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
@@ -389,7 +389,7 @@ class MariaDB:
                                    (code, self.log_tail()))
             if self._accepts():
                 return
-            if time.time() > deadline:
+            if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError("mariadbd did not accept connections "
                                    "within %ds:\n%s" %

@@ -142,8 +142,8 @@ class Capture(unittest.TestCase):
             path.encode(), headers), timeout=10)
 
     def wait_log(self, text):
-        deadline = time.time() + 5
-        while time.time() < deadline:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
             if text in self.error_log():
                 return
             time.sleep(0.05)

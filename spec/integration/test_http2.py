@@ -171,7 +171,7 @@ class Conn:
 
     def _fill(self, n, deadline):
         while len(self.buf) < n:
-            left = deadline - time.time()
+            left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("no frame in time")
             self.sock.settimeout(left)
@@ -188,7 +188,7 @@ class Conn:
     def frame(self, timeout=5.0):
         """The next frame (SETTINGS from the server are acknowledged), or
         None once the server has closed."""
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         if not self._fill(9, deadline):
             return None
         f, length = hf.Frame.parse_frame_header(memoryview(self.buf[:9]))
@@ -207,9 +207,9 @@ class Conn:
 
     def until(self, pred, timeout=5.0):
         """Frames until one matches pred (returned), or None at the close."""
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         while True:
-            f = self.frame(max(0.01, deadline - time.time()))
+            f = self.frame(max(0.01, deadline - time.monotonic()))
             if f is None or pred(f):
                 return f
 
@@ -241,9 +241,9 @@ class Conn:
     def response(self, sid, timeout=10.0):
         """(status, fields, body) of stream sid, or ("rst", code) as status
         when the server reset it."""
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         while not self.streams.get(sid, {}).get("done"):
-            f = self.frame(max(0.01, deadline - time.time()))
+            f = self.frame(max(0.01, deadline - time.monotonic()))
             if f is None:
                 raise AssertionError("closed before stream %d ended" % sid)
             if isinstance(f, hf.GoAwayFrame):
@@ -315,10 +315,10 @@ class Http2Test(unittest.TestCase):
         return out
 
     def wait_metric(self, event, at_least, timeout=3.0):
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         while True:
             n = self.metrics().get(event, 0)
-            if n >= at_least or time.time() > deadline:
+            if n >= at_least or time.monotonic() > deadline:
                 return n
             time.sleep(0.1)
 
@@ -475,11 +475,11 @@ class Basics(Http2Test):
                                    (":path", "/up?wait=600")],
                                end_stream=False),
                hf.DataFrame(1, b"w" * 16384))
-        t0 = time.time()
+        t0 = time.monotonic()
         f = c.until(lambda f: isinstance(f, hf.WindowUpdateFrame) and
                     f.stream_id == 1, timeout=5)
         self.assertIsNotNone(f)
-        self.assertGreater(time.time() - t0, 0.4)
+        self.assertGreater(time.monotonic() - t0, 0.4)
         d = hf.DataFrame(1, b"w" * 100)
         d.flags.add("END_STREAM")
         c.send(d)
@@ -828,11 +828,11 @@ class Goaway(Http2Test):
             self.assertEqual((g.error_code, g.last_stream_id),
                              (NO_ERROR, 0x7FFFFFFF))
             self.assertEqual(c.response(3)[:3:2], (200, b"slept"))
-            t0 = time.time()
+            t0 = time.monotonic()
             g = c.goaway(timeout=5)
             self.assertIsNotNone(g)
             self.assertEqual((g.error_code, g.last_stream_id), (NO_ERROR, 3))
-            self.assertGreater(time.time() - t0, 0.5)
+            self.assertGreater(time.monotonic() - t0, 0.5)
             self.assertIsNone(c.frame())
             self.assertEqual(old.proc.wait(timeout=10), 0)
             c2 = self.conn_to(port)
@@ -866,9 +866,9 @@ class Floods(Http2Test):
         if SANITIZED:
             cpu, rss_mib = cpu * 3, rss_mib + 512
         pid = self.srv.proc.pid
-        cpu0, rss0, t0 = cpu_seconds(pid), rss_kib(pid), time.time()
+        cpu0, rss0, t0 = cpu_seconds(pid), rss_kib(pid), time.monotonic()
         out = run()
-        self.assertLess(time.time() - t0, seconds)
+        self.assertLess(time.monotonic() - t0, seconds)
         self.assertLess(cpu_seconds(pid) - cpu0, cpu)
         grown = rss_kib(pid) - rss0
         if os.environ.get("MF_H2_VERBOSE"):
@@ -950,9 +950,9 @@ class Floods(Http2Test):
             c = Conn(self.srv.port, sock=s)
             self.addCleanup(c.close)
             ping = hf.PingFrame(0, b"floodme!").serialize()
-            deadline = time.time() + 8
+            deadline = time.monotonic() + 8
             s.settimeout(0.5)
-            while time.time() < deadline:
+            while time.monotonic() < deadline:
                 try:
                     s.sendall(ping * 1000)
                 except (socket.timeout, OSError):
@@ -971,9 +971,9 @@ class Floods(Http2Test):
             self.addCleanup(c.close)
             settings = hf.SettingsFrame(0, {INITIAL_WINDOW_SIZE: 65535})
             frame = settings.serialize()
-            deadline = time.time() + 8
+            deadline = time.monotonic() + 8
             s.settimeout(0.5)
-            while time.time() < deadline:
+            while time.monotonic() < deadline:
                 try:
                     s.sendall(frame * 1000)
                 except (socket.timeout, OSError):

@@ -136,9 +136,9 @@ class Phases(unittest.TestCase):
     def settled(self):
         """The counts once every request that reached the route has ended
         (its log phase ran), waiting at most 10 s."""
-        deadline = time.time() + 10
+        deadline = time.monotonic() + 10
         c = self.count()
-        while time.time() < deadline and (c["n"] != 0 or
+        while time.monotonic() < deadline and (c["n"] != 0 or
                                           c["logs"] != c["accessed"]):
             time.sleep(0.05)
             c = self.count()
@@ -163,11 +163,11 @@ class Phases(unittest.TestCase):
 
     def upload_log(self, key):
         """What the log phase of /upload?key=KEY stored (waits up to 5 s)."""
-        deadline = time.time() + 5
+        deadline = time.monotonic() + 5
         while True:
             r = request(self.port, b"GET /upload_log?key=%s HTTP/1.1\r\n"
                         b"Host: h\r\n\r\n" % key, timeout=10)
-            if r.body or time.time() > deadline:
+            if r.body or time.monotonic() > deadline:
                 return r.body.decode()
             time.sleep(0.05)
 

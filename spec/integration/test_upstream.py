@@ -205,19 +205,19 @@ class Upstreams(unittest.TestCase):
         self.assertRegex(self.log(), "upstream 'api' server %s (down|unhealthy)"
                          % re.escape(victim))
         self.backends[2] = self.start_backend(2)
-        back = time.time()
+        back = time.monotonic()
         while self.states()[victim] != "up":
-            self.assertLess(time.time() - back, 5, self.states())
+            self.assertLess(time.monotonic() - back, 5, self.states())
             time.sleep(0.05)
         # A probe runs every interval: the server is back within one (plus
         # the probe's own round trip and this poll's step).
-        self.assertLess(time.time() - back, HEALTH_INTERVAL + 0.3)
+        self.assertLess(time.monotonic() - back, HEALTH_INTERVAL + 0.3)
         # /metrics says so within its one-second tick, and counts the downs.
-        deadline = time.time() + 3
+        deadline = time.monotonic() + 3
         series = ('moonflow_upstream_server_up{upstream="api",server="%s"} 1'
                   % victim)
         while series not in self.get("/metrics"):
-            self.assertLess(time.time(), deadline, self.get("/metrics"))
+            self.assertLess(time.monotonic(), deadline, self.get("/metrics"))
             time.sleep(0.1)
         downs = re.search(r'moonflow_upstream_server_downs_total'
                           r'\{upstream="api",server="%s"\} (\d+)'
