@@ -74,6 +74,7 @@ typedef struct mf_h2_stream {
      * behind out's bytes; NULL once taken whole. */
     mf_file_reader_t *file;
     uint64_t queued;    /* body bytes given by the exchange */
+    mf_buf_t trailers;  /* the answer's trailer lines, sent after its DATA */
     uint64_t length;    /* MF_HTTP_FRAME_LENGTH: the whole body */
     size_t drain_below; /* the exchange waits for a drain; 0: not */
     mf_http_exchange_t *ex;
@@ -171,6 +172,7 @@ static void mf__h2_stream_free(mf_h2_stream_t *s)
     mf__buf_release(h->loop, &s->text);
     mf__buf_release(h->loop, &s->body);
     mf__buf_release(h->loop, &s->out);
+    mf__buf_release(h->loop, &s->trailers);
     mf__file_reader_close(s->file);
     mf_loop_free(h->loop, s, sizeof(*s));
 }
@@ -582,6 +584,8 @@ static ssize_t mf__h2_read_file(mf_h2_stream_t *s, uint8_t *buf, size_t length)
     return (ssize_t)n;
 }
 
+static int mf__h2_submit_trailers(mf_h2_stream_t *s);
+
 /* nghttp2 asks for DATA: what the exchange queued, the end once it is all
  * taken, or DEFERRED until more comes (mf__h2_stream_more). */
 static ssize_t mf__h2_read_body(nghttp2_session *session, int32_t id,
@@ -607,6 +611,10 @@ static ssize_t mf__h2_read_body(nghttp2_session *session, int32_t id,
     }
     if (mf__h2_body_done(s)) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (s->trailers.len && mf__h2_submit_trailers(s) < 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* a cut, said */
+        if (s->trailers.len)
+            *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM; /* they end it */
         return (ssize_t)n;
     }
     if (n == 0) {
@@ -839,6 +847,40 @@ static int mf__h2_end_stream(void *proto)
     return 0;
 }
 
+/* The trailer fields, as a HEADERS frame with END_STREAM after the last
+ * DATA: nghttp2 takes them from inside the DATA source (which then says
+ * NO_END_STREAM). 0, or MF_ENOMEM (the stream is reset: a cut answer). */
+static int mf__h2_submit_trailers(mf_h2_stream_t *s)
+{
+    mf_http2_t *h = s->h;
+    mf_http_response_head_t rh = {.lines = s->trailers.data,
+                                  .lines_len = s->trailers.len};
+    mf_buf_t room;
+    size_t nmax, n = 0;
+    mf__buf_init(&room);
+    if (mf__h2_fields_room(h->loop, &rh, &room, &nmax) < 0)
+        return MF_ENOMEM;
+    nghttp2_nv *nv = (nghttp2_nv *)(void *)room.data;
+    mf__h2_add_lines(nv, &n, rh.lines, rh.lines_len,
+                     room.data + nmax * sizeof(nghttp2_nv));
+    int rv = nghttp2_submit_trailer(h->session, s->id, nv, n);
+    mf__buf_release(h->loop, &room);
+    return rv == 0 ? 0 : MF_ENOMEM;
+}
+
+/* The end of the body with trailers: kept until nghttp2 takes the last
+ * DATA. */
+static int mf__h2_end_stream_trailers(void *proto, const char *lines,
+                                      size_t len)
+{
+    mf_h2_stream_t *s = proto;
+    if (s->closed)
+        return 0;
+    if (mf__buf_append(s->h->loop, &s->trailers, lines, len) < 0)
+        return MF_ENOMEM;
+    return mf__h2_end_stream(proto);
+}
+
 /* An answer the server makes itself: "413 Payload Too Large\n". */
 static int mf__h2_send_error(void *proto, int status)
 {
@@ -1019,6 +1061,7 @@ static const mf_http_proto_ops_t mf__h2_proto_ops = {
     .send_file = mf__h2_send_file,
     .send_piece = mf__h2_send_piece,
     .end_stream = mf__h2_end_stream,
+    .end_stream_trailers = mf__h2_end_stream_trailers,
     .send_error = mf__h2_send_error,
     .flush = mf__h2_flush,
     .pending = mf__h2_pending,
