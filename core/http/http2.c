@@ -7,7 +7,10 @@
  * and keeps the stream states and windows; this file copies a request's
  * fields and body out of its callbacks, turns a whole request into an
  * exchange, and gives nghttp2 the answer: a HEADERS frame from the
- * exchange's head and DATA read from the stream's queued body.
+ * exchange's head and DATA read from the stream's queued body, then the
+ * answer's trailers (a HEADERS frame with END_STREAM) when it has some. A
+ * request's trailers (a HEADERS frame after its DATA) are kept as lines,
+ * within max_header_list_size, for the exchange to read.
  *
  * May call: the transport's down-calls, nghttp2, the engine. Calls up only
  * through the site's exchange ops and counters (http_site.h).
@@ -75,6 +78,7 @@ typedef struct mf_h2_stream {
     mf_file_reader_t *file;
     uint64_t queued;    /* body bytes given by the exchange */
     mf_buf_t trailers;  /* the answer's trailer lines, sent after its DATA */
+    mf_buf_t trailers_in; /* the request's, "name: value\r\n" each */
     uint64_t length;    /* MF_HTTP_FRAME_LENGTH: the whole body */
     size_t drain_below; /* the exchange waits for a drain; 0: not */
     mf_http_exchange_t *ex;
@@ -173,6 +177,7 @@ static void mf__h2_stream_free(mf_h2_stream_t *s)
     mf__buf_release(h->loop, &s->body);
     mf__buf_release(h->loop, &s->out);
     mf__buf_release(h->loop, &s->trailers);
+    mf__buf_release(h->loop, &s->trailers_in);
     mf__file_reader_close(s->file);
     mf_loop_free(h->loop, s, sizeof(*s));
 }
@@ -293,6 +298,28 @@ static int mf__h2_on_begin_headers(nghttp2_session *session,
     return 0;
 }
 
+/* One field of the request's trailers (nghttp2 has checked them: no
+ * pseudo-header, lowercase names). Past max_header_list_size the stream
+ * is reset: a trailer section that size is no longer metadata. */
+static int mf__h2_keep_trailer(mf_http2_t *h, mf_h2_stream_t *s,
+                               const uint8_t *name, size_t nlen,
+                               const uint8_t *value, size_t vlen)
+{
+    mf_buf_t *b = &s->trailers_in;
+    if (b->len + nlen + vlen + 32 > h->config->http2.max_header_list_size) {
+        h->site->h2.headers_refused++;
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+    if (mf__buf_reserve(h->loop, b, nlen + vlen + 4) < 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    memcpy(b->data + b->len, name, nlen);
+    memcpy(b->data + b->len + nlen, ": ", 2);
+    memcpy(b->data + b->len + nlen + 2, value, vlen);
+    memcpy(b->data + b->len + nlen + 2 + vlen, "\r\n", 2);
+    b->len += nlen + vlen + 4;
+    return 0;
+}
+
 /* One decoded field. Past max_header_list_size the request is refused
  * (431) but the block is still decoded (HPACK's state needs it); far past
  * it, the connection ends: a small block that decodes huge is an attack. */
@@ -306,8 +333,10 @@ static int mf__h2_on_header(nghttp2_session *session,
     size_t limit = h->config->http2.max_header_list_size;
     (void)session;
     (void)flags;
-    if (!s || s->head_done)
-        return 0; /* trailers: not kept */
+    if (!s)
+        return 0;
+    if (s->head_done)
+        return mf__h2_keep_trailer(h, s, name, nlen, value, vlen);
     s->decoded += nlen + vlen + 32;
     if (s->decoded > (uint64_t)limit * MF_H2_BOMB_FACTOR) {
         h->site->h2.headers_refused++;
@@ -881,6 +910,13 @@ static int mf__h2_end_stream_trailers(void *proto, const char *lines,
     return mf__h2_end_stream(proto);
 }
 
+static const char *mf__h2_request_trailers(const void *proto, size_t *len)
+{
+    const mf_h2_stream_t *s = proto;
+    *len = s->trailers_in.len;
+    return s->trailers_in.len ? s->trailers_in.data : NULL;
+}
+
 /* An answer the server makes itself: "413 Payload Too Large\n". */
 static int mf__h2_send_error(void *proto, int status)
 {
@@ -1062,6 +1098,7 @@ static const mf_http_proto_ops_t mf__h2_proto_ops = {
     .send_piece = mf__h2_send_piece,
     .end_stream = mf__h2_end_stream,
     .end_stream_trailers = mf__h2_end_stream_trailers,
+    .request_trailers = mf__h2_request_trailers,
     .send_error = mf__h2_send_error,
     .flush = mf__h2_flush,
     .pending = mf__h2_pending,

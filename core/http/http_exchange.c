@@ -803,6 +803,15 @@ int mf_http_exchange_add_trailer(mf_http_exchange_t *ex, const char *name,
     return 0;
 }
 
+const char *mf_http_exchange_trailers(const mf_http_exchange_t *ex,
+                                      size_t *len)
+{
+    *len = 0;
+    if (!ex->ops->request_trailers || ex->state == MF_EX_DONE)
+        return NULL;
+    return ex->ops->request_trailers(ex->proto, len);
+}
+
 int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)
 {
     if (ex->closed_early || ex->state == MF_EX_DONE)

@@ -52,6 +52,24 @@ SITE = {
                 '  resp:set_trailer("X-Lines", "50")\n'
                 '  resp:send()\n'
                 'end\n',
+    # the request's trailers, sorted "name=value;", behind the body's size
+    "echo.lua": 'return function(req, resp)\n'
+                '  local body = req.body or ""\n'
+                '  if req.query.stream then\n'
+                '    local sock = assert(req:socket())\n'
+                '    local n = 0\n'
+                '    while true do\n'
+                '      local data, err, partial = sock:receive(4096)\n'
+                '      n = n + #(data or partial or "")\n'
+                '      if not data then break end\n'
+                '    end\n'
+                '    body = string.rep("x", n)\n'
+                '  end\n'
+                '  local t, out = req:trailers(), {}\n'
+                '  for k, v in pairs(t) do out[#out + 1] = k .. "=" .. v end\n'
+                '  table.sort(out)\n'
+                '  resp:send(#body .. " " .. table.concat(out, ";"))\n'
+                'end\n',
     # the forbidden and malformed fields raise; the message is the body
     "bad.lua": 'return function(req, resp)\n'
                '  local ok, err = pcall(resp.set_trailer, resp,\n'
@@ -63,8 +81,9 @@ SITE = {
 CONFIG = """return {
   listen = "127.0.0.1:%(port)d", workers = 1, root = %(root)r,
   timeouts = { stop = 3000 },
-  http2 = { max_concurrent_streams = 100 },
+  http2 = { max_concurrent_streams = 100, max_header_list_size = 8192 },
   compress = { types = { "text/plain" } },
+  routes = { ["/echo_stream"] = { file = "echo.lua", body = "stream" } },
 }
 """
 
@@ -76,15 +95,21 @@ def raw_exchange(port, raw):
         return read_until_closed(s)
 
 
-def h2_get(port, path, headers=()):
-    """(headers, body, trailers) of one HTTP/2 request with python3-h2."""
+def h2_get(port, path, headers=(), body=None, trailers=None):
+    """(headers, body, trailers) of one HTTP/2 request with python3-h2;
+    with body, a POST whose DATA is followed by trailers, if any."""
     c = h2.connection.H2Connection(h2.config.H2Configuration(
         client_side=True, header_encoding="utf-8"))
     c.initiate_connection()
     sid = c.get_next_available_stream_id()
-    c.send_headers(sid, [(":method", "GET"), (":scheme", "http"),
-                         (":authority", "t.test"), (":path", path)] +
-                   list(headers), end_stream=True)
+    c.send_headers(sid, [(":method", "POST" if body else "GET"),
+                         (":scheme", "http"), (":authority", "t.test"),
+                         (":path", path)] + list(headers),
+                   end_stream=body is None)
+    if body is not None:
+        c.send_data(sid, body, end_stream=not trailers)
+        if trailers:
+            c.send_headers(sid, trailers, end_stream=True)
     got = {"headers": None, "body": b"", "trailers": None, "ended": False,
            "data_ended": False}
     with connect(port) as s:
@@ -242,6 +267,40 @@ class Trailers(unittest.TestCase):
                            capture_output=True, timeout=20)
         self.assertEqual((r.returncode, r.stdout), (0, b"hello world"),
                          r.stderr)
+
+    # ---- the request's trailers ----------------------------------------
+
+    def test_http2_request_trailers_read_by_the_handler(self):
+        got = h2_get(self.srv.port, "/echo", body=b"abc",
+                     trailers=[("x-sum", "7"), ("x-more", "a"),
+                               ("x-more", "b")])
+        self.assertEqual(got["headers"][":status"], "200")
+        self.assertEqual(got["body"], b"3 x-more=a, b;x-sum=7")
+
+    def test_http2_request_trailers_after_a_streamed_body(self):
+        got = h2_get(self.srv.port, "/echo_stream?stream=1",
+                     body=b"y" * 5000, trailers=[("grpc-timeout", "1S")])
+        self.assertEqual(got["body"], b"5000 grpc-timeout=1S")
+
+    def test_http2_request_without_trailers_has_an_empty_table(self):
+        got = h2_get(self.srv.port, "/echo", body=b"abcd")
+        self.assertEqual(got["body"], b"4 ")
+
+    def test_http2_request_trailers_past_the_limit_reset_the_stream(self):
+        with self.assertRaises(AssertionError) as e:
+            h2_get(self.srv.port, "/echo", body=b"a",
+                   trailers=[("x-big%d" % i, "v" * 1000) for i in range(20)])
+        self.assertIn("stream reset", str(e.exception))
+        self.assertEqual(h2_get(self.srv.port, "/stream")["body"],
+                         b"hello world")
+
+    def test_http1_chunked_request_trailers_are_not_kept(self):
+        out = raw_exchange(self.srv.port,
+                           b"POST /echo HTTP/1.1\r\nHost: t\r\n"
+                           b"Transfer-Encoding: chunked\r\n"
+                           b"Connection: close\r\n\r\n"
+                           b"3\r\nabc\r\n0\r\nX-Sum: 7\r\n\r\n")
+        self.assertTrue(out.endswith(b"\r\n\r\n3 "), out)
 
     # ---- refused fields -------------------------------------------------
 

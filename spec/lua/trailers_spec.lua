@@ -20,6 +20,19 @@ local function body_of(answer)
     return answer:match("\r\n\r\n(.*)$")
 end
 
+describe("req:trailers", function()
+    it("is an empty table when none were kept (HTTP/1 chunked passes them over)", function()
+        local sock = mf.socket.tcp()
+        assert(sock:connect("127.0.0.1", port))
+        assert(sock:send("POST /trailers?case=req HTTP/1.1\r\nHost: t\r\n"
+            .. "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            .. "3\r\nabc\r\n0\r\nX-Sum: 7\r\n\r\n"))
+        local data, _, partial = sock:receive("*a")
+        sock:close()
+        assert.are.equal("table 0", body_of(data or partial))
+    end)
+end)
+
 describe("resp:set_trailer", function()
     it("sends the trailer section after the last chunk", function()
         assert.are.equal("6\r\nhello \r\n5\r\nworld\r\n0\r\n"

@@ -340,6 +340,14 @@ MF_API const char *mf_http_trailer_fault(const char *name, size_t name_len,
 MF_API int mf_http_exchange_add_trailer(mf_http_exchange_t *ex,
                                         const char *name, size_t name_len,
                                         const char *value, size_t value_len);
+/* The request's trailer fields, "name: value\r\n" lines (names in
+ * lowercase), once its body has been read to the end; NULL with *len 0
+ * when none came. Kept over HTTP/2 (a HEADERS frame after the DATA,
+ * bounded by max_header_list_size); HTTP/1's chunked trailer section is
+ * checked and passed over, never kept. Valid until the exchange's next
+ * call. */
+MF_API const char *mf_http_exchange_trailers(const mf_http_exchange_t *ex,
+                                             size_t *len);
 /* Appends to the response body (copied). */
 MF_API void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
                                     size_t len);

@@ -2,6 +2,7 @@
 --   /trailers?case=stream   two pieces, then grpc-status style trailers
 --   /trailers?case=whole    resp:send with a trailer (sent streamed)
 --   /trailers?case=raises   refused fields: each pcall's message, one a line
+--   /trailers?case=req      req:trailers() of a request: "type count"
 --   /trailers?case=late     a trailer after resp:send; ?case=late_seen then
 --                           answers what that call returned
 local refused = {
@@ -33,6 +34,10 @@ return function(req, resp)
         resp:send("sent")
         local ok, err = pcall(resp.set_trailer, resp, "X-Late", "1")
         late_seen = tostring(ok) .. " " .. tostring(err)
+    elseif case == "req" then
+        local t, n = req:trailers(), 0
+        for _ in pairs(t) do n = n + 1 end
+        resp:send(type(t) .. " " .. n)
     elseif case == "late_seen" then
         resp:send(late_seen)
     end
