@@ -77,8 +77,6 @@ typedef struct mf_h2_stream {
      * behind out's bytes; NULL once taken whole. */
     mf_file_reader_t *file;
     uint64_t queued;    /* body bytes given by the exchange */
-    mf_buf_t trailers;  /* the answer's trailer lines, sent after its DATA */
-    mf_buf_t trailers_in; /* the request's, "name: value\r\n" each */
     uint64_t length;    /* MF_HTTP_FRAME_LENGTH: the whole body */
     size_t drain_below; /* the exchange waits for a drain; 0: not */
     mf_http_exchange_t *ex;
@@ -102,6 +100,10 @@ typedef struct mf_h2_stream {
     bool watching; /* the exchange waits for a read's answer */
     size_t taken;
     uint64_t received; /* body bytes of a streamed body so far */
+    /* Trailer lines, "name: value\r\n" each: the answer's, sent after its
+     * DATA, and the request's, kept for the exchange. */
+    mf_buf_t trailers;
+    mf_buf_t trailers_in;
 } mf_h2_stream_t;
 
 struct mf_http2 {

@@ -79,12 +79,13 @@ struct mf_http_exchange {
     int status;
     mf_buf_t resp_headers; /* "Name: value\r\n" lines as added */
     mf_buf_t resp_body;    /* appended body */
-    mf_buf_t resp_trailers; /* "Name: value\r\n" lines sent after the body */
     const char *body_ref;  /* zero-copy body */
     size_t body_ref_len;
     const char *static_lines[MF_HTTP_STATIC_LINES];
     uint16_t static_lens[MF_HTTP_STATIC_LINES];
     unsigned nstatic;
+    /* "Name: value\r\n" lines sent after the body */
+    mf_buf_t resp_trailers;
     mf_series_t *series; /* from its creation until its callback */
     mf_http_exchange_close_cb on_close;
     void *on_close_arg;
@@ -803,8 +804,7 @@ int mf_http_exchange_add_trailer(mf_http_exchange_t *ex, const char *name,
     return 0;
 }
 
-const char *mf_http_exchange_trailers(const mf_http_exchange_t *ex,
-                                      size_t *len)
+const char *mf_http_exchange_trailers(const mf_http_exchange_t *ex, size_t *len)
 {
     *len = 0;
     if (!ex->ops->request_trailers || ex->state == MF_EX_DONE)

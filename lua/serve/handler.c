@@ -1196,8 +1196,9 @@ static int mf__resp_set_trailer(lua_State *L)
     const char *name = mf_lua_check_lstring(L, 2, &nlen);
     int t = lua_type(L, 3);
     if (t != LUA_TSTRING && t != LUA_TNUMBER)
-        return mf_lua_arg_error(L, 3, "a trailer value expected (a string "
-                                      "or a number)");
+        return mf_lua_arg_error(L, 3,
+                                "a trailer value expected (a string "
+                                "or a number)");
     const char *value = lua_tolstring(L, 3, &vlen);
     const char *fault = mf_http_trailer_fault(name, nlen, value, vlen);
     if (fault) {

@@ -11,8 +11,7 @@
 
 /* Sets t[name] = value for one "name: value\r\n" line, joining a repeated
  * name's values with ", " (RFC 9110 §5.3). */
-static void mf__trailer_field(lua_State *L, int t, const char *line,
-                              size_t len)
+static void mf__trailer_field(lua_State *L, int t, const char *line, size_t len)
 {
     const char *colon = memchr(line, ':', len);
     if (!colon)

@@ -13,7 +13,8 @@ static const char *fault(const char *name, const char *value)
 TEST(allowed_fields)
 {
     const char *ok[] = {"grpc-status", "Grpc-Message", "Server-Timing",
-                        "X-Checksum", "Digest", "ETag-x", "Content-MD5"};
+                        "X-Checksum",  "Digest",       "ETag-x",
+                        "Content-MD5"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         ASSERT(fault(ok[i], "0") == NULL);
     ASSERT(fault("x", "") == NULL);
@@ -22,13 +23,32 @@ TEST(allowed_fields)
 
 TEST(forbidden_fields_any_case)
 {
-    const char *no[] = {"Content-Length", "content-length", "TRANSFER-ENCODING",
-                        "Host", "Authorization", "Proxy-Authorization",
-                        "WWW-Authenticate", "Set-Cookie", "Cache-Control",
-                        "Content-Type", "Content-Encoding", "Content-Range",
-                        "Trailer", "TE", "Connection", "Keep-Alive", "Upgrade",
-                        "Range", "If-None-Match", "Location", "Date", "Vary",
-                        "Expect", "Max-Forwards", "Age", "Expires"};
+    const char *no[] = {"Content-Length",
+                        "content-length",
+                        "TRANSFER-ENCODING",
+                        "Host",
+                        "Authorization",
+                        "Proxy-Authorization",
+                        "WWW-Authenticate",
+                        "Set-Cookie",
+                        "Cache-Control",
+                        "Content-Type",
+                        "Content-Encoding",
+                        "Content-Range",
+                        "Trailer",
+                        "TE",
+                        "Connection",
+                        "Keep-Alive",
+                        "Upgrade",
+                        "Range",
+                        "If-None-Match",
+                        "Location",
+                        "Date",
+                        "Vary",
+                        "Expect",
+                        "Max-Forwards",
+                        "Age",
+                        "Expires"};
     for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
         const char *why = fault(no[i], "1");
         ASSERT(why != NULL);
@@ -51,7 +71,8 @@ TEST(malformed_fields)
     ASSERT_STR_EQ(fault("bad name", "1"), "is not a valid field name");
     ASSERT_STR_EQ(fault(":status", "1"), "is not a valid field name");
     ASSERT_STR_EQ(fault("Host:", "1"), "is not a valid field name");
-    ASSERT_STR_EQ(fault("X-A", "a\r\nX-B: b"), "has a control byte in its value");
+    ASSERT_STR_EQ(fault("X-A", "a\r\nX-B: b"),
+                  "has a control byte in its value");
     ASSERT_STR_EQ(mf_http_trailer_fault("X-A", 3, "a\0b", 3),
                   "has a control byte in its value");
 }
