@@ -841,6 +841,19 @@ static int mf__h1_end_stream(void *proto)
     return mf__transport_queue_copy(h->t, "0\r\n\r\n", 5);
 }
 
+/* The last chunk, then the trailer section (RFC 9112 §7.1.2): one write
+ * of "0\r\n", the fields, and the final CRLF. HTTP/1.0 and raw bytes have
+ * no chunks to end, so no place for them. */
+static int mf__h1_end_stream_trailers(void *proto, const char *lines,
+                                      size_t len)
+{
+    mf_http1_t *h = proto;
+    if (h->minor_version < 1 || h->raw)
+        return MF_ENOSYS;
+    mf_piece_t pieces[3] = {{"0\r\n", 3}, {lines, len}, {"\r\n", 2}};
+    return mf__transport_queue_pieces(h->t, pieces, 3);
+}
+
 static int mf__h1_send_error(void *proto, int status)
 {
     mf_http1_t *h = proto;
@@ -1014,6 +1027,7 @@ static const mf_http_proto_ops_t mf__h1_proto_ops = {
     .send_file = mf__h1_send_file,
     .send_piece = mf__h1_send_piece,
     .end_stream = mf__h1_end_stream,
+    .end_stream_trailers = mf__h1_end_stream_trailers,
     .send_error = mf__h1_send_error,
     .flush = mf__h1_flush,
     .pending = mf__h1_pending,

@@ -7,7 +7,10 @@
  * and keeps the stream states and windows; this file copies a request's
  * fields and body out of its callbacks, turns a whole request into an
  * exchange, and gives nghttp2 the answer: a HEADERS frame from the
- * exchange's head and DATA read from the stream's queued body.
+ * exchange's head and DATA read from the stream's queued body, then the
+ * answer's trailers (a HEADERS frame with END_STREAM) when it has some. A
+ * request's trailers (a HEADERS frame after its DATA) are kept as lines,
+ * within max_header_list_size, for the exchange to read.
  *
  * May call: the transport's down-calls, nghttp2, the engine. Calls up only
  * through the site's exchange ops and counters (http_site.h).
@@ -97,6 +100,10 @@ typedef struct mf_h2_stream {
     bool watching; /* the exchange waits for a read's answer */
     size_t taken;
     uint64_t received; /* body bytes of a streamed body so far */
+    /* Trailer lines, "name: value\r\n" each: the answer's, sent after its
+     * DATA, and the request's, kept for the exchange. */
+    mf_buf_t trailers;
+    mf_buf_t trailers_in;
 } mf_h2_stream_t;
 
 struct mf_http2 {
@@ -171,6 +178,8 @@ static void mf__h2_stream_free(mf_h2_stream_t *s)
     mf__buf_release(h->loop, &s->text);
     mf__buf_release(h->loop, &s->body);
     mf__buf_release(h->loop, &s->out);
+    mf__buf_release(h->loop, &s->trailers);
+    mf__buf_release(h->loop, &s->trailers_in);
     mf__file_reader_close(s->file);
     mf_loop_free(h->loop, s, sizeof(*s));
 }
@@ -291,6 +300,28 @@ static int mf__h2_on_begin_headers(nghttp2_session *session,
     return 0;
 }
 
+/* One field of the request's trailers (nghttp2 has checked them: no
+ * pseudo-header, lowercase names). Past max_header_list_size the stream
+ * is reset: a trailer section that size is no longer metadata. */
+static int mf__h2_keep_trailer(mf_http2_t *h, mf_h2_stream_t *s,
+                               const uint8_t *name, size_t nlen,
+                               const uint8_t *value, size_t vlen)
+{
+    mf_buf_t *b = &s->trailers_in;
+    if (b->len + nlen + vlen + 32 > h->config->http2.max_header_list_size) {
+        h->site->h2.headers_refused++;
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+    if (mf__buf_reserve(h->loop, b, nlen + vlen + 4) < 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    memcpy(b->data + b->len, name, nlen);
+    memcpy(b->data + b->len + nlen, ": ", 2);
+    memcpy(b->data + b->len + nlen + 2, value, vlen);
+    memcpy(b->data + b->len + nlen + 2 + vlen, "\r\n", 2);
+    b->len += nlen + vlen + 4;
+    return 0;
+}
+
 /* One decoded field. Past max_header_list_size the request is refused
  * (431) but the block is still decoded (HPACK's state needs it); far past
  * it, the connection ends: a small block that decodes huge is an attack. */
@@ -304,8 +335,10 @@ static int mf__h2_on_header(nghttp2_session *session,
     size_t limit = h->config->http2.max_header_list_size;
     (void)session;
     (void)flags;
-    if (!s || s->head_done)
-        return 0; /* trailers: not kept */
+    if (!s)
+        return 0;
+    if (s->head_done)
+        return mf__h2_keep_trailer(h, s, name, nlen, value, vlen);
     s->decoded += nlen + vlen + 32;
     if (s->decoded > (uint64_t)limit * MF_H2_BOMB_FACTOR) {
         h->site->h2.headers_refused++;
@@ -582,6 +615,8 @@ static ssize_t mf__h2_read_file(mf_h2_stream_t *s, uint8_t *buf, size_t length)
     return (ssize_t)n;
 }
 
+static int mf__h2_submit_trailers(mf_h2_stream_t *s);
+
 /* nghttp2 asks for DATA: what the exchange queued, the end once it is all
  * taken, or DEFERRED until more comes (mf__h2_stream_more). */
 static ssize_t mf__h2_read_body(nghttp2_session *session, int32_t id,
@@ -607,6 +642,10 @@ static ssize_t mf__h2_read_body(nghttp2_session *session, int32_t id,
     }
     if (mf__h2_body_done(s)) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (s->trailers.len && mf__h2_submit_trailers(s) < 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* a cut, said */
+        if (s->trailers.len)
+            *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM; /* they end it */
         return (ssize_t)n;
     }
     if (n == 0) {
@@ -839,6 +878,47 @@ static int mf__h2_end_stream(void *proto)
     return 0;
 }
 
+/* The trailer fields, as a HEADERS frame with END_STREAM after the last
+ * DATA: nghttp2 takes them from inside the DATA source (which then says
+ * NO_END_STREAM). 0, or MF_ENOMEM (the stream is reset: a cut answer). */
+static int mf__h2_submit_trailers(mf_h2_stream_t *s)
+{
+    mf_http2_t *h = s->h;
+    mf_http_response_head_t rh = {.lines = s->trailers.data,
+                                  .lines_len = s->trailers.len};
+    mf_buf_t room;
+    size_t nmax, n = 0;
+    mf__buf_init(&room);
+    if (mf__h2_fields_room(h->loop, &rh, &room, &nmax) < 0)
+        return MF_ENOMEM;
+    nghttp2_nv *nv = (nghttp2_nv *)(void *)room.data;
+    mf__h2_add_lines(nv, &n, rh.lines, rh.lines_len,
+                     room.data + nmax * sizeof(nghttp2_nv));
+    int rv = nghttp2_submit_trailer(h->session, s->id, nv, n);
+    mf__buf_release(h->loop, &room);
+    return rv == 0 ? 0 : MF_ENOMEM;
+}
+
+/* The end of the body with trailers: kept until nghttp2 takes the last
+ * DATA. */
+static int mf__h2_end_stream_trailers(void *proto, const char *lines,
+                                      size_t len)
+{
+    mf_h2_stream_t *s = proto;
+    if (s->closed)
+        return 0;
+    if (mf__buf_append(s->h->loop, &s->trailers, lines, len) < 0)
+        return MF_ENOMEM;
+    return mf__h2_end_stream(proto);
+}
+
+static const char *mf__h2_request_trailers(const void *proto, size_t *len)
+{
+    const mf_h2_stream_t *s = proto;
+    *len = s->trailers_in.len;
+    return s->trailers_in.len ? s->trailers_in.data : NULL;
+}
+
 /* An answer the server makes itself: "413 Payload Too Large\n". */
 static int mf__h2_send_error(void *proto, int status)
 {
@@ -1019,6 +1099,8 @@ static const mf_http_proto_ops_t mf__h2_proto_ops = {
     .send_file = mf__h2_send_file,
     .send_piece = mf__h2_send_piece,
     .end_stream = mf__h2_end_stream,
+    .end_stream_trailers = mf__h2_end_stream_trailers,
+    .request_trailers = mf__h2_request_trailers,
     .send_error = mf__h2_send_error,
     .flush = mf__h2_flush,
     .pending = mf__h2_pending,

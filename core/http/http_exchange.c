@@ -36,6 +36,7 @@
  * (http_compress_filter.c); out of memory there fails the answer as
  * above.
  */
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -83,6 +84,8 @@ struct mf_http_exchange {
     const char *static_lines[MF_HTTP_STATIC_LINES];
     uint16_t static_lens[MF_HTTP_STATIC_LINES];
     unsigned nstatic;
+    /* "Name: value\r\n" lines sent after the body */
+    mf_buf_t resp_trailers;
     mf_series_t *series; /* from its creation until its callback */
     mf_http_exchange_close_cb on_close;
     void *on_close_arg;
@@ -292,6 +295,17 @@ static int mf__exchange_send_piece(mf_http_exchange_t *ex, const void *data,
     return rc < 0 ? MF_ENOMEM : 0;
 }
 
+/* Trailers that cannot follow this answer: said, never silently lost. */
+static void mf__exchange_drop_trailers(mf_http_exchange_t *ex, const char *why)
+{
+    if (!ex->resp_trailers.len)
+        return;
+    fprintf(stderr, "moonflow: http: %.*s %.*s: trailers dropped: %s\n",
+            (int)ex->req.method_len, ex->req.method, (int)ex->req.path_len,
+            ex->req.path, why);
+    ex->resp_trailers.len = 0;
+}
+
 /* The whole response of a send_file: head, then the file's bytes as the
  * protocol writes them. Returns whether the protocol took fd. */
 static bool mf__exchange_queue_file(mf_http_exchange_t *ex, int fd,
@@ -315,6 +329,7 @@ static bool mf__exchange_queue_file(mf_http_exchange_t *ex, int fd,
         return false;
     }
     ex->state = MF_EX_FILE;
+    mf__exchange_drop_trailers(ex, "a file answer is not streamed");
     if (!has_body || head_only || !len)
         return false;
     if (ex->ops->send_file(ex->proto, fd, offset, len) < 0) {
@@ -324,13 +339,30 @@ static bool mf__exchange_queue_file(mf_http_exchange_t *ex, int fd,
     return true;
 }
 
-/* The end of a streamed body, as the protocol frames it. */
+/* The end of a streamed body, as the protocol frames it, with the
+ * trailers behind it when there are some and the protocol can carry
+ * them. 0 or MF_ENOMEM. */
+static int mf__exchange_end_body(mf_http_exchange_t *ex)
+{
+    if (!ex->resp_trailers.len || !ex->ops->end_stream_trailers)
+        return ex->ops->end_stream(ex->proto);
+    int rc = ex->ops->end_stream_trailers(ex->proto, ex->resp_trailers.data,
+                                          ex->resp_trailers.len);
+    if (rc == MF_ENOSYS) {
+        mf__exchange_drop_trailers(ex, "the connection cannot carry them "
+                                       "(HTTP/1.0 or raw)");
+        rc = ex->ops->end_stream(ex->proto);
+    }
+    return rc;
+}
+
+/* The end of a streamed body, compressed input flushed first. */
 static void mf__exchange_end_stream(mf_http_exchange_t *ex)
 {
     int rc = ex->encoder ? mf__exchange_send_piece(ex, NULL, 0, true) : 0;
     mf__http_compress_close(ex->encoder);
     ex->encoder = NULL;
-    if (rc < 0 || ex->ops->end_stream(ex->proto) < 0)
+    if (rc < 0 || mf__exchange_end_body(ex) < 0)
         mf__exchange_cut(ex);
 }
 
@@ -432,6 +464,7 @@ static void mf__exchange_destroy(mf_http_exchange_t *ex)
     mf__http_compress_close(ex->encoder); /* a stream cut short */
     mf__buf_release(ex->loop, &ex->resp_headers);
     mf__buf_release(ex->loop, &ex->resp_body);
+    mf__buf_release(ex->loop, &ex->resp_trailers);
     mf_loop_free(ex->loop, ex, mf__exchange_size(ex->nheaders));
 }
 
@@ -641,6 +674,8 @@ void mf_http_exchange_send_body(mf_http_exchange_t *ex, const void *data,
     mf_http_exchange_send(ex);
 }
 
+static void mf__exchange_queue_with_trailers(mf_http_exchange_t *ex);
+
 void mf_http_exchange_send(mf_http_exchange_t *ex)
 {
     if (ex->state == MF_EX_DONE)
@@ -651,6 +686,8 @@ void mf_http_exchange_send(mf_http_exchange_t *ex)
     ex->on_readable = NULL;
     ex->held = false;
     if (!ex->closed_early) {
+        if (ex->state == MF_EX_ACTIVE && ex->resp_trailers.len)
+            mf__exchange_queue_with_trailers(ex); /* streamed, or dropped */
         if (ex->state == MF_EX_STREAM)
             mf__exchange_end_stream(ex);
         else if (ex->state == MF_EX_ACTIVE)
@@ -722,6 +759,57 @@ static int mf__exchange_start_stream(mf_http_exchange_t *ex)
         return 0;
     mf__exchange_fail(ex); /* nothing queued yet: a 500 */
     return MF_ENOMEM;
+}
+
+/* A whole answer with trailers goes out as a stream so they can follow
+ * its body (the send ends it); where no body may be sent they are
+ * dropped, said on stderr. */
+static void mf__exchange_queue_with_trailers(mf_http_exchange_t *ex)
+{
+    bool head_only =
+        ex->req.method_len == 4 && memcmp(ex->req.method, "HEAD", 4) == 0;
+    if (head_only || !mf__status_has_body(ex->status)) {
+        mf__exchange_drop_trailers(ex, "the answer has no body");
+        return;
+    }
+    const char *body = ex->body_ref ? ex->body_ref : ex->resp_body.data;
+    size_t len = ex->body_ref ? ex->body_ref_len : ex->resp_body.len;
+    if (mf__exchange_start_stream(ex) < 0)
+        return; /* a 500 is queued instead */
+    if (len && mf__exchange_send_piece(ex, body, len, false) < 0)
+        mf__exchange_cut(ex);
+}
+
+int mf_http_exchange_add_trailer(mf_http_exchange_t *ex, const char *name,
+                                 size_t name_len, const char *value,
+                                 size_t value_len)
+{
+    if (mf_http_trailer_fault(name, name_len, value, value_len) ||
+        ex->state == MF_EX_DONE || ex->state == MF_EX_RAW)
+        return MF_EINVAL;
+    mf_buf_t *buf = &ex->resp_trailers; /* "Name: value\r\n", one reserve */
+    size_t need = name_len + value_len + 4;
+    if (ex->out_of_memory || (buf->cap - buf->len < need &&
+                              mf__buf_reserve(ex->loop, buf, need) < 0)) {
+        ex->out_of_memory = true;
+        return MF_ENOMEM;
+    }
+    char *p = buf->data + buf->len;
+    memcpy(p, name, name_len);
+    memcpy(p + name_len, ": ", 2);
+    if (value_len)
+        memcpy(p + name_len + 2, value, value_len);
+    memcpy(p + name_len + 2 + value_len, "\r\n", 2);
+    buf->len += need;
+    return 0;
+}
+
+const char *mf_http_exchange_trailers(const mf_http_exchange_t *ex, size_t *len)
+{
+    *len = 0;
+    if (!ex->ops->request_trailers || ex->state == MF_EX_DONE)
+        return NULL;
+    return ex->ops->request_trailers(ex->proto, len);
 }
 
 int mf_http_exchange_write(mf_http_exchange_t *ex, const void *data, size_t len)

@@ -93,6 +93,16 @@ typedef struct mf_http_proto_ops {
     int (*send_piece)(void *proto, const void *data, size_t len);
     /* The end of a streamed body. */
     int (*end_stream)(void *proto);
+    /* The end of a streamed body followed by trailer fields (lines
+     * "Name: value\r\n", valid and allowed: mf_http_trailer_fault; read
+     * during the call only). 0, MF_ENOMEM, or MF_ENOSYS when the stream
+     * cannot carry trailers (HTTP/1.0, raw): then it ends without them. */
+    int (*end_stream_trailers)(void *proto, const char *lines, size_t len);
+    /* The request's trailer fields, "name: value\r\n" each, as far as
+     * they came after its body (the protocol's memory, valid until the
+     * next call into it); NULL with *len 0 when none came. NULL op: the
+     * protocol does not keep them. */
+    const char *(*request_trailers)(const void *proto, size_t *len);
     /* A whole error answer (status, a text body) instead of a response,
      * nothing of which was sent; the connection ends after it. */
     int (*send_error)(void *proto, int status);

@@ -1185,6 +1185,37 @@ static int mf__resp_set_header(lua_State *L)
     return 0;
 }
 
+/* resp:set_trailer(name, value): recorded at once in the exchange, sent
+ * after the body's last piece; a field that cannot be a trailer raises
+ * (mf_http_trailer_fault says why). Returns true, or nil, "closed" when
+ * the client has left. */
+static int mf__resp_set_trailer(lua_State *L)
+{
+    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    size_t nlen, vlen;
+    const char *name = mf_lua_check_lstring(L, 2, &nlen);
+    int t = lua_type(L, 3);
+    if (t != LUA_TSTRING && t != LUA_TNUMBER)
+        return mf_lua_arg_error(L, 3,
+                                "a trailer value expected (a string "
+                                "or a number)");
+    const char *value = lua_tolstring(L, 3, &vlen);
+    const char *fault = mf_http_trailer_fault(name, nlen, value, vlen);
+    if (fault) {
+        char shown[4 * 64 + 1];
+        mf_http_log_escape(shown, sizeof shown, name, nlen > 64 ? 64 : nlen);
+        return luaL_error(L, "trailer \"%s\" %s", shown, fault);
+    }
+    if (request->sent)
+        return luaL_error(L, "the response was already sent");
+    if (!request->ex)
+        return mf__resp_closed(L, request, false);
+    if (mf_http_exchange_add_trailer(request->ex, name, nlen, value, vlen) < 0)
+        return luaL_error(L, "trailer \"%s\" could not be stored", name);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static void mf__write_cleanup(void *op)
 {
     mf_serve_request_t *request = op;
@@ -1881,6 +1912,7 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
         {"proxy resp:proxy(url [, opts])", mf__resp_proxy},
         {"json resp:json(value [, status])", mf__resp_json},
         {"set_header resp:set_header(name, value)", mf__resp_set_header},
+        {"set_trailer resp:set_trailer(name, value)", mf__resp_set_trailer},
         {"file resp:file(path [, opts])", mf_serve_resp_file},
         {NULL, NULL}};
     lua_getfield(L, -1, "response");

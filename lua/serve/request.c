@@ -437,6 +437,9 @@ static int mf__req_field(lua_State *L, mf_serve_request_t *request, int keyidx)
     } else if (!strcmp(key, "websocket")) { /* websocket.c */
         lua_pushvalue(L, lua_upvalueindex(1));
         lua_pushcclosure(L, mf_serve_req_websocket, 1);
+    } else if (!strcmp(key, "trailers")) { /* trailers.c */
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_pushcclosure(L, mf_serve_req_trailers, 1);
     } else if (!strcmp(key, "query") || !strcmp(key, "headers") ||
                !strcmp(key, "body") || !strcmp(key, "ctx") ||
                !strcmp(key, "cookies")) {

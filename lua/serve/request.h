@@ -162,6 +162,8 @@ int mf_serve_req_index(lua_State *L);
 int mf_serve_req_socket(lua_State *L);
 /* websocket.c: req:websocket([options]) (upvalue 1: the metatable). */
 int mf_serve_req_websocket(lua_State *L);
+/* trailers.c: req:trailers() (upvalue 1: the metatable). */
+int mf_serve_req_trailers(lua_State *L);
 /* handler.c: answers the request now with status and text (text/plain),
  * headers added to the exchange before kept: a refused upgrade. */
 void mf_serve_request_refuse(mf_serve_request_t *request, int status,

@@ -322,6 +322,32 @@ MF_API void mf_http_exchange_add_header_line(mf_http_exchange_t *ex,
  * The first two cost no copy and no memory; more are copied. */
 MF_API void mf_http_exchange_add_header_static(mf_http_exchange_t *ex,
                                                const char *line, size_t len);
+/* Why a field cannot be sent as a trailer, or NULL when it can: a name
+ * that is not a token, a control byte in the value, or a field RFC 9110
+ * §6.5.1 keeps out of trailers (framing, routing, request modifiers,
+ * authentication, response control, content processing, connection).
+ * Names compared as whole tokens, any case. */
+MF_API const char *mf_http_trailer_fault(const char *name, size_t name_len,
+                                         const char *value, size_t value_len);
+/* Adds a trailer field (copied) sent after the body's last piece: on
+ * HTTP/1.1 after the last chunk, on HTTP/2 as a HEADERS frame that ends
+ * the stream. A non-streamed answer that has trailers is sent streamed
+ * (chunked, no Content-Length) so they can follow it. Where trailers
+ * cannot go (an HTTP/1.0 client, a HEAD request, a status without a
+ * body) they are dropped with a line on stderr. Returns 0, MF_EINVAL (see
+ * mf_http_trailer_fault, or the answer has ended) with nothing stored,
+ * or MF_ENOMEM (the answer fails like a header's, see above). */
+MF_API int mf_http_exchange_add_trailer(mf_http_exchange_t *ex,
+                                        const char *name, size_t name_len,
+                                        const char *value, size_t value_len);
+/* The request's trailer fields, "name: value\r\n" lines (names in
+ * lowercase), once its body has been read to the end; NULL with *len 0
+ * when none came. Kept over HTTP/2 (a HEADERS frame after the DATA,
+ * bounded by max_header_list_size); HTTP/1's chunked trailer section is
+ * checked and passed over, never kept. Valid until the exchange's next
+ * call. */
+MF_API const char *mf_http_exchange_trailers(const mf_http_exchange_t *ex,
+                                             size_t *len);
 /* Appends to the response body (copied). */
 MF_API void mf_http_exchange_append(mf_http_exchange_t *ex, const void *data,
                                     size_t len);
