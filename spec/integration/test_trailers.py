@@ -114,8 +114,8 @@ def h2_get(port, path, headers=(), body=None, trailers=None):
            "data_ended": False}
     with connect(port) as s:
         s.sendall(c.data_to_send())
-        deadline = time.time() + 10
-        while not got["ended"] and time.time() < deadline:
+        deadline = time.monotonic() + 10
+        while not got["ended"] and time.monotonic() < deadline:
             data = s.recv(65536)
             if not data:
                 break
@@ -197,9 +197,9 @@ class Trailers(unittest.TestCase):
                            b"GET /stream HTTP/1.0\r\nHost: t\r\n\r\n")
         head, body = out.split(b"\r\n\r\n", 1)
         self.assertEqual(body, b"hello world")
-        deadline = time.time() + 3
+        deadline = time.monotonic() + 3
         while "trailers dropped" not in self.stderr() and \
-                time.time() < deadline:
+                time.monotonic() < deadline:
             time.sleep(0.05)
         self.assertIn("GET /stream: trailers dropped", self.stderr())
 
