@@ -1559,14 +1559,17 @@ static bool mf__h2_settings_valid(const uint8_t *p, size_t len)
 }
 
 /* The decoded HTTP2-Settings of a request that asks for h2c (Upgrade
- * names h2c, Connection names HTTP2-Settings, exactly one HTTP2-Settings):
- * its length, or -1 when the request does not ask for it properly. */
+ * names h2c, Connection names HTTP2-Settings, exactly one HTTP2-Settings)
+ * for a path (origin-form: its target is stream 1's :path as it is): its
+ * length, or -1 when the request does not ask for it properly. */
 static ssize_t mf__h2_upgrade_settings(const mf_http_request_t *req,
                                        uint8_t *out)
 {
     const char *value = NULL;
     size_t value_len = 0, bad;
     bool h2c = false, named = false;
+    if (!req->target_len || req->target[0] != '/')
+        return -1;
     for (size_t i = 0; i < req->num_headers; i++) {
         const mf_http_header_t *f = &req->headers[i];
         if (MF__IS(f->name, f->name_len, "upgrade"))
