@@ -1655,8 +1655,7 @@ bool mf__http2_attach_upgraded(mf_http_site_t *site, mf_transport_t *t,
     /* nghttp2 judges the settings before the 101 is promised: a refusal
      * leaves the request to HTTP/1, the Upgrade ignored. */
     if (mf__h2_session(h) < 0 ||
-        nghttp2_session_upgrade2(h->session, settings, (size_t)n, head,
-                                 NULL) != 0 ||
+        nghttp2_session_upgrade2(h->session, settings, (size_t)n, head, NULL) ||
         mf__transport_queue_copy(t, switching, sizeof switching - 1) < 0) {
         nghttp2_session_del(h->session);
         mf_loop_free(h->loop, h, sizeof(*h));
