@@ -9,8 +9,9 @@
  * exchange, and gives nghttp2 the answer: a HEADERS frame from the
  * exchange's head and DATA read from the stream's queued body.
  *
- * May call: the transport's down-calls, nghttp2, the engine. Calls up only
- * through the site's exchange ops and counters (http_site.h).
+ * May call: the transport's down-calls, nghttp2, the engine (and, for an
+ * Upgrade: h2c, the base64 codec and websocket.h's reader of comma lists).
+ * Calls up only through the site's exchange ops and counters (http_site.h).
  *
  * Never inside nghttp2: a session call (mem_recv, mem_send) only records
  * what its callbacks saw (a request whole, a stream closed); the step
