@@ -457,10 +457,32 @@ static bool mf__h1_dispatch_streamed(mf_http1_t *h, size_t head_len)
     return true;
 }
 
+/* A request without a body that asks for "Upgrade: h2c" on a plain
+ * connection of a server that speaks HTTP/2 (RFC 7540 §3.2): HTTP/2 takes
+ * the connection (and serves the request as its stream 1) if it accepts
+ * the request's HTTP2-Settings, and h is freed; else the request is
+ * HTTP/1's, the Upgrade ignored. Only a connection's first request is
+ * upgraded (as clients ask): nothing of HTTP/1 is queued or held then, and
+ * its caller is the transport's read (mf__h1_on_data), which touches h no
+ * more. A request with a body is not upgraded. */
+static bool mf__h1_upgrades_to_h2(mf_http1_t *h, const mf_http_request_t *req,
+                                  size_t head_len)
+{
+    if (!req->upgrade || h->requests || req->body != MF_HTTP_BODY_NONE ||
+        req->minor_version != 1 || !h->site->upgrade_h2 ||
+        !h->site->upgrade_h2(h->site, h->t, req, head_len))
+        return false;
+    mf__h1_drop_body(h);
+    mf_loop_free(h->loop, h, sizeof(*h));
+    return true;
+}
+
 /* A head has been parsed: decide how its body arrives. */
 static bool mf__h1_head_done(mf_http1_t *h, mf_http_request_t *req,
                              int head_len)
 {
+    if (mf__h1_upgrades_to_h2(h, req, (size_t)head_len))
+        return false; /* h is gone */
     if (req->body == MF_HTTP_BODY_NONE) {
         /* Also a request that may be upgraded: until the handler upgrades
          * it, bytes behind the head wait in the input's spare room (or

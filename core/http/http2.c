@@ -12,8 +12,9 @@
  * request's trailers (a HEADERS frame after its DATA) are kept as lines,
  * within max_header_list_size, for the exchange to read.
  *
- * May call: the transport's down-calls, nghttp2, the engine. Calls up only
- * through the site's exchange ops and counters (http_site.h).
+ * May call: the transport's down-calls, nghttp2, the engine (and, for an
+ * Upgrade: h2c, the base64 codec and websocket.h's reader of comma lists).
+ * Calls up only through the site's exchange ops and counters (http_site.h).
  *
  * Never inside nghttp2: a session call (mem_recv, mem_send) only records
  * what its callbacks saw (a request whole, a stream closed); the step
@@ -34,6 +35,9 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+
+#include <moonflow/codec.h>
+#include <moonflow/websocket.h>
 
 #include "http_chars.h"
 #include "http_file_reader.h"
@@ -1550,7 +1554,8 @@ int mf__http2_config_check(const mf_http2_config_t *c)
     return 0;
 }
 
-void mf__http2_attach(mf_http_site_t *site, mf_transport_t *t)
+/* A connection's state, not attached to the transport yet. */
+static mf_http2_t *mf__h2_new(mf_http_site_t *site, mf_transport_t *t)
 {
     mf_http2_t *h = mf_loop_alloc(site->loop, sizeof(*h));
     memset(h, 0, sizeof(*h));
@@ -1567,18 +1572,181 @@ void mf__http2_attach(mf_http_site_t *site, mf_transport_t *t)
     mf_post_init(&h->step_post, mf__h2_step_now, h);
     h->reset_tokens = MF_H2_RESET_BURST;
     h->reset_refill = mf_loop_now(h->loop);
+    return h;
+}
+
+/* The transport's calls are HTTP/2's from now on. */
+static void mf__h2_take_over(mf_http2_t *h)
+{
     h->in->max = SIZE_MAX; /* nghttp2 takes every byte it is given */
-    site->h2.connections++;
-    mf__transport_attach(t, &mf__h2_transport_ops, h);
+    h->site->h2.connections++;
+    mf__transport_attach(h->t, &mf__h2_transport_ops, h);
+}
+
+/* Reads the client's first bytes. Handed over while the server stops (its
+ * preface was on its way): the streams of its first bytes are served, no
+ * more, as HTTP/1 answers the request that was there. */
+static void mf__h2_start(mf_http2_t *h)
+{
+    mf_transport_input_t *in = h->in;
+    if (in->buf.len > in->off || !mf_list_empty(&h->ready))
+        mf__h2_on_data(h, in->buf.len - in->off);
+    if (h->site->stopping && !h->closed)
+        mf__h2_stop(h);
+}
+
+void mf__http2_attach(mf_http_site_t *site, mf_transport_t *t)
+{
+    mf_http2_t *h = mf__h2_new(site, t);
+    mf__h2_take_over(h);
     if (mf__h2_session(h) < 0) {
         mf__transport_close(t);
         return;
     }
-    if (h->in->buf.len > h->in->off)
-        mf__h2_on_data(h, h->in->buf.len - h->in->off);
-    /* Handed over while the server stops (its preface was on its way):
-     * the streams of its first bytes are served, no more, as HTTP/1
-     * answers the request that was there. */
-    if (site->stopping && !h->closed)
-        mf__h2_stop(h);
+    mf__h2_start(h);
+}
+
+/* ---- Upgrade: h2c (RFC 7540 §3.2) -------------------------------------------
+ */
+
+/* HTTP2-Settings of at most this many settings (nghttp2's own cap on a
+ * SETTINGS frame, mf__h2_options); a longer header is not honoured. */
+#define MF_H2_UPGRADE_SETTINGS 32
+
+/* Fields of HTTP/1 that mean nothing in HTTP/2 (RFC 9113 §8.2.2), left
+ * out of the upgraded request, with the upgrade's own. */
+static bool mf__h2_hop_field(const char *name, size_t len)
+{
+    return MF__IS(name, len, "connection") || MF__IS(name, len, "upgrade") ||
+           MF__IS(name, len, "http2-settings") ||
+           MF__IS(name, len, "keep-alive") ||
+           MF__IS(name, len, "proxy-connection") ||
+           MF__IS(name, len, "transfer-encoding") || MF__IS(name, len, "te");
+}
+
+/* Whether a SETTINGS payload's values are within RFC 9113's ranges
+ * (§6.5.2): nghttp2's upgrade takes the payload's form only, and a value
+ * out of range would be a connection error after the 101 was promised;
+ * nghttp2 judges the values when it packs them again. */
+static bool mf__h2_settings_valid(const uint8_t *p, size_t len)
+{
+    nghttp2_settings_entry iv[MF_H2_UPGRADE_SETTINGS];
+    uint8_t again[MF_H2_UPGRADE_SETTINGS * 6];
+    size_t n = len / 6;
+    for (size_t i = 0; i < n; i++, p += 6) {
+        iv[i].settings_id = (int32_t)(p[0] << 8 | p[1]);
+        iv[i].value = (uint32_t)p[2] << 24 | (uint32_t)p[3] << 16 |
+                      (uint32_t)p[4] << 8 | p[5];
+    }
+    return nghttp2_pack_settings_payload(again, sizeof again, iv, n) >= 0;
+}
+
+/* The decoded HTTP2-Settings of a request that asks for h2c (Upgrade
+ * names h2c, Connection names HTTP2-Settings, exactly one HTTP2-Settings)
+ * for a path (origin-form: its target is stream 1's :path as it is): its
+ * length, or -1 when the request does not ask for it properly. */
+static ssize_t mf__h2_upgrade_settings(const mf_http_request_t *req,
+                                       uint8_t *out)
+{
+    const char *value = NULL;
+    size_t value_len = 0, bad;
+    bool h2c = false, named = false;
+    if (!req->target_len || req->target[0] != '/')
+        return -1;
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const mf_http_header_t *f = &req->headers[i];
+        if (MF__IS(f->name, f->name_len, "upgrade"))
+            h2c |= mf_ws_list_has(f->value, f->value_len, "h2c");
+        else if (MF__IS(f->name, f->name_len, "connection"))
+            named |= mf_ws_list_has(f->value, f->value_len, "http2-settings");
+        else if (MF__IS(f->name, f->name_len, "http2-settings")) {
+            if (value)
+                return -1; /* more than one */
+            value = f->value;
+            value_len = f->value_len;
+        }
+    }
+    if (!h2c || !named || !value ||
+        value_len > mf_base64_encoded_size(MF_H2_UPGRADE_SETTINGS * 6))
+        return -1;
+    ssize_t n = mf_base64_decode(out, value, value_len, MF_BASE64_URL, &bad);
+    if (n < 0 || n % 6 || n / 6 > MF_H2_UPGRADE_SETTINGS ||
+        !mf__h2_settings_valid(out, (size_t)n))
+        return -1;
+    return n;
+}
+
+/* Appends a field to the upgraded request's records, its name in lower
+ * case as HTTP/2 carries it; past max_header_list_size the request is
+ * refused (431), as a HEADERS frame would be. */
+static void mf__h2_upgrade_field(mf_h2_stream_t *s, const char *name,
+                                 size_t nlen, const char *value, size_t vlen)
+{
+    s->header_bytes += nlen + vlen + 32;
+    if (s->refused)
+        return;
+    if (s->header_bytes > s->h->config->http2.max_header_list_size ||
+        s->nheaders >= MF_HTTP_MAX_HEADERS - 1) {
+        s->refused = 431;
+        s->h->site->h2.headers_refused++;
+        return;
+    }
+    size_t at = s->head.len + 2 * sizeof(uint32_t);
+    if (mf__h2_stream_keep(s, (const uint8_t *)name, nlen,
+                           (const uint8_t *)value, vlen) < 0) {
+        s->refused = 500;
+        return;
+    }
+    for (size_t i = 0; i < nlen; i++)
+        s->head.data[at + i] = mf__lower(s->head.data[at + i]);
+    if (name[0] != ':')
+        s->nheaders++;
+}
+
+/* Stream 1: the HTTP/1 request that asked for the upgrade, whole (it has
+ * no body), to be dispatched at the first step. */
+static void mf__h2_upgrade_stream(mf_http2_t *h, const mf_http_request_t *req)
+{
+    mf_h2_stream_t *s = mf__h2_stream_new(h, 1);
+    nghttp2_session_set_stream_user_data(h->session, 1, s);
+    mf__h2_upgrade_field(s, ":method", 7, req->method, req->method_len);
+    mf__h2_upgrade_field(s, ":path", 5, req->target, req->target_len);
+    mf__h2_upgrade_field(s, ":scheme", 7, "http", 4);
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const mf_http_header_t *f = &req->headers[i];
+        if (!mf__h2_hop_field(f->name, f->name_len))
+            mf__h2_upgrade_field(s, f->name, f->name_len, f->value,
+                                 f->value_len);
+    }
+    mf__h2_stream_head_done(s);
+    s->body_end = true;
+    mf__h2_stream_ready(s);
+}
+
+bool mf__http2_attach_upgraded(mf_http_site_t *site, mf_transport_t *t,
+                               const mf_http_request_t *req, size_t head_len)
+{
+    static const char switching[] = "HTTP/1.1 101 Switching Protocols\r\n"
+                                    "Connection: Upgrade\r\n"
+                                    "Upgrade: h2c\r\n\r\n";
+    uint8_t settings[MF_H2_UPGRADE_SETTINGS * 6 + 2];
+    ssize_t n = mf__h2_upgrade_settings(req, settings);
+    if (n < 0)
+        return false;
+    bool head = MF__IS(req->method, req->method_len, "HEAD");
+    mf_http2_t *h = mf__h2_new(site, t);
+    /* nghttp2 judges the settings before the 101 is promised: a refusal
+     * leaves the request to HTTP/1, the Upgrade ignored. */
+    if (mf__h2_session(h) < 0 ||
+        nghttp2_session_upgrade2(h->session, settings, (size_t)n, head, NULL) ||
+        mf__transport_queue_copy(t, switching, sizeof switching - 1) < 0) {
+        nghttp2_session_del(h->session);
+        mf_loop_free(h->loop, h, sizeof(*h));
+        return false;
+    }
+    mf__h2_take_over(h);
+    mf__h2_upgrade_stream(h, req); /* before the input moves under req */
+    h->in->off += head_len;        /* what follows is the client's preface */
+    mf__h2_start(h);
+    return true;
 }

@@ -202,6 +202,9 @@ static void mf__server_init_site(mf_http_server_t *srv, mf_http_handler handler,
     site->exchange = &mf__http_exchange_ops;
     site->hooks = &mf__server_hooks;
     site->attach_h2 = srv->config.http2.enabled ? mf__http2_attach : NULL;
+    bool plain = !srv->config.tls.cert_file || !srv->config.tls.key_file;
+    site->upgrade_h2 =
+        srv->config.http2.enabled && plain ? mf__http2_attach_upgraded : NULL;
     const char *name = srv->config.server_header;
     name = name ? name : "";
     if (*name && strlen(name) < sizeof site->server_line - 12)

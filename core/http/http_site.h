@@ -76,6 +76,12 @@ struct mf_http_site {
      * "h2") from HTTP/1 to HTTP/2: set by the server when http2 is on,
      * else NULL. The input holds the client's first bytes. */
     void (*attach_h2)(mf_http_site_t *site, struct mf_transport *t);
+    /* Offers HTTP/2 a request that asks for "Upgrade: h2c" (RFC 7540
+     * §3.2; see mf__http2_attach_upgraded): set by the server when http2
+     * is on and it has no TLS, else NULL. True when HTTP/2 took the
+     * connection; false when HTTP/1 serves the request as it is. */
+    bool (*upgrade_h2)(mf_http_site_t *site, struct mf_transport *t,
+                       const mf_http_request_t *req, size_t head_len);
     mf_http2_counters_t h2;
     mf_http_date_t date;
     mf_http_status_cache_t status_cache;

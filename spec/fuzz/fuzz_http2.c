@@ -27,7 +27,12 @@
 
 #include "fuzz_assert.h"
 
-static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/* What the client sends before the input: the connection preface here;
+ * nothing for fuzz_h2c.c, whose inputs are upgrade requests. */
+#ifndef MF_FUZZ_LEAD
+#define MF_FUZZ_LEAD "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#endif
+static const char preface[] = MF_FUZZ_LEAD;
 
 static mf_loop_t *loop;
 static mf_http_server_t *srv;

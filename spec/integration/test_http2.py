@@ -4,7 +4,8 @@ control, HPACK errors, SETTINGS, PING, GOAWAY, RST_STREAM), each case
 asserting what the RFC says the server must do; the floods of 2019-2024
 (rapid reset, CONTINUATION, SETTINGS and PING) ending in GOAWAY or a close
 within bounded time and memory, counted in /metrics; and real clients:
-curl --http2-prior-knowledge, curl --http2 over TLS (ALPN), h2load.
+curl --http2-prior-knowledge, curl --http2 over TLS (ALPN), h2load; and
+Upgrade: h2c (RFC 7540 §3.2) from curl --http2 and python3-h2's client.
 
 Frames are built and read with hyperframe and hpack (python3-h2's own
 framing and HPACK packages) over a plain socket, so that malformed input
@@ -24,10 +25,16 @@ from harness import (Server, connect, free_port, read_response, request,
                      self_signed, temp_dir, rss_kib)
 
 try:
+    import h2.config
+    import h2.connection
+    import h2.events
     import hpack
     import hyperframe.frame as hf
 except ImportError:  # Debian's packages, under a Python built elsewhere
     sys.path.append("/usr/lib/python3/dist-packages")
+    import h2.config
+    import h2.connection
+    import h2.events
     import hpack
     import hyperframe.frame as hf
 
@@ -1034,6 +1041,185 @@ class Clients(Http2Test):
             s.close()
         finally:
             srv.stop(sig=signal.SIGTERM)
+
+
+def upgrade_head(settings, method="GET", path="/index", more=b""):
+    """An HTTP/1.1 request asking for h2c with the given HTTP2-Settings."""
+    return (b"%s %s HTTP/1.1\r\nHost: h2.test\r\n"
+            b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+            b"HTTP2-Settings: %s\r\n%s\r\n"
+            % (method.encode(), path.encode(), settings, more))
+
+
+class H2cUpgrade(Http2Test):
+    """Upgrade: h2c on a plain listener: 101, then HTTP/2 with the request
+    that asked for it served as stream 1; anything not right about the
+    request leaves it to HTTP/1.1, the Upgrade ignored."""
+
+    def client(self):
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True))
+        settings = conn.initiate_upgrade_connection()
+        sock = connect(self.srv.port)
+        self.addCleanup(sock.close)
+        return conn, settings, sock
+
+    def switch(self, sock, raw):
+        """Sends raw, reads the 101's head; returns (head, bytes after)."""
+        sock.sendall(raw)
+        buf = b""
+        deadline = time.time() + 5
+        while b"\r\n\r\n" not in buf and time.time() < deadline:
+            data = sock.recv(65536)
+            if not data:
+                break
+            buf += data
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        return head, rest
+
+    def events_until_end(self, conn, sock, sid, rest=b""):
+        """Feeds the connection until stream sid ends: (status, body)."""
+        status, body, data = None, b"", rest
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            for ev in conn.receive_data(data):
+                if getattr(ev, "stream_id", None) != sid:
+                    continue
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status = dict(ev.headers)[b":status"]
+                elif isinstance(ev, h2.events.DataReceived):
+                    body += ev.data
+                    conn.acknowledge_received_data(
+                        ev.flow_controlled_length, sid)
+                elif isinstance(ev, h2.events.StreamEnded):
+                    return status, body
+            sock.sendall(conn.data_to_send())
+            data = sock.recv(65536)
+            self.assertTrue(data, "closed before stream %d ended" % sid)
+        self.fail("stream %d did not end in time" % sid)
+
+    def test_curl_http2_upgrades_a_plain_request(self):
+        out = subprocess.run(
+            ["curl", "-sS", "--http2", "-w", " %{http_version}",
+             "http://127.0.0.1:%d/index" % self.srv.port],
+            capture_output=True, timeout=20)
+        self.assertEqual(out.stdout, b"2.0 GET /index 127.0.0.1:%d 0 2" %
+                         self.srv.port, out.stderr)
+
+    def test_h2_client_upgrade_then_a_second_stream(self):
+        conn, settings, sock = self.client()
+        head, rest = self.switch(sock, upgrade_head(settings))
+        lines = head.split(b"\r\n")
+        self.assertEqual(lines[0], b"HTTP/1.1 101 Switching Protocols")
+        self.assertIn(b"connection: upgrade", [l.lower() for l in lines])
+        self.assertIn(b"upgrade: h2c", [l.lower() for l in lines])
+        sock.sendall(conn.data_to_send())  # the preface, after the 101
+        self.assertEqual(self.events_until_end(conn, sock, 1, rest),
+                         (b"200", b"2.0 GET /index h2.test 0"))
+        conn.send_headers(3, [(":method", "GET"), (":path", "/index?b"),
+                              (":scheme", "http"), (":authority", "h2.test")],
+                          end_stream=True)
+        sock.sendall(conn.data_to_send())
+        self.assertEqual(self.events_until_end(conn, sock, 3),
+                         (b"200", b"2.0 GET /index h2.test 0"))
+
+    def test_an_upgraded_head_request_has_no_body(self):
+        conn, settings, sock = self.client()
+        head, rest = self.switch(sock, upgrade_head(settings, method="HEAD"))
+        self.assertTrue(head.startswith(b"HTTP/1.1 101 "), head)
+        sock.sendall(conn.data_to_send())
+        self.assertEqual(self.events_until_end(conn, sock, 1, rest),
+                         (b"200", b""))
+
+    def assert_served_by_http1(self, raw, body, port=None, wrap=None):
+        s = connect(port or self.srv.port)
+        if wrap:
+            s = wrap(s)
+        try:
+            s.sendall(raw)
+            r, _ = read_response(s)
+            self.assertEqual((r.status, r.body), (200, body))
+            # still HTTP/1.1 on the same connection
+            s.sendall(b"GET /index HTTP/1.1\r\nHost: h\r\n\r\n")
+            r, _ = read_response(s)
+            self.assertEqual((r.status, r.body), (200, b"1.1 GET /index h 0"))
+        finally:
+            s.close()
+
+    def test_invalid_http2_settings_is_answered_over_http1(self):
+        # "AAAA" decodes to 3 bytes, not a whole setting; "!" is no base64url
+        for bad in (b"AAAA", b"AAMAAABk!", b"AAIAAAAC"):  # ENABLE_PUSH=2
+            with self.subTest(settings=bad):
+                self.assert_served_by_http1(upgrade_head(bad),
+                                            b"1.1 GET /index h2.test 0")
+
+    def test_a_duplicated_http2_settings_is_answered_over_http1(self):
+        self.assert_served_by_http1(
+            upgrade_head(b"AAMAAABk", more=b"HTTP2-Settings: AAMAAABk\r\n"),
+            b"1.1 GET /index h2.test 0")
+
+    def test_a_missing_http2_settings_is_answered_over_http1(self):
+        self.assert_served_by_http1(
+            b"GET /index HTTP/1.1\r\nHost: h2.test\r\n"
+            b"Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+            b"1.1 GET /index h2.test 0")
+
+    def test_an_absolute_form_target_is_answered_over_http1(self):
+        # only an origin-form target becomes stream 1's :path as it is
+        s = connect(self.srv.port)
+        self.addCleanup(s.close)
+        s.sendall(upgrade_head(b"AAMAAABk", path="http://h2.test/index"))
+        r, _ = read_response(s)
+        self.assertNotEqual(r.status, 101)
+        s.sendall(b"GET /index HTTP/1.1\r\nHost: h\r\n\r\n")
+        r, _ = read_response(s)
+        self.assertEqual((r.status, r.body), (200, b"1.1 GET /index h 0"))
+
+    def test_a_post_with_a_body_is_answered_over_http1(self):
+        self.assert_served_by_http1(
+            upgrade_head(b"AAMAAABk", method="POST",
+                         more=b"Content-Length: 5\r\n") + b"hello",
+            b"1.1 POST /index h2.test 5")
+
+    def test_disabled_http2_ignores_the_upgrade(self):
+        srv = self.start(extra="http2 = { enabled = false },",
+                         name="off-h2c.lua")
+        try:
+            self.assert_served_by_http1(upgrade_head(b"AAMAAABk"),
+                                        b"1.1 GET /index h2.test 0",
+                                        port=srv.port)
+        finally:
+            srv.stop(sig=signal.SIGTERM)
+
+    def test_tls_ignores_the_upgrade(self):
+        import ssl
+        cert, key = self_signed(self.tmp(), "localhost")
+        srv = self.start(extra="tls = { cert = %r, key = %r }," % (cert, key),
+                         name="tls-h2c.lua")
+        ctx = ssl.create_default_context(cafile=cert)
+        ctx.set_alpn_protocols(["http/1.1"])
+        try:
+            self.assert_served_by_http1(
+                upgrade_head(b"AAMAAABk"), b"1.1 GET /index h2.test 0",
+                port=srv.port,
+                wrap=lambda s: ctx.wrap_socket(s, server_hostname="localhost"))
+        finally:
+            srv.stop(sig=signal.SIGTERM)
+
+    def test_many_upgraded_connections_in_a_row(self):
+        # bounded: 200 connections, 30 s; each upgrades, is answered on
+        # stream 1 and closed; each is counted as an HTTP/2 connection
+        deadline = time.time() + 30
+        for i in range(200):
+            self.assertLess(time.time(), deadline, "only %d in time" % i)
+            conn, settings, sock = self.client()
+            _, rest = self.switch(sock, upgrade_head(settings))
+            sock.sendall(conn.data_to_send())
+            self.assertEqual(self.events_until_end(conn, sock, 1, rest),
+                             (b"200", b"2.0 GET /index h2.test 0"))
+            sock.close()
+        m = self.wait_metric("connections", 200)
+        self.assertGreaterEqual(m, 200)
 
 
 class Config(Http2Test):
