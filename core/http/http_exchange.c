@@ -556,6 +556,29 @@ static const char *mf__header_fault(const mf_http_exchange_t *ex,
 
 /* A handler error, never a silent drop: counted and reported with the
  * request (once per exchange), and an answer not yet sent becomes a 500. */
+/* Appends "name: value\r\n" to buf (the head's fields or the trailers'),
+ * in one reserve; a refused allocation fails the answer (a 500 at the
+ * send). 0 or MF_ENOMEM. */
+static int mf__exchange_put_field(mf_http_exchange_t *ex, mf_buf_t *buf,
+                                  const char *name, size_t name_len,
+                                  const char *value, size_t value_len)
+{
+    size_t need = name_len + value_len + 4;
+    if (ex->out_of_memory || (buf->cap - buf->len < need &&
+                              mf__buf_reserve(ex->loop, buf, need) < 0)) {
+        ex->out_of_memory = true;
+        return MF_ENOMEM;
+    }
+    char *p = buf->data + buf->len;
+    memcpy(p, name, name_len);
+    memcpy(p + name_len, ": ", 2);
+    if (value_len)
+        memcpy(p + name_len + 2, value, value_len);
+    memcpy(p + name_len + 2 + value_len, "\r\n", 2);
+    buf->len += need;
+    return 0;
+}
+
 static int mf__exchange_refuse_header(mf_http_exchange_t *ex, const char *name,
                                       size_t name_len, const char *fault)
 {
@@ -580,22 +603,8 @@ int mf_http_exchange_add_header(mf_http_exchange_t *ex, const char *name,
     const char *fault = mf__header_fault(ex, name, name_len, value, value_len);
     if (fault)
         return mf__exchange_refuse_header(ex, name, name_len, fault);
-    mf_buf_t *buf = &ex->resp_headers; /* "name: value\r\n", one reserve */
-    size_t need = name_len + value_len + 4;
-    if (ex->out_of_memory || (buf->cap - buf->len < need &&
-                              mf__buf_reserve(ex->loop, buf, need) < 0)) {
-        ex->out_of_memory = true;
-        return MF_ENOMEM;
-    }
-    char *p = buf->data + buf->len;
-    memcpy(p, name, name_len);
-    p += name_len;
-    memcpy(p, ": ", 2);
-    if (value_len)
-        memcpy(p + 2, value, value_len);
-    memcpy(p + 2 + value_len, "\r\n", 2);
-    buf->len += need;
-    return 0;
+    return mf__exchange_put_field(ex, &ex->resp_headers, name, name_len,
+                                  value, value_len);
 }
 
 void mf_http_exchange_add_header_line(mf_http_exchange_t *ex, const char *line,
@@ -787,21 +796,8 @@ int mf_http_exchange_add_trailer(mf_http_exchange_t *ex, const char *name,
     if (mf_http_trailer_fault(name, name_len, value, value_len) ||
         ex->state == MF_EX_DONE || ex->state == MF_EX_RAW)
         return MF_EINVAL;
-    mf_buf_t *buf = &ex->resp_trailers; /* "Name: value\r\n", one reserve */
-    size_t need = name_len + value_len + 4;
-    if (ex->out_of_memory || (buf->cap - buf->len < need &&
-                              mf__buf_reserve(ex->loop, buf, need) < 0)) {
-        ex->out_of_memory = true;
-        return MF_ENOMEM;
-    }
-    char *p = buf->data + buf->len;
-    memcpy(p, name, name_len);
-    memcpy(p + name_len, ": ", 2);
-    if (value_len)
-        memcpy(p + name_len + 2, value, value_len);
-    memcpy(p + name_len + 2 + value_len, "\r\n", 2);
-    buf->len += need;
-    return 0;
+    return mf__exchange_put_field(ex, &ex->resp_trailers, name, name_len,
+                                  value, value_len);
 }
 
 const char *mf_http_exchange_trailers(const mf_http_exchange_t *ex, size_t *len)
