@@ -686,7 +686,7 @@ class Traces(unittest.TestCase):
             self.assertLessEqual(at[-1], t(s, "end"))
             self.assertGreaterEqual(at[-1] - at[3], slept - 1)  # sent → answer
         # Wall clock: now, give or take a minute.
-        self.assertLess(abs(t(root, "start") / 1e3 - time.monotonic()), 60)
+        self.assertLess(abs(t(root, "start") / 1e3 - time.time()), 60)
 
     def test_moonflow_trace_draws_the_waterfall(self):
         self.get("/fanout", b"X-Moonflow-Trace: t0k\r\nX-Request-Id: fan-2\r\n")
