@@ -135,7 +135,8 @@ void mf_loop_update_time(mf_loop_t *loop)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    loop->now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    loop->now_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    loop->now = loop->now_ns / 1000000u;
 }
 
 uint64_t mf_monotonic_ns(void)
@@ -148,6 +149,11 @@ uint64_t mf_monotonic_ns(void)
 uint64_t mf_loop_now(const mf_loop_t *loop)
 {
     return loop->now;
+}
+
+uint64_t mf_loop_now_ns(const mf_loop_t *loop)
+{
+    return loop->now_ns;
 }
 
 void mf_timer_init(mf_timer_t *timer, mf_timer_cb cb, void *data)

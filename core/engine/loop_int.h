@@ -25,6 +25,7 @@
 struct mf_loop {
     int epfd;
     uint64_t now;
+    uint64_t now_ns; /* the same clock read, to the nanosecond */
     mf_timer_heap_t timers;
     uint64_t timer_seq;
     uint32_t unref_timers; /* running timers that keep nothing alive */

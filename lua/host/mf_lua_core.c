@@ -128,17 +128,21 @@ static int mf_lua__now(lua_State *L)
 
 /* epoch_ms(): the loop's time (cached at the turn's start, as nginx's is)
  * in milliseconds since the epoch: the wall clock now, less how long ago
- * the loop read its clock. */
+ * the loop read its clock; worked out once per clock read of the loop. */
 static int mf_lua__epoch_ms(lua_State *L)
 {
-    mf_loop_t *loop = mf_lua_host_loop(mf_lua_host_from_state(L));
-    struct timespec real;
-    clock_gettime(CLOCK_REALTIME, &real);
-    uint64_t mono_ns = mf_monotonic_ns();
-    uint64_t loop_ns = mf_loop_now(loop) * 1000000u;
-    int64_t ago = mono_ns > loop_ns ? (int64_t)(mono_ns - loop_ns) : 0;
-    int64_t real_ns = (int64_t)real.tv_sec * 1000000000 + real.tv_nsec;
-    lua_pushnumber(L, (lua_Number)((real_ns - ago) / 1000000));
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    uint64_t loop_ns = mf_loop_now_ns(host->loop);
+    if (host->epoch_read_ns != loop_ns) {
+        struct timespec real;
+        clock_gettime(CLOCK_REALTIME, &real);
+        uint64_t mono_ns = mf_monotonic_ns();
+        int64_t ago = mono_ns > loop_ns ? (int64_t)(mono_ns - loop_ns) : 0;
+        int64_t real_ns = (int64_t)real.tv_sec * 1000000000 + real.tv_nsec;
+        host->epoch_ms = (real_ns - ago) / 1000000;
+        host->epoch_read_ns = loop_ns;
+    }
+    lua_pushnumber(L, (lua_Number)host->epoch_ms);
     return 1;
 }
 

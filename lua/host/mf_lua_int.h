@@ -59,6 +59,11 @@ struct mf_lua_host {
     mf_list_t coroutines;  /* live mf_lua_co_t */
     mf_list_t timers;      /* armed background timers */
     mf_lua_counts_t counts;
+    /* epoch_ms()'s answer for the loop's clock read at epoch_read_ns: one
+     * answer per turn, as nginx's cached time (two clock reads per call
+     * would let the answer move with the gap between them). */
+    uint64_t epoch_read_ns;
+    int64_t epoch_ms;
     mf_lua_watch_t *watch; /* NULL: not interruptible */
     unsigned depth;        /* slices running (nested ones count) */
     /* memory cap (memory_limit > 0): LuaJIT's allocator, wrapped */

@@ -146,6 +146,10 @@ MF_API void mf_loop_defer(mf_loop_t *loop, mf_post_t *post);
 
 /* Cached loop time in milliseconds (CLOCK_MONOTONIC), updated per iteration. */
 MF_API uint64_t mf_loop_now(const mf_loop_t *loop);
+/* The same cached clock read in nanoseconds: where the loop's time is
+ * turned into another clock's (the epoch for ngx.now), the milliseconds'
+ * truncation would be counted twice. */
+MF_API uint64_t mf_loop_now_ns(const mf_loop_t *loop);
 /* The time now in nanoseconds of CLOCK_MONOTONIC (a clock read, not the
  * loop's cached time), for durations finer than a millisecond; any thread. */
 MF_API uint64_t mf_monotonic_ns(void);

@@ -141,3 +141,17 @@ TEST(default_run_returns_when_nothing_is_alive)
     ASSERT_EQ(mf_loop_run(loop, MF_RUN_NOWAIT), 0);
     mf_loop_destroy(loop);
 }
+
+TEST(loop_time_in_ns_is_the_same_clock_read_as_in_ms)
+{
+    mf_loop_t *loop = mf_loop_create();
+    for (int i = 0; i < 100; i++) {
+        uint64_t before = mf_monotonic_ns();
+        mf_loop_update_time(loop);
+        uint64_t after = mf_monotonic_ns();
+        uint64_t ns = mf_loop_now_ns(loop);
+        ASSERT(ns >= before && ns <= after);
+        ASSERT_EQ(mf_loop_now(loop), ns / 1000000u);
+    }
+    mf_loop_destroy(loop);
+}
