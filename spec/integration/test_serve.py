@@ -150,12 +150,21 @@ class HotReload(ServeTest):
         self.assertEqual(self.get(srv, "/a").body, b"1")  # a fresh chunk
 
     def test_in_flight_requests_finish_on_the_code_they_started_with(self):
+        # The handler marks its start in a file outside the site: the
+        # rewrite comes after the request is surely in flight, however
+        # slowly a loaded machine brings it there.
+        started = os.path.join(temp_dir(self), "started")
         root = self.site({"s.lua": 'local mf = require "moonflow"\n'
                                    'return function(req, resp)\n'
-                                   '  mf.sleep(300); resp:send("old") end\n'})
+                                   '  io.open(%r, "w"):close()\n'
+                                   '  mf.sleep(300); resp:send("old") end\n'
+                                   % started})
         srv = self.serve(root=root)
         body = self.get_in_flight(srv, "/s")
-        time.sleep(0.1)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(started):
+            self.assertLess(time.monotonic(), deadline, "the handler never started")
+            time.sleep(0.01)
         write_atomically(os.path.join(root, "s.lua"), handler("new"))
         self.assertEqual(body(), b"old")
         self.wait_body(srv, "/s", "new")
