@@ -207,17 +207,26 @@ class SiteModules(ServeTest):
 
     def test_a_request_in_flight_finishes_on_the_modules_it_started_with(
             self):
+        # The handler marks its start in a file outside the site: the
+        # module changes after the request is surely in flight, however
+        # slowly a loaded machine brings it there.
+        started = os.path.join(temp_dir(self), "started")
         root = self.site({
             "lib/util.lua": self.UTIL % "old",
             "s.lua": 'local mf = require "moonflow"\n'
                      'local util = require "util"\n'
                      'return function(req, resp)\n'
+                     '  io.open(%r, "w"):close()\n'
                      '  mf.sleep(400)\n'
                      '  -- required again after the change: still its own\n'
-                     '  resp:send(util.v .. "/" .. require("util").v) end\n'})
+                     '  resp:send(util.v .. "/" .. require("util").v) end\n'
+                     % started})
         srv = self.serve(root=root)
         body = self.get_in_flight(srv, "/s")
-        time.sleep(0.1)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(started):
+            self.assertLess(time.monotonic(), deadline, "the handler never started")
+            time.sleep(0.01)
         write_atomically(os.path.join(root, "lib", "util.lua"),
                          self.UTIL % "new")
         self.assertEqual(body(), b"old/old")
