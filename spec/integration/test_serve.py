@@ -64,6 +64,20 @@ class ServeTest(unittest.TestCase):
             return results[0] if results else None
         return body
 
+    def start_marker(self):
+        """A file outside the site, and the Lua line a handler runs first
+        to create it: a test waits for it (wait_started) to act once the
+        request is surely in flight, however slowly a loaded machine
+        brings it there."""
+        path = os.path.join(temp_dir(self), "started")
+        return path, '  io.open(%r, "w"):close()\n' % path
+
+    def wait_started(self, path, limit=10.0):
+        deadline = time.monotonic() + limit
+        while not os.path.exists(path):
+            self.assertLess(time.monotonic(), deadline, "the handler never started")
+            time.sleep(0.01)
+
     def site(self, files):
         root = temp_dir(self)
         for name, text in files.items():
@@ -150,21 +164,14 @@ class HotReload(ServeTest):
         self.assertEqual(self.get(srv, "/a").body, b"1")  # a fresh chunk
 
     def test_in_flight_requests_finish_on_the_code_they_started_with(self):
-        # The handler marks its start in a file outside the site: the
-        # rewrite comes after the request is surely in flight, however
-        # slowly a loaded machine brings it there.
-        started = os.path.join(temp_dir(self), "started")
+        started, mark = self.start_marker()
         root = self.site({"s.lua": 'local mf = require "moonflow"\n'
                                    'return function(req, resp)\n'
-                                   '  io.open(%r, "w"):close()\n'
-                                   '  mf.sleep(300); resp:send("old") end\n'
-                                   % started})
+                                   + mark +
+                                   '  mf.sleep(300); resp:send("old") end\n'})
         srv = self.serve(root=root)
         body = self.get_in_flight(srv, "/s")
-        deadline = time.monotonic() + 10
-        while not os.path.exists(started):
-            self.assertLess(time.monotonic(), deadline, "the handler never started")
-            time.sleep(0.01)
+        self.wait_started(started)
         write_atomically(os.path.join(root, "s.lua"), handler("new"))
         self.assertEqual(body(), b"old")
         self.wait_body(srv, "/s", "new")
@@ -207,26 +214,19 @@ class SiteModules(ServeTest):
 
     def test_a_request_in_flight_finishes_on_the_modules_it_started_with(
             self):
-        # The handler marks its start in a file outside the site: the
-        # module changes after the request is surely in flight, however
-        # slowly a loaded machine brings it there.
-        started = os.path.join(temp_dir(self), "started")
+        started, mark = self.start_marker()
         root = self.site({
             "lib/util.lua": self.UTIL % "old",
             "s.lua": 'local mf = require "moonflow"\n'
                      'local util = require "util"\n'
                      'return function(req, resp)\n'
-                     '  io.open(%r, "w"):close()\n'
+                     + mark +
                      '  mf.sleep(400)\n'
                      '  -- required again after the change: still its own\n'
-                     '  resp:send(util.v .. "/" .. require("util").v) end\n'
-                     % started})
+                     '  resp:send(util.v .. "/" .. require("util").v) end\n'})
         srv = self.serve(root=root)
         body = self.get_in_flight(srv, "/s")
-        deadline = time.monotonic() + 10
-        while not os.path.exists(started):
-            self.assertLess(time.monotonic(), deadline, "the handler never started")
-            time.sleep(0.01)
+        self.wait_started(started)
         write_atomically(os.path.join(root, "lib", "util.lua"),
                          self.UTIL % "new")
         self.assertEqual(body(), b"old/old")
