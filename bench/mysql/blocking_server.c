@@ -5,8 +5,9 @@
  * written.
  *
  * A fixed pool of --threads threads; each owns one MYSQL connection (opened
- * at start, with the point select prepared once: a server-side prepared
- * statement, as moonflow's db:query("... WHERE id = ?", id) runs) and one
+ * at start; the point select prepared once, on the thread's first request:
+ * a server-side prepared statement, as moonflow's db:query("... WHERE id =
+ * ?", id) runs) and one
  * epoll set. Every thread waits on the shared listening socket
  * (EPOLLEXCLUSIVE: one thread is woken per connection) and on the
  * connections it accepted. A request is served on its thread: the query
@@ -17,6 +18,19 @@
  *                            (the row of sbtest1, the sysbench table)
  *   no such row            → 404;  a bad id → 400;  another path → 404
  *   a failed query         → 500 and a line on stderr
+ *
+ * TechEmpower's database shapes (bench/mysql/techempower.py), on its World
+ * table (world: id 1..10000, randomNumber), each row read by its own
+ * prepared select, one after another as a blocking server does them:
+ *
+ *   GET /db                → {"id":N,"randomNumber":M} of a random row
+ *   GET /queries?queries=Q → an array of Q random rows (Q clamped to 1..500)
+ *   GET /updates?queries=Q → Q random rows read, each given a new random
+ *                            number and updated by its own prepared UPDATE;
+ *                            the array of the rows as updated
+ *
+ * The World statements are prepared on a thread's first such request (the
+ * point-select comparison has no world table).
  *
  * Keep-alive always (wrk and the harness's check never ask for a close);
  * pipelined requests are answered in order, in one write per read.
@@ -34,6 +48,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +63,13 @@
 
 static const char point_sql[] =
     "SELECT id, k, c, pad FROM sbtest1 WHERE id = ?";
+static const char world_select_sql[] =
+    "SELECT id, randomNumber FROM world WHERE id = ?";
+static const char world_update_sql[] =
+    "UPDATE world SET randomNumber = ? WHERE id = ?";
+
+#define WORLD_ROWS 10000
+#define WORLD_MAX_QUERIES 500
 
 struct config {
     const char *listen_host;
@@ -77,6 +99,10 @@ struct member {
     unsigned long c_len, pad_len;
     char out[OUT_CAP];
     size_t out_len;
+    /* TechEmpower's World: prepared on first use. */
+    MYSQL_STMT *world_select, *world_update;
+    long long world_id, world_number, new_number;
+    unsigned rand_state;
 };
 
 static void die(const char *what, const char *why)
@@ -114,6 +140,15 @@ static void member_connect(struct member *m)
     if (!mysql_real_connect(m->db, cfg->mysql_host, cfg->user, cfg->password,
                             cfg->db, (unsigned)cfg->mysql_port, NULL, 0))
         die("connect", mysql_error(m->db));
+}
+
+/* The point select, prepared on the thread's first /mysql_point (the
+ * TechEmpower comparison has no sbtest1); a failure is the server's, and
+ * fatal, as a broken deployment would be. */
+static void point_prepare(struct member *m)
+{
+    if (m->stmt)
+        return;
     m->stmt = mysql_stmt_init(m->db);
     if (!m->stmt ||
         mysql_stmt_prepare(m->stmt, point_sql, sizeof point_sql - 1))
@@ -173,6 +208,7 @@ static void respond_text(struct member *m, int status, const char *text)
 /* Runs the point select for id and answers with the row as JSON. */
 static void serve_point(struct member *m, long long id)
 {
+    point_prepare(m);
     m->param_id = id;
     if (mysql_stmt_execute(m->stmt) || mysql_stmt_store_result(m->stmt)) {
         fprintf(stderr, "bench_mysql_blocking: query: %s\n",
@@ -206,10 +242,157 @@ static void serve_point(struct member *m, long long id)
     respond(m, 200, "application/json", body, n);
 }
 
+/* ---- TechEmpower's World ------------------------------------------------- */
+
+static MYSQL_STMT *prepare_bound(struct member *m, const char *sql,
+                                 MYSQL_BIND *params)
+{
+    MYSQL_STMT *st = mysql_stmt_init(m->db);
+    if (!st || mysql_stmt_prepare(st, sql, strlen(sql)) ||
+        mysql_stmt_bind_param(st, params)) {
+        fprintf(stderr, "bench_mysql_blocking: prepare %s: %s\n", sql,
+                st ? mysql_stmt_error(st) : "out of memory");
+        if (st)
+            mysql_stmt_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+static void bind_longlong(MYSQL_BIND *b, long long *v)
+{
+    memset(b, 0, sizeof *b);
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+}
+
+/* Prepares the two World statements on this thread's connection; 0 when
+ * they are ready. */
+static int world_prepare(struct member *m)
+{
+    if (m->world_select)
+        return 0;
+    MYSQL_BIND sel[1], upd[2], res[2];
+    bind_longlong(&sel[0], &m->world_id);
+    bind_longlong(&upd[0], &m->new_number);
+    bind_longlong(&upd[1], &m->world_id);
+    m->world_select = prepare_bound(m, world_select_sql, sel);
+    m->world_update = prepare_bound(m, world_update_sql, upd);
+    if (!m->world_select || !m->world_update)
+        return -1;
+    bind_longlong(&res[0], &m->world_id);
+    bind_longlong(&res[1], &m->world_number);
+    if (mysql_stmt_bind_result(m->world_select, res)) {
+        fprintf(stderr, "bench_mysql_blocking: bind world: %s\n",
+                mysql_stmt_error(m->world_select));
+        return -1;
+    }
+    return 0;
+}
+
+static long long world_random_id(struct member *m)
+{
+    return 1 + rand_r(&m->rand_state) % WORLD_ROWS;
+}
+
+/* Reads row id into world_id/world_number; 0 on success. */
+static int world_read(struct member *m, long long id)
+{
+    m->world_id = id;
+    MYSQL_STMT *st = m->world_select;
+    if (mysql_stmt_execute(st) || mysql_stmt_store_result(st)) {
+        fprintf(stderr, "bench_mysql_blocking: world select: %s\n",
+                mysql_stmt_error(st));
+        return -1;
+    }
+    int rc = mysql_stmt_fetch(st);
+    mysql_stmt_free_result(st);
+    if (rc != 0) {
+        fprintf(stderr, "bench_mysql_blocking: world row %lld: %s\n", id,
+                rc == MYSQL_NO_DATA ? "missing" : mysql_stmt_error(st));
+        return -1;
+    }
+    return 0;
+}
+
+static int world_update(struct member *m)
+{
+    if (mysql_stmt_execute(m->world_update)) {
+        fprintf(stderr, "bench_mysql_blocking: world update: %s\n",
+                mysql_stmt_error(m->world_update));
+        return -1;
+    }
+    return 0;
+}
+
+/* Q rows (one when !array), each read and, with update, given a new
+ * random number; the answer is the JSON object or array. */
+static void serve_world(struct member *m, int q, bool array, bool update)
+{
+    if (world_prepare(m) < 0) {
+        respond_text(m, 500, "prepare failed\n");
+        return;
+    }
+    char body[WORLD_MAX_QUERIES * 48 + 4];
+    size_t n = 0;
+    if (array)
+        body[n++] = '[';
+    for (int i = 0; i < q; i++) {
+        if (world_read(m, world_random_id(m)) < 0) {
+            respond_text(m, 500, "query failed\n");
+            return;
+        }
+        if (update) {
+            m->new_number = world_random_id(m);
+            if (world_update(m) < 0) {
+                respond_text(m, 500, "update failed\n");
+                return;
+            }
+            m->world_number = m->new_number;
+        }
+        n += (size_t)snprintf(body + n, sizeof body - n,
+                              "%s{\"id\":%lld,\"randomNumber\":%lld}",
+                              i ? "," : "", m->world_id, m->world_number);
+    }
+    if (array)
+        body[n++] = ']';
+    respond(m, 200, "application/json", body, n);
+}
+
+/* TechEmpower's `queries` parameter: an integer clamped to 1..500, 1 when
+ * absent or not a number. */
+static int world_queries(const char *p)
+{
+    static const char key[] = "queries=";
+    const char *at = strstr(p, key);
+    const char *eol = strstr(p, " HTTP/");
+    if (!at || (eol && at > eol))
+        return 1;
+    long v = strtol(at + sizeof key - 1, NULL, 10);
+    return v < 1 ? 1 : v > WORLD_MAX_QUERIES ? WORLD_MAX_QUERIES : (int)v;
+}
+
+/* Routes TechEmpower's paths; false when head is none of them. */
+static bool serve_world_request(struct member *m, const char *head, size_t n)
+{
+    if (n >= 8 && !memcmp(head, "GET /db ", 8)) {
+        serve_world(m, 1, false, false);
+    } else if (n >= 12 && !memcmp(head, "GET /queries", 12)) {
+        serve_world(m, world_queries(head), true, false);
+    } else if (n >= 12 && !memcmp(head, "GET /updates", 12)) {
+        serve_world(m, world_queries(head), true, true);
+    } else {
+        return false;
+    }
+    return true;
+}
+
 /* One request head (up to its blank line): routes it. */
 static void serve_request(struct member *m, const char *head, size_t n)
 {
     static const char prefix[] = "GET /mysql_point?id=";
+    if (serve_world_request(m, head, n))
+        return;
     if (n < sizeof prefix - 1 || memcmp(head, prefix, sizeof prefix - 1) != 0) {
         respond_text(m, 404, "not found\n");
         return;
@@ -406,6 +589,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.threads; i++) {
         members[i].cfg = &cfg;
         members[i].listen_fd = listen_fd;
+        members[i].rand_state = (unsigned)i * 2654435761u + 1;
         if (pthread_create(&threads[i], NULL, member_run, &members[i]))
             die("pthread_create", "failed");
     }
