@@ -139,7 +139,7 @@ static void skip_short_string(rewriter_t *r)
             return;
         if (c == '\\') {
             int e = peek(r, 1);
-            r->i += 2;
+            r->i += e < 0 ? 1 : 2; /* a backslash that ends the text */
             if ((e == '\n' || e == '\r') && (peek(r, 0) == '\n' || peek(r, 0) == '\r') &&
                 peek(r, 0) != e)
                 r->i++;

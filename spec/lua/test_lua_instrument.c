@@ -62,6 +62,7 @@ TEST(strings_long_strings_and_comments_are_copied_unchecked)
         "local s = 'a\\\nwhile x do end'", /* backslash-newline inside */
         "local n = 0x1p4 + 1e+5 + .5",
         "local whiley, fort, do_ = 1, 2, 3",
+        "local s = 'while x do \\", /* a backslash ends the text */
     };
     for (size_t i = 0; i < MF_ARRAY_SIZE(quiet); i++)
         ASSERT_EQ(checks_in(quiet[i]), 0u);
