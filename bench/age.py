@@ -75,6 +75,8 @@ MEASURES = {
                "lua/host", "lua/serve"],
     "metrics": ["bench/metrics", "bench/lua"] + SERVER,
     "cosocket": ["bench/cosocket", "lua/net", "lua/moonflow"] + SERVER,
+    "jit_fraction": ["bench/lua/jit_fraction.py", "lua/util",
+                     "lua/moonflow"] + SERVER,
 }
 
 

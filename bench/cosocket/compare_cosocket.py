@@ -13,8 +13,9 @@ each wrk run: µs of server CPU per request = CPU seconds / requests.
 Servers run interleaved, each run a fresh start; the median of the
 repeats is reported with its spread.
 
-  moonflow-jit: moonflow serve, workers = 1, jit = true (as nginx-lua)
-  moonflow:     the same with serve's default jit = false
+  moonflow-jit: moonflow serve, workers = 1, jit = true (serve's default,
+                as nginx-lua)
+  moonflow:     the same with jit = false
   nginx-lua:    nginx, worker_processes 1, the same handler text
 
 Writes bench/results/cosocket.md and cosocket.json.

@@ -1,5 +1,6 @@
 -- The cost of one ngx.var read in a `moonflow serve` handler (no
--- ngx.handler wrapper; serve's default, the JIT off): GET /ngx_var?a=1
+-- ngx.handler wrapper; run it with jit = false for the numbers of
+-- bench/README.md, taken with the JIT off): GET /ngx_var?a=1
 -- with a Host header answers, per variable, the CPU nanoseconds of one
 -- read (os.clock over N reads, N = ?n=, default 50,000), and the cost of
 -- the loop alone, already taken out. bench/README.md, "ngx.var".

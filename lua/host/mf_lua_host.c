@@ -1,7 +1,7 @@
 /*
  * lua/host/mf_lua_host.c — the host's state: creation (with the module loaders,
- * the registry of task kinds, the JIT mode, the memory cap and the
- * watchdog's slot), logging, counted registry references, shutdown.
+ * the registry of task kinds, the JIT mode, the memory cap, the
+ * watchdog's slot and the loop checks of loads), logging, counted registry references, shutdown.
  * Coroutines live in mf_lua_co.c, the watchdog in mf_lua_watchdog.c.
  */
 #include <stdarg.h>
@@ -146,22 +146,27 @@ size_t mf_lua_host_memory(const mf_lua_host_t *host)
 
 /* ---- runaway code -------------------------------------------------------- */
 
-/* The JIT off for an interruptible host (unless asked), and its slot in
- * the watchdog; a host that asked for one and got none is told why. */
+/* An interruptible host's slot in the watchdog, and the loop checks of
+ * its loads (which stop compiled loops too); the JIT off when asked, or
+ * when the checks could not be set up. A host that asked for a slot and
+ * got none is told why. */
 static void mf_lua__host_watch(mf_lua_host_t *host,
                                const mf_lua_host_opts_t *opts)
 {
     bool watched = opts && (opts->interruptible || opts->cpu_budget_ms);
-    mf_lua_jit_t jit = opts ? opts->jit : MF_LUA_JIT_AUTO;
-    if (jit == MF_LUA_JIT_OFF || (jit == MF_LUA_JIT_AUTO && watched))
+    bool jit = !opts || opts->jit != MF_LUA_JIT_OFF;
+    if (watched) {
+        host->watch =
+            mf_lua_watch_register(host, host->L, opts->cpu_budget_ms);
+        if (!host->watch)
+            mf_lua_host_log(host, "moonflow: no watchdog for this Lua state "
+                                  "(every slot taken, or no thread): runaway "
+                                  "code will not be stopped");
+        else if (mf_lua_load_install(host) < 0)
+            jit = false;
+    }
+    if (!jit)
         luaJIT_setmode(host->L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
-    if (!watched)
-        return;
-    host->watch = mf_lua_watch_register(host, host->L, opts->cpu_budget_ms);
-    if (!host->watch)
-        mf_lua_host_log(host, "moonflow: no watchdog for this Lua state "
-                              "(every slot taken, or no thread): runaway "
-                              "code will not be stopped");
 }
 
 int mf_lua_host_pcall(mf_lua_host_t *host, int nargs, int nresults, int errfunc)

@@ -34,6 +34,12 @@ typedef struct mf_lua_watch {
     _Atomic uint64_t condemned;
     _Atomic int cause; /* mf_lua_co_cause_t */
     uint64_t counted;  /* the last condemned slice counted as interrupted */
+    /* The stop word that loop checks compiled into Lua code read
+     * (mf_lua_load.c): set by the watchdog with condemned, cleared when
+     * the slice ends or by the halt function when it finds it stale. The
+     * scratch word is the loop thread's, written by every check. */
+    _Atomic int32_t stop;
+    int32_t scratch;
     /* the watchdog thread's own */
     uint64_t seen;        /* the slice of its last pass */
     uint64_t seen_cpu;    /* the thread's CPU time then (ns) */
@@ -139,6 +145,14 @@ mf_lua_watch_t *mf_lua_watch_register(mf_lua_host_t *host, lua_State *L,
 void mf_lua_watch_unregister(mf_lua_watch_t *w);
 /* Removes the stopping hook once its slice has ended. */
 void mf_lua_watch_disarm(mf_lua_host_t *host);
+/* The halt function of loop checks (a lua_CFunction): raises the
+ * watchdog's error when the running slice is condemned, else clears a
+ * stale stop word and returns. */
+int mf_lua_watch_halt(lua_State *L);
+/* Loop checks for the loads of a watched host (mf_lua_load.c): load,
+ * loadstring, loadfile, dofile and require's Lua searcher replaced. 0, or
+ * -1 (logged: no checks, and the host runs with the JIT off). */
+int mf_lua_load_install(mf_lua_host_t *host);
 /* The error message of a cause (a literal, or the budget's in buf). */
 const char *mf_lua_cause_message(const mf_lua_host_t *host,
                                  mf_lua_co_cause_t cause, char *buf,
@@ -179,8 +193,10 @@ static inline void mf_lua_slice_leave(mf_lua_host_t *host, mf_lua_slice_t prev)
     uint64_t s = atomic_load_explicit(&w->slice, memory_order_relaxed);
     atomic_store_explicit(&w->deadline, prev.deadline, memory_order_relaxed);
     atomic_store_explicit(&w->slice, prev.slice, memory_order_release);
-    if (atomic_load_explicit(&w->condemned, memory_order_relaxed) == s)
+    if (atomic_load_explicit(&w->condemned, memory_order_relaxed) == s) {
+        atomic_store_explicit(&w->stop, 0, memory_order_relaxed);
         mf_lua_watch_disarm(host);
+    }
 }
 
 /* The registry field of the weak-keyed table of plain coroutines being

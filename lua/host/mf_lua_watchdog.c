@@ -11,7 +11,10 @@
  * handler may call lua_sethook (LuaJIT's interpreter reads the hook mask
  * at every instruction once the dispatch table is switched, which is what
  * lua_sethook does), and the hook, running at a safe point of the
- * interpreter, raises a Lua error. luaJIT_profile_start could not do it:
+ * interpreter, raises a Lua error. Compiled code never checks hooks: the
+ * watchdog also sets the slot's stop word, which the loop checks written
+ * into loaded code read (mf_lua_load.c), and their halt function raises
+ * the hook's error. luaJIT_profile_start could not do it:
  * its state is one per process, so it serves one lua_State only.
  *
  * Owns: the slots (static, so a late signal never points to freed memory),
@@ -120,20 +123,12 @@ const char *mf_lua_cause_message(const mf_lua_host_t *host,
     return "error";
 }
 
-/* Runs at every instruction while set: raises while the condemned slice
- * runs (again after a pcall caught it), removes itself otherwise. */
-static void mf_lua__watch_hook(lua_State *L, lua_Debug *ar)
+/* Raises the watchdog's error for condemned slice c of host: counted
+ * once, the coroutine's cause set, the message placed at the Lua function
+ * `level` names (0 in a hook, which adds no frame; 1 in a C function). */
+static int mf_lua__watch_raise(lua_State *L, mf_lua_host_t *host,
+                               mf_lua_watch_t *w, uint64_t c, int level)
 {
-    (void)ar;
-    mf_lua_host_t *host = mf_lua_host_from_state(L);
-    mf_lua_watch_t *w = host ? host->watch : NULL;
-    uint64_t c =
-        w ? atomic_load_explicit(&w->condemned, memory_order_acquire) : 0;
-    if (!c || atomic_load_explicit(&w->slice, memory_order_relaxed) != c) {
-        if (host)
-            mf_lua_watch_disarm(host);
-        return;
-    }
     mf_lua_co_cause_t cause = atomic_load(&w->cause);
     if (w->counted != c) {
         w->counted = c;
@@ -143,10 +138,54 @@ static void mf_lua__watch_hook(lua_State *L, lua_Debug *ar)
         host->current->cause = cause; /* never resumed again */
     char buf[96];
     const char *msg = mf_lua_cause_message(host, cause, buf, sizeof buf);
-    /* A C hook adds no frame: level 0 is the Lua function that runs. */
-    luaL_where(L, 0);
+    luaL_where(L, level);
     lua_pushfstring(L, "%s%s", lua_tostring(L, -1), msg);
-    lua_error(L);
+    return lua_error(L);
+}
+
+/* The slice condemned and running now, or 0. */
+static uint64_t mf_lua__condemned_now(const mf_lua_watch_t *w)
+{
+    uint64_t c =
+        w ? atomic_load_explicit(&w->condemned, memory_order_acquire) : 0;
+    if (!c || atomic_load_explicit(&w->slice, memory_order_relaxed) != c)
+        return 0;
+    return c;
+}
+
+/* Runs at every instruction while set: raises while the condemned slice
+ * runs (again after a pcall caught it), removes itself otherwise. */
+static void mf_lua__watch_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    uint64_t c = mf_lua__condemned_now(host ? host->watch : NULL);
+    if (!c) {
+        if (host)
+            mf_lua_watch_disarm(host);
+        return;
+    }
+    mf_lua__watch_raise(L, host, host->watch, c, 0);
+}
+
+/* Called by a loop check that found the stop word set. The word stays
+ * set while the condemned slice runs (a pcall that catches the error is
+ * stopped again at its next check); a word left from a slice that has
+ * ended is cleared first, then the verdict is read again, so that a
+ * condemnation racing with the clear is not lost (the watchdog sets the
+ * word after condemned). */
+int mf_lua_watch_halt(lua_State *L)
+{
+    mf_lua_host_t *host = mf_lua_host_from_state(L);
+    mf_lua_watch_t *w = host ? host->watch : NULL;
+    uint64_t c = mf_lua__condemned_now(w);
+    if (!c && w) {
+        atomic_store(&w->stop, 0);
+        c = mf_lua__condemned_now(w);
+    }
+    if (c)
+        return mf_lua__watch_raise(L, host, w, c, 1);
+    return 0;
 }
 
 /* ---- the watchdog thread ------------------------------------------------ */
@@ -196,6 +235,8 @@ static void mf_lua__watch_condemn(mf_lua_watch_t *w, uint64_t s,
         atomic_store_explicit(&w->condemned, s, memory_order_release);
     }
     w->signaled_at = now_ms;
+    /* compiled loops read the word; interpreted code gets the hook */
+    atomic_store(&w->stop, 1);
     union sigval v = {.sival_ptr = w};
     pthread_sigqueue(w->thread, MF_LUA_WATCHDOG_SIGNAL, v);
 }
@@ -313,6 +354,7 @@ static mf_lua_watch_t *mf_lua__watch_take(mf_lua_host_t *host, lua_State *L,
         atomic_store(&w->condemned, 0);
         atomic_store(&w->slice, 0);
         atomic_store(&w->deadline, 0);
+        atomic_store(&w->stop, 0);
         w->seen = w->seen_cpu = w->signaled_at = 0;
         w->L = L;
         w->thread = pthread_self();

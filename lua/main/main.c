@@ -206,7 +206,7 @@ static int cmd_run(int argc, char **argv)
         return 1;
     }
     lua_State *L = mf_lua_host_state(r.host);
-    if (luaL_loadfile(L, argv[0]) != 0) {
+    if (mf_lua_load_file(L, argv[0]) != 0) {
         fprintf(stderr, "moonflow: %s\n", lua_tostring(L, -1));
         lua_pop(L, 1);
         r.failed = 1;

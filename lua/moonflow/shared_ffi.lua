@@ -2,7 +2,7 @@
 -- the C dict (moonflow/shdict.h), which LuaJIT's compiler turns into
 -- direct calls inside a compiled loop, where a method of moonflow.shared
 -- (a Lua C function) ends the trace. Only where the compiler is on (a
--- `moonflow serve` worker with jit = true, `moonflow run`, `moonflow
+-- `moonflow serve` worker (unless jit = false), `moonflow run`, `moonflow
 -- test`) and the binary exports the dict's symbols; elsewhere, and for
 -- every call these fast paths do not take (a number key, a TTL on incr,
 -- anything to raise about), the C methods answer: the results and the

@@ -22,7 +22,7 @@
  *     http2 = { enabled = true, max_concurrent_streams = 128,
  *               max_header_list_size = 65536, max_frame_size = 16384,
  *               initial_window_size = 65535 },  -- SETTINGS it announces
- *     jit = false,      -- true: compiled loops escape the limits above
+ *     jit = true,       -- LuaJIT's compiler (loop checks keep the limits)
  *     log_level = "info",  -- mf.log: the least severe level written
  *     init = "init.lua",   -- run once, on worker 0, as the server starts
  *     init_worker = "w.lua",  -- run on every worker as it starts

@@ -148,7 +148,7 @@ static void mf__serve_init_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
 static int mf__serve_run_init(mf_serve_worker_t *w, const char *file)
 {
     lua_State *L = mf_lua_host_state(w->host);
-    if (luaL_loadfile(L, file) != 0) {
+    if (mf_lua_load_file(L, file) != 0) {
         snprintf(w->init_error, sizeof w->init_error, "%s",
                  lua_tostring(L, -1));
         lua_pop(L, 1);
@@ -198,7 +198,7 @@ static void mf__serve_open_worker(mf_serve_worker_t *w)
     mf_lua_host_opts_t opts = {.log = mf__serve_log_to_stderr,
                                .cpu_budget_ms = c->cpu_budget_ms,
                                .interruptible = true,
-                               .jit = c->jit ? MF_LUA_JIT_ON : MF_LUA_JIT_AUTO,
+                               .jit = c->jit ? MF_LUA_JIT_ON : MF_LUA_JIT_OFF,
                                .memory_limit = (size_t)c->lua_memory_mib << 20,
                                .log_level = c->log_level,
                                .worker_id = w->id,
@@ -456,6 +456,7 @@ static void mf__serve_defaults(mf_serve_config_t *c)
     c->http.listen = "127.0.0.1:8080";
     c->drain_timeout_ms = 5000;
     c->cpu_budget_ms = MF_SERVE_DEFAULT_CPU_MS;
+    c->jit = true; /* loop checks stop compiled loops (lua_host.h) */
     c->lua_memory_mib = MF_SERVE_DEFAULT_LUA_MEMORY_MIB;
     c->stop_timeout_ms = MF_SERVE_DEFAULT_STOP_MS;
     c->request_id_header = "X-Request-Id"; /* a literal: never freed */

@@ -72,7 +72,7 @@ typedef struct mf_serve_config {
     uint32_t cpu_budget_ms;   /* limits.cpu; 0: none; over it: 500 */
     uint32_t lua_memory_mib;  /* limits.lua_memory; 0: no cap */
     uint32_t stop_timeout_ms; /* timeouts.stop: the grace at SIGTERM */
-    bool jit;                 /* jit = true: keep LuaJIT's compiler on */
+    bool jit;                 /* jit = false: LuaJIT's compiler off */
     int log_level;            /* mf.log's threshold (MF_LUA_LOG_*; 0: info) */
     mf_http_server_config_t http;
     /* compress = {...}: http.compress points here when given */

@@ -75,7 +75,7 @@ static const char *mf__chunk_load(lua_State *L, int env, const char *file,
 {
     char name[PATH_MAX + 1];
     snprintf(name, sizeof name, "@%s", file);
-    if (luaL_loadbuffer(L, text, len, name) != 0)
+    if (mf_lua_load_buffer(L, text, len, name) != 0)
         return lua_tostring(L, -1);
     lua_pushvalue(L, env);
     lua_setfenv(L, -2);

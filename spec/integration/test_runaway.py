@@ -4,9 +4,11 @@
 a handler that allocates without bound gets a 500 at the Lua memory cap
 (limits.lua_memory) and the next request on that worker a 200; SIGTERM ends
 the process within 2 s even when a worker is stuck (graceful stop first;
-past timeouts.stop the stuck workers are given up, exit status 3), also
-with `jit = true`, whose compiled loops escape the budget; the new config
-keys are checked.
+past timeouts.stop the stuck workers are given up, exit status 3); the
+JIT is on by default and the loop checks written into loaded code stop
+its compiled loops (a numeric for, a loop in a function called from a
+loop, a require'd module's loop), and `jit = false` is stopped by the
+hook alone; the new config keys are checked.
 
 One worker, so every request reaches the worker that spins. Budgets are CPU
 time: on a loaded machine a 200 ms budget takes longer than 200 ms of wall
@@ -55,12 +57,31 @@ SCRIPTS = {
                   "  string.find(s, string.rep('a?', 40) .. s)\n"
                   "  resp:send('matched')\n"
                   "end\n",
-    # hooks do not run in an xpcall's error handler: the stop raises in the
-    # loop, and the handler loops again
+    # hooks do not run in an xpcall's error handler, but loop checks do:
+    # the stop raises in the loop, and again in the handler's loop
     "rearm.lua": "return function(req, resp)\n"
                  "  xpcall(function() while true do end end,\n"
                  "         function() while true do end end)\n"
                  "end\n",
+    # compiled loops (the JIT is on by default): loop checks stop them
+    "sum.lua": "return function(req, resp)\n"
+               "  local x = 0 for i = 1, 1e12 do x = x + i end\n"
+               "  resp:send(tostring(x))\n"
+               "end\n",
+    "deep.lua": "local function inner(n)\n"
+                "  local x = 0 for i = 1, n do x = x + i % 7 end return x\n"
+                "end\n"
+                "return function(req, resp)\n"
+                "  local y = 0 while true do y = y + inner(1e7) end\n"
+                "end\n",
+    "modloop.lua": "local spin = require 'spinmod'\n"
+                   "return function(req, resp) resp:send(spin()) end\n",
+    "lib/spinmod.lua": "return function()\n"
+                       "  local x = 0 while true do x = (x + 1) % 13 end\n"
+                       "end\n",
+    "jit.lua": "return function(req, resp)\n"
+               "  resp:send(tostring((jit.status())))\n"
+               "end\n",
     "sleep.lua": 'local mf = require "moonflow"\n'
                  "return function(req, resp)\n"
                  "  mf.sleep(tonumber(req.query.ms)); resp:send('slept')\n"
@@ -75,6 +96,8 @@ class Serve:
     def __init__(self, test, config=None):
         self.root = temp_dir(test)
         for name, text in SCRIPTS.items():
+            os.makedirs(os.path.dirname(os.path.join(self.root, name)),
+                        exist_ok=True)
             with open(os.path.join(self.root, name), "w") as f:
                 f.write(text)
         argv = [MOONFLOW, "serve", self.root, "--workers", "1"]
@@ -174,8 +197,13 @@ class Limits(unittest.TestCase):
         t.join()
         return r, wall, cpu, hello[0]
 
+    def test_the_jit_is_on_by_default(self):
+        self.assertEqual(self.srv.get("/jit").body, b"true")
+
     def test_a_loop_that_never_yields_gets_a_500_at_the_budget(self):
-        for path in ("/spin", "/math"):
+        # the JIT on: /sum's and /deep's loops are compiled traces, /modloop
+        # spins in a require'd module; loop checks stop them all
+        for path in ("/spin", "/math", "/sum", "/deep", "/modloop"):
             with self.subTest(path=path):
                 r, wall, cpu, (hello, hello_wall) = \
                     self.stopped_loop_answers_500(path)
@@ -310,8 +338,18 @@ class Stop(unittest.TestCase):
         self.assertEqual(failures, [])
         self.assertGreaterEqual(done, min(trials, 10))
 
+    def test_a_loop_in_an_xpcall_handler_is_stopped_by_its_checks(self):
+        # no hook runs there; the check in the handler's loop raises
+        srv = self.serve()
+        answers = self.start(srv, "/rearm")
+        code, seconds = srv.stop()
+        self.assertEqual(code, 0, srv.stderr()[-3000:])
+        self.assertLess(seconds, 2.0)
+        self.doCleanups_of_client()
+        self.assertEqual(answers, [503])
+
     def test_a_worker_stuck_in_c_is_given_up_with_status_3(self):
-        for path in ("/cstuck", "/rearm"):
+        for path in ("/cstuck",):
             with self.subTest(path=path):
                 srv = self.serve()
                 answers = self.start(srv, path)
@@ -325,15 +363,17 @@ class Stop(unittest.TestCase):
                 self.assertEqual(len(answers), 1)
                 self.assertNotIsInstance(answers[0], int)  # no answer
 
-    def test_with_the_jit_on_a_compiled_loop_escapes_but_sigterm_ends_it(self):
-        # what `jit = true` gives up: LuaJIT's traces never check hooks
-        srv = self.serve("jit = true, limits = { cpu = 100 }")
-        answers = self.start(srv, "/spin")
-        time.sleep(0.5)  # five budgets
-        self.assertEqual(answers, [])
+    def test_with_jit_false_a_loop_is_stopped_too(self):
+        # the interpreter: the watchdog's hook, as before the loop checks
+        srv = self.serve("jit = false, limits = { cpu = 100 }")
+        self.assertEqual(srv.get("/jit").body, b"false")
+        for path in ("/spin", "/sum"):
+            r, wall = srv.timed_get(path)
+            self.assertEqual(r.status, 500)
+            self.assertLess(wall, 10.0)
+            self.assertEqual(srv.get("/hello").status, 200)
         code, seconds = srv.stop()
-        self.assertEqual(code, 3)
-        self.assertLess(seconds, 2.0)
+        self.assertEqual(code, 0)
 
     def test_sigint_stops_like_sigterm_within_timeouts_stop(self):
         srv = self.serve("timeouts = { stop = 300 }")

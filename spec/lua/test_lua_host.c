@@ -16,6 +16,13 @@
 static mf_loop_t *loop;
 static mf_lua_host_t *host;
 
+/* luaL_loadstring as user code: with loop checks in a watched host, whose
+ * JIT is on (compiled loops are stopped by them). */
+static int load_code(lua_State *L, const char *code)
+{
+    return mf_lua_load_buffer(L, code, strlen(code), code);
+}
+
 typedef struct seen {
     int calls;
     mf_lua_co_status_t status;
@@ -52,7 +59,7 @@ static void teardown(void)
 static mf_lua_co_t *spawn(const char *code, seen_t *s)
 {
     lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, code), 0);
+    ASSERT_EQ(load_code(L, code), 0);
     return mf_lua_host_spawn(host, 0, on_exit_cb, s);
 }
 
@@ -84,7 +91,7 @@ TEST(arguments_reach_the_function)
     setup();
     seen_t s = {0};
     lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, "local a, b = ... return a .. b"), 0);
+    ASSERT_EQ(load_code(L, "local a, b = ... return a .. b"), 0);
     lua_pushstring(L, "req");
     lua_pushstring(L, "resp");
     ASSERT(mf_lua_host_spawn(host, 2, on_exit_cb, &s) == NULL);
@@ -248,7 +255,7 @@ TEST(abort_from_the_exit_callback_does_nothing)
     setup();
     seen_t s = {0};
     lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, "require('moonflow').sleep(60000)"), 0);
+    ASSERT_EQ(load_code(L, "require('moonflow').sleep(60000)"), 0);
     mf_lua_co_t *co = mf_lua_host_spawn(host, 0, abort_again, &s);
     mf_lua_co_abort(co, "client gone");
     ASSERT_EQ(s.calls, 1);
@@ -420,7 +427,7 @@ TEST(a_coroutine_reports_its_request_id_while_it_runs)
     mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &with);
     mf_lua_co_hooks_t hooks = {.request_id = fixed_id,
                                .request_id_ud = "req-7"};
-    ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co),
+    ASSERT_EQ(load_code(mf_lua_co_thread(co),
                               "require('moonflow').sleep(1) return rid()"),
               0);
     ASSERT(mf_lua_co_start_with(co, 0, &hooks));
@@ -440,7 +447,7 @@ TEST(the_step_observer_hears_each_flow_start_and_top_level_step_end)
     mf_lua_co_hooks_t hooks = {.step = on_step, .step_ud = &h};
     lua_State *L = mf_lua_co_thread(co);
     ASSERT_EQ(
-        luaL_loadstring(L, "local mf = require 'moonflow'\n"
+        load_code(L, "local mf = require 'moonflow'\n"
                            "local t = mf.task.timer\n"
                            "mf.series{ t(20), mf.parallel{ t(5), t(30) },\n"
                            "           mf.series{ t(1), t(1) } }:wait()\n"
@@ -475,7 +482,7 @@ TEST(a_coroutine_without_an_observer_is_not_timed)
     mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
     mf_lua_co_hooks_t none = {0}; /* no observer: nothing is heard */
     (void)on_step;
-    ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co),
+    ASSERT_EQ(load_code(mf_lua_co_thread(co),
                               "local mf = require 'moonflow'\n"
                               "mf.series{ mf.task.timer(1) }:wait()\n"
                               "return 'ok'"),
@@ -543,7 +550,7 @@ TEST(lean_results_give_true_for_successes_and_whole_results_otherwise)
         seen_t s = {0};
         mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
         mf_lua_co_hooks_t hooks = {.lean = lean ? always_lean : NULL};
-        ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co), code), 0);
+        ASSERT_EQ(load_code(mf_lua_co_thread(co), code), 0);
         ASSERT(mf_lua_co_start_with(co, 0, &hooks));
         mf_loop_run(loop, MF_RUN_DEFAULT);
         ASSERT_EQ(s.status, MF_LUA_CO_DONE);
@@ -662,7 +669,7 @@ static void on_exit_cause(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
 static uint64_t spawn_timed(const char *code, seen_t *s)
 {
     lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, code), 0);
+    ASSERT_EQ(load_code(L, code), 0);
     last_cause = MF_LUA_CAUSE_NONE;
     uint64_t t0 = now_ms();
     ASSERT(mf_lua_host_spawn(host, 0, on_exit_cause, s) == NULL);
@@ -673,7 +680,7 @@ static uint64_t spawn_timed(const char *code, seen_t *s)
 static void spawn_and_run(const char *code, seen_t *s)
 {
     lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, code), 0);
+    ASSERT_EQ(load_code(L, code), 0);
     last_cause = MF_LUA_CAUSE_NONE;
     ASSERT(mf_lua_host_spawn(host, 0, on_exit_cause, s) != NULL);
     mf_loop_run(loop, MF_RUN_DEFAULT);
@@ -775,7 +782,7 @@ TEST(a_deadline_stops_code_that_never_yields)
     seen_t s = {0};
     mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cause, &s);
     lua_State *T = mf_lua_co_thread(co);
-    ASSERT_EQ(luaL_loadstring(T, "while true do end"), 0);
+    ASSERT_EQ(load_code(T, "while true do end"), 0);
     mf_loop_update_time(loop);
     mf_lua_co_hooks_t hooks = {.deadline = mf_loop_now(loop) + 150};
     uint64_t t0 = now_ms();
@@ -823,7 +830,7 @@ TEST(a_chunk_run_by_host_pcall_is_stopped_too)
 {
     setup_watched(100, 0);
     lua_State *L = mf_lua_host_state(host);
-    ASSERT_EQ(luaL_loadstring(L, "while true do end"), 0);
+    ASSERT_EQ(load_code(L, "while true do end"), 0);
     ASSERT(mf_lua_host_pcall(host, 0, 0, 0) != 0);
     ASSERT(strstr(lua_tostring(L, -1), "cpu budget exceeded"));
     lua_pop(L, 1);
@@ -847,12 +854,13 @@ TEST(interrupt_all_stops_what_runs_and_can_be_turned_off)
     teardown_watched();
 }
 
-TEST(the_jit_is_off_for_an_interruptible_host_unless_asked)
+TEST(the_jit_is_on_unless_asked_off_loop_checks_stop_compiled_loops)
 {
     mf_lua_host_opts_t watched = {.interruptible = true};
     mf_lua_host_opts_t asked = {.interruptible = true, .jit = MF_LUA_JIT_ON};
-    const mf_lua_host_opts_t *cases[] = {&watched, NULL, &asked};
-    const int jit_on[] = {0, 1, 1};
+    mf_lua_host_opts_t off = {.interruptible = true, .jit = MF_LUA_JIT_OFF};
+    const mf_lua_host_opts_t *cases[] = {&watched, NULL, &asked, &off};
+    const int jit_on[] = {1, 1, 1, 0};
     for (size_t i = 0; i < MF_ARRAY_SIZE(cases); i++) {
         loop = mf_loop_create();
         host = mf_lua_host_create(loop, cases[i]);

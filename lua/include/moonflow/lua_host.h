@@ -56,8 +56,8 @@ typedef void (*mf_lua_log_fn)(void *ud, const char *msg);
 
 /* LuaJIT's trace compiler for a host (mf_lua_host_opts_t.jit). */
 typedef enum mf_lua_jit {
-    MF_LUA_JIT_AUTO, /* off for an interruptible host, on otherwise */
-    MF_LUA_JIT_ON,   /* on: compiled loops cannot be interrupted */
+    MF_LUA_JIT_AUTO, /* on (the default) */
+    MF_LUA_JIT_ON,   /* on: loop checks stop compiled loops of watched hosts */
     MF_LUA_JIT_OFF
 } mf_lua_jit_t;
 
@@ -255,14 +255,24 @@ MF_API mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
  * cause and a traceback, and is never resumed again (a coroutine stopped
  * in a flow callback ends when its flow completes); the loop serves on.
  *
- * What cannot be stopped, by design of LuaJIT: code inside a C function (a
- * pathological string.find, a blocking call) until it returns; the error
- * handler of an xpcall and __gc finalizers (hooks do not run there); loops
- * compiled by the JIT, which never check hooks (LuaJIT checks them only
- * when built with LUAJIT_ENABLE_CHECKHOOK): the JIT is off for an
- * interruptible host unless opts.jit is MF_LUA_JIT_ON, and jit.on() in Lua
- * turns it back on. A process that must end anyway ends its loop threads'
- * work some other way (the server exits after a grace period).
+ * Loops compiled by the JIT never check hooks (LuaJIT checks them only
+ * when built with LUAJIT_ENABLE_CHECKHOOK). So an interruptible host loads
+ * user code with loop checks written into its source (mf_lua_load_buffer,
+ * and load, loadstring, loadfile, dofile and require in Lua): at the start
+ * of every loop body, before every goto and at the start of every
+ * function, a load of the host's stop word, which the watchdog sets with
+ * the signal; a check that finds it set raises the hook's error. Lines
+ * keep their numbers. Bytecode, and a chunk whose checked text passes
+ * LuaJIT's limits (its 120 upvalues a function, say) when its own does
+ * not, load as they are with the JIT off for them (jit.off(fn, true)),
+ * so the hook still stops them.
+ *
+ * What cannot be stopped: code inside a C function (a pathological
+ * string.find, a blocking call) until it returns; __gc finalizers (hooks
+ * do not run there); code the script compiles by other means than the
+ * loaders above (none in LuaJIT's standard library). A process that must
+ * end anyway ends its loop threads' work some other way (the server exits
+ * after a grace period).
  */
 #define MF_LUA_WATCHDOG_SIGNAL (SIGRTMIN + 5)
 
@@ -271,6 +281,12 @@ MF_API mf_lua_host_t *mf_lua_co_host(const mf_lua_co_t *co);
  * apply to the code it runs (a script's main chunk, say). */
 MF_API int mf_lua_host_pcall(mf_lua_host_t *host, int nargs, int nresults,
                              int errfunc);
+/* luaL_loadbuffer / luaL_loadfile for user code: in an interruptible
+ * host, with the loop checks above (the chunk on top, or a message, with
+ * luaL_loadbuffer's codes); in any other, exactly those two. */
+MF_API int mf_lua_load_buffer(lua_State *L, const char *text, size_t len,
+                              const char *chunkname);
+MF_API int mf_lua_load_file(lua_State *L, const char *path);
 /* Any thread, for the process's shutdown: while on, every slice of every
  * interruptible host is stopped at the watchdog's next tick
  * (MF_LUA_CAUSE_STOP), those running now and those to come. */
