@@ -30,6 +30,16 @@ typedef struct mf_mysql_stmt {
      * mysql_stmt_fetch_column, so no row is copied twice). */
     MYSQL_BIND *binds;
     unsigned nbinds;
+    /* The parameter types the connector holds (MYSQL_TYPE_* | 0x8000 when
+     * unsigned), one per marker: while they match, an execute only points
+     * the connector's copy of each bind at the new value, and
+     * COM_STMT_EXECUTE goes without its type block (new-params-bound 0),
+     * which the server would otherwise parse and convert again. Cleared by
+     * a prepare (the connector forgets its binds) and by a failed execute
+     * (the server may not have taken the types). */
+    uint16_t *ptypes;
+    unsigned nptypes;
+    bool types_bound;
 } mf_mysql_stmt_t;
 
 typedef struct mf_mysql_stmt_cache {
@@ -62,11 +72,16 @@ mf_mysql_stmt_t *mf__mysql_stmt_new(MYSQL *mysql, const char *sql, size_t len);
  * as the connector does on a reset: nothing is sent to the server. */
 void mf__mysql_stmt_free(mf_mysql_stmt_t *stmt);
 
-/* Binds n parameters for the next execute. MF_EINVAL when n is not the
+/* Binds n parameters for the next execute: the types go to the connector
+ * (and from it to the server) only when they differ from the last ones
+ * bound. MF_EINVAL when n is not the
  * statement's marker count (*markers says how many it has), MF_ENOMEM,
  * or MF_EPROTO when the connector refused them (its words on the handle). */
 int mf__mysql_stmt_bind(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
                         size_t n, unsigned *markers);
+/* The connector's binds of stmt no longer stand (a prepare, a failed
+ * execute): the next bind sends the types again. */
+void mf__mysql_stmt_unbind(mf_mysql_stmt_t *stmt);
 /* Binds the result columns after an execute that produced a result set
  * (their number may change when the server re-prepares). 0 or MF_ENOMEM. */
 int mf__mysql_stmt_bind_columns(mf_mysql_stmt_t *stmt);
