@@ -131,6 +131,11 @@ int mf__mysql_bin_coldef(const uint8_t *p, size_t n, mf_mysql_bin_col_t *col)
         mf__lenenc_str(&q, end, &col->name, &col->name_len) != 0 ||
         mf__lenenc_str(&q, end, &skip, &skip_len) != 0)
         return -1;
+    /* MariaDB's extended metadata (a data type name, a format) comes as
+     * one more length-encoded block before the fixed fields (0x0c). */
+    if (q < end && *q != 0x0c &&
+        mf__lenenc_str(&q, end, &skip, &skip_len) != 0)
+        return -1;
     uint64_t fixed;
     if (mf__mysql_bin_lenenc(&q, end, &fixed) != 0 || fixed < 10 ||
         (uint64_t)(end - q) < 10)

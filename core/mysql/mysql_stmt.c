@@ -209,6 +209,7 @@ static bool mf__is_string_type(uint16_t type)
 void mf__mysql_stmt_unbind(mf_mysql_stmt_t *stmt)
 {
     stmt->types_bound = false;
+    stmt->wire_types = false;
 }
 
 /* The types match the connector's: its copies of the binds (the
@@ -235,10 +236,8 @@ static bool mf__rebind_values(mf_mysql_stmt_t *stmt,
     return true;
 }
 
-/* Binds every parameter through the connector (which sends the types with
- * the next execute) and remembers the types. */
-static int mf__bind_types(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
-                          size_t n)
+int mf__mysql_stmt_note_types(mf_mysql_stmt_t *stmt,
+                              const mf_mysql_param_t *params, size_t n)
 {
     if (n > stmt->nptypes) {
         uint16_t *t = mf_try_malloc(n * sizeof *t);
@@ -249,6 +248,23 @@ static int mf__bind_types(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
         stmt->nptypes = (unsigned)n;
     }
     for (size_t i = 0; i < n; i++) {
+        void *buf;
+        unsigned long len;
+        stmt->ptypes[i] = mf__param_ref(&params[i], &buf, &len);
+    }
+    return 0;
+}
+
+/* Binds every parameter through the connector (which sends the types with
+ * the next execute) and remembers the types. */
+static int mf__bind_types(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
+                          size_t n)
+{
+    stmt->types_bound = false;
+    stmt->wire_types = false;
+    if (mf__mysql_stmt_note_types(stmt, params, n) != 0)
+        return MF_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
         MYSQL_BIND *b = &stmt->binds[i];
         void *buf;
         unsigned long len;
@@ -258,9 +274,7 @@ static int mf__bind_types(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
         b->is_unsigned = (type & MF__UNSIGNED_TYPE) != 0;
         b->buffer = buf;
         b->buffer_length = len;
-        stmt->ptypes[i] = type;
     }
-    stmt->types_bound = false;
     /* Refused by the connector: its words are on the statement. */
     if (mysql_stmt_bind_param(stmt->handle, stmt->binds))
         return MF_EPROTO;
@@ -416,7 +430,7 @@ static void mf__cache_drop_conn(mf_mysql_conn_t *conn)
     conn->stmt_cache = NULL;
 }
 
-static mf_mysql_stmt_cache_t *mf__cache_of(mf_mysql_conn_t *conn)
+mf_mysql_stmt_cache_t *mf__mysql_stmt_cache_of(mf_mysql_conn_t *conn)
 {
     if (!conn->stmt_cache) {
         mf_mysql_stmt_cache_t *cache = mf_try_malloc(sizeof *cache);
@@ -432,7 +446,7 @@ static mf_mysql_stmt_cache_t *mf__cache_of(mf_mysql_conn_t *conn)
 /* ---- steps -----------------------------------------------------------------
  */
 
-static int mf__step_prepare(mf_mysql_conn_t *conn, int ready)
+int mf__mysql_step_stmt_prepare(mf_mysql_conn_t *conn, int ready)
 {
     if (!ready)
         return mysql_stmt_prepare_start(&conn->ret.i, conn->op_obj,
@@ -447,7 +461,7 @@ static int mf__step_execute(mf_mysql_conn_t *conn, int ready)
     return mysql_stmt_execute_cont(&conn->ret.i, conn->op_obj, ready);
 }
 
-static int mf__step_close(mf_mysql_conn_t *conn, int ready)
+int mf__mysql_step_stmt_close(mf_mysql_conn_t *conn, int ready)
 {
     if (!ready)
         return mysql_stmt_close_start(&conn->ret.b, conn->op_obj);
@@ -595,7 +609,7 @@ static void mf__prepare(mf_mysql_task_t *t, mf_mysql_stmt_t *s)
     conn->op_obj = s->handle;
     conn->op_sql = s->sql;
     conn->op_len = s->sql_len;
-    mf__mysql_conn_run(conn, mf__step_prepare, mf__prepare_done);
+    mf__mysql_conn_run(conn, mf__mysql_step_stmt_prepare, mf__prepare_done);
 }
 
 /* ER_NEED_REPREPARE, or the connector saw the columns change under a
@@ -655,7 +669,7 @@ static void mf__execute(mf_mysql_task_t *t)
 void mf__mysql_stmt_start(mf_mysql_task_t *t, mf_mysql_stmt_run_t *run)
 {
     mf_mysql_conn_t *conn = t->conn;
-    mf_mysql_stmt_cache_t *cache = mf__cache_of(conn);
+    mf_mysql_stmt_cache_t *cache = mf__mysql_stmt_cache_of(conn);
     t->phase_data = run;
     run->stmt =
         cache ? mf__mysql_stmt_cache_find(cache, t->sql, t->sql_len) : NULL;
@@ -679,7 +693,7 @@ void mf__mysql_stmt_start(mf_mysql_task_t *t, mf_mysql_stmt_run_t *run)
     mf__mysql_stmt_cache_remove(cache, run->victim);
     conn->op_obj = run->victim->handle;
     run->victim->handle = NULL;
-    mf__mysql_conn_run(conn, mf__step_close, mf__close_done);
+    mf__mysql_conn_run(conn, mf__mysql_step_stmt_close, mf__close_done);
 }
 
 void mf__mysql_stmt_run_abort(mf_mysql_task_t *t, mf_mysql_stmt_run_t *run)

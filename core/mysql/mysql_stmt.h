@@ -40,6 +40,12 @@ typedef struct mf_mysql_stmt {
     uint16_t *ptypes;
     unsigned nptypes;
     bool types_bound;
+    /* The server holds the types a pipeline (mysql_pipeline.c) last wrote
+     * in ptypes: the pipeline's own execute packets may go without them.
+     * Binding through the connector clears it, and a pipeline sending
+     * types clears types_bound: the server keeps one set of types per
+     * statement, whoever sent them. */
+    bool wire_types;
 } mf_mysql_stmt_t;
 
 typedef struct mf_mysql_stmt_cache {
@@ -130,7 +136,19 @@ mf_mysql_field_t *mf__mysql_copy_fields(mf_mysql_task_t *t,
 /* The counts of an OK packet or the end of a result set. */
 void mf__mysql_stmt_counts(mf_mysql_result_t *r, MYSQL_STMT *h);
 
-/* Operation steps on conn->op_obj (a MYSQL_STMT), see mysql_int.h. */
+/* The connection's statement cache, made at first use; NULL when memory is
+ * refused. */
+mf_mysql_stmt_cache_t *mf__mysql_stmt_cache_of(mf_mysql_conn_t *conn);
+/* Records the types of n parameters as those the server holds (ptypes
+ * grown when needed); 0 or MF_ENOMEM. */
+int mf__mysql_stmt_note_types(mf_mysql_stmt_t *stmt,
+                              const mf_mysql_param_t *params, size_t n);
+
+/* Operation steps on conn->op_obj (a MYSQL_STMT), see mysql_int.h:
+ * prepare (conn->op_sql, op_len), close (COM_STMT_CLOSE; the connector
+ * frees the handle). */
+int mf__mysql_step_stmt_prepare(mf_mysql_conn_t *conn, int ready);
+int mf__mysql_step_stmt_close(mf_mysql_conn_t *conn, int ready);
 int mf__mysql_step_stmt_fetch(mf_mysql_conn_t *conn, int ready);
 int mf__mysql_step_stmt_next(mf_mysql_conn_t *conn, int ready);
 int mf__mysql_step_stmt_free(mf_mysql_conn_t *conn, int ready);

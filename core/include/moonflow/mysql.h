@@ -117,6 +117,9 @@ typedef struct mf_mysql_opts {
                                     least recently used out; default 64 */
     uint64_t max_result;         /* bytes of one task's stored results;
                                     default 512 MiB */
+    unsigned pipeline;           /* prepared statements in flight per
+                                    connection (see "Pipelining" below);
+                                    default 1: none pipelined */
 } mf_mysql_opts_t;
 
 MF_API void mf_mysql_opts_init(mf_mysql_opts_t *opts);
