@@ -20,6 +20,9 @@ http  GET /mysql_point?id=42 → one point select by primary key (a
                       (mysql_point.lua): mf.mysql(url, {pool = POOL}):query(
                       "SELECT id, k, c, pad FROM sbtest1 WHERE id = ?", id),
                       resp:json(res[1])
+        moonflow-lua-pipelined  the same with {pool = POOL, pipeline =
+                      MF_BENCH_MYSQL_PIPELINE_DEPTH (16)}: statements share
+                      connections, several in flight on each
       One request by hand first must get the row (compared as JSON); wrk
       must see no error and no non-2xx; mariadbd's own count of executed
       statements (Com_stmt_execute) over the run must cover every request
@@ -27,7 +30,8 @@ http  GET /mysql_point?id=42 → one point select by primary key (a
 raw   point selects as fast as a client on core 1 can ask, CONC at a time:
       `sysbench oltp_point_select run --threads=CONC` beside `moonflow run
       bench/mysql/point_load.lua` (CONC coroutines on one mf.mysql client
-      with a pool of CONC), the same statement ("SELECT c FROM sbtest1
+      with a pool of CONC; moonflow-pipelined: the same client with
+      pipeline = MF_BENCH_MYSQL_PIPELINE_DEPTH, 16), the same statement ("SELECT c FROM sbtest1
       WHERE id=?", prepared), ids uniform over the table. Per run:
       queries/s (each client's own clock), the client's CPU per query (the
       whole process: getrusage of the waited child), mariadbd's CPU per
@@ -186,7 +190,23 @@ class MoonflowMysql:
                 "--workers", "1", "--access-log", "off"]
 
 
-HTTP_PEERS = {cls.name: cls for cls in (Blocking, MoonflowMysql)}
+def pipeline_depth():
+    """The pipelined peers' depth: MF_BENCH_MYSQL_PIPELINE_DEPTH (16)."""
+    return int(os.environ.get("MF_BENCH_MYSQL_PIPELINE_DEPTH", "16"))
+
+
+class MoonflowMysqlPipelined(MoonflowMysql):
+    """The same handler on a client with pipeline = depth: the workers'
+    statements share connections, several in flight on each."""
+    name = "moonflow-lua-pipelined"
+
+    def command(self, port, db, pool):
+        argv = super().command(port, db, pool)
+        return argv[:1] + [f"MF_BENCH_MYSQL_PIPELINE={pipeline_depth()}"] + argv[1:]
+
+
+HTTP_PEERS = {cls.name: cls for cls in (Blocking, MoonflowMysql,
+                                        MoonflowMysqlPipelined)}
 
 
 def check_row(port, want):
@@ -351,7 +371,17 @@ class MoonflowLoad:
                 "warm_up_queries": None}  # CONC: set by measure_raw
 
 
-RAW_CLIENTS = {cls.name: cls for cls in (Sysbench, MoonflowLoad)}
+class MoonflowLoadPipelined(MoonflowLoad):
+    """point_load.lua on a client with pipeline = depth."""
+    name = "moonflow-pipelined"
+
+    def command(self, db, queries, conc, table_size, max_s):
+        return super().command(db, queries, conc, table_size, max_s) + [
+            str(pipeline_depth())]
+
+
+RAW_CLIENTS = {cls.name: cls for cls in (Sysbench, MoonflowLoad,
+                                         MoonflowLoadPipelined)}
 
 
 def measure_raw(client, db, args):

@@ -165,7 +165,7 @@ mf_mysql_client_t *mf_mysql_client(mf_loop_t *loop, const char *url,
     mf__opts_normalize(&o, opts);
     if (error)
         *error = 0;
-    if (!url) {
+    if (!url || o.pipeline > MF_MYSQL_PIPELINE_MAX) {
         if (error)
             *error = MF_EINVAL;
         return NULL;
