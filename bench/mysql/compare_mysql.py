@@ -20,6 +20,9 @@ http  GET /mysql_point?id=42 → one point select by primary key (a
                       (mysql_point.lua): mf.mysql(url, {pool = POOL}):query(
                       "SELECT id, k, c, pad FROM sbtest1 WHERE id = ?", id),
                       resp:json(res[1])
+        moonflow-lua-pipelined  the same with {pool = POOL, pipeline =
+                      MF_BENCH_MYSQL_PIPELINE_DEPTH (16)}: statements share
+                      connections, several in flight on each
       One request by hand first must get the row (compared as JSON); wrk
       must see no error and no non-2xx; mariadbd's own count of executed
       statements (Com_stmt_execute) over the run must cover every request
@@ -27,7 +30,8 @@ http  GET /mysql_point?id=42 → one point select by primary key (a
 raw   point selects as fast as a client on core 1 can ask, CONC at a time:
       `sysbench oltp_point_select run --threads=CONC` beside `moonflow run
       bench/mysql/point_load.lua` (CONC coroutines on one mf.mysql client
-      with a pool of CONC), the same statement ("SELECT c FROM sbtest1
+      with a pool of CONC; moonflow-pipelined: the same client with
+      pipeline = MF_BENCH_MYSQL_PIPELINE_DEPTH, 16), the same statement ("SELECT c FROM sbtest1
       WHERE id=?", prepared), ids uniform over the table. Per run:
       queries/s (each client's own clock), the client's CPU per query (the
       whole process: getrusage of the waited child), mariadbd's CPU per
@@ -117,9 +121,10 @@ class MariaDB:
 
     def stats(self):
         """The server's counters around a run (SHOW GLOBAL STATUS):
-        statements executed and prepared, connections accepted."""
-        names = ("Com_stmt_execute", "Com_stmt_prepare", "Connections",
-                 "Questions")
+        statements executed, prepared and re-prepared, connections accepted,
+        bytes received (what the clients sent it)."""
+        names = ("Com_stmt_execute", "Com_stmt_prepare", "Com_stmt_reprepare",
+                 "Connections", "Questions", "Bytes_received")
         rows = self.sql("SHOW GLOBAL STATUS WHERE Variable_name IN ("
                         + ",".join(f"'{n}'" for n in names) + ")")
         return {k.lower(): int(v) for k, v in rows}
@@ -185,7 +190,23 @@ class MoonflowMysql:
                 "--workers", "1", "--access-log", "off"]
 
 
-HTTP_PEERS = {cls.name: cls for cls in (Blocking, MoonflowMysql)}
+def pipeline_depth():
+    """The pipelined peers' depth: MF_BENCH_MYSQL_PIPELINE_DEPTH (16)."""
+    return int(os.environ.get("MF_BENCH_MYSQL_PIPELINE_DEPTH", "16"))
+
+
+class MoonflowMysqlPipelined(MoonflowMysql):
+    """The same handler on a client with pipeline = depth: the workers'
+    statements share connections, several in flight on each."""
+    name = "moonflow-lua-pipelined"
+
+    def command(self, port, db, pool):
+        argv = super().command(port, db, pool)
+        return argv[:1] + [f"MF_BENCH_MYSQL_PIPELINE={pipeline_depth()}"] + argv[1:]
+
+
+HTTP_PEERS = {cls.name: cls for cls in (Blocking, MoonflowMysql,
+                                        MoonflowMysqlPipelined)}
 
 
 def check_row(port, want):
@@ -251,6 +272,9 @@ def measure_http(peer, db, conns, pool, seconds, workdir):
     w["cpu_us_per_req"] = (after[0] - before[0]) * 1e6 / n
     w["db_cpu_us_per_req"] = (after[1] - before[1]) * 1e6 / n
     w["total_cpu_us_per_req"] = w["cpu_us_per_req"] + w["db_cpu_us_per_req"]
+    # The two status reads' own bytes are in it too: a few hundred bytes
+    # over the run, nothing per request.
+    w["db_bytes_in_per_req"] = d["bytes_received"] / n
     w["mariadb"] = d
     return w
 
@@ -272,9 +296,12 @@ def run_http(args, db, workdir):
         for row in rows.values():
             R.summarize(row, keys, "total_cpu_us_per_req")
             if row.get("median"):
-                for k in ("connections", "com_stmt_prepare"):
+                for k in ("connections", "com_stmt_prepare",
+                          "com_stmt_reprepare"):
                     row["median"][k] = statistics.median(
                         s["mariadb"][k] for s in row["samples"])
+                row["median"]["db_bytes_in_per_req"] = statistics.median(
+                    s["db_bytes_in_per_req"] for s in row["samples"])
         base = rows.get(REFERENCE, {})
         for row in rows.values():
             row["server_ratio"] = R.paired_ratio(row, base, "cpu_us_per_req")
@@ -344,7 +371,17 @@ class MoonflowLoad:
                 "warm_up_queries": None}  # CONC: set by measure_raw
 
 
-RAW_CLIENTS = {cls.name: cls for cls in (Sysbench, MoonflowLoad)}
+class MoonflowLoadPipelined(MoonflowLoad):
+    """point_load.lua on a client with pipeline = depth."""
+    name = "moonflow-pipelined"
+
+    def command(self, db, queries, conc, table_size, max_s):
+        return super().command(db, queries, conc, table_size, max_s) + [
+            str(pipeline_depth())]
+
+
+RAW_CLIENTS = {cls.name: cls for cls in (Sysbench, MoonflowLoad,
+                                         MoonflowLoadPipelined)}
 
 
 def measure_raw(client, db, args):
@@ -415,14 +452,15 @@ def markdown_http(meta, http):
            f"runs. {meta['versions']}.", "",
            "| conns | server | server CPU µs/req | mariadbd CPU µs/req "
            "| total µs/req | spread | server ÷ ref | mariadbd ÷ ref | total ÷ ref "
-           "| req/s | p50 ms | p99 ms | prepares | conns opened |",
+           "| req/s | p50 ms | p99 ms | prepares | re-prepares | mariadbd bytes "
+           "in/req | conns opened |",
            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: | ---: | ---: | ---: |"]
+           "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for pt in http:
         for name, row in pt["servers"].items():
             head = f"| {pt['conns']} | {name} |"
             if "median" not in row:
-                out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 11)
+                out.append(head + f" {row['status'].splitlines()[0]} |" + " |" * 13)
                 continue
             m = row["median"]
             out.append(
@@ -431,7 +469,8 @@ def markdown_http(meta, http):
                 f"{R.fmt(row['server_ratio'])} | {R.fmt(row['db_ratio'])} | "
                 f"{R.fmt(row['total_ratio'])} | {m['rps']:,.0f} | "
                 f"{m['p50_us'] / 1000:.2f} | {m['p99_us'] / 1000:.2f} | "
-                f"{m['com_stmt_prepare']:.0f} | {m['connections']:.0f} |")
+                f"{m['com_stmt_prepare']:.0f} | {m['com_stmt_reprepare']:.0f} | "
+                f"{m['db_bytes_in_per_req']:.1f} | {m['connections']:.0f} |")
     out += ["", f"ref: {REFERENCE} (bench/mysql/blocking_server.c: "
             f"{meta['pool']} threads, each with its own connection on "
             "libmariadb's blocking API and its own epoll set of HTTP "
@@ -443,7 +482,10 @@ def markdown_http(meta, http):
             "the wrk run ÷ requests completed; total: their sum. ÷ ref: median "
             "of the per-repeat ratios. spread: (max − min) / median of total "
             "µs/req. prepares: COM_STMT_PREPARE mariadbd saw during the "
-            "measured run (0: every statement came from a cache); conns "
+            "measured run (0: every statement came from a cache); re-prepares: "
+            "the server's own (Com_stmt_reprepare); mariadbd bytes in/req: "
+            "Bytes_received over the run ÷ requests (COM_STMT_EXECUTE with "
+            "its parameters: 24 bytes for one BIGINT without its type, 26 with it); conns "
             "opened: connections it accepted during the run (pools warmed up: "
             "0).", ""]
     return out

@@ -1,10 +1,12 @@
 -- bench/mysql/point_load.lua — point-select load from `moonflow run`, the
 -- peer of `sysbench oltp_point_select` on the same server and table.
 --
---   moonflow run bench/mysql/point_load.lua URL QUERIES CONC TABLE_SIZE [MAX_S]
+--   moonflow run bench/mysql/point_load.lua URL QUERIES CONC TABLE_SIZE [MAX_S [PIPELINE]]
 --
 -- CONC coroutines share one mf.mysql(URL, {pool = CONC}) client: as many
--- connections as sysbench --threads=CONC opens. Each loops
+-- connections as sysbench --threads=CONC opens. PIPELINE (default 1: off)
+-- is the client's pipeline option: up to PIPELINE statements in flight on
+-- one connection, so fewer connections carry the CONC callers. Each loops
 -- db:query("SELECT c FROM sbtest1 WHERE id=?", id) — sysbench's statement,
 -- a server-side prepared statement — with id uniform in 1..TABLE_SIZE, until
 -- QUERIES were issued or MAX_S seconds passed (default 30). Every answer
@@ -29,14 +31,15 @@ package.path = arg[0]:gsub("[^/]*$", "") .. "../lua/?.lua;" .. package.path
 local clock = require "_clock"
 local wall, cpu = clock.wall, clock.cpu
 
-local usage = "usage: point_load.lua URL QUERIES CONC TABLE_SIZE [MAX_S]"
+local usage = "usage: point_load.lua URL QUERIES CONC TABLE_SIZE [MAX_S [PIPELINE]]"
 local url = assert(arg[1], usage)
 local queries = assert(tonumber(arg[2]), usage)
 local conc = assert(tonumber(arg[3]), usage)
 local table_size = assert(tonumber(arg[4]), usage)
 local max_s = tonumber(arg[5] or 30)
+local pipeline = tonumber(arg[6] or 1)
 
-local db = mf.mysql(url, { pool = conc, queue = conc })
+local db = mf.mysql(url, { pool = conc, queue = conc, pipeline = pipeline })
 local sql = "SELECT c FROM sbtest1 WHERE id=?"
 local random = math.random
 

@@ -32,6 +32,7 @@ void mf_mysql_opts_init(mf_mysql_opts_t *o)
     o->wait_timeout_ms = 5000;
     o->stmt_cache = 64;
     o->max_result = 512u << 20;
+    o->pipeline = 1;
 }
 
 /* Zero fields of the caller's opts mean the default, except
@@ -51,6 +52,7 @@ static void mf__opts_normalize(mf_mysql_opts_t *o, const mf_mysql_opts_t *in)
     MF__OPT(wait_timeout_ms);
     MF__OPT(stmt_cache);
     MF__OPT(max_result);
+    MF__OPT(pipeline);
 #undef MF__OPT
 }
 
@@ -85,6 +87,7 @@ static void mf__client_free(void *data)
         mf_mysql_session_t *s = mf_container_of(node, mf_mysql_session_t, link);
         mf_loop_free(c->loop, s, sizeof(*s));
     }
+    mf__mysql_pipes_free(c);
     while ((node = mf_list_pop_front(&c->killers)) != NULL)
         mf__mysql_conn_close(mf_container_of(node, mf_mysql_conn_t, link));
     mf__mysql_quoter_close(c);
@@ -102,6 +105,7 @@ static mf_mysql_client_t *mf__client_new(mf_loop_t *loop, const char *url,
     c->opts = *opts;
     mf_list_init(&c->killers);
     mf_list_init(&c->sessions);
+    mf_list_init(&c->pipes);
     size_t n = strlen(url) + 1;
     c->url = memcpy(mf_xmalloc(n), url, n);
     if (mf__mysql_endpoint_parse(&c->ep, url) < 0 ||
@@ -124,8 +128,8 @@ static const char *mf__client_key(char *buf, size_t cap, char **heap,
     url, (unsigned)o->connect_timeout_ms, (unsigned)o->query_timeout_ms,  \
         (unsigned)o->idle_timeout_ms, o->max_connections, o->max_waiters, \
         (unsigned)o->wait_timeout_ms, o->stmt_cache,                      \
-        (unsigned long long)o->max_result
-    static const char fmt[] = "%s %u,%u,%u,%u,%u,%u,%u,%llu";
+        (unsigned long long)o->max_result, o->pipeline
+    static const char fmt[] = "%s %u,%u,%u,%u,%u,%u,%u,%llu,%u";
     int n = snprintf(buf, cap, fmt, MF__KEY_ARGS);
     *heap = NULL;
     if (n >= 0 && (size_t)n < cap)
@@ -161,7 +165,7 @@ mf_mysql_client_t *mf_mysql_client(mf_loop_t *loop, const char *url,
     mf__opts_normalize(&o, opts);
     if (error)
         *error = 0;
-    if (!url) {
+    if (!url || o.pipeline > MF_MYSQL_PIPELINE_MAX) {
         if (error)
             *error = MF_EINVAL;
         return NULL;

@@ -31,6 +31,10 @@ static void mf__conn_drive(mf_mysql_conn_t *conn, int ready);
 static void mf__conn_io_cb(mf_io_t *io, unsigned events)
 {
     mf_mysql_conn_t *conn = io->data;
+    if (!conn->step && conn->raw_io) {
+        conn->raw_io(conn, events);
+        return;
+    }
     if (!conn->step) {
         /* Nothing asked to read: the server closed an idle connection (a
          * restart, KILL, wait_timeout) or sent what nobody expects; the

@@ -180,6 +180,8 @@ struct mf_mysql_client {
     MYSQL quoter;       /* never connects: mf_mysql_quote's charset and mode */
     mf_list_t killers;  /* the KILL connection in flight (not pooled) */
     mf_list_t sessions; /* open sessions */
+    mf_list_t pipes;    /* its pipelines (mysql_pipeline.c), kept for reuse */
+    unsigned npipes;
     /* Thread ids waiting for the KILL connection, which sends one KILL at
      * a time: a burst of timeouts or cancels queues here instead of
      * opening a connection each (that could take the server past its
@@ -290,6 +292,11 @@ struct mf_mysql_conn {
     mf_mysql_session_t *session; /* the session it is pinned to */
     void *stmt_cache;            /* mysql_stmt.c's, per connection */
     void (*stmt_cache_drop)(mf_mysql_conn_t *conn); /* frees stmt_cache */
+    /* A pipeline drives the socket itself between connector operations:
+     * socket events while no step runs go to raw_io (raw_user: the
+     * pipeline). */
+    void (*raw_io)(mf_mysql_conn_t *conn, unsigned events);
+    void *raw_user;
     mf_list_t link; /* client->killers for a KILL connection */
     mf_post_t free_post;
     mf_dns_query_t dns;
@@ -357,6 +364,7 @@ typedef enum mf_mysql_task_step {
     MF_MT_WAITING, /* for a connection: t->waiter */
     MF_MT_QUEUED,  /* behind another task of its session */
     MF_MT_QUERY,   /* its phase runs on t->conn */
+    MF_MT_PIPED,   /* queued on or in flight in t->pipe */
     MF_MT_DONE
 } mf_mysql_task_step_t;
 
@@ -365,6 +373,7 @@ struct mf_mysql_task {
     mf_mysql_client_t *client;
     mf_mysql_session_t *session;
     mf_mysql_conn_t *conn;
+    struct mf_mysql_pipe *pipe; /* MF_MT_PIPED: its pipeline */
     const mf_mysql_phase_t *phase;
     mf_mysql_task_step_t step;
     mf_mysql_waiter_t waiter; /* its place in the pool */
@@ -406,10 +415,28 @@ void mf__mysql_task_keep_error(mf_mysql_task_t *t, unsigned code,
                                const char *sqlstate, const char *message);
 /* The query phase ends: the connection goes back; the task completes. */
 void mf__mysql_task_finish(mf_mysql_task_t *t, int state, int error);
+/* A pipelined task ends (mysql_pipeline.c): the server status its last
+ * packet carried is learned, the task completes. */
+void mf__mysql_task_piped_done(mf_mysql_task_t *t, unsigned status, int state,
+                               int error);
 /* The connector failed on t->conn: keeps its code/SQLSTATE/message, maps it
  * to (state, error), marks the connection broken when the code says the
  * connection is gone, and finishes. */
 void mf__mysql_task_fail_conn(mf_mysql_task_t *t);
+
+/* ---- pipelines (mysql_pipeline.c) ------------------------------------------
+ * See mysql_pipeline.h. */
+/* Whether t goes through a pipeline: a prepared statement of its own (no
+ * session, no stream) on a client with pipeline > 1 and no TLS. */
+bool mf__mysql_pipe_wants(const mf_mysql_task_t *t);
+/* Queues t on a pipeline of its client (t->step becomes MF_MT_PIPED, or
+ * the task completes at once with EBUSY). */
+void mf__mysql_pipe_submit(mf_mysql_task_t *t);
+/* t ends early (timeout, cancel): taken off its queue, or, when already
+ * written, its reply is read and dropped when it comes. */
+void mf__mysql_pipe_abandon(mf_mysql_task_t *t);
+/* Frees the client's pipelines (the pool closed their connections). */
+void mf__mysql_pipes_free(mf_mysql_client_t *c);
 
 /* ---- sessions (mysql_task.c) --------------------------------------------- */
 

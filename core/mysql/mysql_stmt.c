@@ -147,6 +147,7 @@ void mf__mysql_stmt_free(mf_mysql_stmt_t *stmt)
         mysql_stmt_close(stmt->handle); /* detached: frees memory only */
     }
     mf_free(stmt->binds);
+    mf_free(stmt->ptypes);
     mf_free(stmt);
 }
 
@@ -167,37 +168,118 @@ static int mf__stmt_reserve(mf_mysql_stmt_t *stmt, unsigned n)
     return 0;
 }
 
-static void mf__bind_param(MYSQL_BIND *b, const mf_mysql_param_t *p)
+/* A parameter as the connector sends it: its type key (MYSQL_TYPE_* |
+ * 0x8000 when unsigned), where its value is and, for strings, its
+ * length. */
+#define MF__UNSIGNED_TYPE 0x8000u
+
+static uint16_t mf__param_ref(const mf_mysql_param_t *p, void **buf,
+                              unsigned long *len)
 {
-    memset(b, 0, sizeof *b);
+    *len = 0;
     switch (p->type) {
     case MF_MYSQL_INT:
-        b->buffer_type = MYSQL_TYPE_LONGLONG;
-        b->buffer = (void *)&p->i;
-        break;
+        *buf = (void *)&p->i;
+        return MYSQL_TYPE_LONGLONG;
     case MF_MYSQL_UINT:
-        b->buffer_type = MYSQL_TYPE_LONGLONG;
-        b->buffer = (void *)&p->u;
-        b->is_unsigned = 1;
-        break;
+        *buf = (void *)&p->u;
+        return MYSQL_TYPE_LONGLONG | MF__UNSIGNED_TYPE;
     case MF_MYSQL_DOUBLE:
-        b->buffer_type = MYSQL_TYPE_DOUBLE;
-        b->buffer = (void *)&p->d;
-        break;
+        *buf = (void *)&p->d;
+        return MYSQL_TYPE_DOUBLE;
     case MF_MYSQL_TEXT:
     case MF_MYSQL_BLOB:
-        b->buffer_type =
-            p->type == MF_MYSQL_TEXT ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
         /* An empty string still needs a buffer: a NULL one means SQL
          * NULL to the connector. */
-        b->buffer = (void *)(p->s ? p->s : "");
-        b->buffer_length = (unsigned long)p->len;
-        break;
+        *buf = (void *)(p->s ? p->s : "");
+        *len = (unsigned long)p->len;
+        return p->type == MF_MYSQL_TEXT ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
     case MF_MYSQL_NULL:
     default:
-        b->buffer_type = MYSQL_TYPE_NULL;
-        break;
+        *buf = NULL;
+        return MYSQL_TYPE_NULL;
     }
+}
+
+static bool mf__is_string_type(uint16_t type)
+{
+    return type == MYSQL_TYPE_STRING || type == MYSQL_TYPE_BLOB;
+}
+
+void mf__mysql_stmt_unbind(mf_mysql_stmt_t *stmt)
+{
+    stmt->types_bound = false;
+    stmt->wire_types = false;
+}
+
+/* The types match the connector's: its copies of the binds (the
+ * MYSQL_STMT's params, which mysql_stmt_bind_param filled) are pointed at
+ * the new values. mysql_stmt_bind_param is not called: it would set
+ * send_types_to_server, and every COM_STMT_EXECUTE would carry the types
+ * for the server to parse again. false: a type changed. */
+static bool mf__rebind_values(mf_mysql_stmt_t *stmt,
+                              const mf_mysql_param_t *params, size_t n)
+{
+    MYSQL_BIND *held = stmt->handle->params;
+    for (size_t i = 0; i < n; i++) {
+        void *buf;
+        unsigned long len;
+        uint16_t type = mf__param_ref(&params[i], &buf, &len);
+        if (type != stmt->ptypes[i])
+            return false;
+        if (type == MYSQL_TYPE_NULL)
+            continue;
+        held[i].buffer = buf;
+        if (mf__is_string_type(type))
+            held[i].buffer_length = len; /* held[i].length points here */
+    }
+    return true;
+}
+
+int mf__mysql_stmt_note_types(mf_mysql_stmt_t *stmt,
+                              const mf_mysql_param_t *params, size_t n)
+{
+    if (n > stmt->nptypes) {
+        uint16_t *t = mf_try_malloc(n * sizeof *t);
+        if (!t)
+            return MF_ENOMEM;
+        mf_free(stmt->ptypes);
+        stmt->ptypes = t;
+        stmt->nptypes = (unsigned)n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        void *buf;
+        unsigned long len;
+        stmt->ptypes[i] = mf__param_ref(&params[i], &buf, &len);
+    }
+    return 0;
+}
+
+/* Binds every parameter through the connector (which sends the types with
+ * the next execute) and remembers the types. */
+static int mf__bind_types(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
+                          size_t n)
+{
+    stmt->types_bound = false;
+    stmt->wire_types = false;
+    if (mf__mysql_stmt_note_types(stmt, params, n) != 0)
+        return MF_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        MYSQL_BIND *b = &stmt->binds[i];
+        void *buf;
+        unsigned long len;
+        uint16_t type = mf__param_ref(&params[i], &buf, &len);
+        memset(b, 0, sizeof *b);
+        b->buffer_type = (enum enum_field_types)(type & ~MF__UNSIGNED_TYPE);
+        b->is_unsigned = (type & MF__UNSIGNED_TYPE) != 0;
+        b->buffer = buf;
+        b->buffer_length = len;
+    }
+    /* Refused by the connector: its words are on the statement. */
+    if (mysql_stmt_bind_param(stmt->handle, stmt->binds))
+        return MF_EPROTO;
+    stmt->types_bound = true;
+    return 0;
 }
 
 int mf__mysql_stmt_bind(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
@@ -209,13 +291,12 @@ int mf__mysql_stmt_bind(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
         return MF_EINVAL;
     if (n == 0)
         return 0;
+    if (stmt->types_bound && mf__rebind_values(stmt, params, n))
+        return 0;
     unsigned cols = mysql_stmt_field_count(stmt->handle);
     if (mf__stmt_reserve(stmt, want + cols) != 0)
         return MF_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        mf__bind_param(&stmt->binds[i], &params[i]);
-    /* Refused by the connector: its words are on the statement. */
-    return mysql_stmt_bind_param(stmt->handle, stmt->binds) ? MF_EPROTO : 0;
+    return mf__bind_types(stmt, params, n);
 }
 
 int mf__mysql_stmt_bind_columns(mf_mysql_stmt_t *stmt)
@@ -349,7 +430,7 @@ static void mf__cache_drop_conn(mf_mysql_conn_t *conn)
     conn->stmt_cache = NULL;
 }
 
-static mf_mysql_stmt_cache_t *mf__cache_of(mf_mysql_conn_t *conn)
+mf_mysql_stmt_cache_t *mf__mysql_stmt_cache_of(mf_mysql_conn_t *conn)
 {
     if (!conn->stmt_cache) {
         mf_mysql_stmt_cache_t *cache = mf_try_malloc(sizeof *cache);
@@ -365,7 +446,7 @@ static mf_mysql_stmt_cache_t *mf__cache_of(mf_mysql_conn_t *conn)
 /* ---- steps -----------------------------------------------------------------
  */
 
-static int mf__step_prepare(mf_mysql_conn_t *conn, int ready)
+int mf__mysql_step_stmt_prepare(mf_mysql_conn_t *conn, int ready)
 {
     if (!ready)
         return mysql_stmt_prepare_start(&conn->ret.i, conn->op_obj,
@@ -380,7 +461,7 @@ static int mf__step_execute(mf_mysql_conn_t *conn, int ready)
     return mysql_stmt_execute_cont(&conn->ret.i, conn->op_obj, ready);
 }
 
-static int mf__step_close(mf_mysql_conn_t *conn, int ready)
+int mf__mysql_step_stmt_close(mf_mysql_conn_t *conn, int ready)
 {
     if (!ready)
         return mysql_stmt_close_start(&conn->ret.b, conn->op_obj);
@@ -524,10 +605,11 @@ static void mf__prepare_done(mf_mysql_conn_t *conn)
 static void mf__prepare(mf_mysql_task_t *t, mf_mysql_stmt_t *s)
 {
     mf_mysql_conn_t *conn = t->conn;
+    mf__mysql_stmt_unbind(s); /* the connector drops its binds */
     conn->op_obj = s->handle;
     conn->op_sql = s->sql;
     conn->op_len = s->sql_len;
-    mf__mysql_conn_run(conn, mf__step_prepare, mf__prepare_done);
+    mf__mysql_conn_run(conn, mf__mysql_step_stmt_prepare, mf__prepare_done);
 }
 
 /* ER_NEED_REPREPARE, or the connector saw the columns change under a
@@ -546,6 +628,9 @@ static void mf__execute_done(mf_mysql_conn_t *conn)
         run->executed(t);
         return;
     }
+    /* Whether the server took the types before it failed is unknown: the
+     * next execute sends them again. */
+    mf__mysql_stmt_unbind(run->stmt);
     if (!run->reprepared && mf__needs_reprepare(mysql_stmt_errno(h))) {
         run->reprepared = true;
         mf__prepare(t, run->stmt); /* the same handle, prepared anew */
@@ -584,7 +669,7 @@ static void mf__execute(mf_mysql_task_t *t)
 void mf__mysql_stmt_start(mf_mysql_task_t *t, mf_mysql_stmt_run_t *run)
 {
     mf_mysql_conn_t *conn = t->conn;
-    mf_mysql_stmt_cache_t *cache = mf__cache_of(conn);
+    mf_mysql_stmt_cache_t *cache = mf__mysql_stmt_cache_of(conn);
     t->phase_data = run;
     run->stmt =
         cache ? mf__mysql_stmt_cache_find(cache, t->sql, t->sql_len) : NULL;
@@ -608,7 +693,7 @@ void mf__mysql_stmt_start(mf_mysql_task_t *t, mf_mysql_stmt_run_t *run)
     mf__mysql_stmt_cache_remove(cache, run->victim);
     conn->op_obj = run->victim->handle;
     run->victim->handle = NULL;
-    mf__mysql_conn_run(conn, mf__step_close, mf__close_done);
+    mf__mysql_conn_run(conn, mf__mysql_step_stmt_close, mf__close_done);
 }
 
 void mf__mysql_stmt_run_abort(mf_mysql_task_t *t, mf_mysql_stmt_run_t *run)

@@ -30,6 +30,22 @@ typedef struct mf_mysql_stmt {
      * mysql_stmt_fetch_column, so no row is copied twice). */
     MYSQL_BIND *binds;
     unsigned nbinds;
+    /* The parameter types the connector holds (MYSQL_TYPE_* | 0x8000 when
+     * unsigned), one per marker: while they match, an execute only points
+     * the connector's copy of each bind at the new value, and
+     * COM_STMT_EXECUTE goes without its type block (new-params-bound 0),
+     * which the server would otherwise parse and convert again. Cleared by
+     * a prepare (the connector forgets its binds) and by a failed execute
+     * (the server may not have taken the types). */
+    uint16_t *ptypes;
+    unsigned nptypes;
+    bool types_bound;
+    /* The server holds the types a pipeline (mysql_pipeline.c) last wrote
+     * in ptypes: the pipeline's own execute packets may go without them.
+     * Binding through the connector clears it, and a pipeline sending
+     * types clears types_bound: the server keeps one set of types per
+     * statement, whoever sent them. */
+    bool wire_types;
 } mf_mysql_stmt_t;
 
 typedef struct mf_mysql_stmt_cache {
@@ -62,11 +78,16 @@ mf_mysql_stmt_t *mf__mysql_stmt_new(MYSQL *mysql, const char *sql, size_t len);
  * as the connector does on a reset: nothing is sent to the server. */
 void mf__mysql_stmt_free(mf_mysql_stmt_t *stmt);
 
-/* Binds n parameters for the next execute. MF_EINVAL when n is not the
+/* Binds n parameters for the next execute: the types go to the connector
+ * (and from it to the server) only when they differ from the last ones
+ * bound. MF_EINVAL when n is not the
  * statement's marker count (*markers says how many it has), MF_ENOMEM,
  * or MF_EPROTO when the connector refused them (its words on the handle). */
 int mf__mysql_stmt_bind(mf_mysql_stmt_t *stmt, const mf_mysql_param_t *params,
                         size_t n, unsigned *markers);
+/* The connector's binds of stmt no longer stand (a prepare, a failed
+ * execute): the next bind sends the types again. */
+void mf__mysql_stmt_unbind(mf_mysql_stmt_t *stmt);
 /* Binds the result columns after an execute that produced a result set
  * (their number may change when the server re-prepares). 0 or MF_ENOMEM. */
 int mf__mysql_stmt_bind_columns(mf_mysql_stmt_t *stmt);
@@ -115,7 +136,19 @@ mf_mysql_field_t *mf__mysql_copy_fields(mf_mysql_task_t *t,
 /* The counts of an OK packet or the end of a result set. */
 void mf__mysql_stmt_counts(mf_mysql_result_t *r, MYSQL_STMT *h);
 
-/* Operation steps on conn->op_obj (a MYSQL_STMT), see mysql_int.h. */
+/* The connection's statement cache, made at first use; NULL when memory is
+ * refused. */
+mf_mysql_stmt_cache_t *mf__mysql_stmt_cache_of(mf_mysql_conn_t *conn);
+/* Records the types of n parameters as those the server holds (ptypes
+ * grown when needed); 0 or MF_ENOMEM. */
+int mf__mysql_stmt_note_types(mf_mysql_stmt_t *stmt,
+                              const mf_mysql_param_t *params, size_t n);
+
+/* Operation steps on conn->op_obj (a MYSQL_STMT), see mysql_int.h:
+ * prepare (conn->op_sql, op_len), close (COM_STMT_CLOSE; the connector
+ * frees the handle). */
+int mf__mysql_step_stmt_prepare(mf_mysql_conn_t *conn, int ready);
+int mf__mysql_step_stmt_close(mf_mysql_conn_t *conn, int ready);
 int mf__mysql_step_stmt_fetch(mf_mysql_conn_t *conn, int ready);
 int mf__mysql_step_stmt_next(mf_mysql_conn_t *conn, int ready);
 int mf__mysql_step_stmt_free(mf_mysql_conn_t *conn, int ready);

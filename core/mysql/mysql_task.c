@@ -126,6 +126,14 @@ void mf__mysql_task_finish(mf_mysql_task_t *t, int state, int error)
     mf__mysql_session_next(s);
 }
 
+void mf__mysql_task_piped_done(mf_mysql_task_t *t, unsigned status, int state,
+                               int error)
+{
+    t->pipe = NULL;
+    mf__mysql_client_learn_status(t->client, status);
+    mf__task_done(t, state, error);
+}
+
 void mf__mysql_task_fail_conn(mf_mysql_task_t *t)
 {
     MYSQL *m = &t->conn->mysql;
@@ -166,6 +174,10 @@ static void mf__task_abort(mf_mysql_task_t *t, int state, int error)
         mf_list_remove(&t->link);
         mf__task_done(t, state, error);
         return; /* the running task of its session goes on */
+    case MF_MT_PIPED:
+        mf__mysql_pipe_abandon(t);
+        mf__task_done(t, state, error);
+        return; /* the others on its pipeline go on */
     case MF_MT_QUERY: {
         mf_mysql_conn_t *conn = t->conn;
         if (t->phase->abort)
@@ -275,6 +287,10 @@ static void mf__task_dispatch(mf_task_t *task)
     }
     if (s)
         s->running = t;
+    if (mf__mysql_pipe_wants(t)) {
+        mf__mysql_pipe_submit(t);
+        return;
+    }
     mf__task_run(t);
 }
 

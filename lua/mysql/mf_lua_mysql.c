@@ -525,6 +525,7 @@ static const mf_lua_mysql_opt_t mf_lua__opts[] = {
     MF_LUA_MYSQL_OPT("idle_timeout", idle_timeout_ms),
     MF_LUA_MYSQL_OPT("stmt_cache", stmt_cache),
     MF_LUA_MYSQL_OPT("max_result", max_result),
+    MF_LUA_MYSQL_OPT("pipeline", pipeline),
 };
 
 /* One option (key at -2, value at -1) into opts, or db's rows mode. */
@@ -596,6 +597,9 @@ static int mf_lua__client(lua_State *L)
     }
     if (opts.max_connections == 0)
         return luaL_error(L, "mf.mysql: option pool must be at least 1");
+    if (opts.pipeline > MF_MYSQL_PIPELINE_MAX)
+        return luaL_error(L, "mf.mysql: option pipeline must be at most %d",
+                          MF_MYSQL_PIPELINE_MAX);
     int err = 0;
     mf_lua_host_t *host = mf_lua_host_from_state(L);
     db->client = mf_mysql_client(mf_lua_host_loop(host), url, &opts, &err);

@@ -57,6 +57,38 @@ describe("mf.mysql", function()
         assert.has_error(function() mf.mysql(url, { timeout = 1.5 }) end)
         assert.has_error(function() mf.mysql(url, { rows = "columns" }) end)
         assert.has_error(function() mf.mysql(url, "pool=1") end)
+        ok, err = pcall(mf.mysql, url, { pipeline = -1 })
+        assert.is_false(ok)
+        assert.matches("option pipeline", err)
+        ok, err = pcall(mf.mysql, url, { pipeline = 5000 })
+        assert.is_false(ok)
+        assert.matches("option pipeline must be at most 4096", err)
+    end)
+
+    it("pipelines prepared statements with pipeline = N, same results", function()
+        local p = mf.mysql(url, { pool = 2, pipeline = 8 })
+        assert.are_not.equal(db, p)
+        assert(p:query("DROP TABLE IF EXISTS lp"))
+        assert(p:query("CREATE TABLE lp (k INT PRIMARY KEY, s VARCHAR(8), d DOUBLE)"))
+        local n = 24
+        local inserts, selects = {}, {}
+        for i = 1, n do
+            inserts[i] = mf.task.mysql(p, "INSERT INTO lp VALUES (?, ?, ?)",
+                i, "s" .. i, i / 4)
+            selects[i] = mf.task.mysql(p, "SELECT k, s, d FROM lp WHERE k = ?", i)
+        end
+        -- All at once: they share the two connections, 8 in flight on each.
+        local ins = mf.parallel(inserts):wait()
+        local sel = mf.parallel(selects):wait()
+        for i = 1, n do
+            assert.are.equal("success", ins[i].state)
+            assert.are.equal(1, ins[i].affected_rows)
+            local plain = assert(db:query("SELECT k, s, d FROM lp WHERE k = ?", i))
+            assert.are.same(plain[1], sel[i].rows[1])
+        end
+        local dup, err = p:query("INSERT INTO lp VALUES (?, ?, ?)", 1, "x", 0)
+        assert.is_nil(dup)
+        assert.matches("1062", err)
     end)
 
     it("raises on a malformed URL", function()

@@ -39,6 +39,15 @@
  * COM_RESET_CONNECTION before its next use. Idle connections close after
  * opts.idle_timeout_ms.
  *
+ * Pipelining. With opts.pipeline = N > 1, the prepared statements of tasks
+ * outside sessions (not streamed) share the client's connections: up to N
+ * COM_STMT_EXECUTE packets are written on one before their replies are
+ * read, in order. A statement's error fails that task alone; a connection
+ * that breaks fails exactly the statements in flight or queued on it
+ * (MF_ECONNRESET, 2013), none is sent again. A client with TLS never
+ * pipelines. query_timeout_ms counts from the task's start; a pipelined
+ * statement past it completes with MF_ETIMEDOUT, its reply dropped.
+ *
  * A task runs one query string (several statements separated by ';' are
  * allowed: one result per statement), or, once parameters are bound, one
  * prepared statement executed with them (prepared on the connection the first
@@ -117,7 +126,13 @@ typedef struct mf_mysql_opts {
                                     least recently used out; default 64 */
     uint64_t max_result;         /* bytes of one task's stored results;
                                     default 512 MiB */
+    unsigned pipeline;           /* prepared statements in flight per
+                                    connection (see "Pipelining" below);
+                                    default 1: none pipelined */
 } mf_mysql_opts_t;
+
+/* The deepest pipeline a client takes (opts.pipeline). */
+#define MF_MYSQL_PIPELINE_MAX 4096
 
 MF_API void mf_mysql_opts_init(mf_mysql_opts_t *opts);
 

@@ -502,3 +502,61 @@ TEST(a_cached_point_select_allocates_only_in_the_connector)
     ASSERT_EQ(mf_mysql_client_connects(c), 1);
     teardown();
 }
+
+/* A cached statement sends its parameter types once: while they stay the
+ * same, COM_STMT_EXECUTE carries the values only (new-params-bound 0), as
+ * the server's count of received bytes shows; a changed type, a changed
+ * length and a failed execute in between still give the right values. */
+TEST(a_cached_statement_sends_its_parameter_types_once)
+{
+    mf_mysql_opts_t o = one_connection();
+    mf_mysql_client_t *c = setup_with(&o);
+    const char *sql = "SELECT ? + ?";
+    mf_mysql_param_t two[] = {MF_MYSQL_INT(1), MF_MYSQL_INT(2)};
+    expect_bound(c, sql, 2, two, "i:3");
+    /* What one read of the counter costs (its connection, its query). */
+    unsigned long b0 = global_status("BYTES_RECEIVED");
+    unsigned long b1 = global_status("BYTES_RECEIVED");
+    const int n = 1000;
+    for (int i = 0; i < n; i++) {
+        two[0] = MF_MYSQL_INT(i);
+        char want[32];
+        snprintf(want, sizeof want, "i:%d", i + 2);
+        expect_bound(c, sql, 2, two, want);
+    }
+    unsigned long b2 = global_status("BYTES_RECEIVED");
+    double per = (double)((long)(b2 - b1) - (long)(b1 - b0)) / n;
+    /* 4 header + 1 command + 4 id + 1 flags + 4 iterations + 1 null map + 1
+     * new-params-bound + 16 values = 32; with the types: 36. */
+    fprintf(stderr, "bytes received per execute: %.2f\n", per);
+    ASSERT(per >= 31.5 && per < 33);
+    /* Types changing under the cached statement. */
+    mf_mysql_param_t mixed[] = {DOUBLE(0.5), MF_MYSQL_INT(2)};
+    expect_bound(c, sql, 2, mixed, "d:2.5");
+    mixed[0] = NUL;
+    expect_bound(c, sql, 2, mixed, "NULL");
+    mixed[0] = UINT(UINT64_MAX);
+    mixed[1] = MF_MYSQL_INT(0);
+    expect_bound(c, "SELECT ?, ?", 2, mixed, "u:18446744073709551615,i:0");
+    expect_bound(c, sql, 2, two, "i:1001");
+    mf_mysql_param_t s[] = {TEXT("ab"), TEXT("cde")};
+    expect_bound(c, "SELECT CONCAT(?, ?)", 2, s, "abcde");
+    s[0] = TEXT("");
+    s[1] = TEXT("longer text");
+    expect_bound(c, "SELECT CONCAT(?, ?)", 2, s, "longer text");
+    s[0] = BLOB("x\0y", 3);
+    expect_bound(c, "SELECT CONCAT(?, ?)", 2, s, "x\\0ylonger text");
+    /* A failed execute, then the same statement with the same types. */
+    expect(c, "DROP TABLE IF EXISTS ct; CREATE TABLE ct (k INT PRIMARY KEY)",
+           "ok | ok");
+    mf_mysql_param_t k = MF_MYSQL_INT(1);
+    expect_bound(c, "INSERT INTO ct VALUES (?)", 1, &k, "ok");
+    result_t r;
+    run_bound(c, &r, "INSERT INTO ct VALUES (?)", 1, &k);
+    EXPECT_STATE(r, MF_STATE_TASK_ERROR, MF_ESQL);
+    ASSERT_EQ(r.code, 1062);
+    k = MF_MYSQL_INT(2);
+    expect_bound(c, "INSERT INTO ct VALUES (?)", 1, &k, "ok");
+    expect(c, "SELECT GROUP_CONCAT(k ORDER BY k) FROM ct", "1,2");
+    teardown();
+}
