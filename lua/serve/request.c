@@ -116,21 +116,51 @@ void mf_serve_add_request_id(const mf_serve_worker_t *w, mf_http_exchange_t *ex,
     mf_http_exchange_add_header_line(ex, line, nlen + ilen + 4);
 }
 
+void mf_serve_request_id_line_open(mf_serve_worker_t *w)
+{
+    const char *name = w->config->request_id_header;
+    size_t nlen = name ? strlen(name) : 0;
+    if (nlen > MF_SERVE_ID_HEADER_MAX)
+        nlen = 0; /* cannot be: the config's check bounds it */
+    memcpy(w->id_line_head, name, nlen);
+    memcpy(w->id_line_head + nlen, ": ", 2);
+    memcpy(w->id_line_head + nlen + 2, w->id_prefix_hex, 16);
+    w->id_name_len = (uint8_t)nlen;
+}
+
+/* The header line of an id not written yet (the serial's, made): the
+ * worker's head, then the serial's digits; the id itself is written only
+ * when something asks for it. Returns the line's length. */
+static size_t mf__made_id_line(const mf_serve_worker_t *w, uint64_t serial,
+                               char *line)
+{
+    size_t head = (size_t)w->id_name_len + 2 + 16;
+    memcpy(line, w->id_line_head, head);
+    mf__hex8((uint32_t)(serial >> 32), line + head);
+    mf__hex8((uint32_t)serial, line + head + 8);
+    memcpy(line + head + 16, "\r\n", 2);
+    return head + 18;
+}
+
+/* The header line of an id already in the record (given, or asked for). */
+static size_t mf__written_id_line(const mf_serve_request_t *request, char *line)
+{
+    size_t nlen = request->w->id_name_len, ilen = request->id_len;
+    memcpy(line, request->w->id_line_head, nlen + 2);
+    memcpy(line + nlen + 2, request->id, ilen);
+    memcpy(line + nlen + 2 + ilen, "\r\n", 2);
+    return nlen + ilen + 4;
+}
+
 void mf_serve_request_add_id(mf_serve_request_t *request)
 {
-    const char *name = request->w->config->request_id_header;
-    if (!name)
-        return;
-    const char *id = mf_serve_request_id(request);
-    size_t nlen = strlen(name), ilen = request->id_len;
-    if (nlen > MF_SERVE_ID_HEADER_MAX)
-        return; /* cannot be: the config's check bounds it */
-    char *p = request->id_line;
-    memcpy(p, name, nlen);
-    memcpy(p + nlen, ": ", 2);
-    memcpy(p + nlen + 2, id, ilen);
-    memcpy(p + nlen + 2 + ilen, "\r\n", 2);
-    mf_http_exchange_add_header_static(request->ex, p, nlen + ilen + 4);
+    if (!request->w->id_name_len)
+        return; /* request_id_header = "off" */
+    char *line = request->id_line;
+    size_t len = request->id_len
+                     ? mf__written_id_line(request, line)
+                     : mf__made_id_line(request->w, request->serial, line);
+    mf_http_exchange_add_header_static(request->ex, line, len);
 }
 
 const char *mf_serve_request_id(mf_serve_request_t *request)
