@@ -60,6 +60,7 @@ static void mf_lua__thread_release(mf_lua_host_t *host, mf_lua_co_t *co,
         idle->L = co->L;
         idle->ref = co->ref;
         memcpy(idle->keep, co->keep, sizeof idle->keep);
+        memcpy(idle->keep_ptrs, co->keep_ptrs, sizeof idle->keep_ptrs);
         host->nidle++;
         host->counts.refs--;
         host->counts.idle_threads++;
@@ -79,14 +80,17 @@ static void mf_lua__thread_acquire(mf_lua_host_t *host, mf_lua_co_t *co)
         co->L = idle->L;
         co->ref = idle->ref;
         memcpy(co->keep, idle->keep, sizeof co->keep);
+        memcpy(co->keep_ptrs, idle->keep_ptrs, sizeof co->keep_ptrs);
         host->counts.refs++;
         host->counts.idle_threads--;
         return;
     }
     co->L = lua_newthread(host->L);
     co->ref = mf_lua_ref(host, host->L);
-    for (int i = 0; i < MF_LUA_CO_KEEP; i++)
+    for (int i = 0; i < MF_LUA_CO_KEEP; i++) {
         co->keep[i] = LUA_NOREF;
+        co->keep_ptrs[i] = NULL;
+    }
 }
 
 /* Why an erroring coroutine ended: the watchdog stopped it, or one of its
@@ -268,6 +272,11 @@ mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host)
 int *mf_lua_co_keep(mf_lua_co_t *co)
 {
     return co->keep;
+}
+
+void **mf_lua_co_keep_ptrs(mf_lua_co_t *co)
+{
+    return co->keep_ptrs;
 }
 
 void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)

@@ -78,6 +78,7 @@ struct mf_lua_host {
         lua_State *L;
         int ref;
         int keep[MF_LUA_CO_KEEP];
+        void *keep_ptrs[MF_LUA_CO_KEEP];
     } idle[MF_LUA_IDLE_THREADS];
     unsigned nidle;
 };
@@ -88,6 +89,7 @@ struct mf_lua_co {
     lua_State *L;
     int ref;                  /* anchors the thread; LUA_NOREF once released */
     int keep[MF_LUA_CO_KEEP]; /* travel with the thread (mf_lua_co_keep) */
+    void *keep_ptrs[MF_LUA_CO_KEEP]; /* and so do these */
     mf_lua_cleanup_fn cleanup;
     void *op;
     mf_lua_co_exit_cb cb;

@@ -194,13 +194,7 @@ mf_serve_object_t *mf_serve_current_object(mf_serve_worker_t *w, int slot)
     mf_lua_co_t *co = mf_lua_host_current(w->host);
     if (!co)
         return NULL;
-    int ref = mf_lua_co_keep(co)[slot];
-    if (ref == LUA_NOREF || ref == LUA_REFNIL)
-        return NULL;
-    lua_State *L = mf_lua_host_state(w->host);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
-    mf_serve_object_t *obj = lua_touserdata(L, -1);
-    lua_pop(L, 1);
+    mf_serve_object_t *obj = mf_lua_co_keep_ptrs(co)[slot];
     mf_serve_request_t *request = obj ? obj->request : NULL;
     /* a thread's binding lasts until it ends: the record lives till then */
     return request && (request->co == co || obj->thread) ? obj : NULL;
@@ -232,14 +226,48 @@ mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj)
     return mf__in_thread_of(request) ? request : NULL;
 }
 
-mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
+static mf_serve_request_t *mf__live_request(lua_State *L,
+                                            const mf_serve_object_t *obj)
 {
-    mf_serve_request_t *request =
-        mf_serve_object_request(mf_serve_check_object(L, idx, mt_up));
+    mf_serve_request_t *request = mf_serve_object_request(obj);
     if (!request)
         luaL_error(L, "the request is over (answered or the client left), "
                       "or this is not its handler");
     return request;
+}
+
+mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
+{
+    return mf__live_request(L, mf_serve_check_object(L, idx, mt_up));
+}
+
+/* The worker whose loop runs on this thread (one a thread). */
+static _Thread_local const mf_serve_worker_t *mf__thread_worker;
+
+void mf_serve_objects_open(mf_serve_worker_t *w)
+{
+    mf__thread_worker = w;
+}
+
+/* The userdata at index 1 when it is the object the running coroutine's
+ * thread keeps in slot, else NULL. Only the objects of serve's class are
+ * noted there (handler.c), so the address alone proves its class. */
+static mf_serve_object_t *mf__running_kept(lua_State *L, int slot)
+{
+    const mf_serve_worker_t *w = mf__thread_worker;
+    mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
+    if (!co)
+        return NULL;
+    void *obj = lua_touserdata(L, 1);
+    return obj && obj == mf_lua_co_keep_ptrs(co)[slot] ? obj : NULL;
+}
+
+mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot)
+{
+    mf_serve_object_t *obj = mf__running_kept(L, slot);
+    if (MF_UNLIKELY(!obj))
+        obj = mf_serve_check_object(L, 1, 1);
+    return mf__live_request(L, obj);
 }
 
 /* Pushes the cached req field key and returns 1, or returns 0 (nothing
@@ -569,7 +597,8 @@ void mf_serve_request_keep(mf_serve_request_t *request)
 
 int mf_serve_req_index(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request =
+        mf_serve_check_kept_request(L, MF_SERVE_KEEP_REQ);
     mf_lua_check_string(L, 2);
     return mf__req_field(L, request, 2);
 }
