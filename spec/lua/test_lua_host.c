@@ -438,7 +438,7 @@ static void run_in(mf_lua_co_t *co, const char *code)
     ASSERT(!mf_lua_co_start_with(co, 0, NULL));
 }
 
-TEST(kept_values_and_their_addresses_travel_with_a_reused_thread_only)
+TEST(a_returned_coroutine_is_reused_whole_with_its_kept_values)
 {
     setup();
     seen_t s = {0};
@@ -450,7 +450,9 @@ TEST(kept_values_and_their_addresses_travel_with_a_reused_thread_only)
     mf_lua_co_keep(co)[1] = ref;
     mf_lua_co_keep_ptrs(co)[1] = ud;
     run_in(co, "return 1");
+    mf_lua_co_t *done = co;
     co = mf_lua_host_prepare(host, on_exit_cb, &s); /* the idle thread */
+    ASSERT(co == done); /* its record too: no allocation */
     ASSERT(mf_lua_co_thread(co) == T);
     ASSERT_EQ(mf_lua_co_keep(co)[1], ref);
     ASSERT(mf_lua_co_keep_ptrs(co)[1] == ud);
