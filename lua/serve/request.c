@@ -120,8 +120,9 @@ void mf_serve_request_id_line_open(mf_serve_worker_t *w)
 {
     const char *name = w->config->request_id_header;
     size_t nlen = name ? strlen(name) : 0;
-    if (nlen > MF_SERVE_ID_HEADER_MAX)
-        nlen = 0; /* cannot be: the config's check bounds it */
+    w->id_name_len = 0;
+    if (nlen == 0 || nlen > MF_SERVE_ID_HEADER_MAX)
+        return; /* "off" (the config's check bounds a name) */
     memcpy(w->id_line_head, name, nlen);
     memcpy(w->id_line_head + nlen, ": ", 2);
     memcpy(w->id_line_head + nlen + 2, w->id_prefix_hex, 16);
