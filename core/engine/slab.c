@@ -30,8 +30,6 @@
  * 64-byte (cache line) alignment. */
 #define MF_SLAB_HEADER 64
 
-/* The smallest class whose size (64 << cls) holds size: a bit scan, no
- * loop, since it runs on every allocation and free. */
 /* The class of a size: 0 for up to 64 bytes; above, for 2^(b-1) < size <=
  * 2^b, the odd class 3 * 2^(b-2) or the even class 2^b. Slots stay
  * multiples of 32 bytes, so every object is aligned for any type. */
@@ -54,11 +52,27 @@ static size_t mf__slab_class_size(unsigned cls)
                    : (size_t)1 << (k + MF_SLAB_MIN_SHIFT + 1);
 }
 
+_Static_assert(sizeof(((mf_slab_t *)0)->class_of) ==
+                   (MF_LOOP_ALLOC_MAX >> MF_SLAB_GRAIN_SHIFT) + 1,
+               "a class for every size the slab serves");
+
 void mf__slab_init(mf_slab_t *slab)
 {
     for (unsigned i = 0; i < MF_SLAB_CLASSES; i++)
         slab->free[i] = NULL;
     slab->chunks = NULL;
+    for (size_t g = 0; g < sizeof slab->class_of; g++)
+        slab->class_of[g] =
+            (unsigned char)mf__slab_class(g << MF_SLAB_GRAIN_SHIFT);
+}
+
+/* The class of size (at most MF_LOOP_ALLOC_MAX): every slot is a whole
+ * number of grains, so the size's grains decide. */
+static inline unsigned mf__slab_class_of(const mf_slab_t *slab, size_t size)
+{
+    size_t grains =
+        (size + ((size_t)1 << MF_SLAB_GRAIN_SHIFT) - 1) >> MF_SLAB_GRAIN_SHIFT;
+    return slab->class_of[grains];
 }
 
 void mf__slab_close(mf_slab_t *slab)
@@ -105,7 +119,7 @@ void *mf__slab_alloc(mf_slab_t *slab, size_t size)
 {
     if (size > MF_LOOP_ALLOC_MAX)
         return mf_xmalloc(size);
-    unsigned cls = mf__slab_class(size);
+    unsigned cls = mf__slab_class_of(slab, size);
     if (!slab->free[cls])
         mf__slab_refill(slab, cls);
     mf_slab_free_t *obj = slab->free[cls];
@@ -122,7 +136,7 @@ void mf__slab_free(mf_slab_t *slab, void *p, size_t size)
         mf_free(p);
         return;
     }
-    unsigned cls = mf__slab_class(size);
+    unsigned cls = mf__slab_class_of(slab, size);
     mf_slab_free_t *obj = p;
     obj->next = slab->free[cls];
     slab->free[cls] = obj;

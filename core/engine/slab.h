@@ -26,9 +26,15 @@ typedef struct mf_slab_chunk {
     size_t bytes;
 } mf_slab_chunk_t;
 
+/* Slots are multiples of this: sizes rounded up to it share a class. */
+#define MF_SLAB_GRAIN_SHIFT 5
+
 typedef struct mf_slab {
     mf_slab_free_t *free[MF_SLAB_CLASSES];
     mf_slab_chunk_t *chunks;
+    /* The class of every size up to MF_LOOP_ALLOC_MAX, by its count of
+     * grains (rounded up): one load on every allocation and free. */
+    unsigned char class_of[(16384 >> MF_SLAB_GRAIN_SHIFT) + 1];
 } mf_slab_t;
 
 void mf__slab_init(mf_slab_t *slab);

@@ -50,43 +50,47 @@ void mf_lua_owned_drop(mf_lua_owned_t *o)
 }
 
 /* A thread that returned normally can run a new function (status 0, empty
- * stack): keep it for the next spawn. Errored or aborted ones cannot. */
-static void mf_lua__thread_release(mf_lua_host_t *host, mf_lua_co_t *co,
-                                   mf_lua_co_status_t status)
+ * stack): its record is kept whole for the next spawn (true). Errored or
+ * aborted ones cannot: their references go (false). */
+static bool mf_lua__co_keep_idle(mf_lua_host_t *host, mf_lua_co_t *co,
+                                 mf_lua_co_status_t status)
 {
     if (status == MF_LUA_CO_DONE && lua_status(co->L) == 0 &&
         host->nidle < MF_LUA_IDLE_THREADS) {
-        struct mf_lua_idle_thread *idle = &host->idle[host->nidle];
-        idle->L = co->L;
-        idle->ref = co->ref;
-        memcpy(idle->keep, co->keep, sizeof idle->keep);
-        host->nidle++;
+        host->idle[host->nidle++] = co;
         host->counts.refs--;
         host->counts.idle_threads++;
-        return;
+        return true;
     }
     mf_lua_unref(host, co->ref);
     for (int i = 0; i < MF_LUA_CO_KEEP; i++)
         luaL_unref(host->L, LUA_REGISTRYINDEX, co->keep[i]);
+    return false;
 }
 
-/* A new coroutine thread, from the idle ones if there is one. */
-static void mf_lua__thread_acquire(mf_lua_host_t *host, mf_lua_co_t *co)
+/* A record with its thread: an idle one if there is one, else new. */
+static mf_lua_co_t *mf_lua__co_acquire(mf_lua_host_t *host)
 {
     if (host->nidle) {
-        host->nidle--;
-        const struct mf_lua_idle_thread *idle = &host->idle[host->nidle];
-        co->L = idle->L;
-        co->ref = idle->ref;
-        memcpy(co->keep, idle->keep, sizeof co->keep);
         host->counts.refs++;
         host->counts.idle_threads--;
-        return;
+        return host->idle[--host->nidle];
     }
+    mf_lua_co_t *co = mf_loop_alloc(host->loop, sizeof(*co));
     co->L = lua_newthread(host->L);
     co->ref = mf_lua_ref(host, host->L);
-    for (int i = 0; i < MF_LUA_CO_KEEP; i++)
+    for (int i = 0; i < MF_LUA_CO_KEEP; i++) {
         co->keep[i] = LUA_NOREF;
+        co->keep_ptrs[i] = NULL;
+    }
+    return co;
+}
+
+void mf_lua_idle_free(mf_lua_host_t *host)
+{
+    while (host->nidle)
+        mf_loop_free(host->loop, host->idle[--host->nidle],
+                     sizeof(mf_lua_co_t));
 }
 
 /* Why an erroring coroutine ended: the watchdog stopped it, or one of its
@@ -126,10 +130,11 @@ static void mf_lua__co_exit(mf_lua_co_t *co, mf_lua_co_status_t status,
         co->cb(co, &ex, co->data);
     else if (status == MF_LUA_CO_ERROR)
         mf_lua_host_log(host, "%s", message);
-    lua_settop(co->L, 0);
-    mf_lua__thread_release(host, co, status);
+    if (lua_gettop(co->L)) /* a handler's thread most often ends empty */
+        lua_settop(co->L, 0);
     host->counts.coroutines--;
-    mf_loop_free(host->loop, co, sizeof(*co));
+    if (!mf_lua__co_keep_idle(host, co, status))
+        mf_loop_free(host->loop, co, sizeof(*co));
     if (ex.cause == MF_LUA_CAUSE_MEMORY)
         lua_gc(host->L, LUA_GCCOLLECT, 0);
 }
@@ -199,9 +204,8 @@ static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
 mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
                                  void *data)
 {
-    mf_lua_co_t *co = mf_loop_alloc(host->loop, sizeof(*co));
+    mf_lua_co_t *co = mf_lua__co_acquire(host);
     co->host = host;
-    mf_lua__thread_acquire(host, co);
     co->cleanup = NULL;
     co->op = NULL;
     co->cb = cb;
@@ -268,6 +272,11 @@ mf_lua_co_t *mf_lua_host_current(const mf_lua_host_t *host)
 int *mf_lua_co_keep(mf_lua_co_t *co)
 {
     return co->keep;
+}
+
+void **mf_lua_co_keep_ptrs(mf_lua_co_t *co)
+{
+    return co->keep_ptrs;
 }
 
 void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)

@@ -247,6 +247,7 @@ void mf_lua_host_destroy(mf_lua_host_t *host)
             mf_container_of(host->coroutines.next, mf_lua_co_t, link),
             "host shutdown");
     mf_lua_timers_shutdown(host);
+    mf_lua_idle_free(host);
     mf_loop_set(host->loop, &mf_lua__host_loop_key, NULL);
     if (mf_lua__thread_host == host)
         mf_lua__thread_host = NULL;

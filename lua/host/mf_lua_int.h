@@ -76,15 +76,13 @@ struct mf_lua_host {
     lua_Alloc mem_allocf;
     void *mem_ud;
     size_t mem_used, mem_limit;
-    /* Threads of coroutines that returned normally, kept for the next
-     * spawn: a handler per request then costs no new thread, no registry
-     * reference and no garbage. Their references are not in counts.refs
-     * (they anchor no live work); counts.idle_threads counts them. */
-    struct mf_lua_idle_thread {
-        lua_State *L;
-        int ref;
-        int keep[MF_LUA_CO_KEEP];
-    } idle[MF_LUA_IDLE_THREADS];
+    /* Coroutines that returned normally, kept whole for the next spawn
+     * (their record with its thread, its reference and its kept values):
+     * a handler per request then costs no record, no new thread, no
+     * registry reference and no garbage. Their references are not in
+     * counts.refs (they anchor no live work); counts.idle_threads counts
+     * them. */
+    mf_lua_co_t *idle[MF_LUA_IDLE_THREADS];
     unsigned nidle;
 };
 
@@ -94,6 +92,7 @@ struct mf_lua_co {
     lua_State *L;
     int ref;                  /* anchors the thread; LUA_NOREF once released */
     int keep[MF_LUA_CO_KEEP]; /* travel with the thread (mf_lua_co_keep) */
+    void *keep_ptrs[MF_LUA_CO_KEEP]; /* and so do these */
     mf_lua_cleanup_fn cleanup;
     void *op;
     mf_lua_co_exit_cb cb;
@@ -112,6 +111,10 @@ struct mf_lua_co {
     lua_State *nested_wait;
     mf_list_t owned; /* mf_lua_owned_t: closed when the coroutine ends */
 };
+
+/* Frees the records of the idle coroutines (their threads go with the
+ * state), as the host is destroyed. */
+void mf_lua_idle_free(mf_lua_host_t *host);
 
 /* The host made last on the calling thread and not destroyed, or NULL:
  * for C code that Lua reaches without its state (FFI calls, lua/ngx_ffi). */

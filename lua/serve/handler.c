@@ -723,7 +723,7 @@ static void mf__on_handler_timeout(mf_timer_t *timer)
 /* ---- threads of a request ------------------------------------------------
  */
 
-static mf_serve_object_t *mf__push_object(lua_State *T, int *keep, int mt_ref,
+static mf_serve_object_t *mf__push_object(mf_lua_co_t *co, int slot, int mt_ref,
                                           mf_serve_request_t *request);
 static void mf__describe_request(void *ud, char *buf, size_t cap);
 static const char *mf__request_id_of(void *ud);
@@ -785,10 +785,9 @@ static MF__COLD void mf__thread_adopt(void *ud, mf_lua_co_t *child)
     uint8_t phase =
         spawner && spawner->thread ? spawner->phase : request->phase;
     lua_State *T = mf_lua_co_thread(child);
-    int *keep = mf_lua_co_keep(child);
     mf_serve_object_t *objs[2] = {
-        mf__push_object(T, &keep[0], w->req_mt_ref, request),
-        mf__push_object(T, &keep[1], w->resp_mt_ref, request)};
+        mf__push_object(child, MF_SERVE_KEEP_REQ, w->req_mt_ref, request),
+        mf__push_object(child, MF_SERVE_KEEP_RESP, w->resp_mt_ref, request)};
     lua_pop(T, 2);
     for (int i = 0; i < 2; i++) {
         objs[i]->thread = true;
@@ -803,23 +802,26 @@ static MF__COLD void mf__thread_adopt(void *ud, mf_lua_co_t *child)
 /* ---- the handler -----------------------------------------------------------
  */
 
-/* Pushes the thread's kept object keep[slot] (made on the thread's first
- * request), bound to request. */
-static mf_serve_object_t *mf__push_object(lua_State *T, int *keep, int mt_ref,
+/* Pushes on co's thread its kept object keep[slot] (made on the thread's
+ * first request, its address noted beside the ref), bound to request. */
+static mf_serve_object_t *mf__push_object(mf_lua_co_t *co, int slot, int mt_ref,
                                           mf_serve_request_t *request)
 {
+    lua_State *T = mf_lua_co_thread(co);
+    int *keep = mf_lua_co_keep(co);
     mf_serve_object_t *obj;
-    if (*keep == LUA_NOREF) {
+    if (keep[slot] == LUA_NOREF) {
         obj = lua_newuserdata(T, sizeof(*obj));
         obj->thread = false; /* a thread's binding sets it */
         obj->phase = 0;
         lua_rawgeti(T, LUA_REGISTRYINDEX, mt_ref);
         lua_setmetatable(T, -2);
         lua_pushvalue(T, -1);
-        *keep = luaL_ref(T, LUA_REGISTRYINDEX);
+        keep[slot] = luaL_ref(T, LUA_REGISTRYINDEX);
+        mf_lua_co_keep_ptrs(co)[slot] = obj;
     } else {
-        lua_rawgeti(T, LUA_REGISTRYINDEX, *keep);
-        obj = lua_touserdata(T, -1);
+        lua_rawgeti(T, LUA_REGISTRYINDEX, keep[slot]);
+        obj = mf_lua_co_keep_ptrs(co)[slot];
     }
     obj->request = request;
     return obj;
@@ -915,9 +917,10 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
         mf__request_phases(request, T, timeout);
         nargs = 3;
     }
-    int *keep = mf_lua_co_keep(request->co); /* MF_SERVE_KEEP_REQ, _RESP */
-    request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
-    request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
+    request->req =
+        mf__push_object(request->co, MF_SERVE_KEEP_REQ, w->req_mt_ref, request);
+    request->resp = mf__push_object(request->co, MF_SERVE_KEEP_RESP,
+                                    w->resp_mt_ref, request);
     /* may free request: not touched after */
     mf_lua_co_start_with(request->co, nargs, &hooks);
 }
@@ -986,9 +989,10 @@ static void mf__log_phase_start(mf_serve_request_t *request)
     lua_State *T = mf_lua_co_thread(request->co);
     lua_rawgeti(T, LUA_REGISTRYINDEX, w->log_ref);
     lua_rawgeti(T, LUA_REGISTRYINDEX, request->phases_ref);
-    int *keep = mf_lua_co_keep(request->co);
-    request->req = mf__push_object(T, &keep[0], w->req_mt_ref, request);
-    request->resp = mf__push_object(T, &keep[1], w->resp_mt_ref, request);
+    request->req =
+        mf__push_object(request->co, MF_SERVE_KEEP_REQ, w->req_mt_ref, request);
+    request->resp = mf__push_object(request->co, MF_SERVE_KEEP_RESP,
+                                    w->resp_mt_ref, request);
     mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__request_family);
     if (request->timeout_ms) {
         mf_timer_start(w->loop, &request->timer, request->timeout_ms);
@@ -999,6 +1003,12 @@ static void mf__log_phase_start(mf_serve_request_t *request)
 
 /* ---- the response object ---------------------------------------------------
  */
+
+/* The resp at index 1 and its live request (raises otherwise). */
+static inline mf_serve_request_t *mf__check_resp(lua_State *L)
+{
+    return mf_serve_check_kept_request(L, MF_SERVE_KEEP_RESP);
+}
 
 /* Sends data (copied) as the whole body, with the type given unless
  * resp.headers has one. */
@@ -1086,7 +1096,7 @@ static int mf__check_status(lua_State *L, int idx)
  * string. Content-Type: application/json unless resp.headers has one. */
 static int mf__resp_json(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     mf_lua_check_any(L, 2);
     int status = lua_isnoneornil(L, 3) ? 0 : mf__check_status(L, 3);
     if (MF_UNLIKELY(request->sent || request->streaming || !request->ex))
@@ -1100,13 +1110,13 @@ static int mf__resp_json(lua_State *L)
 
 static int mf__resp_send(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     return mf__resp_send_body(L, request, 2);
 }
 
 static int mf__resp_redirect(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     size_t len;
     const char *url = mf_lua_check_lstring(L, 2, &len);
     int status = (int)mf_lua_opt_integer(L, 3, 302);
@@ -1168,7 +1178,7 @@ static void mf__check_header_value(lua_State *L, int idx)
  * server manages are refused when the head is built (a 500). */
 static int mf__resp_set_header(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     size_t nlen;
     const char *name = mf_lua_check_lstring(L, 2, &nlen);
     if (!mf_http_field_name_valid(name, nlen))
@@ -1191,7 +1201,7 @@ static int mf__resp_set_header(lua_State *L)
  * the client has left. */
 static int mf__resp_set_trailer(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     size_t nlen, vlen;
     const char *name = mf_lua_check_lstring(L, 2, &nlen);
     int t = lua_type(L, 3);
@@ -1242,7 +1252,7 @@ static void mf__on_drain(mf_http_exchange_t *ex, void *arg)
 /* Streams a piece (chunked). Waits (yields) while the client is slow. */
 static int mf__resp_write(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     size_t len;
     const char *data = mf_lua_check_lstring(L, 2, &len);
     if (request->sent)
@@ -1519,7 +1529,7 @@ static bool mf__url_has_path(const char *url)
  * relayed as it comes; waits until it is over. */
 static int mf__resp_proxy(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     size_t len;
     const char *url = mf_lua_check_lstring(L, 2, &len);
     if (!(len > 7 && !strncasecmp(url, "http://", 7)) &&
@@ -1590,7 +1600,7 @@ static int mf__resp_property(lua_State *L)
 
 static int mf__resp_newindex(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request = mf__check_resp(L);
     const char *key = mf_lua_check_string(L, 2);
     if (!strcmp(key, "status")) {
         int status = mf__check_status(L, 3);
@@ -1884,6 +1894,7 @@ static void mf__phases_open(mf_serve_worker_t *w, lua_State *L)
 void mf_serve_handler_open(mf_serve_worker_t *w)
 {
     lua_State *L = mf_lua_host_state(w->host);
+    mf_serve_objects_open(w);
     /* request: __index(upvalues: metatable, req:header) */
     luaL_newmetatable(L, MF_SERVE_REQUEST_MT);
     lua_pushvalue(L, -1);

@@ -116,21 +116,52 @@ void mf_serve_add_request_id(const mf_serve_worker_t *w, mf_http_exchange_t *ex,
     mf_http_exchange_add_header_line(ex, line, nlen + ilen + 4);
 }
 
+void mf_serve_request_id_line_open(mf_serve_worker_t *w)
+{
+    const char *name = w->config->request_id_header;
+    size_t nlen = name ? strlen(name) : 0;
+    w->id_name_len = 0;
+    if (nlen == 0 || nlen > MF_SERVE_ID_HEADER_MAX)
+        return; /* "off" (the config's check bounds a name) */
+    memcpy(w->id_line_head, name, nlen);
+    memcpy(w->id_line_head + nlen, ": ", 2);
+    memcpy(w->id_line_head + nlen + 2, w->id_prefix_hex, 16);
+    w->id_name_len = (uint8_t)nlen;
+}
+
+/* The header line of an id not written yet (the serial's, made): the
+ * worker's head, then the serial's digits; the id itself is written only
+ * when something asks for it. Returns the line's length. */
+static size_t mf__made_id_line(const mf_serve_worker_t *w, uint64_t serial,
+                               char *line)
+{
+    size_t head = (size_t)w->id_name_len + 2 + 16;
+    memcpy(line, w->id_line_head, head);
+    mf__hex8((uint32_t)(serial >> 32), line + head);
+    mf__hex8((uint32_t)serial, line + head + 8);
+    memcpy(line + head + 16, "\r\n", 2);
+    return head + 18;
+}
+
+/* The header line of an id already in the record (given, or asked for). */
+static size_t mf__written_id_line(const mf_serve_request_t *request, char *line)
+{
+    size_t nlen = request->w->id_name_len, ilen = request->id_len;
+    memcpy(line, request->w->id_line_head, nlen + 2);
+    memcpy(line + nlen + 2, request->id, ilen);
+    memcpy(line + nlen + 2 + ilen, "\r\n", 2);
+    return nlen + ilen + 4;
+}
+
 void mf_serve_request_add_id(mf_serve_request_t *request)
 {
-    const char *name = request->w->config->request_id_header;
-    if (!name)
-        return;
-    const char *id = mf_serve_request_id(request);
-    size_t nlen = strlen(name), ilen = request->id_len;
-    if (nlen > MF_SERVE_ID_HEADER_MAX)
-        return; /* cannot be: the config's check bounds it */
-    char *p = request->id_line;
-    memcpy(p, name, nlen);
-    memcpy(p + nlen, ": ", 2);
-    memcpy(p + nlen + 2, id, ilen);
-    memcpy(p + nlen + 2 + ilen, "\r\n", 2);
-    mf_http_exchange_add_header_static(request->ex, p, nlen + ilen + 4);
+    if (!request->w->id_name_len)
+        return; /* request_id_header = "off" */
+    char *line = request->id_line;
+    size_t len = request->id_len
+                     ? mf__written_id_line(request, line)
+                     : mf__made_id_line(request->w, request->serial, line);
+    mf_http_exchange_add_header_static(request->ex, line, len);
 }
 
 const char *mf_serve_request_id(mf_serve_request_t *request)
@@ -164,13 +195,7 @@ mf_serve_object_t *mf_serve_current_object(mf_serve_worker_t *w, int slot)
     mf_lua_co_t *co = mf_lua_host_current(w->host);
     if (!co)
         return NULL;
-    int ref = mf_lua_co_keep(co)[slot];
-    if (ref == LUA_NOREF || ref == LUA_REFNIL)
-        return NULL;
-    lua_State *L = mf_lua_host_state(w->host);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
-    mf_serve_object_t *obj = lua_touserdata(L, -1);
-    lua_pop(L, 1);
+    mf_serve_object_t *obj = mf_lua_co_keep_ptrs(co)[slot];
     mf_serve_request_t *request = obj ? obj->request : NULL;
     /* a thread's binding lasts until it ends: the record lives till then */
     return request && (request->co == co || obj->thread) ? obj : NULL;
@@ -202,14 +227,48 @@ mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj)
     return mf__in_thread_of(request) ? request : NULL;
 }
 
-mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
+static mf_serve_request_t *mf__live_request(lua_State *L,
+                                            const mf_serve_object_t *obj)
 {
-    mf_serve_request_t *request =
-        mf_serve_object_request(mf_serve_check_object(L, idx, mt_up));
+    mf_serve_request_t *request = mf_serve_object_request(obj);
     if (!request)
         luaL_error(L, "the request is over (answered or the client left), "
                       "or this is not its handler");
     return request;
+}
+
+mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
+{
+    return mf__live_request(L, mf_serve_check_object(L, idx, mt_up));
+}
+
+/* The worker whose loop runs on this thread (one a thread). */
+static _Thread_local const mf_serve_worker_t *mf__thread_worker;
+
+void mf_serve_objects_open(mf_serve_worker_t *w)
+{
+    mf__thread_worker = w;
+}
+
+/* The userdata at index 1 when it is the object the running coroutine's
+ * thread keeps in slot, else NULL. Only the objects of serve's class are
+ * noted there (handler.c), so the address alone proves its class. */
+static mf_serve_object_t *mf__running_kept(lua_State *L, int slot)
+{
+    const mf_serve_worker_t *w = mf__thread_worker;
+    mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
+    if (!co)
+        return NULL;
+    void *obj = lua_touserdata(L, 1);
+    return obj && obj == mf_lua_co_keep_ptrs(co)[slot] ? obj : NULL;
+}
+
+mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot)
+{
+    mf_serve_object_t *obj = mf__running_kept(L, slot);
+    if (MF_UNLIKELY(!obj))
+        obj = mf_serve_check_object(L, 1, 1);
+    return mf__live_request(L, obj);
 }
 
 /* Pushes the cached req field key and returns 1, or returns 0 (nothing
@@ -539,7 +598,8 @@ void mf_serve_request_keep(mf_serve_request_t *request)
 
 int mf_serve_req_index(lua_State *L)
 {
-    mf_serve_request_t *request = mf_serve_check_request(L, 1, 1);
+    mf_serve_request_t *request =
+        mf_serve_check_kept_request(L, MF_SERVE_KEEP_REQ);
     mf_lua_check_string(L, 2);
     return mf__req_field(L, request, 2);
 }

@@ -152,6 +152,13 @@ mf_serve_request_t *mf_serve_object_request(const mf_serve_object_t *obj);
  * running C function) and its live request; raises otherwise. */
 mf_serve_object_t *mf_serve_check_object(lua_State *L, int idx, int mt_up);
 mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up);
+/* mf_serve_check_request(L, 1, 1) for a method of the class kept in slot
+ * (MF_SERVE_KEEP_REQ, _RESP): the running coroutine's own object is known
+ * by its address, with no metatable check. */
+mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot);
+/* The worker of the calling thread, for mf_serve_check_kept_request (as
+ * its host opens). */
+void mf_serve_objects_open(mf_serve_worker_t *w);
 
 /* req's methods and __index (upvalues 1: the metatable; 2, 3: req:header
  * and req:form for __index), for handler.c to register. */

@@ -186,6 +186,7 @@ static void mf__serve_id_prefix(mf_serve_worker_t *w)
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < 16; i++)
         w->id_prefix_hex[i] = hex[(w->id_prefix >> (60 - 4 * i)) & 15];
+    mf_serve_request_id_line_open(w);
 }
 
 static void mf__serve_open_worker(mf_serve_worker_t *w)

@@ -182,6 +182,11 @@ typedef struct mf_serve_worker {
     uint64_t id_prefix;
     char id_prefix_hex[16]; /* id_prefix written once, as every id starts */
     uint64_t id_serial;
+    /* "Name: " of request_id_header, then id_prefix_hex: a made id's header
+     * line is this and the serial's digits, with no length to measure per
+     * answer (request.c). id_name_len 0: no id header. */
+    char id_line_head[MF_SERVE_ID_HEADER_MAX + 2 + 16];
+    uint8_t id_name_len;
     mf_metrics_t *metrics;           /* the process's registry; shard id */
     struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
     struct mf_serve_metrics_listener *mlisten; /* metrics_listen.c */
@@ -250,6 +255,9 @@ size_t mf_serve_make_request_id(mf_serve_worker_t *w,
  * the config was read, and an id holds only bytes a field value may. */
 void mf_serve_add_request_id(const mf_serve_worker_t *w, mf_http_exchange_t *ex,
                              const char *id);
+/* Writes w->id_line_head from the config's request_id_header and
+ * w->id_prefix_hex (once, as the worker opens). */
+void mf_serve_request_id_line_open(mf_serve_worker_t *w);
 /* The HTTP server's on_reject hook (user: the worker): the access line
  * and the metrics of a request refused before any handler ran, with the
  * body bytes of the server's answer. */

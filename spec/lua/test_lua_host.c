@@ -438,6 +438,41 @@ TEST(a_coroutine_reports_its_request_id_while_it_runs)
     teardown();
 }
 
+/* Runs code in co (prepared) to its end. */
+static void run_in(mf_lua_co_t *co, const char *code)
+{
+    ASSERT_EQ(luaL_loadstring(mf_lua_co_thread(co), code), 0);
+    ASSERT(!mf_lua_co_start_with(co, 0, NULL));
+}
+
+TEST(a_returned_coroutine_is_reused_whole_with_its_kept_values)
+{
+    setup();
+    seen_t s = {0};
+    mf_lua_co_t *co = mf_lua_host_prepare(host, on_exit_cb, &s);
+    lua_State *T = mf_lua_co_thread(co);
+    ASSERT(mf_lua_co_keep_ptrs(co)[1] == NULL); /* a new thread: none */
+    void *ud = lua_newuserdata(T, 8);
+    int ref = luaL_ref(T, LUA_REGISTRYINDEX);
+    mf_lua_co_keep(co)[1] = ref;
+    mf_lua_co_keep_ptrs(co)[1] = ud;
+    run_in(co, "return 1");
+    mf_lua_co_t *done = co;
+    co = mf_lua_host_prepare(host, on_exit_cb, &s); /* the idle thread */
+    ASSERT(co == done); /* its record too: no allocation */
+    ASSERT(mf_lua_co_thread(co) == T);
+    ASSERT_EQ(mf_lua_co_keep(co)[1], ref);
+    ASSERT(mf_lua_co_keep_ptrs(co)[1] == ud);
+    run_in(co, "error('no reuse')"); /* its thread and kept values go */
+    co = mf_lua_host_prepare(host, on_exit_cb, &s);
+    ASSERT(mf_lua_co_keep_ptrs(co)[1] == NULL);
+    ASSERT_EQ(mf_lua_co_keep(co)[1], LUA_NOREF);
+    run_in(co, "return 1");
+    ASSERT_EQ(s.calls, 3);
+    assert_released();
+    teardown();
+}
+
 TEST(the_step_observer_hears_each_flow_start_and_top_level_step_end)
 {
     setup();

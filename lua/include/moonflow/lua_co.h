@@ -145,6 +145,12 @@ MF_API const char *mf_lua_host_request_id(const mf_lua_host_t *host);
  * they are bounded by the thread pool. */
 #define MF_LUA_CO_KEEP 2
 MF_API int *mf_lua_co_keep(mf_lua_co_t *co);
+/* Beside each kept ref, the address of the value it holds when that is a
+ * userdata (whose memory never moves), noted by the owner as it sets the
+ * ref (NULL until then), travelling and released with it: the owner tells
+ * a userdata is one the running coroutine keeps by a pointer compare,
+ * with no registry lookup nor metatable check. */
+MF_API void **mf_lua_co_keep_ptrs(mf_lua_co_t *co);
 
 /* ---- for C functions that park (see lua_host.h's pattern) --------------- */
 

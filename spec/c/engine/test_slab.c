@@ -65,6 +65,29 @@ TEST(a_size_gets_the_least_half_step_slot_that_holds_it)
     }
 }
 
+/* Every size up to MF_LOOP_ALLOC_MAX, not only the edges above: two
+ * objects taken in a row are one slot apart, whichever the free list
+ * hands out first. */
+TEST(every_size_gets_the_least_slot_that_holds_it)
+{
+    mf_loop_t *loop = mf_loop_create();
+    size_t slot = 64;
+    for (size_t size = 1; size <= MF_LOOP_ALLOC_MAX; size++) {
+        if (size > slot) /* the next half step: 96, 128, 192, 256 ... */
+            slot = (slot & (slot - 1)) ? slot / 3 * 4 : slot / 2 * 3;
+        char *a = mf_loop_alloc(loop, size);
+        char *b = mf_loop_alloc(loop, size);
+        size_t apart = (size_t)(a < b ? b - a : a - b);
+        if (apart != slot)
+            printf("size %zu: slots %zu apart, %zu expected\n", size, apart,
+                   slot);
+        ASSERT_EQ(apart, slot);
+        mf_loop_free(loop, a, size);
+        mf_loop_free(loop, b, size);
+    }
+    mf_loop_destroy(loop);
+}
+
 TEST(objects_still_out_at_destroy_are_released_with_the_loop)
 {
     mf_loop_t *loop = mf_loop_create();
