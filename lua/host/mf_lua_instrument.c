@@ -37,6 +37,9 @@ typedef struct rewriter {
     /* after `function`: 1 until its "(", 2 until its ")" */
     int function_state;
     bool ends_in_line_comment;
+    /* The last token can end a statement (or open a block), so a `goto`
+     * after it may start one: LuaJIT reads `goto` as a name elsewhere. */
+    bool statement_may_follow;
 } rewriter_t;
 
 static void put(rewriter_t *r, const char *p, size_t n)
@@ -200,14 +203,61 @@ static bool word_is(const char *w, size_t n, const char *kw)
     return strlen(kw) == n && memcmp(w, kw, n) == 0;
 }
 
+/* Words after which an expression, a name list or a name goes on: a
+ * `goto` right after one is a name, not a statement. */
+static bool word_continues_expression(const char *w, size_t n)
+{
+    static const char *const words[] = {
+        "and",   "or",     "not",   "return", "local", "function", "for",
+        "in",    "until",  "if",    "elseif", "while", "goto"};
+    for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+        if (word_is(w, n, words[k]))
+            return true;
+    return false;
+}
+
+/* The next token, past white space and comments, starts a name. */
+static bool name_follows(const rewriter_t *r)
+{
+    rewriter_t probe = *r;
+    while (probe.i < probe.n) {
+        int c = peek(&probe, 0);
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' ||
+            c == '\v') {
+            probe.i++;
+        } else if (c == '-' && peek(&probe, 1) == '-') {
+            probe.i += 2;
+            int level = long_bracket_level(&probe);
+            if (level >= 0)
+                skip_long(&probe, level);
+            else
+                while (probe.i < probe.n && probe.s[probe.i] != '\n' &&
+                       probe.s[probe.i] != '\r')
+                    probe.i++;
+        } else {
+            return is_name_start(c);
+        }
+    }
+    return false;
+}
+
+/* `goto NAME` where a statement may start: LuaJIT's rule (a `goto` not
+ * followed by a name is an identifier), and no check inside an
+ * expression such as `x + goto`. */
+static bool is_goto_statement(const rewriter_t *r, const char *w, size_t n)
+{
+    return word_is(w, n, "goto") && r->statement_may_follow && name_follows(r);
+}
+
 /* A name or keyword at [from, i): copied, with what it opens or closes
  * and the checks it calls for. */
 static void on_word(rewriter_t *r, size_t from)
 {
     const char *w = r->s + from;
     size_t n = r->i - from;
-    if (word_is(w, n, "goto"))
+    if (is_goto_statement(r, w, n))
         put_check(r);
+    r->statement_may_follow = !word_continues_expression(w, n);
     copy_from(r, from);
     if (word_is(w, n, "function")) {
         push_block(r, B_OTHER);
@@ -238,6 +288,10 @@ static void on_punct(rewriter_t *r)
     int c = peek(r, 0);
     r->i++;
     copy_from(r, r->i - 1);
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f' &&
+        c != '\v')
+        r->statement_may_follow = c == ')' || c == ']' || c == '}' ||
+                                  c == ';' || c == ':';
     if (r->function_state == 1 && c == '(') {
         r->function_state = 2;
     } else if (r->function_state == 2 && c == ')') {
@@ -260,12 +314,15 @@ static void next_token(rewriter_t *r)
     if (level >= 0) {
         skip_long(r, level);
         copy_from(r, from);
+        r->statement_may_follow = true;
     } else if (c == '"' || c == '\'') {
         skip_short_string(r);
         copy_from(r, from);
+        r->statement_may_follow = true;
     } else if (is_digit(c) || (c == '.' && is_digit(peek(r, 1)))) {
         skip_number(r);
         copy_from(r, from);
+        r->statement_may_follow = true;
     } else if (is_name_start(c)) {
         while (r->i < r->n && is_name_char(peek(r, 0)))
             r->i++;
@@ -288,7 +345,7 @@ static void skip_header(rewriter_t *r)
 
 int mf_lua_instrument(const char *src, size_t len, mf_lua_instrumented_t *out)
 {
-    rewriter_t r = {.s = src, .n = len};
+    rewriter_t r = {.s = src, .n = len, .statement_may_follow = true};
     skip_header(&r);
     put(&r, MF_LUA_PROLOGUE, sizeof MF_LUA_PROLOGUE - 1);
     while (r.i < r.n && !r.failed)

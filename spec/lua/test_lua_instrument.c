@@ -47,6 +47,12 @@ TEST(a_check_goes_in_every_loop_body_function_and_before_goto)
     ASSERT_EQ(checks_in("while (function() do end return false end)() do end"),
               2u);
     ASSERT_EQ(checks_in("for i = 1, 2 do while i do do end end end"), 2u);
+    /* LuaJIT reads `goto` as a name unless a name follows it where a
+     * statement may start: no check inside an expression */
+    ASSERT_EQ(checks_in("local x = 1 +goto+ 2"), 0u);
+    ASSERT_EQ(checks_in("local t = {goto} t.goto = 1 goto = 2 f(goto)"), 0u);
+    ASSERT_EQ(checks_in("local a = 1 --[[ c ]] goto --x\n top ::top::"), 1u);
+    ASSERT_EQ(checks_in("if x then goto top end ::top:: f() goto top"), 2u);
 }
 
 TEST(strings_long_strings_and_comments_are_copied_unchecked)
@@ -152,6 +158,8 @@ TEST(snippets_give_the_same_results_and_errors_with_checks)
         "local s = 0 for i = 1, 10 do if i % 2 == 0 then goto continue end "
         "s = s + i ::continue:: end return s",
         "local n = 0 ::again:: n = n + 1 if n < 5 then goto again end return n",
+        /* goto as a plain name (LuaJIT's reading when no name follows) */
+        "local goto = 4 local x = 0x1p4 + 1e+5 +goto+ 4e-2 return x",
         "local function fib(n) if n < 2 then return n end "
         "return fib(n - 1) + fib(n - 2) end return fib(15)",
         "local function count(n, acc) if n == 0 then return acc end "
