@@ -407,6 +407,11 @@ static inline mf_mysql_task_t *mf__mysql_task_of(const mf_task_t *task)
 
 /* Task memory; NULL (and t->overflow) when over opts.max_result. */
 void *mf__mysql_task_alloc(mf_mysql_task_t *t, size_t size);
+/* Room for one more row in r: its rows array (*rows, *cap places, the
+ * caller's) doubled in task memory when full, r->rows pointed at it. 0, or
+ * -1 when over opts.max_result. */
+int mf__mysql_task_row_room(mf_mysql_task_t *t, mf_mysql_result_t *r,
+                            mf_mysql_value_t ***rows, size_t *cap);
 /* A new zeroed result set at the end of the task's results; NULL when over
  * opts.max_result. */
 mf_mysql_set_t *mf__mysql_task_add_set(mf_mysql_task_t *t);

@@ -706,18 +706,9 @@ static bool mf__append_row(mf_mysql_pipe_t *p, const uint8_t *pl, size_t n)
     if (!t || !p->set)
         return true; /* dropped */
     mf_mysql_result_t *r = &p->set->pub;
-    if (r->nrows == p->rows_cap) {
-        size_t cap = p->rows_cap ? 2 * p->rows_cap : 8;
-        mf_mysql_value_t **rows = mf__mysql_task_alloc(t, cap * sizeof *rows);
-        if (!rows) {
-            p->overflow = true;
-            return true;
-        }
-        if (r->nrows)
-            memcpy(rows, p->rows, r->nrows * sizeof *rows);
-        p->rows = rows; /* the old array stays in the arena */
-        p->rows_cap = cap;
-        r->rows = (const mf_mysql_value_t *const *)rows;
+    if (mf__mysql_task_row_room(t, r, &p->rows, &p->rows_cap) != 0) {
+        p->overflow = true;
+        return true;
     }
     mf_mysql_value_t *v = mf__mysql_task_alloc(t, p->ncols * sizeof *v);
     if (!v) {

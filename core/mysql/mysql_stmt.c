@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "mysql_stmt.h"
+#include "mysql_binary.h"
 
 /* ---- the cache ----------------------------------------------------------
  */
@@ -180,25 +181,27 @@ static uint16_t mf__param_ref(const mf_mysql_param_t *p, void **buf,
     switch (p->type) {
     case MF_MYSQL_INT:
         *buf = (void *)&p->i;
-        return MYSQL_TYPE_LONGLONG;
+        break;
     case MF_MYSQL_UINT:
         *buf = (void *)&p->u;
-        return MYSQL_TYPE_LONGLONG | MF__UNSIGNED_TYPE;
+        break;
     case MF_MYSQL_DOUBLE:
         *buf = (void *)&p->d;
-        return MYSQL_TYPE_DOUBLE;
+        break;
     case MF_MYSQL_TEXT:
     case MF_MYSQL_BLOB:
         /* An empty string still needs a buffer: a NULL one means SQL
          * NULL to the connector. */
         *buf = (void *)(p->s ? p->s : "");
         *len = (unsigned long)p->len;
-        return p->type == MF_MYSQL_TEXT ? MYSQL_TYPE_STRING : MYSQL_TYPE_BLOB;
+        break;
     case MF_MYSQL_NULL:
     default:
         *buf = NULL;
-        return MYSQL_TYPE_NULL;
+        break;
     }
+    /* the same key the pipeline's execute packets carry */
+    return mf__mysql_bin_param_type(p);
 }
 
 static bool mf__is_string_type(uint16_t type)
@@ -745,17 +748,8 @@ static void mf__overflow(mf_mysql_task_t *t)
 static int mf__append_row(mf_mysql_task_t *t, mf_stmt_phase_t *p, MYSQL_STMT *h)
 {
     mf_mysql_result_t *r = &p->set->pub;
-    if (r->nrows == p->rows_cap) {
-        size_t cap = p->rows_cap ? 2 * p->rows_cap : 8;
-        mf_mysql_value_t **rows = mf__mysql_task_alloc(t, cap * sizeof *rows);
-        if (!rows)
-            return -1;
-        if (r->nrows)
-            memcpy(rows, p->rows, r->nrows * sizeof *rows);
-        p->rows = rows; /* the old array stays in the arena */
-        p->rows_cap = cap;
-        r->rows = (const mf_mysql_value_t *const *)rows;
-    }
+    if (mf__mysql_task_row_room(t, r, &p->rows, &p->rows_cap) != 0)
+        return -1;
     mf_mysql_value_t *v = mf__mysql_task_alloc(t, r->nfields * sizeof *v);
     if (!v || mf__mysql_stmt_row(h, v, mf__task_alloc_cb, t) != 0)
         return -1;

@@ -57,6 +57,24 @@ void *mf__mysql_task_alloc(mf_mysql_task_t *t, size_t size)
     return p;
 }
 
+int mf__mysql_task_row_room(mf_mysql_task_t *t, mf_mysql_result_t *r,
+                            mf_mysql_value_t ***rows, size_t *cap)
+{
+    if (r->nrows < *cap)
+        return 0;
+    size_t grown_cap = *cap ? 2 * *cap : 8;
+    mf_mysql_value_t **grown =
+        mf__mysql_task_alloc(t, grown_cap * sizeof *grown);
+    if (!grown)
+        return -1;
+    if (r->nrows)
+        memcpy(grown, *rows, r->nrows * sizeof *grown);
+    *rows = grown; /* the old array stays in the arena */
+    *cap = grown_cap;
+    r->rows = (const mf_mysql_value_t *const *)grown;
+    return 0;
+}
+
 mf_mysql_set_t *mf__mysql_task_add_set(mf_mysql_task_t *t)
 {
     if (t->nsets == t->sets_cap) {
