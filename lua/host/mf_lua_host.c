@@ -51,6 +51,29 @@ static void mf_lua__prepend_path(lua_State *L, const char *field,
     lua_pop(L, 1);
 }
 
+/* References the host hands out (handlers, threads, the req and resp a
+ * thread keeps) are read on every request: lua_rawgeti finds a key of the
+ * registry's array part at once, one of its hash part only through a hash
+ * chain (some 35 instructions more). luaL_ref numbers its keys from 1 up,
+ * past the array part of a registry that grew as refs came and went; so
+ * the first MF_LUA_REF_ROOM keys are taken and given back at once, as the
+ * state opens: they move to the array part as it grows, and the free list
+ * hands them out again, lowest first (a freed key holds the next free one,
+ * a number: the array part never thins out). */
+#define MF_LUA_REF_ROOM 2048
+
+static void mf_lua__ref_room(lua_State *L)
+{
+    int *refs = mf_xmalloc(MF_LUA_REF_ROOM * sizeof(*refs));
+    for (int i = 0; i < MF_LUA_REF_ROOM; i++) {
+        lua_pushboolean(L, 1);
+        refs[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    for (int i = MF_LUA_REF_ROOM - 1; i >= 0; i--)
+        luaL_unref(L, LUA_REGISTRYINDEX, refs[i]);
+    mf_free(refs);
+}
+
 /* package.preload: the C modules and the embedded Lua sources. Fails only
  * if an embedded source does not compile (a defect of the build). */
 static int mf_lua__preload(lua_State *L)
@@ -198,6 +221,7 @@ mf_lua_host_t *mf_lua_host_create(mf_loop_t *loop,
     lua_State *L = luaL_newstate();
     if (!L)
         return NULL;
+    mf_lua__ref_room(L);
     mf_lua_host_t *host = mf_xcalloc(1, sizeof(*host));
     host->L = L;
     host->loop = loop;
