@@ -204,6 +204,13 @@ static bool mf_lua__co_run(mf_lua_co_t *co, int nargs)
 mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
                                  void *data)
 {
+    return mf_lua_host_prepare_with(host, cb, data, NULL);
+}
+
+mf_lua_co_t *mf_lua_host_prepare_with(mf_lua_host_t *host,
+                                      mf_lua_co_exit_cb cb, void *data,
+                                      const mf_lua_co_hooks_t *hooks)
+{
     mf_lua_co_t *co = mf_lua__co_acquire(host);
     co->host = host;
     co->cleanup = NULL;
@@ -215,7 +222,10 @@ mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host, mf_lua_co_exit_cb cb,
     co->abort_reason = NULL;
     co->cause = MF_LUA_CAUSE_NONE;
     co->memory_refused = false;
-    co->hooks = (mf_lua_co_hooks_t){0};
+    if (hooks) /* written once: no zeroing first, no copy at the start */
+        co->hooks = *hooks;
+    else
+        co->hooks = (mf_lua_co_hooks_t){0};
     co->nested_wait = NULL;
     mf_list_init(&co->owned);
     mf_list_push_back(&host->coroutines, &co->link);
@@ -277,6 +287,14 @@ int *mf_lua_co_keep(mf_lua_co_t *co)
 void **mf_lua_co_keep_ptrs(mf_lua_co_t *co)
 {
     return co->keep_ptrs;
+}
+
+void *mf_lua_co_push_kept(mf_lua_co_t *co, int slot)
+{
+    if (co->keep[slot] == LUA_NOREF)
+        return NULL;
+    lua_rawgeti(co->L, LUA_REGISTRYINDEX, co->keep[slot]);
+    return co->keep_ptrs[slot];
 }
 
 void mf_lua_co_abort(mf_lua_co_t *co, const char *reason)

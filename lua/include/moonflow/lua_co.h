@@ -151,6 +151,10 @@ MF_API int *mf_lua_co_keep(mf_lua_co_t *co);
  * a userdata is one the running coroutine keeps by a pointer compare,
  * with no registry lookup nor metatable check. */
 MF_API void **mf_lua_co_keep_ptrs(mf_lua_co_t *co);
+/* Pushes the value of keep[slot] on the coroutine's thread and returns
+ * keep_ptrs[slot]: one call for what a spawn reuses. A slot with no ref
+ * yet: NULL, nothing pushed. */
+MF_API void *mf_lua_co_push_kept(mf_lua_co_t *co, int slot);
 
 /* ---- for C functions that park (see lua_host.h's pattern) --------------- */
 

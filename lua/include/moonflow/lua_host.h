@@ -218,6 +218,11 @@ MF_API mf_lua_co_t *mf_lua_host_spawn_with(mf_lua_host_t *host, int nargs,
  * true if the coroutine parked (the handle lives on), false if it ended. */
 MF_API mf_lua_co_t *mf_lua_host_prepare(mf_lua_host_t *host,
                                         mf_lua_co_exit_cb cb, void *data);
+/* prepare with the coroutine's hooks (lua_co.h; copied, NULL: none), for
+ * an owner that knows them first: start it with mf_lua_co_start. */
+MF_API mf_lua_co_t *mf_lua_host_prepare_with(mf_lua_host_t *host,
+                                             mf_lua_co_exit_cb cb, void *data,
+                                             const mf_lua_co_hooks_t *hooks);
 MF_API bool mf_lua_co_start(mf_lua_co_t *co, int nargs);
 /* (mf_lua_co_start_with, in lua_co.h, starts it with hooks.) */
 /* The coroutine being resumed right now (or whose flow callback runs), NULL
