@@ -438,6 +438,45 @@ TEST(a_coroutine_reports_its_request_id_while_it_runs)
     teardown();
 }
 
+TEST(a_new_host_hands_out_the_registry_refs_it_reserved)
+{
+    setup();
+    lua_State *L = mf_lua_host_state(host);
+    lua_pushboolean(L, 1);
+    int first = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushboolean(L, 1);
+    int second = luaL_ref(L, LUA_REGISTRYINDEX);
+    /* from the free list the host made as it opened: low, lowest first */
+    ASSERT(first >= 1 && first < 2048);
+    ASSERT(second > first && second < 2048);
+    luaL_unref(L, LUA_REGISTRYINDEX, second);
+    luaL_unref(L, LUA_REGISTRYINDEX, first);
+    teardown();
+}
+
+TEST(hooks_given_at_prepare_hold_from_the_start)
+{
+    setup();
+    lua_State *L = mf_lua_host_state(host);
+    lua_register(L, "rid", lua_rid);
+    seen_t with = {0}, after = {0};
+    mf_lua_co_hooks_t hooks = {.request_id = fixed_id,
+                               .request_id_ud = "req-9"};
+    mf_lua_co_t *co =
+        mf_lua_host_prepare_with(host, on_exit_cb, &with, &hooks);
+    ASSERT_EQ(load_code(mf_lua_co_thread(co),
+                        "require('moonflow').sleep(1) return rid()"),
+              0);
+    ASSERT(mf_lua_co_start(co, 0));
+    mf_loop_run(loop, MF_RUN_DEFAULT);
+    ASSERT_STR_EQ(with.text, "req-9");
+    co = mf_lua_host_prepare_with(host, on_exit_cb, &after, NULL);
+    ASSERT_EQ(load_code(mf_lua_co_thread(co), "return rid()"), 0);
+    ASSERT(!mf_lua_co_start(co, 0)); /* the reused thread: no hooks left */
+    ASSERT_STR_EQ(after.text, "none");
+    teardown();
+}
+
 /* Runs code in co (prepared) to its end. */
 static void run_in(mf_lua_co_t *co, const char *code)
 {
@@ -463,10 +502,16 @@ TEST(a_returned_coroutine_is_reused_whole_with_its_kept_values)
     ASSERT(mf_lua_co_thread(co) == T);
     ASSERT_EQ(mf_lua_co_keep(co)[1], ref);
     ASSERT(mf_lua_co_keep_ptrs(co)[1] == ud);
+    ASSERT(mf_lua_co_push_kept(co, 1) == ud); /* pushed on T, ptr back */
+    ASSERT(lua_touserdata(T, -1) == ud);
+    lua_pop(T, 1);
+    ASSERT(mf_lua_co_push_kept(co, 0) == NULL); /* unset: nothing pushed */
+    ASSERT_EQ(lua_gettop(T), 0);
     run_in(co, "error('no reuse')"); /* its thread and kept values go */
     co = mf_lua_host_prepare(host, on_exit_cb, &s);
     ASSERT(mf_lua_co_keep_ptrs(co)[1] == NULL);
     ASSERT_EQ(mf_lua_co_keep(co)[1], LUA_NOREF);
+    ASSERT(mf_lua_co_push_kept(co, 1) == NULL);
     run_in(co, "return 1");
     ASSERT_EQ(s.calls, 3);
     assert_released();
