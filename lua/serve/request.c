@@ -34,10 +34,15 @@ static bool mf__id_byte_ok(unsigned char c)
  * header and JSON as it is); else NULL. */
 static const mf_http_header_t *mf__given_id(const mf_http_request_t *head)
 {
-    const mf_http_header_t *h =
-        head ? mf_http_find_header(head->headers, head->num_headers,
-                                   "x-request-id")
-             : NULL;
+    /* the first of that name, as mf_http_find_header, with no strlen of
+     * the name per request: the length weeds out nearly every header */
+    const mf_http_header_t *h = NULL;
+    for (size_t i = 0; head && i < head->num_headers; i++)
+        if (head->headers[i].name_len == 12 &&
+            strncasecmp(head->headers[i].name, "x-request-id", 12) == 0) {
+            h = &head->headers[i];
+            break;
+        }
     if (!h || h->value_len == 0 || h->value_len > MF_SERVE_ID_MAX)
         return NULL;
     for (size_t k = 0; k < h->value_len; k++)
@@ -62,24 +67,40 @@ static void mf__hex8(uint32_t v, char *out)
     memcpy(out, &x, 8);
 }
 
-/* The worker's prefix, then the serial in 16 hex digits: made for every
- * request (it goes back in X-Request-Id), so made without a loop. */
-static size_t mf__made_id(const mf_serve_worker_t *w, uint64_t serial,
+/* The worker's prefix, then the serial's 16 hex digits. */
+static size_t mf__made_id(const mf_serve_worker_t *w, const char *serial_hex,
                           char *out)
 {
     memcpy(out, w->id_prefix_hex, 16);
-    mf__hex8((uint32_t)(serial >> 32), out + 16);
-    mf__hex8((uint32_t)serial, out + 24);
+    memcpy(out + 16, serial_hex, 16);
     out[32] = '\0';
     return 32;
+}
+
+/* The worker's next serial, its hex digits counted up in place: one
+ * digit changes but once in sixteen (a made id ends every answer, so it is
+ * not formatted anew for each). */
+static uint64_t mf__next_serial(mf_serve_worker_t *w)
+{
+    char *hex = w->id_serial_hex;
+    for (int i = 15; i >= 0; i--) {
+        if (hex[i] != 'f') {
+            hex[i] = hex[i] == '9' ? 'a' : (char)(hex[i] + 1);
+            break;
+        }
+        hex[i] = '0';
+    }
+    return ++w->id_serial;
 }
 
 size_t mf_serve_make_request_id(mf_serve_worker_t *w,
                                 const mf_http_request_t *req, char *out)
 {
     const mf_http_header_t *h = mf__given_id(req);
-    if (!h)
-        return mf__made_id(w, ++w->id_serial, out);
+    if (!h) {
+        mf__next_serial(w);
+        return mf__made_id(w, w->id_serial_hex, out);
+    }
     memcpy(out, h->value, h->value_len);
     out[h->value_len] = '\0';
     return h->value_len;
@@ -89,7 +110,8 @@ void mf_serve_request_id_start(mf_serve_request_t *request,
                                const mf_http_request_t *head)
 {
     const mf_http_header_t *h = mf__given_id(head);
-    request->serial = ++request->w->id_serial;
+    request->serial = mf__next_serial(request->w);
+    memcpy(request->serial_hex, request->w->id_serial_hex, 16);
     request->id_len = 0;
     if (h) {
         memcpy(request->id, h->value, h->value_len);
@@ -121,6 +143,8 @@ void mf_serve_request_id_line_open(mf_serve_worker_t *w)
     const char *name = w->config->request_id_header;
     size_t nlen = name ? strlen(name) : 0;
     w->id_name_len = 0;
+    mf__hex8((uint32_t)(w->id_serial >> 32), w->id_serial_hex);
+    mf__hex8((uint32_t)w->id_serial, w->id_serial_hex + 8);
     if (nlen == 0 || nlen > MF_SERVE_ID_HEADER_MAX)
         return; /* "off" (the config's check bounds a name) */
     memcpy(w->id_line_head, name, nlen);
@@ -132,13 +156,12 @@ void mf_serve_request_id_line_open(mf_serve_worker_t *w)
 /* The header line of an id not written yet (the serial's, made): the
  * worker's head, then the serial's digits; the id itself is written only
  * when something asks for it. Returns the line's length. */
-static size_t mf__made_id_line(const mf_serve_worker_t *w, uint64_t serial,
-                               char *line)
+static size_t mf__made_id_line(const mf_serve_worker_t *w,
+                               const char *serial_hex, char *line)
 {
     size_t head = (size_t)w->id_name_len + 2 + 16;
     memcpy(line, w->id_line_head, head);
-    mf__hex8((uint32_t)(serial >> 32), line + head);
-    mf__hex8((uint32_t)serial, line + head + 8);
+    memcpy(line + head, serial_hex, 16);
     memcpy(line + head + 16, "\r\n", 2);
     return head + 18;
 }
@@ -160,7 +183,7 @@ void mf_serve_request_add_id(mf_serve_request_t *request)
     char *line = request->id_line;
     size_t len = request->id_len
                      ? mf__written_id_line(request, line)
-                     : mf__made_id_line(request->w, request->serial, line);
+                     : mf__made_id_line(request->w, request->serial_hex, line);
     mf_http_exchange_add_header_static(request->ex, line, len);
 }
 
@@ -168,7 +191,7 @@ const char *mf_serve_request_id(mf_serve_request_t *request)
 {
     if (!request->id_len)
         request->id_len =
-            (uint8_t)mf__made_id(request->w, request->serial, request->id);
+            (uint8_t)mf__made_id(request->w, request->serial_hex, request->id);
     return request->id;
 }
 
@@ -250,24 +273,24 @@ void mf_serve_objects_open(mf_serve_worker_t *w)
     mf__thread_worker = w;
 }
 
-/* The userdata at index 1 when it is the object the running coroutine's
- * thread keeps in slot, else NULL. Only the objects of serve's class are
- * noted there (handler.c), so the address alone proves its class. */
-static mf_serve_object_t *mf__running_kept(lua_State *L, int slot)
+/* The request of the object at index 1, checked as
+ * mf_serve_check_request does. The common case first: the object is the
+ * one the running coroutine's thread keeps in slot (only serve's objects
+ * are noted there, handler.c, so the address alone proves its class),
+ * bound to the request that coroutine handles. */
+mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot)
 {
     const mf_serve_worker_t *w = mf__thread_worker;
     mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
-    if (!co)
-        return NULL;
-    void *obj = lua_touserdata(L, 1);
-    return obj && obj == mf_lua_co_keep_ptrs(co)[slot] ? obj : NULL;
-}
-
-mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot)
-{
-    mf_serve_object_t *obj = mf__running_kept(L, slot);
-    if (MF_UNLIKELY(!obj))
+    mf_serve_object_t *obj = co ? lua_touserdata(L, 1) : NULL;
+    if (MF_LIKELY(obj && obj == mf_lua_co_keep_ptrs(co)[slot])) {
+        mf_serve_request_t *request = obj->request;
+        if (MF_LIKELY(request && request->co == co &&
+                      (request->ex || request->kept)))
+            return request;
+    } else {
         obj = mf_serve_check_object(L, 1, 1);
+    }
     return mf__live_request(L, obj);
 }
 

@@ -106,6 +106,7 @@ struct mf_serve_request {
     /* A route with phases: its table (held by the request until the log
      * phase ends, whatever reloads do); valid when phased. */
     int phases_ref;
+    char serial_hex[16]; /* serial's digits, copied at the start */
     int on_abort_ref; /* a function run when the client leaves */
     int at_end_ref;   /* functions run as the record goes (serve.at_end) */
     mf_serve_kept_head_t *kept_head; /* valid when kept; freed with it */

@@ -182,6 +182,9 @@ typedef struct mf_serve_worker {
     uint64_t id_prefix;
     char id_prefix_hex[16]; /* id_prefix written once, as every id starts */
     uint64_t id_serial;
+    /* id_serial's 16 hex digits, counted up with it (request.c): a made
+     * id's end, with no formatting per request */
+    char id_serial_hex[16];
     /* "Name: " of request_id_header, then id_prefix_hex: a made id's header
      * line is this and the serial's digits, with no length to measure per
      * answer (request.c). id_name_len 0: no id header. */
