@@ -117,6 +117,18 @@ static void mf__exchange_account(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                                   seconds);
 }
 
+/* mf__exchange_account of an exchange timed from start: out of line, so
+ * that the answer's path, with all three off, saves no registers for it. */
+static __attribute__((noinline)) void
+mf__exchange_account_since(mf_serve_worker_t *w, mf_http_exchange_t *ex,
+                           mf_serve_request_t *request, const char *id,
+                           int status, size_t bytes,
+                           const struct timespec *start)
+{
+    mf__exchange_account(w, ex, request, id, status, bytes,
+                         mf__seconds_since(w, start));
+}
+
 /* The access log line and the metrics of an exchange about to end; from
  * here on the handler's side wants no on_close call. request: the record
  * of a handler's request, NULL for an answer without one (id: its id). */
@@ -126,8 +138,9 @@ static void mf__exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                              mf_serve_request_t *request, const char *id)
 {
     mf_http_exchange_on_close(ex, NULL, NULL);
-    mf__exchange_account(w, ex, request, id, status, bytes,
-                         mf__seconds_since(w, start));
+    /* all three off (the default): no call, no clock read */
+    if (w->log_fd >= 0 || w->mstate || (request && request->trace))
+        mf__exchange_account_since(w, ex, request, id, status, bytes, start);
 }
 
 void mf_serve_exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
@@ -499,8 +512,10 @@ mf__request_free(mf_serve_request_t *request)
 {
     mf_loop_t *loop = request->w->loop;
     mf_timer_stop(loop, &request->timer);
-    mf_lua_unref(request->w->host, request->headers_ref);
-    mf_lua_unref(request->w->host, request->fields_ref);
+    if (request->headers_ref != LUA_NOREF) /* made on first use only */
+        mf_lua_unref(request->w->host, request->headers_ref);
+    if (request->fields_ref != LUA_NOREF)
+        mf_lua_unref(request->w->host, request->fields_ref);
     if (MF_UNLIKELY(request->extras))
         mf__request_free_extras(request);
     mf__request_unbind(request);
@@ -804,25 +819,27 @@ static MF__COLD void mf__thread_adopt(void *ud, mf_lua_co_t *child)
 
 /* Pushes on co's thread its kept object keep[slot] (made on the thread's
  * first request, its address noted beside the ref), bound to request. */
+static MF__COLD mf_serve_object_t *mf__make_object(mf_lua_co_t *co, int slot,
+                                                   int mt_ref)
+{
+    lua_State *T = mf_lua_co_thread(co);
+    mf_serve_object_t *obj = lua_newuserdata(T, sizeof(*obj));
+    obj->thread = false; /* a thread's binding sets it */
+    obj->phase = 0;
+    lua_rawgeti(T, LUA_REGISTRYINDEX, mt_ref);
+    lua_setmetatable(T, -2);
+    lua_pushvalue(T, -1);
+    mf_lua_co_keep(co)[slot] = luaL_ref(T, LUA_REGISTRYINDEX);
+    mf_lua_co_keep_ptrs(co)[slot] = obj;
+    return obj;
+}
+
 static mf_serve_object_t *mf__push_object(mf_lua_co_t *co, int slot, int mt_ref,
                                           mf_serve_request_t *request)
 {
-    lua_State *T = mf_lua_co_thread(co);
-    int *keep = mf_lua_co_keep(co);
-    mf_serve_object_t *obj;
-    if (keep[slot] == LUA_NOREF) {
-        obj = lua_newuserdata(T, sizeof(*obj));
-        obj->thread = false; /* a thread's binding sets it */
-        obj->phase = 0;
-        lua_rawgeti(T, LUA_REGISTRYINDEX, mt_ref);
-        lua_setmetatable(T, -2);
-        lua_pushvalue(T, -1);
-        keep[slot] = luaL_ref(T, LUA_REGISTRYINDEX);
-        mf_lua_co_keep_ptrs(co)[slot] = obj;
-    } else {
-        lua_rawgeti(T, LUA_REGISTRYINDEX, keep[slot]);
-        obj = mf_lua_co_keep_ptrs(co)[slot];
-    }
+    mf_serve_object_t *obj = mf_lua_co_push_kept(co, slot);
+    if (MF_UNLIKELY(!obj))
+        obj = mf__make_object(co, slot, mt_ref);
     obj->request = request;
     return obj;
 }
@@ -890,28 +907,30 @@ static const char *mf__request_id_of(void *ud)
     return mf_serve_request_id(ud);
 }
 
-/* Runs the handler on top of the host's stack in a new coroutine, which
+/* Runs the route's handler (handler_ref: pushed straight onto the
+ * coroutine's thread, no move from the host's stack) in a new coroutine, which
  * owns the request record from mf_lua_co_start_with on, with the request's
  * hooks (moonflow/lua_co.h): its log label, its id, its trace, its
  * deadline. */
 static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
                               uint32_t timeout, const struct timespec *start,
-                              bool phases)
+                              int handler_ref, bool phases)
 {
     mf_serve_request_t *request = mf__request_create(w, ex, start);
     mf_http_exchange_hold(ex);
     mf_http_exchange_on_close(ex, mf__on_client_gone, request);
     if (timeout)
         mf_timer_start(w->loop, &request->timer, timeout);
-    request->co = mf_lua_host_prepare(w->host, mf__on_handler_exit, request);
     if (w->trace_fd >= 0) /* tracing on: maybe this one */
         request->trace =
             mf_serve_trace_begin(request, mf_http_exchange_request(ex));
     mf_lua_co_hooks_t hooks = mf__request_hooks(request, &mf__request_family);
     if (timeout) /* for Lua code still running then (the timer cannot fire) */
         hooks.deadline = mf_loop_now(w->loop) + timeout;
+    request->co =
+        mf_lua_host_prepare_with(w->host, mf__on_handler_exit, request, &hooks);
     lua_State *T = mf_lua_co_thread(request->co);
-    lua_xmove(mf_lua_host_state(w->host), T, 1); /* the handler */
+    lua_rawgeti(T, LUA_REGISTRYINDEX, handler_ref); /* straight onto T */
     int nargs = 2;
     if (phases) { /* the route's table of phases */
         mf__request_phases(request, T, timeout);
@@ -922,7 +941,7 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
     request->resp = mf__push_object(request->co, MF_SERVE_KEEP_RESP,
                                     w->resp_mt_ref, request);
     /* may free request: not touched after */
-    mf_lua_co_start_with(request->co, nargs, &hooks);
+    mf_lua_co_start(request->co, nargs);
 }
 
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
@@ -931,6 +950,7 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
     const mf_http_request_t *head = mf_http_exchange_request(ex);
     struct timespec start = {0};
     uint32_t timeout;
+    int handler_ref;
     mf__clock_start(w, &start);
     if (w->mstate && mf_serve_metrics_is_page(w, head)) {
         mf_serve_metrics_answer(w, ex, &start);
@@ -938,9 +958,8 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
     }
     if (w->config->nstatics && mf_serve_static_answer(w, ex, head, &start))
         return;
-    mf_serve_route_result_t rc =
-        mf_serve_routes_push_handler(w->routes, mf_lua_host_state(w->host),
-                                     head->path, head->path_len, &timeout);
+    mf_serve_route_result_t rc = mf_serve_routes_find_handler(
+        w->routes, head->path, head->path_len, &timeout, &handler_ref);
     const mf_http_compress_config_t *compress;
     switch (rc) {
     case MF_SERVE_ROUTE_FOUND:
@@ -950,7 +969,7 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
             mf_http_exchange_set_compress(ex, compress);
         mf__request_start(w, ex,
                           timeout ? timeout : w->config->handler_timeout_ms,
-                          &start, rc == MF_SERVE_ROUTE_PHASES);
+                          &start, handler_ref, rc == MF_SERVE_ROUTE_PHASES);
         break;
     case MF_SERVE_ROUTE_MISSING:
         mf__exchange_send_plain(w, ex, 404, "404 Not Found\n", &start, NULL);
@@ -1077,9 +1096,13 @@ static inline int mf__resp_send_body(lua_State *L, mf_serve_request_t *request,
         }
         return mf__resp_refused(L, request);
     }
+    /* the string first: one call for the common case, the type asked
+     * only of what is not one (nil, none: an empty body; others raise) */
     size_t len = 0;
-    const char *data =
-        lua_isnoneornil(L, body) ? "" : mf_lua_check_lstring(L, body, &len);
+    const char *data = lua_tolstring(L, body, &len);
+    if (MF_UNLIKELY(!data))
+        data =
+            lua_isnoneornil(L, body) ? "" : mf_lua_check_lstring(L, body, &len);
     return mf__resp_answer(L, request, data, len, MF__TEXT_TYPE);
 }
 

@@ -126,6 +126,10 @@ typedef struct mf_serve_metrics {
         *up_downs, *up_latency;
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
+    /* the config's metrics_path, and its length, measured when it is
+     * first seen rather than on every request */
+    const char *page_path;
+    size_t page_len;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
 } mf_serve_metrics_t;
 
@@ -651,8 +655,14 @@ bool mf_serve_metrics_is_page(const mf_serve_worker_t *w,
                               const mf_http_request_t *req)
 {
     const char *path = w->config->metrics_path;
-    return path && !w->config->metrics_listen /* served there instead */ &&
-           strlen(path) == req->path_len &&
+    mf_serve_metrics_t *m = w->mstate;
+    if (!path || w->config->metrics_listen) /* served there instead */
+        return false;
+    if (MF_UNLIKELY(path != m->page_path)) {
+        m->page_path = path;
+        m->page_len = strlen(path);
+    }
+    return m->page_len == req->path_len &&
            memcmp(path, req->path, req->path_len) == 0;
 }
 

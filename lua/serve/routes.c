@@ -430,8 +430,8 @@ static mf_serve_route_t *mf__route_discover(mf_serve_routes_t *r,
 }
 
 mf_serve_route_result_t
-mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
-                             const char *path, size_t len, uint32_t *timeout_ms)
+mf_serve_routes_find_handler(mf_serve_routes_t *r, const char *path,
+                             size_t len, uint32_t *timeout_ms, int *ref)
 {
     *timeout_ms = 0;
     uint32_t hash = mf__fnv1a(path, len);
@@ -444,9 +444,21 @@ mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
     }
     if (e->ref == LUA_NOREF)
         return MF_SERVE_ROUTE_BROKEN;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, e->ref);
+    *ref = e->ref;
     *timeout_ms = e->timeout_ms;
     return e->found;
+}
+
+mf_serve_route_result_t
+mf_serve_routes_push_handler(mf_serve_routes_t *r, lua_State *L,
+                             const char *path, size_t len, uint32_t *timeout_ms)
+{
+    int ref;
+    mf_serve_route_result_t rc =
+        mf_serve_routes_find_handler(r, path, len, timeout_ms, &ref);
+    if (rc == MF_SERVE_ROUTE_FOUND || rc == MF_SERVE_ROUTE_PHASES)
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    return rc;
 }
 
 bool mf_serve_routes_stream_body(mf_serve_routes_t *r, const char *path,

@@ -103,6 +103,15 @@ mf_serve_route_result_t mf_serve_routes_push_handler(mf_serve_routes_t *routes,
                                                      const char *path,
                                                      size_t len,
                                                      uint32_t *timeout_ms);
+/* The same lookup, pushing nothing: sets *ref to the registry reference
+ * of the handler (or table of phases) when found, for the caller to push
+ * onto the thread that runs it, valid until Lua code runs (a reload lets
+ * go of it). */
+mf_serve_route_result_t mf_serve_routes_find_handler(mf_serve_routes_t *routes,
+                                                     const char *path,
+                                                     size_t len,
+                                                     uint32_t *timeout_ms,
+                                                     int *ref);
 
 /* Whether the explicit route of this URL path streams its body (body =
  * "stream"): asked by the server when a head with a body is parsed. A
