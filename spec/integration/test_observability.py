@@ -442,6 +442,18 @@ class RequestIds(unittest.TestCase):
         with open(self.err_path) as f:
             self.assertIn("[warn] GET /up [%s]: handling" % mine, f.read())
 
+    def test_made_ids_count_up_in_hex_across_carries(self):
+        # A worker's made ids: its prefix, then its serial in 16 hex
+        # digits, counted up past every ...f (a carry) as a number.
+        by_worker = {}
+        for _ in range(80):
+            made = self.get("/stream").header("x-request-id")
+            self.assertRegex(made, r"^[0-9a-f]{32}$")
+            by_worker.setdefault(made[:16], []).append(int(made[16:], 16))
+        for serials in by_worker.values():
+            self.assertEqual(serials, sorted(set(serials)))
+        self.assertGreater(max(max(v) for v in by_worker.values()), 16)
+
     def test_a_valid_client_id_is_kept_and_a_bad_one_replaced(self):
         body = self.get("/up", b"X-Request-Id: order-42:a/b+c=d@e.f~g\r\n").body
         self.assertEqual(body, b"order-42:a/b+c=d@e.f~g order-42:a/b+c=d@e.f~g")
