@@ -521,7 +521,17 @@ mf__request_free(mf_serve_request_t *request)
     mf__request_unbind(request);
     if (request->trace) /* its tasks may still hold it */
         mf_serve_trace_end(request->trace);
-    mf_loop_free(loop, request, sizeof(*request));
+    if (!request->w->spare_request)
+        request->w->spare_request = request; /* the next request's */
+    else
+        mf_loop_free(loop, request, sizeof(*request));
+}
+
+void mf_serve_handler_close(mf_serve_worker_t *w)
+{
+    if (w->spare_request)
+        mf_loop_free(w->loop, w->spare_request, sizeof(*w->spare_request));
+    w->spare_request = NULL;
 }
 
 /* A handler that raised, or that the host stopped: 504 at its timeout,
@@ -848,7 +858,11 @@ static mf_serve_request_t *mf__request_create(mf_serve_worker_t *w,
                                               mf_http_exchange_t *ex,
                                               const struct timespec *start)
 {
-    mf_serve_request_t *request = mf_loop_alloc(w->loop, sizeof(*request));
+    mf_serve_request_t *request = w->spare_request;
+    if (request)
+        w->spare_request = NULL;
+    else
+        request = mf_loop_alloc(w->loop, sizeof(*request));
     memset(request, 0, offsetof(mf_serve_request_t, id)); /* id: id_len */
     request->w = w;
     request->ex = ex;

@@ -95,14 +95,15 @@ struct mf_serve_request {
     size_t bytes;
     int headers_ref; /* resp.headers, created on first use */
     int fields_ref;  /* req.query/headers/body, computed on first use */
-    struct timespec start;
-    uint64_t start_ms;       /* the loop's time at the start (req.start_time) */
-    mf_timer_t timer;        /* the handler timeout */
     mf_serve_trace_t *trace; /* trace.c: a sampled request's; NULL */
-    uint64_t serial; /* this worker's count of requests: a made id's end */
     uint8_t id_len;  /* the id in id[], 0: not written yet */
     char id[MF_SERVE_ID_MAX + 1];
     /* Past the part a new record zeroes: */
+    /* set as the record is made */
+    struct timespec start;
+    uint64_t start_ms; /* the loop's time at the start (req.start_time) */
+    mf_timer_t timer;  /* the handler timeout */
+    uint64_t serial;   /* this worker's count of requests: a made id's end */
     /* A route with phases: its table (held by the request until the log
      * phase ends, whatever reloads do); valid when phased. */
     int phases_ref;

@@ -290,6 +290,7 @@ static void mf__serve_worker_stopped(mf_http_server_t *srv, void *arg)
     if (w->host)
         mf_lua_host_destroy(w->host); /* aborts background timers */
     w->host = NULL;
+    mf_serve_handler_close(w);
     mf_serve_trace_close(w);
     atomic_store(&job->stopped, true);
     mf_waitgroup_done(job->wg);

@@ -192,6 +192,9 @@ typedef struct mf_serve_worker {
     uint8_t id_name_len;
     mf_metrics_t *metrics;           /* the process's registry; shard id */
     struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
+    /* handler.c: the last request record let go, taken by the next request
+     * (no trip through the loop's free lists); freed as the worker stops */
+    struct mf_serve_request *spare_request;
     struct mf_serve_metrics_listener *mlisten; /* metrics_listen.c */
     int trace_fd;                              /* trace.c: the file; -1: none */
     size_t trace_lost;                         /* traces not written */
@@ -222,6 +225,9 @@ void mf_serve_exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker);
 /* Registers the request/response metatables in the worker's host. */
 void mf_serve_handler_open(mf_serve_worker_t *w);
+/* Frees what the handlers' side keeps between requests (once the host,
+ * and with it every request, is gone). */
+void mf_serve_handler_close(mf_serve_worker_t *w);
 /* downstream.c: the downstream socket's class in the worker's host, and
  * the server's stream_body question (mf_http_server_config_t): whether the
  * request's route reads its body with req:socket() (body = "stream"). */
