@@ -130,6 +130,9 @@ typedef struct mf_serve_metrics {
      * first seen rather than on every request */
     const char *page_path;
     size_t page_len;
+    /* the entry the last request was counted in: the next one, most
+     * often of the same key, is checked against it before any hashing */
+    mf_metrics_entry_t *last;
     mf_metrics_entry_t cache[MF_METRICS_CACHE];
 } mf_serve_metrics_t;
 
@@ -631,8 +634,12 @@ void mf_serve_metrics_request(mf_serve_worker_t *w,
     if (len > MF_METRICS_ROUTE)
         len = MF_METRICS_ROUTE; /* a route this long: its first bytes */
     unsigned method = mf__method(req);
-    uint64_t h = mf__key(route, len, method, status);
-    mf_metrics_entry_t *e = mf__entry(m, h, route, len, method, status);
+    mf_metrics_entry_t *e = m->last; /* its fields are its key, now */
+    if (!e || e->status != status || e->method != method ||
+        e->route_len != len || memcmp(e->route, route, len) != 0) {
+        uint64_t h = mf__key(route, len, method, status);
+        m->last = e = mf__entry(m, h, route, len, method, status);
+    }
     if (!e->requests)
         return; /* refused when filled, and said so then */
     mf_metric_add(e->requests, w->id, 1);
