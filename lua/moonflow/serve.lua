@@ -32,6 +32,32 @@ function M.response.set_cookie(resp, name, value, opts)
     end
 end
 
+-- resp:send: a string body goes through the FFI to the C side's plain
+-- case (mf_serve_resp_send_ffi: the running handler's own resp, nothing
+-- set in resp.headers, no phases), which a compiled handler calls from its
+-- trace; everything else, and a program without that symbol, goes to the
+-- C method send (a tail call: its errors name the handler's line).
+function M.fast_send(send)
+    local ok, ffi = pcall(require, "ffi")
+    local jit_ok, jit = pcall(require, "jit")
+    -- interpreted, an FFI call costs more than the C method's: with the
+    -- compiler off (serve's jit = false) send stays the C method
+    if not ok or not jit_ok or not jit.status() or not pcall(ffi.cdef, [[
+        int mf_serve_resp_send_ffi(const void *obj, const char *body,
+                                   size_t len);]]) then
+        return send
+    end
+    local found, plain = pcall(function() return ffi.C.mf_serve_resp_send_ffi end)
+    if not found then return send end
+    return function(resp, body)
+        if type(body) == "string" and type(resp) == "userdata" and
+            plain(resp, body, #body) == 0 then
+            return
+        end
+        return send(resp, body)
+    end
+end
+
 -- resp's __index: the methods (a table hit, no C call for resp:send),
 -- then the C-side properties (status, headers, sent).
 function M.index(methods, property)

@@ -346,17 +346,26 @@ static MF__COLD const char *mf__body_filter(lua_State *L,
 /* Status, headers, the Content-Type line given (a literal) and the id's
  * header unless resp.headers has them, before the first byte. 0, or -1
  * when the headers cannot be sent (reported). */
+/* The head's lines besides resp.headers (a type, the id, unless those
+ * named them) and its status. */
+static void mf__request_head_rest(mf_serve_request_t *request, bool has_type,
+                                  bool has_id, const char *type_line,
+                                  size_t type_len)
+{
+    if (!has_type) /* a constant: no copy */
+        mf_http_exchange_add_header_static(request->ex, type_line, type_len);
+    if (!has_id)
+        mf_serve_request_add_id(request);
+    mf_http_exchange_set_status(request->ex, request->status);
+}
+
 static int mf__request_set_head(lua_State *L, mf_serve_request_t *request,
                                 const char *type_line, size_t type_len)
 {
     bool has_type = false, has_id = false;
     if (mf__request_copy_headers(L, request, &has_type, &has_id) < 0)
         return -1;
-    if (!has_type) /* a constant: no copy */
-        mf_http_exchange_add_header_static(request->ex, type_line, type_len);
-    if (!has_id)
-        mf_serve_request_add_id(request);
-    mf_http_exchange_set_status(request->ex, request->status);
+    mf__request_head_rest(request, has_type, has_id, type_line, type_len);
     return 0;
 }
 
@@ -1143,6 +1152,29 @@ static int mf__resp_json(lua_State *L)
     if (status)
         mf__set_status(request, status);
     return mf__resp_answer(L, request, body, len, MF__JSON_TYPE);
+}
+
+/* resp:send(body) of a string body as moonflow.serve's send calls it,
+ * through LuaJIT's FFI (ffi.C finds it in the binary's dynamic symbols): a
+ * compiled handler calls it from its trace, where a Lua C function would
+ * end the trace and run in the interpreter. It answers only the plain
+ * case: obj the running coroutine's own resp, its request live, not
+ * answered nor streaming, no phases, no resp.headers; 0 then. Else 1,
+ * nothing done: the caller runs the method (mf__resp_send), which answers
+ * or raises as it always does. It touches no Lua state (an FFI call must
+ * not) and never raises. */
+__attribute__((visibility("default"))) int
+mf_serve_resp_send_ffi(const void *obj, const char *body, size_t len)
+{
+    mf_serve_request_t *request =
+        mf_serve_kept_request_of(obj, MF_SERVE_KEEP_RESP);
+    if (!request || request->phased || request->sent || request->streaming ||
+        !request->ex || request->headers_ref != LUA_NOREF)
+        return 1;
+    mf__request_head_rest(request, false, false, MF__TEXT_TYPE);
+    request->bytes = len;
+    mf__request_send(request, body, len);
+    return 0;
 }
 
 static int mf__resp_send(lua_State *L)
@@ -1966,6 +1998,10 @@ void mf_serve_handler_open(mf_serve_worker_t *w)
     lua_getfield(L, -1, "response");
     lua_pushvalue(L, mt);
     mf_lua_register_up(L, methods, 1);
+    lua_getfield(L, -2, "fast_send"); /* send: mf_serve_resp_send_ffi first */
+    lua_getfield(L, -2, "send");
+    lua_call(L, 1, 1);
+    lua_setfield(L, -2, "send");
     lua_getfield(L, -2, "index"); /* index(methods, property) */
     lua_insert(L, -2);
     lua_pushvalue(L, mt);

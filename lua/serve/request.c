@@ -273,24 +273,38 @@ void mf_serve_objects_open(mf_serve_worker_t *w)
     mf__thread_worker = w;
 }
 
-/* The request of the object at index 1, checked as
- * mf_serve_check_request does. The common case first: the object is the
- * one the running coroutine's thread keeps in slot (only serve's objects
- * are noted there, handler.c, so the address alone proves its class),
- * bound to the request that coroutine handles. */
-mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot)
+/* Whether obj is the object the running coroutine's thread keeps in slot
+ * (only serve's objects are noted there, handler.c, so the address alone
+ * proves its class); that coroutine too. */
+static bool mf__is_running_kept(const void *obj, int slot, mf_lua_co_t **co)
 {
     const mf_serve_worker_t *w = mf__thread_worker;
-    mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
-    mf_serve_object_t *obj = co ? lua_touserdata(L, 1) : NULL;
-    if (MF_LIKELY(obj && obj == mf_lua_co_keep_ptrs(co)[slot])) {
-        mf_serve_request_t *request = obj->request;
-        if (MF_LIKELY(request && request->co == co &&
-                      (request->ex || request->kept)))
-            return request;
-    } else {
+    *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
+    return *co && obj && obj == mf_lua_co_keep_ptrs(*co)[slot];
+}
+
+mf_serve_request_t *mf_serve_kept_request_of(const void *obj, int slot)
+{
+    mf_lua_co_t *co;
+    if (!mf__is_running_kept(obj, slot, &co))
+        return NULL;
+    mf_serve_request_t *request = ((const mf_serve_object_t *)obj)->request;
+    return request && request->co == co && (request->ex || request->kept)
+               ? request
+               : NULL;
+}
+
+/* The common case first: the running coroutine's own object, bound to the
+ * request it handles; then the checks of mf_serve_check_request. */
+mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot)
+{
+    mf_serve_object_t *obj = lua_touserdata(L, 1);
+    mf_serve_request_t *request = mf_serve_kept_request_of(obj, slot);
+    if (MF_LIKELY(request))
+        return request;
+    mf_lua_co_t *co;
+    if (!mf__is_running_kept(obj, slot, &co))
         obj = mf_serve_check_object(L, 1, 1);
-    }
     return mf__live_request(L, obj);
 }
 

@@ -158,6 +158,11 @@ mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up);
  * (MF_SERVE_KEEP_REQ, _RESP): the running coroutine's own object is known
  * by its address, with no metatable check. */
 mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot);
+/* The request obj (a userdata's address) is bound to, when obj is the
+ * running coroutine's own object of slot and that coroutine handles the
+ * live request; else NULL (a thread's object, another's, none). Touches
+ * no Lua state. */
+mf_serve_request_t *mf_serve_kept_request_of(const void *obj, int slot);
 /* The worker of the calling thread, for mf_serve_check_kept_request (as
  * its host opens). */
 void mf_serve_objects_open(mf_serve_worker_t *w);

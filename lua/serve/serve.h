@@ -225,6 +225,9 @@ void mf_serve_exchange_log(mf_serve_worker_t *w, mf_http_exchange_t *ex,
 void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker);
 /* Registers the request/response metatables in the worker's host. */
 void mf_serve_handler_open(mf_serve_worker_t *w);
+/* resp:send(body)'s plain case, for moonflow.serve's send through the
+ * FFI (handler.c): 0 answered, 1 not taken (nothing done). */
+int mf_serve_resp_send_ffi(const void *obj, const char *body, size_t len);
 /* Frees what the handlers' side keeps between requests (once the host,
  * and with it every request, is gone). */
 void mf_serve_handler_close(mf_serve_worker_t *w);
