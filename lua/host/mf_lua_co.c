@@ -51,11 +51,12 @@ void mf_lua_owned_drop(mf_lua_owned_t *o)
 
 /* A thread that returned normally can run a new function (status 0, empty
  * stack): its record is kept whole for the next spawn (true). Errored or
- * aborted ones cannot: their references go (false). */
+ * aborted ones cannot: their references go (false). DONE comes only from
+ * a resume that returned 0, which leaves the thread's status 0. */
 static bool mf_lua__co_keep_idle(mf_lua_host_t *host, mf_lua_co_t *co,
                                  mf_lua_co_status_t status)
 {
-    if (status == MF_LUA_CO_DONE && lua_status(co->L) == 0 &&
+    if (status == MF_LUA_CO_DONE &&
         host->nidle < MF_LUA_IDLE_THREADS) {
         host->idle[host->nidle++] = co;
         host->counts.refs--;
@@ -287,6 +288,16 @@ int *mf_lua_co_keep(mf_lua_co_t *co)
 void **mf_lua_co_keep_ptrs(mf_lua_co_t *co)
 {
     return co->keep_ptrs;
+}
+
+bool mf_lua_co_push_keeps(mf_lua_co_t *co)
+{
+    for (int i = 0; i < MF_LUA_CO_KEEP; i++)
+        if (co->keep[i] == LUA_NOREF)
+            return false;
+    for (int i = 0; i < MF_LUA_CO_KEEP; i++)
+        lua_rawgeti(co->L, LUA_REGISTRYINDEX, co->keep[i]);
+    return true;
 }
 
 void *mf_lua_co_push_kept(mf_lua_co_t *co, int slot)

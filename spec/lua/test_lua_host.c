@@ -506,7 +506,15 @@ TEST(a_returned_coroutine_is_reused_whole_with_its_kept_values)
     ASSERT(lua_touserdata(T, -1) == ud);
     lua_pop(T, 1);
     ASSERT(mf_lua_co_push_kept(co, 0) == NULL); /* unset: nothing pushed */
+    ASSERT(!mf_lua_co_push_keeps(co)); /* one unset: none pushed */
     ASSERT_EQ(lua_gettop(T), 0);
+    lua_pushinteger(T, 7);
+    mf_lua_co_keep(co)[0] = luaL_ref(T, LUA_REGISTRYINDEX);
+    ASSERT(mf_lua_co_push_keeps(co)); /* slot 0 first */
+    ASSERT_EQ(lua_gettop(T), 2);
+    ASSERT_EQ(lua_tointeger(T, 1), 7);
+    ASSERT(lua_touserdata(T, 2) == ud);
+    lua_settop(T, 0);
     run_in(co, "error('no reuse')"); /* its thread and kept values go */
     co = mf_lua_host_prepare(host, on_exit_cb, &s);
     ASSERT(mf_lua_co_keep_ptrs(co)[1] == NULL);

@@ -155,6 +155,9 @@ MF_API void **mf_lua_co_keep_ptrs(mf_lua_co_t *co);
  * keep_ptrs[slot]: one call for what a spawn reuses. A slot with no ref
  * yet: NULL, nothing pushed. */
 MF_API void *mf_lua_co_push_kept(mf_lua_co_t *co, int slot);
+/* Pushes every kept value, slot 0 first, when all are set (true); else
+ * pushes nothing (false). */
+MF_API bool mf_lua_co_push_keeps(mf_lua_co_t *co);
 
 /* ---- for C functions that park (see lua_host.h's pattern) --------------- */
 
