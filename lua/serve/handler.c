@@ -959,10 +959,17 @@ static void mf__request_start(mf_serve_worker_t *w, mf_http_exchange_t *ex,
         mf__request_phases(request, T, timeout);
         nargs = 3;
     }
-    request->req =
-        mf__push_object(request->co, MF_SERVE_KEEP_REQ, w->req_mt_ref, request);
-    request->resp = mf__push_object(request->co, MF_SERVE_KEEP_RESP,
-                                    w->resp_mt_ref, request);
+    if (MF_LIKELY(mf_lua_co_push_keeps(request->co))) { /* a reused thread */
+        void **objs = mf_lua_co_keep_ptrs(request->co);
+        request->req = objs[MF_SERVE_KEEP_REQ];
+        request->resp = objs[MF_SERVE_KEEP_RESP];
+        request->req->request = request->resp->request = request;
+    } else {
+        request->req = mf__push_object(request->co, MF_SERVE_KEEP_REQ,
+                                       w->req_mt_ref, request);
+        request->resp = mf__push_object(request->co, MF_SERVE_KEEP_RESP,
+                                        w->resp_mt_ref, request);
+    }
     /* may free request: not touched after */
     mf_lua_co_start(request->co, nargs);
 }

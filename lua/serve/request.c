@@ -32,7 +32,8 @@ static bool mf__id_byte_ok(unsigned char c)
 
 /* The head's X-Request-Id when it is one we pass on (safe in a log line, a
  * header and JSON as it is); else NULL. */
-static const mf_http_header_t *mf__given_id(const mf_http_request_t *head)
+static inline __attribute__((always_inline)) const mf_http_header_t *
+mf__given_id(const mf_http_request_t *head)
 {
     /* the first of that name, as mf_http_find_header, with no strlen of
      * the name per request: the length weeds out nearly every header */
@@ -160,7 +161,9 @@ static size_t mf__made_id_line(const mf_serve_worker_t *w,
                                const char *serial_hex, char *line)
 {
     size_t head = (size_t)w->id_name_len + 2 + 16;
-    memcpy(line, w->id_line_head, head);
+    /* all of it, a constant size (no length to copy by): the bytes past
+     * head are written over below */
+    memcpy(line, w->id_line_head, sizeof w->id_line_head);
     memcpy(line + head, serial_hex, 16);
     memcpy(line + head + 16, "\r\n", 2);
     return head + 18;
