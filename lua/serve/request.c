@@ -269,32 +269,20 @@ mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up)
 }
 
 /* The worker whose loop runs on this thread (one a thread). */
-static _Thread_local const mf_serve_worker_t *mf__thread_worker;
+_Thread_local const mf_serve_worker_t *mf_serve__thread_worker;
 
 void mf_serve_objects_open(mf_serve_worker_t *w)
 {
-    mf__thread_worker = w;
+    mf_serve__thread_worker = w;
 }
 
 /* Whether obj is the object the running coroutine's thread keeps in slot
- * (only serve's objects are noted there, handler.c, so the address alone
- * proves its class); that coroutine too. */
-static bool mf__is_running_kept(const void *obj, int slot, mf_lua_co_t **co)
+ * (whatever it is bound to now). */
+static bool mf__is_running_kept(const void *obj, int slot)
 {
-    const mf_serve_worker_t *w = mf__thread_worker;
-    *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
-    return *co && obj && obj == mf_lua_co_keep_ptrs(*co)[slot];
-}
-
-mf_serve_request_t *mf_serve_kept_request_of(const void *obj, int slot)
-{
-    mf_lua_co_t *co;
-    if (!mf__is_running_kept(obj, slot, &co))
-        return NULL;
-    mf_serve_request_t *request = ((const mf_serve_object_t *)obj)->request;
-    return request && request->co == co && (request->ex || request->kept)
-               ? request
-               : NULL;
+    const mf_serve_worker_t *w = mf_serve__thread_worker;
+    mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
+    return co && obj && obj == mf_lua_co_keep_ptrs(co)[slot];
 }
 
 /* The common case first: the running coroutine's own object, bound to the
@@ -305,8 +293,7 @@ mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot)
     mf_serve_request_t *request = mf_serve_kept_request_of(obj, slot);
     if (MF_LIKELY(request))
         return request;
-    mf_lua_co_t *co;
-    if (!mf__is_running_kept(obj, slot, &co))
+    if (!mf__is_running_kept(obj, slot))
         obj = mf_serve_check_object(L, 1, 1);
     return mf__live_request(L, obj);
 }

@@ -158,11 +158,27 @@ mf_serve_request_t *mf_serve_check_request(lua_State *L, int idx, int mt_up);
  * (MF_SERVE_KEEP_REQ, _RESP): the running coroutine's own object is known
  * by its address, with no metatable check. */
 mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot);
+/* The worker whose loop runs on this thread (mf_serve_objects_open). */
+extern _Thread_local const mf_serve_worker_t *mf_serve__thread_worker;
+
 /* The request obj (a userdata's address) is bound to, when obj is the
- * running coroutine's own object of slot and that coroutine handles the
- * live request; else NULL (a thread's object, another's, none). Touches
- * no Lua state. */
-mf_serve_request_t *mf_serve_kept_request_of(const void *obj, int slot);
+ * running coroutine's own object of slot (only serve's objects are noted
+ * there, handler.c, so the address alone proves its class) and that
+ * coroutine handles the live request; else NULL (a thread's object,
+ * another's, none). Touches no Lua state. Inline: every resp:send and
+ * req field read asks it. */
+static inline mf_serve_request_t *mf_serve_kept_request_of(const void *obj,
+                                                           int slot)
+{
+    const mf_serve_worker_t *w = mf_serve__thread_worker;
+    mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
+    if (!co || !obj || obj != mf_lua_co_keep_ptrs(co)[slot])
+        return NULL;
+    mf_serve_request_t *request = ((const mf_serve_object_t *)obj)->request;
+    return request && request->co == co && (request->ex || request->kept)
+               ? request
+               : NULL;
+}
 /* The worker of the calling thread, for mf_serve_check_kept_request (as
  * its host opens). */
 void mf_serve_objects_open(mf_serve_worker_t *w);
