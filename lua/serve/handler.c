@@ -982,7 +982,8 @@ void mf_serve_handler_on_request(mf_http_exchange_t *ex, void *worker)
     uint32_t timeout;
     int handler_ref;
     mf__clock_start(w, &start);
-    if (w->mstate && mf_serve_metrics_is_page(w, head)) {
+    if (w->metrics_page_len == head->path_len && w->mstate &&
+        mf_serve_metrics_is_page(w, head)) {
         mf_serve_metrics_answer(w, ex, &start);
         return;
     }

@@ -126,10 +126,6 @@ typedef struct mf_serve_metrics {
         *up_downs, *up_latency;
     mf_task_entry_t task_cache[MF_TASK_CACHE];
     mf_timer_t timer;
-    /* the config's metrics_path, and its length, measured when it is
-     * first seen rather than on every request */
-    const char *page_path;
-    size_t page_len;
     /* the entry the last request was counted in: the next one, most
      * often of the same key, is checked against it before any hashing */
     mf_metrics_entry_t *last;
@@ -487,6 +483,8 @@ int mf_serve_metrics_open(mf_serve_worker_t *w)
      * mf_serve_metrics_close, which stops it. */
     mf_timer_init(&m->timer, mf__tick, w);
     w->mstate = m;
+    if (!w->config->metrics_listen) /* else served there instead */
+        w->metrics_page_len = strlen(w->config->metrics_path);
     static const char *const rms[] = {"route", "method", "status"};
     static const char *const route[] = {"route"};
     static const char *const kind_state[] = {"kind", "state"};
@@ -537,6 +535,7 @@ void mf_serve_metrics_close(mf_serve_worker_t *w)
     mf_timer_stop(w->loop, &w->mstate->timer);
     mf_free(w->mstate);
     w->mstate = NULL;
+    w->metrics_page_len = 0;
 }
 
 /* The label of a method: GET found at once (most requests). */
@@ -662,14 +661,8 @@ bool mf_serve_metrics_is_page(const mf_serve_worker_t *w,
                               const mf_http_request_t *req)
 {
     const char *path = w->config->metrics_path;
-    mf_serve_metrics_t *m = w->mstate;
-    if (!path || w->config->metrics_listen) /* served there instead */
-        return false;
-    if (MF_UNLIKELY(path != m->page_path)) {
-        m->page_path = path;
-        m->page_len = strlen(path);
-    }
-    return m->page_len == req->path_len &&
+    return w->metrics_page_len && /* else served elsewhere, or none */
+           w->metrics_page_len == req->path_len &&
            memcmp(path, req->path, req->path_len) == 0;
 }
 

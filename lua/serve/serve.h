@@ -192,6 +192,9 @@ typedef struct mf_serve_worker {
     uint8_t id_name_len;
     mf_metrics_t *metrics;           /* the process's registry; shard id */
     struct mf_serve_metrics *mstate; /* metrics.c; NULL: no page */
+    /* the length of the metrics page's path when this server serves it (0:
+     * not here): most requests are told apart from it without a call */
+    size_t metrics_page_len;
     /* handler.c: the last request record let go, taken by the next request
      * (no trip through the loop's free lists); freed as the worker stops */
     struct mf_serve_request *spare_request;
