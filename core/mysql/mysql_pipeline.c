@@ -640,24 +640,51 @@ static void mf__keep_names(mf_mysql_pipe_t *p, mf_mysql_bin_col_t *c)
 }
 
 /* The server sent no column definitions (the connector asked it to cache
- * them): they are the prepared statement's. false: they do not match. */
+ * them): they are as the server last sent them for this statement, to a
+ * pipeline (its types kept on the statement) or else to the connector (the
+ * handle's fields); the names are the handle's. false: they do not match. */
 static bool mf__cols_from_stmt(mf_mysql_pipe_t *p)
 {
-    MYSQL_STMT *h = mf__head(p)->stmt->handle;
+    const mf_mysql_stmt_t *s = mf__head(p)->stmt;
+    MYSQL_STMT *h = s->handle;
     const MYSQL_FIELD *fs = mariadb_stmt_fetch_fields(h);
     if (!fs || mysql_stmt_field_count(h) != p->ncols)
         return false;
+    bool wire = s->wire_ncols == p->ncols;
     for (unsigned i = 0; i < p->ncols; i++) {
         const MYSQL_FIELD *f = &fs[i];
         const char *table = f->table ? f->table : "";
+        mf_mysql_stmt_coltype_t ct = {f->type, f->flags, f->decimals,
+                                      f->charsetnr};
+        if (wire)
+            ct = s->wire_cols[i];
         p->cols[i] = (mf_mysql_bin_col_t){
-            f->name, f->name_length, table, strlen(table), f->type,
-            f->flags, f->decimals, f->charsetnr};
+            f->name, f->name_length, table, strlen(table), ct.type,
+            ct.flags, ct.decimals, ct.charsetnr};
         mf__keep_names(p, &p->cols[i]);
     }
     /* The EOF that ends the (absent) definitions still comes. */
     p->rstate = MF_PR_COLS_EOF;
     return true;
+}
+
+/* A column definition the server sent is kept on the statement: the next
+ * time it may send none. */
+static void mf__note_wire_col(mf_mysql_pipe_t *p, const mf_mysql_bin_col_t *c)
+{
+    mf_mysql_stmt_t *s = mf__head(p)->stmt;
+    if (p->col == 0) {
+        s->wire_ncols = 0; /* complete only with the last column */
+        if (s->wire_cols_cap < p->ncols) {
+            s->wire_cols = mf_xrealloc(s->wire_cols,
+                                       p->ncols * sizeof *s->wire_cols);
+            s->wire_cols_cap = p->ncols;
+        }
+    }
+    s->wire_cols[p->col] =
+        (mf_mysql_stmt_coltype_t){c->type, c->flags, c->decimals, c->charsetnr};
+    if (p->col + 1 == p->ncols)
+        s->wire_ncols = p->ncols;
 }
 
 static bool mf__read_first(mf_mysql_pipe_t *p, const uint8_t *pl, size_t n)
@@ -694,6 +721,7 @@ static bool mf__read_col(mf_mysql_pipe_t *p, const uint8_t *pl, size_t n)
 {
     if (mf__mysql_bin_coldef(pl, n, &p->cols[p->col]) != 0)
         return false;
+    mf__note_wire_col(p, &p->cols[p->col]);
     mf__keep_names(p, &p->cols[p->col]);
     if (++p->col == p->ncols)
         p->rstate = MF_PR_COLS_EOF;

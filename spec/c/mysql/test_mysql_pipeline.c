@@ -2,7 +2,9 @@
  * test_mysql_pipeline.c — pipelined prepared statements (opts.pipeline)
  * against a real mariadbd: results identical to the unpipelined path for
  * every value type, a failing statement in the middle of a pipeline fails
- * alone, and the server killed (SIGKILL) and restarted under 16 chains of
+ * alone, a result typed unlike the prepare's is read right when the
+ * server leaves out its column definitions, and the server
+ * killed (SIGKILL) and restarted under 16 chains of
  * mixed selects and inserts: every statement reported exactly once, every
  * insert reported done is in the table, none applied twice.
  */
@@ -151,6 +153,31 @@ TEST(a_failing_statement_in_the_middle_fails_alone)
     EXPECT_STATE(bad, MF_STATE_TASK_ERROR, MF_EINVAL);
     EXPECT_STATE(good, MF_STATE_SUCCESS, 0);
     ASSERT_STR_EQ(good.text, "i:2");
+    teardown();
+}
+
+/* The server sends a statement's column definitions with its first
+ * result, then none while they stay the same: the types are those it
+ * sent, not the prepare's (LONG for CAST(? AS SIGNED), LONGLONG when
+ * executed; SELECT ? takes the parameter's). */
+TEST(a_result_typed_unlike_the_prepare_is_read_when_no_definitions_come)
+{
+    mf_mysql_opts_t o = piped(4, 1);
+    mf_mysql_client_t *pipe = setup_with(&o);
+    const char *sqls[] = {"SELECT CAST(? AS SIGNED)", "SELECT ?"};
+    for (size_t q = 0; q < MF_ARRAY_SIZE(sqls); q++) {
+        for (int i = 1; i <= 3; i++) {
+            result_t r;
+            memset(&r, 0, sizeof r);
+            mf_mysql_param_t k = MF_MYSQL_INT(i * 1000);
+            mf_task_start(bound(pipe, &r, sqls[q], 1, &k));
+            run_until(&r.done, 1);
+            EXPECT_STATE(r, MF_STATE_SUCCESS, 0);
+            char want[16];
+            snprintf(want, sizeof want, "i:%d", i * 1000);
+            ASSERT_STR_EQ(r.text, want);
+        }
+    }
     teardown();
 }
 
