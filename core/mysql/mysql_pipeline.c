@@ -873,8 +873,10 @@ static void mf__pipe_read(mf_mysql_pipe_t *p, bool closing)
 static void mf__pipe_raw_io(mf_mysql_conn_t *conn, unsigned events)
 {
     mf_mysql_pipe_t *p = conn->raw_user;
-    if ((events & MF_IO_WRITE) && p->out_off < p->out_len) {
-        if (!mf__pipe_flush(p))
+    /* The write watch goes once nothing waits, also when the deferred
+     * flush sent the rest: left on, every ACK would wake the loop. */
+    if (events & MF_IO_WRITE) {
+        if (p->out_off < p->out_len && !mf__pipe_flush(p))
             return;
         if (p->out_off == p->out_len && mf__pipe_watch(p, false) != 0) {
             mf__pipe_lost(p);
