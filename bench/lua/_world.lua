@@ -2,14 +2,16 @@
 -- te_queries.lua, te_updates.lua; bench/mysql/techempower.py): the client,
 -- the statements, the `queries` parameter and the parallel reads.
 -- MF_BENCH_MYSQL is the mysql:// URL, MF_BENCH_MYSQL_POOL the pool size
--- (the blocking peer's thread count).
+-- (the blocking peer's thread count), MF_BENCH_MYSQL_PIPELINE the client's
+-- pipeline option (default 1: off).
 local mf = require "moonflow"
 
 local M = {}
 
 local url = os.getenv("MF_BENCH_MYSQL") or "mysql://bench:bench@127.0.0.1:3306/sbtest"
 -- A request queues up to 20 statements: 256 connections need 5,120 places.
-local opts = { pool = tonumber(os.getenv("MF_BENCH_MYSQL_POOL")) or 16, queue = 16384 }
+local opts = { pool = tonumber(os.getenv("MF_BENCH_MYSQL_POOL")) or 16, queue = 16384,
+    pipeline = tonumber(os.getenv("MF_BENCH_MYSQL_PIPELINE")) or 1 }
 local select_sql = "SELECT id, randomNumber FROM world WHERE id = ?"
 local update_sql = "UPDATE world SET randomNumber = ? WHERE id = ?"
 local random = math.random

@@ -18,6 +18,10 @@ Peers, each one process pinned to core 0 beside mariadbd, wrk -t1 on core 1:
                 te_queries.lua, te_updates.lua): mf.mysql(url, {pool = POOL});
                 the 20 selects of a request side by side in one mf.parallel,
                 then the 20 updates side by side
+  moonflow-lua-pipelined  the same with {pool = POOL, pipeline =
+                MF_BENCH_MYSQL_PIPELINE_DEPTH (16)}: the statements of a
+                request (and of other requests) share connections, up to
+                16 in flight on each, written together
 
 Per request: the server's CPU, mariadbd's CPU, their sum (utime + stime
 over the wrk run ÷ requests), requests/s, latencies. Checks: one request
@@ -67,7 +71,14 @@ class MoonflowLua(M.MoonflowMysql):
         return SHAPES[shape][2]
 
 
-PEERS = {cls.name: cls for cls in (Blocking, MoonflowLua)}
+class MoonflowLuaPipelined(M.MoonflowMysqlPipelined):
+    """The same handlers on a client with pipeline = depth: a request's
+    statements, side by side, share a connection's writes."""
+    def path(self, shape):
+        return SHAPES[shape][2]
+
+
+PEERS = {cls.name: cls for cls in (Blocking, MoonflowLua, MoonflowLuaPipelined)}
 
 
 def create_world(db):

@@ -24,6 +24,7 @@
 
 static void mf__pipe_pump(mf_mysql_pipe_t *p);
 static void mf__pipe_raw_io(mf_mysql_conn_t *conn, unsigned events);
+static void mf__pipe_flush_cb(mf_post_t *post);
 
 /* ---- choosing a pipeline -------------------------------------------------
  */
@@ -60,6 +61,7 @@ static mf_mysql_pipe_t *mf__pipe_new(mf_mysql_client_t *c)
     p->depth = c->opts.pipeline;
     p->ring = mf_xcalloc(p->depth, sizeof *p->ring);
     mf_list_init(&p->queue);
+    mf_post_init(&p->flush_post, mf__pipe_flush_cb, p);
     mf__mysql_waiter_init(&p->waiter, &mf__pipe_waiter_ops);
     mf_list_push_back(&c->pipes, &p->link);
     c->npipes++;
@@ -253,6 +255,29 @@ static bool mf__pipe_flush(mf_mysql_pipe_t *p)
     }
     p->out_off = p->out_len = 0;
     return true;
+}
+
+/* The deferred flush: by now every caller resumed in this iteration has
+ * appended its statement. The connection may have gone meanwhile (its
+ * bytes went with it). */
+static void mf__pipe_flush_cb(mf_post_t *post)
+{
+    mf_mysql_pipe_t *p = post->data;
+    p->flush_queued = false;
+    if (p->conn && !p->preparing && p->out_off < p->out_len)
+        mf__pipe_flush(p);
+}
+
+/* Pending bytes go out from the loop's deferred phase, not from the
+ * caller: statements submitted one after another (an mf.parallel, the
+ * callers a batch of replies resumed) share one send. A write already
+ * waiting for room (out_off > 0) takes the new bytes with it. */
+static void mf__pipe_schedule_flush(mf_mysql_pipe_t *p)
+{
+    if (p->flush_queued || p->out_off != 0 || p->out_len == 0)
+        return;
+    p->flush_queued = true;
+    mf_loop_defer(p->conn->loop, &p->flush_post);
 }
 
 /* Appends the task's COM_STMT_EXECUTE to the pending bytes. */
@@ -461,8 +486,7 @@ static void mf__pipe_pump(mf_mysql_pipe_t *p)
     }
     if (p->preparing || !p->conn)
         return;
-    if (!mf__pipe_flush(p))
-        return;
+    mf__pipe_schedule_flush(p);
     if (p->nsent == 0 && p->nqueued == 0)
         mf__pipe_release(p);
 }
@@ -640,24 +664,51 @@ static void mf__keep_names(mf_mysql_pipe_t *p, mf_mysql_bin_col_t *c)
 }
 
 /* The server sent no column definitions (the connector asked it to cache
- * them): they are the prepared statement's. false: they do not match. */
+ * them): they are as the server last sent them for this statement, to a
+ * pipeline (its types kept on the statement) or else to the connector (the
+ * handle's fields); the names are the handle's. false: they do not match. */
 static bool mf__cols_from_stmt(mf_mysql_pipe_t *p)
 {
-    MYSQL_STMT *h = mf__head(p)->stmt->handle;
+    const mf_mysql_stmt_t *s = mf__head(p)->stmt;
+    MYSQL_STMT *h = s->handle;
     const MYSQL_FIELD *fs = mariadb_stmt_fetch_fields(h);
     if (!fs || mysql_stmt_field_count(h) != p->ncols)
         return false;
+    bool wire = s->wire_ncols == p->ncols;
     for (unsigned i = 0; i < p->ncols; i++) {
         const MYSQL_FIELD *f = &fs[i];
         const char *table = f->table ? f->table : "";
+        mf_mysql_stmt_coltype_t ct = {f->type, f->flags, f->decimals,
+                                      f->charsetnr};
+        if (wire)
+            ct = s->wire_cols[i];
         p->cols[i] = (mf_mysql_bin_col_t){
-            f->name, f->name_length, table, strlen(table), f->type,
-            f->flags, f->decimals, f->charsetnr};
+            f->name, f->name_length, table, strlen(table), ct.type,
+            ct.flags, ct.decimals, ct.charsetnr};
         mf__keep_names(p, &p->cols[i]);
     }
     /* The EOF that ends the (absent) definitions still comes. */
     p->rstate = MF_PR_COLS_EOF;
     return true;
+}
+
+/* A column definition the server sent is kept on the statement: the next
+ * time it may send none. */
+static void mf__note_wire_col(mf_mysql_pipe_t *p, const mf_mysql_bin_col_t *c)
+{
+    mf_mysql_stmt_t *s = mf__head(p)->stmt;
+    if (p->col == 0) {
+        s->wire_ncols = 0; /* complete only with the last column */
+        if (s->wire_cols_cap < p->ncols) {
+            s->wire_cols = mf_xrealloc(s->wire_cols,
+                                       p->ncols * sizeof *s->wire_cols);
+            s->wire_cols_cap = p->ncols;
+        }
+    }
+    s->wire_cols[p->col] =
+        (mf_mysql_stmt_coltype_t){c->type, c->flags, c->decimals, c->charsetnr};
+    if (p->col + 1 == p->ncols)
+        s->wire_ncols = p->ncols;
 }
 
 static bool mf__read_first(mf_mysql_pipe_t *p, const uint8_t *pl, size_t n)
@@ -694,6 +745,7 @@ static bool mf__read_col(mf_mysql_pipe_t *p, const uint8_t *pl, size_t n)
 {
     if (mf__mysql_bin_coldef(pl, n, &p->cols[p->col]) != 0)
         return false;
+    mf__note_wire_col(p, &p->cols[p->col]);
     mf__keep_names(p, &p->cols[p->col]);
     if (++p->col == p->ncols)
         p->rstate = MF_PR_COLS_EOF;
@@ -782,8 +834,10 @@ static bool mf__pipe_parse(mf_mysql_pipe_t *p)
     return true;
 }
 
-/* Reads until the socket is empty, parsing as the input fills. */
-static void mf__pipe_read(mf_mysql_pipe_t *p)
+/* Reads until the socket is empty, parsing every reply a read brought.
+ * closing: the peer's shutdown or an error came with the event; the close
+ * is then seen by reading on to recv's 0 (no later edge would show it). */
+static void mf__pipe_read(mf_mysql_pipe_t *p, bool closing)
 {
     mf_mysql_conn_t *conn = p->conn;
     for (;;) {
@@ -792,12 +846,17 @@ static void mf__pipe_read(mf_mysql_pipe_t *p)
             p->in = mf_xrealloc(p->in, cap);
             p->in_cap = cap;
         }
-        ssize_t n = recv(conn->io.fd, p->in + p->in_len, p->in_cap - p->in_len,
+        size_t room = p->in_cap - p->in_len;
+        ssize_t n = recv(conn->io.fd, p->in + p->in_len, room,
                          MSG_DONTWAIT); /* the connector leaves it blocking */
         if (n > 0) {
             p->in_len += (size_t)n;
             if (!mf__pipe_parse(p))
                 return;
+            /* A short read emptied the socket: what comes later raises a
+             * new edge, so the recv that would say EAGAIN is saved. */
+            if ((size_t)n < room && !closing)
+                break;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -814,8 +873,10 @@ static void mf__pipe_read(mf_mysql_pipe_t *p)
 static void mf__pipe_raw_io(mf_mysql_conn_t *conn, unsigned events)
 {
     mf_mysql_pipe_t *p = conn->raw_user;
-    if ((events & MF_IO_WRITE) && p->out_off < p->out_len) {
-        if (!mf__pipe_flush(p))
+    /* The write watch goes once nothing waits, also when the deferred
+     * flush sent the rest: left on, every ACK would wake the loop. */
+    if (events & MF_IO_WRITE) {
+        if (p->out_off < p->out_len && !mf__pipe_flush(p))
             return;
         if (p->out_off == p->out_len && mf__pipe_watch(p, false) != 0) {
             mf__pipe_lost(p);
@@ -823,7 +884,7 @@ static void mf__pipe_raw_io(mf_mysql_conn_t *conn, unsigned events)
         }
     }
     if (events & ~MF_IO_WRITE)
-        mf__pipe_read(p);
+        mf__pipe_read(p, events & (MF_IO_RDHUP | MF_IO_HUP | MF_IO_ERROR));
 }
 
 /* ---- freeing ---------------------------------------------------------------
@@ -837,6 +898,8 @@ void mf__mysql_pipes_free(mf_mysql_client_t *c)
         /* The pool closed the connection; the loop drops the tasks. */
         mf__mysql_stmt_free(p->fresh);
         mf__mysql_stmt_free(p->victim);
+        if (p->flush_queued) /* the loop's deferred queue outlives us */
+            mf_list_remove(&p->flush_post._link);
         mf_free(p->ring);
         mf_free(p->out);
         mf_free(p->in);

@@ -50,7 +50,10 @@ typedef struct mf_mysql_pipe {
     unsigned depth, head, nsent;
     mf_mysql_stmt_t *fresh;  /* being prepared */
     mf_mysql_stmt_t *victim; /* being closed */
-    /* Bytes to write, and bytes read but not consumed. */
+    /* Bytes to write, and bytes read but not consumed. The statements of
+     * one loop iteration go out in one send: the flush is deferred. */
+    mf_post_t flush_post;
+    bool flush_queued; /* flush_post is in the loop's deferred queue */
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     uint8_t *in;

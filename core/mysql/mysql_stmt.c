@@ -149,6 +149,7 @@ void mf__mysql_stmt_free(mf_mysql_stmt_t *stmt)
     }
     mf_free(stmt->binds);
     mf_free(stmt->ptypes);
+    mf_free(stmt->wire_cols);
     mf_free(stmt);
 }
 
@@ -609,6 +610,7 @@ static void mf__prepare(mf_mysql_task_t *t, mf_mysql_stmt_t *s)
 {
     mf_mysql_conn_t *conn = t->conn;
     mf__mysql_stmt_unbind(s); /* the connector drops its binds */
+    s->wire_ncols = 0;        /* the prepare's columns are the handle's */
     conn->op_obj = s->handle;
     conn->op_sql = s->sql;
     conn->op_len = s->sql_len;
@@ -665,6 +667,9 @@ static void mf__execute(mf_mysql_task_t *t)
         mf__mysql_task_finish(t, MF_STATE_SYS_ERROR, MF_ENOMEM);
         return;
     }
+    /* The connector keeps the handle's columns as the server sends them:
+     * a pipeline's copy would be stale. */
+    run->stmt->wire_ncols = 0;
     t->conn->op_obj = run->stmt->handle;
     mf__mysql_conn_run(t->conn, mf__step_execute, mf__execute_done);
 }

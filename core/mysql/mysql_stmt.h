@@ -18,6 +18,11 @@
 
 #include "mysql_int.h"
 
+/* What a column definition says of a column's values. */
+typedef struct mf_mysql_stmt_coltype {
+    unsigned type, flags, decimals, charsetnr;
+} mf_mysql_stmt_coltype_t;
+
 /* One statement prepared on one connection, found by its SQL text. */
 typedef struct mf_mysql_stmt {
     mf_list_t link; /* the cache's list, most recently used first */
@@ -46,6 +51,15 @@ typedef struct mf_mysql_stmt {
      * types clears types_bound: the server keeps one set of types per
      * statement, whoever sent them. */
     bool wire_types;
+    /* The column types the server last sent a pipeline with this
+     * statement's result, which need not be the prepare's (SELECT CAST(?
+     * AS SIGNED) is LONG when prepared, LONGLONG when executed). The
+     * server sends no definitions while they stay as last sent; the
+     * pipeline then reads these. wire_ncols 0: the handle's fields hold
+     * (a prepare or an execute through the connector, which keeps those
+     * current, clears these). Grown, never shrunk. */
+    mf_mysql_stmt_coltype_t *wire_cols;
+    unsigned wire_ncols, wire_cols_cap;
 } mf_mysql_stmt_t;
 
 typedef struct mf_mysql_stmt_cache {

@@ -2,10 +2,15 @@
  * test_mysql_pipeline.c — pipelined prepared statements (opts.pipeline)
  * against a real mariadbd: results identical to the unpipelined path for
  * every value type, a failing statement in the middle of a pipeline fails
- * alone, and the server killed (SIGKILL) and restarted under 16 chains of
+ * alone, a result typed unlike the prepare's is read right when the
+ * server leaves out its column definitions, statements submitted together
+ * leave in one send, and the server
+ * killed (SIGKILL) and restarted under 16 chains of
  * mixed selects and inserts: every statement reported exactly once, every
  * insert reported done is in the table, none applied twice.
  */
+#include <linux/tcp.h> /* tcp_info's data segment count */
+
 #include "mysql/mysql_harness.h"
 
 static mf_mysql_opts_t piped(unsigned depth, unsigned conns)
@@ -151,6 +156,90 @@ TEST(a_failing_statement_in_the_middle_fails_alone)
     EXPECT_STATE(bad, MF_STATE_TASK_ERROR, MF_EINVAL);
     EXPECT_STATE(good, MF_STATE_SUCCESS, 0);
     ASSERT_STR_EQ(good.text, "i:2");
+    teardown();
+}
+
+/* The server sends a statement's column definitions with its first
+ * result, then none while they stay the same: the types are those it
+ * sent, not the prepare's (LONG for CAST(? AS SIGNED), LONGLONG when
+ * executed; SELECT ? takes the parameter's). */
+TEST(a_result_typed_unlike_the_prepare_is_read_when_no_definitions_come)
+{
+    mf_mysql_opts_t o = piped(4, 1);
+    mf_mysql_client_t *pipe = setup_with(&o);
+    const char *sqls[] = {"SELECT CAST(? AS SIGNED)", "SELECT ?"};
+    for (size_t q = 0; q < MF_ARRAY_SIZE(sqls); q++) {
+        for (int i = 1; i <= 3; i++) {
+            result_t r;
+            memset(&r, 0, sizeof r);
+            mf_mysql_param_t k = MF_MYSQL_INT(i * 1000);
+            mf_task_start(bound(pipe, &r, sqls[q], 1, &k));
+            run_until(&r.done, 1);
+            EXPECT_STATE(r, MF_STATE_SUCCESS, 0);
+            char want[16];
+            snprintf(want, sizeof want, "i:%d", i * 1000);
+            ASSERT_STR_EQ(r.text, want);
+        }
+    }
+    teardown();
+}
+
+/* ---- statements submitted together share one send ------------------------ */
+
+/* Data segments this process sent to the main server so far (every TCP
+ * socket whose peer is its port): loopback carries one send as one
+ * segment (the connector sets TCP_NODELAY). */
+static uint64_t segs_to_server(void)
+{
+    uint64_t segs = 0;
+    for (int fd = 3; fd < 1024; fd++) {
+        struct sockaddr_in peer;
+        socklen_t len = sizeof peer;
+        if (getpeername(fd, (struct sockaddr *)&peer, &len) != 0 ||
+            peer.sin_family != AF_INET ||
+            ntohs(peer.sin_port) != main_server.port)
+            continue;
+        struct tcp_info ti;
+        len = sizeof ti;
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0)
+            segs += ti.tcpi_data_segs_out;
+    }
+    return segs;
+}
+
+TEST(statements_submitted_together_leave_in_one_send)
+{
+    mf_mysql_opts_t o = piped(16, 1);
+    mf_mysql_client_t *pipe = setup_with(&o);
+    static result_t r[NQ];
+    mf_mysql_param_t one = MF_MYSQL_INT(1);
+    memset(&r[0], 0, sizeof r[0]);
+    /* A result whose type is not the parameter's: the server's cached
+     * column definitions are the prepared statement's. */
+    const char *sql = "SELECT CAST(? AS SIGNED)";
+    mf_task_start(bound(pipe, &r[0], sql, 1, &one)); /* prepared */
+    run_until(&r[0].done, 1);
+    EXPECT_STATE(r[0], MF_STATE_SUCCESS, 0);
+    uint64_t before = segs_to_server();
+    int done = 0;
+    for (int i = 0; i < NQ; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        mf_mysql_param_t k = MF_MYSQL_INT(i);
+        mf_task_start(bound(pipe, &r[i], sql, 1, &k));
+    }
+    for (int i = 0; i < NQ; i++) {
+        run_until(&r[i].done, 1);
+        EXPECT_STATE(r[i], MF_STATE_SUCCESS, 0);
+        char want[16];
+        snprintf(want, sizeof want, "i:%d", i);
+        ASSERT_STR_EQ(r[i].text, want);
+        done++;
+    }
+    ASSERT_EQ(done, NQ);
+    uint64_t segs = segs_to_server() - before;
+    if (segs != 1)
+        MF_TEST_FAIL("%d statements went out in %llu segments, not 1", NQ,
+                     (unsigned long long)segs);
     teardown();
 }
 
