@@ -493,9 +493,8 @@ def markdown_http(meta, http):
             "process, every thread (librdkafka's included) over the wrk run "
             "÷ requests completed; of which librdkafka's threads: the "
             "rdk:* threads' share of it (/proc/PID/task: the broker threads "
-            "that build, send and read each produce request; the background "
-            "thread, which handed delivery reports to the loop before the loop "
-            "drained librdkafka's main queue itself, now idles); mock CPU the "
+            "that build, send and read each produce request, the background "
+            "thread that hands delivery reports to the loop); mock CPU the "
             "same for the mock cluster. "
             "÷ ref: median of the per-repeat ratios. Target: moonflow ≤ 0.7× "
             "the reference's server CPU per request.", ""]

@@ -4,11 +4,9 @@
  *                     where the caller gives none), librdkafka's errors →
  *                     (state, MF_E*) and the task error text
  *   kafka_producer.c  the process registry of producer handles (one per
- *                     property list, refcounted), the poller (the loop
- *                     that drains a handle's main queue) and the
- *                     background-queue event callback, which hand
- *                     delivery reports and admin results to the loop that
- *                     waits for them
+ *                     property list, refcounted), the background-queue
+ *                     event callback that posts delivery reports and admin
+ *                     results to the loop that waits for them
  *   kafka_produce.c   the produce task
  *   kafka_admin.c     the metadata task (on the compute pool) and the
  *                     create-topic task (admin API, answered on the
@@ -20,10 +18,9 @@
  *
  * Threads. librdkafka runs its own threads; moonflow objects are touched on
  * their loop only. A producer handle is shared by every loop: what its
- * poller loop or librdkafka's background thread learns (a delivery
- * report, an admin result) reaches a task through mf_loop_post to the
- * task's loop (mf_loop_defer on the poller's own), never by touching the
- * task from another thread. A consumer is one loop's: librdkafka writes to its
+ * background thread learns (a delivery report, an admin result) reaches a
+ * task through mf_loop_post to the task's loop, never by touching the task
+ * from that thread. A consumer is one loop's: librdkafka writes to its
  * eventfd when its queue becomes non-empty, and the loop drains the queue
  * without waiting (timeouts of 0 only).
  */
@@ -90,7 +87,6 @@ void mf__kafka_task_release(mf__kafka_task_t *t);
  * producer side lets go of the loop's report mailbox (kafka_producer.c). */
 typedef struct mf__kafka_loop {
     struct mf__kafka_mailbox *mailbox; /* kafka_producer.c; NULL: none yet */
-    struct mf__kafka_watch *watches;   /* kafka_producer.c: one per handle */
     void *consumers;                   /* kafka_consumer.c's */
     void (*consumers_dtor)(mf_loop_t *loop, void *consumers);
 } mf__kafka_loop_t;
@@ -99,14 +95,14 @@ mf__kafka_loop_t *mf__kafka_loop(mf_loop_t *loop);
 
 /* ---- the producer side (kafka_producer.c) -------------------------------- */
 
-/* A report: what the poller (or librdkafka's background thread) learned
- * about one message, a batch of messages or an admin request, carried to
- * the loop that waits for it. Allocated from the loop's mailbox (never from the task: it must
+/* A report: what librdkafka's background thread learned about one message,
+ * a batch of messages or an admin request, carried to the loop that waits
+ * for it. Allocated from the loop's mailbox (never from the task: it must
  * outlive a canceled task and its loop).
  *
  * Each message's opaque is an outcome: the report's own (one message) or
- * one of a batch's array (mf__kafka_report_expect). The poller (or the
- * background thread) fills the outcome and counts the report's remaining messages down; the
+ * one of a batch's array (mf__kafka_report_expect). The background thread
+ * fills the outcome and counts the report's remaining messages down; the
  * report is posted once, when the last of them is in. An admin request's
  * opaque is the report itself. */
 typedef struct mf__kafka_report mf__kafka_report_t;
@@ -151,10 +147,6 @@ void mf__kafka_report_unused(mf__kafka_report_t *r);
 bool mf__kafka_report_abandon(mf__kafka_report_t **slot);
 
 rd_kafka_t *mf__kafka_rk(const mf_kafka_t *k);
-/* loop is about to produce on k: unless a loop polls k's main queue
- * already, loop becomes the one that does (kafka_producer.c, "How a report
- * travels"). Cheap when nothing changes: call it before every produce. */
-void mf__kafka_watch(mf_loop_t *loop, mf_kafka_t *k);
 /* Messages handed to librdkafka: counted in and out for mf_kafka_close. */
 void mf__kafka_message_out(mf_kafka_t *k, int delta);
 void mf__kafka_admin_out(mf_kafka_t *k, int delta);

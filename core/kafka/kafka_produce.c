@@ -142,7 +142,6 @@ static rd_kafka_resp_err_t mf__message_send(mf_kafka_t *k,
 static void mf__produce_dispatch(mf_task_t *task)
 {
     mf__kafka_produce_t *t = mf__produce_of(task);
-    mf__kafka_watch(task->_loop, t->k);
     mf__kafka_report_t *r =
         mf__kafka_report_take(task->_loop, task, mf__produce_arrived);
     rd_kafka_resp_err_t err = mf__message_send(t->k, &t->msg, &r->one);
@@ -325,7 +324,6 @@ static void mf__batch_send_run(mf__kafka_batch_t *t, rd_kafka_topic_t *rkt,
 static void mf__batch_dispatch(mf_task_t *task)
 {
     mf__kafka_batch_t *t = mf__batch_of(task);
-    mf__kafka_watch(task->_loop, t->k);
     t->report = mf__kafka_report_take(task->_loop, task, mf__batch_arrived);
     mf__kafka_report_expect(t->report, t->n);
     size_t i = 0;

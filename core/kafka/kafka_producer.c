@@ -7,29 +7,21 @@
  * each handle's rd_kafka_t, the loops' Kafka slot (mf__kafka_loop_t) and
  * each loop's report mailbox.
  *
- * How a report travels. Delivery reports (a batch of messages each) and
- * errors land on librdkafka's main queue, which writes to the handle's
- * eventfd when it becomes non-empty. One loop of those producing on the
- * handle, the poller, watches that eventfd and drains the queue on its own
- * thread (mf__kafka_waker_t); while no loop does (none produced yet, the
- * poller's loop is gone, the handle is closing) the main queue is forwarded
- * to the background queue, whose thread calls mf__kafka_background() for
- * every event, admin results included (they always come that way). Either
- * way, for each message the outcome its opaque points to is filled, and the
- * outcome's report goes to its loop when that was the last message the
- * report waited for: deferred on the poller's own loop (no system call),
- * posted (mf_loop_post: lock-free, no allocation) to any other. One
- * hand-over per message produced alone, one per batch task. The task is
- * touched only there, on its loop. Why a poller: the background thread
- * was one more thread woken per delivery report, between the broker's
- * thread and the loop.
+ * How a report travels. librdkafka's main queue is forwarded to its
+ * background queue, whose thread calls mf__kafka_background() for every
+ * event: delivery reports (a batch of messages), admin results, errors.
+ * For each message it fills the outcome the message's opaque points to,
+ * and posts the outcome's report to its loop (mf_loop_post: lock-free, no
+ * allocation) when that was the last message the report waited for: one
+ * post per message produced alone, one per batch task. The task is
+ * touched only there, on its loop.
  *
  * Lifetimes. Reports come from a mailbox of the loop (malloc'd, in chunks
  * reused through a free list, so a steady stream of messages allocates
  * nothing). The mailbox is refcounted: one reference for the living loop,
  * one per report out in librdkafka. When the loop is destroyed the mailbox
- * is marked dead under its mutex, which the poller or the background
- * thread holds while it posts: a report for a dead loop is dropped, never posted, and the last
+ * is marked dead under its mutex, which the background thread holds while
+ * it posts: a report for a dead loop is dropped, never posted, and the last
  * report to come back frees the mailbox. A task that gives up (cancel,
  * timeout) unhooks itself from its report on its loop; the report is then
  * dropped when it arrives.
@@ -38,20 +30,14 @@
  */
 #include "kafka/kafka_int.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 /* ---- the loop's slot -------------------------------------------------- */
-
-static void mf__kafka_watches_release(mf_loop_t *loop, mf__kafka_loop_t *kl);
-static void mf__kafka_watches_idle(mf__kafka_loop_t *kl);
 
 #define MF__REPORTS_PER_CHUNK 64
 /* A report keeps a batch's outcome array of up to this many messages for
@@ -65,11 +51,10 @@ typedef struct mf__kafka_chunk {
 } mf__kafka_chunk_t;
 
 typedef struct mf__kafka_mailbox {
-    pthread_mutex_t lock; /* alive vs. the posts of other threads */
+    pthread_mutex_t lock; /* alive vs. the background thread's posts */
     bool alive;
     mf_loop_t *loop;
     atomic_uint refs; /* the loop's + one per report out in librdkafka */
-    size_t waiting; /* reports a task waits for: loop thread only */
     mf__kafka_report_t *free; /* loop thread only */
     mf__kafka_chunk_t *chunks;
 } mf__kafka_mailbox_t;
@@ -101,7 +86,6 @@ static void mf__kafka_loop_dtor(mf_loop_t *loop, void *ext)
     mf__kafka_loop_t *kl = ext;
     if (kl->consumers_dtor)
         kl->consumers_dtor(loop, kl->consumers);
-    mf__kafka_watches_release(loop, kl);
     mf__kafka_mailbox_t *box = kl->mailbox;
     if (box) {
         pthread_mutex_lock(&box->lock);
@@ -170,22 +154,12 @@ static void mf__kafka_report_put(mf__kafka_report_t *r)
     box->free = r;
 }
 
-/* A task of box's loop waits for a report no more (it arrived, or the task
- * gave up): when none waits, the loop stops polling (see
- * mf__kafka_watches_idle). */
-static void mf__kafka_report_unwait(mf__kafka_mailbox_t *box)
-{
-    mf_loop_unref(box->loop);
-    if (--box->waiting == 0)
-        mf__kafka_watches_idle(mf__kafka_loop(box->loop));
-}
-
 /* On the loop: the report's answer, for its task if it still waits. */
 static void mf__kafka_report_delivered(mf_post_t *post)
 {
     mf__kafka_report_t *r = post->data;
     if (r->task) {
-        mf__kafka_report_unwait(r->box);
+        mf_loop_unref(r->box->loop);
         r->arrived(r);
     }
     mf__kafka_report_put(r);
@@ -199,7 +173,6 @@ mf__kafka_report_t *mf__kafka_report_take(mf_loop_t *loop, mf_task_t *task,
         mf__kafka_report_grow(box);
     mf__kafka_report_t *r = box->free;
     box->free = r->next_free;
-    box->waiting++;
     r->next_free = NULL;
     r->box = box;
     r->task = task;
@@ -234,7 +207,7 @@ bool mf__kafka_report_sent(mf__kafka_report_t *r, size_t refused)
 void mf__kafka_report_unused(mf__kafka_report_t *r)
 {
     mf__kafka_mailbox_t *box = r->box;
-    mf__kafka_report_unwait(box);
+    mf_loop_unref(box->loop);
     mf__kafka_report_put(r);
     atomic_fetch_sub_explicit(&box->refs, 1, memory_order_relaxed);
 }
@@ -246,7 +219,7 @@ bool mf__kafka_report_abandon(mf__kafka_report_t **slot)
         return false;
     *slot = NULL;
     if (r->task)
-        mf__kafka_report_unwait(r->box);
+        mf_loop_unref(r->box->loop);
     r->task = NULL;
     return true;
 }
@@ -276,7 +249,6 @@ struct mf_kafka {
     atomic_uint admin_out; /* admin requests awaiting their result */
     size_t nprops;
     mf_kafka_prop_t *props; /* the key: names and values, copied */
-    struct mf__kafka_waker *waker;
 };
 
 static pthread_mutex_t mf__kafka_registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -316,24 +288,12 @@ static void mf__kafka_mailbox_release(mf__kafka_mailbox_t *box, unsigned n)
         mf__kafka_mailbox_free(box);
 }
 
-/* Hands r to its loop: deferred when that is self, the loop this runs on
- * (the poller's), posted otherwise. */
-static void mf__kafka_report_hand(mf__kafka_report_t *r, mf_loop_t *self)
-{
-    mf_post_init(&r->post, mf__kafka_report_delivered, r);
-    if (r->box->loop == self)
-        mf_loop_defer(self, &r->post);
-    else
-        mf_loop_post(r->box->loop, &r->post);
-}
-
 /* One delivery-report event: a batch of messages, mostly for one loop.
  * Each message fills its outcome; a report whose last message this was
  * goes to its loop. Each mailbox's lock is taken once per run of posted
  * reports, not once per report; r is not touched once posted (its loop may
- * reuse it at once). self: the loop this runs on, NULL off any loop. */
-static void mf__kafka_deliveries(mf_kafka_t *k, rd_kafka_event_t *ev,
-                                 mf_loop_t *self)
+ * reuse it at once). */
+static void mf__kafka_deliveries(mf_kafka_t *k, rd_kafka_event_t *ev)
 {
     /* Out of flight before any task can see its outcome. */
     mf__kafka_message_out(k, -(int)rd_kafka_event_message_count(ev));
@@ -356,8 +316,10 @@ static void mf__kafka_deliveries(mf_kafka_t *k, rd_kafka_event_t *ev,
             pthread_mutex_lock(&box->lock);
         }
         held++;
-        if (box->alive)
-            mf__kafka_report_hand(r, self);
+        if (box->alive) {
+            mf_post_init(&r->post, mf__kafka_report_delivered, r);
+            mf_loop_post(box->loop, &r->post);
+        }
     }
     mf__kafka_mailbox_release(box, held);
 }
@@ -382,14 +344,14 @@ static void mf__kafka_create_topics_result(mf_kafka_t *k, rd_kafka_event_t *ev)
     mf__kafka_report_post(r);
 }
 
-/* One event of the main queue or the background queue, on the poller's
- * loop (self) or on a thread of librdkafka (self NULL). */
-static void mf__kafka_event(mf_kafka_t *k, rd_kafka_event_t *ev,
-                            mf_loop_t *self)
+/* librdkafka's background thread. */
+static void mf__kafka_background(rd_kafka_t *rk, rd_kafka_event_t *ev,
+                                 void *opaque)
 {
+    mf_kafka_t *k = opaque;
     switch (rd_kafka_event_type(ev)) {
     case RD_KAFKA_EVENT_DR:
-        mf__kafka_deliveries(k, ev, self);
+        mf__kafka_deliveries(k, ev);
         break;
     case RD_KAFKA_EVENT_CREATETOPICS_RESULT:
         mf__kafka_create_topics_result(k, ev);
@@ -400,261 +362,12 @@ static void mf__kafka_event(mf_kafka_t *k, rd_kafka_event_t *ev,
          * idempotent producer's) fails every message after it: say so. */
         if (rd_kafka_event_error_is_fatal(ev))
             fprintf(stderr, "moonflow: kafka: %s: fatal: %s\n",
-                    rd_kafka_name(mf__kafka_rk(k)),
-                    rd_kafka_event_error_string(ev));
+                    rd_kafka_name(rk), rd_kafka_event_error_string(ev));
         break;
     default:
         break;
     }
     rd_kafka_event_destroy(ev);
-}
-
-/* librdkafka's background thread. */
-static void mf__kafka_background(rd_kafka_t *rk, rd_kafka_event_t *ev,
-                                 void *opaque)
-{
-    (void)rk;
-    mf__kafka_event(opaque, ev, NULL);
-}
-
-/* ---- the poller --------------------------------------------------------
- */
-
-/* A handle's main queue and the loops that produce on it. Refcounted: the
- * handle's reference and one per loop's watch, so that the eventfd stays
- * open (and its number unused) until no loop watches it. */
-typedef struct mf__kafka_waker {
-    pthread_mutex_t lock; /* the fields below; held while draining */
-    mf_kafka_t *k;
-    rd_kafka_queue_t *queue; /* the main queue; NULL once the handle closes */
-    rd_kafka_queue_t *bg;    /* the background queue */
-    int efd;                 /* librdkafka writes to it (queue non-empty) */
-    struct mf__kafka_watch *poller; /* NULL: forwarded to the background */
-    atomic_bool polled;             /* poller != NULL, read without the lock */
-    atomic_uint refs;
-} mf__kafka_waker_t;
-
-/* A loop's tie to one handle's waker (the loop's slot lists them). */
-typedef struct mf__kafka_watch {
-    struct mf__kafka_watch *next; /* the loop's list */
-    mf__kafka_waker_t *w;
-    mf_loop_t *loop;
-    mf_io_t io;    /* on w->efd once this watch was the poller */
-    bool watching; /* io started: stopped on its loop only */
-    bool polling;  /* claimed by this loop, maybe resigned since (close) */
-} mf__kafka_watch_t;
-
-static void mf__kafka_waker_unref(mf__kafka_waker_t *w)
-{
-    if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    close(w->efd);
-    pthread_mutex_destroy(&w->lock);
-    mf_free(w);
-}
-
-/* Takes every event the main queue holds (w->lock held, the queue open). */
-static void mf__kafka_drain(mf__kafka_waker_t *w, mf_loop_t *self)
-{
-    rd_kafka_event_t *ev;
-    while ((ev = rd_kafka_queue_poll(w->queue, 0)) != NULL)
-        mf__kafka_event(w->k, ev, self);
-}
-
-/* The poller's loop: the main queue became non-empty. The eventfd is
- * emptied first: an event that comes after the last poll writes it again. */
-static void mf__kafka_watch_ready(mf_io_t *io, unsigned events)
-{
-    (void)events;
-    mf__kafka_watch_t *x = io->data;
-    mf__kafka_waker_t *w = x->w;
-    uint64_t v;
-    while (read(w->efd, &v, sizeof v) == (ssize_t)sizeof v)
-        ;
-    pthread_mutex_lock(&w->lock);
-    if (w->poller == x && w->queue)
-        mf__kafka_drain(w, x->loop);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* x's loop becomes the poller if there is none (w->lock held): the main
- * queue stops going to the background thread, and what it holds already
- * is taken at once (the eventfd may have been written while nobody
- * watched). A watcher that cannot start leaves the background thread in
- * charge: slower, never stuck. */
-static void mf__kafka_watch_claim(mf__kafka_waker_t *w, mf__kafka_watch_t *x)
-{
-    if (w->poller || !w->queue)
-        return;
-    if (!x->watching) {
-        mf_io_init(&x->io, w->efd, mf__kafka_watch_ready, x);
-        if (mf_io_start(x->loop, &x->io, MF_IO_READ) < 0)
-            return;
-        /* A waiting task keeps the loop alive, not the fd. */
-        mf_io_set_ref(x->loop, &x->io, false);
-        x->watching = true;
-    }
-    w->poller = x;
-    x->polling = true;
-    atomic_store_explicit(&w->polled, true, memory_order_relaxed);
-    rd_kafka_queue_forward(w->queue, NULL);
-    mf__kafka_drain(w, x->loop);
-}
-
-/* Nobody polls the main queue from now on (w->lock held): the background
- * thread takes it, and what it holds. The poller's watcher stays (inert)
- * until its loop drops it: this may run on another thread. */
-static void mf__kafka_watch_resign(mf__kafka_waker_t *w)
-{
-    w->poller = NULL;
-    atomic_store_explicit(&w->polled, false, memory_order_relaxed);
-    if (w->queue)
-        rd_kafka_queue_forward(w->queue, w->bg);
-}
-
-/* x's loop stops watching the eventfd (on that loop). Only the poller's
- * loop may watch it: epoll reports an edge only if the fd is still
- * readable when the loop collects it, so a loop that read the eventfd
- * without draining the queue would take the poller's wake-up away. */
-static void mf__kafka_watch_unwatch(mf__kafka_watch_t *x)
-{
-    if (x->watching)
-        mf_io_stop(x->loop, &x->io);
-    x->watching = false;
-}
-
-/* Drops x (on its loop): it lets go of the poller's part if it had it. */
-static void mf__kafka_watch_free(mf__kafka_watch_t *x)
-{
-    mf__kafka_waker_t *w = x->w;
-    pthread_mutex_lock(&w->lock);
-    if (w->poller == x)
-        mf__kafka_watch_resign(w);
-    pthread_mutex_unlock(&w->lock);
-    mf__kafka_watch_unwatch(x);
-    mf__kafka_waker_unref(w);
-    mf_free(x);
-}
-
-/* The loop waits for no report any more: the loop stops polling the
- * queues it polled, so that the reports of other loops never wait for a
- * loop that has no reason to run; its next produce claims them again. */
-static void mf__kafka_watches_idle(mf__kafka_loop_t *kl)
-{
-    for (mf__kafka_watch_t *x = kl->watches; x; x = x->next) {
-        if (!x->polling)
-            continue;
-        x->polling = false;
-        pthread_mutex_lock(&x->w->lock);
-        if (x->w->poller == x)
-            mf__kafka_watch_resign(x->w);
-        pthread_mutex_unlock(&x->w->lock);
-        mf__kafka_watch_unwatch(x);
-    }
-}
-
-static void mf__kafka_watches_release(mf_loop_t *loop, mf__kafka_loop_t *kl)
-{
-    (void)loop;
-    while (kl->watches) {
-        mf__kafka_watch_t *x = kl->watches;
-        kl->watches = x->next;
-        mf__kafka_watch_free(x);
-    }
-}
-
-/* The loop's watch of w, made first in its list; the watches of closed
- * handles are dropped on the way (their eventfds closed). */
-static mf__kafka_watch_t *mf__kafka_watch_of(mf_loop_t *loop,
-                                             mf__kafka_loop_t *kl,
-                                             mf__kafka_waker_t *w)
-{
-    mf__kafka_watch_t *found = NULL, **p = &kl->watches;
-    while (*p) {
-        mf__kafka_watch_t *x = *p;
-        pthread_mutex_lock(&x->w->lock);
-        bool closed = x->w->queue == NULL;
-        pthread_mutex_unlock(&x->w->lock);
-        if (x->w == w && !closed) {
-            found = x;
-            *p = x->next;
-        } else if (closed) {
-            *p = x->next;
-            mf__kafka_watch_free(x);
-        } else {
-            p = &x->next;
-        }
-    }
-    if (!found) {
-        found = mf_xcalloc(1, sizeof *found);
-        found->w = w;
-        found->loop = loop;
-        atomic_fetch_add_explicit(&w->refs, 1, memory_order_relaxed);
-    }
-    found->next = kl->watches;
-    kl->watches = found;
-    return found;
-}
-
-void mf__kafka_watch(mf_loop_t *loop, mf_kafka_t *k)
-{
-    mf__kafka_waker_t *w = k->waker;
-    mf__kafka_loop_t *kl = mf__kafka_loop(loop);
-    if (kl->watches && kl->watches->w == w &&
-        atomic_load_explicit(&w->polled, memory_order_relaxed))
-        return; /* a loop polls already: this one's or another's */
-    mf__kafka_watch_t *x = mf__kafka_watch_of(loop, kl, w);
-    pthread_mutex_lock(&w->lock);
-    mf__kafka_watch_claim(w, x);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* The handle's waker; its main queue goes to the background thread until
- * a loop claims it. */
-static mf__kafka_waker_t *mf__kafka_waker_new(mf_kafka_t *k, char *errbuf,
-                                              size_t errlen)
-{
-    static const uint64_t one = 1; /* an eventfd takes 8-byte writes */
-    int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (efd < 0) {
-        snprintf(errbuf, errlen, "wake-up fd: %s", strerror(errno));
-        return NULL;
-    }
-    mf__kafka_waker_t *w = mf_xcalloc(1, sizeof *w);
-    pthread_mutex_init(&w->lock, NULL);
-    w->k = k;
-    w->efd = efd;
-    atomic_init(&w->polled, false);
-    atomic_init(&w->refs, 1);
-    w->queue = rd_kafka_queue_get_main(k->rk);
-    w->bg = rd_kafka_queue_get_background(k->rk);
-    rd_kafka_queue_io_event_enable(w->queue, efd, &one, sizeof one);
-    pthread_mutex_lock(&w->lock);
-    mf__kafka_watch_resign(w);
-    pthread_mutex_unlock(&w->lock);
-    return w;
-}
-
-/* Closing: the background thread takes the main queue for good (the
- * reports left, the purge's), before the queue goes. */
-static void mf__kafka_waker_close(mf__kafka_waker_t *w)
-{
-    pthread_mutex_lock(&w->lock);
-    mf__kafka_watch_resign(w);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* After the last report: the queue goes (the watches may outlive it). */
-static void mf__kafka_waker_release(mf__kafka_waker_t *w)
-{
-    pthread_mutex_lock(&w->lock);
-    rd_kafka_queue_io_event_enable(w->queue, -1, NULL, 0);
-    rd_kafka_queue_destroy(w->queue);
-    rd_kafka_queue_destroy(w->bg);
-    w->queue = NULL;
-    w->k = NULL;
-    pthread_mutex_unlock(&w->lock);
-    mf__kafka_waker_unref(w);
 }
 
 /* ---- open and close
@@ -733,6 +446,13 @@ static rd_kafka_t *mf__kafka_new_rk(mf_kafka_t *k, const mf_kafka_prop_t *props,
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
+    /* Without this the background thread never sees delivery reports: they
+     * stay on the main queue, which nobody polls. */
+    rd_kafka_queue_t *main_q = rd_kafka_queue_get_main(rk);
+    rd_kafka_queue_t *bg_q = rd_kafka_queue_get_background(rk);
+    rd_kafka_queue_forward(main_q, bg_q);
+    rd_kafka_queue_destroy(main_q);
+    rd_kafka_queue_destroy(bg_q);
     return rk;
 }
 
@@ -752,12 +472,6 @@ static mf_kafka_t *mf__kafka_handle_new(const mf_kafka_prop_t *props, size_t n,
     }
     k->rk = mf__kafka_new_rk(k, props, n, errbuf, errlen);
     if (!k->rk) {
-        mf__kafka_handle_free(k);
-        return NULL;
-    }
-    k->waker = mf__kafka_waker_new(k, errbuf, errlen);
-    if (!k->waker) {
-        rd_kafka_destroy(k->rk);
         mf__kafka_handle_free(k);
         return NULL;
     }
@@ -805,15 +519,11 @@ static void mf__kafka_drain_reports(mf_kafka_t *k, int max_ms)
 
 static void mf__kafka_handle_close(mf_kafka_t *k, int timeout_ms)
 {
-    /* No loop may be left to poll (this one may be the poller, blocked
-     * here): the background thread takes what remains. */
-    mf__kafka_waker_close(k->waker);
     if (atomic_load(&k->in_flight) > 0)
         rd_kafka_flush(k->rk, timeout_ms > 0 ? timeout_ms : 0);
     /* What flush left fails with _PURGE_*: MF_ECLOSED on its loop. */
     rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     mf__kafka_drain_reports(k, 5000);
-    mf__kafka_waker_release(k->waker);
     rd_kafka_destroy(k->rk);
     mf__kafka_handle_free(k);
 }

@@ -3,8 +3,8 @@
  * messages in flight land once each, in order per partition; what a
  * message carries survives; every built-in codec round-trips; one handle
  * per property list, shared by loops on two threads; an idle producer
- * costs its loop nothing; every loop gets its reports whichever loop
- * drains the handle's queue; refused properties.
+ * costs its loop nothing; every loop gets its reports whatever the other
+ * loops on its handle do; refused properties.
  */
 #include <pthread.h>
 #include <unistd.h>
@@ -289,7 +289,7 @@ TEST(an_idle_producer_costs_its_loop_nothing)
     mf_loop_destroy(loop);
 }
 
-/* ---- who drains the reports -------------------------------------------------
+/* ---- reports of loops sharing a handle -----------------------------------
  */
 
 static void start_one(mf_loop_t *loop, mf_kafka_t *k, const char *topic,
@@ -311,26 +311,22 @@ static void wait_none_in_flight(mf_kafka_t *k, double max_s)
     ASSERT_EQ(mf_kafka_in_flight(k), 0);
 }
 
-/* The first loop to produce drains the handle's reports while it waits
- * for one of its own; another loop's report reaches that loop all the
- * same: posted by the poller, or by librdkafka's background thread once
- * the poller waits for nothing or is gone. Two loops on one thread, run
- * one at a time: a report never waits for a loop that is not run. */
-TEST(every_loop_gets_its_reports_whichever_loop_drains_them)
+/* Two loops on one thread, run one at a time, share a handle: each gets
+ * its own reports whatever the other does (waits unrun, is destroyed with
+ * a report out); a report never waits for a loop that is not run. */
+TEST(every_loop_sharing_a_handle_gets_its_own_reports)
 {
-    const char *topic = kp_topic("poller", 1);
+    const char *topic = kp_topic("sharing", 1);
     mf_loop_t *a = mf_loop_create(), *b = mf_loop_create();
     mf_kafka_t *k = kp_open(NULL);
     one_t oa, ob;
-    /* a polls while it waits; b's report comes through a's drain or,
-     * once a is done, the background thread. */
     start_one(a, k, topic, &oa);
     start_one(b, k, topic, &ob);
     ASSERT(kp_run_until(a, &oa.done, 30));
     ASSERT(kp_run_until(b, &ob.done, 30));
     ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
     ASSERT_EQ(ob.state, MF_STATE_SUCCESS);
-    /* b polls now; a waits without ever being run until b is done. */
+    /* a waits without ever being run until b is done. */
     start_one(b, k, topic, &ob);
     start_one(a, k, topic, &oa);
     ASSERT(kp_run_until(b, &ob.done, 30));
@@ -338,8 +334,8 @@ TEST(every_loop_gets_its_reports_whichever_loop_drains_them)
     ASSERT_EQ(ob.state, MF_STATE_SUCCESS);
     ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
     ASSERT(ob.offset != oa.offset);
-    /* The poller is destroyed while its report is out: the background
-     * thread takes the queue, its report is dropped, a's still arrives. */
+    /* b is destroyed while its report is out: its report is dropped,
+     * a's still arrives. */
     start_one(b, k, topic, &ob);
     start_one(a, k, topic, &oa);
     mf_loop_destroy(b);
@@ -347,7 +343,6 @@ TEST(every_loop_gets_its_reports_whichever_loop_drains_them)
     ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
     wait_none_in_flight(k, 30);
     ASSERT(!ob.done);
-    /* a claims the queue again and gets its report. */
     produce_one(a, k, &(mf_kafka_message_t){.topic = topic, .value = "q",
                                             .value_len = 1},
                 &oa);
