@@ -3,9 +3,11 @@
  * messages in flight land once each, in order per partition; what a
  * message carries survives; every built-in codec round-trips; one handle
  * per property list, shared by loops on two threads; an idle producer
- * costs its loop nothing; refused properties.
+ * costs its loop nothing; every loop gets its reports whatever the other
+ * loops on its handle do; refused properties.
  */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "kafka_prod.h"
 
@@ -285,6 +287,69 @@ TEST(an_idle_producer_costs_its_loop_nothing)
     ASSERT_EQ(iterations, 1); /* nothing woke the loop in 2 s */
     mf_kafka_close(k, 5000);
     mf_loop_destroy(loop);
+}
+
+/* ---- reports of loops sharing a handle -----------------------------------
+ */
+
+static void start_one(mf_loop_t *loop, mf_kafka_t *k, const char *topic,
+                      one_t *o)
+{
+    mf_kafka_message_t m = {
+        .topic = topic, .partition = 0, .value = "p", .value_len = 1};
+    memset(o, 0, sizeof *o);
+    mf_task_start(mf_task_kafka_produce_create(loop, k, &m, one_done, o));
+    mf_loop_run(loop, MF_RUN_NOWAIT); /* dispatched: handed to librdkafka */
+    ASSERT(!o->done);
+}
+
+static void wait_none_in_flight(mf_kafka_t *k, double max_s)
+{
+    double until = kh_now() + max_s;
+    while (mf_kafka_in_flight(k) > 0 && kh_now() < until)
+        usleep(1000);
+    ASSERT_EQ(mf_kafka_in_flight(k), 0);
+}
+
+/* Two loops on one thread, run one at a time, share a handle: each gets
+ * its own reports whatever the other does (waits unrun, is destroyed with
+ * a report out); a report never waits for a loop that is not run. */
+TEST(every_loop_sharing_a_handle_gets_its_own_reports)
+{
+    const char *topic = kp_topic("sharing", 1);
+    mf_loop_t *a = mf_loop_create(), *b = mf_loop_create();
+    mf_kafka_t *k = kp_open(NULL);
+    one_t oa, ob;
+    start_one(a, k, topic, &oa);
+    start_one(b, k, topic, &ob);
+    ASSERT(kp_run_until(a, &oa.done, 30));
+    ASSERT(kp_run_until(b, &ob.done, 30));
+    ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(ob.state, MF_STATE_SUCCESS);
+    /* a waits without ever being run until b is done. */
+    start_one(b, k, topic, &ob);
+    start_one(a, k, topic, &oa);
+    ASSERT(kp_run_until(b, &ob.done, 30));
+    ASSERT(kp_run_until(a, &oa.done, 30));
+    ASSERT_EQ(ob.state, MF_STATE_SUCCESS);
+    ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
+    ASSERT(ob.offset != oa.offset);
+    /* b is destroyed while its report is out: its report is dropped,
+     * a's still arrives. */
+    start_one(b, k, topic, &ob);
+    start_one(a, k, topic, &oa);
+    mf_loop_destroy(b);
+    ASSERT(kp_run_until(a, &oa.done, 30));
+    ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
+    wait_none_in_flight(k, 30);
+    ASSERT(!ob.done);
+    produce_one(a, k, &(mf_kafka_message_t){.topic = topic, .value = "q",
+                                            .value_len = 1},
+                &oa);
+    ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
+    ASSERT(oa.offset >= 5); /* after the four of a and b, and a's third */
+    mf_kafka_close(k, 5000);
+    mf_loop_destroy(a);
 }
 
 /* ---- refused properties
