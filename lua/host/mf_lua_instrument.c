@@ -167,15 +167,17 @@ static void skip_comment(rewriter_t *r)
     r->ends_in_line_comment = r->i == r->n;
 }
 
-/* A number as LuaJIT scans it: name characters and dots, and a sign right
- * after an exponent's letter. */
+/* A number as LuaJIT scans it (lex_number): name characters and dots,
+ * and a sign right after the exponent's letter, which is p in a hex number
+ * and e in a decimal one: in 0x4.e-- the "--" starts a comment. */
 static void skip_number(rewriter_t *r)
 {
+    bool hex = peek(r, 0) == '0' && (peek(r, 1) | 0x20) == 'x';
+    int exponent = hex ? 'p' : 'e';
     int prev = 0;
     while (r->i < r->n) {
         int c = peek(r, 0);
-        bool sign = (c == '+' || c == '-') &&
-                    (prev == 'e' || prev == 'E' || prev == 'p' || prev == 'P');
+        bool sign = (c == '+' || c == '-') && (prev | 0x20) == exponent;
         if (!is_name_char(c) && c != '.' && !sign)
             break;
         prev = c;

@@ -78,8 +78,10 @@ TEST(no_line_moves_and_a_final_comment_gets_its_own_line)
 {
     const char *srcs[] = {"#!/usr/bin/env moonflow\nwhile x do\nend\n",
                           "local a = [[\n\n]] -- c\nfor i=1,2 do end",
-                          "return 1 -- last"};
-    const bool added[] = {false, false, true};
+                          "return 1 -- last",
+                          /* hex: e is a digit, the "--" a comment */
+                          "l = 0x4.e--"};
+    const bool added[] = {false, false, true, true};
     for (size_t i = 0; i < MF_ARRAY_SIZE(srcs); i++) {
         mf_lua_instrumented_t out;
         size_t n = strlen(srcs[i]);
@@ -160,6 +162,8 @@ TEST(snippets_give_the_same_results_and_errors_with_checks)
         "local n = 0 ::again:: n = n + 1 if n < 5 then goto again end return n",
         /* goto as a plain name (LuaJIT's reading when no name follows) */
         "local goto = 4 local x = 0x1p4 + 1e+5 +goto+ 4e-2 return x",
+        /* a sign after a hex number's e is no exponent's: a comment */
+        "local x = 0x4.e--1\nreturn x",
         "local function fib(n) if n < 2 then return n end "
         "return fib(n - 1) + fib(n - 2) end return fib(15)",
         "local function count(n, acc) if n == 0 then return acc end "
