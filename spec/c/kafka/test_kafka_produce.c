@@ -303,6 +303,19 @@ static void start_one(mf_loop_t *loop, mf_kafka_t *k, const char *topic,
     ASSERT(!o->done);
 }
 
+/* first, then second, each produce one message; each loop is run in that
+ * order until its own report is in: both succeed. */
+static void both_produce(mf_loop_t *first, one_t *of, mf_loop_t *second,
+                         one_t *os, mf_kafka_t *k, const char *topic)
+{
+    start_one(first, k, topic, of);
+    start_one(second, k, topic, os);
+    ASSERT(kp_run_until(first, &of->done, 30));
+    ASSERT(kp_run_until(second, &os->done, 30));
+    ASSERT_EQ(of->state, MF_STATE_SUCCESS);
+    ASSERT_EQ(os->state, MF_STATE_SUCCESS);
+}
+
 static void wait_none_in_flight(mf_kafka_t *k, double max_s)
 {
     double until = kh_now() + max_s;
@@ -320,19 +333,9 @@ TEST(every_loop_sharing_a_handle_gets_its_own_reports)
     mf_loop_t *a = mf_loop_create(), *b = mf_loop_create();
     mf_kafka_t *k = kp_open(NULL);
     one_t oa, ob;
-    start_one(a, k, topic, &oa);
-    start_one(b, k, topic, &ob);
-    ASSERT(kp_run_until(a, &oa.done, 30));
-    ASSERT(kp_run_until(b, &ob.done, 30));
-    ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
-    ASSERT_EQ(ob.state, MF_STATE_SUCCESS);
+    both_produce(a, &oa, b, &ob, k, topic);
     /* a waits without ever being run until b is done. */
-    start_one(b, k, topic, &ob);
-    start_one(a, k, topic, &oa);
-    ASSERT(kp_run_until(b, &ob.done, 30));
-    ASSERT(kp_run_until(a, &oa.done, 30));
-    ASSERT_EQ(ob.state, MF_STATE_SUCCESS);
-    ASSERT_EQ(oa.state, MF_STATE_SUCCESS);
+    both_produce(b, &ob, a, &oa, k, topic);
     ASSERT(ob.offset != oa.offset);
     /* b is destroyed while its report is out: its report is dropped,
      * a's still arrives. */
