@@ -11,12 +11,7 @@
 const mf_http_header_t *mf_http_find_header(const mf_http_header_t *headers,
                                             size_t n, const char *name)
 {
-    size_t len = strlen(name);
-    for (size_t i = 0; i < n; i++)
-        if (headers[i].name_len == len &&
-            mf__iequal(headers[i].name, name, len))
-            return &headers[i];
-    return NULL;
+    return mf_http_find_header_n(headers, n, name, strlen(name));
 }
 
 const char *mf_http_reason(int status)

@@ -35,15 +35,10 @@ static bool mf__id_byte_ok(unsigned char c)
 static inline __attribute__((always_inline)) const mf_http_header_t *
 mf__given_id(const mf_http_request_t *head)
 {
-    /* the first of that name, as mf_http_find_header, with no strlen of
-     * the name per request: the length weeds out nearly every header */
-    const mf_http_header_t *h = NULL;
-    for (size_t i = 0; head && i < head->num_headers; i++)
-        if (head->headers[i].name_len == 12 &&
-            strncasecmp(head->headers[i].name, "x-request-id", 12) == 0) {
-            h = &head->headers[i];
-            break;
-        }
+    const mf_http_header_t *h =
+        head ? mf_http_find_header_n(head->headers, head->num_headers,
+                                     "x-request-id", 12)
+             : NULL;
     if (!h || h->value_len == 0 || h->value_len > MF_SERVE_ID_MAX)
         return NULL;
     for (size_t k = 0; k < h->value_len; k++)
@@ -280,8 +275,7 @@ void mf_serve_objects_open(mf_serve_worker_t *w)
  * (whatever it is bound to now). */
 static bool mf__is_running_kept(const void *obj, int slot)
 {
-    const mf_serve_worker_t *w = mf_serve__thread_worker;
-    mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
+    mf_lua_co_t *co = mf_serve_running_co();
     return co && obj && obj == mf_lua_co_keep_ptrs(co)[slot];
 }
 

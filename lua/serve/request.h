@@ -161,6 +161,13 @@ mf_serve_request_t *mf_serve_check_kept_request(lua_State *L, int slot);
 /* The worker whose loop runs on this thread (mf_serve_objects_open). */
 extern _Thread_local const mf_serve_worker_t *mf_serve__thread_worker;
 
+/* The coroutine the calling thread's worker is running now, or NULL. */
+static inline mf_lua_co_t *mf_serve_running_co(void)
+{
+    const mf_serve_worker_t *w = mf_serve__thread_worker;
+    return w && w->host ? mf_lua_host_current(w->host) : NULL;
+}
+
 /* The request obj (a userdata's address) is bound to, when obj is the
  * running coroutine's own object of slot (only serve's objects are noted
  * there, handler.c, so the address alone proves its class) and that
@@ -170,8 +177,7 @@ extern _Thread_local const mf_serve_worker_t *mf_serve__thread_worker;
 static inline mf_serve_request_t *mf_serve_kept_request_of(const void *obj,
                                                            int slot)
 {
-    const mf_serve_worker_t *w = mf_serve__thread_worker;
-    mf_lua_co_t *co = w && w->host ? mf_lua_host_current(w->host) : NULL;
+    mf_lua_co_t *co = mf_serve_running_co();
     if (!co || !obj || obj != mf_lua_co_keep_ptrs(co)[slot])
         return NULL;
     mf_serve_request_t *request = ((const mf_serve_object_t *)obj)->request;

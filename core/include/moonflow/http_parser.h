@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <strings.h>
 #include <sys/types.h>
 
 #include "common.h"
@@ -147,6 +148,19 @@ MF_API int mf_http_parse_response(const char *buf, size_t len,
 MF_API const mf_http_header_t *
 mf_http_find_header(const mf_http_header_t *headers, size_t n,
                     const char *name);
+/* The same with the name's length given (name holds no NUL in its first
+ * len bytes): inline, with no strlen, for a name looked up on every
+ * request. */
+static inline const mf_http_header_t *
+mf_http_find_header_n(const mf_http_header_t *headers, size_t n,
+                      const char *name, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (headers[i].name_len == len &&
+            strncasecmp(headers[i].name, name, len) == 0)
+            return &headers[i];
+    return NULL;
+}
 
 /* ---- chunked transfer coding (incremental, in place) --------------------- */
 

@@ -1122,6 +1122,9 @@ TEST(find_header_ignores_case_and_returns_the_first)
     ASSERT(mf_http_find_header(hs, req.num_headers, "host") == &hs[0]);
     ASSERT(mf_http_find_header(hs, req.num_headers, "X-I") == NULL);
     ASSERT(mf_http_find_header(hs, 0, "Host") == NULL);
+    /* by length: only the first len bytes of the name count */
+    ASSERT(mf_http_find_header_n(hs, req.num_headers, "x-idx", 4) == &hs[1]);
+    ASSERT(mf_http_find_header_n(hs, req.num_headers, "X-ID", 3) == NULL);
 }
 
 /* ---- helpers ------------------------------------------------------------ */
