@@ -264,9 +264,9 @@ mf_lua_co_t *mf_lua_host_spawn_with(mf_lua_host_t *host, int nargs,
                                     mf_lua_co_exit_cb cb, void *data,
                                     const mf_lua_co_hooks_t *hooks)
 {
-    mf_lua_co_t *co = mf_lua_host_prepare(host, cb, data);
+    mf_lua_co_t *co = mf_lua_host_prepare_with(host, cb, data, hooks);
     lua_xmove(host->L, co->L, nargs + 1);
-    return mf_lua_co_start_with(co, nargs, hooks) ? co : NULL;
+    return mf_lua_co_start(co, nargs) ? co : NULL;
 }
 
 mf_lua_co_t *mf_lua_host_spawn(mf_lua_host_t *host, int nargs,

@@ -9,11 +9,12 @@
  * Hooks: what the owner wants told or applied while the coroutine runs
  * (its flows' step times, lean results, a label and a request id for what
  * it does, a trace for its tasks, a deadline) is ONE mf_lua_co_hooks_t
- * given when the coroutine starts (mf_lua_host_spawn_with,
- * mf_lua_co_start_with). The host copies it into the coroutine record; the
- * owner keeps every ud and the trace alive while the coroutine may run,
- * and the coroutine reads them on the loop thread only. A zeroed struct
- * (or NULL) is no hook at all, the default of every coroutine.
+ * given when the coroutine is made or starts (mf_lua_host_spawn_with,
+ * mf_lua_host_prepare_with, mf_lua_co_start_with). The host copies it
+ * into the coroutine record; the owner keeps every ud and the trace
+ * alive while the coroutine may run, and the coroutine reads them on the
+ * loop thread only. A zeroed struct (or NULL) is no hook at all, the
+ * default of every coroutine.
  *
  * C functions that need I/O follow one pattern (OpenResty's sleep/socket):
  *
