@@ -8,9 +8,13 @@
  * at start; the point select prepared once, on the thread's first request:
  * a server-side prepared statement, as moonflow's db:query("... WHERE id =
  * ?", id) runs) and one
- * epoll set. Every thread waits on the shared listening socket
- * (EPOLLEXCLUSIVE: one thread is woken per connection) and on the
- * connections it accepted. A request is served on its thread: the query
+ * epoll set. Every thread listens on the port with its own socket
+ * (SO_REUSEPORT, as nginx's `listen ... reuseport`: the kernel spreads new
+ * connections over the threads by their addresses) and waits on it and on
+ * the connections it accepted. One shared socket drained by whichever
+ * thread woke first handed a burst of connections (wrk opens all of its
+ * own at once) to one thread, and so put the whole load on one thread and
+ * one MySQL connection. A request is served on its thread: the query
  * blocks that thread (and its other connections) until the answer comes, so
  * at most --threads queries are in flight: the pool of N members.
  *
@@ -471,7 +475,7 @@ static void accept_all(int ep, int listen_fd)
     for (;;) {
         int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
-            return; /* EAGAIN: another thread took it, or none left */
+            return; /* EAGAIN: none left */
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         struct conn *c = malloc(sizeof *c);
@@ -492,8 +496,7 @@ static void *member_run(void *arg)
         die("mysql_thread_init", "failed");
     member_connect(m);
     int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
-                              .data.ptr = NULL};
+    struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
     if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, m->listen_fd, &lev) < 0)
         die("epoll", strerror(errno));
     struct epoll_event events[EVENTS];
@@ -522,6 +525,7 @@ static int listen_on(const char *host, int port)
     int one = 1;
     if (fd < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 ||
         bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 4096) < 0)
         die("listen", strerror(errno));
     return fd;
@@ -581,14 +585,17 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (mysql_library_init(0, NULL, NULL))
         die("mysql_library_init", "failed");
-    int listen_fd = listen_on(cfg.listen_host, cfg.listen_port);
     struct member *members = calloc((size_t)cfg.threads, sizeof *members);
     pthread_t *threads = calloc((size_t)cfg.threads, sizeof *threads);
     if (!members || !threads)
         die("start", "out of memory");
     for (int i = 0; i < cfg.threads; i++) {
         members[i].cfg = &cfg;
-        members[i].listen_fd = listen_fd;
+        /* every listener is open before any thread runs, so the first
+         * connection already finds them all */
+        members[i].listen_fd = listen_on(cfg.listen_host, cfg.listen_port);
+    }
+    for (int i = 0; i < cfg.threads; i++) {
         members[i].rand_state = (unsigned)i * 2654435761u + 1;
         if (pthread_create(&threads[i], NULL, member_run, &members[i]))
             die("pthread_create", "failed");
