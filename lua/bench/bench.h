@@ -143,6 +143,15 @@ void bench_report_text(FILE *out, const bench_opts_t *o,
 /* The JSON document (fields documented in the README). 0 or -1 (errno). */
 int bench_report_json(const char *path, const bench_opts_t *o,
                       const bench_result_t *r);
+/* Whether a result can be written to path after the run: an existing file
+ * (not a directory) that is writable, or a new one in a writable directory;
+ * dir_too: the directory must be writable even when the file exists (a
+ * file replaced by a rename). 0, or -1 with err naming flag and path. */
+int bench_output_writable(const char *flag, const char *path, bool dir_too,
+                          char *err, size_t errlen);
+/* bench_plot.c: whether --plot path can take this run (writable, and if it
+ * exists a moonflow bench plot with room for one more); 0 or -1 and err. */
+int bench_plot_check(const char *path, char *err, size_t errlen);
 /* bench_plot.c: adds this run to the SVG at path (kept runs first). */
 int bench_plot_write(const char *path, const bench_opts_t *o,
                      const bench_result_t *r, char *err, size_t errlen);

@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -51,6 +52,7 @@ typedef struct wrk_thread {
     _Atomic(mf_load_t *) load; /* published for the progress line */
     int fail;                  /* the loop or load could not be made */
     bool script_failed;
+    bool script_stopped; /* thread:stop() ended its load (read after join) */
 } wrk_thread_t;
 
 struct bench_wrk {
@@ -193,6 +195,7 @@ static int thread_stop(mf_lua_wrk_thread_t *pub)
     mf_load_t *load = atomic_load(&t->load);
     if (!load || !t->loop || !mf_loop_on_thread(t->loop))
         return -1;
+    t->script_stopped = true;
     mf_load_stop(load);
     return 0;
 }
@@ -428,9 +431,42 @@ static void sample_progress(void *user, bench_progress_sample_t *out)
     }
 }
 
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether a script's thread:stop() ended some thread's load early. */
+static bool any_script_stopped(const bench_wrk_t *w)
+{
+    for (unsigned i = 0; i < w->o->threads; i++)
+        if (w->threads[i].script_stopped)
+            return true;
+    return false;
+}
+
+/* wrk runs for -d whatever its threads do: a thread:stop() ends that
+ * thread's requests, not the run, and the report divides by the whole
+ * duration. So does this, when a script stopped a thread early. */
+static void wait_out_the_duration(const bench_wrk_t *w, uint64_t start_ns)
+{
+    if (!any_script_stopped(w))
+        return;
+    uint64_t end = start_ns + w->o->warmup_ns + w->o->duration_ns;
+    for (uint64_t now = monotonic_ns(); now < end; now = monotonic_ns()) {
+        uint64_t left = end - now;
+        struct timespec ts = {.tv_sec = (time_t)(left / 1000000000u),
+                              .tv_nsec = (long)(left % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int run_threads(bench_wrk_t *w, char *err, size_t errlen)
 {
     int rc = 0;
+    uint64_t start_ns = monotonic_ns();
     for (unsigned i = 0; i < w->o->threads; i++) {
         wrk_thread_t *t = &w->threads[i];
         if (pthread_create(&t->tid, NULL, thread_main, t) != 0) {
@@ -445,6 +481,8 @@ static int run_threads(bench_wrk_t *w, char *err, size_t errlen)
     for (unsigned i = 0; i < w->o->threads; i++)
         if (w->threads[i].started)
             pthread_join(w->threads[i].tid, NULL);
+    if (rc == 0)
+        wait_out_the_duration(w, start_ns);
     bench_progress_stop(progress);
     return rc;
 }
@@ -510,6 +548,8 @@ static bench_result_t *merge_result(const bench_wrk_t *w)
     }
     for (unsigned i = 0; i < w->o->threads; i++)
         merge_stats(r, mf_load_stats(atomic_load(&w->threads[i].load)));
+    if (any_script_stopped(w) && r->duration_ns < w->o->duration_ns)
+        r->duration_ns = w->o->duration_ns; /* wrk's runtime: the whole -d */
     return r;
 }
 

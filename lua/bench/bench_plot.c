@@ -384,6 +384,17 @@ static int save(const char *path, const plot_t *p, char *err, size_t errlen)
     return rc;
 }
 
+int bench_plot_check(const char *path, char *err, size_t errlen)
+{
+    /* the new plot replaces the file by a rename: the directory too */
+    if (bench_output_writable("--plot", path, true, err, errlen) < 0)
+        return -1;
+    plot_t *p = mf_xcalloc(1, sizeof *p);
+    int rc = load_runs(path, p, err, errlen);
+    plot_free(p);
+    return rc;
+}
+
 int bench_plot_write(const char *path, const bench_opts_t *o,
                      const bench_result_t *r, char *err, size_t errlen)
 {

@@ -26,6 +26,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -466,6 +468,55 @@ static void json_thresholds(FILE *out, const bench_opts_t *o,
         fputc('}', out);
     }
     fprintf(out, "]}\n");
+}
+
+/* The directory part of path, in buf ("." for a bare name). */
+static const char *dir_of(const char *path, char *buf, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return ".";
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, path, n);
+    buf[n] = 0;
+    return buf;
+}
+
+int bench_output_writable(const char *flag, const char *path, bool dir_too,
+                          char *err, size_t errlen)
+{
+    struct stat st;
+    char buf[4096];
+    const char *dir = dir_of(path, buf, sizeof buf);
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "%s %s: is a directory", flag, path);
+            return -1;
+        }
+        if (access(path, W_OK) != 0) {
+            snprintf(err, errlen, "%s %s: cannot write it: %s", flag, path,
+                     strerror(errno));
+            return -1;
+        }
+        if (!dir_too)
+            return 0;
+    } else if (errno != ENOENT) {
+        snprintf(err, errlen, "%s %s: %s", flag, path, strerror(errno));
+        return -1;
+    }
+    const char *why = NULL;
+    if (stat(dir, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    else if (access(dir, W_OK | X_OK) != 0)
+        why = strerror(errno);
+    if (why)
+        snprintf(err, errlen, "%s %s: cannot create files in %s: %s", flag,
+                 path, dir, why);
+    return why ? -1 : 0;
 }
 
 int bench_report_json(const char *path, const bench_opts_t *o,

@@ -362,13 +362,17 @@ class BenchCliTest(unittest.TestCase):
         self.assertTrue(0 < n <= 210, out)
 
     def test_stop_lua_ends_the_thread_after_100_responses(self):
+        # as wrk: the thread stops sending, the run lasts -d, and the
+        # report divides by it ("100 requests in 2.00s", 50 per second)
         start = time.monotonic()
-        rc, out, err = bench("-t1", "-c1", "-d10s", "-s",
+        rc, out, err = bench("-t1", "-c1", "-d2s", "-s",
                              wrk_script("stop.lua"),
                              self.base + "/")
         self.ok(rc, out, err)
-        self.assertLess(time.monotonic() - start, 8)
+        self.assertGreaterEqual(time.monotonic() - start, 1.9)
         self.assertIn(requests_of(out), (99, 100), out)
+        self.assertRegex(out, r"requests in 2\.0\ds,")
+        self.assertLess(abs(rps_of(out) - requests_of(out) / 2.0), 2, out)
 
     # ---- scripts of our own, in wrk's style ------------------------------
 
@@ -571,6 +575,31 @@ end
         rc, out, err = bench("-t1", "-c2", "-d1s", "--threshold", "p50<1us",
                              self.base + "/")
         self.assertEqual(rc, 1, out + err)
+
+    def test_json_on_stdout_is_the_only_thing_there(self):
+        rc, out, err = bench("-t1", "-c2", "-d1s", "--json", "-",
+                             "--threshold", "errors==0", self.base + "/")
+        self.ok(rc, out, err)
+        doc = json.loads(out)  # nothing else on stdout
+        self.assertEqual(doc["mode"], "http")
+        self.assertEqual(doc["requests"], requests_of(err))  # report: stderr
+        self.assertIn("errors==0", err)
+
+    def test_output_paths_are_checked_before_the_run(self):
+        missing = os.path.join(self.tmp, "no-such-dir", "run.json")
+        not_plot = self.script("not-a-plot.svg", "<svg></svg>\n")
+        for args, words in ((["--json", missing], "--json " + missing),
+                            (["--plot", self.tmp], "is a directory"),
+                            (["--plot", not_plot], "not a moonflow bench plot")):
+            start = time.monotonic()
+            rc, out, err = bench(*(["-t1", "-c1", "-d10s"] + args +
+                                   [self.base + "/"]))
+            self.assertEqual(rc, 2, out + err)
+            self.assertIn(words, err)
+            self.assertLess(time.monotonic() - start, 5)  # no run was made
+            self.assertNotIn("Running", out)
+        with open(not_plot) as f:
+            self.assertEqual(f.read(), "<svg></svg>\n")  # left unchanged
 
     def test_constant_rate_sends_the_asked_rate(self):
         rc, out, err = bench("-t2", "-c4", "-d2s", "-R", "200",

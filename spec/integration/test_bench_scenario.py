@@ -258,7 +258,9 @@ class BenchScenario(unittest.TestCase):
         path = self.script("failing.lua", FAILING)
         code, out, err, doc = self.bench(
             ["-t", "1", "-c", "2", "-d", "1s", path, "--", self.redis.url()])
-        self.assertEqual(code, 0, err)
+        # no iteration succeeded: the run failed, with no threshold asked
+        self.assertEqual(code, 1, err)
+        self.assertIn("every iteration failed", err)
         s = self.series(doc)
         self.assertGreater(s["1 redis SET"]["count"], 10)
         self.assertEqual(s["1 redis SET"]["errors"], 0)
@@ -325,7 +327,9 @@ class BenchScenario(unittest.TestCase):
                 ["-t", "1", "-c", "2", "-d", "1s", path, "--", db.url()])
         finally:
             db.close()
-        self.assertEqual(code, 0, err)
+        # no iteration succeeds (below): the run failed
+        self.assertEqual(code, 1, err)
+        self.assertIn("every iteration failed", err)
         s = self.series(doc)
         self.assertEqual(sorted(s), ["1 mysql SELECT", "2 mysql SELECT"])
         ok, bad = s["1 mysql SELECT"], s["2 mysql SELECT"]

@@ -163,3 +163,39 @@ TEST(unwritable_path_and_empty_run_are_errors)
     bench_result_free(r);
     tmpdir_remove(dir);
 }
+
+/* What the command checks before a run (bench.c): the same refusals as
+ * after it, with nothing sent yet. */
+TEST(outputs_are_checked_before_the_run)
+{
+    char dir[64], path[128], err[256] = "", want[256];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/new.svg", dir);
+    ASSERT_EQ(bench_plot_check(path, err, sizeof err), 0);
+    ASSERT(access(path, F_OK) != 0); /* a check creates nothing */
+    ASSERT_EQ(bench_output_writable("--json", path, false, err, sizeof err),
+              0);
+    ASSERT_EQ(bench_plot_check(dir, err, sizeof err), -1);
+    snprintf(want, sizeof want, "--plot %s: is a directory", dir);
+    ASSERT_STR_EQ(err, want);
+    snprintf(path, sizeof path, "%s/no/run.json", dir);
+    ASSERT_EQ(bench_output_writable("--json", path, false, err, sizeof err),
+              -1);
+    snprintf(want, sizeof want,
+             "--json %s: cannot create files in %s/no: No such file or "
+             "directory",
+             path, dir);
+    ASSERT_STR_EQ(err, want);
+    /* a bare name is in the working directory */
+    ASSERT_EQ(bench_output_writable("--json", "run.json", false, err,
+                                    sizeof err),
+              access(".", W_OK | X_OK) == 0 ? 0 : -1);
+    snprintf(path, sizeof path, "%s/other.svg", dir);
+    FILE *f = fopen(path, "w");
+    fputs("<svg/>\n", f);
+    fclose(f);
+    ASSERT_EQ(bench_plot_check(path, err, sizeof err), -1);
+    ASSERT(strstr(err, "is not a moonflow bench plot") != NULL);
+    ASSERT_STR_EQ(slurp(path), "<svg/>\n");
+    tmpdir_remove(dir);
+}
