@@ -3,10 +3,10 @@
  * (scenario when the script defines iteration(), else HTTP), runs it, prints
  * wrk's report on stdout, calls the script's done() (both modes, wrk's order:
  * after the report), checks the thresholds, writes JSON and the plot, and
- * decides the exit code: 0 done, 1 the run could not be made, a threshold
- * failed or nothing succeeded (no request or iteration did, some failed),
- * 2 bad flags or an output that could not be written (checked before the
- * run). With --json -, stdout carries the JSON document alone.
+ * decides the exit code: 0 done, 1 the run could not be made or nothing
+ * succeeded (no request or iteration did, some failed), 2 bad flags or an
+ * output that could not be written (checked before the run), 99 a
+ * threshold failed (k6's code; it wins over 1). With --json -, stdout carries the JSON document alone.
  *
  * Owns the options and the result of the run. May call the modes
  * (bench_http.c, bench_scenario.c) and the report modules.
@@ -24,6 +24,7 @@
 #define EXIT_OK 0
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
+#define EXIT_THRESHOLD 99 /* k6's: CI tells a breach from a broken run */
 
 /* --help, -h, --version and -v before "--" answer at once. */
 static int early_flags(int argc, char **argv)
@@ -106,16 +107,16 @@ static int outputs(const bench_opts_t *o, const bench_result_t *r)
     int code = nothing_succeeded(r);
     char err[256];
     if (o->nthresholds && bench_thresholds_check(o, r, stdout) > 0)
-        code = EXIT_FAILED;
+        code = EXIT_THRESHOLD;
     stdout_back();
     if (o->json && bench_report_json(o->json, o, r) < 0) {
         fprintf(stderr, "moonflow bench: --json %s: %s\n", o->json,
                 strerror(errno));
-        code = EXIT_FAILED;
+        code = code ? code : EXIT_FAILED;
     }
     if (o->plot && bench_plot_write(o->plot, o, r, err, sizeof err) < 0) {
         fprintf(stderr, "moonflow bench: %s\n", err); /* names the file */
-        code = EXIT_FAILED;
+        code = code ? code : EXIT_FAILED;
     }
     return code;
 }

@@ -574,7 +574,8 @@ end
         self.assertEqual([t["ok"] for t in doc["thresholds"]], [True, True])
         rc, out, err = bench("-t1", "-c2", "-d1s", "--threshold", "p50<1us",
                              self.base + "/")
-        self.assertEqual(rc, 1, out + err)
+        self.assertEqual(rc, 99, out + err)  # k6's code for a breach
+        self.assertIn("threshold p50<1us: FAILED", out)
 
     def test_json_on_stdout_is_the_only_thing_there(self):
         rc, out, err = bench("-t1", "-c2", "-d1s", "--json", "-",
