@@ -41,6 +41,7 @@
 #define MF_BENCH_MAX_URLS 64
 #define MF_BENCH_MAX_HEADERS 64
 #define MF_BENCH_MAX_THRESHOLDS 32
+#define MF_BENCH_MAX_CHECKS 64 /* names of bench.check's checks in a run */
 
 /* --threshold 'p99<50ms': a metric, a comparison and a bound. Metrics:
  * pNN[.N] (latency percentile), mean, max, stdev (latency), rps
@@ -97,6 +98,19 @@ typedef struct bench_series {
     mf_hdr_t *latency; /* ns */
 } bench_series_t;
 
+/* bench_check.c: the passes and fails of each named check. */
+typedef struct bench_check {
+    char *name;
+    uint64_t passes, fails;
+} bench_check_t;
+
+typedef struct bench_checks {
+    bench_check_t items[MF_BENCH_MAX_CHECKS];
+    size_t n;
+    uint64_t from_ns, until_ns; /* counted in [from, until]; 0: no bound */
+    bool error_told;            /* a check's error was printed */
+} bench_checks_t;
+
 typedef struct bench_result {
     const char *mode;     /* "http" or "scenario" */
     uint64_t duration_ns; /* the measured window, longest thread */
@@ -107,6 +121,7 @@ typedef struct bench_result {
     mf_hdr_t *rate;    /* per-thread requests/s samples (Req/Sec) */
     bench_series_t *series;
     size_t nseries;
+    bench_checks_t checks; /* scenario mode's bench.check counts */
 } bench_result_t;
 
 /* bench_cli.c. 0, or -1 with a message naming the flag in err. */
@@ -149,6 +164,14 @@ int bench_report_json(const char *path, const bench_opts_t *o,
  * file replaced by a rename). 0, or -1 with err naming flag and path. */
 int bench_output_writable(const char *flag, const char *path, bool dir_too,
                           char *err, size_t errlen);
+/* bench_check.c: sets the global bench = {check = ...} of L, counting into
+ * c (kept alive by the caller while L runs). */
+struct lua_State;
+void bench_checks_open(struct lua_State *L, bench_checks_t *c);
+/* Adds from's counts to into's, by name. */
+void bench_checks_merge(bench_checks_t *into, const bench_checks_t *from);
+/* Frees the names; the counters are empty after. */
+void bench_checks_free(bench_checks_t *c);
 /* bench_plot.c: whether --plot path can take this run (writable, and if it
  * exists a moonflow bench plot with room for one more); 0 or -1 and err. */
 int bench_plot_check(const char *path, char *err, size_t errlen);

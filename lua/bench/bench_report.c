@@ -15,7 +15,8 @@
  * errors {connect, read, write, status, timeout}, latency_us {min, mean,
  * stdev, max, percentiles {"50", "75", "90", "99", "99.9", "99.99"}},
  * spectrum [[value_us, percentile (0..100), count up to it], ...],
- * series [{name, count, errors, latency_us}], thresholds [{text, ok,
+ * series [{name, count, errors, latency_us}], checks [{name, passes,
+ * fails}] (bench_check.c), thresholds [{text, ok,
  * value (latencies in us, rps, errors, error_rate in %)}].
  *
  * Owns: bench_result_t (its histograms, series and their names). Calls:
@@ -56,6 +57,8 @@ void bench_result_free(bench_result_t *r)
         mf_hdr_destroy(r->series[i].latency);
     }
     mf_free(r->series);
+    for (size_t i = 0; i < r->checks.n; i++) /* bench_check.c made them */
+        mf_free(r->checks.items[i].name);
     mf_hdr_destroy(r->latency);
     mf_hdr_destroy(r->rate);
     mf_free(r);
@@ -316,6 +319,23 @@ static void print_series(FILE *out, const bench_result_t *r)
     }
 }
 
+/* bench.check's checks: passes and fails per name, and the share passed
+ * (k6's "checks" lines). */
+static void print_checks(FILE *out, const bench_result_t *r)
+{
+    fprintf(out, "  Checks (passed / failed):\n");
+    for (size_t i = 0; i < r->checks.n; i++) {
+        const bench_check_t *k = &r->checks.items[i];
+        uint64_t all = k->passes + k->fails;
+        char name[64];
+        series_name(name, sizeof name, k->name);
+        fprintf(out,
+                "    %-40s %10" PRIu64 " / %-10" PRIu64 " %7.2f%% passed\n",
+                name, k->passes, k->fails,
+                all ? 100.0 * (double)k->passes / (double)all : 0.0);
+    }
+}
+
 void bench_report_text(FILE *out, const bench_opts_t *o,
                        const bench_result_t *r)
 {
@@ -328,6 +348,8 @@ void bench_report_text(FILE *out, const bench_opts_t *o,
     print_totals(out, r);
     if (r->nseries > 0)
         print_series(out, r);
+    if (r->checks.n > 0)
+        print_checks(out, r);
 }
 
 /* ---- JSON -------------------------------------------------------------- */
@@ -448,6 +470,20 @@ static void json_series(FILE *out, const bench_result_t *r)
     fprintf(out, "]");
 }
 
+/* bench.check's counts: [{name, passes, fails}]. */
+static void json_checks(FILE *out, const bench_result_t *r)
+{
+    fprintf(out, ",\n\"checks\":[");
+    for (size_t i = 0; i < r->checks.n; i++) {
+        const bench_check_t *k = &r->checks.items[i];
+        fprintf(out, "%s{\"name\":", i ? ",\n " : "");
+        json_string(out, k->name);
+        fprintf(out, ",\"passes\":%" PRIu64 ",\"fails\":%" PRIu64 "}",
+                k->passes, k->fails);
+    }
+    fputc(']', out);
+}
+
 /* Each threshold's verdict; value in the metric's unit (latencies in us,
  * as everywhere in the document). */
 static void json_thresholds(FILE *out, const bench_opts_t *o,
@@ -529,6 +565,7 @@ int bench_report_json(const char *path, const bench_opts_t *o,
     json_run(out, o, r);
     json_spectrum(out, r->latency);
     json_series(out, r);
+    json_checks(out, r);
     json_thresholds(out, o, r);
     int failed = fflush(out) != 0 || ferror(out);
     int saved = errno;

@@ -93,6 +93,7 @@ struct scen_thread {
     scen_series_t series[SCEN_MAX_SERIES];
     unsigned nseries;
     int anchor_ref; /* a table anchoring the strings steps are named by */
+    bench_checks_t checks; /* bench.check's counts (bench_check.c) */
     mf_timer_t tick, end;
     _Atomic uint64_t pub_requests, pub_errors, pub_p99;
     char err[512];
@@ -565,6 +566,8 @@ static void scen_run_thread(scen_thread_t *t)
     t->start_ns = scen_now();
     t->warm_ns = t->start_ns + o->warmup_ns;
     t->end_ns = t->warm_ns + o->duration_ns;
+    t->checks.from_ns = t->warm_ns; /* checks count as iterations do */
+    t->checks.until_ns = t->end_ns;
     t->tick_ns = t->start_ns;
     mf_timer_init(&t->tick, scen_on_tick, t);
     mf_timer_init(&t->end, scen_on_end, t);
@@ -604,6 +607,8 @@ static int scen_open(scen_thread_t *t)
     lua_State *L = mf_lua_host_state(t->host);
     lua_newtable(L);
     t->anchor_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    t->checks.from_ns = UINT64_MAX; /* nothing counts before the window */
+    bench_checks_open(L, &t->checks);
     return 0;
 }
 
@@ -713,6 +718,7 @@ static bench_result_t *scen_merge(const scen_run_t *run)
             s->errors += t->series[k].errors;
             mf_hdr_merge(s->latency, t->series[k].latency);
         }
+        bench_checks_merge(&r->checks, &t->checks);
     }
     for (size_t i = n; i < r->nseries; i++) { /* steps named alike */
         mf_hdr_destroy(r->series[i].latency);
@@ -732,6 +738,7 @@ static void scen_free_threads(scen_run_t *run)
         mf_hdr_destroy(t->rate);
         for (unsigned k = 0; k < t->nseries; k++)
             mf_hdr_destroy(t->series[k].latency);
+        bench_checks_free(&t->checks);
     }
     free(run->threads);
 }

@@ -67,6 +67,26 @@ function iteration(ctx)
 end
 """
 
+CHECKS = """
+local mf = require "moonflow"
+local r, base
+function init(args) r = mf.redis(args[1]); base = args[2] end
+function iteration(ctx)
+  local n = mf.task.redis(r, "INCR", "checked"):wait().value
+  local res = assert(mf.http.get(base .. "/sleep?ms=0"))
+  local all = bench.check(res, {
+    ["status is 200"] = function(x) return x.status == 200 end,
+    ["status is 404"] = function(x) return x.status == 404 end,
+  })
+  assert(all == false, "one of the two checks fails every time")
+  bench.check(n, {
+    ["even INCR"] = function(v) return v % 2 == 0 end,
+    ["raises"] = function(v) error("check boom") end,
+  })
+  return mf.task.redis(r, "GET", "checked")
+end
+"""
+
 FAILING = """
 local mf = require "moonflow"
 local r
@@ -253,6 +273,35 @@ class BenchScenario(unittest.TestCase):
         self.assertGreater(doc["requests"], 10)
         self.assertEqual(sum(doc["errors"].values()), 0, (doc["errors"], err))
         self.assertEqual(err, "")
+
+    def test_checks_are_counted_per_name(self):
+        redis_command(self.redis.port, "DEL", "checked")
+        path = self.script("checks.lua", CHECKS)
+        code, out, err, doc = self.bench(
+            ["-t", "2", "-c", "4", "-d", "1s", path, "--", self.redis.url(),
+             "http://127.0.0.1:%d" % self.http_port])
+        self.assertEqual(code, 0, err)
+        checks = {c["name"]: (c["passes"], c["fails"]) for c in doc["checks"]}
+        self.assertEqual(sorted(checks), ["even INCR", "raises",
+                                          "status is 200", "status is 404"])
+        n = checks["status is 200"][0]
+        self.assertGreater(n, 10)
+        # each check ran once per counted call: the same total everywhere
+        self.assertEqual(checks["status is 200"], (n, 0))
+        self.assertEqual(checks["status is 404"], (0, n))
+        self.assertEqual(checks["raises"], (0, n))
+        even, odd = checks["even INCR"]
+        self.assertEqual(even + odd, n)
+        self.assertLessEqual(abs(even - odd), 8)  # INCR alternates
+        # checks in the measured window only, as iterations: no more than
+        # the iterations begun in it
+        self.assertGreaterEqual(n, doc["requests"])
+        self.assertLessEqual(n, doc["requests"] + 4)
+        # the first raised error is told (once per thread), not thrown
+        self.assertIn("check 'raises' raised:", err)
+        self.assertIn("check boom", err)
+        self.assertLessEqual(err.count("check 'raises' raised:"), 2, err)
+        self.assertRegex(out, r"status is 404 +0 / %d +0\.00%% passed" % n)
 
     def test_failing_step_counts_errors(self):
         path = self.script("failing.lua", FAILING)
