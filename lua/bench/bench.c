@@ -6,7 +6,8 @@
  * decides the exit code: 0 done, 1 the run could not be made or nothing
  * succeeded (no request or iteration did, some failed), 2 bad flags or an
  * output that could not be written (checked before the run), 99 a
- * threshold failed (k6's code; it wins over 1). With --json -, stdout carries the JSON document alone.
+ * threshold failed (k6's code; it wins over 1). With --json -, stdout carries
+ * the JSON document alone.
  *
  * Owns the options and the result of the run. May call the modes
  * (bench_http.c, bench_scenario.c) and the report modules.

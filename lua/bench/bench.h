@@ -57,7 +57,8 @@ typedef struct bench_threshold {
         BENCH_T_STDEV,
         BENCH_T_RPS,
         BENCH_T_ERRORS,
-        BENCH_T_ERROR_RATE
+        BENCH_T_ERROR_RATE,
+        BENCH_T_CHECKS /* % of bench.check's checks that passed */
     } metric;
     double percentile; /* BENCH_T_PERCENTILE */
     enum { BENCH_T_LT, BENCH_T_LE, BENCH_T_GT, BENCH_T_GE, BENCH_T_EQ } cmp;

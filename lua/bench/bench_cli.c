@@ -57,7 +57,7 @@ const char bench_usage[] =
     "      --threshold EXPR  a check on the result that fails the run (exit\n"
     "                        99): p99<50ms, p99.9<=200ms, mean<10ms,\n"
     "                        max<1s, stdev<5ms, rps>=1000, errors==0,\n"
-    "                        error_rate<1 (%); repeatable\n"
+    "                        error_rate<1 (%), checks>99 (%); repeatable\n"
     "      --json FILE       write the result as JSON (\"-\": stdout, with\n"
     "                        the report on stderr)\n"
     "      --plot FILE.svg   add this run's latency by percentile to FILE\n"

@@ -4,8 +4,10 @@
  *
  * Syntax: METRIC CMP NUMBER[UNIT], spaces allowed between the parts.
  * METRIC is pNN[.N] (a latency percentile), mean, max, stdev (latencies:
- * the bound takes us, µs, ms or s), rps (requests/s), errors (a count) or
- * error_rate (a share in %, the '%' optional); CMP is <, <=, >, >= or ==.
+ * the bound takes us, µs, ms or s), rps (requests/s), errors (a count),
+ * error_rate (a share in %, the '%' optional) or checks (the share of a
+ * scenario's bench.check checks that passed, in %; none ran: no number, so
+ * every comparison fails); CMP is <, <=, >, >= or ==.
  *
  * Owns: the text of each threshold it parses (malloc'd; bench_opts_free
  * frees it). Calls: the histogram (hdr.h), bench_format_time_ns.
@@ -24,6 +26,7 @@ static const struct {
     {"mean", BENCH_T_MEAN},     {"max", BENCH_T_MAX},
     {"stdev", BENCH_T_STDEV},   {"rps", BENCH_T_RPS},
     {"errors", BENCH_T_ERRORS}, {"error_rate", BENCH_T_ERROR_RATE},
+    {"checks", BENCH_T_CHECKS},
 };
 
 static const char *skip_space(const char *s)
@@ -70,7 +73,7 @@ static int parse_metric(const char **s, bench_threshold_t *t, const char *text,
         }
     snprintf(err, errlen,
              "--threshold '%s': unknown metric '%.*s' (pNN, mean, max, "
-             "stdev, rps, errors, error_rate)",
+             "stdev, rps, errors, error_rate, checks)",
              text, (int)n, p);
     return -1;
 }
@@ -125,11 +128,13 @@ static int apply_unit(bench_threshold_t *t, const char *unit, const char *text,
         t->bound *= scale;
         return 0;
     }
-    if (*unit == 0 || (t->metric == BENCH_T_ERROR_RATE && !strcmp(unit, "%")))
+    bool share = t->metric == BENCH_T_ERROR_RATE || t->metric == BENCH_T_CHECKS;
+    if (*unit == 0 || (share && !strcmp(unit, "%")))
         return 0;
     snprintf(err, errlen, "--threshold '%s': %s takes no unit ('%s')", text,
              t->metric == BENCH_T_RPS      ? "rps"
              : t->metric == BENCH_T_ERRORS ? "errors"
+             : t->metric == BENCH_T_CHECKS ? "checks (but %)"
                                            : "error_rate (but %)",
              unit);
     return -1;
@@ -200,6 +205,17 @@ double bench_result_error_rate(const bench_result_t *r)
     return 100.0 * (double)bench_result_errors(r) / (double)attempts;
 }
 
+/* The share of check calls that passed, in %; NaN when none ran. */
+static double checks_passed(const bench_result_t *r)
+{
+    uint64_t passes = 0, all = 0;
+    for (size_t i = 0; i < r->checks.n; i++) {
+        passes += r->checks.items[i].passes;
+        all += r->checks.items[i].passes + r->checks.items[i].fails;
+    }
+    return all ? 100.0 * (double)passes / (double)all : NAN;
+}
+
 static double metric_value(const bench_threshold_t *t, const bench_result_t *r)
 {
     switch (t->metric) {
@@ -217,6 +233,8 @@ static double metric_value(const bench_threshold_t *t, const bench_result_t *r)
                    : 0;
     case BENCH_T_ERRORS:
         return (double)bench_result_errors(r);
+    case BENCH_T_CHECKS:
+        return checks_passed(r);
     default:
         return bench_result_error_rate(r);
     }
@@ -251,6 +269,7 @@ static void describe(const bench_threshold_t *t, double v, char *buf,
                        : t->metric == BENCH_T_STDEV  ? "stdev"
                        : t->metric == BENCH_T_RPS    ? "rps"
                        : t->metric == BENCH_T_ERRORS ? "errors"
+                       : t->metric == BENCH_T_CHECKS ? "checks"
                                                      : "error_rate";
     if (t->metric == BENCH_T_PERCENTILE) {
         snprintf(num, sizeof num, "p%g", t->percentile);

@@ -278,9 +278,14 @@ class BenchScenario(unittest.TestCase):
         redis_command(self.redis.port, "DEL", "checked")
         path = self.script("checks.lua", CHECKS)
         code, out, err, doc = self.bench(
-            ["-t", "2", "-c", "4", "-d", "1s", path, "--", self.redis.url(),
+            ["-t", "2", "-c", "4", "-d", "1s", "--threshold", "checks>=30%",
+             "--threshold", "checks>45", path, "--", self.redis.url(),
              "http://127.0.0.1:%d" % self.http_port])
-        self.assertEqual(code, 0, err)
+        # 1.5 of every 4 check calls pass (200: all, 404: none, even INCR:
+        # half, raises: none): 37.5 %
+        self.assertEqual(code, 99, err)
+        self.assertIn("threshold checks>=30%: ok (checks 3", out)
+        self.assertIn("threshold checks>45: FAILED (checks 3", out)
         checks = {c["name"]: (c["passes"], c["fails"]) for c in doc["checks"]}
         self.assertEqual(sorted(checks), ["even INCR", "raises",
                                           "status is 200", "status is 404"])

@@ -62,7 +62,7 @@ TEST(refuses_bad_thresholds_naming_the_text)
                         "(us, ms, s)");
     refused("latency<5ms", "--threshold 'latency<5ms': unknown metric "
                            "'latency' (pNN, mean, max, stdev, rps, errors, "
-                           "error_rate)");
+                           "error_rate, checks)");
     refused("p99 50ms", "--threshold 'p99 50ms': needs a comparison (<, <=, "
                         ">, >=, ==) after the metric");
     refused("p99=50ms", "--threshold 'p99=50ms': needs a comparison (<, <=, "
@@ -79,7 +79,7 @@ TEST(refuses_bad_thresholds_naming_the_text)
     refused("errors==1%", "--threshold 'errors==1%': errors takes no unit "
                           "('%')");
     refused("", "--threshold '': unknown metric '' (pNN, mean, max, stdev, "
-                "rps, errors, error_rate)");
+                "rps, errors, error_rate, checks)");
 }
 
 static void add(bench_opts_t *o, const char *text)
@@ -134,4 +134,38 @@ TEST(error_rate_of_an_empty_run_is_zero)
     ASSERT(bench_result_error_rate(r) == 100);
     ASSERT_EQ(bench_result_errors(r), 3);
     bench_result_free(r);
+}
+
+/* checks: the share of bench.check's calls that passed, all names
+ * together; a run with no check has no share and fails every bound. */
+TEST(checks_threshold_is_the_share_passed)
+{
+    bench_threshold_t t = parse_ok("checks>=99%");
+    ASSERT(t.metric == BENCH_T_CHECKS && t.cmp == BENCH_T_GE && t.bound == 99);
+    bench_threshold_t bad;
+    char err[256] = "";
+    ASSERT_EQ(bench_threshold_parse("checks>1ms", &bad, err, sizeof err), -1);
+    ASSERT_STR_EQ(err, "--threshold 'checks>1ms': checks (but %) takes no "
+                       "unit ('ms')");
+    bench_opts_t o;
+    fixture_opts(&o);
+    bench_result_t *r = bench_result_new("scenario", 0);
+    add(&o, "checks>=99");
+    add(&o, "checks<100");
+    capture_t c;
+    capture_open(&c);
+    ASSERT_EQ(bench_thresholds_check(&o, r, c.f), 2); /* none ran */
+    capture_close(&c);
+    free(c.text);
+    r->checks.n = 2;
+    r->checks.items[0] = (bench_check_t){strdup("a"), 990, 0};
+    r->checks.items[1] = (bench_check_t){strdup("b"), 5, 5};
+    capture_open(&c);
+    ASSERT_EQ(bench_thresholds_check(&o, r, c.f), 0);
+    const char *text = capture_close(&c);
+    ASSERT_LINE(text, "threshold checks>=99: ok (checks 99.5%)");
+    free(c.text);
+    for (size_t i = 0; i < o.nthresholds; i++)
+        free(o.thresholds[i].text);
+    bench_result_free(r); /* frees the names */
 }
