@@ -171,7 +171,7 @@ struct lua_State;
 void bench_checks_open(struct lua_State *L, bench_checks_t *c);
 /* Adds from's counts to into's, by name. */
 void bench_checks_merge(bench_checks_t *into, const bench_checks_t *from);
-/* Frees the names; the counters are empty after. */
+/* bench_report.c: frees the names; the counters are empty after. */
 void bench_checks_free(bench_checks_t *c);
 /* bench_plot.c: whether --plot path can take this run (writable, and if it
  * exists a moonflow bench plot with room for one more); 0 or -1 and err. */

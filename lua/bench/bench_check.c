@@ -6,23 +6,18 @@
  * in the thread's bench_checks_t (inside the measured window only, as
  * iterations), merged into the result by name.
  *
- * Owns: the names of a bench_checks_t (bench_checks_free). The Lua function
+ * Makes the names of a bench_checks_t (bench_checks_free, with the result's
+ * other parts in bench_report.c, frees them). The Lua function
  * holds the counters' address as an upvalue: the thread keeps them alive
  * while its host runs.
  */
 #include <string.h>
-#include <time.h>
 
 #include <lauxlib.h>
 
-#include "bench.h"
+#include <moonflow/loop.h>
 
-static uint64_t check_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "bench.h"
 
 /* The counters of name, made on first use; NULL past the most a run keeps
  * (MF_BENCH_MAX_CHECKS names). */
@@ -76,7 +71,7 @@ static int l_check(lua_State *L)
     luaL_checkany(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
-    uint64_t now = c->from_ns || c->until_ns ? check_now() : 0;
+    uint64_t now = c->from_ns || c->until_ns ? mf_monotonic_ns() : 0;
     bool count = now >= c->from_ns && (c->until_ns == 0 || now <= c->until_ns);
     bool all = true;
     lua_pushnil(L);
@@ -112,11 +107,4 @@ void bench_checks_merge(bench_checks_t *into, const bench_checks_t *from)
         k->passes += f->passes;
         k->fails += f->fails;
     }
-}
-
-void bench_checks_free(bench_checks_t *c)
-{
-    for (size_t i = 0; i < c->n; i++)
-        mf_free(c->items[i].name);
-    c->n = 0;
 }

@@ -431,13 +431,6 @@ static void sample_progress(void *user, bench_progress_sample_t *out)
     }
 }
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Whether a script's thread:stop() ended some thread's load early. */
 static bool any_script_stopped(const bench_wrk_t *w)
 {
@@ -455,7 +448,7 @@ static void wait_out_the_duration(const bench_wrk_t *w, uint64_t start_ns)
     if (!any_script_stopped(w))
         return;
     uint64_t end = start_ns + w->o->warmup_ns + w->o->duration_ns;
-    for (uint64_t now = monotonic_ns(); now < end; now = monotonic_ns()) {
+    for (uint64_t now = mf_monotonic_ns(); now < end; now = mf_monotonic_ns()) {
         uint64_t left = end - now;
         struct timespec ts = {.tv_sec = (time_t)(left / 1000000000u),
                               .tv_nsec = (long)(left % 1000000000u)};
@@ -466,7 +459,7 @@ static void wait_out_the_duration(const bench_wrk_t *w, uint64_t start_ns)
 static int run_threads(bench_wrk_t *w, char *err, size_t errlen)
 {
     int rc = 0;
-    uint64_t start_ns = monotonic_ns();
+    uint64_t start_ns = mf_monotonic_ns();
     for (unsigned i = 0; i < w->o->threads; i++) {
         wrk_thread_t *t = &w->threads[i];
         if (pthread_create(&t->tid, NULL, thread_main, t) != 0) {

@@ -17,9 +17,10 @@
  * spectrum [[value_us, percentile (0..100), count up to it], ...],
  * series [{name, count, errors, latency_us}], checks [{name, passes,
  * fails}] (bench_check.c), thresholds [{text, ok,
- * value (latencies in us, rps, errors, error_rate in %)}].
+ * value (latencies in us, rps, errors, error_rate and checks in %)}].
  *
- * Owns: bench_result_t (its histograms, series and their names). Calls:
+ * Owns: bench_result_t (its histograms, series and their names, the names
+ * of its checks: bench_checks_free). Calls:
  * the histogram (hdr.h), bench_threshold_eval for the JSON verdicts.
  */
 #include <errno.h>
@@ -48,6 +49,13 @@ bench_result_t *bench_result_new(const char *mode, size_t nseries)
     return r;
 }
 
+void bench_checks_free(bench_checks_t *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        mf_free(c->items[i].name);
+    c->n = 0;
+}
+
 void bench_result_free(bench_result_t *r)
 {
     if (r == NULL)
@@ -57,8 +65,7 @@ void bench_result_free(bench_result_t *r)
         mf_hdr_destroy(r->series[i].latency);
     }
     mf_free(r->series);
-    for (size_t i = 0; i < r->checks.n; i++) /* bench_check.c made them */
-        mf_free(r->checks.items[i].name);
+    bench_checks_free(&r->checks);
     mf_hdr_destroy(r->latency);
     mf_hdr_destroy(r->rate);
     mf_free(r);

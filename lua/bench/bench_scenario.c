@@ -32,7 +32,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <lauxlib.h>
 
@@ -112,13 +111,6 @@ struct scen_run {
     atomic_bool reported;      /* the first Lua error was printed */
     atomic_bool step_reported; /* the first failed step was printed */
 };
-
-static uint64_t scen_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the Lua side -------------------------------------------------------
  * The setup runs the main chunk with the script's arguments, then init. The
@@ -267,7 +259,7 @@ static void scen_on_step(void *ud, unsigned step)
     scen_user_t *u = ud;
     if (!u->armed)
         return;
-    uint64_t now = scen_now();
+    uint64_t now = mf_monotonic_ns();
     if (step == 0) {
         u->flow0_ns = u->prev_ns = now;
         return;
@@ -286,7 +278,7 @@ static void scen_begin_cleanup(void *op)
 static void scen_begin_due(mf_timer_t *timer)
 {
     scen_user_t *u = timer->data;
-    uint64_t now = scen_now();
+    uint64_t now = mf_monotonic_ns();
     if (u->start_ns > now) /* woken early (ms timers): measured from now */
         u->start_ns = now;
     mf_lua_co_unpark(u->co);
@@ -306,7 +298,7 @@ static int scen_l_begin(lua_State *L)
 {
     scen_user_t *u = lua_touserdata(L, 1);
     scen_thread_t *t = u->t;
-    uint64_t now = scen_now();
+    uint64_t now = mf_monotonic_ns();
     if (t->stopping || now >= t->end_ns) {
         lua_pushboolean(L, 0);
         return 1;
@@ -387,7 +379,7 @@ static int scen_l_finish(lua_State *L)
 {
     scen_user_t *u = lua_touserdata(L, 1);
     scen_thread_t *t = u->t;
-    uint64_t now = scen_now();
+    uint64_t now = mf_monotonic_ns();
     bool record = u->start_ns >= t->warm_ns && now <= t->end_ns;
     bool ok = false, timeout = false;
     u->armed = false;
@@ -424,7 +416,7 @@ static void scen_user_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
         mf_timer_stop(t->loop, &t->tick);
         mf_timer_stop(t->loop, &t->end);
         if (!t->stopped_ns)
-            t->stopped_ns = scen_now();
+            t->stopped_ns = mf_monotonic_ns();
     }
 }
 
@@ -432,7 +424,7 @@ static void scen_user_exit(mf_lua_co_t *co, const mf_lua_co_exit_t *ex,
 static void scen_on_tick(mf_timer_t *timer)
 {
     scen_thread_t *t = timer->data;
-    uint64_t now = scen_now();
+    uint64_t now = mf_monotonic_ns();
     if (now > t->warm_ns && now - t->tick_ns > 0) {
         double per_s = (double)(t->requests - t->tick_requests) * 1e9 /
                        (double)(now - t->tick_ns);
@@ -453,7 +445,7 @@ static void scen_on_end(mf_timer_t *timer)
 {
     scen_thread_t *t = timer->data;
     t->stopping = true;
-    t->stopped_ns = scen_now();
+    t->stopped_ns = mf_monotonic_ns();
     for (unsigned i = 0; i < t->nusers; i++)
         if (t->users[i].co)
             mf_lua_co_abort(t->users[i].co, "the run ended");
@@ -563,7 +555,7 @@ static int scen_start_users(scen_thread_t *t)
 static void scen_run_thread(scen_thread_t *t)
 {
     const bench_opts_t *o = t->run->o;
-    t->start_ns = scen_now();
+    t->start_ns = mf_monotonic_ns();
     t->warm_ns = t->start_ns + o->warmup_ns;
     t->end_ns = t->warm_ns + o->duration_ns;
     t->checks.from_ns = t->warm_ns; /* checks count as iterations do */
@@ -649,7 +641,7 @@ static void *scen_thread_main(void *arg)
 static void scen_sample(void *user, bench_progress_sample_t *out)
 {
     const scen_run_t *run = user;
-    uint64_t now = scen_now();
+    uint64_t now = mf_monotonic_ns();
     memset(out, 0, sizeof *out);
     for (unsigned i = 0; i < run->nthreads; i++) {
         scen_thread_t *t = &run->threads[i];
