@@ -308,6 +308,28 @@ class BenchScenario(unittest.TestCase):
         self.assertLessEqual(err.count("check 'raises' raised:"), 2, err)
         self.assertRegex(out, r"status is 404 +0 / %d +0\.00%% passed" % n)
 
+    def test_a_bad_check_is_a_lua_error_of_the_iteration(self):
+        for checks, words in (
+                ("{ 1 }", "bench.check: each check is a name and a function "
+                          "(got number = number)"),
+                ("nil", "bad argument #2 to 'check' (table expected, got "
+                        "nil)"),
+                # 65 names: past the most a run keeps
+                ("(function() local t = {} for i = 1, 65 do "
+                 "t['c' .. i] = function() return true end end return t "
+                 "end)()", "bench.check: more than 64 check names")):
+            path = self.script("badcheck.lua",
+                               'local mf = require "moonflow"\n'
+                               "function iteration()\n"
+                               "  bench.check(1, %s)\n"
+                               "  return mf.task.timer(1)\n"
+                               "end\n" % checks)
+            code, out, err, doc = self.bench(["-t", "1", "-c", "1", "-d",
+                                              "300ms", path])
+            self.assertEqual(code, 1, err)  # every iteration failed
+            self.assertIn(words, err)
+            self.assertIn("every iteration failed", err)
+
     def test_failing_step_counts_errors(self):
         path = self.script("failing.lua", FAILING)
         code, out, err, doc = self.bench(
